@@ -1,0 +1,75 @@
+// Command dpadmm is a peer-to-peer node for differentially private decentralized
+// training. It has one subcommand per task: node, testnet, account and experiment.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `dpadmm: differentially private decentralized ADMM over libp2p
+
+Usage:
+  dpadmm <command> [flags]
+
+Commands:
+  testnet     run a local testnet (deterministic simulator, in-process or multi-process)
+  account     privacy accounting: plan a run, or recompute figures from a trace
+  node        run one node on a LAN or an existing libp2p network
+  experiment  reproduce the papers' comparisons (CSV and PNG output)
+  version     print the version
+
+Run 'dpadmm <command> --help' for the flags of a command.
+With no command, 'dpadmm' prints this text; 'dpadmm testnet' with no flags runs a demo.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// errUsage marks errors already explained to the user by a flag set.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code:
+// 0 on success, 2 on a usage error, 1 on any other error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	var err error
+	switch args[0] {
+	case "testnet":
+		err = runTestnet(args[1:], stdout, stderr)
+	case "account":
+		err = runAccount(args[1:], stdout, stderr)
+	case "node":
+		err = runNode(args[1:], stdout, stderr)
+	case "experiment":
+		err = runExperiment(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "dpadmm", version)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "dpadmm: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "dpadmm %s: %v\n", args[0], err)
+		return 1
+	}
+}

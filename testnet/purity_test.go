@@ -1,0 +1,90 @@
+package testnet
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestPurePackagesImportRules enforces the architecture's one rule: the algorithm
+// packages are pure. They may not do I/O, read the clock, use global randomness,
+// log, or start goroutines. Test files are exempt (they may read testdata).
+func TestPurePackagesImportRules(t *testing.T) {
+	forbidden := map[string]string{
+		"os":                    "file and process I/O belongs in node/ or testnet/",
+		"net":                   "networking belongs in node/",
+		"net/http":              "networking belongs in node/",
+		"log":                   "pure code emits Events; logging lives at the edges",
+		"log/slog":              "pure code emits Events; logging lives at the edges",
+		"github.com/rs/zerolog": "pure code emits Events; zerolog lives in node, testnet and cmd",
+		"math/rand":             "use an injected math/rand/v2 source, never the global one",
+		"crypto/rand":           "only privacy's secure noise source may read crypto/rand",
+		"sync":                  "pure machines are single-threaded",
+		"time":                  "time is ticks in pure code",
+	}
+	allowed := map[string]map[string]bool{
+		// The production noise source is the one place that reads the OS CSPRNG.
+		"privacy": {"crypto/rand": true},
+	}
+	pure := []string{"consensus", "walk", "gossip", "privacy"}
+	root := ".."
+	for _, pkg := range pure {
+		err := filepath.WalkDir(filepath.Join(root, pkg), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if why, bad := forbidden[p]; bad && !allowed[pkg][p] {
+					t.Errorf("%s imports %q: %s", path, p, why)
+				}
+				if strings.Contains(p, "libp2p") && p != "github.com/libp2p/go-libp2p/core/peer" {
+					t.Errorf("%s imports %q: only core/peer of libp2p is allowed in pure packages", path, p)
+				}
+				for _, other := range []string{"node", "testnet", "cmd"} {
+					if strings.HasPrefix(p, "github.com/dpadmm/dpadmm/"+other) {
+						t.Errorf("%s imports %q: pure packages may not depend on drivers", path, p)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPurePackagesStartNoGoroutines scans the pure packages' source for go statements.
+func TestPurePackagesStartNoGoroutines(t *testing.T) {
+	for _, pkg := range []string{"consensus", "walk", "gossip", "privacy"} {
+		_ = filepath.WalkDir(filepath.Join("..", pkg), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(string(src), "\n") {
+				s := strings.TrimSpace(line)
+				if strings.HasPrefix(s, "go ") || strings.HasPrefix(s, "go func") {
+					t.Errorf("%s:%d starts a goroutine in a pure package", path, i+1)
+				}
+			}
+			return nil
+		})
+	}
+}
