@@ -1,10 +1,370 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
+const accountHelp = `Usage:
+  dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
+  dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] FILE
+
+plan: privacy figures of a planned run before it starts. The local figure holds against an
+observer of every message; the pairwise figure bounds node i's data as seen by node j when
+the path of the walk is secret (Cyffers et al. Theorem 4 on the complete graph, the
+first-passage law of the walk on other graphs).
+trace: realised pairwise figures recomputed from a trace file (JSON lines, see privacy.WriteTrace).
+
+Flags of plan:
+`
+
+// localReport is the local-DP part of the account output.
+type localReport struct {
+	Epsilon    float64 `json:"epsilon"`
+	Order      float64 `json:"order"`
+	Updates    int     `json:"updates"`
+	Theorem    string  `json:"theorem"`
+	Conditions string  `json:"conditions"`
+}
+
+// planReport is the JSON output of "account plan".
+type planReport struct {
+	Delta           float64                 `json:"delta"`
+	Conversion      string                  `json:"conversion"`
+	Graph           string                  `json:"graph"`
+	Nodes           int                     `json:"nodes"`
+	Hops            int                     `json:"hops"`
+	Clip            float64                 `json:"clip"`
+	Sigma           float64                 `json:"sigma"`
+	SigmaCalibrated bool                    `json:"sigma_calibrated"`
+	UpdatesCapped   bool                    `json:"updates_capped"`
+	Local           localReport             `json:"local"`
+	Pairwise        privacy.PairwiseSummary `json:"pairwise_planned"`
+	PassageHops     int                     `json:"first_passage_hops,omitempty"`
+	TailBounded     bool                    `json:"first_passage_tail_bounded,omitempty"`
+}
+
+// traceReport is the JSON output of "account trace".
+type traceReport struct {
+	Delta      float64                 `json:"delta"`
+	Conversion string                  `json:"conversion"`
+	Nodes      int                     `json:"nodes"`
+	Steps      int                     `json:"steps"`
+	Clip       float64                 `json:"clip"`
+	Sigma      float64                 `json:"sigma"`
+	Local      localReport             `json:"local"`
+	Pairwise   privacy.PairwiseSummary `json:"pairwise_realised"`
+	Coalition  *coalitionReport        `json:"coalition,omitempty"`
+}
+
+// coalitionReport is the worst node against a coalition of observers.
+type coalitionReport struct {
+	Members []int   `json:"members"`
+	Epsilon float64 `json:"epsilon"`
+	Order   float64 `json:"order"`
+	I       int     `json:"i"`
+}
+
 func runAccount(args []string, stdout, stderr io.Writer) error {
-	return errors.New("account: not available in this build")
+	if len(args) == 0 {
+		fmt.Fprint(stderr, accountHelp)
+		return errUsage
+	}
+	switch args[0] {
+	case "plan":
+		return runAccountPlan(args[1:], stdout, stderr)
+	case "trace":
+		return runAccountTrace(args[1:], stdout, stderr)
+	case "-h", "--help", "-help", "help":
+		fmt.Fprint(stdout, accountHelp)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan or trace)\n", args[0])
+		return errUsage
+	}
+}
+
+// usageErr prints msg to stderr and returns errUsage (exit code 2).
+func usageErr(stderr io.Writer, format string, a ...any) error {
+	fmt.Fprintf(stderr, "dpadmm account: "+format+"\n", a...)
+	return errUsage
+}
+
+func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
+
+func runAccountPlan(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("account plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, accountHelp)
+		fs.PrintDefaults()
+	}
+	nodes := fs.Int("nodes", 0, "number of nodes n (>= 2)")
+	hops := fs.Int("hops", 0, "number of hops of the run (>= 1)")
+	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
+	clip := fs.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
+	sigma := fs.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
+	maxUpd := fs.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
+	target := fs.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
+	budgetKind := fs.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
+	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	seed := fs.Uint64("seed", 1, "seed of random graphs (er, regular)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return usageErr(stderr, "plan: unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case *nodes < 2:
+		return usageErr(stderr, "plan: --nodes must be >= 2, got %d", *nodes)
+	case *hops < 1:
+		return usageErr(stderr, "plan: --hops must be >= 1, got %d", *hops)
+	case !finitePositive(*clip):
+		return usageErr(stderr, "plan: --clip must be finite and > 0, got %v", *clip)
+	case *maxUpd < 0:
+		return usageErr(stderr, "plan: --max-updates must be >= 0, got %d", *maxUpd)
+	case !(*delta > 0 && *delta < 1):
+		return usageErr(stderr, "plan: --delta must be in (0,1), got %v", *delta)
+	case *budgetKind != "pairwise" && *budgetKind != "local":
+		return usageErr(stderr, "plan: --budget-kind must be pairwise or local, got %q", *budgetKind)
+	}
+	calibrate := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "target-epsilon" {
+			calibrate = true
+		}
+	})
+	if calibrate && !finitePositive(*target) {
+		return usageErr(stderr, "plan: --target-epsilon must be finite and > 0, got %v", *target)
+	}
+	if !calibrate && !finitePositive(*sigma) {
+		return usageErr(stderr, "plan: --sigma must be finite and > 0, got %v", *sigma)
+	}
+	g, err := graph.Parse(*graphSpec, *nodes, *seed)
+	if err != nil {
+		return usageErr(stderr, "plan: --graph: %v", err)
+	}
+	n := *nodes
+	updates, capped := *maxUpd, *maxUpd > 0
+	if !capped {
+		updates = (*hops + n - 1) / n
+	}
+	// The first-passage weights do not depend on sigma: compute them once.
+	s0 := *sigma
+	if calibrate {
+		s0 = 1
+	}
+	plan, err := privacy.PlannedPairwise(n, g.Adj, g.Complete, privacy.PlanOptions{
+		Clip: *clip, Sigma: s0, Updates: updates, Horizon: *hops})
+	if err != nil {
+		return err
+	}
+	wmax := 1.0
+	if !g.Complete {
+		wmax = 0
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				if w := plan.Pairs.Weight(i, j); w > wmax {
+					wmax = w
+				}
+			}
+		}
+	}
+	unitFor := func(s float64) privacy.Curve {
+		if g.Complete {
+			return privacy.Theorem4Curve(n, updates, *clip, s)
+		}
+		return privacy.AmplifiedUpdateCurve(*clip, s, updates)
+	}
+	sg := *sigma
+	if calibrate {
+		curveFor := func(s float64) privacy.Curve { return unitFor(s).Scale(wmax) }
+		if *budgetKind == "local" {
+			curveFor = func(s float64) privacy.Curve { return privacy.WalkLocalCurve(*clip, s, updates) }
+		}
+		sg, err = privacy.CalibrateSigma(*target, *delta, curveFor)
+		if err != nil {
+			return err
+		}
+	}
+	plan.Pairs.Unit = unitFor(sg)
+	sum := plan.Pairs.Summarize(*delta)
+	sum.Theorem, sum.Conditions = plan.Theorem, plan.Conditions
+	sum.ConditionsHold = capped
+	var notes []string
+	if !capped {
+		notes = append(notes, fmt.Sprintf("no --max-updates cap: the plan uses the expected count ceil(hops/n) = %d, but the bound needs a hard cap K_i", updates))
+	}
+	if plan.TailBounded {
+		notes = append(notes, fmt.Sprintf("first-passage law computed for %d hops; the remaining mass is charged as if it arrived at the next hop (upper bound)", plan.Hops))
+	}
+	if !g.Complete {
+		notes = append(notes, "every hop is treated as a noisy update")
+	}
+	loc := privacy.LocalBound(*clip, sg, updates, *delta)
+	if math.IsInf(sum.Worst.Epsilon, 1) {
+		sum.ConditionsHold = false
+		notes = append(notes, "the order condition c <= 1 fails at every order (sigma too small for clip C); the figures shown are the local-DP bound, which holds regardless")
+		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
+		sum.Mean, sum.P50, sum.P90, sum.P99 = loc.Epsilon, loc.Epsilon, loc.Epsilon, loc.Epsilon
+	}
+	sum.Note = strings.Join(notes, "; ")
+	rep := planReport{
+		Delta: *delta, Conversion: privacy.Conversion, Graph: *graphSpec, Nodes: n, Hops: *hops,
+		Clip: *clip, Sigma: sg, SigmaCalibrated: calibrate, UpdatesCapped: capped,
+		Local:       localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
+		Pairwise:    sum,
+		PassageHops: plan.Hops, TailBounded: plan.TailBounded,
+	}
+	if *asJSON {
+		return writeJSON(stdout, rep)
+	}
+	w := stdout
+	fmt.Fprintf(w, "plan: %d nodes, graph %s, %d hops, clip %g, sigma %g", n, *graphSpec, *hops, *clip, sg)
+	if calibrate {
+		fmt.Fprintf(w, " (calibrated for %s epsilon %g)", *budgetKind, *target)
+	}
+	fmt.Fprintf(w, "\n(epsilon, delta=%g) via %s\n\n", *delta, privacy.Conversion)
+	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), K_i = %d updates\n", loc.Epsilon, loc.Order, updates)
+	fmt.Fprintf(w, "          theorem: %s\n          conditions: %s\n\n", loc.Theorem, loc.Conditions)
+	printPairwise(w, "pairwise (planned)", sum)
+	return nil
+}
+
+func printPairwise(w io.Writer, title string, s privacy.PairwiseSummary) {
+	fmt.Fprintf(w, "%s: worst pair %d -> %d: epsilon %.6g (order %g)\n", title, s.Worst.I, s.Worst.J, s.Worst.Epsilon, s.Worst.Order)
+	fmt.Fprintf(w, "          mean %.6g, p50 %.6g, p90 %.6g, p99 %.6g\n", s.Mean, s.P50, s.P90, s.P99)
+	fmt.Fprintf(w, "          theorem: %s\n          conditions: %s\n          conditions hold: %v\n", s.Theorem, s.Conditions, s.ConditionsHold)
+	if s.Note != "" {
+		fmt.Fprintf(w, "          note: %s\n", s.Note)
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("account: encode JSON: %w", err)
+	}
+	return nil
+}
+
+func runAccountTrace(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("account trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, accountHelp)
+		fs.PrintDefaults()
+	}
+	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	coalition := fs.String("coalition", "", "comma-separated observers pooling their views")
+	// Accept flags before and after the file name.
+	var files []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		return usageErr(stderr, "trace: want exactly one trace file, got %d", len(files))
+	}
+	if !(*delta > 0 && *delta < 1) {
+		return usageErr(stderr, "trace: --delta must be in (0,1), got %v", *delta)
+	}
+	var coal [][]int
+	if *coalition != "" {
+		var members []int
+		for _, f := range strings.Split(*coalition, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return usageErr(stderr, "trace: --coalition: %q is not a node index", f)
+			}
+			members = append(members, v)
+		}
+		coal = append(coal, members)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr, err := privacy.ReadTrace(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", files[0], err)
+	}
+	res, err := privacy.RealisedPairwise(tr, coal...)
+	if err != nil {
+		return err
+	}
+	sum := res.Pairs.Summarize(*delta)
+	sum.Theorem = privacy.TheoremRealised
+	sum.Conditions = "clip C bounds ||x - z|| (sensitivity 4*lambda*C, noise std lambda*sigma per update); the trace is the true path; " +
+		"only j's first observation after each update of i is charged"
+	sum.ConditionsHold = true
+	if tr.FinalReleasedToAll {
+		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace"
+	}
+	maxU := 0
+	for _, u := range res.Updates {
+		if u > maxU {
+			maxU = u
+		}
+	}
+	loc := privacy.LocalBound(tr.Clip, tr.Sigma, maxU, *delta)
+	rep := traceReport{
+		Delta: *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
+		Clip: tr.Clip, Sigma: tr.Sigma,
+		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: maxU, Theorem: loc.Theorem, Conditions: loc.Conditions},
+		Pairwise: sum,
+	}
+	if len(res.Coalitions) == 1 {
+		c := res.Coalitions[0]
+		cr := &coalitionReport{Members: c.Members, Epsilon: math.Inf(-1)}
+		for i, wgt := range c.Weight {
+			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), *delta)
+			if e > cr.Epsilon {
+				cr.Epsilon, cr.Order, cr.I = e, o, i
+			}
+		}
+		rep.Coalition = cr
+	}
+	if *asJSON {
+		return writeJSON(stdout, rep)
+	}
+	w := stdout
+	fmt.Fprintf(w, "trace %s: %d nodes, %d steps, clip %g, sigma %g\n", files[0], tr.Nodes, len(tr.Steps), tr.Clip, tr.Sigma)
+	fmt.Fprintf(w, "(epsilon, delta=%g) via %s\n\n", *delta, privacy.Conversion)
+	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), busiest node made %d noisy updates\n", loc.Epsilon, loc.Order, maxU)
+	fmt.Fprintf(w, "          theorem: %s\n\n", loc.Theorem)
+	printPairwise(w, "pairwise (realised)", sum)
+	if rep.Coalition != nil {
+		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon, rep.Coalition.Order)
+	}
+	return nil
 }

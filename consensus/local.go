@@ -1,0 +1,275 @@
+package consensus
+
+import (
+	"fmt"
+	"math"
+)
+
+// LocalLoss is node i's f_i(w) = Weight * (1/rows_i) * sum_{rows r of shard} loss(x_r.w, y_r).
+// It owns scratch buffers, so a LocalLoss must not be used concurrently.
+type LocalLoss struct {
+	shard  *Dataset
+	loss   Loss
+	weight float64
+	c      float64 // weight / rows
+
+	// squared loss: cached Cholesky factor of (c A^T A + I/gamma)
+	gamma float64
+	chol  []float64 // p*p lower triangular, row-major
+	atb   []float64 // c A^T b
+	gram  []float64 // c A^T A
+	anorm float64   // ||a||^2 for a one-row shard
+
+	// scratch
+	x, g, d, rhs, h, m []float64
+}
+
+// NewLocalLoss builds node i's local loss over shard with the given weight (> 0).
+// Logistic loss requires labels in {-1, +1}.
+func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error) {
+	if err := shard.Check(); err != nil {
+		return nil, err
+	}
+	if shard.Rows == 0 {
+		return nil, fmt.Errorf("consensus: %s: local loss needs at least one row", shard.Name)
+	}
+	if loss != Squared && loss != Logistic {
+		return nil, fmt.Errorf("consensus: unknown loss %d", int(loss))
+	}
+	if !(weight > 0) || math.IsInf(weight, 0) {
+		return nil, fmt.Errorf("consensus: local loss weight %v must be finite and > 0", weight)
+	}
+	if loss == Logistic {
+		for i, y := range shard.Y {
+			if y != 1 && y != -1 {
+				return nil, fmt.Errorf("consensus: %s: row %d: logistic loss needs labels -1/+1, got %v", shard.Name, i, y)
+			}
+		}
+	}
+	p := shard.Cols
+	l := &LocalLoss{
+		shard: shard, loss: loss, weight: weight,
+		c: weight / float64(shard.Rows),
+		x: make([]float64, p), g: make([]float64, p), d: make([]float64, p), rhs: make([]float64, p),
+		m: make([]float64, shard.Rows),
+	}
+	if shard.Rows > 1 || loss == Logistic {
+		l.chol = make([]float64, p*p)
+		l.h = make([]float64, p*p)
+	}
+	if loss == Squared {
+		if shard.Rows == 1 {
+			a := shard.Row(0)
+			l.anorm = dot(a, a)
+		} else {
+			l.gram = make([]float64, p*p)
+			l.atb = make([]float64, p)
+			for r := 0; r < shard.Rows; r++ {
+				a := shard.Row(r)
+				for i, ai := range a {
+					l.atb[i] += l.c * ai * shard.Y[r]
+					for j := 0; j <= i; j++ {
+						l.gram[i*p+j] += l.c * ai * a[j]
+					}
+				}
+			}
+		}
+	}
+	return l, nil
+}
+
+// Rows returns the number of rows of the shard.
+func (l *LocalLoss) Rows() int { return l.shard.Rows }
+
+// Weight returns the weight of the local loss.
+func (l *LocalLoss) Weight() float64 { return l.weight }
+
+// Value returns f_i(w).
+func (l *LocalLoss) Value(w []float64) float64 {
+	s := 0.0
+	for r := 0; r < l.shard.Rows; r++ {
+		s += l.loss.value(dot(l.shard.Row(r), w), l.shard.Y[r])
+	}
+	return l.c * s
+}
+
+// Grad sets dst to the gradient of f_i at w. dst must not alias w.
+func (l *LocalLoss) Grad(dst, w []float64) {
+	clear(dst)
+	for r := 0; r < l.shard.Rows; r++ {
+		a := l.shard.Row(r)
+		c := l.c * l.loss.deriv(dot(a, w), l.shard.Y[r])
+		for j, v := range a {
+			dst[j] += c * v
+		}
+	}
+}
+
+// Prox sets dst = argmin_x f_i(x) + ||x-v||^2/(2 gamma). Squared: exact (cached Cholesky per
+// gamma; closed-form Sherman-Morrison when the shard has one row). Logistic: damped Newton with
+// backtracking line search until the gradient norm is below 1e-10. dst may alias v. It does
+// not allocate.
+func (l *LocalLoss) Prox(dst, v []float64, gamma float64) error {
+	p := l.shard.Cols
+	if len(dst) != p || len(v) != p {
+		return fmt.Errorf("consensus: prox: vector length %d/%d, want %d", len(dst), len(v), p)
+	}
+	if !(gamma > 0) || math.IsInf(gamma, 0) {
+		return fmt.Errorf("consensus: prox: gamma %v must be finite and > 0", gamma)
+	}
+	if p == 0 {
+		return nil
+	}
+	if l.loss == Squared {
+		return l.proxSquared(dst, v, gamma)
+	}
+	return l.proxLogistic(dst, v, gamma)
+}
+
+func (l *LocalLoss) proxSquared(dst, v []float64, gamma float64) error {
+	p := l.shard.Cols
+	if l.shard.Rows == 1 {
+		a := l.shard.Row(0)
+		s := gamma * l.c * (l.shard.Y[0] - dot(a, v)) / (1 + gamma*l.c*l.anorm)
+		for j := range dst {
+			dst[j] = v[j] + s*a[j]
+		}
+		return nil
+	}
+	if l.gamma != gamma {
+		copy(l.h, l.gram)
+		for i := 0; i < p; i++ {
+			l.h[i*p+i] += 1 / gamma
+		}
+		if !cholesky(l.chol, l.h, p) {
+			l.gamma = 0
+			return fmt.Errorf("consensus: prox: matrix not positive definite (gamma=%v)", gamma)
+		}
+		l.gamma = gamma
+	}
+	for j := range l.rhs {
+		l.rhs[j] = l.atb[j] + v[j]/gamma
+	}
+	cholSolve(dst, l.chol, l.rhs, p)
+	return nil
+}
+
+// proxLogistic minimizes F(x) = f_i(x) + ||x-v||^2/(2 gamma) by Newton's method.
+func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
+	p := l.shard.Cols
+	x, g, d := l.x, l.g, l.d
+	copy(x, v)
+	objective := func(x []float64) float64 {
+		s := 0.0
+		for j := range x {
+			t := x[j] - v[j]
+			s += t * t
+		}
+		return l.Value(x) + s/(2*gamma)
+	}
+	fx := objective(x)
+	for iter := 0; iter < 200; iter++ {
+		// gradient and Hessian
+		clear(g)
+		clear(l.h)
+		for r := 0; r < l.shard.Rows; r++ {
+			a := l.shard.Row(r)
+			m := dot(a, x)
+			y := l.shard.Y[r]
+			c := -y * sigmoid(-y*m) * l.c
+			s := sigmoid(m)
+			hw := s * (1 - s) * l.c
+			for i, ai := range a {
+				g[i] += c * ai
+				if hw != 0 && ai != 0 {
+					t := hw * ai
+					for j := 0; j <= i; j++ {
+						l.h[i*p+j] += t * a[j]
+					}
+				}
+			}
+		}
+		for i := range g {
+			g[i] += (x[i] - v[i]) / gamma
+			l.h[i*p+i] += 1 / gamma
+		}
+		gn := norm2(g)
+		if gn <= 1e-10 {
+			break
+		}
+		if !cholesky(l.chol, l.h, p) {
+			return fmt.Errorf("consensus: prox: Hessian not positive definite")
+		}
+		cholSolve(d, l.chol, g, p) // d = H^{-1} g; step is -d
+		slope := dot(g, d)
+		t := 1.0
+		improved := false
+		for ls := 0; ls < 60; ls++ {
+			for i := range x {
+				l.rhs[i] = x[i] - t*d[i]
+			}
+			fn := objective(l.rhs)
+			if fn <= fx-1e-4*t*slope {
+				copy(x, l.rhs)
+				fx = fn
+				improved = true
+				break
+			}
+			t *= 0.5
+		}
+		if !improved {
+			break // at machine precision
+		}
+		if math.IsNaN(fx) {
+			return fmt.Errorf("consensus: prox: non-finite objective")
+		}
+	}
+	copy(dst, x)
+	return nil
+}
+
+// cholesky computes the lower factor L of the symmetric matrix whose lower triangle is in a
+// (row-major p*p) into l. It reports false when a is not positive definite.
+func cholesky(l, a []float64, p int) bool {
+	for i := 0; i < p; i++ {
+		for j := 0; j <= i; j++ {
+			s := a[i*p+j]
+			for k := 0; k < j; k++ {
+				s -= l[i*p+k] * l[j*p+k]
+			}
+			if i == j {
+				if !(s > 0) {
+					return false
+				}
+				l[i*p+i] = math.Sqrt(s)
+			} else {
+				l[i*p+j] = s / l[j*p+j]
+			}
+		}
+	}
+	return true
+}
+
+// cholSolve solves L L^T x = b into x (x may alias b).
+func cholSolve(x, l, b []float64, p int) {
+	if p == 0 {
+		return
+	}
+	if &x[0] != &b[0] {
+		copy(x, b)
+	}
+	for i := 0; i < p; i++ {
+		s := x[i]
+		for k := 0; k < i; k++ {
+			s -= l[i*p+k] * x[k]
+		}
+		x[i] = s / l[i*p+i]
+	}
+	for i := p - 1; i >= 0; i-- {
+		s := x[i]
+		for k := i + 1; k < p; k++ {
+			s -= l[k*p+i] * x[k]
+		}
+		x[i] = s / l[i*p+i]
+	}
+}

@@ -1,0 +1,181 @@
+package consensus
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Loss selects the per-example loss function.
+type Loss int
+
+const (
+	// Squared is the least-squares loss (1/2)(x.w - y)^2.
+	Squared Loss = iota
+	// Logistic is the logistic loss log(1 + exp(-y x.w)) for labels y in {-1, +1}.
+	Logistic
+)
+
+// ParseLoss parses "squared" (also "lasso", "ls", "ridge") or "logistic" (also "logreg").
+func ParseLoss(s string) (Loss, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "squared", "square", "ls", "lasso", "ridge", "leastsquares":
+		return Squared, nil
+	case "logistic", "logreg", "log":
+		return Logistic, nil
+	}
+	return 0, fmt.Errorf("consensus: unknown loss %q (want squared or logistic)", s)
+}
+
+// String returns the canonical name of the loss.
+func (l Loss) String() string {
+	switch l {
+	case Squared:
+		return "squared"
+	case Logistic:
+		return "logistic"
+	}
+	return fmt.Sprintf("Loss(%d)", int(l))
+}
+
+// softplus returns log(1+exp(t)) without overflow or loss of precision.
+func softplus(t float64) float64 {
+	if t > 0 {
+		return t + math.Log1p(math.Exp(-t))
+	}
+	return math.Log1p(math.Exp(t))
+}
+
+// sigmoid returns 1/(1+exp(-t)) without overflow.
+func sigmoid(t float64) float64 {
+	if t >= 0 {
+		return 1 / (1 + math.Exp(-t))
+	}
+	e := math.Exp(t)
+	return e / (1 + e)
+}
+
+// value returns the loss of margin m = x.w for target y.
+func (l Loss) value(m, y float64) float64 {
+	if l == Logistic {
+		return softplus(-y * m)
+	}
+	r := m - y
+	return 0.5 * r * r
+}
+
+// deriv returns d loss / d m.
+func (l Loss) deriv(m, y float64) float64 {
+	if l == Logistic {
+		return -y * sigmoid(-y*m)
+	}
+	return m - y
+}
+
+// Regularizer is L1*||w||_1 + (L2/2)*||w||^2.
+type Regularizer struct{ L1, L2 float64 }
+
+// Value returns L1*||w||_1 + (L2/2)*||w||^2.
+func (r Regularizer) Value(w []float64) float64 {
+	s1, s2 := 0.0, 0.0
+	for _, v := range w {
+		s1 += math.Abs(v)
+		s2 += v * v
+	}
+	return r.L1*s1 + 0.5*r.L2*s2
+}
+
+// Prox sets dst = prox_{gamma r}(v): soft-thresholding at gamma*L1 followed by division by
+// 1+gamma*L2 (the exact elastic-net proximal map). dst may alias v; it does not allocate.
+func (r Regularizer) Prox(dst, v []float64, gamma float64) {
+	t := gamma * r.L1
+	s := 1 / (1 + gamma*r.L2)
+	for i, x := range v {
+		switch {
+		case x > t:
+			dst[i] = (x - t) * s
+		case x < -t:
+			dst[i] = (x + t) * s
+		default:
+			dst[i] = 0
+		}
+	}
+}
+
+// Problem is a regularized empirical risk minimization problem:
+// minimize MeanLoss(w) + Reg.Value(w).
+type Problem struct {
+	Loss Loss
+	Reg  Regularizer
+}
+
+// Validate rejects unknown losses and negative or non-finite regularization weights.
+func (p Problem) Validate() error {
+	if p.Loss != Squared && p.Loss != Logistic {
+		return fmt.Errorf("consensus: unknown loss %d", int(p.Loss))
+	}
+	for _, c := range []struct {
+		name string
+		v    float64
+	}{{"l1", p.Reg.L1}, {"l2", p.Reg.L2}} {
+		if math.IsNaN(c.v) || math.IsInf(c.v, 0) || c.v < 0 {
+			return fmt.Errorf("consensus: regularization %s=%v must be finite and >= 0", c.name, c.v)
+		}
+	}
+	return nil
+}
+
+// MeanLoss returns (1/Rows) * sum_r loss(x_r.w, y_r); it is 0 for an empty dataset.
+func (p Problem) MeanLoss(d *Dataset, w []float64) float64 {
+	if d.Rows == 0 {
+		return 0
+	}
+	s := 0.0
+	for i := 0; i < d.Rows; i++ {
+		s += p.Loss.value(dot(d.Row(i), w), d.Y[i])
+	}
+	return s / float64(d.Rows)
+}
+
+// Objective returns MeanLoss + Reg.Value, the objective reported everywhere.
+func (p Problem) Objective(d *Dataset, w []float64) float64 {
+	return p.MeanLoss(d, w) + p.Reg.Value(w)
+}
+
+// Accuracy returns the fraction of rows with sign(x.w) == y, predicting +1 when x.w >= 0.
+// It is 0 for an empty dataset.
+func (p Problem) Accuracy(d *Dataset, w []float64) float64 {
+	if d.Rows == 0 {
+		return 0
+	}
+	ok := 0
+	for i := 0; i < d.Rows; i++ {
+		pred := 1.0
+		if dot(d.Row(i), w) < 0 {
+			pred = -1
+		}
+		if pred == d.Y[i] {
+			ok++
+		}
+	}
+	return float64(ok) / float64(d.Rows)
+}
+
+// meanGrad sets g to the gradient of MeanLoss at w.
+func (p Problem) meanGrad(g []float64, d *Dataset, w []float64) {
+	clear(g)
+	if d.Rows == 0 {
+		return
+	}
+	for i := 0; i < d.Rows; i++ {
+		a := d.Row(i)
+		c := p.Loss.deriv(dot(a, w), d.Y[i])
+		for j, v := range a {
+			g[j] += c * v
+		}
+	}
+	inv := 1 / float64(d.Rows)
+	for j := range g {
+		g[j] *= inv
+	}
+}

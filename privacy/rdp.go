@@ -1,0 +1,244 @@
+package privacy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Orders is the Renyi-DP order grid: 1.01..1.09 in steps of 0.01, 1.1..10.9 in steps of
+// 0.1, the integers 12..63, then 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024. Curves are
+// aligned with it. It must not be modified.
+var Orders = buildOrders()
+
+func buildOrders() []float64 {
+	var o []float64
+	for x := 1; x <= 9; x++ {
+		o = append(o, 1+float64(x)/100)
+	}
+	for x := 1; x <= 99; x++ {
+		o = append(o, 1+float64(x)/10)
+	}
+	for a := 12; a <= 63; a++ {
+		o = append(o, float64(a))
+	}
+	return append(o, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
+}
+
+// Curve is a Renyi-DP curve: element k is the RDP epsilon at order Orders[k]. +Inf marks an
+// order at which no bound is available. A nil Curve means zero privacy loss at every order.
+// A non-nil Curve shorter than Orders is treated as +Inf at the missing orders.
+type Curve []float64
+
+func (c Curve) at(k int) float64 {
+	if c == nil {
+		return 0
+	}
+	if k >= len(c) || math.IsNaN(c[k]) {
+		return math.Inf(1)
+	}
+	return c[k]
+}
+
+// ZeroCurve returns a curve with zero privacy loss at every order.
+func ZeroCurve() Curve { return make(Curve, len(Orders)) }
+
+// InfCurve returns a curve that is +Inf at every order (no guarantee).
+func InfCurve() Curve { return constCurve(math.Inf(1)) }
+
+func constCurve(v float64) Curve {
+	c := make(Curve, len(Orders))
+	for k := range c {
+		c[k] = v
+	}
+	return c
+}
+
+// Add returns the composition c + o (RDP adds under adaptive composition). NaN entries are
+// treated as +Inf.
+func (c Curve) Add(o Curve) Curve {
+	r := make(Curve, len(Orders))
+	for k := range r {
+		r[k] = c.at(k) + o.at(k)
+	}
+	return r
+}
+
+// Scale returns the k-fold composition k*c. k must be >= 0; k == 0 gives the zero curve and
+// a negative or NaN k gives the +Inf curve.
+func (c Curve) Scale(k float64) Curve {
+	if k == 0 {
+		return ZeroCurve()
+	}
+	if !(k > 0) {
+		return InfCurve()
+	}
+	r := make(Curve, len(Orders))
+	for i := range r {
+		r[i] = k * c.at(i)
+	}
+	return r
+}
+
+// Min returns the order-wise minimum of c and o: valid whenever both curves are valid
+// bounds for the same pair of neighbouring output distributions.
+func (c Curve) Min(o Curve) Curve {
+	r := make(Curve, len(Orders))
+	for k := range r {
+		r[k] = math.Min(c.at(k), o.at(k))
+	}
+	return r
+}
+
+// GaussianCurve returns the RDP curve alpha*Delta^2/(2 sigma^2) of the Gaussian mechanism
+// with L2 sensitivity Delta and noise std sigma (Mironov 2017, Prop. 7). Delta == 0 gives
+// zeros; sigma == 0 with Delta > 0, or any negative, NaN or infinite argument, gives +Inf.
+func GaussianCurve(sensitivity, sigma float64) Curve {
+	return gaussianOn(Orders, sensitivity, sigma)
+}
+
+func gaussianOn(orders []float64, sens, sigma float64) Curve {
+	c := make(Curve, len(orders))
+	bad := ValidateSigma(sens) != nil || ValidateSigma(sigma) != nil
+	for k, a := range orders {
+		switch {
+		case bad:
+			c[k] = math.Inf(1)
+		case sens == 0:
+			c[k] = 0
+		case sigma == 0:
+			c[k] = math.Inf(1)
+		default:
+			r := sens / sigma
+			c[k] = a * r * r / 2
+		}
+	}
+	return c
+}
+
+// PureDPCurve returns an RDP curve implied by pure eps-DP: min(eps, alpha*eps^2/2) at order
+// alpha. The first term is D_alpha <= D_inf; the second is Bun and Steinke (TCC 2016),
+// Proposition 3.3: eps-DP implies (eps^2/2)-zCDP, i.e. (alpha, alpha*eps^2/2)-RDP for every
+// alpha > 1. eps == 0 gives zeros; a negative, NaN or infinite eps gives +Inf.
+func PureDPCurve(eps float64) Curve {
+	if ValidateSigma(eps) != nil {
+		return InfCurve()
+	}
+	c := make(Curve, len(Orders))
+	for k, a := range Orders {
+		c[k] = math.Min(eps, a*eps*eps/2)
+	}
+	return c
+}
+
+// Conversion names the RDP -> (eps, delta)-DP conversion used by ToDP.
+const Conversion = "Canonne-Kamath-Steinke 2020 / Asoodeh et al. 2021 (as in Opacus, TF Privacy): " +
+	"eps = rdp + ln((alpha-1)/alpha) - (ln(delta) + ln(alpha))/(alpha-1), minimised over orders"
+
+// ConversionClassic names the conversion used by ToDPClassic.
+const ConversionClassic = "Mironov 2017 Prop. 3: eps = rdp + ln(1/delta)/(alpha-1), minimised over orders"
+
+// ToDP converts curve c to (eps, delta)-DP with the conversion named by Conversion and
+// returns the smallest eps over Orders and the order achieving it. Invalid delta (outside
+// (0,1)) or a curve that is +Inf everywhere gives eps = +Inf and order 0.
+func ToDP(c Curve, delta float64) (eps, order float64) {
+	return toDPOn(Orders, c, delta, false)
+}
+
+// ToDPClassic is ToDP with the classic conversion rdp + ln(1/delta)/(alpha-1) (Mironov
+// 2017, Prop. 3). It is never smaller than ToDP.
+func ToDPClassic(c Curve, delta float64) (eps, order float64) {
+	return toDPOn(Orders, c, delta, true)
+}
+
+// ToDPChecked is ToDP returning an error for an invalid delta or a curve that gives no
+// finite guarantee at any order.
+func ToDPChecked(c Curve, delta float64) (eps, order float64, err error) {
+	if err := validateDelta(delta); err != nil {
+		return math.Inf(1), 0, err
+	}
+	eps, order = ToDP(c, delta)
+	if math.IsInf(eps, 1) {
+		return eps, 0, errors.New("privacy: the RDP curve is infinite at every order (no guarantee)")
+	}
+	return eps, order, nil
+}
+
+func validateDelta(delta float64) error {
+	if !(delta > 0 && delta < 1) {
+		return fmt.Errorf("privacy: delta %v outside (0,1)", delta)
+	}
+	return nil
+}
+
+// toDPOn minimises the conversion over the given orders (c aligned with orders).
+func toDPOn(orders []float64, c Curve, delta float64, classic bool) (float64, float64) {
+	best, bestA := math.Inf(1), 0.0
+	if validateDelta(delta) != nil {
+		return best, bestA
+	}
+	for k, a := range orders {
+		r := c.at(k)
+		if math.IsInf(r, 1) || r < 0 || !(a > 1) {
+			continue
+		}
+		var e float64
+		if classic {
+			e = r + math.Log(1/delta)/(a-1)
+		} else {
+			e = r + math.Log((a-1)/a) - (math.Log(delta)+math.Log(a))/(a-1)
+			if e < 0 {
+				e = 0
+			}
+		}
+		if e < best {
+			best, bestA = e, a
+		}
+	}
+	return best, bestA
+}
+
+// CalibrateSigma returns (to about 1e-9 relative precision) the smallest sigma such that
+// ToDP(curveFor(sigma), delta) <= targetEps, by bisection on log(sigma). curveFor must be
+// non-increasing in sigma (true of every curve in this package). The returned sigma always
+// meets the target.
+func CalibrateSigma(targetEps, delta float64, curveFor func(sigma float64) Curve) (float64, error) {
+	if !(targetEps > 0) || math.IsInf(targetEps, 0) {
+		return 0, fmt.Errorf("privacy: target epsilon %v must be positive and finite", targetEps)
+	}
+	if err := validateDelta(delta); err != nil {
+		return 0, err
+	}
+	if curveFor == nil {
+		return 0, errors.New("privacy: nil curve function")
+	}
+	ok := func(s float64) bool {
+		e, _ := ToDP(curveFor(s), delta)
+		return e <= targetEps
+	}
+	hi := 1.0
+	for !ok(hi) {
+		hi *= 2
+		if hi > 0x1p100 {
+			return 0, fmt.Errorf("privacy: no sigma up to 2^100 meets epsilon %v at delta %v", targetEps, delta)
+		}
+	}
+	lo := hi / 2
+	for ok(lo) {
+		hi = lo
+		lo /= 2
+		if lo < 0x1p-100 {
+			return hi, nil
+		}
+	}
+	// Invariant: ok(hi), !ok(lo).
+	for i := 0; i < 200 && hi/lo > 1+1e-12; i++ {
+		mid := math.Sqrt(lo * hi)
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
+}

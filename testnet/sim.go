@@ -1,0 +1,236 @@
+package testnet
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// SimConfig configures one simulated walk run over pre-split shards.
+type SimConfig struct {
+	Shards     []*consensus.Dataset // one per node
+	Problem    consensus.Problem
+	Gamma      float64
+	Lambda     float64
+	Clip       float64
+	Sigma      float64
+	Graph      string // graph spec, "" = complete
+	MaxUpdates int
+	Seed       uint64
+	Run        string
+}
+
+// mix derives a per-purpose, per-node seed from the run seed (splitmix64 finaliser), so
+// that a real-network driver can reproduce the simulator's randomness node by node.
+func mix(seed uint64, node int, purpose uint64) uint64 {
+	z := seed ^ (uint64(node)+1)*0x9e3779b97f4a7c15 ^ purpose*0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// NodeRand returns node i's next-hop source for a run seed.
+func NodeRand(seed uint64, node int) *rand.Rand {
+	return rand.New(rand.NewPCG(mix(seed, node, 1), mix(seed, node, 2)))
+}
+
+// NodeNoise returns node i's seeded noise source for a run seed.
+func NodeNoise(seed uint64, node int) privacy.Noise {
+	return privacy.NewSeededNoise(mix(seed, node, 3))
+}
+
+// Store is the simulator's in-memory durable store: per-node counters of ledger entries
+// and a fingerprint of the trace (hop, node, noisy).
+type Store struct {
+	Entries   []int // ledger entries per node
+	Noisy     []int // gaussian entries per node
+	LastHop   []uint64
+	Trace     uint64 // running fingerprint of (hop, node, noisy), see traceMix
+	KeepTrace bool
+	Path      []TraceStep // kept only when KeepTrace
+}
+
+// TraceStep is one hop of the walk: the node that held the token and whether it made a
+// noisy update.
+type TraceStep struct {
+	Hop   uint64 `json:"hop"`
+	Node  int    `json:"node"`
+	Noisy bool   `json:"noisy"`
+}
+
+// Sim drives N walk machines in one goroutine.
+type Sim struct {
+	cfg      SimConfig
+	N, Dim   int
+	Machines []*walk.Machine
+	Store    *Store
+	token    walk.Token
+	holder   int
+	hops     uint64
+}
+
+// NewSim builds the machines. Node i's local loss is weighted by n*rows_i/N so that
+// sum_i f_i = n * mean loss and the walk solves the reported problem.
+func NewSim(cfg SimConfig) (*Sim, error) {
+	n := len(cfg.Shards)
+	if n < 1 {
+		return nil, errors.New("testnet: no shards")
+	}
+	if err := cfg.Problem.Validate(); err != nil {
+		return nil, err
+	}
+	total, dim := 0, cfg.Shards[0].Cols
+	for i, s := range cfg.Shards {
+		if s.Rows < 1 {
+			return nil, fmt.Errorf("testnet: node %d has no rows", i)
+		}
+		if s.Cols != dim {
+			return nil, fmt.Errorf("testnet: node %d has %d features, want %d", i, s.Cols, dim)
+		}
+		total += s.Rows
+	}
+	var g *graph.Graph
+	if cfg.Graph != "" && cfg.Graph != "complete" {
+		var err error
+		if g, err = graph.Parse(cfg.Graph, n, cfg.Seed); err != nil {
+			return nil, err
+		}
+		if !g.Connected() {
+			return nil, fmt.Errorf("testnet: graph %q is not connected", cfg.Graph)
+		}
+	}
+	if cfg.Run == "" {
+		cfg.Run = "sim"
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n)}
+	scratch := walk.NewScratch(dim) // one goroutine drives all machines
+	for i, sh := range cfg.Shards {
+		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		if err != nil {
+			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
+		}
+		wc := walk.Config{
+			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
+			Reg: cfg.Problem.Reg, Graph: g, Rand: NodeRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
+			Run: cfg.Run, Names: names, Scratch: scratch,
+		}
+		if cfg.Sigma > 0 {
+			wc.Noise = NodeNoise(cfg.Seed, i)
+		}
+		m, err := walk.New(wc, ll, dim)
+		if err != nil {
+			return nil, err
+		}
+		s.Machines[i] = m
+	}
+	s.Store = &Store{Entries: make([]int, n), Noisy: make([]int, n), LastHop: make([]uint64, n), Trace: 0x6a09e667f3bcc908}
+	s.token = walk.NewToken(cfg.Run, 0, dim, cfg.Problem.Reg, cfg.Gamma)
+	s.holder = NodeRand(cfg.Seed, -1).IntN(n)
+	return s, nil
+}
+
+// Z returns the current released model (aliases the token; copy to keep).
+func (s *Sim) Z() []float64 { return s.token.Z }
+
+// Hops returns the number of hops made.
+func (s *Sim) Hops() uint64 { return s.hops }
+
+// TraceHash returns the fingerprint of the trace so far.
+func (s *Sim) TraceHash() uint64 { return s.Store.Trace }
+
+// traceMix folds one trace step into the fingerprint (two rounds of a
+// multiply-xorshift mixer; order-sensitive, deterministic across platforms).
+func traceMix(h, hop, nodeNoisy uint64) uint64 {
+	h = (h ^ hop) * 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h = (h ^ nodeNoisy) * 0xc4ceb9fe1a85ec53
+	return h ^ h>>29
+}
+
+// Step delivers the token to its holder, applies the Ready in order (ledger, state,
+// send) and checks the invariants: ledger written before send, one entry per hop,
+// finite vectors of dimension p, updates within the cap.
+func (s *Sim) Step() error {
+	i := s.holder
+	m := s.Machines[i]
+	if err := m.Step(walk.Message{From: -1, Token: s.token}); err != nil {
+		return fmt.Errorf("testnet: hop %d node %d: %w", s.hops, i, err)
+	}
+	rd := m.Ready()
+	st := s.Store
+	// Ledger first (durable before any send).
+	if len(rd.Ledger) != 1 || len(rd.Outbox) != 1 {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: %d ledger entries for %d envelopes", s.hops, i, len(rd.Ledger), len(rd.Outbox))
+	}
+	e := &rd.Ledger[0]
+	noisy := e.Mechanism == walk.MechGaussian
+	st.Entries[i]++
+	if noisy {
+		st.Noisy[i]++
+	}
+	st.LastHop[i] = e.Hop
+	var nb uint64
+	if noisy {
+		nb = 1
+	}
+	st.Trace = traceMix(st.Trace, e.Hop, uint64(i)<<1|nb)
+	if st.KeepTrace {
+		st.Path = append(st.Path, TraceStep{Hop: e.Hop - 1, Node: i, Noisy: noisy})
+	}
+	// Send: only what the ledger covers.
+	env := rd.Outbox[0]
+	if env.Token.Hop != e.Hop || st.LastHop[i] != env.Token.Hop {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: envelope hop %d not covered by ledger hop %d", s.hops, i, env.Token.Hop, e.Hop)
+	}
+	if env.To < 0 || env.To >= s.N {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: recipient %d out of range", s.hops, i, env.To)
+	}
+	if rd.State == nil || len(rd.State.U) != s.Dim || len(env.Token.Z) != s.Dim || len(env.Token.Zhat) != s.Dim {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: dimension", s.hops, i)
+	}
+	// v*0 is 0 for finite v and NaN otherwise: one sum checks all three vectors.
+	var chk float64
+	zz, zh, uu := env.Token.Z, env.Token.Zhat[:len(env.Token.Z)], rd.State.U[:len(env.Token.Z)]
+	for k, v := range zz {
+		chk += v*0 + zh[k]*0 + uu[k]*0
+	}
+	if chk != 0 {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: non-finite vector", s.hops, i)
+	}
+	if s.cfg.MaxUpdates > 0 && rd.State.Updates > s.cfg.MaxUpdates {
+		return fmt.Errorf("testnet: invariant: node %d made %d updates over cap %d", i, rd.State.Updates, s.cfg.MaxUpdates)
+	}
+	s.token = env.Token
+	s.holder = env.To
+	m.Advance(rd)
+	s.hops++
+	return nil
+}
+
+// RunHops makes k hops, calling every(h) after each block of `each` hops when each > 0.
+func (s *Sim) RunHops(k uint64, each uint64, every func(h uint64) error) error {
+	for h := uint64(0); h < k; h++ {
+		if err := s.Step(); err != nil {
+			return err
+		}
+		if each > 0 && every != nil && s.hops%each == 0 {
+			if err := every(s.hops); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Updates returns the number of noisy updates per node.
+func (s *Sim) Updates() []int { return append([]int(nil), s.Store.Noisy...) }

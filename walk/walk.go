@@ -1,0 +1,410 @@
+package walk
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// Mechanism names written to the ledger.
+const (
+	// MechGaussian is one clipped, noised update of u_i (Gaussian mechanism with
+	// sensitivity 4*lambda*C and noise std lambda*sigma).
+	MechGaussian = "gaussian"
+	// MechForward is a hand-off without any update: the node's data is not touched.
+	MechForward = "forward"
+)
+
+// Errors returned by Step. The driver should Reject malformed tokens and Ignore foreign ones.
+var (
+	// ErrDim is returned for a token whose vectors do not have the model dimension.
+	ErrDim = errors.New("walk: token dimension mismatch")
+	// ErrNotFinite is returned for a token carrying NaN or Inf.
+	ErrNotFinite = errors.New("walk: token has a non-finite coordinate")
+	// ErrForeign is returned for a token of another run or walk.
+	ErrForeign = errors.New("walk: token belongs to another run or walk")
+	// ErrBusy is returned when Step is called while a Ready is still pending.
+	ErrBusy = errors.New("walk: previous Ready not yet advanced")
+)
+
+// Config is the configuration of one node's walk machine.
+type Config struct {
+	// Node is this node's index in [0, Nodes).
+	Node int
+	// Nodes is n, the number of nodes; zhat moves by du/n per update (Algorithm 4).
+	Nodes int
+	// Gamma is the ADMM prox parameter gamma > 0 (x-step prox_{gamma f_i}, z-step prox_{gamma r}).
+	Gamma float64
+	// Lambda is the relaxation step lambda in (0,1]; 0.5 is classical ADMM.
+	Lambda float64
+	// Clip is C > 0, the bound on ||x - z|| before the u-update; +Inf disables clipping
+	// (and with it any finite privacy guarantee).
+	Clip float64
+	// Sigma is the std of eta in eq. (7); the noise added to u_i has std Lambda*Sigma.
+	Sigma float64
+	// Reg is the regularizer r of the reported objective; the z-step is prox_{gamma r}.
+	Reg consensus.Regularizer
+	// Graph chooses the next hop; nil means the complete graph (uniform over all n nodes,
+	// self included, the paper's setting).
+	Graph *graph.Graph
+	// Rand drives next-hop choices. Required.
+	Rand *rand.Rand
+	// Noise draws eta. Required when Sigma > 0.
+	Noise privacy.Noise
+	// MaxUpdates caps the number of noisy updates of this node (K_i); 0 means no cap.
+	// At the cap the node forwards the token unchanged.
+	MaxUpdates int
+	// Run names the run; tokens of other runs are refused.
+	Run string
+	// Walk is the walk id; tokens of other walks are refused.
+	Walk uint64
+	// Scratch optionally gives transient buffers shared by all machines driven from one
+	// goroutine (the simulator), which keeps the per-node footprint to u_i alone and the
+	// hot path in cache. nil means the machine allocates its own.
+	Scratch *Scratch
+	// Names optionally gives the ledger name of every node (len Nodes), shared between
+	// machines so that the hot path does not format integers. nil means decimal indices.
+	Names []string
+}
+
+// Scratch holds the transient vectors of one update (x, clipped x - z, noise). It may be
+// shared by machines that are never stepped concurrently.
+type Scratch struct{ x, g, eta []float64 }
+
+// NewScratch returns scratch buffers for dimension dim.
+func NewScratch(dim int) *Scratch {
+	b := make([]float64, 3*dim)
+	return &Scratch{x: b[:dim:dim], g: b[dim : 2*dim : 2*dim], eta: b[2*dim:]}
+}
+
+// DefaultConfig returns a configuration with the defaults of the paper's experiments:
+// gamma 1, lambda 0.5 (classical ADMM), clip 1, sigma 0; Node, Nodes, Rand and Noise
+// must still be set.
+func DefaultConfig() Config {
+	return Config{Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0, Run: "run", Walk: 0}
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes < 1:
+		return fmt.Errorf("walk: nodes must be >= 1, got %d", c.Nodes)
+	case c.Node < 0 || c.Node >= c.Nodes:
+		return fmt.Errorf("walk: node %d out of range [0,%d)", c.Node, c.Nodes)
+	case !(c.Gamma > 0) || !finite(c.Gamma):
+		return fmt.Errorf("walk: gamma must be > 0 and finite, got %v", c.Gamma)
+	case !(c.Lambda > 0 && c.Lambda <= 1):
+		return fmt.Errorf("walk: lambda must be in (0,1], got %v", c.Lambda)
+	case !(c.Clip > 0):
+		return fmt.Errorf("walk: clip must be > 0, got %v", c.Clip)
+	case !(c.Sigma >= 0) || !finite(c.Sigma):
+		return fmt.Errorf("walk: sigma must be >= 0 and finite, got %v", c.Sigma)
+	case c.MaxUpdates < 0:
+		return fmt.Errorf("walk: max updates must be >= 0, got %d", c.MaxUpdates)
+	case c.Rand == nil:
+		return errors.New("walk: a random source for next hops is required")
+	case c.Sigma > 0 && c.Noise == nil:
+		return errors.New("walk: a noise source is required when sigma > 0")
+	case c.Names != nil && len(c.Names) != c.Nodes:
+		return fmt.Errorf("walk: %d names for %d nodes", len(c.Names), c.Nodes)
+	case !(c.Reg.L1 >= 0) || !(c.Reg.L2 >= 0) || !finite(c.Reg.L1) || !finite(c.Reg.L2):
+		return fmt.Errorf("walk: regularizer weights must be >= 0 and finite, got l1=%v l2=%v", c.Reg.L1, c.Reg.L2)
+	case c.Graph != nil && c.Graph.N != c.Nodes:
+		return fmt.Errorf("walk: graph has %d nodes, want %d", c.Graph.N, c.Nodes)
+	}
+	return nil
+}
+
+// Token is the walk's model token, the only thing that travels. It carries the
+// released model z, its pre-prox value zhat (DR-consistent form, digest 2.9), the run,
+// walk id, epoch and hop counter, and nothing else: u_i and x_i never leave a node.
+type Token struct {
+	Run   string
+	Walk  uint64
+	Epoch uint64
+	Hop   uint64
+	Z     []float64
+	Zhat  []float64
+}
+
+// NewToken returns the initial token: zhat0 = mean(u0) = 0 and z0 = prox_{gamma r}(zhat0).
+func NewToken(run string, walk uint64, dim int, reg consensus.Regularizer, gamma float64) Token {
+	t := Token{Run: run, Walk: walk, Z: make([]float64, dim), Zhat: make([]float64, dim)}
+	reg.Prox(t.Z, t.Zhat, gamma)
+	return t
+}
+
+// Message is an inbound token delivered to the machine.
+type Message struct {
+	From  int
+	Token Token
+}
+
+// Envelope is an outbound token addressed to node To.
+type Envelope struct {
+	To    int
+	Token Token
+}
+
+// Checkpoint is the node's private state to persist. U aliases the machine's buffer and
+// is valid until Advance.
+type Checkpoint struct {
+	Node    int
+	Updates int // noisy updates made so far (K_i)
+	U       []float64
+}
+
+// EventKind names an event.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventUpdate  EventKind = iota + 1 // a noisy update was made
+	EventForward                      // the token was forwarded unchanged (cap reached)
+)
+
+// Event reports what the machine did, for logs, metrics and tests. Never read back into state.
+type Event struct {
+	Kind EventKind
+	Hop  uint64 // hop of the outgoing token
+	To   int
+}
+
+// Ready is what the driver must do now, in this order, before calling Advance.
+type Ready struct {
+	// Ledger: privacy ledger entries. MUST be durable BEFORE any Outbox message is sent.
+	Ledger []privacy.Entry
+	// State: private checkpoint (u_i, K_i). Persist before sending so that a restart
+	// never re-noises or forgets an update. nil when unchanged.
+	State *Checkpoint
+	// Outbox: token hand-offs. Send only after Ledger (and State) are durable. The
+	// token's vectors alias buffers the receiver may take over; the driver must copy or
+	// serialize them before Advance if it reuses the machine.
+	Outbox []Envelope
+	// Events: informational; may be consumed at any time.
+	Events []Event
+}
+
+// Machine is one node's random-walk private ADMM state machine. It is single-threaded
+// and does no I/O.
+type Machine struct {
+	cfg    Config
+	loss   *consensus.LocalLoss
+	dim    int
+	u      []float64 // u_i, private, persists between visits
+	x      []float64 // scratch: x = prox_{gamma f_i}(2z - u)
+	g      []float64 // scratch: clipped x - z, then du
+	eta    []float64 // scratch: noise
+	upd    int
+	seq    uint64
+	name   string
+	ckpt   Checkpoint
+	ledger []privacy.Entry
+	outbox []Envelope
+	events []Event
+	dirty  bool
+}
+
+// New returns a machine for node cfg.Node with local loss f_i and model dimension dim.
+func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if loss == nil {
+		return nil, errors.New("walk: local loss is required")
+	}
+	if dim < 1 {
+		return nil, fmt.Errorf("walk: dimension must be >= 1, got %d", dim)
+	}
+	m := &Machine{cfg: cfg, loss: loss, dim: dim}
+	sc := cfg.Scratch
+	if sc == nil || len(sc.x) != dim {
+		sc = NewScratch(dim)
+	}
+	m.u, m.x, m.g, m.eta = make([]float64, dim), sc.x, sc.g, sc.eta
+	m.name = m.nodeName(cfg.Node)
+	m.ledger = make([]privacy.Entry, 0, 1)
+	m.outbox = make([]Envelope, 0, 1)
+	m.events = make([]Event, 0, 1)
+	m.ckpt = Checkpoint{Node: cfg.Node, U: m.u}
+	return m, nil
+}
+
+func (m *Machine) nodeName(i int) string {
+	if m.cfg.Names != nil {
+		return m.cfg.Names[i]
+	}
+	return strconv.Itoa(i)
+}
+
+// Updates returns K_i, the number of noisy updates made so far.
+func (m *Machine) Updates() int { return m.upd }
+
+// U returns a copy of u_i, for tests and checkpoint inspection.
+func (m *Machine) U() []float64 { return append([]float64(nil), m.u...) }
+
+// Restore sets u_i and K_i from a checkpoint.
+func (m *Machine) Restore(c Checkpoint) error {
+	if len(c.U) != m.dim {
+		return ErrDim
+	}
+	for _, v := range c.U {
+		if !finite(v) {
+			return ErrNotFinite
+		}
+	}
+	copy(m.u, c.U)
+	m.upd = c.Updates
+	return nil
+}
+
+// Tick advances abstract time. The walk without faults needs no timers; it exists for
+// the driver contract (token-loss recovery hooks here).
+func (m *Machine) Tick() {}
+
+// HasReady reports whether a Ready is pending.
+func (m *Machine) HasReady() bool { return m.dirty }
+
+// Ready returns the pending work. The slices are reused after Advance.
+func (m *Machine) Ready() Ready {
+	if !m.dirty {
+		return Ready{}
+	}
+	return Ready{Ledger: m.ledger, State: &m.ckpt, Outbox: m.outbox, Events: m.events}
+}
+
+// Advance tells the machine that the driver applied the Ready.
+func (m *Machine) Advance(Ready) {
+	m.ledger = m.ledger[:0]
+	m.outbox = m.outbox[:0]
+	m.events = m.events[:0]
+	m.dirty = false
+}
+
+// Step processes an inbound token. On success the machine takes ownership of the token's
+// vectors, updates them in place and queues the hand-off in Ready.
+func (m *Machine) Step(msg Message) error {
+	if m.dirty {
+		return ErrBusy
+	}
+	t := msg.Token
+	if t.Run != m.cfg.Run || t.Walk != m.cfg.Walk {
+		return ErrForeign
+	}
+	if len(t.Z) != m.dim || len(t.Zhat) != m.dim {
+		return ErrDim
+	}
+	// v*0 is 0 for finite v and NaN for NaN or Inf, so one sum checks every coordinate.
+	var chk float64
+	zh := t.Zhat[:len(t.Z)]
+	for k, v := range t.Z {
+		chk += v*0 + zh[k]*0
+	}
+	if chk != 0 {
+		return ErrNotFinite
+	}
+	c := &m.cfg
+	mech := MechForward
+	if c.MaxUpdates == 0 || m.upd < c.MaxUpdates {
+		if err := m.update(t.Z, t.Zhat); err != nil {
+			return err
+		}
+		mech = MechGaussian
+		m.upd++
+	}
+	t.Hop++
+	next := c.Node
+	if c.Graph == nil {
+		next = c.Rand.IntN(c.Nodes)
+	} else {
+		next = c.Graph.RandomNext(c.Node, c.Rand)
+	}
+	m.seq++
+	e := privacy.Entry{
+		Seq: m.seq, Node: m.name, Run: c.Run, Walk: t.Walk, Epoch: t.Epoch, Hop: t.Hop,
+		Mechanism: mech, Clip: c.Clip, Lambda: c.Lambda, Recipient: m.nodeName(next),
+	}
+	kind := EventForward
+	if mech == MechGaussian {
+		e.Sensitivity = 4 * c.Lambda * c.Clip
+		e.Sigma = c.Lambda * c.Sigma
+		kind = EventUpdate
+	}
+	m.ledger = append(m.ledger, e)
+	m.ckpt.Updates = m.upd
+	m.outbox = append(m.outbox, Envelope{To: next, Token: t})
+	m.events = append(m.events, Event{Kind: kind, Hop: t.Hop, To: next})
+	m.dirty = true
+	return nil
+}
+
+// update performs one noisy local step of Algorithm 4 on the received (z, zhat), in place:
+//
+//	x    = prox_{gamma f_i}(2z - u_i)
+//	g    = Clip(x - z, C)
+//	du   = 2 lambda g + lambda eta,  eta ~ N(0, sigma^2 I)     (eq. 7, noise std lambda sigma on u)
+//	u_i += du
+//	zhat += du / n
+//	z    = prox_{gamma r}(zhat)
+//
+// The z-step proxes zhat, never the previous z: re-proxing an already-proxed z applies
+// the soft-threshold cumulatively and collapses an L1 model (digest 2.9, DR-consistent form).
+func (m *Machine) update(z, zhat []float64) error {
+	c := &m.cfg
+	x, g, u := m.x, m.g[:len(m.x)], m.u[:len(m.x)]
+	z = z[:len(x)]
+	for k := range x {
+		x[k] = 2*z[k] - u[k]
+	}
+	if err := m.loss.Prox(x, x, c.Gamma); err != nil {
+		return fmt.Errorf("walk: local prox: %w", err)
+	}
+	var nn float64
+	for k := range x {
+		d := x[k] - z[k]
+		g[k] = d
+		nn += d * d
+	}
+	s := 2 * c.Lambda
+	if norm := math.Sqrt(nn); norm > c.Clip {
+		s *= c.Clip / norm
+	}
+	inv := 1 / float64(c.Nodes)
+	zhat = zhat[:len(x)]
+	// The z-step prox_{gamma r} of r = L1 ||.||_1 + (L2/2) ||.||^2 (soft-threshold at
+	// gamma L1, then shrink by 1/(1 + gamma L2)) is fused into the zhat loop; it is
+	// applied to zhat, never to the previous z (digest 2.9).
+	t, sh := c.Gamma*c.Reg.L1, 1/(1+c.Gamma*c.Reg.L2)
+	var eta []float64
+	l := c.Lambda
+	if c.Sigma > 0 {
+		eta = m.eta[:len(x)]
+		c.Noise.Normal(eta, c.Sigma)
+	} else {
+		l = 0
+		eta = g // multiplied by l = 0: no noise
+	}
+	for k := range g {
+		du := s*g[k] + l*eta[k]
+		u[k] += du
+		h := zhat[k] + du*inv
+		zhat[k] = h
+		switch {
+		case h > t:
+			z[k] = (h - t) * sh
+		case h < -t:
+			z[k] = (h + t) * sh
+		default:
+			z[k] = 0
+		}
+	}
+	return nil
+}
