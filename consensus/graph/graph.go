@@ -159,16 +159,34 @@ func randomRegular(n, d int, r *rand.Rand, spec string) (*Graph, error) {
 				stubs = append(stubs, i)
 			}
 		}
-		r.Shuffle(len(stubs), func(a, b int) { stubs[a], stubs[b] = stubs[b], stubs[a] })
+		// Steger-Wormald pairing: join two random free stubs whenever they form a new
+		// simple edge, restarting only when no such pair can be found. The plain
+		// configuration model rejects whole samples and almost never succeeds for
+		// n=1000, d>=6 (success probability about exp(-(d*d-1)/4)).
 		e := newEdges(n)
 		ok := true
-		for a := 0; a+1 < len(stubs); a += 2 {
-			u, v := stubs[a], stubs[a+1]
-			if u == v || e.has(u, v) {
-				ok = false
+		for len(stubs) > 0 && ok {
+			found := false
+			for attempt := 0; attempt < 64*len(stubs); attempt++ {
+				a, b := r.IntN(len(stubs)), r.IntN(len(stubs))
+				u, v := stubs[a], stubs[b]
+				if a == b || u == v || e.has(u, v) {
+					continue
+				}
+				e.add(u, v)
+				if a < b {
+					a, b = b, a
+				}
+				last := len(stubs) - 1
+				stubs[a] = stubs[last]
+				stubs = stubs[:last]
+				last--
+				stubs[b] = stubs[last]
+				stubs = stubs[:last]
+				found = true
 				break
 			}
-			e.add(u, v)
+			ok = found
 		}
 		if !ok {
 			continue

@@ -177,3 +177,25 @@ func TestParseEdges(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+// TestRegularLargeDegree checks that random d-regular graphs of practical size are
+// sampled (the plain configuration model almost never succeeds at n=1000, d=6).
+func TestRegularLargeDegree(t *testing.T) {
+	g, err := Parse("regular:6", 1000, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < g.N; i++ {
+		if g.Degree(i) != 6 {
+			t.Fatalf("node %d has degree %d, want 6", i, g.Degree(i))
+		}
+		for _, j := range g.Adj[i] {
+			if j == i {
+				t.Fatalf("self-loop at %d", i)
+			}
+		}
+	}
+	if !g.Connected() {
+		t.Fatal("regular:6 sample is not connected")
+	}
+}
