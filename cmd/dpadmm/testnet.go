@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -71,6 +72,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures")
 	reportPath := fs.String("report", "", "write the JSON report to this file")
 	curvePath := fs.String("curve", "", "write hop,objective,gap CSV to this file")
+	tracePath := fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
 	curveEvery := fs.Uint64("curve-every", 1000, "hops between curve points")
 	quiet := fs.Bool("quiet", false, "no progress line and no summary")
 	if err := fs.Parse(args); err != nil {
@@ -156,9 +158,16 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "hop %d/%d (%.0f%%) objective %.6g\n", h, total, 100*float64(h)/float64(total), obj)
 		}
 	}
+	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
 	rep, err := testnet.Run(opt)
 	if err != nil {
 		return err
+	}
+	if *tracePath != "" {
+		if err := writeTrace(*tracePath, rep); err != nil {
+			return err
+		}
+		rep.Trace = nil // the trace goes to its own file, not into the report
 	}
 	if curveFile != nil {
 		if err := curveFile.Close(); err != nil {
@@ -219,4 +228,21 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	fmt.Fprintf(&b, "  pairwise network DP, worst pair %d->%d: epsilon %s; condition %s\n", pw.Worst.I, pw.Worst.J, fmtEps(pw.Worst.Epsilon), hold)
 	fmt.Fprintf(&b, "    %s\n    %s\n", pw.Theorem, pw.Note)
 	io.WriteString(w, b.String())
+}
+
+// writeTrace stores the run's path in the format read by 'dpadmm account trace'.
+func writeTrace(path string, rep *testnet.Report) error {
+	tr := &privacy.Trace{Nodes: rep.Nodes, Clip: rep.Clip, Sigma: rep.Sigma, Steps: make([]privacy.TraceStep, len(rep.Trace))}
+	for k, st := range rep.Trace {
+		tr.Steps[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := privacy.WriteTrace(f, tr); err != nil {
+		f.Close()
+		return fmt.Errorf("trace %s: %w", path, err)
+	}
+	return f.Close()
 }
