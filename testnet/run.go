@@ -1,12 +1,15 @@
 package testnet
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -34,63 +37,84 @@ type Options struct {
 	Progress func(hop, total uint64, obj float64)
 	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace.
 	KeepTrace bool
+	// Budget, when non-nil, is each node's privacy budget (see BudgetSpec).
+	Budget *BudgetSpec
+	// LedgerDir, when set, receives one append-only ledger file per node.
+	LedgerDir string
+	// Coalition, when non-nil, lists observers that pool their views; the report then
+	// carries privacy.pairwise_realised.coalition.
+	Coalition []int
 }
 
 // Report is the JSON report of a run.
 type Report struct {
-	Algo               string      `json:"algo"`
-	Objective          float64     `json:"objective"`
-	ReferenceObjective float64     `json:"reference_objective"`
-	Gap                float64     `json:"gap"`
-	TestObjective      *float64    `json:"test_objective,omitempty"`
-	Accuracy           *float64    `json:"accuracy,omitempty"`
-	TrainAccuracy      *float64    `json:"train_accuracy,omitempty"`
-	Hops               uint64      `json:"hops"`
-	Nodes              int         `json:"nodes"`
-	Dims               int         `json:"dims"`
-	TrainRows          int         `json:"train_rows"`
-	TestRows           int         `json:"test_rows"`
-	WallSeconds        float64     `json:"wall_seconds"`
-	UsPerHop           float64     `json:"us_per_hop"`
-	Seed               uint64      `json:"seed"`
-	Loss               string      `json:"loss"`
-	L1                 float64     `json:"l1"`
-	L2                 float64     `json:"l2"`
-	Gamma              float64     `json:"gamma"`
-	Lambda             float64     `json:"lambda"`
-	Clip               float64     `json:"clip"`
-	Sigma              float64     `json:"sigma"`
-	MaxUpdates         int         `json:"max_updates"`
-	Scale              string      `json:"scale"`
-	Split              string      `json:"split"`
-	Graph              string      `json:"graph"`
-	Data               string      `json:"data"`
-	TraceHash          string      `json:"trace_hash"`
-	Model              []float64   `json:"model"`
-	Privacy            Privacy     `json:"privacy"`
-	Trace              []TraceStep `json:"trace,omitempty"`
+	Algo               string    `json:"algo"`
+	Objective          float64   `json:"objective"`
+	ReferenceObjective float64   `json:"reference_objective"`
+	Gap                float64   `json:"gap"`
+	TestObjective      *float64  `json:"test_objective,omitempty"`
+	Accuracy           *float64  `json:"accuracy,omitempty"`
+	TrainAccuracy      *float64  `json:"train_accuracy,omitempty"`
+	Hops               uint64    `json:"hops"`
+	Nodes              int       `json:"nodes"`
+	Dims               int       `json:"dims"`
+	TrainRows          int       `json:"train_rows"`
+	TestRows           int       `json:"test_rows"`
+	WallSeconds        float64   `json:"wall_seconds"`
+	UsPerHop           float64   `json:"us_per_hop"`
+	Seed               uint64    `json:"seed"`
+	Loss               string    `json:"loss"`
+	L1                 float64   `json:"l1"`
+	L2                 float64   `json:"l2"`
+	Gamma              float64   `json:"gamma"`
+	Lambda             float64   `json:"lambda"`
+	Clip               float64   `json:"clip"`
+	Sigma              float64   `json:"sigma"`
+	MaxUpdates         int       `json:"max_updates"`
+	Scale              string    `json:"scale"`
+	Split              string    `json:"split"`
+	Graph              string    `json:"graph"`
+	Data               string    `json:"data"`
+	TraceHash          string    `json:"trace_hash"`
+	Model              []float64 `json:"model"`
+	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
+	// node had used up its privacy budget first.
+	Ended   string        `json:"ended"`
+	Budget  *BudgetReport `json:"budget,omitempty"`
+	Privacy Privacy       `json:"privacy"`
+	Trace   []TraceStep   `json:"trace,omitempty"`
+	// Pairs holds the pairwise matrices for WritePairsCSV and WritePairsPNG (nil for one node).
+	Pairs *PairMatrices `json:"-"`
 }
 
-// Privacy holds the privacy figures of a run.
+// Privacy holds the privacy figures of a run. Every epsilon is an (epsilon, Delta)-DP
+// figure obtained with Conversion from an RDP curve, and names its theorem, its
+// conditions and whether they hold.
 type Privacy struct {
-	Delta           float64  `json:"delta"`
-	Conversion      string   `json:"conversion"`
-	Updates         []int    `json:"updates"`
-	Local           Local    `json:"local"`
+	Delta      float64 `json:"delta"`
+	Conversion string  `json:"conversion"`
+	// Updates is the number of noisy updates made by each node during the run.
+	Updates []int `json:"updates"`
+	Local   Local `json:"local"`
+	// PairwisePlanned is the figure over the secret random path (expected over the path).
 	PairwisePlanned Pairwise `json:"pairwise_planned"`
+	// PairwiseRealised is computed from the run's own path; nil only from Accounting.
+	PairwiseRealised *Pairwise `json:"pairwise_realised,omitempty"`
 }
 
 // Local is the local (eavesdropper on all of a node's messages) guarantee per node.
 type Local struct {
 	Epsilon        float64   `json:"epsilon"` // max over nodes
 	Order          float64   `json:"order"`
+	Updates        int       `json:"updates"` // max over nodes of the noisy updates made (K_i)
 	PerNodeEpsilon []float64 `json:"per_node_epsilon"`
 	Theorem        string    `json:"theorem"`
 	Conditions     string    `json:"conditions"`
 	ConditionsHold bool      `json:"conditions_hold"`
+	Note           string    `json:"note,omitempty"`
 }
 
-// Worst is the worst pair (i -> j).
+// Worst is the worst pair (i -> j): what observer j learns about node i's data.
 type Worst struct {
 	Epsilon float64 `json:"epsilon"`
 	Order   float64 `json:"order"`
@@ -98,13 +122,33 @@ type Worst struct {
 	J       int     `json:"j"`
 }
 
-// Pairwise is the network-DP figure over the secret random path (Theorem 4).
+// Pairwise is a network-DP figure over all ordered pairs (i, j), i != j: the worst pair
+// and the distribution of the pairwise epsilons.
 type Pairwise struct {
-	Worst          Worst  `json:"worst"`
-	Theorem        string `json:"theorem"`
-	Conditions     string `json:"conditions"`
-	ConditionsHold bool   `json:"conditions_hold"`
-	Note           string `json:"note"`
+	Worst          Worst   `json:"worst"`
+	Mean           float64 `json:"mean"`
+	P50            float64 `json:"p50"`
+	P90            float64 `json:"p90"`
+	P99            float64 `json:"p99"`
+	Theorem        string  `json:"theorem"`
+	Conditions     string  `json:"conditions"`
+	ConditionsHold bool    `json:"conditions_hold"`
+	Note           string  `json:"note"`
+	// Coalition is the figure against the pooled view of Options.Coalition (realised only).
+	Coalition *Coalition `json:"coalition,omitempty"`
+}
+
+// Coalition is the realised figure against a set of observers that pool their views:
+// each node's data against the coalition, and the worst node.
+type Coalition struct {
+	Members        []int     `json:"members"`
+	Epsilon        float64   `json:"epsilon"` // worst node outside the coalition
+	Order          float64   `json:"order"`
+	I              int       `json:"i"`
+	PerNodeEpsilon []float64 `json:"per_node_epsilon"` // members get 0
+	Theorem        string    `json:"theorem"`
+	Conditions     string    `json:"conditions"`
+	ConditionsHold bool      `json:"conditions_hold"`
 }
 
 // jsonNum maps +Inf and NaN to a large finite value so the report stays valid JSON.
@@ -115,29 +159,351 @@ func jsonNum(x float64) float64 {
 	return x
 }
 
-// Accounting computes the privacy section from per-node update counts.
-func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Privacy {
-	n := len(updates)
-	pr := Privacy{Delta: delta, Conversion: privacy.Conversion, Updates: updates}
-	loc := Local{
-		PerNodeEpsilon: make([]float64, n),
-		Theorem:        "local RDP, Theorem 3 (local) / eq. (27) with L*gamma -> C: K_i * 8 alpha C^2 / sigma^2",
-		Conditions:     "none (Gaussian mechanism, sensitivity 4 lambda C, noise lambda sigma)",
-		ConditionsHold: true,
+// AccountInput is what Account needs to compute the privacy section of a run.
+type AccountInput struct {
+	Updates []int   // noisy updates made by each node; len(Updates) is the number of nodes n
+	Clip    float64 // clip bound C on ||x - z||
+	Sigma   float64 // std of eta in eq. (7); 0 = no noise
+	Delta   float64 // delta of every (epsilon, delta) figure, in (0,1)
+	// Graph is the communication graph; nil or Complete means the complete graph with a
+	// uniform next hop (self included).
+	Graph *graph.Graph
+	// Cap is the hard cap K_i on noisy updates per node (0 = none).
+	Cap int
+	// Caps, when non-nil, are per-node hard caps from a privacy budget.
+	Caps []int
+	// Hops is the number of hops of the run, the horizon of the planned figure.
+	Hops uint64
+	// Path is the run's realised path; nil leaves the realised figure at the local bound
+	// with RealisedNote as the reason.
+	Path         []privacy.TraceStep
+	RealisedNote string
+	// FinalReleasedToAll: the final model is published to every node, so updates an
+	// observer never saw during the run are charged at the end of the path.
+	FinalReleasedToAll bool
+	// Coalition, when non-empty, lists observers that pool their views.
+	Coalition []int
+}
+
+// Short labels of the pairwise figures' theorems, for plot titles.
+const (
+	LabelTheorem4     = "Cyffers et al. Thm 4, conservative form"
+	LabelFirstPassage = "first-passage law of the walk (Thm 4 proof)"
+	LabelRealised     = "realised path, eps_loc/m per update (App. C.5)"
+	LabelLocal        = "local bound (pairwise conditions fail)"
+)
+
+// realisedConditions are the assumptions of the realised-path figure.
+const realisedConditions = "clip C bounds ||x - z|| (sensitivity 4*lambda*C, noise std lambda*sigma per update); " +
+	"the trace is the run's true path; only j's first observation after each update of i is charged " +
+	"(later ones are post-processing, as in the paper)"
+
+// ValidateCoalition checks coalition members against n nodes: non-empty, in [0, n),
+// no repeats.
+func ValidateCoalition(members []int, n int) error {
+	if len(members) == 0 {
+		return errors.New("testnet: coalition: no members")
 	}
-	worstI, kmax := 0, -1
+	seen := make(map[int]bool, len(members))
+	for _, v := range members {
+		if v < 0 || v >= n {
+			return fmt.Errorf("testnet: coalition: node %d outside [0, %d)", v, n)
+		}
+		if seen[v] {
+			return fmt.Errorf("testnet: coalition: node %d listed twice", v)
+		}
+		seen[v] = true
+	}
+	return nil
+}
+
+// Account computes the privacy section of a run: the local figure per node, the planned
+// pairwise figure (Theorem 4 on the complete graph, the first-passage law of the walk on
+// other graphs) and the realised pairwise figure from the run's path. It also returns the
+// pairwise matrices for CSV and plot output (nil for fewer than 2 nodes).
+func Account(in AccountInput) (Privacy, *PairMatrices, error) {
+	n := len(in.Updates)
+	if n < 1 {
+		return Privacy{}, nil, errors.New("testnet: account: no nodes")
+	}
+	if !(in.Delta > 0 && in.Delta < 1) {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: delta must be in (0,1), got %v", in.Delta)
+	}
+	if math.IsNaN(in.Sigma) || in.Sigma < 0 || math.IsInf(in.Sigma, 0) {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: sigma must be finite and >= 0, got %v", in.Sigma)
+	}
+	if !(in.Clip > 0) {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: clip must be > 0, got %v", in.Clip)
+	}
+	if in.Graph != nil && !in.Graph.Complete && in.Graph.N != n {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: graph has %d nodes, want %d", in.Graph.N, n)
+	}
+	if in.Path != nil && uint64(len(in.Path)) != in.Hops {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: path has %d steps for %d hops", len(in.Path), in.Hops)
+	}
+	if len(in.Coalition) > 0 {
+		if err := ValidateCoalition(in.Coalition, n); err != nil {
+			return Privacy{}, nil, err
+		}
+	}
+	pr := Privacy{Delta: in.Delta, Conversion: privacy.Conversion, Updates: append([]int(nil), in.Updates...)}
+	pr.Local = localSection(in.Updates, in.Clip, in.Sigma, in.Delta)
+	if n < 2 {
+		pr.PairwisePlanned = Pairwise{Note: "one node: no pairwise figure"}
+		pr.PairwiseRealised = &Pairwise{Note: "one node: no pairwise figure"}
+		return pr, nil, nil
+	}
+	pm := &PairMatrices{N: n, Delta: in.Delta}
+	pr.PairwisePlanned = plannedSection(in, pm)
+	pr.PairwiseRealised = realisedSection(in, pm)
+	return pr, pm, nil
+}
+
+// localSection is the local figure per node, composed over its realised updates.
+func localSection(updates []int, clip, sigma, delta float64) Local {
+	loc := Local{
+		PerNodeEpsilon: make([]float64, len(updates)),
+		Theorem:        privacy.LocalName,
+		Conditions:     privacy.LocalConditions,
+		ConditionsHold: noisy(clip, sigma),
+	}
+	if !loc.ConditionsHold {
+		loc.Note = noPrivacyNote(clip, sigma)
+	}
 	for i, k := range updates {
 		eps, ord := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
 		loc.PerNodeEpsilon[i] = jsonNum(eps)
 		if eps > loc.Epsilon || i == 0 {
 			loc.Epsilon, loc.Order = eps, ord
 		}
+		loc.Updates = max(loc.Updates, k)
+	}
+	loc.Epsilon = jsonNum(loc.Epsilon)
+	return loc
+}
+
+// noisy reports whether updates carry a finite-sensitivity Gaussian (sigma > 0, C finite).
+func noisy(clip, sigma float64) bool { return sigma > 0 && !math.IsInf(clip, 0) }
+
+func noPrivacyNote(clip, sigma float64) string {
+	if math.IsInf(clip, 0) {
+		return "no clipping (clip +Inf): unbounded sensitivity, no privacy"
+	}
+	return "sigma 0: no noise, no privacy"
+}
+
+// noPrivacy is a pairwise figure for runs without a guarantee.
+func noPrivacy(theorem, conditions, note string) Pairwise {
+	inf := math.MaxFloat64
+	return Pairwise{Worst: Worst{Epsilon: inf, I: 0, J: 1}, Mean: inf, P50: inf, P90: inf, P99: inf,
+		Theorem: theorem, Conditions: conditions, Note: note}
+}
+
+// fromSummary copies a pairwise summary into the report form.
+func fromSummary(s privacy.PairwiseSummary) Pairwise {
+	return Pairwise{
+		Worst: Worst{Epsilon: jsonNum(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
+		Mean:  jsonNum(s.Mean), P50: jsonNum(s.P50), P90: jsonNum(s.P90), P99: jsonNum(s.P99),
+	}
+}
+
+// plannedSection is the planned pairwise figure. K_i is the hard cap (the smaller of
+// Cap and the budget's caps); the checked conditions are the order condition, the hard
+// cap and that every hop of the run was a noisy update. When one fails the figures are
+// the local bound at K_i, which holds regardless, and Note says why.
+func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
+	n := len(in.Updates)
+	complete := in.Graph == nil || in.Graph.Complete
+	theorem, conditions, label := privacy.Theorem4Name, privacy.Theorem4Conditions+"; every hop is a noisy update", LabelTheorem4
+	if !complete {
+		theorem, conditions, label = privacy.TheoremPlannedGraph, "", LabelFirstPassage
+	}
+	if !noisy(in.Clip, in.Sigma) {
+		return noPrivacy(theorem, conditions, noPrivacyNote(in.Clip, in.Sigma))
+	}
+	kmax, busiest, noisyHops := 0, 0, uint64(0)
+	for i, k := range in.Updates {
+		if k > kmax {
+			kmax, busiest = k, i
+		}
+		noisyHops += uint64(k)
+	}
+	hard := in.Cap
+	if len(in.Caps) > 0 {
+		kb := 0
+		for _, c := range in.Caps {
+			kb = max(kb, c)
+		}
+		if hard == 0 || kb < hard {
+			hard = kb
+		}
+	}
+	K := hard
+	if hard <= 0 {
+		K = kmax
+	}
+	K = max(K, 1)
+	horizon := 0
+	if in.Hops > 0 {
+		horizon = int(min(in.Hops, math.MaxInt32))
+	}
+	var adj [][]int
+	if !complete {
+		adj = in.Graph.Adj
+	}
+	var reasons, notes []string
+	plan, err := privacy.PlannedPairwise(n, adj, complete, privacy.PlanOptions{
+		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
+	var pw Pairwise
+	if err != nil {
+		reasons = append(reasons, "not computed: "+err.Error())
+	} else {
+		if !complete {
+			conditions = plan.Conditions
+		}
+		pw = fromSummary(plan.Pairs.Summarize(in.Delta))
+		if pw.Worst.Epsilon >= math.MaxFloat64 {
+			reasons = append(reasons, "the order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1 fails at every order (sigma too small for clip C)")
+		}
+		if plan.TailBounded {
+			notes = append(notes, fmt.Sprintf("first-passage law computed for %d hops; the remaining mass is charged as if it arrived at the next hop (upper bound)", plan.Hops))
+		}
+		pm.Planned = plan.Pairs
+	}
+	if hard <= 0 {
+		reasons = append(reasons, fmt.Sprintf("no hard cap K_i (--max-updates 0 and no budget): K_i is set to the busiest node's realised count %d", kmax))
+	}
+	if fw := in.Hops - min(noisyHops, in.Hops); fw > 0 {
+		reasons = append(reasons, fmt.Sprintf("%d of %d hops forwarded the token without a noisy update (nodes at their cap or budget), "+
+			"but the planned form counts every hop as a noisy update", fw, in.Hops))
+	}
+	pw.Theorem, pw.Conditions = theorem, conditions
+	if len(reasons) > 0 {
+		loc := privacy.LocalBound(in.Clip, in.Sigma, K, in.Delta)
+		e := jsonNum(loc.Epsilon)
+		if pw.Worst.I == pw.Worst.J {
+			pw.Worst.I, pw.Worst.J = busiest, (busiest+1)%n
+		}
+		pairEps := pw.Worst.Epsilon
+		pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
+		pw.Mean, pw.P50, pw.P90, pw.P99 = e, e, e, e
+		pw.ConditionsHold = false
+		msg := "conditions fail: " + strings.Join(reasons, "; ") +
+			fmt.Sprintf(". The figures shown are the local bound at K_i = %d (%s), which holds regardless", K, privacy.LocalName)
+		if pm.Planned != nil && pairEps < math.MaxFloat64 {
+			msg += fmt.Sprintf("; the pairwise form would give %.4g for the worst pair", pairEps)
+		}
+		notes = append([]string{msg}, notes...)
+		pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, e, LabelLocal
+	} else {
+		pw.ConditionsHold = true
+		lead := fmt.Sprintf("planning figure over the secret random path with K_i = %d (hard cap)", K)
+		if complete {
+			lead += "; every pair has the same figure; the paper's amplification argument has unverified steps (digest 3.6 E5); the local figure always holds"
+		} else {
+			lead += "; the local figure always holds"
+		}
+		notes = append([]string{lead}, notes...)
+		pm.PlannedHold, pm.PlannedLabel = true, label
+	}
+	pw.Note = strings.Join(notes, "; ")
+	return pw
+}
+
+// realisedSection is the realised-path pairwise figure from the run's own path.
+func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
+	n := len(in.Updates)
+	if !noisy(in.Clip, in.Sigma) {
+		pw := noPrivacy(privacy.TheoremRealised, realisedConditions, noPrivacyNote(in.Clip, in.Sigma))
+		return &pw
+	}
+	kmax, busiest := 0, 0
+	for i, k := range in.Updates {
+		if k > kmax {
+			kmax, busiest = k, i
+		}
+	}
+	fallback := func(reason string) *Pairwise {
+		loc := privacy.LocalBound(in.Clip, in.Sigma, kmax, in.Delta)
+		e := jsonNum(loc.Epsilon)
+		return &Pairwise{Worst: Worst{Epsilon: e, Order: loc.Order, I: busiest, J: (busiest + 1) % n},
+			Mean: e, P50: e, P90: e, P99: e, Theorem: privacy.TheoremRealised, Conditions: realisedConditions,
+			Note: "realised figure not computed: " + reason + fmt.Sprintf(". The figures shown are the local bound of the busiest node (%d updates, %s), which holds regardless", kmax, privacy.LocalName)}
+	}
+	if in.Path == nil {
+		reason := in.RealisedNote
+		if reason == "" {
+			reason = "no path kept"
+		}
+		return fallback(reason)
+	}
+	tr := &privacy.Trace{Nodes: n, Clip: in.Clip, Sigma: in.Sigma, Steps: in.Path, FinalReleasedToAll: in.FinalReleasedToAll}
+	var coal [][]int
+	if len(in.Coalition) > 0 {
+		coal = [][]int{in.Coalition}
+	}
+	res, err := privacy.RealisedPairwise(tr, coal...)
+	if err != nil {
+		return fallback(err.Error())
+	}
+	for i, u := range res.Updates {
+		if u != in.Updates[i] {
+			return fallback(fmt.Sprintf("the path has %d noisy updates of node %d, the counters %d", u, i, in.Updates[i]))
+		}
+	}
+	pw := fromSummary(res.Pairs.Summarize(in.Delta))
+	pw.Theorem, pw.Conditions, pw.ConditionsHold = privacy.TheoremRealised, realisedConditions, true
+	pw.Note = "computed from this run's own path: the bound holds even for an observer who knows the path; " +
+		"it is the realisation, the planned figure the expectation over a secret path"
+	if in.FinalReleasedToAll {
+		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
+	}
+	pm.Realised, pm.RealisedLabel = res.Pairs, LabelRealised
+	if len(res.Coalitions) == 1 {
+		c := res.Coalitions[0]
+		epsOf := unitEpsilon(res.Pairs.Unit, in.Delta)
+		cr := &Coalition{Members: c.Members, PerNodeEpsilon: make([]float64, n), I: -1,
+			Theorem:    privacy.TheoremRealised + ", coalition: the members' views pooled as one observer",
+			Conditions: realisedConditions, ConditionsHold: true}
+		member := make([]bool, n)
+		for _, v := range c.Members {
+			member[v] = true
+		}
+		best := -1.0
+		for i, w := range c.Weight {
+			if member[i] {
+				continue // a member's own data is not private from the coalition
+			}
+			e := epsOf(w)
+			cr.PerNodeEpsilon[i] = jsonNum(e)
+			if e > best {
+				best, cr.I = e, i
+			}
+		}
+		if cr.I >= 0 {
+			cr.Epsilon, cr.Order = privacy.ToDP(res.Pairs.Unit.Scale(c.Weight[cr.I]), in.Delta)
+			cr.Epsilon = jsonNum(cr.Epsilon)
+			cr.PerNodeEpsilon[cr.I] = cr.Epsilon
+		}
+		pw.Coalition = cr
+	}
+	return &pw
+}
+
+// Accounting is the privacy section from per-node update counts alone, without the path
+// or the graph's structure: the local figure per node and, on the complete graph only,
+// Theorem 4 with K_i the busiest node's count. Run uses Account, which covers every
+// graph and adds the realised figure.
+func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Privacy {
+	n := len(updates)
+	pr := Privacy{Delta: delta, Conversion: privacy.Conversion, Updates: updates}
+	pr.Local = localSection(updates, clip, sigma, delta)
+	worstI, kmax := 0, -1
+	for i, k := range updates {
 		if k > kmax {
 			kmax, worstI = k, i
 		}
 	}
-	loc.Epsilon = jsonNum(loc.Epsilon)
-	pr.Local = loc
 	pw := Pairwise{
 		Theorem: "Theorem 4, conservative corrected form (digest 3.6 E1/E2): K_i (1+c) e1 ln(n)/(n-1), e1 = 8 alpha C^2/sigma^2, c = (alpha-1) e1",
 		Conditions: "complete graph, path secret from j, c <= 1 at the chosen order " +
@@ -150,6 +516,7 @@ func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Pri
 			j = 1
 		}
 		pw.Worst = Worst{Epsilon: jsonNum(eps), Order: ord, I: worstI, J: j}
+		pw.Mean, pw.P50, pw.P90, pw.P99 = pw.Worst.Epsilon, pw.Worst.Epsilon, pw.Worst.Epsilon, pw.Worst.Epsilon
 		complete := graphSpec == "" || graphSpec == "complete"
 		pw.ConditionsHold = complete && !math.IsInf(eps, 0) && !math.IsNaN(eps) && sigma > 0
 		switch {
@@ -170,8 +537,32 @@ func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Pri
 	return pr
 }
 
-// Run performs a complete simulated run and returns its report.
-func Run(o Options) (*Report, error) {
+// Limits of the realised figure computed by Run: the path is kept in memory (16 bytes
+// per hop) and the computation costs about 3 ns per hop and node. Longer runs report the
+// local bound instead and say so; 'dpadmm account trace' recomputes from a trace file.
+const (
+	RealisedMaxHops = 1 << 26 // ~1 GiB of path
+	RealisedMaxWork = 2e10    // hops * nodes, about a minute
+)
+
+// realisedFeasible says whether Run keeps the path for the realised figure, and why not.
+func realisedFeasible(n int, hops uint64) (bool, string) {
+	switch {
+	case n < 2:
+		return false, "one node"
+	case hops > RealisedMaxHops:
+		return false, fmt.Sprintf("%d hops exceed the in-memory limit of %d (write the path with --trace and run 'dpadmm account trace')", hops, uint64(RealisedMaxHops))
+	case float64(hops)*float64(n) > RealisedMaxWork:
+		return false, fmt.Sprintf("%d hops x %d nodes exceed the work limit %.0g (write the path with --trace and run 'dpadmm account trace')", hops, n, RealisedMaxWork)
+	case int64(n)*int64(n) > 1<<27:
+		return false, fmt.Sprintf("%d nodes need a %d x %d matrix, too large", n, n, n)
+	}
+	return true, ""
+}
+
+// Run performs a complete simulated run and returns its report. The walk stops after
+// o.Hops hops or when every node has exhausted its budget (Report.Ended says which).
+func Run(o Options) (rep *Report, err error) {
 	if o.Train == nil || o.Train.Rows == 0 {
 		return nil, fmt.Errorf("testnet: empty training set")
 	}
@@ -181,6 +572,23 @@ func Run(o Options) (*Report, error) {
 	if !(o.Delta > 0 && o.Delta < 1) {
 		return nil, fmt.Errorf("testnet: delta must be in (0,1), got %v", o.Delta)
 	}
+	if math.IsNaN(o.Sigma) || o.Sigma < 0 || math.IsInf(o.Sigma, 0) {
+		return nil, fmt.Errorf("testnet: sigma must be finite and >= 0, got %v", o.Sigma)
+	}
+	if !(o.Clip > 0) {
+		return nil, fmt.Errorf("testnet: clip must be > 0, got %v", o.Clip)
+	}
+	if o.Coalition != nil {
+		if err := ValidateCoalition(o.Coalition, o.Nodes); err != nil {
+			return nil, err
+		}
+	}
+	var g *graph.Graph
+	if o.Graph != "" && o.Graph != "complete" {
+		if g, err = graph.Parse(o.Graph, o.Nodes, o.Seed); err != nil {
+			return nil, err
+		}
+	}
 	split := o.Split
 	if split == "" {
 		split = "iid"
@@ -189,19 +597,42 @@ func Run(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
+	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
 	if err != nil {
 		return nil, fmt.Errorf("testnet: reference solve: %w", err)
 	}
-	_ = ref
 	sim, err := NewSim(SimConfig{
 		Shards: shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
 		Sigma: o.Sigma, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
+		Budget: o.Budget, LedgerDir: o.LedgerDir,
 	})
 	if err != nil {
 		return nil, err
 	}
-	sim.Store.KeepTrace = o.KeepTrace
+	defer func() {
+		if cerr := sim.Close(); cerr != nil && err == nil {
+			rep, err = nil, fmt.Errorf("testnet: close: %w", cerr)
+		}
+	}()
+	keepPath, whyNot := realisedFeasible(o.Nodes, o.Hops)
+	sim.Store.KeepTrace = o.KeepTrace || keepPath
+	var path []privacy.TraceStep
+	if keepPath {
+		path = make([]privacy.TraceStep, 0, min(o.Hops, 1<<22))
+	}
+	drained := 0
+	drain := func() {
+		if keepPath {
+			for _, st := range sim.Store.Path[drained:] {
+				path = append(path, privacy.TraceStep{Node: st.Node, Noisy: st.Noisy})
+			}
+		}
+		if o.KeepTrace {
+			drained = len(sim.Store.Path)
+		} else {
+			sim.Store.Path = sim.Store.Path[:0]
+		}
+	}
 	gap := func(obj float64) float64 { return (obj - refObj) / math.Max(math.Abs(refObj), 1e-300) }
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
@@ -212,17 +643,25 @@ func Run(o Options) (*Report, error) {
 	var simDur time.Duration
 	last := start
 	const chunk = 4096
-	for done := uint64(0); done < o.Hops; {
-		k := min(uint64(chunk), o.Hops-done)
+	for sim.Hops() < o.Hops && !sim.Exhausted() {
+		before := sim.Hops()
+		k := min(uint64(chunk), o.Hops-before)
 		if o.Curve != nil && o.CurveEvery > 0 {
-			k = min(k, o.CurveEvery-sim.Hops()%o.CurveEvery)
+			k = min(k, o.CurveEvery-before%o.CurveEvery)
 		}
 		t0 := time.Now()
-		if err := sim.RunHops(k, 0, nil); err != nil {
+		err := sim.RunHops(k, 0, nil)
+		simDur += time.Since(t0)
+		drain()
+		if err != nil && !(errors.Is(err, ErrExhausted) && sim.Exhausted()) {
 			return nil, err
 		}
-		simDur += time.Since(t0)
-		done += k
+		if sim.Hops() == before {
+			if sim.Exhausted() {
+				break
+			}
+			return nil, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
+		}
 		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
 			obj := o.Problem.Objective(o.Train, sim.Z())
 			fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, gap(obj))
@@ -242,7 +681,13 @@ func Run(o Options) (*Report, error) {
 		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Lambda: o.Lambda,
 		Clip: jsonNum(o.Clip), Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Scale: o.Scaling, Split: split,
 		Graph: graphName(o.Graph), Data: o.Data, TraceHash: fmt.Sprintf("%016x", sim.TraceHash()), Model: z,
-		Trace: sim.Store.Path,
+		Ended: "hops", Budget: sim.Budget(),
+	}
+	if o.KeepTrace {
+		r.Trace = sim.Store.Path
+	}
+	if sim.Exhausted() {
+		r.Ended = "budget exhausted"
 	}
 	if sim.Hops() > 0 {
 		r.UsPerHop = float64(simDur.Nanoseconds()) / 1e3 / float64(sim.Hops())
@@ -260,7 +705,22 @@ func Run(o Options) (*Report, error) {
 			r.Accuracy = &a
 		}
 	}
-	r.Privacy = Accounting(sim.Updates(), o.Clip, o.Sigma, o.Delta, graphName(o.Graph))
+	in := AccountInput{
+		Updates: sim.Updates(), Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: g,
+		Cap: o.MaxUpdates, Hops: sim.Hops(), Path: path, RealisedNote: whyNot,
+		FinalReleasedToAll: true, Coalition: o.Coalition,
+	}
+	if r.Budget != nil {
+		in.Caps = r.Budget.Caps
+	}
+	if !keepPath {
+		in.Path = nil
+	}
+	pr, pm, err := Account(in)
+	if err != nil {
+		return nil, err
+	}
+	r.Privacy, r.Pairs = pr, pm
 	return r, nil
 }
 

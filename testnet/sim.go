@@ -3,6 +3,7 @@ package testnet
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 
@@ -24,6 +25,15 @@ type SimConfig struct {
 	MaxUpdates int
 	Seed       uint64
 	Run        string
+	// Budget, when non-nil, caps each node's noisy updates by a privacy budget.
+	Budget *BudgetSpec
+	// LedgerDir, when set, receives one append-only ledger file per node,
+	// <LedgerDir>/node-<i>.ledger (see FileLedger); the directory must not hold a
+	// ledger already. Call Sim.Close at the end of the run.
+	LedgerDir string
+	// Ledger, when set, receives the ledger entries instead (e.g. a MemLedger). At most
+	// one of Ledger and LedgerDir may be set.
+	Ledger LedgerSink
 }
 
 // mix derives a per-purpose, per-node seed from the run seed (splitmix64 finaliser), so
@@ -73,6 +83,14 @@ type Sim struct {
 	token    walk.Token
 	holder   int
 	hops     uint64
+	// caps[i] is node i's effective cap on noisy updates (min of MaxUpdates and the
+	// budget's cap; math.MaxInt when neither applies), checked on every step.
+	caps   []int
+	plan   *walk.BudgetPlan // nil without a budget
+	atCap  int              // nodes whose noisy updates reached their cap (budget runs)
+	done   bool             // budget run with every node at its cap: no more hops
+	ledger LedgerSink       // nil without a ledger
+	closed bool
 }
 
 // NewSim builds the machines. Node i's local loss is weighted by n*rows_i/N so that
@@ -108,11 +126,31 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	if cfg.Run == "" {
 		cfg.Run = "sim"
 	}
+	if cfg.MaxUpdates < 0 {
+		return nil, fmt.Errorf("testnet: max updates must be >= 0, got %d", cfg.MaxUpdates)
+	}
+	if cfg.Ledger != nil && cfg.LedgerDir != "" {
+		return nil, errors.New("testnet: set at most one of Ledger and LedgerDir")
+	}
+	plan, err := budgetCaps(&cfg, n, g)
+	if err != nil {
+		return nil, err
+	}
+	caps := make([]int, n)
+	for i := range caps {
+		caps[i] = math.MaxInt
+		if cfg.MaxUpdates > 0 {
+			caps[i] = cfg.MaxUpdates
+		}
+		if plan != nil {
+			caps[i] = min(caps[i], plan.Caps[i])
+		}
+	}
 	names := make([]string, n)
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n)}
+	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n), caps: caps, plan: plan}
 	scratch := walk.NewScratch(dim) // one goroutine drives all machines
 	for i, sh := range cfg.Shards {
 		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
@@ -124,6 +162,9 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 			Reg: cfg.Problem.Reg, Graph: g, Rand: NodeRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
 			Run: cfg.Run, Names: names, Scratch: scratch,
 		}
+		if plan != nil {
+			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
+		}
 		if cfg.Sigma > 0 {
 			wc.Noise = NodeNoise(cfg.Seed, i)
 		}
@@ -132,10 +173,24 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 			return nil, err
 		}
 		s.Machines[i] = m
+		if plan != nil && caps[i] == 0 {
+			s.atCap++
+		}
 	}
+	s.done = plan != nil && s.atCap == n
 	s.Store = &Store{Entries: make([]int, n), Noisy: make([]int, n), LastHop: make([]uint64, n), Trace: 0x6a09e667f3bcc908}
 	s.token = walk.NewToken(cfg.Run, 0, dim, cfg.Problem.Reg, cfg.Gamma)
 	s.holder = NodeRand(cfg.Seed, -1).IntN(n)
+	switch {
+	case cfg.Ledger != nil:
+		s.ledger = cfg.Ledger
+	case cfg.LedgerDir != "":
+		fl, err := NewFileLedger(cfg.LedgerDir, n)
+		if err != nil {
+			return nil, err
+		}
+		s.ledger = fl
+	}
 	return s, nil
 }
 
@@ -159,8 +214,13 @@ func traceMix(h, hop, nodeNoisy uint64) uint64 {
 
 // Step delivers the token to its holder, applies the Ready in order (ledger, state,
 // send) and checks the invariants: ledger written before send, one entry per hop,
-// finite vectors of dimension p, updates within the cap.
+// finite vectors of dimension p, noisy updates within the node's cap (MaxUpdates and
+// privacy budget) and equal to the count in the ledger. Once every node has exhausted
+// its budget it makes no hop and returns ErrExhausted.
 func (s *Sim) Step() error {
+	if s.done {
+		return ErrExhausted
+	}
 	i := s.holder
 	m := s.Machines[i]
 	if err := m.Step(walk.Message{From: -1, Token: s.token}); err != nil {
@@ -177,6 +237,18 @@ func (s *Sim) Step() error {
 	st.Entries[i]++
 	if noisy {
 		st.Noisy[i]++
+		if st.Noisy[i] == s.caps[i] && s.plan != nil {
+			s.atCap++
+			s.done = s.atCap == s.N
+		}
+	}
+	if s.ledger != nil {
+		if s.closed {
+			return fmt.Errorf("testnet: hop %d node %d: ledger already closed", s.hops, i)
+		}
+		if err := s.ledger.Append(i, e); err != nil {
+			return fmt.Errorf("testnet: hop %d node %d: %w", s.hops, i, err)
+		}
 	}
 	st.LastHop[i] = e.Hop
 	var nb uint64
@@ -207,8 +279,10 @@ func (s *Sim) Step() error {
 	if chk != 0 {
 		return fmt.Errorf("testnet: invariant: hop %d node %d: non-finite vector", s.hops, i)
 	}
-	if s.cfg.MaxUpdates > 0 && rd.State.Updates > s.cfg.MaxUpdates {
-		return fmt.Errorf("testnet: invariant: node %d made %d updates over cap %d", i, rd.State.Updates, s.cfg.MaxUpdates)
+	// I4: the holder's noisy updates never exceed its cap, and the machine's count is
+	// the ledger's.
+	if u := rd.State.Updates; u > s.caps[i] || u != st.Noisy[i] {
+		return fmt.Errorf("testnet: invariant: hop %d node %d: %d noisy updates (ledger %d), cap %d", s.hops, i, u, st.Noisy[i], s.caps[i])
 	}
 	s.token = env.Token
 	s.holder = env.To
@@ -218,9 +292,13 @@ func (s *Sim) Step() error {
 }
 
 // RunHops makes k hops, calling every(h) after each block of `each` hops when each > 0.
+// It returns early, with nil, once every node has exhausted its budget (Exhausted).
 func (s *Sim) RunHops(k uint64, each uint64, every func(h uint64) error) error {
 	for h := uint64(0); h < k; h++ {
 		if err := s.Step(); err != nil {
+			if err == ErrExhausted {
+				return nil
+			}
 			return err
 		}
 		if each > 0 && every != nil && s.hops%each == 0 {

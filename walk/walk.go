@@ -60,6 +60,13 @@ type Config struct {
 	// MaxUpdates caps the number of noisy updates of this node (K_i); 0 means no cap.
 	// At the cap the node forwards the token unchanged.
 	MaxUpdates int
+	// Budgeted says that BudgetCap applies. The simulator and node set it from
+	// BudgetCaps, computed once per run.
+	Budgeted bool
+	// BudgetCap is the most noisy updates the node's privacy budget allows (0: the node
+	// only forwards). It combines with MaxUpdates: the smaller cap wins. Forwards caused
+	// by the budget are reported as EventBudgetForward.
+	BudgetCap int
 	// Run names the run; tokens of other runs are refused.
 	Run string
 	// Walk is the walk id; tokens of other walks are refused.
@@ -109,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("walk: sigma must be >= 0 and finite, got %v", c.Sigma)
 	case c.MaxUpdates < 0:
 		return fmt.Errorf("walk: max updates must be >= 0, got %d", c.MaxUpdates)
+	case c.Budgeted && c.BudgetCap < 0:
+		return fmt.Errorf("walk: budget cap must be >= 0, got %d", c.BudgetCap)
 	case c.Rand == nil:
 		return errors.New("walk: a random source for next hops is required")
 	case c.Sigma > 0 && c.Noise == nil:
@@ -168,7 +177,10 @@ type EventKind uint8
 // Event kinds.
 const (
 	EventUpdate  EventKind = iota + 1 // a noisy update was made
-	EventForward                      // the token was forwarded unchanged (cap reached)
+	EventForward                      // the token was forwarded unchanged (MaxUpdates reached)
+	// EventBudgetForward: the token was forwarded unchanged because the privacy budget
+	// allows no further update (BudgetCap reached, and it is the binding cap).
+	EventBudgetForward
 )
 
 // Event reports what the machine did, for logs, metrics and tests. Never read back into state.
@@ -204,6 +216,8 @@ type Machine struct {
 	g      []float64 // scratch: clipped x - z, then du
 	eta    []float64 // scratch: noise
 	upd    int
+	cap    int       // effective cap: min(MaxUpdates, BudgetCap), math.MaxInt when none
+	fwd    EventKind // event of a forward at the cap
 	seq    uint64
 	name   string
 	ckpt   Checkpoint
@@ -235,6 +249,13 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	m.outbox = make([]Envelope, 0, 1)
 	m.events = make([]Event, 0, 1)
 	m.ckpt = Checkpoint{Node: cfg.Node, U: m.u}
+	m.cap, m.fwd = math.MaxInt, EventForward
+	if cfg.MaxUpdates > 0 {
+		m.cap = cfg.MaxUpdates
+	}
+	if cfg.Budgeted && cfg.BudgetCap <= m.cap {
+		m.cap, m.fwd = cfg.BudgetCap, EventBudgetForward
+	}
 	return m, nil
 }
 
@@ -247,6 +268,10 @@ func (m *Machine) nodeName(i int) string {
 
 // Updates returns K_i, the number of noisy updates made so far.
 func (m *Machine) Updates() int { return m.upd }
+
+// Cap returns the effective cap on noisy updates: the smaller of MaxUpdates and, when
+// Budgeted, BudgetCap; math.MaxInt when neither applies.
+func (m *Machine) Cap() int { return m.cap }
 
 // U returns a copy of u_i, for tests and checkpoint inspection.
 func (m *Machine) U() []float64 { return append([]float64(nil), m.u...) }
@@ -313,7 +338,7 @@ func (m *Machine) Step(msg Message) error {
 	}
 	c := &m.cfg
 	mech := MechForward
-	if c.MaxUpdates == 0 || m.upd < c.MaxUpdates {
+	if m.upd < m.cap {
 		if err := m.update(t.Z, t.Zhat); err != nil {
 			return err
 		}
@@ -332,7 +357,7 @@ func (m *Machine) Step(msg Message) error {
 		Seq: m.seq, Node: m.name, Run: c.Run, Walk: t.Walk, Epoch: t.Epoch, Hop: t.Hop,
 		Mechanism: mech, Clip: c.Clip, Lambda: c.Lambda, Recipient: m.nodeName(next),
 	}
-	kind := EventForward
+	kind := m.fwd
 	if mech == MechGaussian {
 		e.Sensitivity = 4 * c.Lambda * c.Clip
 		e.Sigma = c.Lambda * c.Sigma

@@ -8,16 +8,16 @@ import (
 	"io"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet"
 )
 
 const accountHelp = `Usage:
   dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
-  dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] FILE
+  dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] [--pairs F.csv] [--plot F.png] FILE
 
 plan: privacy figures of a planned run before it starts. The local figure holds against an
 observer of every message; the pairwise figure bounds node i's data as seen by node j when
@@ -275,6 +275,8 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	coalition := fs.String("coalition", "", "comma-separated observers pooling their views")
+	pairsPath := fs.String("pairs", "", "write every ordered pair as CSV i,j,planned_epsilon,realised_epsilon (planned is empty: a trace has no graph)")
+	plotPath := fs.String("plot", "", "draw the realised pairwise epsilon heat map (PNG) to this file")
 	// Accept flags before and after the file name.
 	var files []string
 	rest := args
@@ -297,17 +299,11 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if !(*delta > 0 && *delta < 1) {
 		return usageErr(stderr, "trace: --delta must be in (0,1), got %v", *delta)
 	}
-	var coal [][]int
 	if *coalition != "" {
-		var members []int
-		for _, f := range strings.Split(*coalition, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return usageErr(stderr, "trace: --coalition: %q is not a node index", f)
-			}
-			members = append(members, v)
+		// Syntax first; the range is checked once the trace gives the number of nodes.
+		if _, err := parseCoalition(*coalition, math.MaxInt); err != nil {
+			return usageErr(stderr, "trace: --coalition: %v", err)
 		}
-		coal = append(coal, members)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
@@ -317,6 +313,17 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	tr, err := privacy.ReadTrace(f)
 	if err != nil {
 		return fmt.Errorf("%s: %w", files[0], err)
+	}
+	var coal [][]int
+	if *coalition != "" {
+		members, err := parseCoalition(*coalition, tr.Nodes)
+		if err != nil {
+			return usageErr(stderr, "trace: --coalition: %v (the trace has %d nodes)", err, tr.Nodes)
+		}
+		coal = append(coal, members)
+	}
+	if tr.Nodes < 2 && (*pairsPath != "" || *plotPath != "") {
+		return usageErr(stderr, "trace: --pairs and --plot need at least 2 nodes, the trace has %d", tr.Nodes)
 	}
 	res, err := privacy.RealisedPairwise(tr, coal...)
 	if err != nil {
@@ -353,6 +360,19 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		rep.Coalition = cr
+	}
+	if *pairsPath != "" || *plotPath != "" {
+		pm := &testnet.PairMatrices{N: tr.Nodes, Delta: *delta, Realised: res.Pairs, RealisedLabel: testnet.LabelRealised}
+		if *pairsPath != "" {
+			if err := writeFileWith(*pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, pm) }); err != nil {
+				return err
+			}
+		}
+		if *plotPath != "" {
+			if err := writeFileWith(*plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, pm, testnet.PlotRealised) }); err != nil {
+				return err
+			}
+		}
 	}
 	if *asJSON {
 		return writeJSON(stdout, rep)

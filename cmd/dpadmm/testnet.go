@@ -8,9 +8,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
@@ -28,13 +30,44 @@ Gaussian mechanism with sensitivity 4*lambda*C and noise std lambda*S, i.e. RDP
 8*alpha*C^2/S^2 per update.
 
 Defaults (the no-flag demo): 50 nodes, l2 1e-2, gamma 100, lambda 0.5 (classical ADMM),
-clip 0.1, sigma 1, 5000 hops and a hard cap of 100 noisy updates per node (Theorem 4 needs a
+clip 0.1, sigma 1, 3500 hops and a hard cap of 100 noisy updates per node (the bounds need a
 maximum K_i). Rows are scaled to norm <= 1. A large gamma makes each local step move z
 further per unit of privacy spent; the noise accumulates in u, so a short walk with a cap
-gives the better trade-off on this small data set: about 0.9-0.97 test accuracy (seeds 1-3)
-with a local epsilon per node near 26 and a Theorem 4 pairwise epsilon near 7.5 (delta 1e-5).
+gives the better trade-off on this small data set: about 0.91-0.97 test accuracy (seeds 1-3)
+with a local epsilon per node near 24, a planned pairwise epsilon (Theorem 4) of 7.5 and a
+realised worst-pair epsilon near 7 (delta 1e-5).
 With --sigma 0 (no privacy) the walk reaches the reference optimum: try
   dpadmm testnet --sigma 0 --gamma 1 --hops 20000 --max-updates 0
+
+Privacy figures (report key privacy; every figure names its theorem, its conditions and
+whether they hold; when they fail the local bound is printed instead, with the reason):
+  local              observer of every message of node i: K_i updates composed (Theorem 3)
+  pairwise_planned   what node j learns about node i when the path is secret, before the
+                     run: Theorem 4 (complete graph) or the first-passage law of the walk
+                     (other graphs), with K_i the hard cap; it assumes every hop is a noisy
+                     update, so it fails when capped or out-of-budget nodes forward the token
+  pairwise_realised  from this run's own path (charge eps_loc/m per update, m the noisy
+                     updates until j next holds the token); holds even for an observer who
+                     knows the path; the final model counts as released to every node
+--pairs writes every ordered pair; its columns carry the figures of pairwise_planned and
+pairwise_realised. --plot draws them as heat maps (row i: data owner, column j: observer).
+--budget-epsilon E stops a node's noisy updates before its epsilon (--budget-kind local or
+network, at --delta) would exceed E; the node then forwards the token unchanged, and the run
+ends early ("ended": "budget exhausted") when every node is out of budget.
+
+Neighbour exchange (Zhang, Khalili, Liu, Recycled ADMM): --algo admm|radmm|mradmm|admm-dvp|
+admm-pvp runs one machine per node on a fixed connected graph (default ring, 5 nodes, 100
+iterations, gamma 0.5). Odd iterations solve the local problem with objective perturbation
+(noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise); even iterations are
+recycled closed-form steps that cost no privacy. mradmm grows the penalty: eta(k) =
+--eta * --eta-growth^k (capped by --eta-max), or one value per line from --eta-file.
+admm-dvp and admm-pvp are the dual- and primal-variable-perturbation baselines (Zhang and
+Zhu 2017). Constants: node i minimises (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with
+C = --paper-c * N * B_i / M and rho = --paper-c * N * l2, so the consensus optimum is the
+reference optimum and the reported objective (of the average of the nodes' models) stays
+the mean loss plus the regularizer. The report gives the Theorem V.1 pure-DP figure per node
+and the network figure (max over nodes), or no guarantee with the failing condition.
+MR-ADMM with different schedules per node converges near, not exactly to, the optimum.
 
 Flags:
 `
@@ -49,7 +82,14 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
 	mem := fs.Bool("mem", false, "run libp2p hosts on an in-memory network (not available yet)")
 	procs := fs.Bool("procs", false, "run one process per node over loopback (not available yet)")
-	algo := fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM)")
+	algo := fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), or neighbour exchange: admm|radmm|mradmm|admm-dvp|admm-pvp")
+	iters := fs.Int("iters", 100, "neighbour exchange: number of iterations T (fixed in advance)")
+	alphaStr := fs.String("alpha", "", "neighbour exchange: noise density exp(-alpha*||eps||), larger = less noise; inf = no noise (default 2 for radmm, mradmm, admm-dvp, admm-pvp; inf for admm)")
+	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (MR-ADMM: eta(k) = eta*q^k)")
+	etaGrowth := fs.Float64("eta-growth", 1, "neighbour exchange: MR-ADMM growth factor q >= 1 of the penalty schedule")
+	etaMax := fs.Float64("eta-max", 0, "neighbour exchange: cap of the geometric penalty schedule; 0 = none")
+	etaFile := fs.String("eta-file", "", "neighbour exchange: file with one penalty eta(k) per line, k = 1..K (overrides --eta, --eta-growth)")
+	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	nodes := fs.Int("nodes", 50, "number of nodes n")
 	data := fs.String("data", "", "training data, CSV or LIBSVM (default: embedded breast cancer data)")
 	testPath := fs.String("test", "", "test data (default: hold out --test-frac of --data)")
@@ -65,7 +105,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	lambda := fs.Float64("lambda", 0.5, "relaxation lambda in (0,1]; 0.5 is classical ADMM")
 	clip := fs.Float64("clip", 0.1, "clip bound C on ||x - z||")
 	sigma := fs.Float64("sigma", 1, "std of eta in eq. (7) (noise on u has std lambda*sigma); 0 = no privacy")
-	hops := fs.Uint64("hops", 5000, "number of hops (token hand-offs)")
+	hops := fs.Uint64("hops", 3500, "number of hops (token hand-offs)")
 	seed := fs.Uint64("seed", 1, "seed of the simulation (data split, path, noise)")
 	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
 	maxUpd := fs.Int("max-updates", 100, "cap K_i on noisy updates per node; 0 = no cap")
@@ -75,6 +115,13 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	tracePath := fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
 	curveEvery := fs.Uint64("curve-every", 1000, "hops between curve points")
 	quiet := fs.Bool("quiet", false, "no progress line and no summary")
+	budgetEps := fs.Float64("budget-epsilon", 0, "per-node privacy budget epsilon (at --delta); 0 = no budget. A node whose next noisy update would exceed it forwards the token unchanged")
+	budgetKind := fs.String("budget-kind", "local", "what --budget-epsilon bounds: local (observer of every message) or network (worst pair, planned)")
+	ledgerDir := fs.String("ledger-dir", "", "write one append-only ledger file per node to this directory")
+	pairsPath := fs.String("pairs", "", "write the full pairwise matrix as CSV i,j,planned_epsilon,realised_epsilon (ordered pairs i != j)")
+	plotPath := fs.String("plot", "", "draw the pairwise epsilon heat map (PNG) to this file")
+	plotKind := fs.String("plot-kind", testnet.PlotBoth, "panels of --plot: both, planned or realised")
+	coalition := fs.String("coalition", "", "comma-separated observers j1,j2,... pooling their views: adds privacy.pairwise_realised.coalition")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -82,8 +129,38 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "testnet: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+		return testnetUsage(stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	// Flag values are checked before any data is loaded: a bad value is a usage error.
+	switch {
+	case *nodes < 1:
+		return testnetUsage(stderr, "--nodes must be >= 1, got %d", *nodes)
+	case math.IsNaN(*sigma) || *sigma < 0 || math.IsInf(*sigma, 0):
+		return testnetUsage(stderr, "--sigma must be finite and >= 0, got %v", *sigma)
+	case !(*clip > 0):
+		return testnetUsage(stderr, "--clip must be > 0, got %v", *clip)
+	case !(*delta > 0 && *delta < 1):
+		return testnetUsage(stderr, "--delta must be in (0,1), got %v", *delta)
+	case *maxUpd < 0:
+		return testnetUsage(stderr, "--max-updates must be >= 0, got %d", *maxUpd)
+	case math.IsNaN(*budgetEps) || *budgetEps < 0 || math.IsInf(*budgetEps, 0):
+		return testnetUsage(stderr, "--budget-epsilon must be finite and >= 0, got %v", *budgetEps)
+	case *budgetKind != "local" && *budgetKind != "network":
+		return testnetUsage(stderr, "--budget-kind must be local or network, got %q", *budgetKind)
+	case *plotKind != testnet.PlotBoth && *plotKind != testnet.PlotPlanned && *plotKind != testnet.PlotRealised:
+		return testnetUsage(stderr, "--plot-kind must be both, planned or realised, got %q", *plotKind)
+	case (*pairsPath != "" || *plotPath != "") && *nodes < 2:
+		return testnetUsage(stderr, "--pairs and --plot need at least 2 nodes")
+	}
+	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
+		return testnetUsage(stderr, "--graph: %v", err)
+	}
+	var members []int
+	if *coalition != "" {
+		var err error
+		if members, err = parseCoalition(*coalition, *nodes); err != nil {
+			return testnetUsage(stderr, "--coalition: %v", err)
+		}
 	}
 	if *mem || *procs {
 		return errors.New("--mem and --procs are not available yet; use --sim")
@@ -91,8 +168,40 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	if !*sim {
 		return errors.New("only --sim is available")
 	}
-	if *algo != "walk" {
-		return fmt.Errorf("unknown --algo %q (available: walk)", *algo)
+	gossipAlgo := false
+	switch *algo {
+	case "walk":
+	case "admm", "radmm", "mradmm", "admm-dvp", "admm-pvp":
+		gossipAlgo = true
+	default:
+		return testnetUsage(stderr, "unknown --algo %q (available: walk, admm, radmm, mradmm, admm-dvp, admm-pvp)", *algo)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	alpha := math.Inf(1)
+	if gossipAlgo {
+		a, err := parseAlpha(*alphaStr, *algo)
+		if err != nil {
+			return testnetUsage(stderr, "--alpha: %v", err)
+		}
+		alpha = a
+		if *iters < 1 {
+			return testnetUsage(stderr, "--iters must be >= 1, got %d", *iters)
+		}
+		if !(*eta > 0) || math.IsInf(*eta, 0) || !(*etaGrowth >= 1) || math.IsInf(*etaGrowth, 0) {
+			return testnetUsage(stderr, "--eta must be > 0 and --eta-growth >= 1, got %v and %v", *eta, *etaGrowth)
+		}
+		if !set["graph"] {
+			*graphSpec = "ring"
+		}
+		if !set["nodes"] {
+			*nodes = 5 // the paper's N
+		}
+		if !set["gamma"] {
+			*gamma = 0.5 // the paper's even-step proximal weight
+		}
+	} else if *alphaStr != "" || set["iters"] || set["eta"] || set["eta-growth"] || set["eta-file"] {
+		return testnetUsage(stderr, "--alpha, --iters, --eta, --eta-growth and --eta-file apply to the neighbour-exchange algorithms, not to --algo walk")
 	}
 	loss, err := consensus.ParseLoss(*lossName)
 	if err != nil {
@@ -140,10 +249,22 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	if test != nil {
 		test = sc.Apply(test)
 	}
+	if gossipAlgo {
+		return runGossipTestnet(gossipArgs{
+			train: train, test: test, data: dataName, scaling: string(kind), nodes: *nodes, split: *split,
+			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
+			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC,
+			seed: *seed, report: *reportPath, curve: *curvePath, quiet: *quiet,
+		}, stdout)
+	}
 	opt := testnet.Options{
 		Train: train, Test: test, Data: dataName, Scaling: string(kind), Nodes: *nodes, Split: *split,
 		Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Hops: *hops,
 		Seed: *seed, Graph: *graphSpec, MaxUpdates: *maxUpd, Delta: *delta,
+		LedgerDir: *ledgerDir, Coalition: members,
+	}
+	if *budgetEps > 0 {
+		opt.Budget = &testnet.BudgetSpec{Kind: *budgetKind, Epsilon: *budgetEps, Delta: *delta}
 	}
 	var curveFile *os.File
 	if *curvePath != "" {
@@ -171,6 +292,16 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	}
 	if curveFile != nil {
 		if err := curveFile.Close(); err != nil {
+			return err
+		}
+	}
+	if *pairsPath != "" {
+		if err := writeFileWith(*pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, rep.Pairs) }); err != nil {
+			return err
+		}
+	}
+	if *plotPath != "" {
+		if err := writeFileWith(*plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, rep.Pairs, *plotKind) }); err != nil {
 			return err
 		}
 	}
@@ -214,25 +345,91 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	}
 	fmt.Fprintf(&b, "speed      %.3f us/hop, %.2f s wall\n", r.UsPerHop, r.WallSeconds)
 	p := r.Privacy
-	maxU := 0
-	for _, u := range p.Updates {
-		maxU = max(maxU, u)
+	fmt.Fprintf(&b, "ended      %s after %d hops\n", r.Ended, r.Hops)
+	if bu := r.Budget; bu != nil {
+		fmt.Fprintf(&b, "budget     %s epsilon %g (delta %g): %d nodes exhausted, %d overruns\n", bu.Kind, bu.Epsilon, bu.Delta, bu.Exhausted, bu.Overruns)
 	}
 	fmt.Fprintf(&b, "privacy    (epsilon, delta=%g), %s\n", p.Delta, p.Conversion)
-	fmt.Fprintf(&b, "  local, max over nodes: epsilon %s (max %d updates per node)\n", fmtEps(p.Local.Epsilon), maxU)
-	pw := p.PairwisePlanned
-	hold := "holds"
-	if !pw.ConditionsHold {
-		hold = "does NOT hold"
+	fmt.Fprintf(&b, "  local, max over nodes: epsilon %s (max %d updates per node); conditions %s\n",
+		fmtEps(p.Local.Epsilon), p.Local.Updates, holds(p.Local.ConditionsHold))
+	fmt.Fprintf(&b, "    %s\n", p.Local.Theorem)
+	if p.Local.Note != "" {
+		fmt.Fprintf(&b, "    %s\n", p.Local.Note)
 	}
-	fmt.Fprintf(&b, "  pairwise network DP, worst pair %d->%d: epsilon %s; condition %s\n", pw.Worst.I, pw.Worst.J, fmtEps(pw.Worst.Epsilon), hold)
-	fmt.Fprintf(&b, "    %s\n    %s\n", pw.Theorem, pw.Note)
+	summaryPairwise(&b, "planned", p.PairwisePlanned)
+	if p.PairwiseRealised != nil {
+		summaryPairwise(&b, "realised", *p.PairwiseRealised)
+		if c := p.PairwiseRealised.Coalition; c != nil {
+			fmt.Fprintf(&b, "  coalition %v (views pooled), worst node %d: epsilon %s; conditions %s\n",
+				c.Members, c.I, fmtEps(c.Epsilon), holds(c.ConditionsHold))
+		}
+	}
 	io.WriteString(w, b.String())
+}
+
+func holds(ok bool) string {
+	if ok {
+		return "hold"
+	}
+	return "do NOT hold"
+}
+
+func summaryPairwise(b *strings.Builder, what string, pw testnet.Pairwise) {
+	fmt.Fprintf(b, "  pairwise %s, worst pair %d->%d: epsilon %s (mean %s, p90 %s); conditions %s\n",
+		what, pw.Worst.I, pw.Worst.J, fmtEps(pw.Worst.Epsilon), fmtEps(pw.Mean), fmtEps(pw.P90), holds(pw.ConditionsHold))
+	fmt.Fprintf(b, "    %s\n", pw.Theorem)
+	if pw.Note != "" {
+		fmt.Fprintf(b, "    %s\n", pw.Note)
+	}
+}
+
+// testnetUsage prints a usage error and returns errUsage (exit code 2).
+func testnetUsage(stderr io.Writer, format string, a ...any) error {
+	fmt.Fprintf(stderr, "dpadmm testnet: "+format+"\n", a...)
+	return errUsage
+}
+
+// parseCoalition parses "j1,j2,..." into distinct node indices in [0, n).
+func parseCoalition(s string, n int) ([]int, error) {
+	var members []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a node index", f)
+		}
+		if v < 0 || v >= n {
+			return nil, fmt.Errorf("node %d outside [0, %d)", v, n)
+		}
+		if seen[v] {
+			return nil, fmt.Errorf("node %d listed twice", v)
+		}
+		seen[v] = true
+		members = append(members, v)
+	}
+	return members, nil
+}
+
+// writeFileWith creates path, lets write fill it and closes it, reporting the first error.
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // writeTrace stores the run's path in the format read by 'dpadmm account trace'.
 func writeTrace(path string, rep *testnet.Report) error {
-	tr := &privacy.Trace{Nodes: rep.Nodes, Clip: rep.Clip, Sigma: rep.Sigma, Steps: make([]privacy.TraceStep, len(rep.Trace))}
+	// The report publishes the final model, so the trace says so: 'account trace' then
+	// charges updates an observer never saw during the run, as the report does.
+	tr := &privacy.Trace{Nodes: rep.Nodes, Clip: rep.Clip, Sigma: rep.Sigma, Steps: make([]privacy.TraceStep, len(rep.Trace)),
+		FinalReleasedToAll: true}
 	for k, st := range rep.Trace {
 		tr.Steps[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
 	}

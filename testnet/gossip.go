@@ -1,0 +1,496 @@
+package testnet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// GossipOptions configures a simulated neighbour-exchange run (R-ADMM, MR-ADMM, conventional
+// ADMM and its DVP/PVP baselines).
+//
+// Mapping of the paper's constants (Zhang-Khalili-Liu 2020, Sec. V) onto Problem: node i's
+// objective is O(f, D_i) = (C_i/B_i) sum_{D_i} L + (rho/N) ||f||^2/2 with
+// C_i = C * N * B_i / M (M = training rows; C_i = C for an even split) and rho = C * N * L2.
+// Then sum_i O(f, D_i) = C N (mean loss over all rows + (L2/2)||f||^2) = C N * Objective,
+// so the consensus problem has the same minimizer as consensus.Solve on the full data, and
+// the reported objective stays Problem.Objective (mean loss + regularizer). The paper's
+// setting C = 1750, rho = 0.22, N = 5 corresponds to L2 = rho/(C N) = 2.514e-5. C scales the
+// data term against the penalties (like 1/eta) and enters the privacy bound through
+// C_i/B_i = C N/M.
+type GossipOptions struct {
+	Train, Test *consensus.Dataset // Train is already scaled; Test may be nil
+	Data        string             // name of the data source, for the report
+	Scaling     string             // scaling used, for the report
+	Nodes       int
+	Split       string            // iid (default), contiguous or label
+	Problem     consensus.Problem // L1 must be 0 (R must be smooth and strongly convex)
+	Algo        string            // admm, radmm, mradmm, admm-dvp, admm-pvp
+	Graph       string            // graph spec (graph.Parse); "" = ring
+	Iters       int               // T, fixed
+	Alpha       float64           // noise density exp(-alpha||eps||); +Inf = no noise
+	Eta         float64           // base penalty (default 1)
+	EtaGrowth   float64           // q: eta(k) = Eta q^k (mradmm); 0 or 1 = constant
+	EtaMax      float64           // cap of the geometric schedule; 0 = none
+	EtaList     []float64         // explicit eta(k), k = 1..K, for every node (overrides Eta/EtaGrowth)
+	// NodeSchedules, when set (len Nodes), gives each node its own penalty schedule
+	// (MR-ADMM's heterogeneous eta_i(2k-1)); it overrides Eta, EtaGrowth, EtaMax and EtaList.
+	NodeSchedules []gossip.Schedule
+	Gamma         float64 // even-step proximal weight (paper: 0.5)
+	C             float64 // the paper's C (default 1)
+	Seed          uint64
+	// Curve, when set, receives the CSV "iter,avg_loss,objective,test_error,privacy_bound":
+	// the paper's L(t) (mean over nodes of the local classifier's mean loss on its own
+	// shard), the objective of the averaged model, the error of the averaged classifier on
+	// Test (Train when Test is nil) and P(t) (formula value; empty when the theorem's
+	// conditions fail).
+	Curve io.Writer
+}
+
+// GossipReport is the report of a gossip run: the walk report fields (Algo, Objective of the
+// average model, gap, accuracy, timing, Privacy.Local holding the per-node Theorem V.1
+// figures) plus the gossip-specific fields below.
+type GossipReport struct {
+	*Report
+	Iters        int           `json:"iters"`
+	MaxDeviation float64       `json:"max_node_deviation"` // max_i ||f_i(T) - mean_j f_j(T)||
+	UsPerIter    float64       `json:"us_per_iter"`
+	Messages     int           `json:"messages"`
+	PaperC       float64       `json:"paper_c"`
+	Rho          float64       `json:"rho"`
+	Alpha        float64       `json:"alpha"` // MaxFloat64 for +Inf (no noise)
+	Eta          float64       `json:"eta"`
+	EtaGrowth    float64       `json:"eta_growth"`
+	Degrees      []int         `json:"degrees"`
+	Gossip       GossipPrivacy `json:"gossip_privacy"`
+}
+
+// GossipPrivacy is the pure-DP figure of a gossip run.
+type GossipPrivacy struct {
+	// Epsilon is the network guarantee max_i beta_i, or MaxFloat64 when the conditions fail.
+	Epsilon        float64   `json:"epsilon"`
+	Formula        float64   `json:"formula_epsilon"` // formula value regardless of the conditions
+	Exact          float64   `json:"exact_epsilon"`   // tighter un-relaxed form (54)+(56)
+	WorstNode      int       `json:"worst_node"`
+	PerNode        []float64 `json:"per_node_epsilon"` // guarantees (MaxFloat64 when failing)
+	PerNodeFormula []float64 `json:"per_node_formula"`
+	LedgerEpsilon  []float64 `json:"ledger_epsilon"` // recomputed from each node's ledger
+	Theorem        string    `json:"theorem"`
+	Conditions     string    `json:"conditions"`
+	ConditionsHold bool      `json:"conditions_hold"`
+	Reason         string    `json:"reason,omitempty"`
+}
+
+// GossipSim holds the machines of one gossip run, driven in one goroutine.
+type GossipSim struct {
+	Algo     gossip.Algo
+	Graph    *graph.Graph
+	Machines []*gossip.Machine
+	Objs     []*gossip.Objective
+	Shards   []*consensus.Dataset
+	Ledgers  [][]privacy.Entry
+	Messages int
+	Trace    uint64 // fingerprint of every broadcast vector
+	K        int    // charged iterations per node
+	// Acc holds each node's accountant inputs; ExactSolves is updated from the run by RunGossip.
+	Acc   []privacy.ObjPertNode
+	queue []gossip.Envelope
+}
+
+// gossipGraph builds a connected graph (er:p is resampled by graph.Parse).
+func gossipGraph(spec string, n int, seed uint64) (*graph.Graph, error) {
+	if spec == "" {
+		spec = "ring"
+	}
+	if n == 1 {
+		return nil, errors.New("testnet: gossip needs at least 2 nodes")
+	}
+	g, err := graph.Parse(spec, n, seed)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: gossip graph: %w", err)
+	}
+	if !g.Connected() {
+		return nil, fmt.Errorf("testnet: gossip graph %s with n=%d is not connected", spec, n)
+	}
+	for i := 0; i < n; i++ {
+		if g.Degree(i) == 0 {
+			return nil, fmt.Errorf("testnet: gossip graph %s: node %d has no neighbours", spec, i)
+		}
+	}
+	return g, nil
+}
+
+// Step runs one delivery round: apply every pending Ready (ledger, then state, then send),
+// then deliver the queued messages in order. It reports whether anything happened.
+func (s *GossipSim) Step() (bool, error) {
+	moved := false
+	for i, m := range s.Machines {
+		if !m.HasReady() {
+			continue
+		}
+		rd := m.Ready()
+		moved = true
+		// Ledger durable before send.
+		for _, e := range rd.Ledger {
+			if err := e.Validate(); err != nil {
+				return false, fmt.Errorf("testnet: node %d: %w", i, err)
+			}
+			s.Ledgers[i] = append(s.Ledgers[i], e)
+		}
+		if len(rd.Ledger) != 1 || rd.State == nil {
+			return false, fmt.Errorf("testnet: invariant: node %d: %d ledger entries, state %v", i, len(rd.Ledger), rd.State != nil)
+		}
+		for _, env := range rd.Outbox {
+			if uint64(env.Msg.Iter) != rd.Ledger[0].Hop {
+				return false, fmt.Errorf("testnet: invariant: node %d: message of iteration %d not covered by ledger iteration %d", i, env.Msg.Iter, rd.Ledger[0].Hop)
+			}
+			s.queue = append(s.queue, env)
+		}
+		if len(rd.Outbox) > 0 {
+			v := rd.Outbox[0].Msg.Vec
+			s.Trace = traceMix(s.Trace, uint64(rd.Outbox[0].Msg.Iter), uint64(i))
+			for _, x := range v {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					return false, fmt.Errorf("testnet: invariant: node %d sent a non-finite vector", i)
+				}
+				s.Trace = traceMix(s.Trace, math.Float64bits(x), 0)
+			}
+		}
+		m.Advance(rd)
+	}
+	q := s.queue
+	s.queue = nil
+	for _, env := range q {
+		moved = true
+		s.Messages++
+		if err := s.Machines[env.To].Step(env.Msg); err != nil {
+			return false, fmt.Errorf("testnet: deliver %d->%d iteration %d: %w", env.Msg.From, env.To, env.Msg.Iter, err)
+		}
+	}
+	return moved, nil
+}
+
+// Done reports whether every machine has completed its iterations and nothing is pending.
+func (s *GossipSim) Done() bool {
+	for _, m := range s.Machines {
+		if !m.Done() || m.HasReady() {
+			return false
+		}
+	}
+	return len(s.queue) == 0
+}
+
+// MinIter returns the smallest iteration reached by any node.
+func (s *GossipSim) MinIter() int {
+	t := math.MaxInt
+	for _, m := range s.Machines {
+		t = min(t, m.Iter())
+	}
+	return t
+}
+
+// Average returns mean_i f_i and max_i ||f_i - mean||.
+func (s *GossipSim) Average() ([]float64, float64) {
+	n := len(s.Machines)
+	avg := make([]float64, s.Objs[0].Dim())
+	for _, m := range s.Machines {
+		for j, v := range m.ModelView() {
+			avg[j] += v
+		}
+	}
+	for j := range avg {
+		avg[j] /= float64(n)
+	}
+	dev := 0.0
+	for _, m := range s.Machines {
+		d := 0.0
+		for j, v := range m.ModelView() {
+			d += (v - avg[j]) * (v - avg[j])
+		}
+		dev = math.Max(dev, math.Sqrt(d))
+	}
+	return avg, dev
+}
+
+// NewGossipSim validates the options (filling defaults in o), builds the connected graph,
+// splits the data and builds one machine per node, plus the accountant's inputs (Acc).
+func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
+	if o.Train == nil || o.Train.Rows == 0 {
+		return nil, errors.New("testnet: empty training set")
+	}
+	if o.Nodes < 2 || o.Nodes > o.Train.Rows {
+		return nil, fmt.Errorf("testnet: gossip nodes must be in [2,%d] (training rows), got %d", o.Train.Rows, o.Nodes)
+	}
+	if o.Iters < 0 {
+		return nil, fmt.Errorf("testnet: iterations must be >= 0, got %d", o.Iters)
+	}
+	if err := o.Problem.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Problem.Reg.L1 != 0 {
+		return nil, fmt.Errorf("testnet: gossip needs a smooth regularizer: l1 must be 0, got %v", o.Problem.Reg.L1)
+	}
+	if !(o.Problem.Reg.L2 > 0) {
+		return nil, errors.New("testnet: gossip needs l2 > 0 (the paper's rho > 0: R must be strongly convex)")
+	}
+	algo, err := gossip.ParseAlgo(o.Algo)
+	if err != nil {
+		return nil, err
+	}
+	if math.IsNaN(o.Alpha) || !(o.Alpha > 0) {
+		return nil, fmt.Errorf("testnet: alpha must be > 0 (inf = no noise), got %v", o.Alpha)
+	}
+	if o.C == 0 {
+		o.C = 1
+	}
+	if !(o.C > 0) || math.IsInf(o.C, 0) {
+		return nil, fmt.Errorf("testnet: C must be > 0 and finite, got %v", o.C)
+	}
+	if o.Eta == 0 && len(o.EtaList) == 0 {
+		o.Eta = 1
+	}
+	if o.Split == "" {
+		o.Split = "iid"
+	}
+	if o.Graph == "" {
+		o.Graph = "ring"
+	}
+	n := o.Nodes
+	g, err := gossipGraph(o.Graph, n, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	shards, err := consensus.Split(o.Train, n, o.Split, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	M := float64(o.Train.Rows)
+	rowWeight := o.C * float64(n) / M  // C_i/B_i, the same for every node
+	regOverN := o.C * o.Problem.Reg.L2 // rho/N with rho = C N L2
+	sched := gossip.Schedule{Eta: o.Eta, Q: o.EtaGrowth, Max: o.EtaMax, List: o.EtaList}
+	if o.NodeSchedules != nil && len(o.NodeSchedules) != n {
+		return nil, fmt.Errorf("testnet: %d node schedules for %d nodes", len(o.NodeSchedules), n)
+	}
+	schedOf := func(i int) gossip.Schedule {
+		if o.NodeSchedules != nil {
+			return o.NodeSchedules[i]
+		}
+		return sched
+	}
+	c1 := 0.25
+	if o.Problem.Loss == consensus.Squared {
+		c1 = 1
+	}
+	dim := o.Train.Cols
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908}
+	for i := 0; i < n; i++ {
+		obj, err := gossip.NewObjective(shards[i], o.Problem.Loss, rowWeight, regOverN)
+		if err != nil {
+			return nil, err
+		}
+		// f_i(0): random and data-independent (Thm V.1 (f)).
+		r := rand.New(rand.NewPCG(mix(o.Seed, i, 4), mix(o.Seed, i, 5)))
+		init := make([]float64, dim)
+		for j := range init {
+			init[j] = 0.1 * r.NormFloat64()
+		}
+		cfg := gossip.Config{
+			Node: i, Nodes: n, Neighbors: g.Neighbors(i), Algo: algo, Iters: o.Iters, Penalty: schedOf(i),
+			Gamma: o.Gamma, Alpha: o.Alpha, C1: c1, Init: init, Run: "sim", Names: names,
+		}
+		if !math.IsInf(o.Alpha, 1) {
+			cfg.Noise = NodeNoise(o.Seed, i)
+		}
+		m, err := gossip.New(cfg, obj)
+		if err != nil {
+			return nil, err
+		}
+		sim.Machines = append(sim.Machines, m)
+		sim.Objs = append(sim.Objs, obj)
+	}
+
+	// Accounting inputs are data-independent except for the checked preconditions.
+	K := algo.PerturbedCount(o.Iters)
+	sim.K = K
+	sim.Acc = make([]privacy.ObjPertNode, n)
+	nodesAcc := sim.Acc
+	for i := 0; i < n; i++ {
+		alphas := make([]float64, K)
+		for k := range alphas {
+			alphas[k] = o.Alpha
+		}
+		maxNorm, pm1 := 0.0, true
+		for r := 0; r < shards[i].Rows; r++ {
+			row := shards[i].Row(r)
+			s := 0.0
+			for _, v := range row {
+				s += v * v
+			}
+			maxNorm = math.Max(maxNorm, math.Sqrt(s))
+			if y := shards[i].Y[r]; y != 1 && y != -1 {
+				pm1 = false
+			}
+		}
+		nodesAcc[i] = privacy.ObjPertNode{
+			Scheme: algo.Scheme(), RowWeight: rowWeight, RegOverN: regOverN, C1: c1,
+			Degree: g.Degree(i), Rows: shards[i].Rows, C: rowWeight * float64(shards[i].Rows),
+			Alphas: alphas, Etas: schedOf(i).Values(K), MaxRowNorm: maxNorm, LabelsPM1: pm1,
+			LossOK: o.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
+		}
+	}
+	return sim, nil
+}
+
+// RunGossip performs a complete simulated gossip run and returns its report. The same
+// options and seed give a bit-identical report (apart from timing fields).
+func RunGossip(o GossipOptions) (*GossipReport, error) {
+	sim, err := NewGossipSim(&o)
+	if err != nil {
+		return nil, err
+	}
+	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
+	if err != nil {
+		return nil, fmt.Errorf("testnet: reference solve: %w", err)
+	}
+	algo, g, shards, n, K, nodesAcc := sim.Algo, sim.Graph, sim.Shards, len(sim.Machines), sim.K, sim.Acc
+	dim, split := o.Train.Cols, o.Split
+	planned := privacy.ObjPertNetwork(nodesAcc)
+
+	evalTest := o.Test
+	if evalTest == nil || evalTest.Rows == 0 {
+		evalTest = o.Train
+	}
+	writeCurve := func(t int) {
+		avg, _ := sim.Average()
+		L := 0.0
+		for i, m := range sim.Machines {
+			L += o.Problem.MeanLoss(shards[i], m.ModelView())
+		}
+		L /= float64(n)
+		pt := ""
+		if planned.ConditionsHold {
+			pt = strconv.FormatFloat(planned.PrivacyAt(algo.Scheme(), t), 'g', 10, 64)
+		}
+		fmt.Fprintf(o.Curve, "%d,%.10g,%.10g,%.6g,%s\n", t, L, o.Problem.Objective(o.Train, avg),
+			1-o.Problem.Accuracy(evalTest, avg), pt)
+	}
+	if o.Curve != nil {
+		fmt.Fprintln(o.Curve, "iter,avg_loss,objective,test_error,privacy_bound")
+		writeCurve(0)
+	}
+	start := time.Now()
+	last := 0
+	for !sim.Done() {
+		moved, err := sim.Step()
+		if err != nil {
+			return nil, err
+		}
+		if !moved {
+			return nil, errors.New("testnet: gossip deadlock: no machine can progress")
+		}
+		if t := sim.MinIter(); o.Curve != nil && t > last {
+			// Every node has computed f(t) (rounds are synchronous: all nodes are at t).
+			last = t
+			writeCurve(t)
+		}
+	}
+	wall := time.Since(start)
+
+	// Exact-solve precondition from the run.
+	exact := true
+	for i, m := range sim.Machines {
+		if _, bad := m.MaxResidual(); bad > 0 {
+			exact = false
+			nodesAcc[i].ExactSolves = false
+		}
+	}
+	fig := planned
+	if !exact {
+		fig = privacy.ObjPertNetwork(nodesAcc)
+	}
+
+	avg, dev := sim.Average()
+	obj := o.Problem.Objective(o.Train, avg)
+	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
+	r := &Report{
+		Algo: algo.String(), Objective: obj, ReferenceObjective: refObj, Gap: gap,
+		Hops: uint64(o.Iters), Nodes: n, Dims: dim, TrainRows: o.Train.Rows,
+		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
+		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Split: split,
+		Graph: o.Graph, Data: o.Data, TraceHash: fmt.Sprintf("%016x", sim.Trace), Model: avg,
+	}
+	if o.Problem.Loss == consensus.Logistic {
+		a := o.Problem.Accuracy(o.Train, avg)
+		r.TrainAccuracy = &a
+	}
+	if o.Test != nil && o.Test.Rows > 0 {
+		r.TestRows = o.Test.Rows
+		t := o.Problem.Objective(o.Test, avg)
+		r.TestObjective = &t
+		if o.Problem.Loss == consensus.Logistic {
+			a := o.Problem.Accuracy(o.Test, avg)
+			r.Accuracy = &a
+		}
+	}
+	gp := GossipPrivacy{
+		Formula: jsonNum(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
+		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: jsonNum(fig.Guarantee()),
+	}
+	for i, f := range fig.PerNode {
+		gp.PerNode = append(gp.PerNode, jsonNum(f.Guarantee()))
+		gp.PerNodeFormula = append(gp.PerNodeFormula, jsonNum(f.Epsilon))
+		gp.Exact = math.Max(gp.Exact, f.Exact)
+		s := 0.0
+		for _, e := range sim.Ledgers[i] {
+			if e.Mechanism == privacy.MechPure {
+				s += e.Epsilon
+			}
+		}
+		gp.LedgerEpsilon = append(gp.LedgerEpsilon, jsonNum(s))
+	}
+	gp.Exact = jsonNum(gp.Exact)
+	updates := make([]int, n)
+	for i := range updates {
+		updates[i] = K
+	}
+	r.Privacy = Privacy{
+		Conversion: "none: pure epsilon-DP (delta = 0)",
+		Updates:    updates,
+		Local: Local{
+			Epsilon: gp.Epsilon, PerNodeEpsilon: gp.PerNode, Theorem: fig.Theorem,
+			Conditions: fig.Conditions, ConditionsHold: fig.ConditionsHold,
+		},
+		PairwisePlanned: Pairwise{
+			Worst:   Worst{Epsilon: gp.Epsilon, I: fig.Node, J: -1},
+			Theorem: fig.Theorem, Conditions: fig.Conditions, ConditionsHold: fig.ConditionsHold,
+			Note: "Definition V.1's adversary sees every message of every node, so any observer j (or coalition) " +
+				"is bounded by beta_i; worst.j = -1 means any observer",
+		},
+	}
+	rep := &GossipReport{
+		Report: r, Iters: o.Iters, MaxDeviation: dev, Messages: sim.Messages, PaperC: o.C,
+		Rho: o.C * float64(n) * o.Problem.Reg.L2, Alpha: jsonNum(o.Alpha), Eta: o.Eta, EtaGrowth: o.EtaGrowth,
+		Gossip: gp,
+	}
+	for i := 0; i < n; i++ {
+		rep.Degrees = append(rep.Degrees, g.Degree(i))
+	}
+	if o.Iters > 0 {
+		rep.UsPerIter = float64(wall.Nanoseconds()) / 1e3 / float64(o.Iters)
+		r.UsPerHop = rep.UsPerIter // one "hop" of a gossip run is one iteration of all nodes
+	}
+	return rep, nil
+}
