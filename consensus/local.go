@@ -19,6 +19,10 @@ type LocalLoss struct {
 	atb   []float64 // c A^T b
 	gram  []float64 // c A^T A
 	anorm float64   // ||a||^2 for a one-row shard
+	row   []float64 // the row a of a one-row squared-loss shard (nil otherwise)
+	label float64   // its label
+	k1    float64   // gamma c / (1 + gamma c ||a||^2) for that row, valid when g1 == gamma
+	g1    float64   // the gamma of k1 (0: not yet computed)
 
 	// scratch
 	x, g, d, rhs, h, m []float64
@@ -61,6 +65,7 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 		if shard.Rows == 1 {
 			a := shard.Row(0)
 			l.anorm = dot(a, a)
+			l.row, l.label = a, shard.Y[0]
 		} else {
 			l.gram = make([]float64, p*p)
 			l.atb = make([]float64, p)
@@ -129,10 +134,12 @@ func (l *LocalLoss) Prox(dst, v []float64, gamma float64) error {
 func (l *LocalLoss) proxSquared(dst, v []float64, gamma float64) error {
 	p := l.shard.Cols
 	if l.shard.Rows == 1 {
-		a := l.shard.Row(0)
-		s := gamma * l.c * (l.shard.Y[0] - dot(a, v)) / (1 + gamma*l.c*l.anorm)
-		for j := range dst {
-			dst[j] = v[j] + s*a[j]
+		r, _ := l.RankOne(gamma)
+		a := r.A[:len(v)]
+		dst = dst[:len(v)]
+		s := r.K * (r.Y - dot4(a, v))
+		for j, vj := range v {
+			dst[j] = vj + s*a[j]
 		}
 		return nil
 	}
@@ -152,6 +159,55 @@ func (l *LocalLoss) proxSquared(dst, v []float64, gamma float64) error {
 	}
 	cholSolve(dst, l.chol, l.rhs, p)
 	return nil
+}
+
+// RankOne is the closed form (Sherman-Morrison) of the prox of a squared loss over a single
+// row a with label y and weight c, f(x) = (c/2) (a.x - y)^2:
+//
+//	prox_{gamma f}(v) = v + K (y - a.v) a,   K = gamma c / (1 + gamma c ||a||^2).
+//
+// It lets a caller fuse the prox with the passes around it without materialising v.
+type RankOne struct {
+	A     []float64 // the row a; aliases the shard, read only
+	Y     float64   // the label y
+	K     float64   // gamma c / (1 + gamma c ||a||^2)
+	Norm2 float64   // ||a||^2
+}
+
+// RankOne returns the closed form of prox_{gamma f_i} when f_i is a squared loss over a
+// one-row shard, and ok = false otherwise (other losses, several rows, or gamma not finite
+// and > 0). K is cached per gamma; it does not allocate.
+func (l *LocalLoss) RankOne(gamma float64) (r RankOne, ok bool) {
+	if l.row == nil {
+		return RankOne{}, false
+	}
+	if l.g1 != gamma {
+		if !(gamma > 0) || math.IsInf(gamma, 0) {
+			return RankOne{}, false
+		}
+		gc := gamma * l.c
+		l.k1, l.g1 = gc/(1+gc*l.anorm), gamma
+	}
+	return RankOne{A: l.row, Y: l.label, K: l.k1, Norm2: l.anorm}, true
+}
+
+// dot4 is a dot product with four partial sums, which keeps the floating-point adders
+// busy instead of waiting on one accumulator; the summation order is fixed.
+func dot4(a, b []float64) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	k := 0
+	for ; k+4 <= len(a); k += 4 {
+		aa, bb := a[k:k+4:k+4], b[k:k+4:k+4]
+		s0 += aa[0] * bb[0]
+		s1 += aa[1] * bb[1]
+		s2 += aa[2] * bb[2]
+		s3 += aa[3] * bb[3]
+	}
+	for ; k < len(a); k++ {
+		s0 += a[k] * b[k]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // proxLogistic minimizes F(x) = f_i(x) + ||x-v||^2/(2 gamma) by Newton's method.
