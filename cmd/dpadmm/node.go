@@ -1,10 +1,237 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
 )
 
+const nodeHelp = `Usage: dpadmm node --run NAME --data FILE --datadir DIR [flags]
+
+Runs one node of a random-walk private ADMM run over libp2p. Every node of a run must
+use the same --run, hyperparameters and data dimension (their hash is checked).
+
+One node starts the run (--start): it announces the configuration on the GossipSub
+topic dpadmm/<run>/control, waits for --min-peers nodes (itself included) to join,
+keeps the join window open a little longer, fixes the membership and creates the token.
+The token travels only over direct streams (/dpadmm/<run>/walk/1). After --hops hops the
+last holder publishes the released model; every member writes DIR/model.json (model and
+privacy report) and exits.
+
+DIR holds the node identity (the peer ID survives restarts), the privacy ledger,
+checkpoints and model.json. A checkpoint without an intact ledger is refused.
+
+Profiles set listen addresses, discovery and timeouts together:
+  test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
+  lan       listen all interfaces TCP+QUIC, mDNS discovery (ack 10s, join window 5s)
+  internet  listen all interfaces TCP+QUIC, no mDNS, use --bootstrap/--peer (ack 30s, join window 30s)
+
+Examples:
+  dpadmm node --run demo --data embedded --shard 0/3 --datadir /tmp/n0 --start --min-peers 3 --profile lan
+  dpadmm node --run demo --data embedded --shard 1/3 --datadir /tmp/n1 --profile lan
+
+Flags:
+`
+
+// multiFlag collects a repeatable, comma-separable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, ",") }
+
+func (m *multiFlag) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*m = append(*m, p)
+		}
+	}
+	return nil
+}
+
 func runNode(args []string, stdout, stderr io.Writer) error {
-	return errors.New("node: not available in this build")
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, nodeHelp)
+		fs.PrintDefaults()
+	}
+	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
+	data := fs.String("data", "", "local training data, CSV or LIBSVM, or \"embedded\" (required)")
+	shard := fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
+	splitSeed := fs.Uint64("split-seed", 1, "seed of the --shard split")
+	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
+	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on the local data: none|standardize|rownorm|standardize+rownorm")
+	datadir := fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
+	start := fs.Bool("start", false, "start the run: announce, collect joins, create the token")
+	minPeers := fs.Int("min-peers", 2, "with --start: nodes (starter included) to wait for")
+	joinWindow := fs.Duration("join-window", 0, "with --start: how long joins stay open once --min-peers is reached (default: profile)")
+	hops := fs.Uint64("hops", 1000, "number of hops K of the walk")
+	profile := fs.String("profile", "lan", "test|lan|internet (listen addresses, discovery, timeouts)")
+	var listen, peers, bootstrap multiFlag
+	fs.Var(&listen, "listen", "listen multiaddr (repeatable; default: profile)")
+	fs.Var(&peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
+	fs.Var(&bootstrap, "bootstrap", "bootstrap multiaddr of an existing libp2p network; enables the Kademlia DHT rendezvous on the run name (repeatable)")
+	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090")
+	logFormat := fs.String("log-format", "text", "log format: text|json")
+	logLevel := fs.String("log-level", "warn", "log level: debug|info|warn|error")
+	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
+	l1 := fs.Float64("l1", 0, "L1 weight")
+	l2 := fs.Float64("l2", 1e-2, "L2 weight")
+	gamma := fs.Float64("gamma", 100, "ADMM prox parameter gamma > 0")
+	lambda := fs.Float64("lambda", 0.5, "relaxation lambda in (0,1]")
+	clip := fs.Float64("clip", 0.1, "clip bound C on ||x - z||")
+	sigma := fs.Float64("sigma", 1, "noise std sigma of eq. (7); 0 = no privacy")
+	maxUpd := fs.Int("max-updates", 100, "cap K_i on this node's noisy updates; 0 = no cap")
+	delta := fs.Float64("delta", 1e-5, "delta of the reported (epsilon, delta)")
+	noSync := fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	bad := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "dpadmm node: "+format+"\n", a...)
+		fs.Usage()
+		return errUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q", fs.Arg(0))
+	case *run == "":
+		return bad("--run is required")
+	case *data == "":
+		return bad("--data is required")
+	case *datadir == "":
+		return bad("--datadir is required")
+	case *hops < 1:
+		return bad("--hops must be >= 1")
+	case *minPeers < 1:
+		return bad("--min-peers must be >= 1")
+	case math.IsNaN(*sigma) || *sigma < 0 || math.IsInf(*sigma, 0):
+		return bad("--sigma must be finite and >= 0, got %v", *sigma)
+	case !(*clip > 0):
+		return bad("--clip must be > 0, got %v", *clip)
+	case !(*delta > 0 && *delta < 1):
+		return bad("--delta must be in (0,1), got %v", *delta)
+	case *logFormat != "text" && *logFormat != "json":
+		return bad("--log-format must be text or json, got %q", *logFormat)
+	}
+	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
+		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, MaxUpdates: *maxUpd, Delta: *delta,
+		Peers: peers, Bootstrap: bootstrap, HTTP: *httpAddr, NoSync: *noSync}
+	switch *profile {
+	case "test":
+		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		cfg.AckTimeout, cfg.JoinWindow = 2*time.Second, time.Second
+	case "lan":
+		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		cfg.MDNS, cfg.AckTimeout, cfg.JoinWindow = true, 10*time.Second, 5*time.Second
+	case "internet":
+		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		cfg.AckTimeout, cfg.JoinWindow = 30*time.Second, 30*time.Second
+	default:
+		return bad("--profile must be test, lan or internet, got %q", *profile)
+	}
+	if len(listen) > 0 {
+		cfg.Listen = listen
+	}
+	if *joinWindow > 0 {
+		cfg.JoinWindow = *joinWindow
+	}
+	loss, err := consensus.ParseLoss(*lossName)
+	if err != nil {
+		return bad("--loss: %v", err)
+	}
+	cfg.Problem = consensus.Problem{Loss: loss, Reg: consensus.Regularizer{L1: *l1, L2: *l2}}
+	kind, err := consensus.ParseScaling(*scale)
+	if err != nil {
+		return bad("--scale: %v", err)
+	}
+	log, err := node.NewLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return bad("--log-level: %v", err)
+	}
+	node.RouteLibp2pLogs(log)
+	cfg.Logger = log
+
+	var d *consensus.Dataset
+	if *data == "embedded" {
+		d, err = consensus.Embedded()
+	} else {
+		d, err = consensus.Load(*data, consensus.LoadOptions{Label: *label})
+	}
+	if err != nil {
+		return err
+	}
+	if *shard != "" {
+		i, n, ok := parseShard(*shard)
+		if !ok {
+			return bad("--shard must be I/N with 0 <= I < N, got %q", *shard)
+		}
+		sh, err := consensus.Split(d, n, "iid", *splitSeed)
+		if err != nil {
+			return err
+		}
+		d = sh[i]
+	}
+	sc, err := consensus.FitScaler(d, kind)
+	if err != nil {
+		return err
+	}
+	cfg.Data = sc.Apply(d)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	nd, err := node.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	fmt.Fprintf(stdout, "node %s run %q config %.12s\n", nd.ID(), *run, nd.ConfigHash())
+	for _, a := range nd.Host.Addrs() {
+		fmt.Fprintf(stdout, "  listening on %s/p2p/%s\n", a, nd.ID())
+	}
+	if nd.HTTPAddr != "" {
+		fmt.Fprintf(stdout, "  status on http://%s/status, metrics on /metrics\n", nd.HTTPAddr)
+	}
+	m, err := nd.Run(ctx)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted before the run ended (state is checkpointed in --datadir)")
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "run %q done after %d hops: model written to %s\n", m.Run, m.Hops, filepath.Join(*datadir, node.ModelFile))
+	fmt.Fprintf(stdout, "  own noisy updates %d, ledger entries %d\n", m.Privacy.Updates, m.Privacy.LedgerEntries)
+	for _, b := range []node.BoundJSON{m.Privacy.Local, m.Privacy.Network} {
+		eps := "unbounded"
+		if b.Epsilon >= 0 {
+			eps = strconv.FormatFloat(b.Epsilon, 'g', 4, 64)
+		}
+		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", eps, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
+	}
+	return nil
+}
+
+func parseShard(s string) (i, n int, ok bool) {
+	a, b, found := strings.Cut(s, "/")
+	if !found {
+		return 0, 0, false
+	}
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	return i, n, err1 == nil && err2 == nil && n >= 1 && i >= 0 && i < n
 }

@@ -1,0 +1,152 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// Config configures one node.
+type Config struct {
+	// Run names the run; it selects the protocol /dpadmm/<run>/walk/1 and the control
+	// topic dpadmm/<run>/control.
+	Run string
+	// DataDir holds identity, ledger, checkpoints and model.json.
+	DataDir string
+	// Data is this node's private shard.
+	Data *consensus.Dataset
+	// Problem, Gamma, Lambda, Clip, Sigma, MaxUpdates: the walk's hyperparameters (see walk.Config).
+	Problem    consensus.Problem
+	Gamma      float64
+	Lambda     float64
+	Clip       float64
+	Sigma      float64
+	MaxUpdates int
+	// Hops is K, the total number of hops of the walk; the node receiving hop K releases
+	// the final model.
+	Hops uint64
+	// Delta is the delta of the (epsilon, delta) figures in model.json. Default 1e-5.
+	Delta float64
+
+	// Start makes this node the starter: it announces the run, collects joins and creates
+	// the token. Ignored with static Members.
+	Start bool
+	// MinPeers is the number of nodes (starter included) the starter waits for.
+	MinPeers int
+	// JoinWindow is how long the starter keeps collecting joins once MinPeers is reached.
+	JoinWindow time.Duration
+
+	// Members fixes the membership (peer IDs in node-index order, this node included),
+	// skipping the announce/join phase (testnets). Weight and Holder must then be set.
+	Members []peer.ID
+	// Weight is this node's local-loss weight n*rows_i/N in static mode.
+	Weight float64
+	// Holder is the index of the initial token holder in static mode; that node creates
+	// the token.
+	Holder int
+
+	// Rand returns node i's next-hop source once the node's index i is known; nil means
+	// a source seeded from crypto/rand. Index -1 is asked for the initial holder.
+	Rand func(i int) *rand.Rand
+	// Noise returns node i's DP noise source; nil means privacy.NewSecureNoise(). A
+	// non-secure source is refused unless AllowSeededNoise is set.
+	Noise            func(i int) privacy.Noise
+	AllowSeededNoise bool
+
+	// Listen are libp2p listen multiaddrs; default /ip4/0.0.0.0/tcp/0 and QUIC.
+	Listen []string
+	// Peers are multiaddrs (with /p2p/ID) dialled at start.
+	Peers []string
+	// Bootstrap are multiaddrs of an existing libp2p/DHT network; the node then advertises
+	// and looks up the run name on the Kademlia DHT.
+	Bootstrap []string
+	// MDNS enables LAN discovery.
+	MDNS bool
+	// HTTP is the address of the /status and /metrics endpoint; "" disables it.
+	HTTP string
+
+	// AckTimeout bounds the wait for a hand-off ack before the sender retries (first the
+	// same peer, then another). Default 10 s.
+	AckTimeout time.Duration
+	// FinalWait bounds how long the node that releases the final model keeps
+	// republishing it while waiting for every member's confirmation. Default 30 s.
+	FinalWait time.Duration
+	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
+	NoSync bool
+	// Logger receives the node's log; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	switch {
+	case c.Run == "" || len(c.Run) > MaxRunName:
+		return fmt.Errorf("node: run name must have 1..%d bytes", MaxRunName)
+	case c.DataDir == "":
+		return errors.New("node: a data directory is required")
+	case c.Data == nil || c.Data.Rows < 1 || c.Data.Cols < 1:
+		return errors.New("node: a non-empty local dataset is required")
+	case c.Hops < 1:
+		return errors.New("node: hops must be >= 1")
+	case !(c.Gamma > 0) || math.IsInf(c.Gamma, 0):
+		return fmt.Errorf("node: gamma must be > 0, got %v", c.Gamma)
+	case !(c.Lambda > 0 && c.Lambda <= 1):
+		return fmt.Errorf("node: lambda must be in (0,1], got %v", c.Lambda)
+	case !(c.Clip > 0):
+		return fmt.Errorf("node: clip must be > 0, got %v", c.Clip)
+	case !(c.Sigma >= 0) || math.IsInf(c.Sigma, 0):
+		return fmt.Errorf("node: sigma must be >= 0 and finite, got %v", c.Sigma)
+	case c.Members != nil && !(c.Weight > 0):
+		return errors.New("node: static membership needs a weight > 0")
+	case c.Members != nil && (c.Holder < 0 || c.Holder >= len(c.Members)):
+		return fmt.Errorf("node: holder %d out of range", c.Holder)
+	case c.Delta < 0 || c.Delta >= 1:
+		return fmt.Errorf("node: delta must be in (0,1), got %v", c.Delta)
+	}
+	return c.Problem.Validate()
+}
+
+// RunConfig is what the starter announces and every member must agree on; its hash is
+// the config hash.
+type RunConfig struct {
+	Run        string  `json:"run"`
+	Algorithm  string  `json:"algo"`
+	Dims       int     `json:"dims"`
+	Loss       string  `json:"loss"`
+	L1         float64 `json:"l1"`
+	L2         float64 `json:"l2"`
+	Gamma      float64 `json:"gamma"`
+	Lambda     float64 `json:"lambda"`
+	Clip       float64 `json:"clip"`
+	Sigma      float64 `json:"sigma"`
+	MaxUpdates int     `json:"max_updates"`
+	Hops       uint64  `json:"hops"`
+	Noise      string  `json:"noise"` // "gaussian"
+}
+
+// RunConfig returns the run configuration implied by c.
+func (c *Config) RunConfig() RunConfig {
+	return RunConfig{
+		Run: c.Run, Algorithm: "walk", Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,
+		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian",
+	}
+}
+
+// Hash returns the hex SHA-256 of the canonical JSON encoding.
+func (r RunConfig) Hash() string {
+	b, _ := json.Marshal(r)
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

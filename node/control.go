@@ -1,0 +1,396 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/multiformats/go-multiaddr"
+
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// maxControl is the largest control message accepted, in bytes.
+const maxControl = 1 << 20
+
+// ctlMsg is a control-plane message on the GossipSub topic. The walk token never travels
+// here; only the announcement, membership and the final released model do.
+type ctlMsg struct {
+	Type    string     `json:"type"` // announce | join | start | final
+	Run     string     `json:"run"`
+	Hash    string     `json:"config_hash"`
+	Config  *RunConfig `json:"config,omitempty"`
+	Rows    int        `json:"rows,omitempty"`
+	Members []string   `json:"members,omitempty"`
+	Addrs   [][]string `json:"addrs,omitempty"` // join: [own addrs]; start: one list per member
+	Total   int        `json:"total_rows,omitempty"`
+	Holder  int        `json:"holder,omitempty"`
+	Hop     uint64     `json:"hop,omitempty"`
+	Model   []float64  `json:"model,omitempty"`
+}
+
+type (
+	finalMsg struct {
+		from peer.ID
+		m    ctlMsg
+	}
+	startMsg = finalMsg
+	joinMsg  = finalMsg
+)
+
+func (n *Node) publish(ctx context.Context, m ctlMsg) error {
+	return n.topic.Publish(ctx, marshal(m))
+}
+
+// readControl dispatches control messages until ctx ends.
+func (n *Node) readControl(ctx context.Context) {
+	for {
+		msg, err := n.sub.Next(ctx)
+		if err != nil {
+			return
+		}
+		from := msg.GetFrom()
+		n.log.Debug().Str("from", shortID(from)).Int("bytes", len(msg.Data)).Msg("control message")
+		if from == n.ID() {
+			continue
+		}
+		if len(msg.Data) > maxControl {
+			n.log.Warn().Str("from", shortID(from)).Msg("control message too large: ignored")
+			continue
+		}
+		var m ctlMsg
+		if err := json.Unmarshal(msg.Data, &m); err != nil || m.Run != n.cfg.Run {
+			n.log.Warn().Str("from", shortID(from)).Msg("malformed or foreign control message: ignored")
+			continue
+		}
+		fm := finalMsg{from: from, m: m}
+		var ch chan finalMsg
+		switch m.Type {
+		case "announce":
+			ch = n.announces
+		case "join":
+			ch = n.joins
+		case "start":
+			ch = n.start
+		case "final":
+			ch = n.final
+		default:
+			continue
+		}
+		select {
+		case ch <- fm:
+		default: // a slow consumer drops duplicates; announcements and starts repeat
+		}
+	}
+}
+
+// runStarter announces the run, collects joins with a matching config hash and fixes the
+// membership (starter first, then joiners in order of arrival).
+func (n *Node) runStarter(ctx context.Context) error {
+	order := []peer.ID{n.ID()}
+	rows := map[peer.ID]int{n.ID(): n.cfg.Data.Rows}
+	rc := n.rc
+	announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc}
+	n.publish(ctx, announce)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var reached time.Time
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case j := <-n.joins:
+			if j.m.Hash != n.hash {
+				n.log.Warn().Str("from", shortID(j.from)).Str("theirs", j.m.Hash).Str("ours", n.hash).
+					Msg("refusing join: config hash mismatch (different data dimensions or hyperparameters)")
+				continue
+			}
+			if _, ok := rows[j.from]; !ok && j.m.Rows > 0 {
+				rows[j.from] = j.m.Rows
+				if len(j.m.Addrs) == 1 {
+					n.addAddrs(j.from, j.m.Addrs[0])
+				}
+				order = append(order, j.from)
+				n.log.Info().Str("peer", shortID(j.from)).Int("members", len(order)).Msg("peer joined")
+			}
+		case <-tick.C:
+			if k%4 == 0 {
+				n.publish(ctx, announce)
+			}
+		}
+		if len(order) >= n.cfg.MinPeers {
+			if reached.IsZero() {
+				reached = time.Now()
+			}
+			if time.Since(reached) >= n.cfg.JoinWindow {
+				break
+			}
+		}
+	}
+	total := 0
+	names := make([]string, len(order))
+	addrs := make([][]string, len(order))
+	for i, p := range order {
+		total += rows[p]
+		names[i] = p.String()
+		for _, a := range n.Host.Peerstore().Addrs(p) {
+			addrs[i] = append(addrs[i], a.String())
+		}
+		if p == n.ID() {
+			addrs[i] = n.addrStrings()
+		}
+	}
+	r := cryptoRand()
+	if n.cfg.Rand != nil {
+		r = n.cfg.Rand(-1)
+	}
+	holder := r.IntN(len(order))
+	n.startMsg = ctlMsg{Type: "start", Run: n.cfg.Run, Hash: n.hash, Members: names, Addrs: addrs, Total: total, Holder: holder}
+	if err := n.publish(ctx, n.startMsg); err != nil {
+		return err
+	}
+	if err := n.setMembers(order, float64(len(order))*float64(n.cfg.Data.Rows)/float64(total)); err != nil {
+		return err
+	}
+	n.initialTo = order[holder]
+	n.log.Info().Int("nodes", len(order)).Int("holder", holder).Msg("run started")
+	return nil
+}
+
+// runJoiner waits for an announcement with a matching config hash, joins, and waits for
+// the start message.
+func (n *Node) runJoiner(ctx context.Context) error {
+	var lastJoin time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case a := <-n.announces:
+			if a.m.Hash != n.hash {
+				n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).
+					Interface("their_config", a.m.Config).Msg("refusing run announcement: config hash mismatch (different data dimensions or hyperparameters)")
+				continue
+			}
+			if time.Since(lastJoin) > 500*time.Millisecond {
+				lastJoin = time.Now()
+				n.publish(ctx, ctlMsg{Type: "join", Run: n.cfg.Run, Hash: n.hash, Rows: n.cfg.Data.Rows, Addrs: [][]string{n.addrStrings()}})
+			}
+		case s := <-n.start:
+			if s.m.Hash != n.hash || s.m.Total < 1 || len(s.m.Members) < 1 {
+				continue
+			}
+			ms := make([]peer.ID, len(s.m.Members))
+			in := false
+			for i, str := range s.m.Members {
+				p, err := peer.Decode(str)
+				if err != nil {
+					return fmt.Errorf("node: start message has a bad member %q", str)
+				}
+				ms[i] = p
+				in = in || p == n.ID()
+				if len(s.m.Addrs) == len(s.m.Members) && p != n.ID() {
+					n.addAddrs(p, s.m.Addrs[i])
+				}
+			}
+			if !in {
+				n.log.Warn().Msg("the run started without this node (join window missed)")
+				continue
+			}
+			return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(s.m.Total))
+		}
+	}
+}
+
+// waitTopicPeers waits until every member this node is connected to has subscribed to
+// the control topic (so that the final model reaches it), or the timeout passes.
+func (n *Node) waitTopicPeers(ctx context.Context, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		subs := map[peer.ID]bool{}
+		for _, p := range n.topic.ListPeers() {
+			subs[p] = true
+		}
+		missing := 0
+		n.mu.Lock()
+		for _, p := range n.members {
+			if p != n.ID() && n.Host.Network().Connectedness(p) == network.Connected && !subs[p] {
+				missing++
+			}
+		}
+		n.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BoundJSON is a privacy bound as written to model.json; +Inf is written as -1.
+type BoundJSON struct {
+	Epsilon        float64 `json:"epsilon"`
+	Order          float64 `json:"order"`
+	Theorem        string  `json:"theorem"`
+	Conditions     string  `json:"conditions"`
+	ConditionsHold bool    `json:"conditions_hold"`
+	Note           string  `json:"note,omitempty"`
+}
+
+func boundJSON(b privacy.Bound) BoundJSON {
+	e := b.Epsilon
+	if math.IsInf(e, 0) || math.IsNaN(e) {
+		e = -1
+	}
+	return BoundJSON{Epsilon: e, Order: jsonNum(b.Order), Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
+}
+
+func jsonNum(x float64) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return -1
+	}
+	return x
+}
+
+// Model is the content of model.json.
+type Model struct {
+	Run        string       `json:"run"`
+	ConfigHash string       `json:"config_hash"`
+	Peer       string       `json:"peer"`
+	Index      int          `json:"index"`
+	Nodes      int          `json:"nodes"`
+	Hops       uint64       `json:"hops"`
+	ReleasedBy string       `json:"released_by"`
+	Dims       int          `json:"dims"`
+	Model      []float64    `json:"model"`
+	Privacy    ModelPrivacy `json:"privacy"`
+}
+
+// ModelPrivacy is this node's privacy report (epsilon -1 means unbounded).
+type ModelPrivacy struct {
+	Delta         float64   `json:"delta"`
+	Updates       int       `json:"own_updates"`
+	LedgerEntries int       `json:"ledger_entries"`
+	Local         BoundJSON `json:"local"`
+	Network       BoundJSON `json:"network_planned"`
+}
+
+func (n *Node) newModel(z []float64, hop uint64, by peer.ID) *Model {
+	n.mu.Lock()
+	nodes, idx := len(n.members), n.index
+	n.mu.Unlock()
+	up := n.ckpt.Updates
+	return &Model{
+		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop,
+		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...),
+		Privacy: ModelPrivacy{
+			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
+			Local:   boundJSON(privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)),
+			Network: boundJSON(privacy.Theorem4Bound(nodes, up, n.cfg.Clip, n.cfg.Sigma, n.cfg.Delta)),
+		},
+	}
+}
+
+// acceptFinal checks a final-model publication: from a member, same config, the model's
+// dimension, finite.
+func (n *Node) acceptFinal(f finalMsg) error {
+	switch {
+	case n.model != nil:
+		return nil
+	case !n.isMember(f.from):
+		return fmt.Errorf("node: final model from non-member %s", shortID(f.from))
+	case f.m.Hash != n.hash:
+		return fmt.Errorf("node: final model with config hash %s, ours %s", f.m.Hash, n.hash)
+	case len(f.m.Model) != n.cfg.Data.Cols:
+		return fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
+	case f.m.Hop != n.cfg.Hops:
+		return fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
+	}
+	for _, v := range f.m.Model {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("node: final model has a non-finite coordinate")
+		}
+	}
+	n.model = n.newModel(f.m.Model, f.m.Hop, f.from)
+	return nil
+}
+
+// finish writes model.json. The releasing node republishes the model until every member
+// confirmed it over a direct stream (or FinalWait passed); the others confirm and return.
+func (n *Node) finish(ctx context.Context) (*Model, error) {
+	if err := n.store.WriteAtomic(ModelFile, append(marshal(n.model), '\n')); err != nil {
+		return nil, err
+	}
+	n.metrics.done.Store(true)
+	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("final model written")
+	by, _ := peer.Decode(n.model.ReleasedBy)
+	if by != n.ID() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if s, err := n.Host.NewStream(cctx, by, DoneProtocol(n.cfg.Run)); err == nil {
+			s.SetDeadline(time.Now().Add(5 * time.Second))
+			s.Write([]byte{1})
+			var b [1]byte
+			s.Read(b[:])
+			s.Close()
+		}
+		return n.model, nil
+	}
+	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Model: n.model.Model}
+	deadline := time.Now().Add(n.cfg.FinalWait)
+	last, every := time.Now(), 100*time.Millisecond
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n.mu.Lock()
+		got := len(n.doneFrom)
+		want := len(n.members) - 1
+		n.mu.Unlock()
+		if got >= want {
+			break
+		}
+		if time.Since(last) > every {
+			n.publish(ctx, final) // a publication can be missed by a peer whose mesh is not formed
+			last, every = time.Now(), min(2*every, time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n.model, nil
+}
+
+func (n *Node) handleDone(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(5 * time.Second))
+	var b [1]byte
+	if _, err := s.Read(b[:]); err != nil {
+		return
+	}
+	p := s.Conn().RemotePeer()
+	if n.isMember(p) {
+		n.mu.Lock()
+		n.doneFrom[p] = true
+		n.mu.Unlock()
+	}
+	s.Write([]byte{1})
+}
+
+func osReadFile(dir, name string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, name)) }
+
+func (n *Node) addrStrings() []string {
+	var out []string
+	for _, a := range n.Host.Addrs() {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// addAddrs records a member's announced addresses so that the hand-off can dial it.
+func (n *Node) addAddrs(p peer.ID, addrs []string) {
+	for _, s := range addrs {
+		if a, err := multiaddr.NewMultiaddr(s); err == nil {
+			n.Host.Peerstore().AddAddr(p, a, time.Hour)
+		}
+	}
+}

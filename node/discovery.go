@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
+	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	dutil "github.com/libp2p/go-libp2p/p2p/discovery/util"
+	"github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
+)
+
+// dial connects to a multiaddr that ends in /p2p/<peer ID>.
+func (n *Node) dial(ctx context.Context, addr string) error {
+	ma, err := multiaddr.NewMultiaddr(addr)
+	if err != nil {
+		return fmt.Errorf("node: bad multiaddr %q: %w", addr, err)
+	}
+	ai, err := peer.AddrInfoFromP2pAddr(ma)
+	if err != nil {
+		return fmt.Errorf("node: multiaddr %q must end in /p2p/<peer ID>: %w", addr, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.Host.Connect(cctx, *ai); err != nil {
+		return fmt.Errorf("node: cannot reach %s: %w", addr, err)
+	}
+	return nil
+}
+
+type mdnsNotifee struct{ n *Node }
+
+func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
+	if ai.ID == m.n.ID() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.n.Host.Connect(ctx, ai); err != nil {
+		m.n.log.Debug().Err(err).Str("peer", shortID(ai.ID)).Msg("mdns peer unreachable")
+		return
+	}
+	m.n.log.Info().Str("peer", shortID(ai.ID)).Msg("mdns peer connected")
+}
+
+// startMDNS advertises and discovers peers on the LAN under the service name
+// dpadmm-<run>.
+func (n *Node) startMDNS() error {
+	s := mdns.NewMdnsService(n.Host, "dpadmm-"+n.cfg.Run, mdnsNotifee{n})
+	if err := s.Start(); err != nil {
+		return fmt.Errorf("node: mdns: %w", err)
+	}
+	n.closers = append(n.closers, s.Close)
+	return nil
+}
+
+// startDHT connects to the bootstrap peers, starts a Kademlia DHT client/server and uses
+// it as a rendezvous: the node advertises the key dpadmm/<run> and connects to every
+// peer found under it, repeating every few seconds.
+func (n *Node) startDHT(ctx context.Context) error {
+	ok := 0
+	for _, a := range n.cfg.Bootstrap {
+		if err := n.dial(ctx, a); err != nil {
+			n.log.Warn().Err(err).Str("addr", a).Msg("bootstrap peer unreachable")
+			continue
+		}
+		ok++
+	}
+	if ok == 0 {
+		return fmt.Errorf("node: none of the %d bootstrap peers is reachable", len(n.cfg.Bootstrap))
+	}
+	kad, err := dht.New(ctx, n.Host, dht.Mode(dht.ModeAutoServer))
+	if err != nil {
+		return fmt.Errorf("node: dht: %w", err)
+	}
+	n.closers = append(n.closers, kad.Close)
+	if err := kad.Bootstrap(ctx); err != nil {
+		return fmt.Errorf("node: dht bootstrap: %w", err)
+	}
+	rd := drouting.NewRoutingDiscovery(kad)
+	ns := "dpadmm/" + n.cfg.Run
+	dctx, cancel := context.WithCancel(ctx)
+	n.closers = append(n.closers, func() error { cancel(); return nil })
+	dutil.Advertise(dctx, rd, ns) // re-advertises in the background until dctx ends
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		for dctx.Err() == nil {
+			peers, err := rd.FindPeers(dctx, ns)
+			if err == nil {
+				for ai := range peers {
+					if ai.ID == n.ID() || len(ai.Addrs) == 0 {
+						continue
+					}
+					cctx, c := context.WithTimeout(dctx, 5*time.Second)
+					n.Host.Connect(cctx, ai)
+					c()
+				}
+			}
+			select {
+			case <-dctx.Done():
+			case <-time.After(3 * time.Second):
+			}
+		}
+	}()
+	return nil
+}
+
+// checkPorts refuses fixed TCP/UDP listen ports that are already taken. go-libp2p binds
+// with SO_REUSEPORT, so without this check a second node on the same port would silently
+// share it with the first.
+func checkPorts(listen []string) error {
+	for _, s := range listen {
+		ma, err := multiaddr.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("node: bad listen multiaddr %q: %w", s, err)
+		}
+		network, addr, err := manet.DialArgs(ma)
+		if err != nil {
+			continue // not an IP address (e.g. a relay): libp2p reports it
+		}
+		if _, port, _ := net.SplitHostPort(addr); port == "0" {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(network, "tcp"):
+			l, err := net.Listen(network, addr)
+			if err != nil {
+				return fmt.Errorf("node: cannot listen on %s: %w (port already in use?)", s, err)
+			}
+			l.Close()
+		case strings.HasPrefix(network, "udp"):
+			l, err := net.ListenPacket(network, addr)
+			if err != nil {
+				return fmt.Errorf("node: cannot listen on %s: %w (port already in use?)", s, err)
+			}
+			l.Close()
+		}
+	}
+	return nil
+}

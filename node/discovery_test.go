@@ -1,0 +1,104 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+)
+
+// TestBootstrapDHTRendezvous: a small network of plain libp2p hosts running only a
+// Kademlia DHT (they know nothing of dpadmm); two dpadmm nodes given one of them as
+// --bootstrap find each other through the rendezvous on the run name and complete a run.
+func TestBootstrapDHTRendezvous(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var plain []host.Host
+	for range 3 {
+		h, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		kad, err := dht.New(ctx, h, dht.Mode(dht.ModeServer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { kad.Close() })
+		for _, o := range plain {
+			if err := h.Connect(ctx, peer.AddrInfo{ID: o.ID(), Addrs: o.Addrs()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plain = append(plain, h)
+	}
+	boot := func(h host.Host) string { return h.Addrs()[0].String() + "/p2p/" + h.ID().String() }
+	sh := shards(t, 2)
+	const hops = 20
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := baseConfig("dhtrun", sh[i], hops)
+		c.DataDir = t.TempDir()
+		c.Bootstrap = []string{boot(plain[i]), "/ip4/127.0.0.1/tcp/1/p2p/" + plain[2].ID().String()} // second one unreachable
+		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+		if i == 0 {
+			c.Start, c.MinPeers, c.JoinWindow = true, 2, 200*time.Millisecond
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	models := runAll(t, ctx, nodes)
+	if !sameBits(models[0].Model, models[1].Model) || models[0].Nodes != 2 {
+		t.Fatalf("models %+v / %+v", models[0], models[1])
+	}
+	if nodes[0].Store().Entries()+nodes[1].Store().Entries() != hops {
+		t.Fatal("ledger entries do not add up to the hops")
+	}
+}
+
+func TestBootstrapUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 1)
+	c := baseConfig("noboot", sh[0], 5)
+	c.DataDir = t.TempDir()
+	c.Bootstrap = []string{"/ip4/127.0.0.1/tcp/1/p2p/12D3KooWGDrzQ4N534RWuWDSTkxuY2RRBvKM9XxFa4cb5dKJD2Nq"}
+	if _, err := New(ctx, c); err == nil || !strings.Contains(err.Error(), "bootstrap") {
+		t.Fatalf("unreachable bootstrap: %v", err)
+	}
+	c.Bootstrap = []string{"not-a-multiaddr"}
+	if _, err := New(ctx, c); err == nil {
+		t.Fatal("bad bootstrap address accepted")
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 1)
+	c := baseConfig("port", sh[0], 5)
+	c.DataDir = t.TempDir()
+	a, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c.DataDir = t.TempDir()
+	c.Listen = []string{a.Host.Addrs()[0].String()}
+	if b, err := New(ctx, c); err == nil {
+		b.Close()
+		t.Fatal("second node bound the same port")
+	} else if !strings.Contains(err.Error(), "listen") {
+		t.Fatalf("unclear error: %v", err)
+	}
+}

@@ -1,0 +1,775 @@
+package node
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// Ack codes written by the receiver of a hand-off, one byte per frame.
+const (
+	AckOK        byte = 0 // token durably stored; custody passes to the receiver
+	AckDuplicate byte = 1 // this exact (epoch, hop) was already stored: custody passes too
+	AckStale     byte = 2 // older than what the receiver has seen: the sender drops the token (fenced)
+	AckReject    byte = 3 // malformed, foreign or from a non-member: the sender tries another peer
+	AckBusy      byte = 4 // receiver not ready (membership not fixed, or still sending): retry later
+)
+
+// WalkProtocol returns the hand-off protocol ID of a run.
+func WalkProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/walk/1") }
+
+// DoneProtocol returns the protocol on which members confirm receipt of the final model.
+func DoneProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/done/1") }
+
+// ControlTopic returns the GossipSub control topic of a run.
+func ControlTopic(run string) string { return "dpadmm/" + run + "/control" }
+
+// Node is one dpadmm node: a libp2p host, the control plane, the durable store and the
+// runtime loop that owns the walk machine.
+type Node struct {
+	cfg   Config
+	log   zerolog.Logger
+	Host  host.Host
+	store *Store
+	ps    *pubsub.PubSub
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+	rc    RunConfig
+	hash  string
+	limit int // frame size limit
+
+	in        chan inbound
+	final     chan finalMsg
+	start     chan startMsg
+	joins     chan joinMsg
+	sent      chan sendResult
+	announces chan finalMsg
+	startMsg  ctlMsg
+	initialTo peer.ID
+	doneFrom  map[peer.ID]bool
+
+	mu      sync.Mutex // guards members, index, streams, status fields
+	members []peer.ID
+	index   int
+	streams map[peer.ID]network.Stream
+
+	// loop-owned state
+	m       *walk.Machine
+	ckpt    Checkpoint
+	seen    bool
+	seenE   uint64
+	seenH   uint64
+	busy    bool
+	pending *walk.Ready // the Ready whose hand-off is in flight
+	model   *Model
+
+	metrics *metrics
+	hopsIn  atomic.Uint64
+	lastTok atomic.Int64 // unix nanoseconds of the last token processed here
+	started time.Time
+	httpSrv *http.Server
+	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
+	HTTPAddr string
+	closers  []func() error
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+type inbound struct {
+	tok   walk.Token
+	raw   []byte
+	from  peer.ID
+	reply chan byte
+}
+
+type sendResult struct {
+	to  peer.ID
+	raw []byte
+	err error
+}
+
+// New creates the host, opens the data directory and joins the control topic. It does
+// not start the walk; call Run.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Delta == 0 {
+		cfg.Delta = 1e-5
+	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = 10 * time.Second
+	}
+	if cfg.FinalWait == 0 {
+		cfg.FinalWait = 30 * time.Second
+	}
+	if cfg.JoinWindow == 0 {
+		cfg.JoinWindow = 2 * time.Second
+	}
+	if cfg.MinPeers == 0 {
+		cfg.MinPeers = 2
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	st.NoSync = cfg.NoSync
+	key, err := st.Identity()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+	}
+	if err := checkPorts(listen); err != nil {
+		st.Close()
+		return nil, err
+	}
+	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen...))
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
+		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
+		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
+		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
+		doneFrom: map[peer.ID]bool{},
+		metrics:  newMetrics(), started: time.Now(),
+	}
+	n.rc = cfg.RunConfig()
+	n.hash = n.rc.Hash()
+	n.limit = TokenSize(cfg.Run, cfg.Data.Cols)
+	n.closers = append(n.closers, h.Close, st.Close)
+	fail := func(err error) (*Node, error) { n.Close(); return nil, err }
+	if n.ps, err = pubsub.NewGossipSub(ctx, h); err != nil {
+		return fail(fmt.Errorf("node: gossipsub: %w", err))
+	}
+	if n.topic, err = n.ps.Join(ControlTopic(cfg.Run)); err != nil {
+		return fail(err)
+	}
+	if n.sub, err = n.topic.Subscribe(); err != nil {
+		return fail(err)
+	}
+	h.SetStreamHandler(WalkProtocol(cfg.Run), n.handleWalk)
+	h.SetStreamHandler(DoneProtocol(cfg.Run), n.handleDone)
+	if cfg.HTTP != "" {
+		if err := n.serveHTTP(cfg.HTTP); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.MDNS {
+		if err := n.startMDNS(); err != nil {
+			return fail(err)
+		}
+	}
+	for _, a := range cfg.Peers {
+		if err := n.dial(ctx, a); err != nil {
+			n.log.Warn().Err(err).Str("addr", a).Msg("cannot dial peer")
+		}
+	}
+	if len(cfg.Bootstrap) > 0 {
+		if err := n.startDHT(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Msg("node up")
+	return n, nil
+}
+
+func shortID(p peer.ID) string {
+	s := p.String()
+	if len(s) > 8 {
+		return s[len(s)-8:]
+	}
+	return s
+}
+
+// ID returns the node's peer ID.
+func (n *Node) ID() peer.ID { return n.Host.ID() }
+
+// ConfigHash returns the hash of the run configuration.
+func (n *Node) ConfigHash() string { return n.hash }
+
+// Store returns the node's data directory store.
+func (n *Node) Store() *Store { return n.store }
+
+// Close stops the host and closes the store.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.mu.Unlock()
+	if n.httpSrv != nil {
+		n.httpSrv.Close()
+	}
+	var first error
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	n.closers = nil
+	n.bg.Wait()
+	return first
+}
+
+// Run takes part in the run until the final model is known, writes model.json and
+// returns it.
+func (n *Node) Run(ctx context.Context) (*Model, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n.mu.Lock()
+	n.cancel = cancel
+	n.mu.Unlock()
+	n.bg.Add(1)
+	go func() { defer n.bg.Done(); n.readControl(ctx) }()
+	if err := n.membership(ctx); err != nil {
+		return nil, err
+	}
+	return n.loop(ctx)
+}
+
+// membership fixes the member list (static, or via announce/join/start).
+func (n *Node) membership(ctx context.Context) error {
+	if n.cfg.Members != nil {
+		return n.setMembers(n.cfg.Members, n.cfg.Weight)
+	}
+	if n.cfg.Start {
+		return n.runStarter(ctx)
+	}
+	return n.runJoiner(ctx)
+}
+
+func (n *Node) setMembers(ms []peer.ID, weight float64) error {
+	idx := -1
+	names := make([]string, len(ms))
+	for i, p := range ms {
+		names[i] = p.String()
+		if p == n.ID() {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return errors.New("node: this node is not in the membership")
+	}
+	c := n.cfg
+	r := (*rand.Rand)(nil)
+	if c.Rand != nil {
+		r = c.Rand(idx)
+	} else {
+		r = cryptoRand()
+	}
+	wc := walk.Config{
+		Node: idx, Nodes: len(ms), Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
+		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names,
+	}
+	if c.Sigma > 0 {
+		if c.Noise != nil {
+			wc.Noise = c.Noise(idx)
+		} else {
+			wc.Noise = privacy.NewSecureNoise()
+		}
+		if !wc.Noise.Secure() && !c.AllowSeededNoise {
+			return errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+		}
+	}
+	ll, err := consensus.NewLocalLoss(c.Data, c.Problem.Loss, weight)
+	if err != nil {
+		return err
+	}
+	m, err := walk.New(wc, ll, c.Data.Cols)
+	if err != nil {
+		return err
+	}
+	ck, err := n.store.LoadCheckpoint()
+	if err != nil {
+		return err
+	}
+	n.ckpt = Checkpoint{Run: c.Run, Node: idx}
+	if ck != nil {
+		if ck.Run != c.Run || ck.Node != idx {
+			return fmt.Errorf("node: checkpoint in %s is for run %q node %d, not run %q node %d; use a fresh --datadir", n.store.Dir, ck.Run, ck.Node, c.Run, idx)
+		}
+		if err := m.Restore(walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}); err != nil {
+			return fmt.Errorf("node: checkpoint: %w", err)
+		}
+		n.ckpt = *ck
+		n.metrics.nupd.Store(int64(ck.Updates))
+		n.seen, n.seenE, n.seenH = true, ck.Epoch, ck.Hop
+		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
+	}
+	n.mu.Lock()
+	n.members, n.index, n.m = append([]peer.ID(nil), ms...), idx, m
+	n.mu.Unlock()
+	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
+	return nil
+}
+
+func cryptoRand() *rand.Rand {
+	var b [16]byte
+	crand.Read(b[:])
+	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+}
+
+func (n *Node) isMember(p peer.ID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range n.members {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// handleWalk serves one long-lived inbound hand-off stream: frames in, one ack byte out
+// per frame.
+func (n *Node) handleWalk(s network.Stream) {
+	defer s.Close()
+	from := s.Conn().RemotePeer()
+	lg := n.log.With().Str("from", shortID(from)).Logger()
+	for {
+		b, err := ReadFrame(s, n.limit)
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				n.reject(lg, "oversized", err.Error())
+				s.Write([]byte{AckReject})
+				s.Reset()
+			}
+			return
+		}
+		code := n.receive(lg, from, b)
+		if _, err := s.Write([]byte{code}); err != nil {
+			return
+		}
+	}
+}
+
+func (n *Node) reject(lg zerolog.Logger, kind, reason string) {
+	n.metrics.rejected.WithLabelValues(kind).Inc()
+	lg.Warn().Str("verdict", "reject").Str("kind", kind).Msg("hand-off rejected: " + reason)
+}
+
+// receive decodes and validates one frame and, if it passes, hands it to the loop which
+// stores it durably before the ack is returned.
+func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) byte {
+	tok, err := DecodeToken(b)
+	if err != nil {
+		kind := "malformed"
+		if errors.Is(err, ErrVersion) {
+			kind = "version"
+		}
+		n.reject(lg, kind, err.Error())
+		return AckReject
+	}
+	n.mu.Lock()
+	ready := n.m != nil
+	n.mu.Unlock()
+	if !ready {
+		return AckBusy
+	}
+	if !n.isMember(from) {
+		n.reject(lg, "non-member", "sender is not a member of the run")
+		return AckReject
+	}
+	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
+	if vd, reason := v.Check(tok, 0, 0, false); vd != Accept {
+		n.reject(lg, "invalid", reason)
+		return AckReject
+	}
+	reply := make(chan byte, 1)
+	select {
+	case n.in <- inbound{tok: tok, raw: b, from: from, reply: reply}:
+	case <-time.After(n.cfg.AckTimeout / 2):
+		return AckBusy
+	}
+	return <-reply
+}
+
+// admit runs in the loop: freshness check, durable inbox write, ack code.
+func (n *Node) admit(msg inbound) (byte, bool) {
+	if n.seen && msg.tok.Epoch == n.seenE && msg.tok.Hop == n.seenH {
+		n.log.Debug().Uint64("hop", msg.tok.Hop).Msg("duplicate hand-off (lost ack): acked again")
+		return AckDuplicate, false
+	}
+	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
+	if vd, reason := v.Check(msg.tok, n.seenE, n.seenH, n.seen); vd != Accept {
+		n.metrics.ignored.Inc()
+		n.log.Info().Str("verdict", vd.String()).Msg("hand-off ignored: " + reason)
+		return AckStale, false
+	}
+	if n.busy || n.model != nil {
+		return AckBusy, false
+	}
+	if err := n.store.WriteAtomic(InboxFile, msg.raw); err != nil {
+		n.log.Error().Err(err).Msg("cannot store the received token")
+		return AckBusy, false
+	}
+	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
+	return AckOK, true
+}
+
+// loop is the one goroutine that owns the machine.
+func (n *Node) loop(ctx context.Context) (*Model, error) {
+	var queue []walk.Token
+	// Recovery: a stored inbound token newer than the last one processed is processed
+	// (it arrived, was acked, and the node stopped before stepping it); otherwise a token
+	// still in custody is resent byte for byte (a receiver that already has it answers
+	// duplicate or stale).
+	if raw, err := readFile(n.store, InboxFile); err == nil {
+		if tok, err := DecodeToken(raw); err == nil && (!n.seen || tok.Epoch > n.ckpt.Epoch || tok.Epoch == n.ckpt.Epoch && tok.Hop > n.ckpt.Hop) {
+			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
+			n.seen, n.seenE, n.seenH = true, tok.Epoch, tok.Hop
+			queue = append(queue, tok)
+		}
+	}
+	if len(queue) == 0 && len(n.ckpt.Out) > 0 {
+		if to, err := peer.Decode(n.ckpt.OutTo); err == nil {
+			n.log.Info().Str("to", shortID(to)).Msg("resending the token held in custody")
+			n.busy = true
+			n.startSend(ctx, to, n.ckpt.Out)
+		}
+	}
+	if n.initialTo != "" && !n.seen && len(n.ckpt.Out) == 0 {
+		n.waitTopicPeers(ctx, 10*time.Second)
+		if n.initialTo == n.ID() {
+			queue = append(queue, n.initialToken())
+			n.seen = true
+		} else {
+			raw, _ := EncodeToken(nil, n.initialToken())
+			n.busy = true
+			n.startSend(ctx, n.initialTo, raw)
+		}
+	}
+	if n.cfg.Members != nil && n.index == n.cfg.Holder && !n.seen && len(n.ckpt.Out) == 0 {
+		n.waitTopicPeers(ctx, 10*time.Second)
+		queue = append(queue, n.initialToken())
+		n.seen = true
+	}
+	for {
+		for len(queue) > 0 && !n.busy && n.model == nil {
+			tok := queue[0]
+			queue = queue[1:]
+			local, err := n.process(ctx, tok)
+			if err != nil {
+				return nil, err
+			}
+			if local != nil {
+				queue = append(queue, *local)
+			}
+		}
+		if n.model != nil {
+			return n.finish(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case msg := <-n.in:
+			if n.busy {
+				// A token arriving while our hand-off is in flight usually means the ack is
+				// on its way to the loop: wait briefly for it instead of answering busy.
+				select {
+				case r := <-n.sent:
+					n.sentDone(ctx, r)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			code, ok := n.admit(msg)
+			msg.reply <- code
+			if ok {
+				n.hopsIn.Add(1)
+				queue = append(queue, msg.tok)
+			}
+		case r := <-n.sent:
+			n.sentDone(ctx, r)
+		case f := <-n.final:
+			if err := n.acceptFinal(f); err != nil {
+				n.log.Warn().Err(err).Msg("final model refused")
+			}
+		case <-n.start: // membership already fixed
+		case <-n.announces:
+		case j := <-n.joins:
+			if n.cfg.Start && j.m.Hash == n.hash && n.startMsg.Type == "start" {
+				n.publish(ctx, n.startMsg) // a late joiner may have missed the start
+			}
+		}
+	}
+}
+
+// sentDone handles the end of a background hand-off: Advance on success, else keep
+// custody and try again.
+func (n *Node) sentDone(ctx context.Context, r sendResult) {
+	n.busy = false
+	if r.err != nil {
+		n.log.Error().Err(r.err).Msg("hand-off failed with every peer; token kept in custody, retrying")
+		n.busy = true
+		select {
+		case <-time.After(time.Second): // all peers failed: pause before the next round
+		case <-ctx.Done():
+			return
+		}
+		n.startSend(ctx, r.to, r.raw)
+		return
+	}
+	if n.pending != nil {
+		n.m.Advance(*n.pending)
+		n.pending = nil
+	}
+}
+
+func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
+
+func (n *Node) initialToken() walk.Token {
+	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.Cols, n.cfg.Problem.Reg, n.cfg.Gamma)
+}
+
+// process applies the Ready contract to one accepted token: Step, ledger (fsync),
+// checkpoint (atomic), then send. It returns the token when the machine handed it to
+// this node itself.
+func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error) {
+	if tok.Hop >= n.cfg.Hops {
+		n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
+		n.model = n.newModel(tok.Z, tok.Hop, n.ID())
+		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Model: tok.Z}); err != nil {
+			n.log.Warn().Err(err).Msg("cannot publish the final model")
+		}
+		return nil, nil
+	}
+	in := tok
+	n.lastTok.Store(time.Now().UnixNano())
+	if err := n.m.Step(walk.Message{From: -1, Token: tok}); err != nil {
+		n.reject(n.log, "step", err.Error())
+		return nil, nil
+	}
+	rd := n.m.Ready()
+	if err := n.store.AppendLedger(rd.Ledger); err != nil {
+		return nil, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
+	}
+	for _, ev := range rd.Events {
+		if ev.Kind == walk.EventUpdate {
+			n.metrics.updates.Inc()
+		}
+		n.metrics.hops.Inc()
+	}
+	if len(rd.Outbox) != 1 {
+		return nil, fmt.Errorf("node: machine produced %d envelopes", len(rd.Outbox))
+	}
+	env := rd.Outbox[0]
+	raw, err := EncodeToken(nil, env.Token)
+	if err != nil {
+		return nil, err
+	}
+	to := n.members[env.To]
+	if rd.State != nil {
+		n.ckpt.Updates, n.ckpt.U = rd.State.Updates, append(n.ckpt.U[:0], rd.State.U...)
+		n.metrics.nupd.Store(int64(rd.State.Updates))
+	}
+	n.ckpt.Epoch, n.ckpt.Hop = in.Epoch, in.Hop
+	n.ckpt.Out, n.ckpt.OutTo = raw, to.String()
+	if to == n.ID() {
+		n.ckpt.Out, n.ckpt.OutTo = nil, ""
+	}
+	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+		return nil, fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
+	}
+	if to == n.ID() {
+		// Self-hand-off: the decoded copy is the token; store it as the inbox and go on.
+		t, _ := DecodeToken(raw)
+		n.m.Advance(rd)
+		if err := n.store.WriteAtomic(InboxFile, raw); err != nil {
+			return nil, err
+		}
+		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop
+		return &t, nil
+	}
+	n.pending = &rd
+	n.busy = true
+	n.startSend(ctx, to, raw)
+	return nil, nil
+}
+
+// startSend hands raw to `to` in the background, keeping custody until an ack. On a
+// timeout or error it retries the same peer once, then other members in random order;
+// every redirection appends a "forward" ledger entry naming the new recipient (the same
+// release is then seen by one more peer).
+func (n *Node) startSend(ctx context.Context, to peer.ID, raw []byte) {
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		err := n.sendCustody(ctx, to, raw)
+		select {
+		case n.sent <- sendResult{to: to, raw: raw, err: err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) error {
+	n.mu.Lock()
+	others := make([]peer.ID, 0, len(n.members))
+	for _, p := range n.members {
+		if p != n.ID() && p != to {
+			others = append(others, p)
+		}
+	}
+	n.mu.Unlock()
+	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	targets := append([]peer.ID{to, to}, others...)
+	var last error
+	for i, p := range targets {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if i >= 2 {
+			tok, _ := DecodeToken(raw)
+			n.log.Warn().Str("from", shortID(to)).Str("to", shortID(p)).Msg("redirecting the token to another peer after failures")
+			e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
+				Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: p.String()}
+			if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
+				return err
+			}
+		}
+		code, err := n.handoff(ctx, p, raw)
+		switch {
+		case err != nil:
+			last = err
+			n.log.Warn().Err(err).Str("to", shortID(p)).Msg("hand-off attempt failed")
+			continue
+		case code == AckOK || code == AckDuplicate:
+			n.metrics.sent.Inc()
+			return nil
+		case code == AckStale:
+			n.log.Warn().Str("to", shortID(p)).Msg("receiver has a newer token: this copy is fenced and dropped")
+			return nil
+		default:
+			last = fmt.Errorf("node: peer %s answered code %d", shortID(p), code)
+		}
+	}
+	return last
+}
+
+// handoff writes one frame on the cached stream to p and waits for the ack, retrying on
+// AckBusy until AckTimeout.
+func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error) {
+	deadline := time.Now().Add(n.cfg.AckTimeout)
+	backoff := time.Millisecond
+	for {
+		s, err := n.stream(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		s.SetDeadline(deadline)
+		var ack [1]byte
+		if err = WriteFrame(s, raw); err == nil {
+			_, err = s.Read(ack[:])
+		}
+		if err != nil {
+			s.Reset()
+			n.mu.Lock()
+			delete(n.streams, p)
+			n.mu.Unlock()
+			return 0, err
+		}
+		if ack[0] != AckBusy {
+			return ack[0], nil
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return AckBusy, fmt.Errorf("node: peer %s stayed busy for %v", shortID(p), n.cfg.AckTimeout)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if backoff < 200*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+func (n *Node) stream(ctx context.Context, p peer.ID) (network.Stream, error) {
+	n.mu.Lock()
+	s := n.streams[p]
+	n.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
+	defer cancel()
+	s, err := n.Host.NewStream(sctx, p, WalkProtocol(n.cfg.Run))
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.streams[p] = s
+	n.mu.Unlock()
+	return s, nil
+}
+
+// Status is the JSON served on /status.
+type Status struct {
+	Peer        string  `json:"peer"`
+	Run         string  `json:"run"`
+	ConfigHash  string  `json:"config_hash"`
+	Peers       int     `json:"peers"`
+	Members     int     `json:"members"`
+	Index       int     `json:"index"`
+	HopsSeen    uint64  `json:"hops_seen"`
+	Updates     int     `json:"own_updates"`
+	Ledger      int     `json:"ledger_entries"`
+	Epsilon     float64 `json:"epsilon_spent"`
+	EpsilonNote string  `json:"epsilon_theorem"`
+	UpdatesLeft int     `json:"updates_left"`      // MaxUpdates - own updates; -1 = no cap
+	ModelAgeSec float64 `json:"model_age_seconds"` // since this node last held the token; -1 = never
+	Done        bool    `json:"done"`
+	UptimeSec   float64 `json:"uptime_seconds"`
+}
+
+// Status returns the node's status.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	members, idx := len(n.members), n.index
+	n.mu.Unlock()
+	up := n.metrics.updatesValue()
+	b := privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)
+	left, age := -1, -1.0
+	if n.cfg.MaxUpdates > 0 {
+		left = max(n.cfg.MaxUpdates-up, 0)
+	}
+	if t := n.lastTok.Load(); t > 0 {
+		age = time.Since(time.Unix(0, t)).Seconds()
+	}
+	return Status{UpdatesLeft: left, ModelAgeSec: age,
+		Peer: n.ID().String(), Run: n.cfg.Run, ConfigHash: n.hash, Peers: len(n.Host.Network().Peers()),
+		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),
+		Epsilon: jsonNum(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
+		UptimeSec: time.Since(n.started).Seconds(),
+	}
+}
+
+func marshal(v any) []byte { b, _ := json.Marshal(v); return b }

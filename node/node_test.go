@@ -1,0 +1,707 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+var loopback = []string{"/ip4/127.0.0.1/tcp/0"}
+
+func testRand(seed uint64) func(int) *rand.Rand {
+	return func(i int) *rand.Rand { return rand.New(rand.NewPCG(seed, uint64(i+7))) }
+}
+
+func testNoise(seed uint64) func(int) privacy.Noise {
+	return func(i int) privacy.Noise { return privacy.NewSeededNoise(seed*1000 + uint64(i)) }
+}
+
+func shards(t *testing.T, n int) []*consensus.Dataset {
+	t.Helper()
+	d, _ := consensus.SyntheticLogistic(120, 4, 3, 5)
+	sh, err := consensus.Split(d, n, "iid", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+func baseConfig(run string, d *consensus.Dataset, hops uint64) Config {
+	return Config{
+		Run: run, Data: d, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+		Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, Hops: hops, Listen: loopback, NoSync: true,
+		AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second, AllowSeededNoise: true,
+		Rand: testRand(11), Noise: testNoise(11),
+	}
+}
+
+// staticCluster builds n nodes with a fixed membership, all connected to each other.
+func staticCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, hops uint64, holder int, dirs []string) []*Node {
+	t.Helper()
+	n := len(sh)
+	ids := make([]peer.ID, n)
+	total := 0
+	for i := range sh {
+		if dirs[i] == "" {
+			dirs[i] = t.TempDir()
+		}
+		id, err := DataDirPeerID(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+		total += sh[i].Rows
+	}
+	nodes := make([]*Node, n)
+	for i := range sh {
+		c := baseConfig(run, sh[i], hops)
+		c.DataDir, c.Members, c.Holder = dirs[i], ids, holder
+		c.Weight = float64(n) * float64(sh[i].Rows) / float64(total)
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	return nodes
+}
+
+func connectAll(t *testing.T, ctx context.Context, nodes []*Node) {
+	t.Helper()
+	for i, a := range nodes {
+		for _, b := range nodes[i+1:] {
+			if err := a.Host.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Host.Addrs()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func runAll(t *testing.T, ctx context.Context, nodes []*Node) []*Model {
+	t.Helper()
+	models := make([]*Model, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); models[i], errs[i] = nd.Run(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	return models
+}
+
+// reference runs the same machines sequentially in one goroutine (no network).
+func reference(t *testing.T, sh []*consensus.Dataset, hops uint64, holder int) []float64 {
+	t.Helper()
+	n, total := len(sh), 0
+	for _, s := range sh {
+		total += s.Rows
+	}
+	ms := make([]*walk.Machine, n)
+	for i, s := range sh {
+		c := baseConfig("x", s, hops)
+		ll, err := consensus.NewLocalLoss(s, c.Problem.Loss, float64(n)*float64(s.Rows)/float64(total))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i], err = walk.New(walk.Config{Node: i, Nodes: n, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
+			Reg: c.Problem.Reg, Rand: c.Rand(i), Noise: c.Noise(i), Run: "ref"}, ll, s.Cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := walk.NewToken("ref", 0, sh[0].Cols, baseConfig("x", sh[0], 1).Problem.Reg, 1)
+	h := holder
+	for k := uint64(0); k < hops; k++ {
+		if err := ms[h].Step(walk.Message{From: -1, Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+		rd := ms[h].Ready()
+		tok, h = rd.Outbox[0].Token, rd.Outbox[0].To
+		ms[h].Advance(rd) // harmless for a machine with nothing pending
+		for _, m := range ms {
+			if m.HasReady() {
+				m.Advance(m.Ready())
+			}
+		}
+	}
+	return tok.Z
+}
+
+func sameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStaticRunLoopback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n, hops, holder = 4, 60, 2
+	sh := shards(t, n)
+	nodes := staticCluster(t, ctx, "static", sh, hops, holder, make([]string, n))
+	start := time.Now()
+	models := runAll(t, ctx, nodes)
+	t.Logf("%d hops over %d libp2p hosts in %v", hops, n, time.Since(start))
+	want := reference(t, sh, hops, holder)
+	entries := 0
+	for i, m := range models {
+		if !sameBits(m.Model, want) {
+			t.Fatalf("node %d model %v, reference %v", i, m.Model, want)
+		}
+		entries += nodes[i].Store().Entries()
+		b, err := os.ReadFile(filepath.Join(nodes[i].Store().Dir, ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var onDisk Model
+		if err := json.Unmarshal(b, &onDisk); err != nil || !sameBits(onDisk.Model, want) {
+			t.Fatalf("node %d model.json: %v", i, err)
+		}
+		if onDisk.Privacy.Local.Theorem == "" || onDisk.Privacy.Updates != nodes[i].ckpt.Updates {
+			t.Fatalf("node %d privacy report %+v", i, onDisk.Privacy)
+		}
+		es, err := nodes[i].Store().Ledger()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, e := range es {
+			if e.Seq != uint64(k+1) || e.Node != nodes[i].ID().String() {
+				t.Fatalf("node %d ledger entry %d: %+v", i, k, e)
+			}
+		}
+	}
+	if entries != hops {
+		t.Fatalf("ledger entries %d, want %d (one per hop)", entries, hops)
+	}
+}
+
+// attacker is a member host that speaks the walk protocol by hand.
+func TestRejectsHostileInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	var logBuf syncBuffer
+	dir := t.TempDir()
+	vid, err := DataDirPeerID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atk, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	outsider, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outsider.Close()
+	const hops = 5
+	c := baseConfig("hostile", sh[0], hops)
+	c.DataDir, c.Members, c.Holder, c.Weight = dir, []peer.ID{vid, atk.ID()}, 1, 1
+	c.Logger = zerolog.New(&logBuf)
+	v, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for _, h := range []host.Host{atk, outsider} {
+		if err := h.Connect(ctx, peer.AddrInfo{ID: v.ID(), Addrs: v.Host.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		m   *Model
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { m, err := v.Run(ctx); done <- result{m, err} }()
+
+	dim := sh[0].Cols
+	enc := func(mod func(*walk.Token)) []byte {
+		tok := walk.NewToken("hostile", 0, dim, consensus.Regularizer{}, 1)
+		tok.Hop = 1
+		mod(&tok)
+		b, err := EncodeToken(nil, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	send := func(h host.Host, frame []byte, raw bool) (byte, error) {
+		s, err := h.NewStream(ctx, v.ID(), WalkProtocol("hostile"))
+		if err != nil {
+			return 0, err
+		}
+		defer s.Close()
+		s.SetDeadline(time.Now().Add(10 * time.Second))
+		if raw {
+			s.Write(frame)
+		} else {
+			WriteFrame(s, frame)
+		}
+		var ack [1]byte
+		for {
+			if _, err := s.Read(ack[:]); err != nil {
+				return 0, err
+			}
+			if ack[0] != AckBusy {
+				return ack[0], nil
+			}
+			time.Sleep(20 * time.Millisecond) // membership not fixed yet: resend
+			WriteFrame(s, frame)
+		}
+	}
+	versioned := enc(func(*walk.Token) {})
+	versioned[0] = 7
+	oversized := []byte{0xff, 0xff, 0xff, 0x7f}
+	cases := []struct {
+		name   string
+		h      host.Host
+		frame  []byte
+		raw    bool
+		reason string
+	}{
+		{"oversized frame", atk, oversized, true, "oversized"},
+		{"garbage", atk, []byte{WireVersion, 2, 3}, false, "malformed"},
+		{"unknown version", atk, versioned, false, "version"},
+		{"wrong run", atk, enc(func(t *walk.Token) { t.Run = "other" }), false, "invalid"},
+		{"wrong dimension", atk, enc(func(t *walk.Token) { t.Z, t.Zhat = t.Z[:1], t.Zhat[:1] }), false, "invalid"},
+		{"NaN vector", atk, enc(func(t *walk.Token) { t.Z[0] = math.NaN() }), false, "invalid"},
+		{"non-member", outsider, enc(func(*walk.Token) {}), false, "non-member"},
+	}
+	for _, tc := range cases {
+		code, err := send(tc.h, tc.frame, tc.raw)
+		if err != nil && tc.name != "oversized frame" {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err == nil && code != AckReject {
+			t.Fatalf("%s: ack %d, want reject", tc.name, code)
+		}
+		if got := v.Rejected(tc.reason); got < 1 {
+			t.Fatalf("%s: rejected{%s} = %v", tc.name, tc.reason, got)
+		}
+	}
+	// The node is still alive: a valid final token from a member is accepted, and a stale
+	// one afterwards is fenced.
+	final := enc(func(t *walk.Token) { t.Hop = hops; t.Z[0] = 0.25 })
+	if code, err := send(atk, final, false); err != nil || code != AckOK {
+		t.Fatalf("valid token: ack %d, %v", code, err)
+	}
+	s, err := atk.NewStream(ctx, v.ID(), DoneProtocol("hostile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{1})
+	s.Close()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.m.Model[0] != 0.25 || r.m.Hops != hops {
+		t.Fatalf("model %+v", r.m)
+	}
+	for _, want := range []string{"hand-off rejected", "non-finite coordinate", "unknown wire version", "exceeds the size limit", "not a member"} {
+		if !strings.Contains(logBuf.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRestartKeepsIdentityAndLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	nodes := staticCluster(t, ctx, "restart", sh, 12, 0, dirs)
+	runAll(t, ctx, nodes)
+	id0, n0 := nodes[0].ID(), nodes[0].Store().Entries()
+	led0, _ := os.ReadFile(filepath.Join(dirs[0], LedgerFile))
+	for _, nd := range nodes {
+		nd.Close()
+	}
+	c := baseConfig("restart", sh[0], 12)
+	c.DataDir = dirs[0]
+	again, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID() != id0 {
+		t.Fatalf("peer ID changed: %s -> %s", id0, again.ID())
+	}
+	if again.Store().Entries() != n0 || n0 == 0 {
+		t.Fatalf("ledger entries %d after restart, %d before", again.Store().Entries(), n0)
+	}
+	ck, err := again.Store().LoadCheckpoint()
+	if err != nil || ck == nil || ck.Updates != nodes[0].ckpt.Updates {
+		t.Fatalf("checkpoint after restart: %+v, %v", ck, err)
+	}
+	again.Close()
+
+	// A corrupt or missing ledger next to a checkpoint makes the node refuse.
+	bad := append([]byte(nil), led0...)
+	bad[len(bad)/2] ^= 0x20
+	os.WriteFile(filepath.Join(dirs[0], LedgerFile), bad, 0o600)
+	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) {
+		t.Fatalf("corrupt ledger: %v, want ErrLedger", err)
+	}
+	os.WriteFile(filepath.Join(dirs[0], LedgerFile), led0[:len(led0)-3], 0o600)
+	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) {
+		t.Fatalf("truncated ledger: %v, want ErrLedger", err)
+	}
+	os.Remove(filepath.Join(dirs[0], LedgerFile))
+	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("missing ledger: %v, want ErrLedger", err)
+	}
+}
+
+func TestControlPlaneJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 4)
+	const hops = 30
+	var logs [4]syncBuffer
+	nodes := make([]*Node, 4)
+	for i := range nodes {
+		c := baseConfig("ctl", sh[i], hops)
+		c.DataDir = t.TempDir()
+		c.Logger = zerolog.New(&logs[i])
+		if i == 0 {
+			c.Start, c.MinPeers, c.JoinWindow = true, 3, 300*time.Millisecond
+		}
+		if i == 3 {
+			c.Gamma = 2 // a different configuration: must be refused
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	if nodes[3].ConfigHash() == nodes[0].ConfigHash() {
+		t.Fatal("config hashes should differ")
+	}
+	connectAll(t, ctx, nodes)
+	// The odd node runs until the others finish; it must never join.
+	octx, ocancel := context.WithCancel(ctx)
+	odd := make(chan error, 1)
+	go func() { _, err := nodes[3].Run(octx); odd <- err }()
+	models := runAll(t, ctx, nodes[:3])
+	for i := 0; i < 500 && !strings.Contains(logs[3].String(), "config hash mismatch"); i++ {
+		time.Sleep(10 * time.Millisecond) // the refusal may still be in the odd node's queue
+	}
+	ocancel()
+	if err := <-odd; !errors.Is(err, context.Canceled) {
+		t.Fatalf("mismatched node: %v, want it still waiting", err)
+	}
+	entries := 0
+	for i, m := range models {
+		if !sameBits(m.Model, models[0].Model) || m.Nodes != 3 || m.Hops != hops {
+			t.Fatalf("node %d: %+v", i, m)
+		}
+		entries += nodes[i].Store().Entries()
+	}
+	if entries != hops {
+		t.Fatalf("ledger entries %d, want %d", entries, hops)
+	}
+	if nodes[3].Store().Entries() != 0 {
+		t.Fatal("refused node wrote ledger entries")
+	}
+	if !strings.Contains(logs[3].String(), "refusing run announcement: config hash mismatch") {
+		t.Errorf("mismatched node did not log the refusal:\n%s", logs[3].String())
+	}
+}
+
+func TestHTTPStatusAndMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 1)
+	c := baseConfig("http", sh[0], 8)
+	c.DataDir, c.HTTP = t.TempDir(), "127.0.0.1:0"
+	id, _ := DataDirPeerID(c.DataDir)
+	c.Members, c.Weight = []peer.ID{id}, 1
+	nd, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	m, err := nd.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + nd.HTTPAddr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if !st.Done || st.Ledger != 8 || st.Updates != m.Privacy.Updates || st.Updates != 8 || st.Run != "http" || st.UpdatesLeft != -1 || st.ModelAgeSec < 0 {
+		t.Fatalf("status %+v", st)
+	}
+	resp, err = http.Get("http://" + nd.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(b.String(), "dpadmm_noisy_updates_total 8") {
+		t.Fatalf("metrics lack the update counter:\n%.500s", b.String())
+	}
+}
+
+// TestCustodyRedirect: one member is down. Hand-offs to it fail, the sender keeps the
+// token and redirects it to another member, charging a forward entry; the run completes.
+func TestCustodyRedirect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const hops = 40
+	sh := shards(t, 3)
+	dirs := make([]string, 3)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	ids := make([]peer.ID, 3)
+	for i := range ids {
+		ids[i], _ = DataDirPeerID(dirs[i])
+	}
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		c := baseConfig("custody", sh[i], hops)
+		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
+		c.AckTimeout, c.FinalWait = 2*time.Second, 3*time.Second
+		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Int("i", i).Logger()
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	for _, nd := range nodes[:2] {
+		nd.Host.Peerstore().AddAddrs(nodes[2].ID(), nodes[2].Host.Addrs(), time.Hour)
+	}
+	nodes[2].Close() // member 2 crashes before the run
+	models := runAll(t, ctx, nodes[:2])
+	if !sameBits(models[0].Model, models[1].Model) {
+		t.Fatal("models differ")
+	}
+	entries, redirects := 0, 0
+	for _, nd := range nodes[:2] {
+		es, err := nd.Store().Ledger()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint64]bool{}
+		for _, e := range es {
+			if seen[e.Hop] {
+				redirects++
+				if e.Mechanism != privacy.MechForward || e.Recipient == ids[2].String() {
+					t.Fatalf("redirect entry %+v", e)
+				}
+			}
+			seen[e.Hop] = true
+		}
+		entries += len(es)
+	}
+	if redirects == 0 {
+		t.Fatal("no hand-off was redirected away from the dead member")
+	}
+	if entries != hops+redirects {
+		t.Fatalf("%d ledger entries, want %d hops + %d redirects", entries, hops, redirects)
+	}
+}
+
+func TestSlogHandler(t *testing.T) {
+	var b bytes.Buffer
+	l, err := NewLogger(&b, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewSlogHandler(l)
+	lg := slog.New(h).With("sys", "swarm").WithGroup("g")
+	lg.Debug("hidden")
+	lg.Warn("dial failed", "peer", "abc")
+	var rec map[string]any
+	if err := json.Unmarshal(b.Bytes(), &rec); err != nil {
+		t.Fatalf("%v: %q", err, b.String())
+	}
+	if rec["level"] != "warn" || rec["message"] != "dial failed" || rec["sys"] != "swarm" || rec["g.peer"] != "abc" {
+		t.Fatalf("record %v", rec)
+	}
+}
+
+// TestRestartResendsCustody: a node restarted with a token in custody (checkpoint.Out)
+// resends exactly those bytes; it does not step again and its ledger is unchanged.
+func TestRestartResendsCustody(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const hops = 6
+	sh := shards(t, 2)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	ids := make([]peer.ID, 2)
+	for i := range ids {
+		ids[i], _ = DataDirPeerID(dirs[i])
+	}
+	// Node 0's state as if it crashed right after persisting hop 4 -> 5 for node 1.
+	tok := walk.NewToken("custody2", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
+	tok.Hop = 5
+	tok.Z[0], tok.Zhat[0] = 0.125, 0.5
+	raw, _ := EncodeToken(nil, tok)
+	st, err := OpenStore(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := privacy.Entry{Node: ids[0].String(), Run: "custody2", Hop: 5, Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 0.25, Clip: 1, Lambda: 0.5, Recipient: ids[1].String()}
+	if err := st.AppendLedger([]privacy.Entry{e}); err != nil {
+		t.Fatal(err)
+	}
+	u := make([]float64, sh[0].Cols)
+	u[1] = 0.75
+	if err := st.SaveCheckpoint(&Checkpoint{Run: "custody2", Node: 0, Updates: 1, U: u, Hop: 4, Out: raw, OutTo: ids[1].String()}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := baseConfig("custody2", sh[i], hops)
+		// Node 0 is the static holder but has a checkpoint: it resends, never re-creates.
+		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
+		c.Rand = func(int) *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	models := runAll(t, ctx, nodes)
+	in, err := os.ReadFile(filepath.Join(dirs[1], InboxFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := DecodeToken(in)
+	if got.Hop != hops && !bytes.Equal(in, raw) {
+		t.Fatalf("node 1 inbox holds hop %d", got.Hop)
+	}
+	es1, err := nodes[1].Store().Ledger()
+	if err != nil || len(es1) != 1 || es1[0].Hop != hops {
+		t.Fatalf("node 1 ledger %+v, %v: want one entry for hop %d", es1, err, hops)
+	}
+	total := nodes[0].Store().Entries() + nodes[1].Store().Entries()
+	if total != 2 { // the hop made before the crash + hop 5 -> 6
+		t.Fatalf("%d ledger entries, want 2", total)
+	}
+	if !sameBits(models[0].Model, models[1].Model) {
+		t.Fatal("models differ")
+	}
+	ck, _ := nodes[0].Store().LoadCheckpoint()
+	if ck.Updates < 1 || ck.U[1] == 0 {
+		t.Fatalf("node 0 lost its restored state: %+v", ck)
+	}
+}
+
+// TestRestartProcessesStoredInbox: a node that acked a token (inbox.token) and stopped
+// before stepping it processes it after a restart, instead of resending its older
+// custody copy.
+func TestRestartProcessesStoredInbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const hops = 6
+	sh := shards(t, 2)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	ids := make([]peer.ID, 2)
+	for i := range ids {
+		ids[i], _ = DataDirPeerID(dirs[i])
+	}
+	old := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
+	old.Hop = 3
+	oldRaw, _ := EncodeToken(nil, old)
+	in := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
+	in.Hop = 5
+	inRaw, _ := EncodeToken(nil, in)
+	st, err := OpenStore(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := privacy.Entry{Node: ids[0].String(), Run: "inbox", Hop: 3, Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 0.25, Clip: 1, Lambda: 0.5, Recipient: ids[1].String()}
+	st.AppendLedger([]privacy.Entry{e})
+	st.SaveCheckpoint(&Checkpoint{Run: "inbox", Node: 0, Updates: 1, U: make([]float64, sh[0].Cols), Hop: 2, Out: oldRaw, OutTo: ids[1].String()})
+	st.WriteAtomic(InboxFile, inRaw)
+	st.Close()
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := baseConfig("inbox", sh[i], hops)
+		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	runAll(t, ctx, nodes)
+	es, err := nodes[0].Store().Ledger()
+	if err != nil || len(es) != 2 || es[1].Hop != hops || es[1].Seq != 2 {
+		t.Fatalf("node 0 ledger %+v, %v: want the old entry and one for hop %d", es, err, hops)
+	}
+	if nodes[1].Store().Entries() != 0 {
+		t.Fatalf("node 1 made %d entries; the stale custody copy must not be processed", nodes[1].Store().Entries())
+	}
+}
