@@ -1,0 +1,664 @@
+package walk
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// custodyNet is a tiny in-test driver: n Custody machines and a FIFO wire. It applies each
+// Ready like a real driver and checks, independently of the machine, that every token
+// message is covered by a ledger entry of its sender made before it was sent.
+type custodyNet struct {
+	t       *testing.T
+	nodes   []*Custody
+	wire    []CustodyMsg
+	ledgers [][]privacy.Entry
+	events  [][]CustodyEvent
+}
+
+func newCustodyNet(t *testing.T, n int, cc CustodyConfig) *custodyNet {
+	t.Helper()
+	d, _ := consensus.SyntheticLasso(4*n, 3, 2, 0.1, 7)
+	shards, err := consensus.Split(d, n, "iid", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	w := &custodyNet{t: t, ledgers: make([][]privacy.Entry, n), events: make([][]CustodyEvent, n)}
+	for i := 0; i < n; i++ {
+		ll, err := consensus.NewLocalLoss(shards[i], consensus.Squared, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := DefaultConfig()
+		wc.Node, wc.Nodes, wc.Names, wc.Sigma = i, n, names, 0.5
+		wc.Rand = rand.New(rand.NewPCG(uint64(i), 1))
+		wc.Noise = privacy.NewSeededNoise(uint64(i) + 100)
+		c := cc
+		c.Rand = rand.New(rand.NewPCG(uint64(i), 2))
+		m, err := NewCustody(wc, ll, 3, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.nodes = append(w.nodes, m)
+	}
+	return w
+}
+
+func (w *custodyNet) covered(i int, m CustodyMsg) bool {
+	for _, e := range w.ledgers[i] {
+		if e.Epoch == m.Epoch && e.Hop == m.Hop && e.Recipient == strconv.Itoa(m.To) {
+			return true
+		}
+	}
+	return false
+}
+
+// collect applies node i's Ready: ledger first, then the outbox goes on the wire.
+func (w *custodyNet) collect(i int) {
+	w.t.Helper()
+	c := w.nodes[i]
+	if !c.HasReady() {
+		return
+	}
+	rd := c.Ready()
+	for _, e := range rd.Ledger {
+		if err := e.Validate(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.ledgers[i] = append(w.ledgers[i], e)
+	}
+	w.events[i] = append(w.events[i], rd.Events...)
+	for _, m := range rd.Outbox {
+		if m.From != i {
+			w.t.Fatalf("node %d sent a message from %d", i, m.From)
+		}
+		if m.Kind == CustodyToken {
+			if !w.covered(i, m) {
+				w.t.Fatalf("node %d sent (epoch %d, hop %d) to %d without a ledger entry", i, m.Epoch, m.Hop, m.To)
+			}
+		} else if m.Token.Z != nil || m.Token.Zhat != nil || m.Token.Run != "" {
+			w.t.Fatalf("node %d: a kind-%d message carries token data", i, m.Kind)
+		}
+		w.wire = append(w.wire, m)
+	}
+	c.Advance(rd)
+}
+
+func (w *custodyNet) start(i int) {
+	w.t.Helper()
+	if err := w.nodes[i].Start(NewToken("run", 0, 3, consensus.Regularizer{}, 1)); err != nil {
+		w.t.Fatal(err)
+	}
+	w.collect(i)
+}
+
+// pop removes the first wire message matching keep (nil: any).
+func (w *custodyNet) pop(keep func(CustodyMsg) bool) (CustodyMsg, bool) {
+	for k, m := range w.wire {
+		if keep == nil || keep(m) {
+			w.wire = append(w.wire[:k], w.wire[k+1:]...)
+			return m, true
+		}
+	}
+	return CustodyMsg{}, false
+}
+
+func (w *custodyNet) deliver(m CustodyMsg) {
+	w.t.Helper()
+	if err := w.nodes[m.To].Step(m); err != nil {
+		w.t.Fatalf("deliver %+v: %v", m.Kind, err)
+	}
+	w.collect(m.To)
+}
+
+func (w *custodyNet) tick(i int) {
+	w.nodes[i].Tick()
+	w.collect(i)
+}
+
+func isToken(m CustodyMsg) bool { return m.Kind == CustodyToken }
+
+func (w *custodyNet) count(i int, k CustodyEventKind) int {
+	n := 0
+	for _, e := range w.events[i] {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// runTo pumps the wire FIFO until the next token message has hop >= hop, then delivers
+// every remaining ack and release, leaving that token on the wire.
+func (w *custodyNet) runTo(hop uint64) CustodyMsg {
+	w.t.Helper()
+	for steps := 0; steps < 100000; steps++ {
+		m, ok := w.pop(func(m CustodyMsg) bool { return !isToken(m) || m.Hop < hop })
+		if !ok {
+			tok, ok := w.pop(isToken)
+			if !ok {
+				w.t.Fatal("no token on the wire")
+			}
+			w.wire = append(w.wire, tok)
+			return tok
+		}
+		w.deliver(m)
+	}
+	w.t.Fatal("runTo did not converge")
+	return CustodyMsg{}
+}
+
+func testCustodyConfig() CustodyConfig {
+	c := DefaultCustodyConfig()
+	c.AckTimeout = 3
+	return c
+}
+
+func TestCustodyAckTimeoutRetransmitsThenRetriesAnotherPeer(t *testing.T) {
+	w := newCustodyNet(t, 5, testCustodyConfig())
+	w.start(0)
+	first, _ := w.pop(isToken)
+	s := first.To
+	upd := w.nodes[0].Machine().Updates()
+	entries := len(w.ledgers[0])
+	for k := 0; k < 3; k++ {
+		w.tick(0)
+	}
+	re, ok := w.pop(isToken)
+	if !ok || re.To != s || re.Epoch != first.Epoch || re.Hop != first.Hop || TokenDigest(re.Token) != TokenDigest(first.Token) {
+		t.Fatalf("after the ack timeout: want an identical retransmission to %d, got %+v (ok %v)", s, re, ok)
+	}
+	if len(w.ledgers[0]) != entries {
+		t.Fatalf("a retransmission to the same peer added ledger entries")
+	}
+	for k := 0; k < 3; k++ {
+		w.tick(0)
+	}
+	other, ok := w.pop(isToken)
+	if !ok || other.To == s || other.To == 0 {
+		t.Fatalf("second timeout: want a re-send to another peer, got %+v (ok %v)", other, ok)
+	}
+	if TokenDigest(other.Token) != TokenDigest(first.Token) || other.Epoch != first.Epoch || other.Hop != first.Hop {
+		t.Fatal("the re-send is not the same release")
+	}
+	last := w.ledgers[0][len(w.ledgers[0])-1]
+	if len(w.ledgers[0]) != entries+1 || last.Mechanism != MechForward || last.Recipient != strconv.Itoa(other.To) || last.Sensitivity != 0 {
+		t.Fatalf("want one forward entry naming %d, got %+v", other.To, w.ledgers[0][entries:])
+	}
+	if w.nodes[0].Machine().Updates() != upd {
+		t.Fatal("a re-send made a new noisy update")
+	}
+	if w.count(0, CustodyRetransmitted) != 1 || w.count(0, CustodyResent) != 1 {
+		t.Fatalf("events: %+v", w.events[0])
+	}
+}
+
+func TestCustodyPeerDownBeforeAckResendsAtOnce(t *testing.T) {
+	w := newCustodyNet(t, 5, testCustodyConfig())
+	w.start(0)
+	first, _ := w.pop(isToken)
+	w.nodes[0].PeerDown(first.To)
+	w.collect(0)
+	re, ok := w.pop(isToken)
+	if !ok || re.To == first.To || TokenDigest(re.Token) != TokenDigest(first.Token) || re.Epoch != first.Epoch {
+		t.Fatalf("want the same release re-sent to a live peer, got %+v", re)
+	}
+	// The new recipient acks: the backup is acked, no further re-send on timeouts.
+	w.deliver(re)
+	ack, _ := w.pop(func(m CustodyMsg) bool { return m.Kind == CustodyAck })
+	w.deliver(ack)
+	for k := 0; k < 10; k++ {
+		w.tick(0)
+	}
+	if _, ok := w.pop(func(m CustodyMsg) bool { return isToken(m) && m.From == 0 }); ok {
+		t.Fatal("node 0 re-sent an acked token")
+	}
+	if b := w.nodes[0].Backups(); len(b) != 1 || !b[0].Acked || b[0].To != re.To {
+		t.Fatalf("backups %+v", b)
+	}
+}
+
+// runToShuffled is runTo with messages delivered in random order, so that release waves
+// overtake each other.
+func (w *custodyNet) runToShuffled(hop uint64, rng *rand.Rand) {
+	w.t.Helper()
+	for steps := 0; steps < 100000; steps++ {
+		var idx []int
+		for k, m := range w.wire {
+			if !isToken(m) || m.Hop < hop {
+				idx = append(idx, k)
+			}
+		}
+		if len(idx) == 0 {
+			return
+		}
+		k := idx[rng.IntN(len(idx))]
+		m := w.wire[k]
+		w.wire = append(w.wire[:k], w.wire[k+1:]...)
+		w.deliver(m)
+	}
+	w.t.Fatal("runToShuffled did not converge")
+}
+
+func TestCustodyReleaseChainDropsBackupsAtDepth(t *testing.T) {
+	for _, depth := range []int{1, 2, 3, 5, 8} {
+		for _, shuffled := range []bool{false, true} {
+			testReleaseChain(t, depth, shuffled)
+		}
+	}
+}
+
+func testReleaseChain(t *testing.T, depth int, shuffled bool) {
+	{
+		cc := testCustodyConfig()
+		cc.Depth = depth
+		w := newCustodyNet(t, 6, cc)
+		w.start(0)
+		if shuffled {
+			w.runToShuffled(300, rand.New(rand.NewPCG(uint64(depth), 5)))
+		} else {
+			w.runTo(40)
+		}
+		var dists []int
+		for _, c := range w.nodes {
+			for _, b := range c.Backups() {
+				dists = append(dists, b.Dist)
+				if b.Dist >= depth {
+					t.Fatalf("depth %d (shuffled %v): backup at distance %d survives", depth, shuffled, b.Dist)
+				}
+			}
+		}
+		// One backup per distance 0..depth-1: the token in flight and its depth-1
+		// acked predecessors.
+		if len(dists) != depth {
+			t.Fatalf("depth %d (shuffled %v): %d backups, distances %v", depth, shuffled, len(dists), dists)
+		}
+		seen := map[int]bool{}
+		for _, d := range dists {
+			seen[d] = true
+		}
+		for d := 0; d < depth; d++ {
+			if !seen[d] {
+				t.Fatalf("depth %d: no backup at distance %d (%v)", depth, d, dists)
+			}
+		}
+	}
+}
+
+// chainAt returns the node holding the backup at distance d (the one whose successor is
+// d-1 hand-offs behind the token).
+func chainAt(w *custodyNet, d int) (int, BackupInfo) {
+	for i, c := range w.nodes {
+		for _, b := range c.Backups() {
+			if b.Dist == d {
+				return i, b
+			}
+		}
+	}
+	return -1, BackupInfo{}
+}
+
+func TestCustodyRegeneratesWhenSuccessorDies(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth = 3
+	w := newCustodyNet(t, 8, cc)
+	w.start(0)
+	// Walk until the distance-1 backup is at another node than the holder (a revisit
+	// within one hop would put both at one node).
+	var tok CustodyMsg
+	var holder, x int
+	var bx BackupInfo
+	for h := uint64(30); ; h++ {
+		tok = w.runTo(h)
+		holder = tok.From // sent the in-flight token; it dies with it
+		x, bx = chainAt(w, 1)
+		if x != holder {
+			break
+		}
+		if h > 200 {
+			t.Fatal("no hop with distinct holder and predecessor")
+		}
+	}
+	w.pop(isToken)
+	if bx.To != holder {
+		t.Fatalf("distance-1 backup at %d points to %d, want the holder %d", x, bx.To, holder)
+	}
+	entries := len(w.ledgers[x])
+	upd := w.nodes[x].Machine().Updates()
+	for i := range w.nodes {
+		if i != holder {
+			w.nodes[i].PeerDown(holder)
+			w.collect(i)
+		}
+	}
+	regen := 0
+	for i := range w.nodes {
+		regen += w.count(i, CustodyRegenerated)
+	}
+	if regen != 1 || w.count(x, CustodyRegenerated) != 1 {
+		t.Fatalf("want exactly one regeneration, at %d; got %d", x, regen)
+	}
+	m, ok := w.pop(isToken)
+	if !ok || m.From != x || m.To == holder || m.To == x {
+		t.Fatalf("regenerated token: %+v", m)
+	}
+	if m.Epoch != bx.Epoch+1 || m.Hop != bx.Hop || TokenDigest(m.Token) != bx.Digest {
+		t.Fatalf("regenerated token (epoch %d, hop %d) from backup (epoch %d, hop %d): want epoch+1, same hop and z", m.Epoch, m.Hop, bx.Epoch, bx.Hop)
+	}
+	if len(w.ledgers[x]) != entries+1 || w.ledgers[x][entries].Mechanism != MechForward || w.ledgers[x][entries].Epoch != m.Epoch {
+		t.Fatalf("regeneration must be charged as a forward entry: %+v", w.ledgers[x][entries:])
+	}
+	if w.nodes[x].Machine().Updates() != upd {
+		t.Fatal("regeneration made a noisy update")
+	}
+	// The walk goes on under the new epoch.
+	w.wire = append(w.wire, m)
+	next := w.runTo(m.Hop + 5)
+	if next.Epoch != m.Epoch {
+		t.Fatalf("walk continued at epoch %d, want %d", next.Epoch, m.Epoch)
+	}
+	// The old token, had it survived, is fenced everywhere the new epoch has been.
+	fenced := tok
+	fenced.From, fenced.To = holder, next.From
+	w.deliver(fenced)
+	if w.count(next.From, CustodyFenced) != 1 {
+		t.Fatal("the old-epoch copy was not fenced")
+	}
+	ack, _ := w.pop(func(a CustodyMsg) bool { return a.Kind == CustodyAck && a.Stale })
+	if ack.To != holder || ack.Epoch != tok.Epoch || ack.Hop != tok.Hop {
+		t.Fatalf("want a stale ack for the fenced copy, got %+v", ack)
+	}
+}
+
+func TestCustodyStaleAckDropsBackupAndRetiresChain(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth = 4
+	w := newCustodyNet(t, 6, cc)
+	w.start(0)
+	tok := w.runTo(20)
+	w.pop(isToken)
+	s := tok.From
+	pred := -1
+	for i, c := range w.nodes {
+		for _, b := range c.Backups() {
+			if b.Dist == 1 && b.To == s {
+				pred = i
+			}
+		}
+	}
+	before := len(w.nodes[s].Backups())
+	w.deliver(CustodyMsg{Kind: CustodyAck, From: tok.To, To: s, Epoch: tok.Epoch, Hop: tok.Hop, Stale: true})
+	if len(w.nodes[s].Backups()) != before-1 || w.count(s, CustodyRetired) != 1 {
+		t.Fatal("a stale ack must drop the backup")
+	}
+	ret, ok := w.pop(func(m CustodyMsg) bool { return m.Kind == CustodyRelease && m.Retire })
+	if !ok || ret.To != pred {
+		t.Fatalf("want a retire release to the predecessor %d, got %+v", pred, ret)
+	}
+	w.deliver(ret)
+	if w.count(pred, CustodyRetired) != 1 {
+		t.Fatal("the predecessor kept the backup of a fenced lineage")
+	}
+}
+
+// TestCustodyMergeIsDeterministic: copies of the walk are ordered by (epoch, hop, digest);
+// whatever the delivery order, the highest copy is the last one a node accepts and goes
+// on, and the others are refused as stale or stepped before it arrives.
+func TestCustodyMergeIsDeterministic(t *testing.T) {
+	mk := func(epoch, hop uint64, z float64) Token {
+		tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+		tk.Epoch, tk.Hop = epoch, hop
+		for k := range tk.Z {
+			tk.Z[k], tk.Zhat[k] = z, z
+		}
+		return tk
+	}
+	cases := [][]Token{
+		{mk(2, 10, 0.1), mk(2, 40, 0.2)},               // higher hop wins
+		{mk(1, 50, 0.1), mk(2, 3, 0.2)},                // higher epoch wins over any hop
+		{mk(3, 10, 0.1), mk(3, 40, 0.2), mk(3, 9, -1)}, // three copies
+	}
+	for ci, toks := range cases {
+		best := 0
+		for k, tk := range toks {
+			if markOf(&tk).cmp(markOf(&toks[best])) > 0 {
+				best = k
+			}
+		}
+		for _, p := range [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {0, 2, 1}, {2, 0, 1}} {
+			w := newCustodyNet(t, 4, testCustodyConfig())
+			accepted := -1
+			for _, k := range p {
+				if k >= len(toks) {
+					continue
+				}
+				tk := toks[k]
+				before := w.nodes[0].Machine().Updates()
+				w.deliver(CustodyMsg{Kind: CustodyToken, From: 1 + k%3, To: 0, Epoch: tk.Epoch, Hop: tk.Hop, Token: cloneToken(tk)})
+				if w.nodes[0].Machine().Updates() > before {
+					accepted = k
+				}
+			}
+			if accepted != best {
+				t.Fatalf("case %d order %v: last accepted %d, want %d", ci, p, accepted, best)
+			}
+			if w.nodes[0].Epoch() != toks[best].Epoch {
+				t.Fatalf("case %d: epoch %d, want %d", ci, w.nodes[0].Epoch(), toks[best].Epoch)
+			}
+			if f := w.count(0, CustodyFenced); f != len(toks)-countAccepted(w, 0) {
+				t.Fatalf("case %d: %d fenced, %d accepted of %d", ci, f, countAccepted(w, 0), len(toks))
+			}
+		}
+	}
+	// Same epoch and hop: a copy meeting the node's own release of that (epoch, hop) goes
+	// on only if its digest is higher, so no node ever releases two tokens under one
+	// (epoch, hop).
+	higher, lower := 0, 0
+	for trial := 0; trial < 40; trial++ {
+		w := newCustodyNet(t, 4, testCustodyConfig())
+		w.deliver(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 5, Hop: 20, Token: mk(5, 20, 0.5)})
+		rel, _ := w.pop(isToken)
+		other := mk(5, rel.Hop, float64(trial)/7-2)
+		want := TokenDigest(other) > TokenDigest(rel.Token)
+		before := w.nodes[0].Machine().Updates()
+		w.deliver(CustodyMsg{Kind: CustodyToken, From: 2, To: 0, Epoch: 5, Hop: rel.Hop, Token: other})
+		got := w.nodes[0].Machine().Updates() > before
+		if got != want {
+			t.Fatalf("trial %d: same (epoch, hop) as the own release: accepted %v, want %v (digest order)", trial, got, want)
+		}
+		if want {
+			higher++
+		} else {
+			lower++
+		}
+	}
+	if higher == 0 || lower == 0 {
+		t.Fatalf("digest tie-break not exercised both ways: %d higher, %d lower", higher, lower)
+	}
+}
+
+func countAccepted(w *custodyNet, i int) int { return w.count(i, CustodyAccepted) }
+
+func TestCustodyRetransmissionGetsDuplicateAck(t *testing.T) {
+	w := newCustodyNet(t, 4, testCustodyConfig())
+	w.start(0)
+	m, _ := w.pop(isToken)
+	w.deliver(m)
+	w.pop(func(a CustodyMsg) bool { return a.Kind == CustodyAck }) // the ack is lost
+	upd := w.nodes[m.To].Machine().Updates()
+	for k := 0; k < 3; k++ {
+		w.tick(0)
+	}
+	re, ok := w.pop(func(x CustodyMsg) bool { return isToken(x) && x.From == 0 })
+	if !ok || re.To != m.To {
+		t.Fatalf("want a retransmission to %d, got %+v", m.To, re)
+	}
+	w.deliver(re)
+	if w.nodes[m.To].Machine().Updates() != upd || w.count(m.To, CustodyDuplicate) != 1 {
+		t.Fatal("a retransmission was processed again")
+	}
+	ack, ok := w.pop(func(a CustodyMsg) bool { return a.Kind == CustodyAck && a.To == 0 })
+	if !ok || ack.Stale {
+		t.Fatalf("want a plain ack for the duplicate, got %+v", ack)
+	}
+	w.deliver(ack)
+	if b := w.nodes[0].Backups(); len(b) != 1 || !b[0].Acked {
+		t.Fatalf("backups %+v", b)
+	}
+}
+
+func TestCustodyFallbackAfterSilence(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth = 1
+	cc.FallbackTimeout = 50
+	w := newCustodyNet(t, 4, cc)
+	w.start(0)
+	m, _ := w.pop(isToken)
+	w.deliver(m)
+	ack, _ := w.pop(func(a CustodyMsg) bool { return a.Kind == CustodyAck })
+	w.deliver(ack)
+	// Depth 1: the backup is gone at the ack. The token is now lost with m.To.
+	w.wire = nil
+	if len(w.nodes[0].Backups()) != 0 {
+		t.Fatal("depth 1 keeps no backup after the ack")
+	}
+	for k := 0; k < 49; k++ {
+		w.tick(0)
+	}
+	if _, ok := w.pop(isToken); ok {
+		t.Fatal("fallback fired early")
+	}
+	w.tick(0)
+	fb, ok := w.pop(isToken)
+	if !ok || w.count(0, CustodyFallback) != 1 {
+		t.Fatal("no fallback after FallbackTimeout ticks of silence")
+	}
+	if fb.Epoch != m.Epoch+1 || fb.Hop != m.Hop || TokenDigest(fb.Token) != TokenDigest(m.Token) {
+		t.Fatalf("fallback token (epoch %d hop %d), want the last release (hop %d) under epoch %d", fb.Epoch, fb.Hop, m.Hop, m.Epoch+1)
+	}
+}
+
+func TestCustodyRejectsBadInput(t *testing.T) {
+	if err := (CustodyConfig{AckTimeout: 1, Depth: 1}).Validate(); err == nil {
+		t.Fatal("missing Rand accepted")
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, c := range []CustodyConfig{
+		{Rand: r, AckTimeout: 0, Depth: 1},
+		{Rand: r, AckTimeout: 1, Depth: 0},
+		{Rand: r, AckTimeout: 1, Depth: 1, FallbackTimeout: -1},
+	} {
+		if c.Validate() == nil {
+			t.Fatalf("%+v accepted", c)
+		}
+	}
+	w := newCustodyNet(t, 3, testCustodyConfig())
+	c := w.nodes[1]
+	good := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+	nan := cloneToken(good)
+	nan.Z[1] = math.NaN()
+	short := cloneToken(good)
+	short.Z = short.Z[:2]
+	foreign := cloneToken(good)
+	foreign.Run = "other"
+	for _, tc := range []struct {
+		m    CustodyMsg
+		want error
+	}{
+		{CustodyMsg{Kind: CustodyToken, From: 0, To: 1, Token: nan}, ErrNotFinite},
+		{CustodyMsg{Kind: CustodyToken, From: 0, To: 1, Token: short}, ErrDim},
+		{CustodyMsg{Kind: CustodyToken, From: 0, To: 1, Token: foreign}, ErrForeign},
+		{CustodyMsg{Kind: CustodyToken, From: 7, To: 1, Token: good}, ErrCustodyPeer},
+		{CustodyMsg{Kind: CustodyToken, From: 0, To: 2, Token: good}, ErrCustodyPeer},
+		{CustodyMsg{Kind: 99, From: 0, To: 1}, ErrCustodyKind},
+		{CustodyMsg{Kind: CustodyAck, From: 0, To: 1, Token: good}, ErrCustodyPayload},
+		{CustodyMsg{Kind: CustodyRelease, From: 0, To: 1, Token: Token{Zhat: []float64{1}}}, ErrCustodyPayload},
+	} {
+		if err := c.Step(tc.m); !errors.Is(err, tc.want) {
+			t.Fatalf("%+v: got %v, want %v", tc.m.Kind, err, tc.want)
+		}
+	}
+	if c.HasReady() || c.Machine().Updates() != 0 {
+		t.Fatal("refused input changed the node")
+	}
+	// Acks and releases for unknown tokens are ignored without effect.
+	if err := c.Step(CustodyMsg{Kind: CustodyAck, From: 0, To: 1, Epoch: 4, Hop: 4}); err != nil || c.HasReady() {
+		t.Fatal("unknown ack had an effect")
+	}
+	if err := c.Step(CustodyMsg{Kind: CustodyRelease, From: 0, To: 1, Epoch: 4, Hop: 4, Dist: 3}); err != nil || c.HasReady() {
+		t.Fatal("unknown release had an effect")
+	}
+}
+
+// TestCustodyOnlyHandOffsCarryTokenData pumps a walk with crashes and lost messages and
+// checks every message: only CustodyToken carries z, and every CustodyToken is covered
+// by its sender's ledger (both checked in collect).
+func TestCustodyOnlyHandOffsCarryTokenData(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth = 3
+	w := newCustodyNet(t, 6, cc)
+	w.start(0)
+	rng := rand.New(rand.NewPCG(9, 9))
+	kinds := map[CustodyKind]int{}
+	for step := 0; step < 3000 && len(w.wire) > 0; step++ {
+		m, _ := w.pop(nil)
+		kinds[m.Kind]++
+		if rng.IntN(20) == 0 {
+			continue // lost
+		}
+		w.deliver(m)
+		if step%7 == 0 {
+			for i := range w.nodes {
+				w.tick(i)
+			}
+		}
+		if len(w.wire) == 0 {
+			for k := 0; k < 10 && len(w.wire) == 0; k++ {
+				for i := range w.nodes {
+					w.tick(i)
+				}
+			}
+		}
+	}
+	if kinds[CustodyToken] < 100 || kinds[CustodyAck] < 100 || kinds[CustodyRelease] < 100 {
+		t.Fatalf("too little traffic to judge: %v", kinds)
+	}
+}
+
+func TestCustodyWaitsForALivePeer(t *testing.T) {
+	w := newCustodyNet(t, 3, testCustodyConfig())
+	w.start(0)
+	first, _ := w.pop(isToken)
+	other := 3 - first.To // the third node (0 is the sender)
+	w.nodes[0].PeerDown(other)
+	w.nodes[0].PeerDown(first.To)
+	w.collect(0)
+	if _, ok := w.pop(isToken); ok || w.count(0, CustodyNoPeer) != 1 {
+		t.Fatal("with every peer down the token must stay in custody")
+	}
+	for k := 0; k < 10; k++ {
+		w.tick(0)
+	}
+	if _, ok := w.pop(isToken); ok {
+		t.Fatal("sent to a peer known to be down")
+	}
+	w.nodes[0].PeerUp(other)
+	w.collect(0)
+	m, ok := w.pop(isToken)
+	if !ok || m.To != other || TokenDigest(m.Token) != TokenDigest(first.Token) {
+		t.Fatalf("after PeerUp: want the release sent to %d, got %+v", other, m)
+	}
+	if !w.covered(0, m) {
+		t.Fatal("not charged")
+	}
+}
