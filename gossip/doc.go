@@ -13,6 +13,9 @@
 //   - ADMMDVP and ADMMPVP: BASELINES from T. Zhang and Q. Zhu, "Dynamic differential privacy
 //     for ADMM-based distributed classification learning", IEEE TIFS 12 (2017): dual and
 //     primal variable perturbation of conventional ADMM.
+//   - MADMM: a BASELINE in the style of private M-ADMM with penalty perturbation (X. Zhang,
+//     M. M. Khalili, M. Liu, ICML 2018): conventional ADMM with a non-decreasing penalty
+//     eta_i(t) and linear noise eta_i(t) eps^T f in every solve, nothing recycled.
 //
 // One Machine per node. It exchanges its primal vector f_i(t) with its graph neighbours every
 // iteration (Message{From, Iter, Vec}); it moves to iteration t+1 once it holds every

@@ -40,9 +40,18 @@ const (
 	// value (dual update and next prox centre), so everything it later sends is a function
 	// of its data and of released values only.
 	ADMMPVP
+	// MADMM is a BASELINE in the style of private M-ADMM with penalty perturbation (X. Zhang,
+	// M. M. Khalili, M. Liu, "Improving the privacy and accuracy of ADMM-based distributed
+	// algorithms", ICML 2018): conventional ADMM (every iteration an exact solve (8)) with a
+	// non-decreasing penalty schedule eta_i(t) and a linear noise term correlated with the
+	// penalty, eta_i(t) eps^T f, eps of density proportional to exp(-alpha ||eps||), fresh every
+	// iteration; equivalently the linear noise has density proportional to
+	// exp(-(alpha/eta_i(t)) ||.||) (NoiseAlpha). Nothing is recycled. Each iteration is charged
+	// by the objective-perturbation bound with alpha/eta_i(t) in place of alpha.
+	MADMM
 )
 
-var algoNames = []string{"admm", "radmm", "mradmm", "admm-dvp", "admm-pvp"}
+var algoNames = []string{"admm", "radmm", "mradmm", "admm-dvp", "admm-pvp", "madmm"}
 
 // String returns the CLI name of the algorithm.
 func (a Algo) String() string {
@@ -52,7 +61,7 @@ func (a Algo) String() string {
 	return "Algo(" + strconv.Itoa(int(a)) + ")"
 }
 
-// ParseAlgo parses admm, radmm, mradmm, admm-dvp or admm-pvp.
+// ParseAlgo parses admm, radmm, mradmm, admm-dvp, admm-pvp or madmm.
 func ParseAlgo(s string) (Algo, error) {
 	for i, n := range algoNames {
 		if strings.EqualFold(strings.TrimSpace(s), n) {
@@ -82,10 +91,23 @@ func (a Algo) PerturbedCount(T int) int {
 	return T
 }
 
+// Scheduled reports whether the algorithm accepts a non-constant penalty schedule.
+func (a Algo) Scheduled() bool { return a == MRADMM || a == MADMM }
+
+// NoiseAlpha returns the inverse scale of the linear noise term actually added at a
+// perturbed iteration with penalty eta: alpha/eta for MADMM (noise eta*eps), alpha
+// otherwise. It is the alpha the objective-perturbation bound is charged with.
+func (a Algo) NoiseAlpha(alpha, eta float64) float64 {
+	if a == MADMM {
+		return alpha / eta
+	}
+	return alpha
+}
+
 // Scheme returns the privacy accounting scheme of the algorithm.
 func (a Algo) Scheme() privacy.ObjPertScheme {
 	switch a {
-	case ADMMDVP, ADMM:
+	case ADMMDVP, ADMM, MADMM:
 		return privacy.SchemeDVP
 	case ADMMPVP:
 		return privacy.SchemePVP
@@ -119,7 +141,7 @@ type Config struct {
 	// A fixed count is a hypothesis of Theorem V.1.
 	Iters int
 	// Penalty is eta_i(2k-1) (recycled) or eta_i(t) (conventional). R-ADMM and the
-	// conventional algorithms need a constant schedule; MR-ADMM a non-decreasing one.
+	// conventional algorithms need a constant schedule; MR-ADMM and MADMM a non-decreasing one.
 	Penalty Schedule
 	// Gamma is the even-step proximal weight gamma >= 0 (recycled algorithms only). The
 	// paper's experiments use 0.5.
@@ -154,7 +176,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gossip: nodes must be >= 1, got %d", c.Nodes)
 	case c.Node < 0 || c.Node >= c.Nodes:
 		return fmt.Errorf("gossip: node %d out of range [0,%d)", c.Node, c.Nodes)
-	case c.Algo < ADMM || c.Algo > ADMMPVP:
+	case c.Algo < ADMM || c.Algo > MADMM:
 		return fmt.Errorf("gossip: unknown algorithm %d", int(c.Algo))
 	case c.Iters < 0:
 		return fmt.Errorf("gossip: iterations must be >= 0, got %d", c.Iters)
@@ -185,8 +207,8 @@ func (c Config) Validate() error {
 	if err := c.Penalty.Validate(max(K, 1)); err != nil {
 		return err
 	}
-	if c.Algo != MRADMM && !c.Penalty.IsConstant(K) {
-		return fmt.Errorf("gossip: %s needs a constant penalty; use mradmm for a schedule", c.Algo)
+	if !c.Algo.Scheduled() && !c.Penalty.IsConstant(K) {
+		return fmt.Errorf("gossip: %s needs a constant penalty; use mradmm (or the madmm baseline) for a schedule", c.Algo)
 	}
 	return nil
 }
@@ -532,7 +554,7 @@ func (m *Machine) solveStep() {
 		if m.noiseHook != nil {
 			m.noiseHook(k, m.eps)
 		} else {
-			SampleObjNoise(c.Noise, m.eps, c.Alpha)
+			SampleObjNoise(c.Noise, m.eps, c.Algo.NoiseAlpha(c.Alpha, eta))
 		}
 	}
 	objNoise := noisy && c.Algo != ADMMPVP
@@ -563,7 +585,7 @@ func (m *Machine) solveStep() {
 		if c.Algo == ADMMPVP {
 			eps = privacy.PVPTerm(w, r, c.Alpha, eta, m.V)
 		} else {
-			eps = privacy.ObjPertTerm(w, r, c.C1, c.Alpha, eta, m.V)
+			eps = privacy.ObjPertTerm(w, r, c.C1, c.Algo.NoiseAlpha(c.Alpha, eta), eta, m.V)
 		}
 		eps = privacy.ObjPertEntryEpsilon(eps, true)
 	}
@@ -581,7 +603,7 @@ func (m *Machine) release(mech string, eps, eta float64, iter int) {
 	if mech == privacy.MechPure {
 		e.Sensitivity = 2 * m.obj.RowWeight
 		if !math.IsInf(m.cfg.Alpha, 1) {
-			e.Sigma = 1 / m.cfg.Alpha
+			e.Sigma = 1 / m.cfg.Algo.NoiseAlpha(m.cfg.Alpha, eta)
 		}
 	}
 	m.ledger = append(m.ledger, e)

@@ -328,9 +328,11 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	sim.Acc = make([]privacy.ObjPertNode, n)
 	nodesAcc := sim.Acc
 	for i := 0; i < n; i++ {
+		etas := schedOf(i).Values(K)
 		alphas := make([]float64, K)
 		for k := range alphas {
-			alphas[k] = o.Alpha
+			// The alpha of the noise actually added (madmm scales it with the penalty).
+			alphas[k] = algo.NoiseAlpha(o.Alpha, etas[k])
 		}
 		maxNorm, pm1 := 0.0, true
 		for r := 0; r < shards[i].Rows; r++ {
@@ -347,7 +349,7 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 		nodesAcc[i] = privacy.ObjPertNode{
 			Scheme: algo.Scheme(), RowWeight: rowWeight, RegOverN: regOverN, C1: c1,
 			Degree: g.Degree(i), Rows: shards[i].Rows, C: rowWeight * float64(shards[i].Rows),
-			Alphas: alphas, Etas: schedOf(i).Values(K), MaxRowNorm: maxNorm, LabelsPM1: pm1,
+			Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm, LabelsPM1: pm1,
 			LossOK: o.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
 		}
 	}
