@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -63,6 +64,11 @@ type Config struct {
 	// non-secure source is refused unless AllowSeededNoise is set.
 	Noise            func(i int) privacy.Noise
 	AllowSeededNoise bool
+	// Sources, for testnets, returns node i's seeded next-hop and noise generators. The
+	// node then saves their state in every checkpoint and restores it on restart, so a
+	// node killed and restarted continues the same random sequences and the run stays
+	// reproducible. It overrides Rand and Noise and needs AllowSeededNoise.
+	Sources func(i int) (hop, noise *rand.PCG)
 
 	// Listen are libp2p listen multiaddrs; default /ip4/0.0.0.0/tcp/0 and QUIC.
 	Listen []string
@@ -84,6 +90,20 @@ type Config struct {
 	FinalWait time.Duration
 	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
 	NoSync bool
+	// WaitMembers, with static Members, makes the node wait up to this long until it is
+	// connected to every member (dialling the addresses given in Peers) before the walk
+	// starts, so that no first hand-off is redirected because a member was still starting
+	// (a redirection changes the path). 0 = no wait. Used by the multi-process testnet.
+	WaitMembers time.Duration
+	// PauseAtHop is fault injection for test harnesses: the node that receives the token
+	// of this hop (PauseAtHop hops done) stores and acks it as usual, then stops
+	// processing and reports "paused" on /status until it is killed. On restart without
+	// it, the node processes the stored token. 0 = off.
+	PauseAtHop uint64
+	// PauseAfterStep moves the pause of PauseAtHop to after the step of that token: the
+	// ledger entry and the checkpoint (with the outgoing token in custody) are durable,
+	// nothing is sent. On restart the node resends the token from its custody.
+	PauseAfterStep bool
 	// Logger receives the node's log; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -111,6 +131,8 @@ func (c *Config) Validate() error {
 		return errors.New("node: static membership needs a weight > 0")
 	case c.Members != nil && (c.Holder < 0 || c.Holder >= len(c.Members)):
 		return fmt.Errorf("node: holder %d out of range", c.Holder)
+	case c.WaitMembers < 0:
+		return errors.New("node: wait-members must be >= 0")
 	case c.Delta < 0 || c.Delta >= 1:
 		return fmt.Errorf("node: delta must be in (0,1), got %v", c.Delta)
 	}
@@ -149,4 +171,70 @@ func (r RunConfig) Hash() string {
 	b, _ := json.Marshal(r)
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// StaticFile is a fixed membership written by a testnet launcher (see dpadmm node
+// --static): the members in node-index order with their addresses, the total number of
+// training rows (for the weights n*rows_i/N) and the initial holder.
+type StaticFile struct {
+	Run       string         `json:"run"`
+	Members   []StaticMember `json:"members"`
+	TotalRows int            `json:"total_rows"`
+	Holder    int            `json:"holder"`
+}
+
+// StaticMember is one member of a StaticFile.
+type StaticMember struct {
+	ID    string   `json:"id"`
+	Addrs []string `json:"addrs"` // multiaddrs without /p2p
+}
+
+// ParseStatic decodes and checks a StaticFile.
+func ParseStatic(b []byte) (*StaticFile, error) {
+	var f StaticFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("node: static membership: %w", err)
+	}
+	switch {
+	case len(f.Members) < 1:
+		return nil, errors.New("node: static membership: no members")
+	case f.TotalRows < len(f.Members):
+		return nil, fmt.Errorf("node: static membership: total_rows %d below the %d members", f.TotalRows, len(f.Members))
+	case f.Holder < 0 || f.Holder >= len(f.Members):
+		return nil, fmt.Errorf("node: static membership: holder %d out of range", f.Holder)
+	}
+	seen := map[peer.ID]bool{}
+	for i, m := range f.Members {
+		p, err := peer.Decode(m.ID)
+		if err != nil {
+			return nil, fmt.Errorf("node: static membership: member %d: bad peer ID %q", i, m.ID)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("node: static membership: member %d listed twice", i)
+		}
+		seen[p] = true
+	}
+	return &f, nil
+}
+
+// IDs returns the members' peer IDs in index order (ParseStatic has checked them).
+func (f *StaticFile) IDs() []peer.ID {
+	out := make([]peer.ID, len(f.Members))
+	for i, m := range f.Members {
+		out[i], _ = peer.Decode(m.ID)
+	}
+	return out
+}
+
+// PeerAddrs returns every member's addresses as /p2p multiaddrs, for Config.Peers.
+func (f *StaticFile) PeerAddrs() []string {
+	var out []string
+	for _, m := range f.Members {
+		for _, a := range m.Addrs {
+			out = append(out, a+"/p2p/"+m.ID)
+		}
+	}
+	return out
 }

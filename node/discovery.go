@@ -16,15 +16,24 @@ import (
 	manet "github.com/multiformats/go-multiaddr/net"
 )
 
-// dial connects to a multiaddr that ends in /p2p/<peer ID>.
-func (n *Node) dial(ctx context.Context, addr string) error {
+// addrInfo parses a multiaddr that ends in /p2p/<peer ID>.
+func addrInfo(addr string) (*peer.AddrInfo, error) {
 	ma, err := multiaddr.NewMultiaddr(addr)
 	if err != nil {
-		return fmt.Errorf("node: bad multiaddr %q: %w", addr, err)
+		return nil, fmt.Errorf("node: bad multiaddr %q: %w", addr, err)
 	}
 	ai, err := peer.AddrInfoFromP2pAddr(ma)
 	if err != nil {
-		return fmt.Errorf("node: multiaddr %q must end in /p2p/<peer ID>: %w", addr, err)
+		return nil, fmt.Errorf("node: multiaddr %q must end in /p2p/<peer ID>: %w", addr, err)
+	}
+	return ai, nil
+}
+
+// dial connects to a multiaddr that ends in /p2p/<peer ID>.
+func (n *Node) dial(ctx context.Context, addr string) error {
+	ai, err := addrInfo(addr)
+	if err != nil {
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

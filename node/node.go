@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/rs/zerolog"
 
@@ -82,10 +83,15 @@ type Node struct {
 	busy    bool
 	pending *walk.Ready // the Ready whose hand-off is in flight
 	model   *Model
+	// seeded generators (Config.Sources), checkpointed after every step
+	hopSrc, noiseSrc *rand.PCG
 
 	metrics *metrics
 	hopsIn  atomic.Uint64
-	lastTok atomic.Int64 // unix nanoseconds of the last token processed here
+	lastHop atomic.Uint64 // hop of the last token stored or processed here
+	holding atomic.Bool   // a token is here: stored and not yet handed on and acked
+	paused  atomic.Bool   // PauseAtHop reached
+	lastTok atomic.Int64  // unix nanoseconds of the last token processed here
 	started time.Time
 	httpSrv *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
@@ -187,6 +193,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	for _, a := range cfg.Peers {
+		if ai, err := addrInfo(a); err == nil {
+			if ai.ID == h.ID() {
+				continue // a launcher may list every member, this node included
+			}
+			// Keep the address for later hand-offs even if the peer is not up yet.
+			h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+			if cfg.Members != nil && cfg.WaitMembers > 0 {
+				continue // Run dials the members until all are connected
+			}
+		}
 		if err := n.dial(ctx, a); err != nil {
 			n.log.Warn().Err(err).Str("addr", a).Msg("cannot dial peer")
 		}
@@ -257,7 +273,13 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 // membership fixes the member list (static, or via announce/join/start).
 func (n *Node) membership(ctx context.Context) error {
 	if n.cfg.Members != nil {
-		return n.setMembers(n.cfg.Members, n.cfg.Weight)
+		if err := n.setMembers(n.cfg.Members, n.cfg.Weight); err != nil {
+			return err
+		}
+		if n.cfg.WaitMembers > 0 {
+			return n.waitMembers(ctx, n.cfg.WaitMembers)
+		}
+		return nil
 	}
 	if n.cfg.Start {
 		return n.runStarter(ctx)
@@ -279,9 +301,17 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	}
 	c := n.cfg
 	r := (*rand.Rand)(nil)
-	if c.Rand != nil {
+	var noise privacy.Noise
+	switch {
+	case c.Sources != nil:
+		n.hopSrc, n.noiseSrc = c.Sources(idx)
+		if n.hopSrc == nil || n.noiseSrc == nil {
+			return errors.New("node: Sources returned a nil generator")
+		}
+		r, noise = rand.New(n.hopSrc), privacy.NewNoiseFromRand(rand.New(n.noiseSrc))
+	case c.Rand != nil:
 		r = c.Rand(idx)
-	} else {
+	default:
 		r = cryptoRand()
 	}
 	wc := walk.Config{
@@ -289,7 +319,9 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names,
 	}
 	if c.Sigma > 0 {
-		if c.Noise != nil {
+		if noise != nil {
+			wc.Noise = noise
+		} else if c.Noise != nil {
 			wc.Noise = c.Noise(idx)
 		} else {
 			wc.Noise = privacy.NewSecureNoise()
@@ -318,6 +350,14 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		if err := m.Restore(walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}); err != nil {
 			return fmt.Errorf("node: checkpoint: %w", err)
 		}
+		if n.hopSrc != nil && len(ck.HopSource) > 0 {
+			if err := n.hopSrc.UnmarshalBinary(ck.HopSource); err != nil {
+				return fmt.Errorf("node: checkpoint: next-hop source: %w", err)
+			}
+			if err := n.noiseSrc.UnmarshalBinary(ck.NoiseSource); err != nil {
+				return fmt.Errorf("node: checkpoint: noise source: %w", err)
+			}
+		}
 		n.ckpt = *ck
 		n.metrics.nupd.Store(int64(ck.Updates))
 		n.seen, n.seenE, n.seenH = true, ck.Epoch, ck.Hop
@@ -328,6 +368,44 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	n.mu.Unlock()
 	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
 	return nil
+}
+
+// waitMembers dials every member not yet connected, from the peerstore's addresses,
+// until all are connected or the timeout passes (then the walk starts anyway and the
+// hand-off's own retries take over).
+func (n *Node) waitMembers(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	backoff := 20 * time.Millisecond
+	for {
+		var missing []peer.ID
+		for _, p := range n.members {
+			if p != n.ID() && n.Host.Network().Connectedness(p) != network.Connected {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) == 0 {
+			n.log.Info().Int("members", len(n.members)).Msg("connected to every member")
+			return nil
+		}
+		if time.Now().After(deadline) {
+			n.log.Warn().Int("missing", len(missing)).Dur("waited", timeout).Msg("not connected to every member; starting anyway")
+			return nil
+		}
+		for _, p := range missing {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := n.Host.Connect(cctx, peer.AddrInfo{ID: p, Addrs: n.Host.Peerstore().Addrs(p)})
+			cancel()
+			if err != nil {
+				n.log.Debug().Err(err).Str("peer", shortID(p)).Msg("member not reachable yet")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
 }
 
 func cryptoRand() *rand.Rand {
@@ -431,6 +509,8 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 		return AckBusy, false
 	}
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
+	n.lastHop.Store(msg.tok.Hop)
+	n.holding.Store(true)
 	return AckOK, true
 }
 
@@ -472,8 +552,14 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		n.seen = true
 	}
 	for {
-		for len(queue) > 0 && !n.busy && n.model == nil {
+		for len(queue) > 0 && !n.busy && n.model == nil && !n.paused.Load() {
 			tok := queue[0]
+			if p := n.cfg.PauseAtHop; p > 0 && tok.Hop == p && !n.cfg.PauseAfterStep {
+				n.lastHop.Store(tok.Hop)
+				n.paused.Store(true)
+				n.log.Warn().Uint64("hop", tok.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
+				break
+			}
 			queue = queue[1:]
 			local, err := n.process(ctx, tok)
 			if err != nil {
@@ -540,6 +626,7 @@ func (n *Node) sentDone(ctx context.Context, r sendResult) {
 		n.m.Advance(*n.pending)
 		n.pending = nil
 	}
+	n.holding.Store(false)
 }
 
 func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
@@ -555,6 +642,7 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 	if tok.Hop >= n.cfg.Hops {
 		n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
 		n.model = n.newModel(tok.Z, tok.Hop, n.ID())
+		n.holding.Store(false) // released: no token here any more
 		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Model: tok.Z}); err != nil {
 			n.log.Warn().Err(err).Msg("cannot publish the final model")
 		}
@@ -562,6 +650,8 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 	}
 	in := tok
 	n.lastTok.Store(time.Now().UnixNano())
+	n.lastHop.Store(tok.Hop)
+	n.holding.Store(true)
 	if err := n.m.Step(walk.Message{From: -1, Token: tok}); err != nil {
 		n.reject(n.log, "step", err.Error())
 		return nil, nil
@@ -590,6 +680,10 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 		n.metrics.nupd.Store(int64(rd.State.Updates))
 	}
 	n.ckpt.Epoch, n.ckpt.Hop = in.Epoch, in.Hop
+	if n.hopSrc != nil {
+		n.ckpt.HopSource, _ = n.hopSrc.MarshalBinary()
+		n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
+	}
 	n.ckpt.Out, n.ckpt.OutTo = raw, to.String()
 	if to == n.ID() {
 		n.ckpt.Out, n.ckpt.OutTo = nil, ""
@@ -605,12 +699,30 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 			return nil, err
 		}
 		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop
+		n.lastHop.Store(t.Hop)
+		if n.pauseAfter(in.Hop) {
+			return nil, nil // the stored inbox holds the token; a restart processes it
+		}
 		return &t, nil
 	}
 	n.pending = &rd
 	n.busy = true
+	if n.pauseAfter(in.Hop) {
+		return nil, nil // custody is durable; a restart resends it
+	}
 	n.startSend(ctx, to, raw)
 	return nil, nil
+}
+
+// pauseAfter applies Config.PauseAfterStep after the step of the token of hop h.
+func (n *Node) pauseAfter(h uint64) bool {
+	if !n.cfg.PauseAfterStep || n.cfg.PauseAtHop == 0 || h != n.cfg.PauseAtHop {
+		return false
+	}
+	n.lastHop.Store(h) // paused: Status.Hop names the hop of the pause
+	n.paused.Store(true)
+	n.log.Warn().Uint64("hop", h).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
+	return true
 }
 
 // startSend hands raw to `to` in the background, keeping custody until an ack. On a
@@ -748,6 +860,15 @@ type Status struct {
 	ModelAgeSec float64 `json:"model_age_seconds"` // since this node last held the token; -1 = never
 	Done        bool    `json:"done"`
 	UptimeSec   float64 `json:"uptime_seconds"`
+	// Hop is the hop of the last token stored or processed here, Holding whether the
+	// token is here now (received, or sent and not yet acked) and Paused whether
+	// Config.PauseAtHop was reached (Hop is then PauseAtHop). They are reported only by
+	// nodes started with PauseAtHop (test harnesses, which use them to find the holder):
+	// on other nodes they would tell whoever can read /status where the token is, and
+	// the network-DP guarantee assumes the path is secret.
+	Hop     uint64 `json:"hop,omitempty"`
+	Holding bool   `json:"holding,omitempty"`
+	Paused  bool   `json:"paused,omitempty"`
 }
 
 // Status returns the node's status.
@@ -764,12 +885,16 @@ func (n *Node) Status() Status {
 	if t := n.lastTok.Load(); t > 0 {
 		age = time.Since(time.Unix(0, t)).Seconds()
 	}
-	return Status{UpdatesLeft: left, ModelAgeSec: age,
+	st := Status{UpdatesLeft: left, ModelAgeSec: age,
 		Peer: n.ID().String(), Run: n.cfg.Run, ConfigHash: n.hash, Peers: len(n.Host.Network().Peers()),
 		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),
 		Epsilon: jsonNum(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
 		UptimeSec: time.Since(n.started).Seconds(),
 	}
+	if n.cfg.PauseAtHop > 0 {
+		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
+	}
+	return st
 }
 
 func marshal(v any) []byte { b, _ := json.Marshal(v); return b }

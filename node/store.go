@@ -41,6 +41,10 @@ type Checkpoint struct {
 	// restart it is resent byte for byte (never re-noised).
 	Out   []byte `json:"out,omitempty"`
 	OutTo string `json:"out_to,omitempty"` // recipient peer ID
+	// HopSource and NoiseSource are the states of seeded generators (Config.Sources)
+	// after the last step, so that a restarted testnet node continues their sequences.
+	HopSource   []byte `json:"hop_source,omitempty"`
+	NoiseSource []byte `json:"noise_source,omitempty"`
 }
 
 // Store is a node's data directory.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -49,10 +50,13 @@ type MemConfig struct {
 type MemResult struct {
 	Model   []float64 // final model (identical on every node; checked)
 	Peers   []string  // peer IDs by node index
-	Ledger  []int     // ledger entries per node (sum = Hops)
+	Ledger  []int     // ledger entries per node (sum = Hops + redirects)
 	Updates []int     // noisy updates per node
 	Models  []node.Model
 	Wall    time.Duration
+	// Path is the walk's path rebuilt from the nodes' ledgers (hop, holder, noisy).
+	Path      []TraceStep
+	Redirects int // "forward" entries of custody redirections (see node)
 }
 
 // RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) real libp2p hosts in this
@@ -108,8 +112,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			Run: cfg.Run, DataDir: dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
 			Clip: cfg.Clip, Sigma: cfg.Sigma, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
-			Rand:             func(i int) *rand.Rand { return NodeRand(cfg.Seed, i) },
-			Noise:            func(i int) privacy.Noise { return NodeNoise(cfg.Seed, i) },
+			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
 			AllowSeededNoise: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync,
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}
@@ -154,22 +157,144 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			return nil, fmt.Errorf("testnet: mem: node %d: %w", i, err)
 		}
 	}
-	entries := 0
+	ledgers := make([][]privacy.Entry, n)
 	for i, m := range models {
 		res.Peers[i] = ids[i].String()
 		res.Ledger[i] = nodes[i].Store().Entries()
 		res.Updates[i] = m.Privacy.Updates
 		res.Models = append(res.Models, *m)
-		entries += res.Ledger[i]
-		for k := range m.Model {
-			if m.Model[k] != models[0].Model[k] {
-				return nil, fmt.Errorf("testnet: mem: node %d ended with a different model", i)
-			}
+		if !sameBits(m.Model, models[0].Model) {
+			return nil, fmt.Errorf("testnet: mem: node %d ended with a different model", i)
+		}
+		es, err := nodes[i].Store().Ledger()
+		if err != nil {
+			return nil, fmt.Errorf("testnet: mem: node %d: ledger: %w", i, err)
+		}
+		ledgers[i] = es
+	}
+	lp, err := LedgerPath(ledgers, res.Peers, cfg.Hops)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: mem: %w", err)
+	}
+	if lp.Repeats > 0 {
+		return nil, fmt.Errorf("testnet: mem: invariant: %d repeated ledger entries in a run without crashes", lp.Repeats)
+	}
+	for i, u := range lp.Updates {
+		if u != res.Updates[i] {
+			return nil, fmt.Errorf("testnet: mem: node %d: %d noisy updates in its ledger, %d in its checkpoint", i, u, res.Updates[i])
 		}
 	}
-	if uint64(entries) != cfg.Hops {
-		return nil, fmt.Errorf("testnet: mem: invariant: %d ledger entries for %d hops", entries, cfg.Hops)
-	}
+	res.Path, res.Redirects = lp.Path, lp.Redirects
 	res.Model = models[0].Model
 	return res, nil
 }
+
+// NodeSources returns node i's next-hop and noise generators for a run seed: the
+// sources of NodeRand and NodeNoise as PCG generators whose state can be checkpointed
+// (node.Config.Sources). rand.New(hop) draws as NodeRand(seed, i) and
+// privacy.NewNoiseFromRand(rand.New(noise)) as NodeNoise(seed, i).
+func NodeSources(seed uint64, i int) (hop, noise *rand.PCG) {
+	s := mix(seed, i, 3)
+	// privacy.NewSeededNoise(s) is PCG(s, s^0x9e3779b97f4a7c15); TestNodeSources checks it.
+	return rand.NewPCG(mix(seed, i, 1), mix(seed, i, 2)), rand.NewPCG(s, s^0x9e3779b97f4a7c15)
+}
+
+// sameBits reports whether a and b are equal bit for bit.
+func sameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// PathFromLedgers is the walk's path rebuilt from the nodes' ledgers, with the
+// bookkeeping of the entries that are not one-per-hop.
+type PathFromLedgers struct {
+	Path    []TraceStep // one step per hop, in hop order
+	Updates []int       // noisy updates per node, from the path
+	Entries int         // all ledger entries
+	// Redirects are "forward" entries naming a new recipient after failed hand-offs
+	// (the same release seen by one more peer).
+	Redirects int
+	// Repeats are further entries for a hop the node had already logged that are not
+	// redirections: a node that crashed after its ledger write and before its
+	// checkpoint steps the token again on restart (charged again: conservative).
+	Repeats int
+}
+
+// LedgerPath rebuilds the walk's path from the ledgers of a real-stack run: node i's
+// ledger is ledgers[i] and its entries name it names[i] (its peer ID). The first entry
+// of a node for a token (epoch, hop) is its step of that hop; later ones for the same
+// token are redirections or repeats. It fails when a hop in 1..hops is missing from
+// every ledger or stepped by two nodes (a duplicate token), or an entry is foreign.
+// Consistency: Entries = hops + Redirects + Repeats.
+func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64) (*PathFromLedgers, error) {
+	if len(ledgers) != len(names) {
+		return nil, fmt.Errorf("ledger path: %d ledgers for %d nodes", len(ledgers), len(names))
+	}
+	type key struct{ epoch, hop uint64 }
+	out := &PathFromLedgers{Path: make([]TraceStep, hops), Updates: make([]int, len(names))}
+	owner := make([]int, hops)
+	for h := range owner {
+		owner[h] = -1
+	}
+	for i, es := range ledgers {
+		seen := map[key]bool{}
+		for _, e := range es {
+			out.Entries++
+			if e.Node != names[i] {
+				return nil, fmt.Errorf("ledger path: node %d's ledger has an entry of %q (seq %d)", i, e.Node, e.Seq)
+			}
+			k := key{e.Epoch, e.Hop}
+			if seen[k] {
+				if e.Mechanism == privacy.MechForward && e.Recipient != "" {
+					out.Redirects++
+				} else {
+					out.Repeats++
+				}
+				continue
+			}
+			seen[k] = true
+			if e.Hop < 1 || e.Hop > hops {
+				return nil, fmt.Errorf("ledger path: node %d logged hop %d outside 1..%d", i, e.Hop, hops)
+			}
+			h := e.Hop - 1
+			if owner[h] >= 0 {
+				return nil, fmt.Errorf("ledger path: hop %d was stepped by nodes %d and %d (duplicate token)", e.Hop, owner[h], i)
+			}
+			owner[h] = i
+			noisy := e.Mechanism == privacy.MechGaussian
+			out.Path[h] = TraceStep{Hop: h, Node: i, Noisy: noisy}
+			if noisy {
+				out.Updates[i]++
+			}
+		}
+	}
+	for h, o := range owner {
+		if o < 0 {
+			return nil, fmt.Errorf("ledger path: hop %d is missing from every ledger", h+1)
+		}
+	}
+	return out, nil
+}
+
+// pathHash is the simulator's trace fingerprint (Sim.TraceHash) of a path.
+func pathHash(path []TraceStep) uint64 {
+	h := uint64(traceSeed)
+	for _, st := range path {
+		var nb uint64
+		if st.Noisy {
+			nb = 1
+		}
+		h = traceMix(h, st.Hop+1, uint64(st.Node)<<1|nb)
+	}
+	return h
+}
+
+// traceSeed is the initial value of the simulator's trace fingerprint (see NewSim).
+const traceSeed = 0x6a09e667f3bcc908

@@ -83,6 +83,8 @@ type Report struct {
 	Budget  *BudgetReport `json:"budget,omitempty"`
 	Privacy Privacy       `json:"privacy"`
 	Trace   []TraceStep   `json:"trace,omitempty"`
+	// Network describes a run on real libp2p hosts (--mem, --procs); nil for the simulator.
+	Network *NetworkReport `json:"network,omitempty"`
 	// Pairs holds the pairwise matrices for WritePairsCSV and WritePairsPNG (nil for one node).
 	Pairs *PairMatrices `json:"-"`
 }
@@ -560,9 +562,17 @@ func realisedFeasible(n int, hops uint64) (bool, string) {
 	return true, ""
 }
 
-// Run performs a complete simulated run and returns its report. The walk stops after
-// o.Hops hops or when every node has exhausted its budget (Report.Ended says which).
-func Run(o Options) (rep *Report, err error) {
+// prepared is what every testnet mode needs before the walk: checked options, the
+// graph, the shards and the reference objective.
+type prepared struct {
+	g      *graph.Graph
+	split  string
+	shards []*consensus.Dataset
+	refObj float64
+}
+
+// prepare checks o, splits the training set and solves the reference problem.
+func prepare(o Options) (*prepared, error) {
 	if o.Train == nil || o.Train.Rows == 0 {
 		return nil, fmt.Errorf("testnet: empty training set")
 	}
@@ -583,26 +593,106 @@ func Run(o Options) (rep *Report, err error) {
 			return nil, err
 		}
 	}
-	var g *graph.Graph
+	p := &prepared{split: o.Split}
+	var err error
 	if o.Graph != "" && o.Graph != "complete" {
-		if g, err = graph.Parse(o.Graph, o.Nodes, o.Seed); err != nil {
+		if p.g, err = graph.Parse(o.Graph, o.Nodes, o.Seed); err != nil {
 			return nil, err
 		}
 	}
-	split := o.Split
-	if split == "" {
-		split = "iid"
+	if p.split == "" {
+		p.split = "iid"
 	}
-	shards, err := consensus.Split(o.Train, o.Nodes, split, o.Seed)
+	if p.shards, err = consensus.Split(o.Train, o.Nodes, p.split, o.Seed); err != nil {
+		return nil, err
+	}
+	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
+		return nil, fmt.Errorf("testnet: reference solve: %w", err)
+	}
+	return p, nil
+}
+
+func (p *prepared) gap(obj float64) float64 {
+	return (obj - p.refObj) / math.Max(math.Abs(p.refObj), 1e-300)
+}
+
+// outcome is the result of a walk, whatever ran it (simulator or real hosts).
+type outcome struct {
+	z            []float64
+	hops         uint64
+	dim          int
+	updates      []int
+	path         []privacy.TraceStep // nil: realised figure falls back, realisedNote says why
+	realisedNote string
+	traceHash    uint64
+	trace        []TraceStep // Report.Trace (o.KeepTrace)
+	wall         time.Duration
+	stepTime     time.Duration // time charged to the hops, for us_per_hop
+	budget       *BudgetReport
+	exhausted    bool
+}
+
+// report builds the report of a finished walk: objective, gap, accuracy and the privacy
+// section.
+func (p *prepared) report(o Options, w outcome) (*Report, error) {
+	z := w.z
+	obj := o.Problem.Objective(o.Train, z)
+	r := &Report{
+		Algo: "walk", Objective: obj, ReferenceObjective: p.refObj, Gap: p.gap(obj),
+		Hops: w.hops, Nodes: o.Nodes, Dims: w.dim, TrainRows: o.Train.Rows,
+		WallSeconds: w.wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
+		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Lambda: o.Lambda,
+		Clip: jsonNum(o.Clip), Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Scale: o.Scaling, Split: p.split,
+		Graph: graphName(o.Graph), Data: o.Data, TraceHash: fmt.Sprintf("%016x", w.traceHash), Model: z,
+		Ended: "hops", Budget: w.budget,
+	}
+	if o.KeepTrace {
+		r.Trace = w.trace
+	}
+	if w.exhausted {
+		r.Ended = "budget exhausted"
+	}
+	if w.hops > 0 {
+		r.UsPerHop = float64(w.stepTime.Nanoseconds()) / 1e3 / float64(w.hops)
+	}
+	if o.Problem.Loss == consensus.Logistic {
+		a := o.Problem.Accuracy(o.Train, z)
+		r.TrainAccuracy = &a
+	}
+	if o.Test != nil && o.Test.Rows > 0 {
+		r.TestRows = o.Test.Rows
+		t := o.Problem.Objective(o.Test, z)
+		r.TestObjective = &t
+		if o.Problem.Loss == consensus.Logistic {
+			a := o.Problem.Accuracy(o.Test, z)
+			r.Accuracy = &a
+		}
+	}
+	in := AccountInput{
+		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
+		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, RealisedNote: w.realisedNote,
+		FinalReleasedToAll: true, Coalition: o.Coalition,
+	}
+	if r.Budget != nil {
+		in.Caps = r.Budget.Caps
+	}
+	pr, pm, err := Account(in)
 	if err != nil {
 		return nil, err
 	}
-	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
+	r.Privacy, r.Pairs = pr, pm
+	return r, nil
+}
+
+// Run performs a complete simulated run and returns its report. The walk stops after
+// o.Hops hops or when every node has exhausted its budget (Report.Ended says which).
+func Run(o Options) (rep *Report, err error) {
+	p, err := prepare(o)
 	if err != nil {
-		return nil, fmt.Errorf("testnet: reference solve: %w", err)
+		return nil, err
 	}
 	sim, err := NewSim(SimConfig{
-		Shards: shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
+		Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
 		Sigma: o.Sigma, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
 		Budget: o.Budget, LedgerDir: o.LedgerDir,
 	})
@@ -633,11 +723,10 @@ func Run(o Options) (rep *Report, err error) {
 			sim.Store.Path = sim.Store.Path[:0]
 		}
 	}
-	gap := func(obj float64) float64 { return (obj - refObj) / math.Max(math.Abs(refObj), 1e-300) }
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
 		obj := o.Problem.Objective(o.Train, sim.Z())
-		fmt.Fprintf(o.Curve, "0,%.10g,%.6g\n", obj, gap(obj))
+		fmt.Fprintf(o.Curve, "0,%.10g,%.6g\n", obj, p.gap(obj))
 	}
 	start := time.Now()
 	var simDur time.Duration
@@ -664,64 +753,25 @@ func Run(o Options) (rep *Report, err error) {
 		}
 		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
 			obj := o.Problem.Objective(o.Train, sim.Z())
-			fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, gap(obj))
+			fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
 		}
 		if o.Progress != nil && time.Since(last) >= time.Second {
 			last = time.Now()
 			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
 		}
 	}
-	wall := time.Since(start)
-	z := append([]float64(nil), sim.Z()...)
-	obj := o.Problem.Objective(o.Train, z)
-	r := &Report{
-		Algo: "walk", Objective: obj, ReferenceObjective: refObj, Gap: gap(obj),
-		Hops: sim.Hops(), Nodes: o.Nodes, Dims: sim.Dim, TrainRows: o.Train.Rows,
-		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
-		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Lambda: o.Lambda,
-		Clip: jsonNum(o.Clip), Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Scale: o.Scaling, Split: split,
-		Graph: graphName(o.Graph), Data: o.Data, TraceHash: fmt.Sprintf("%016x", sim.TraceHash()), Model: z,
-		Ended: "hops", Budget: sim.Budget(),
+	w := outcome{
+		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
+		path: path, realisedNote: whyNot, traceHash: sim.TraceHash(), wall: time.Since(start),
+		stepTime: simDur, budget: sim.Budget(), exhausted: sim.Exhausted(),
 	}
 	if o.KeepTrace {
-		r.Trace = sim.Store.Path
-	}
-	if sim.Exhausted() {
-		r.Ended = "budget exhausted"
-	}
-	if sim.Hops() > 0 {
-		r.UsPerHop = float64(simDur.Nanoseconds()) / 1e3 / float64(sim.Hops())
-	}
-	if o.Problem.Loss == consensus.Logistic {
-		a := o.Problem.Accuracy(o.Train, z)
-		r.TrainAccuracy = &a
-	}
-	if o.Test != nil && o.Test.Rows > 0 {
-		r.TestRows = o.Test.Rows
-		t := o.Problem.Objective(o.Test, z)
-		r.TestObjective = &t
-		if o.Problem.Loss == consensus.Logistic {
-			a := o.Problem.Accuracy(o.Test, z)
-			r.Accuracy = &a
-		}
-	}
-	in := AccountInput{
-		Updates: sim.Updates(), Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: g,
-		Cap: o.MaxUpdates, Hops: sim.Hops(), Path: path, RealisedNote: whyNot,
-		FinalReleasedToAll: true, Coalition: o.Coalition,
-	}
-	if r.Budget != nil {
-		in.Caps = r.Budget.Caps
+		w.trace = sim.Store.Path
 	}
 	if !keepPath {
-		in.Path = nil
+		w.path = nil
 	}
-	pr, pm, err := Account(in)
-	if err != nil {
-		return nil, err
-	}
-	r.Privacy, r.Pairs = pr, pm
-	return r, nil
+	return p.report(o, w)
 }
 
 func graphName(s string) string {

@@ -11,12 +11,21 @@ import (
 )
 
 func TestTestnetGossipReport(t *testing.T) {
+	for _, algo := range []string{"mradmm", "madmm", "admm-dvp"} {
+		t.Run(algo, func(t *testing.T) { testGossipReport(t, algo) })
+	}
+}
+
+func testGossipReport(t *testing.T, algo string) {
 	dir := t.TempDir()
 	rep := filepath.Join(dir, "r.json")
 	curve := filepath.Join(dir, "c.csv")
 	var out, errb bytes.Buffer
-	if code := run([]string{"testnet", "--algo", "mradmm", "--iters", "40", "--eta-growth", "1.05",
-		"--report", rep, "--curve", curve}, &out, &errb); code != 0 {
+	args := []string{"testnet", "--algo", algo, "--iters", "40", "--report", rep, "--curve", curve}
+	if algo != "admm-dvp" {
+		args = append(args, "--eta-growth", "1.05")
+	}
+	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	var r struct {
@@ -41,7 +50,7 @@ func TestTestnetGossipReport(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Algo != "mradmm" || r.Nodes != 5 || r.Iters != 40 || r.Graph != "ring" {
+	if r.Algo != algo || r.Nodes != 5 || r.Iters != 40 || r.Graph != "ring" {
 		t.Fatalf("report header: %+v", r)
 	}
 	if !(r.Objective >= r.Ref) || !r.Gossip.ConditionsHold || !strings.Contains(r.Gossip.Theorem, "Theorem V.1") {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/testnet"
 )
 
 const nodeHelp = `Usage: dpadmm node --run NAME --data FILE --datadir DIR [flags]
@@ -33,6 +35,11 @@ privacy report) and exits.
 
 DIR holds the node identity (the peer ID survives restarts), the privacy ledger,
 checkpoints and model.json. A checkpoint without an intact ledger is refused.
+
+Testnets: 'dpadmm testnet --procs' starts nodes with --static FILE (fixed membership in
+node-index order, skipping announce/join; each node waits until it is connected to every
+member before the walk starts) and --seed S (every random source seeded as in the
+simulator, so the model equals the simulator's for that seed; such noise is not secure).
 
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
@@ -96,6 +103,11 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	maxUpd := fs.Int("max-updates", 100, "cap K_i on this node's noisy updates; 0 = no cap")
 	delta := fs.Float64("delta", 1e-5, "delta of the reported (epsilon, delta)")
 	noSync := fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
+	ackTimeout := fs.Duration("ack-timeout", 0, "wait this long for a hand-off ack before retrying (default: profile)")
+	static := fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
+	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
+	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
+	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -148,6 +160,22 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if len(listen) > 0 {
 		cfg.Listen = listen
 	}
+	if *ackTimeout > 0 {
+		cfg.AckTimeout = *ackTimeout
+	}
+	cfg.PauseAtHop = *pauseAt
+	switch *pausePhase {
+	case "received":
+	case "custody":
+		cfg.PauseAfterStep = true
+	default:
+		return bad("--pause-phase must be received or custody, got %q", *pausePhase)
+	}
+	seedSet := false
+	fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
+	if seedSet && *static == "" {
+		return bad("--seed needs --static (seeded randomness is for testnets only)")
+	}
 	if *joinWindow > 0 {
 		cfg.JoinWindow = *joinWindow
 	}
@@ -192,6 +220,32 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Data = sc.Apply(d)
+	if *static != "" {
+		b, err := os.ReadFile(*static)
+		if err != nil {
+			return err
+		}
+		sf, err := node.ParseStatic(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", *static, err)
+		}
+		if sf.Run != *run {
+			return fmt.Errorf("%s is for run %q, not %q", *static, sf.Run, *run)
+		}
+		n := len(sf.Members)
+		cfg.Members, cfg.Holder = sf.IDs(), sf.Holder
+		cfg.Weight = float64(n) * float64(cfg.Data.Rows) / float64(sf.TotalRows)
+		cfg.Peers = append(cfg.Peers, sf.PeerAddrs()...)
+		cfg.WaitMembers = 30 * time.Second
+		if seedSet {
+			s := *seed
+			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return testnet.NodeSources(s, i) }
+			cfg.AllowSeededNoise = true
+			if want := testnet.NodeRand(s, -1).IntN(n); want != sf.Holder {
+				return fmt.Errorf("%s names holder %d, seed %d gives %d", *static, sf.Holder, s, want)
+			}
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -8,21 +9,37 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
-const testnetHelp = `Usage: dpadmm testnet [--sim] [flags]
+const testnetHelp = `Usage: dpadmm testnet [--sim | --mem --nodes N | --procs --nodes N] [flags]
 
 Runs a local testnet. --sim (the default) runs the deterministic simulator: N random-walk
 private ADMM machines (Cyffers, Bellet, Basu, Algorithm 4) in one goroutine, one seed.
 With no flags it trains an L2-regularised logistic regression on the embedded breast
 cancer data over 50 nodes in about a second and prints accuracy and privacy figures.
+
+Real network: --mem runs the same walk over N real libp2p hosts (loopback TCP, one
+node runtime each: durable ledger, checkpoint, acked hand-off) in this process; --procs
+starts N 'dpadmm node' processes (this executable) on 127.0.0.1 with a fixed membership
+and seeded randomness. Both write the same report as --sim, plus a "network" section;
+for one seed the model, the path (trace_hash) and the privacy figures equal the
+simulator's bit for bit. --kill-holder-at H (procs) kills the process holding the token
+after H hops with SIGKILL (found by polling every node's /status; the nodes are started
+with --pause-at-hop H, which makes that holder stop, acked token stored, until killed)
+and restarts it on the same data directory; the run completes and, since the nodes
+checkpoint their seeded generators, still gives the simulator's model. --dir keeps the
+data directories, ledgers and logs. Complete graph only; no budget, curve or ledger-dir.
+  dpadmm testnet --procs --nodes 3 --hops 2000 --kill-holder-at 1000 --dir /tmp/tn
 
 Noise convention: --sigma S is the std of eta in eq. (7); the noise added to a node's u
 has std lambda*S. --clip C bounds ||x - z|| before the u-update. One noisy update is a
@@ -62,7 +79,8 @@ iterations, gamma 0.5). Odd iterations solve the local problem with objective pe
 recycled closed-form steps that cost no privacy. mradmm grows the penalty: eta(k) =
 --eta * --eta-growth^k (capped by --eta-max), or one value per line from --eta-file.
 admm-dvp and admm-pvp are the dual- and primal-variable-perturbation baselines (Zhang and
-Zhu 2017). Constants: node i minimises (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with
+Zhu 2017); madmm is an M-ADMM-style baseline (every iteration perturbed, noise scaled by the
+growing penalty, nothing recycled). Constants: node i minimises (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with
 C = --paper-c * N * B_i / M and rho = --paper-c * N * l2, so the consensus optimum is the
 reference optimum and the reported objective (of the average of the nodes' models) stays
 the mean loss plus the regularizer. The report gives the Theorem V.1 pure-DP figure per node
@@ -80,9 +98,14 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
-	mem := fs.Bool("mem", false, "run libp2p hosts on an in-memory network (not available yet)")
-	procs := fs.Bool("procs", false, "run one process per node over loopback (not available yet)")
-	algo := fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), or neighbour exchange: admm|radmm|mradmm|admm-dvp|admm-pvp")
+	mem := fs.Bool("mem", false, "run the walk over --nodes real libp2p hosts in this process (loopback TCP); same report as --sim")
+	var procs procsFlag
+	fs.Var(&procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
+	killAt := fs.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
+	killPhase := fs.String("kill-phase", "received", "with --kill-holder-at: received (the holder has acked the token, not stepped it) or custody (stepped; ledger entry and outgoing token durable, not sent)")
+	netDir := fs.String("dir", "", "with --mem/--procs: keep the nodes' data directories (ledgers, model.json) and logs here (default: a temporary directory, removed)")
+	fsync := fs.Bool("fsync", false, "with --mem/--procs: fsync every ledger and checkpoint write (default off: testnet)")
+	algo := fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), or neighbour exchange: admm|radmm|mradmm|madmm|admm-dvp|admm-pvp")
 	iters := fs.Int("iters", 100, "neighbour exchange: number of iterations T (fixed in advance)")
 	alphaStr := fs.String("alpha", "", "neighbour exchange: noise density exp(-alpha*||eps||), larger = less noise; inf = no noise (default 2 for radmm, mradmm, admm-dvp, admm-pvp; inf for admm)")
 	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (MR-ADMM: eta(k) = eta*q^k)")
@@ -131,6 +154,19 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return testnetUsage(stderr, "unexpected argument %q", fs.Arg(0))
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	network := *mem || procs.on
+	if network {
+		if err := checkNetworkFlags(set, *mem, procs, nodes, *algo, *killAt, *hops, *killPhase); err != nil {
+			return testnetUsage(stderr, "%v", err)
+		}
+		if *killPhase != "received" && *killPhase != "custody" {
+			return testnetUsage(stderr, "--kill-phase must be received or custody, got %q", *killPhase)
+		}
+	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] {
+		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir and --fsync apply to --mem/--procs")
+	}
 	// Flag values are checked before any data is loaded: a bad value is a usage error.
 	switch {
 	case *nodes < 1:
@@ -162,22 +198,17 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			return testnetUsage(stderr, "--coalition: %v", err)
 		}
 	}
-	if *mem || *procs {
-		return errors.New("--mem and --procs are not available yet; use --sim")
-	}
-	if !*sim {
-		return errors.New("only --sim is available")
+	if !*sim && !network {
+		return testnetUsage(stderr, "--sim=false needs --mem or --procs")
 	}
 	gossipAlgo := false
 	switch *algo {
 	case "walk":
-	case "admm", "radmm", "mradmm", "admm-dvp", "admm-pvp":
+	case "admm", "radmm", "mradmm", "madmm", "admm-dvp", "admm-pvp":
 		gossipAlgo = true
 	default:
-		return testnetUsage(stderr, "unknown --algo %q (available: walk, admm, radmm, mradmm, admm-dvp, admm-pvp)", *algo)
+		return testnetUsage(stderr, "unknown --algo %q (available: walk, admm, radmm, mradmm, madmm, admm-dvp, admm-pvp)", *algo)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	alpha := math.Inf(1)
 	if gossipAlgo {
 		a, err := parseAlpha(*alphaStr, *algo)
@@ -280,7 +311,12 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
-	rep, err := testnet.Run(opt)
+	var rep *testnet.Report
+	if network {
+		rep, err = runNetwork(opt, *mem, *killAt, *killPhase, *netDir, *fsync, stderr)
+	} else {
+		rep, err = testnet.Run(opt)
+	}
 	if err != nil {
 		return err
 	}
@@ -344,6 +380,16 @@ func printSummary(w io.Writer, r *testnet.Report) {
 		fmt.Fprintf(&b, "test objective %.6g\n", *r.TestObjective)
 	}
 	fmt.Fprintf(&b, "speed      %.3f us/hop, %.2f s wall\n", r.UsPerHop, r.WallSeconds)
+	if nw := r.Network; nw != nil {
+		fmt.Fprintf(&b, "network    %s: %d libp2p hosts on loopback, %.0f hops/s; ledgers: %d entries (%d hops, %d redirects, %d repeats)\n",
+			nw.Mode, nw.Hosts, nw.HopsPerSecond, nw.LedgerEntries, r.Hops, nw.Redirects, nw.Repeats)
+		for _, k := range nw.Kills {
+			fmt.Fprintf(&b, "  killed the holder at hop %d (node %d, token %s) with SIGKILL, restarted after %.2f s\n", k.Hop, k.Node, k.Phase, k.DownSeconds)
+		}
+		if nw.Dir != "" {
+			fmt.Fprintf(&b, "  data directories and logs in %s\n", nw.Dir)
+		}
+	}
 	p := r.Privacy
 	fmt.Fprintf(&b, "ended      %s after %d hops\n", r.Ended, r.Hops)
 	if bu := r.Budget; bu != nil {
@@ -442,4 +488,88 @@ func writeTrace(path string, rep *testnet.Report) error {
 		return fmt.Errorf("trace %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// procsFlag is --procs: a boolean flag that also accepts a node count (--procs=N).
+type procsFlag struct {
+	on bool
+	n  int
+}
+
+func (p *procsFlag) String() string {
+	if p == nil || !p.on {
+		return "false"
+	}
+	if p.n > 0 {
+		return strconv.Itoa(p.n)
+	}
+	return "true"
+}
+
+func (p *procsFlag) IsBoolFlag() bool { return true }
+
+func (p *procsFlag) Set(s string) error {
+	if n, err := strconv.Atoi(s); err == nil { // a count first: --procs=1 is one node
+		if n < 1 {
+			return fmt.Errorf("want a node count >= 1, got %q", s)
+		}
+		p.on, p.n = true, n
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true, false or a node count >= 1, got %q", s)
+	}
+	p.on, p.n = b, 0
+	return nil
+}
+
+// checkNetworkFlags checks the flags of --mem/--procs and sets *nodes from --procs=N.
+// The node count must be explicit: the simulator demo's default of 50 would start 50
+// hosts or processes.
+func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *int, algo string, killAt, hops uint64, killPhase string) error {
+	switch {
+	case mem && procs.on:
+		return errors.New("choose one of --mem and --procs")
+	case procs.n > 0 && set["nodes"] && *nodes != procs.n:
+		return fmt.Errorf("--procs=%d and --nodes %d disagree", procs.n, *nodes)
+	case procs.n == 0 && !set["nodes"]:
+		return errors.New("--mem and --procs need an explicit node count: --nodes N (or --procs=N)")
+	case algo != "walk":
+		return fmt.Errorf("--mem and --procs run the random walk (--algo walk), not %q", algo)
+	case set["graph"] || set["budget-epsilon"] || set["curve"] || set["ledger-dir"]:
+		return errors.New("--graph, --budget-epsilon, --curve and --ledger-dir are simulator-only (the nodes walk the complete graph; their ledgers are in --dir)")
+	case killAt > 0 && !procs.on:
+		return errors.New("--kill-holder-at needs --procs (a killed process)")
+	case killAt > hops:
+		return fmt.Errorf("--kill-holder-at %d is beyond --hops %d", killAt, hops)
+	case killAt == hops && killPhase == "custody":
+		return fmt.Errorf("--kill-phase custody needs --kill-holder-at below --hops %d: the last token is released, never held in custody", hops)
+	}
+	if procs.n > 0 {
+		*nodes = procs.n
+	}
+	if killAt > 0 && *nodes < 2 {
+		return errors.New("--kill-holder-at needs at least 2 nodes")
+	}
+	return nil
+}
+
+// runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
+// 'dpadmm node' process per node, this executable run again (procs).
+func runNetwork(opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool, stderr io.Writer) (*testnet.Report, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log, err := node.NewLogger(stderr, "text", "warn")
+	if err != nil {
+		return nil, err
+	}
+	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase}
+	if !mem {
+		no.Mode = "procs"
+		if no.Binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("cannot find this executable to start the nodes: %w", err)
+		}
+	}
+	return testnet.RunNet(ctx, opt, no)
 }

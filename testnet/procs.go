@@ -1,0 +1,591 @@
+package testnet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// NetworkReport is the part of a report specific to a run on real libp2p hosts. In such
+// a report wall_seconds and us_per_hop cover the whole network run, start-up of the
+// hosts and distribution of the final model included.
+type NetworkReport struct {
+	Mode          string  `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
+	Hosts         int     `json:"hosts"`
+	LedgerEntries int     `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
+	Redirects     int     `json:"redirects"`
+	Repeats       int     `json:"repeated_entries"`
+	HopsPerSecond float64 `json:"hops_per_second"`
+	Kills         []Kill  `json:"kills,omitempty"`
+	Dir           string  `json:"dir,omitempty"` // kept data directories and logs
+}
+
+// Kill records a token holder killed with SIGKILL and restarted by RunProcs.
+type Kill struct {
+	Hop   uint64 `json:"hop"`   // the holder had received the token of this hop (Hop hops done)
+	Phase string `json:"phase"` // "received" or "custody" (see ProcsConfig.KillPhase)
+	Node  int    `json:"node"`  // node index
+	Peer  string `json:"peer"`
+	// DownSeconds is the time from the SIGKILL to the start of the restarted process.
+	DownSeconds float64 `json:"down_seconds"`
+	killed      time.Time
+}
+
+// ProcsConfig configures a testnet of one `dpadmm node` process per shard on loopback.
+// Randomness, shards, weights and the initial holder are those of NewSim for the same
+// seed, so without kills the final model is bit-identical to the simulator's.
+type ProcsConfig struct {
+	// Binary is the dpadmm executable; Env is added to the processes' environment.
+	Binary string
+	Env    []string
+
+	Shards     []*consensus.Dataset
+	Problem    consensus.Problem
+	Gamma      float64
+	Lambda     float64
+	Clip       float64
+	Sigma      float64
+	MaxUpdates int
+	Seed       uint64
+	Run        string // "" = "procs"
+	Hops       uint64
+	Delta      float64 // 0 = 1e-5
+	// Dir receives node-<i>/ (data directory), node-<i>.csv (shard), node-<i>.log
+	// (stderr, JSON log lines), node-<i>.out (stdout) and static.json; "" uses a
+	// temporary directory that is removed afterwards.
+	Dir string
+	// Sync makes ledger and checkpoint writes fsync (off by default: testnets).
+	Sync bool
+	// KillHolderAt, when > 0, kills the node that receives the token of this hop with
+	// SIGKILL and restarts it with the same data directory (see RunProcs).
+	KillHolderAt uint64
+	// KillPhase is when the holder is killed: "received" (default: the token is stored
+	// and acked, not stepped; the restarted node steps it) or "custody" (stepped, ledger
+	// entry and outgoing token durable, not sent; the restarted node resends it).
+	KillPhase string
+	// AckTimeout is the nodes' hand-off ack timeout; 0 = 10 s (long enough that a busy
+	// machine does not redirect the token, which would change the path).
+	AckTimeout time.Duration
+	// Logger receives the launcher's own log lines.
+	Logger zerolog.Logger
+}
+
+// ProcsResult is the outcome of RunProcs.
+type ProcsResult struct {
+	Model   []float64 // final model (identical in every node's model.json; checked)
+	Peers   []string  // peer IDs by node index
+	Ledger  []int     // ledger entries per node
+	Updates []int     // noisy updates per node (model.json, checked against the ledger)
+	Models  []node.Model
+	Path    *PathFromLedgers
+	Kills   []Kill
+	Wall    time.Duration // from the first process start to the last exit
+	Logs    []string      // stderr log file of each node (under Dir; gone if Dir was "")
+}
+
+// proc is one running `dpadmm node` process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // Wait's result, valid after done
+	http chan string
+	mu   sync.Mutex
+	addr string // status endpoint host:port
+}
+
+func (p *proc) statusAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
+// RunProcs starts one `dpadmm node` process per shard on 127.0.0.1 with a static
+// membership (node --static), every source of randomness seeded (node --seed), waits
+// for all of them to exit and collects their model.json files and ledgers.
+//
+// Kill: every node is started with --pause-at-hop KillHolderAt: the node receiving the
+// token of that hop stores and acks it, then stops and sets "paused" on its /status.
+// The launcher learns who holds the token by polling every node's /status endpoint
+// (--http 127.0.0.1:0; the bound address is read from the node's stdout), kills the
+// paused node with SIGKILL, and restarts it with the same arguments minus the pause,
+// on the same data directory and port. The restarted node finds the acked, unprocessed
+// token in its inbox and goes on. Its next-hop and noise sources restart from their
+// seeds, so the path after the kill differs from the simulator's; the ledgers must still
+// cover every hop exactly once (LedgerPath).
+func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
+	n := len(cfg.Shards)
+	switch {
+	case n < 1:
+		return nil, errors.New("testnet: procs: no shards")
+	case cfg.Hops < 1:
+		return nil, errors.New("testnet: procs: hops must be >= 1")
+	case cfg.Binary == "":
+		return nil, errors.New("testnet: procs: no dpadmm binary")
+	case cfg.KillHolderAt > cfg.Hops:
+		return nil, fmt.Errorf("testnet: procs: kill-holder-at %d beyond the %d hops", cfg.KillHolderAt, cfg.Hops)
+	case cfg.KillHolderAt > 0 && n < 2:
+		return nil, errors.New("testnet: procs: killing the holder needs at least 2 nodes")
+	case cfg.KillPhase != "" && cfg.KillPhase != "received" && cfg.KillPhase != "custody":
+		return nil, fmt.Errorf("testnet: procs: kill phase must be received or custody, got %q", cfg.KillPhase)
+	}
+	if cfg.KillPhase == "" {
+		cfg.KillPhase = "received"
+	}
+	if cfg.KillPhase == "custody" && cfg.KillHolderAt == cfg.Hops {
+		return nil, fmt.Errorf("testnet: procs: the token of hop %d is the final one: it is released, never held in custody (kill in phase received)", cfg.Hops)
+	}
+	if cfg.Run == "" {
+		cfg.Run = "procs"
+	}
+	if cfg.Delta == 0 {
+		cfg.Delta = 1e-5
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 10 * time.Second
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "dpadmm-procs-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("testnet: procs: %w", err)
+	}
+	total := 0
+	for i, s := range cfg.Shards {
+		if s.Rows < 1 {
+			return nil, fmt.Errorf("testnet: procs: node %d has no rows", i)
+		}
+		total += s.Rows
+	}
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: NodeRand(cfg.Seed, -1).IntN(n)}
+	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n)}
+	dirs := make([]string, n)
+	args := make([][]string, n)
+	for i, sh := range cfg.Shards {
+		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		if _, err := os.Stat(filepath.Join(dirs[i], node.LedgerFile)); err == nil {
+			return nil, fmt.Errorf("testnet: procs: %s already holds a ledger (use an empty --dir per run)", dirs[i])
+		}
+		id, err := node.DataDirPeerID(dirs[i])
+		if err != nil {
+			return nil, err
+		}
+		res.Peers[i] = id.String()
+		st.Members = append(st.Members, node.StaticMember{ID: id.String(), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}})
+		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
+		if err := writeShardCSV(csv, sh); err != nil {
+			return nil, err
+		}
+		res.Logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
+		f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+		a := []string{"node", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", dirs[i],
+			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10),
+			"--hops", strconv.FormatUint(cfg.Hops, 10), "--profile", "test",
+			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",
+			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(),
+			"--loss", cfg.Problem.Loss.String(), "--l1", f(cfg.Problem.Reg.L1), "--l2", f(cfg.Problem.Reg.L2),
+			"--gamma", f(cfg.Gamma), "--lambda", f(cfg.Lambda), "--clip", f(cfg.Clip), "--sigma", f(cfg.Sigma),
+			"--max-updates", strconv.Itoa(cfg.MaxUpdates), "--delta", f(cfg.Delta)}
+		if !cfg.Sync {
+			a = append(a, "--no-fsync")
+		}
+		args[i] = a
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "static.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	procs := make([]*proc, n)
+	defer func() { // on any early return: no process outlives the launcher
+		for _, p := range procs {
+			if p != nil {
+				select {
+				case <-p.done:
+				default:
+					p.cmd.Process.Kill()
+					<-p.done
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	for i := range procs {
+		a := args[i]
+		if cfg.KillHolderAt > 0 {
+			a = append(append([]string(nil), a...), "--pause-at-hop", strconv.FormatUint(cfg.KillHolderAt, 10), "--pause-phase", cfg.KillPhase)
+		}
+		if procs[i], err = startProc(ctx, cfg, a, dir, i); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.KillHolderAt > 0 {
+		k, err := killHolder(ctx, cfg, procs, res.Peers)
+		if err != nil {
+			return nil, withLogs(err, res.Logs)
+		}
+		if procs[k.Node], err = startProc(ctx, cfg, args[k.Node], dir, k.Node); err != nil {
+			return nil, err
+		}
+		k.DownSeconds = time.Since(k.killed).Seconds()
+		res.Kills = append(res.Kills, k)
+		cfg.Logger.Info().Int("node", k.Node).Uint64("hop", k.Hop).Msg("holder killed and restarted")
+	}
+	for i, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, withLogs(fmt.Errorf("testnet: procs: node %d still running: %w", i, ctx.Err()), res.Logs)
+		}
+		if p.err != nil {
+			return nil, withLogs(fmt.Errorf("testnet: procs: node %d: %v", i, p.err), res.Logs[i:i+1])
+		}
+	}
+	res.Wall = time.Since(start)
+
+	ledgers := make([][]privacy.Entry, n)
+	for i, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, node.ModelFile))
+		if err != nil {
+			return nil, fmt.Errorf("testnet: procs: node %d: %w", i, err)
+		}
+		var m node.Model
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("testnet: procs: node %d: %s: %w", i, node.ModelFile, err)
+		}
+		if m.Peer != res.Peers[i] || m.Hops != cfg.Hops {
+			return nil, fmt.Errorf("testnet: procs: node %d: model.json of peer %s at hop %d", i, m.Peer, m.Hops)
+		}
+		res.Models = append(res.Models, m)
+		res.Updates[i] = m.Privacy.Updates
+		if !sameBits(m.Model, res.Models[0].Model) {
+			return nil, fmt.Errorf("testnet: procs: node %d ended with a different model", i)
+		}
+		lb, err := os.ReadFile(filepath.Join(d, node.LedgerFile))
+		if err != nil {
+			return nil, fmt.Errorf("testnet: procs: node %d: %w", i, err)
+		}
+		if ledgers[i], err = privacy.ParseLedger(bytes.NewReader(lb)); err != nil {
+			return nil, fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
+		}
+		res.Ledger[i] = len(ledgers[i])
+	}
+	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops); err != nil {
+		return nil, fmt.Errorf("testnet: procs: %w", err)
+	}
+	for i, u := range res.Path.Updates {
+		if u != res.Updates[i] {
+			return nil, fmt.Errorf("testnet: procs: node %d: %d noisy updates in its ledger, %d in model.json", i, u, res.Updates[i])
+		}
+	}
+	res.Model = res.Models[0].Model
+	return res, nil
+}
+
+// startProc starts node i; its stderr (the JSON log) is appended to node-<i>.log and its
+// stdout to node-<i>.out, scanned for the status endpoint's address.
+func startProc(ctx context.Context, cfg ProcsConfig, args []string, dir string, i int) (*proc, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("node-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	outf, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("node-%d.out", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	cmd := exec.Command(cfg.Binary, args...)
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		outf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		outf.Close()
+		return nil, fmt.Errorf("testnet: procs: start node %d: %w", i, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(outf, line)
+			if _, rest, ok := strings.Cut(line, "status on http://"); ok {
+				if a, _, ok := strings.Cut(rest, "/"); ok {
+					p.mu.Lock()
+					p.addr = a
+					p.mu.Unlock()
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		<-scanned
+		p.err = cmd.Wait()
+		logf.Close()
+		outf.Close()
+		close(p.done)
+	}()
+	go func() { // the launcher's context bounds the process
+		select {
+		case <-ctx.Done():
+			cmd.Process.Kill()
+		case <-p.done:
+		}
+	}()
+	return p, nil
+}
+
+// killHolder polls every node's /status until one reports that it paused at
+// cfg.KillHolderAt, kills it with SIGKILL and waits for it to exit.
+func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []string) (Kill, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for i, p := range procs {
+			select {
+			case <-p.done:
+				return Kill{}, fmt.Errorf("testnet: procs: node %d exited (%v) before any node held the token of hop %d", i, p.err, cfg.KillHolderAt)
+			default:
+			}
+			addr := p.statusAddr()
+			if addr == "" {
+				continue
+			}
+			st, err := getStatus(ctx, client, addr)
+			if err != nil || !st.Paused {
+				continue
+			}
+			if st.Hop != cfg.KillHolderAt || !st.Holding || st.Peer != peers[i] {
+				return Kill{}, fmt.Errorf("testnet: procs: node %d paused with status %+v, want hop %d", i, st, cfg.KillHolderAt)
+			}
+			killed := time.Now()
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				return Kill{}, fmt.Errorf("testnet: procs: kill node %d: %w", i, err)
+			}
+			<-p.done
+			return Kill{Hop: st.Hop, Phase: cfg.KillPhase, Node: i, Peer: peers[i], killed: killed}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Kill{}, fmt.Errorf("testnet: procs: no node paused at hop %d: %w", cfg.KillHolderAt, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func getStatus(ctx context.Context, c *http.Client, addr string) (*node.Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st node.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1 (bound together, then
+// released, so a port is free when a node binds it unless another program takes it in
+// between).
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("testnet: procs: free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+// writeShardCSV writes a shard as CSV (label first, then the features, every value in
+// the shortest form that parses back to the same float64), so that a node reading it
+// with --scale none sees exactly the simulator's shard.
+func writeShardCSV(path string, d *consensus.Dataset) error {
+	var b strings.Builder
+	b.WriteString("label")
+	for j := 0; j < d.Cols; j++ {
+		fmt.Fprintf(&b, ",f%d", j)
+	}
+	b.WriteByte('\n')
+	for i := 0; i < d.Rows; i++ {
+		b.WriteString(strconv.FormatFloat(d.Y[i], 'g', -1, 64))
+		for _, v := range d.Row(i) {
+			b.WriteByte(',')
+			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+		}
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// withLogs appends the last lines of the given node logs to err.
+func withLogs(err error, logs []string) error {
+	var b strings.Builder
+	for _, l := range logs {
+		data, rerr := os.ReadFile(l)
+		if rerr != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) > 8 {
+			lines = lines[len(lines)-8:]
+		}
+		fmt.Fprintf(&b, "\n--- %s (last lines) ---\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+	}
+	if b.Len() == 0 {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, b.String())
+}
+
+// NetOptions selects the real-stack testnet of RunNet.
+type NetOptions struct {
+	// Mode is "mem" (RunMem: libp2p hosts in this process) or "procs" (RunProcs).
+	Mode string
+	// Dir keeps the nodes' data directories and logs; "" = temporary.
+	Dir string
+	// Binary and Env: the dpadmm executable for "procs" (see ProcsConfig).
+	Binary string
+	Env    []string
+	// KillHolderAt and KillPhase ("procs" only): see ProcsConfig.
+	KillHolderAt uint64
+	KillPhase    string
+	// Sync makes the nodes fsync their ledgers and checkpoints.
+	Sync   bool
+	Logger zerolog.Logger
+}
+
+// RunNet performs the run described by o on real libp2p hosts and returns the same
+// report as Run (plus Report.Network): the data preparation, the split, the seeds and
+// the report are Run's, the walk runs over loopback TCP between node.Node runtimes, and
+// the path and update counts come from the nodes' ledgers and model.json files. For a
+// given seed the model, the path (trace_hash) and the privacy section equal the
+// simulator's bit for bit, unless a node was killed. The walk runs on the complete
+// graph, without privacy budget, curve or simulator ledger directory.
+func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
+	switch {
+	case o.Graph != "" && o.Graph != "complete":
+		return nil, fmt.Errorf("testnet: %s: the nodes run the walk on the complete graph only, not %q", no.Mode, o.Graph)
+	case o.Budget != nil:
+		return nil, fmt.Errorf("testnet: %s: privacy budgets are simulator-only", no.Mode)
+	case o.Curve != nil || o.LedgerDir != "":
+		return nil, fmt.Errorf("testnet: %s: the curve and the ledger directory are simulator-only (the nodes' ledgers are in their data directories)", no.Mode)
+	case no.Mode != "mem" && no.Mode != "procs":
+		return nil, fmt.Errorf("testnet: unknown network mode %q (mem or procs)", no.Mode)
+	case no.Mode == "mem" && no.KillHolderAt > 0:
+		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
+	}
+	p, err := prepare(o)
+	if err != nil {
+		return nil, err
+	}
+	nr := &NetworkReport{Mode: no.Mode, Hosts: o.Nodes, Dir: no.Dir}
+	var (
+		z       []float64
+		updates []int
+		lp      *PathFromLedgers
+		wall    time.Duration
+	)
+	if no.Mode == "mem" {
+		r, err := RunMem(ctx, MemConfig{
+			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
+			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		z, updates, wall = r.Model, r.Updates, r.Wall
+		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects}
+		for _, e := range r.Ledger {
+			lp.Entries += e
+		}
+	} else {
+		r, err := RunProcs(ctx, ProcsConfig{
+			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
+			Clip: o.Clip, Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
+			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		z, updates, wall, lp = r.Model, r.Updates, r.Wall, r.Path
+		nr.Kills = r.Kills
+	}
+	nr.LedgerEntries, nr.Redirects, nr.Repeats = lp.Entries, lp.Redirects, lp.Repeats
+	if wall > 0 {
+		nr.HopsPerSecond = float64(o.Hops) / wall.Seconds()
+	}
+	w := outcome{z: z, hops: o.Hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
+		wall: wall, stepTime: wall}
+	if keep, why := realisedFeasible(o.Nodes, o.Hops); keep {
+		w.path = make([]privacy.TraceStep, len(lp.Path))
+		for h, st := range lp.Path {
+			w.path[h] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
+		}
+	} else {
+		w.realisedNote = why
+	}
+	if o.KeepTrace {
+		w.trace = lp.Path
+	}
+	rep, err := p.report(o, w)
+	if err != nil {
+		return nil, err
+	}
+	rep.Network = nr
+	return rep, nil
+}
