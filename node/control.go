@@ -167,6 +167,9 @@ func (n *Node) runStarter(ctx context.Context) error {
 // the start message.
 func (n *Node) runJoiner(ctx context.Context) error {
 	var lastJoin time.Time
+	// Only the peer whose announcement matched our configuration may start the run: a
+	// start message from anyone else is ignored (a member list is not taken on trust).
+	starters := map[peer.ID]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,26 +180,37 @@ func (n *Node) runJoiner(ctx context.Context) error {
 					Interface("their_config", a.m.Config).Msg("refusing run announcement: config hash mismatch (different data dimensions or hyperparameters)")
 				continue
 			}
+			starters[a.from] = true
 			if time.Since(lastJoin) > 500*time.Millisecond {
 				lastJoin = time.Now()
 				n.publish(ctx, ctlMsg{Type: "join", Run: n.cfg.Run, Hash: n.hash, Rows: n.cfg.Data.Rows, Addrs: [][]string{n.addrStrings()}})
 			}
 		case s := <-n.start:
-			if s.m.Hash != n.hash || s.m.Total < 1 || len(s.m.Members) < 1 {
+			if !starters[s.from] {
+				n.log.Warn().Str("from", shortID(s.from)).Msg("start message from a peer that did not announce this run: ignored")
+				continue
+			}
+			if s.m.Hash != n.hash || s.m.Total < 1 || len(s.m.Members) < 1 || s.m.Total < len(s.m.Members) {
+				n.log.Warn().Str("from", shortID(s.from)).Msg("malformed start message: ignored")
 				continue
 			}
 			ms := make([]peer.ID, len(s.m.Members))
-			in := false
+			in, bad := false, false
 			for i, str := range s.m.Members {
 				p, err := peer.Decode(str)
 				if err != nil {
-					return fmt.Errorf("node: start message has a bad member %q", str)
+					n.log.Warn().Str("from", shortID(s.from)).Str("member", str).Msg("start message with a malformed member id: ignored")
+					bad = true
+					break
 				}
 				ms[i] = p
 				in = in || p == n.ID()
 				if len(s.m.Addrs) == len(s.m.Members) && p != n.ID() {
 					n.addAddrs(p, s.m.Addrs[i])
 				}
+			}
+			if bad {
+				continue
 			}
 			if !in {
 				n.log.Warn().Msg("the run started without this node (join window missed)")

@@ -1,0 +1,718 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// GossipProtocol returns the neighbour-exchange protocol ID of a run: the direct stream
+// that carries R-ADMM/MR-ADMM/ADMM vectors between graph neighbours (never pubsub).
+func GossipProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/radmm/1") }
+
+// StaleFile is the data-directory file recording every use of a stale neighbour vector
+// (policy stale), one JSON line each, made durable before the release that depends on it
+// is sent.
+const StaleFile = "gossip-stale"
+
+// MissingPolicy is what a node does when a neighbour's vector for the current iteration
+// has not arrived within the barrier timeout. See docs/radmm-network.md.
+type MissingPolicy uint8
+
+// Missing-neighbour policies.
+const (
+	// MissingStop ends the run with ErrNeighborMissing naming the neighbour(s) and the
+	// iteration (the default: a result is never silently computed from old values).
+	MissingStop MissingPolicy = iota
+	// MissingWait keeps waiting (logging a warning at every timeout) until the vector
+	// arrives or the context ends.
+	MissingWait
+	// MissingStale continues with the neighbour's last received vector in place of the
+	// missing one, after recording the substitution durably (StaleFile), logging it at
+	// warn level and reporting it in GossipResult.Stale.
+	MissingStale
+)
+
+var missingNames = []string{"stop", "wait", "stale"}
+
+// String returns the CLI name of the policy.
+func (p MissingPolicy) String() string {
+	if int(p) < len(missingNames) {
+		return missingNames[p]
+	}
+	return fmt.Sprintf("MissingPolicy(%d)", int(p))
+}
+
+// ParseMissingPolicy parses stop, wait or stale ("" = stop).
+func ParseMissingPolicy(s string) (MissingPolicy, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return MissingStop, nil
+	}
+	for i, n := range missingNames {
+		if s == n {
+			return MissingPolicy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("node: unknown --on-missing policy %q (want stop, wait or stale)", s)
+}
+
+// Errors of the gossip runtime.
+var (
+	// ErrNeighborMissing ends a run under MissingStop (and under MissingStale when a
+	// neighbour never sent anything that could stand in).
+	ErrNeighborMissing = errors.New("node: neighbour missing at the iteration barrier")
+	// ErrHalted is returned by Run when GossipConfig.HaltAfter stopped the node on purpose.
+	ErrHalted = errors.New("node: halted after the configured iteration")
+	// ErrRejoin is returned by NewGossipNode when the data directory's ledger already has
+	// entries of the run: gossip state is not checkpointed, so a restarted node would
+	// release fresh noisy vectors for iterations it already released.
+	ErrRejoin = errors.New("node: refusing to rejoin a gossip run")
+)
+
+// GossipConfig configures one node of a neighbour-exchange run.
+type GossipConfig struct {
+	// Run names the run (protocol ID, frames, ledger entries). At most MaxRunName bytes.
+	Run string
+	// DataDir holds the identity key (when Host is nil), the ledger and StaleFile.
+	DataDir string
+	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
+	NoSync bool
+	// Members lists every node's peer ID by gossip index; Members[Self] is this node.
+	Members []peer.ID
+	// Self is this node's gossip index.
+	Self int
+	// Neighbors lists the graph neighbours of Self: the same set the machine was built with.
+	Neighbors []int
+	// Machine is this node's gossip machine, freshly built (its initial Ready pending).
+	// The runtime's loop goroutine is its only user during Run.
+	Machine *gossip.Machine
+	// Iters is T, the machine's iteration count (frames for later iterations are rejected).
+	Iters int
+	// Host, when set, is used instead of creating one (it is not closed by Close).
+	Host host.Host
+	// Listen are the listen multiaddrs of a created host (default loopback TCP, port 0).
+	Listen []string
+	// Barrier is the barrier timeout: how long the node waits at an iteration for a
+	// neighbour's vector before it checks the neighbour. Once it has passed, a neighbour that
+	// is not connected is declared missing and OnMissing applies. Default 30 s (a local
+	// solve of a large dimension on a loaded machine can take seconds).
+	Barrier time.Duration
+	// MaxWait is how long a neighbour that is still connected (alive, but possibly waiting
+	// on its own barrier or paused) is waited for before it is declared missing too.
+	// Default 10 * Barrier.
+	MaxWait time.Duration
+	// OnMissing is the policy applied at a barrier timeout (default MissingStop).
+	OnMissing MissingPolicy
+	// Window is how many iterations beyond the next one a neighbour's early frame is held
+	// for (it is dropped beyond that). Default 4.
+	Window int
+	// HaltAfter, when > 0, makes Run return ErrHalted once the release of iteration
+	// HaltAfter has been acknowledged by the neighbours (fault injection for tests).
+	HaltAfter int
+	Logger    zerolog.Logger
+}
+
+// StaleUse records that iteration Iter+1 was computed with neighbour Neighbor's vector of
+// iteration UsedIter in place of its (missing) vector of iteration Iter.
+type StaleUse struct {
+	Iter     int `json:"iter"`
+	Neighbor int `json:"neighbor"`
+	UsedIter int `json:"used_iter"`
+}
+
+// GossipResult is the outcome of a completed gossip run on one node.
+type GossipResult struct {
+	Model    []float64       // f_i(T)
+	Iter     int             // T
+	Ledger   []privacy.Entry // entries made durable by this run, in order
+	Stale    []StaleUse      // stale substitutions (policy stale)
+	Rejected int             // inbound frames rejected (malformed, foreign, invalid)
+	Ignored  int             // inbound frames ignored (stale, duplicate, too far ahead)
+	Wall     time.Duration
+}
+
+type gossipIn struct {
+	f      GossipFrame
+	sender int
+}
+
+type gossipPeer struct {
+	idx    int
+	id     peer.ID
+	q      chan []byte
+	queued int          // loop-owned: frames queued that the peer needs (iterations < T)
+	acked  atomic.Int64 // frames answered by the peer, in queue order
+	mu     sync.Mutex   // guards s
+	s      network.Stream
+}
+
+// GossipNode runs one gossip machine over libp2p direct streams.
+type GossipNode struct {
+	cfg       GossipConfig
+	log       zerolog.Logger
+	Host      host.Host
+	ownsHost  bool
+	store     *Store
+	stale     *os.File
+	index     map[peer.ID]int
+	validator GossipValidator
+	limit     int
+	dim       int
+	in        chan gossipIn
+	done      chan struct{}
+	doneOnce  sync.Once
+	peers     []*gossipPeer
+	rejected  atomic.Int64
+	ignored   atomic.Int64
+	bg        sync.WaitGroup
+	cancel    context.CancelFunc
+}
+
+// NewGossipNode validates cfg, opens the data directory, creates (or adopts) the host and
+// registers the stream handler of GossipProtocol(cfg.Run). Call Run next.
+func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
+	if cfg.Barrier == 0 {
+		cfg.Barrier = 30 * time.Second
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 4
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 10 * cfg.Barrier
+	}
+	switch {
+	case cfg.Run == "" || len(cfg.Run) > MaxRunName:
+		return nil, fmt.Errorf("node: run name must have 1..%d bytes", MaxRunName)
+	case cfg.Machine == nil:
+		return nil, errors.New("node: gossip machine is required")
+	case cfg.Self < 0 || cfg.Self >= len(cfg.Members):
+		return nil, fmt.Errorf("node: self index %d out of range [0,%d)", cfg.Self, len(cfg.Members))
+	case len(cfg.Neighbors) != cfg.Machine.Degree():
+		return nil, fmt.Errorf("node: %d neighbours given, the machine has %d", len(cfg.Neighbors), cfg.Machine.Degree())
+	case cfg.Iters < 0:
+		return nil, fmt.Errorf("node: iterations must be >= 0, got %d", cfg.Iters)
+	case cfg.Barrier < 0 || cfg.MaxWait < cfg.Barrier:
+		return nil, fmt.Errorf("node: barrier timeout must be > 0 and max wait >= it, got %v and %v", cfg.Barrier, cfg.MaxWait)
+	case cfg.Window < 0:
+		return nil, fmt.Errorf("node: window must be >= 0, got %d", cfg.Window)
+	case cfg.OnMissing > MissingStale:
+		return nil, fmt.Errorf("node: unknown missing-neighbour policy %d", cfg.OnMissing)
+	}
+	if !cfg.Machine.HasReady() || cfg.Machine.Iter() != 0 {
+		return nil, errors.New("node: the gossip machine must be fresh (iteration 0 with its initial release pending)")
+	}
+	index := make(map[peer.ID]int, len(cfg.Members))
+	for i, p := range cfg.Members {
+		if _, dup := index[p]; dup {
+			return nil, fmt.Errorf("node: peer %s appears twice in the membership", p)
+		}
+		index[p] = i
+	}
+	nb := make([]bool, len(cfg.Members))
+	for _, j := range cfg.Neighbors {
+		if j < 0 || j >= len(cfg.Members) || j == cfg.Self || nb[j] {
+			return nil, fmt.Errorf("node: bad neighbour %d (out of range, self or duplicate)", j)
+		}
+		nb[j] = true
+	}
+	st, err := OpenStore(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	st.NoSync = cfg.NoSync
+	prior, err := st.Ledger()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		st.Close()
+		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
+	}
+	for _, e := range prior {
+		if e.Run == cfg.Run {
+			st.Close()
+			return nil, fmt.Errorf("%w: %s already holds ledger entries of run %q: a gossip node cannot rejoin a run it took part in (its releases would be re-noised); use a new run name or a fresh data directory",
+				ErrRejoin, cfg.DataDir, cfg.Run)
+		}
+	}
+	g := &GossipNode{cfg: cfg, store: st, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{})}
+	fail := func(err error) (*GossipNode, error) { g.Close(); return nil, err }
+	g.stale, err = os.OpenFile(filepath.Join(cfg.DataDir, StaleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("node: %s: %w", StaleFile, err))
+	}
+	if cfg.Host == nil {
+		key, err := st.Identity()
+		if err != nil {
+			return fail(err)
+		}
+		listen := cfg.Listen
+		if len(listen) == 0 {
+			listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		}
+		if err := checkPorts(listen); err != nil {
+			return fail(err)
+		}
+		h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen...))
+		if err != nil {
+			return fail(fmt.Errorf("node: libp2p host (listen %v): %w", listen, err))
+		}
+		g.cfg.Host, g.ownsHost = h, true
+	}
+	g.Host = g.cfg.Host
+	if cfg.Members[cfg.Self] != g.Host.ID() {
+		return fail(fmt.Errorf("node: member %d is %s but this host is %s", cfg.Self, cfg.Members[cfg.Self], g.Host.ID()))
+	}
+	g.dim = len(cfg.Machine.ModelView())
+	g.validator = GossipValidator{Run: cfg.Run, Dim: g.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
+	g.limit = GossipFrameSize(cfg.Run, g.dim)
+	g.log = cfg.Logger.With().Str("run", cfg.Run).Int("node", cfg.Self).Logger()
+	for _, j := range cfg.Neighbors {
+		g.peers = append(g.peers, &gossipPeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+2)})
+	}
+	g.Host.SetStreamHandler(GossipProtocol(cfg.Run), g.handle)
+	return g, nil
+}
+
+// ID returns the node's peer ID.
+func (g *GossipNode) ID() peer.ID { return g.Host.ID() }
+
+// Store returns the node's data directory store.
+func (g *GossipNode) Store() *Store { return g.store }
+
+// Close stops the senders, removes the stream handler, closes a host this node created and
+// the store.
+func (g *GossipNode) Close() error {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.finish()
+	if g.Host != nil {
+		g.Host.RemoveStreamHandler(GossipProtocol(g.cfg.Run))
+	}
+	var first error
+	if g.ownsHost && g.Host != nil {
+		first = g.Host.Close()
+		g.ownsHost = false
+	}
+	g.bg.Wait()
+	if g.stale != nil {
+		g.stale.Close()
+		g.stale = nil
+	}
+	if g.store != nil {
+		if err := g.store.Close(); err != nil && first == nil {
+			first = err
+		}
+		g.store = nil
+	}
+	return first
+}
+
+func (g *GossipNode) finish() { g.doneOnce.Do(func() { close(g.done) }) }
+
+// handle serves one long-lived inbound stream: frames in, one ack byte out per frame
+// (AckOK validated and passed to the loop, AckReject refused with a logged reason).
+func (g *GossipNode) handle(s network.Stream) {
+	defer s.Close()
+	sender, ok := g.index[s.Conn().RemotePeer()]
+	if !ok {
+		sender = -1
+	}
+	lg := g.log.With().Int("from", sender).Logger()
+	for {
+		b, err := ReadFrame(s, g.limit)
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				g.reject(lg, err.Error())
+				// The stream is out of sync: answer, then close it (Close flushes the ack).
+				s.Write([]byte{AckReject})
+			}
+			return
+		}
+		f, err := DecodeGossip(b)
+		if err == nil {
+			if vd, reason := g.validator.Check(f, sender); vd != Accept {
+				err = errors.New(reason)
+			}
+		}
+		if err != nil {
+			g.reject(lg, err.Error())
+			if _, err := s.Write([]byte{AckReject}); err != nil {
+				return
+			}
+			continue
+		}
+		// Ack once validated, before the loop takes the vector: the frame that completes a
+		// neighbour's last barrier must be acknowledged before that node ends and leaves.
+		// Back-pressure is kept: the next frame is not read until the loop took this one.
+		if _, err := s.Write([]byte{AckOK}); err != nil {
+			return
+		}
+		select {
+		case g.in <- gossipIn{f: f, sender: sender}:
+		case <-g.done: // the run is over: nothing needs the vector any more
+		}
+	}
+}
+
+func (g *GossipNode) reject(lg zerolog.Logger, reason string) {
+	g.rejected.Add(1)
+	lg.Warn().Str("verdict", "reject").Msg("gossip frame rejected: " + reason)
+}
+
+// Run drives the machine until iteration T is computed (or the policy stops the run) and
+// returns the node's result. It applies the Ready contract for every release: ledger
+// entries appended and fsynced, then the frame queued to every neighbour, then Advance.
+func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	g.cancel = cancel
+	defer cancel()
+	defer g.finish()
+	start := time.Now()
+	m := g.cfg.Machine
+	res := &GossipResult{}
+	for _, p := range g.peers {
+		g.bg.Add(1)
+		go func() { defer g.bg.Done(); g.sender(ctx, p) }()
+	}
+	type lastVec struct {
+		iter int
+		vec  []float64
+	}
+	last := map[int]lastVec{}
+	early := map[int][]gossip.Message{} // iteration -> frames more than one ahead
+	note := func(from, iter int, vec []float64) {
+		if l, ok := last[from]; !ok || iter > l.iter {
+			last[from] = lastVec{iter, vec}
+		}
+	}
+	step := func(msg gossip.Message) {
+		switch err := m.Step(msg); {
+		case err == nil:
+			note(msg.From, msg.Iter, msg.Vec)
+		case errors.Is(err, gossip.ErrStale) || errors.Is(err, gossip.ErrDuplicate):
+			g.ignored.Add(1)
+			g.log.Debug().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame ignored: " + err.Error())
+		default:
+			g.rejected.Add(1)
+			g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame rejected by the machine: " + err.Error())
+		}
+	}
+	timer := time.NewTimer(g.cfg.Barrier)
+	defer timer.Stop()
+	rearm := func(d time.Duration) {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d)
+	}
+	recheck := max(g.cfg.Barrier/4, 10*time.Millisecond)
+	armedAt, waitStart := -1, time.Now()
+	for {
+		for m.HasReady() {
+			rd := m.Ready()
+			iter, err := g.apply(rd, res)
+			if err != nil {
+				return nil, err
+			}
+			m.Advance(rd)
+			if g.cfg.HaltAfter > 0 && iter >= g.cfg.HaltAfter {
+				g.flush(ctx, nil)
+				g.log.Warn().Int("iter", iter).Msg("halting on purpose (fault injection)")
+				return nil, fmt.Errorf("%w %d", ErrHalted, iter)
+			}
+			t := m.Iter()
+			for it := range early {
+				if it > t+1 {
+					continue
+				}
+				for _, msg := range early[it] {
+					step(msg)
+				}
+				delete(early, it)
+			}
+		}
+		if m.Done() {
+			g.flush(ctx, res)
+			res.Model, res.Iter = m.Model(), m.Iter()
+			res.Rejected, res.Ignored = int(g.rejected.Load()), int(g.ignored.Load())
+			res.Wall = time.Since(start)
+			return res, nil
+		}
+		if t := m.Iter(); t != armedAt {
+			armedAt, waitStart = t, time.Now()
+			rearm(g.cfg.Barrier)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case in := <-g.in:
+			msg := gossip.Message{From: in.sender, Iter: int(in.f.Iter), Vec: in.f.Vec}
+			t := m.Iter()
+			switch {
+			case msg.Iter > t+1+g.cfg.Window:
+				g.ignored.Add(1)
+				g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Int("at", t).Msg("gossip frame too far ahead: dropped")
+			case msg.Iter > t+1:
+				early[msg.Iter] = append(early[msg.Iter], msg)
+			default:
+				step(msg)
+			}
+		case <-timer.C:
+			t := m.Iter()
+			waited := time.Since(waitStart)
+			missing, _ := m.Missing()
+			// A neighbour is declared missing once the barrier timeout has passed and it is
+			// not connected, or once MaxWait has passed: a connected neighbour is usually
+			// alive and waiting on its own barrier (missing vectors cascade along the graph).
+			var gone []int
+			for _, j := range missing {
+				if waited >= g.cfg.MaxWait || g.Host.Network().Connectedness(g.cfg.Members[j]) != network.Connected {
+					gone = append(gone, j)
+				}
+			}
+			timer.Reset(recheck)
+			if len(gone) == 0 {
+				g.log.Debug().Int("iter", t).Ints("waiting_for", missing).Dur("waited", waited).Msg("barrier: neighbours connected, still waiting")
+				continue
+			}
+			switch g.cfg.OnMissing {
+			case MissingStop:
+				g.log.Error().Int("iter", t).Ints("missing", gone).Dur("waited", waited).Msg("neighbour missing at the barrier: stopping the run (policy stop)")
+				return nil, fmt.Errorf("%w: node %d waited %v at iteration %d for neighbour(s) %v (policy stop; use --on-missing wait or stale to continue)",
+					ErrNeighborMissing, g.cfg.Self, waited.Round(time.Millisecond), t, gone)
+			case MissingWait:
+				g.log.Warn().Int("iter", t).Ints("missing", gone).Dur("waited", waited).Msg("neighbour missing at the barrier: still waiting (policy wait)")
+			case MissingStale:
+				for _, j := range gone {
+					l, ok := last[j]
+					if !ok {
+						return nil, fmt.Errorf("%w: node %d at iteration %d: neighbour %d never sent a vector that could stand in (policy stale)",
+							ErrNeighborMissing, g.cfg.Self, t, j)
+					}
+					u := StaleUse{Iter: t, Neighbor: j, UsedIter: l.iter}
+					if err := g.recordStale(u); err != nil {
+						return nil, err
+					}
+					res.Stale = append(res.Stale, u)
+					g.log.Warn().Int("iter", t).Int("neighbor", j).Int("used_iter", l.iter).Msg("neighbour missing at the barrier: continuing with its last vector (policy stale)")
+					if err := m.Step(gossip.Message{From: j, Iter: t, Vec: l.vec}); err != nil {
+						return nil, fmt.Errorf("node: stale substitution for neighbour %d at iteration %d: %w", j, t, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// apply makes the ledger entries of rd durable, then queues the encoded vector to every
+// neighbour. It returns the released iteration.
+func (g *GossipNode) apply(rd gossip.Ready, res *GossipResult) (int, error) {
+	if len(rd.Ledger) != 1 {
+		return 0, fmt.Errorf("node: invariant: a gossip release carries %d ledger entries", len(rd.Ledger))
+	}
+	es := make([]privacy.Entry, len(rd.Ledger))
+	for k, e := range rd.Ledger {
+		e.Run = g.cfg.Run
+		if err := e.Validate(); err != nil {
+			return 0, fmt.Errorf("node: ledger entry: %w", err)
+		}
+		es[k] = e
+	}
+	if err := g.store.AppendLedger(es); err != nil {
+		return 0, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
+	}
+	if res != nil {
+		res.Ledger = append(res.Ledger, es...)
+	}
+	iter := int(es[0].Hop)
+	if len(rd.Outbox) == 0 {
+		return iter, nil
+	}
+	msg := rd.Outbox[0].Msg
+	if msg.Iter != iter {
+		return 0, fmt.Errorf("node: invariant: vector of iteration %d not covered by ledger iteration %d", msg.Iter, iter)
+	}
+	raw, err := EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(msg.Iter), From: uint32(g.cfg.Self), Vec: msg.Vec})
+	if err != nil {
+		return 0, err
+	}
+	for _, env := range rd.Outbox {
+		p := g.peerOf(env.To)
+		if p == nil {
+			return 0, fmt.Errorf("node: invariant: machine addressed node %d, not a neighbour", env.To)
+		}
+		select {
+		case p.q <- raw:
+			// f_i(T) is consumed by nobody (every neighbour computes f_j(T) from the
+			// vectors of iteration T-1): it is sent, but the end-of-run flush does not wait
+			// for a neighbour that may already have finished and gone.
+			if iter < g.cfg.Iters {
+				p.queued++
+			}
+		default:
+			g.log.Error().Int("to", p.idx).Int("iter", iter).Msg("send queue full: vector dropped")
+		}
+	}
+	return iter, nil
+}
+
+func (g *GossipNode) peerOf(j int) *gossipPeer {
+	for _, p := range g.peers {
+		if p.idx == j {
+			return p
+		}
+	}
+	return nil
+}
+
+// recordStale appends one line to StaleFile and fsyncs it.
+func (g *GossipNode) recordStale(u StaleUse) error {
+	b, _ := json.Marshal(u)
+	if _, err := g.stale.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("node: %s: %w", StaleFile, err)
+	}
+	if !g.cfg.NoSync {
+		if err := g.stale.Sync(); err != nil {
+			return fmt.Errorf("node: %s fsync: %w", StaleFile, err)
+		}
+	}
+	return nil
+}
+
+// flush waits until every neighbour answered every queued frame it needs, at most one
+// barrier timeout. Neighbours that res records as stale at the last iteration are not waited for.
+func (g *GossipNode) flush(ctx context.Context, res *GossipResult) {
+	gone := map[int]bool{}
+	if res != nil && len(res.Stale) > 0 {
+		lastT := res.Stale[len(res.Stale)-1].Iter
+		for _, u := range res.Stale {
+			if u.Iter == lastT {
+				gone[u.Neighbor] = true
+			}
+		}
+	}
+	// A neighbour that stays disconnected for a grace period has finished (its last
+	// barrier only needed our vector of iteration T-1, which it acknowledged unless it
+	// left right after) or failed: it is not waited for.
+	grace := min(g.cfg.Barrier/4, time.Second)
+	away := map[int]time.Time{}
+	deadline := time.Now().Add(g.cfg.Barrier)
+	for {
+		pending := 0
+		for _, p := range g.peers {
+			if gone[p.idx] || p.acked.Load() >= int64(p.queued) {
+				continue
+			}
+			if g.Host.Network().Connectedness(p.id) != network.Connected {
+				if t0, ok := away[p.idx]; !ok {
+					away[p.idx] = time.Now()
+				} else if time.Since(t0) > grace {
+					continue
+				}
+			} else {
+				delete(away, p.idx)
+			}
+			pending++
+		}
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.log.Warn().Int("peers", pending).Msg("some neighbours did not acknowledge the last vectors")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// sender delivers p's queue in order over one long-lived stream, reopening it and
+// retrying a frame until it is answered or the run ends.
+func (g *GossipNode) sender(ctx context.Context, p *gossipPeer) {
+	defer func() {
+		p.mu.Lock()
+		if p.s != nil {
+			p.s.Close()
+			p.s = nil
+		}
+		p.mu.Unlock()
+	}()
+	for {
+		var raw []byte
+		select {
+		case raw = <-p.q:
+		case <-ctx.Done():
+			return
+		}
+		backoff := 5 * time.Millisecond
+		for {
+			code, err := g.sendOne(ctx, p, raw)
+			if err == nil {
+				if code == AckReject {
+					g.log.Error().Int("to", p.idx).Msg("neighbour rejected our vector")
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			g.log.Debug().Err(err).Int("to", p.idx).Msg("gossip send failed; retrying")
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+		p.acked.Add(1)
+	}
+}
+
+func (g *GossipNode) sendOne(ctx context.Context, p *gossipPeer, raw []byte) (byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.s == nil {
+		sctx, cancel := context.WithTimeout(ctx, g.cfg.Barrier)
+		s, err := g.Host.NewStream(sctx, p.id, GossipProtocol(g.cfg.Run))
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		p.s = s
+	}
+	p.s.SetDeadline(time.Now().Add(g.cfg.Barrier))
+	var ack [1]byte
+	err := WriteFrame(p.s, raw)
+	if err == nil {
+		_, err = p.s.Read(ack[:])
+	}
+	if err != nil {
+		p.s.Reset()
+		p.s = nil
+		return 0, err
+	}
+	return ack[0], nil
+}

@@ -1,0 +1,127 @@
+package node
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// GossipWireVersion is the version byte of the neighbour-exchange frame.
+const GossipWireVersion = 1
+
+// gossipHeader is the fixed part of an encoded gossip frame: version(1) iter(8) from(4)
+// dim(4) runlen(1).
+const gossipHeader = 1 + 8 + 4 + 4 + 1
+
+// GossipFrame is one node's primal vector f_From(Iter) sent to one neighbour.
+type GossipFrame struct {
+	Run  string
+	Iter uint64
+	From uint32 // sender's index in the run's membership
+	Vec  []float64
+}
+
+// GossipFrameSize returns the encoded size of a frame with the given run name and
+// dimension; receivers refuse any larger frame before reading it.
+func GossipFrameSize(run string, dim int) int { return gossipHeader + len(run) + 8*dim }
+
+// EncodeGossip appends the binary encoding of f to dst:
+//
+//	version u8 | iter u64 | from u32 | dim u32 | runlen u8 | run | vec[dim] f64
+//
+// all integers and float64 bit patterns little-endian, so vectors travel bit-exactly.
+func EncodeGossip(dst []byte, f GossipFrame) ([]byte, error) {
+	if len(f.Run) > MaxRunName {
+		return dst, fmt.Errorf("node: run name longer than %d bytes", MaxRunName)
+	}
+	if len(f.Vec) > MaxDim {
+		return dst, fmt.Errorf("node: gossip vector of dimension %d over the limit %d", len(f.Vec), MaxDim)
+	}
+	dst = append(dst, GossipWireVersion)
+	dst = binary.LittleEndian.AppendUint64(dst, f.Iter)
+	dst = binary.LittleEndian.AppendUint32(dst, f.From)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(f.Vec)))
+	dst = append(dst, byte(len(f.Run)))
+	dst = append(dst, f.Run...)
+	for _, v := range f.Vec {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v))
+	}
+	return dst, nil
+}
+
+// DecodeGossip decodes a gossip frame. It checks the version and that the length matches
+// the declared dimension exactly before allocating; it does not judge run, sender,
+// dimension or finiteness (see GossipValidator).
+func DecodeGossip(b []byte) (GossipFrame, error) {
+	var f GossipFrame
+	if len(b) < 1 {
+		return f, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	if b[0] != GossipWireVersion {
+		return f, fmt.Errorf("%w %d (want %d)", ErrVersion, b[0], GossipWireVersion)
+	}
+	if len(b) < gossipHeader {
+		return f, fmt.Errorf("%w: %d bytes, header needs %d", ErrMalformed, len(b), gossipHeader)
+	}
+	f.Iter = binary.LittleEndian.Uint64(b[1:])
+	f.From = binary.LittleEndian.Uint32(b[9:])
+	dim := binary.LittleEndian.Uint32(b[13:])
+	rl := int(b[17])
+	if dim > MaxDim {
+		return f, fmt.Errorf("%w: dimension %d over the limit %d", ErrMalformed, dim, MaxDim)
+	}
+	if rl > MaxRunName {
+		return f, fmt.Errorf("%w: run name of %d bytes", ErrMalformed, rl)
+	}
+	want := gossipHeader + rl + 8*int(dim)
+	if len(b) != want {
+		return f, fmt.Errorf("%w: %d bytes, dimension %d needs %d", ErrMalformed, len(b), dim, want)
+	}
+	p := gossipHeader
+	f.Run = string(b[p : p+rl])
+	p += rl
+	f.Vec = make([]float64, dim)
+	for k := range f.Vec {
+		f.Vec[k] = math.Float64frombits(binary.LittleEndian.Uint64(b[p:]))
+		p += 8
+	}
+	return f, nil
+}
+
+// GossipValidator holds what an inbound gossip frame is checked against before it reaches
+// the loop. Freshness against the machine's iteration is judged in the loop.
+type GossipValidator struct {
+	Run string
+	Dim int
+	// Iters is T: a frame for an iteration beyond T is rejected.
+	Iters uint64
+	// Neighbors[k] reports whether member k is a graph neighbour of this node.
+	Neighbors []bool
+}
+
+// Check runs the stateless validation chain on a decoded frame that arrived from the
+// member with index sender (-1 when the remote peer is not a member): membership, claimed
+// sender, neighbourhood, run, dimension, iteration range, finiteness. It returns the
+// verdict and, unless Accept, the reason.
+func (v GossipValidator) Check(f GossipFrame, sender int) (Verdict, string) {
+	switch {
+	case sender < 0:
+		return Reject, "sender is not a member of the run"
+	case int64(f.From) != int64(sender):
+		return Reject, fmt.Sprintf("frame claims sender %d but came from member %d", f.From, sender)
+	case sender >= len(v.Neighbors) || !v.Neighbors[sender]:
+		return Reject, fmt.Sprintf("member %d is not a graph neighbour", sender)
+	case f.Run != v.Run:
+		return Reject, fmt.Sprintf("run %q, want %q", f.Run, v.Run)
+	case len(f.Vec) != v.Dim:
+		return Reject, fmt.Sprintf("dimension %d, want %d", len(f.Vec), v.Dim)
+	case f.Iter > v.Iters:
+		return Reject, fmt.Sprintf("iteration %d beyond the run's %d iterations", f.Iter, v.Iters)
+	}
+	for k, x := range f.Vec {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return Reject, fmt.Sprintf("non-finite coordinate %d", k)
+		}
+	}
+	return Accept, ""
+}

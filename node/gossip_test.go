@@ -1,0 +1,431 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
+)
+
+func sampleGossip(dim int) GossipFrame {
+	f := GossipFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
+	for k := range f.Vec {
+		f.Vec[k] = float64(k)*0.25 - 1
+	}
+	return f
+}
+
+func TestGossipFrameRoundTrip(t *testing.T) {
+	f := sampleGossip(4)
+	f.Vec[2] = math.Copysign(0, -1) // bit-exactness includes the sign of zero
+	b, err := EncodeGossip(nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != GossipFrameSize("r1", 4) {
+		t.Fatalf("size %d, want %d", len(b), GossipFrameSize("r1", 4))
+	}
+	// Layout: version, iter, from, dim, runlen, run, vector (little-endian).
+	if b[0] != GossipWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
+		binary.LittleEndian.Uint32(b[13:]) != 4 || b[17] != 2 || string(b[18:20]) != "r1" ||
+		binary.LittleEndian.Uint64(b[20+16:]) != math.Float64bits(math.Copysign(0, -1)) {
+		t.Fatalf("unexpected layout % x", b)
+	}
+	got, err := DecodeGossip(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Run != f.Run || got.Iter != f.Iter || got.From != f.From || len(got.Vec) != 4 {
+		t.Fatalf("decoded %+v, want %+v", got, f)
+	}
+	for k := range f.Vec {
+		if math.Float64bits(got.Vec[k]) != math.Float64bits(f.Vec[k]) {
+			t.Fatalf("coordinate %d differs", k)
+		}
+	}
+}
+
+func TestGossipDecodeErrors(t *testing.T) {
+	good, _ := EncodeGossip(nil, sampleGossip(3))
+	huge := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint32(huge[13:], MaxDim+1)
+	longRun := append([]byte(nil), good...)
+	longRun[17] = MaxRunName + 1
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"version", append([]byte{9}, good[1:]...), ErrVersion},
+		{"short header", good[:gossipHeader-1], ErrMalformed},
+		{"truncated", good[:len(good)-1], ErrMalformed},
+		{"trailing", append(append([]byte(nil), good...), 0), ErrMalformed},
+		{"huge dim", huge, ErrMalformed},
+		{"long run", longRun, ErrMalformed},
+	} {
+		if _, err := DecodeGossip(c.b); !errors.Is(err, c.want) {
+			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := EncodeGossip(nil, GossipFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
+		t.Error("over-long run name encoded")
+	}
+}
+
+func TestGossipValidator(t *testing.T) {
+	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
+	ok := sampleGossip(3)
+	mod := func(f func(*GossipFrame)) GossipFrame {
+		g := ok
+		g.Vec = append([]float64(nil), ok.Vec...)
+		f(&g)
+		return g
+	}
+	for _, c := range []struct {
+		name   string
+		f      GossipFrame
+		sender int
+		want   Verdict
+		reason string
+	}{
+		{"ok", ok, 1, Accept, ""},
+		{"non-member", ok, -1, Reject, "not a member"},
+		{"forged sender", mod(func(g *GossipFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
+		{"not a neighbour", mod(func(g *GossipFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
+		{"out of range", mod(func(g *GossipFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
+		{"run", mod(func(g *GossipFrame) { g.Run = "r2" }), 1, Reject, "run"},
+		{"dim", mod(func(g *GossipFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
+		{"beyond T", mod(func(g *GossipFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
+		{"nan", mod(func(g *GossipFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
+		{"inf", mod(func(g *GossipFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
+	} {
+		got, reason := v.Check(c.f, c.sender)
+		if got != c.want || !strings.Contains(reason, c.reason) {
+			t.Errorf("%s: %v (%q), want %v (%q)", c.name, got, reason, c.want, c.reason)
+		}
+	}
+}
+
+func TestParseMissingPolicy(t *testing.T) {
+	for s, want := range map[string]MissingPolicy{"": MissingStop, "stop": MissingStop, " Wait ": MissingWait, "stale": MissingStale} {
+		got, err := ParseMissingPolicy(s)
+		if err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", s, got, err, want)
+		}
+		if s != "" && !strings.EqualFold(strings.TrimSpace(s), got.String()) {
+			t.Errorf("%q: String %q", s, got.String())
+		}
+	}
+	if _, err := ParseMissingPolicy("ignore"); err == nil || !strings.Contains(err.Error(), "stop, wait or stale") {
+		t.Errorf("bad policy: %v", err)
+	}
+}
+
+func FuzzDecodeGossip(f *testing.F) {
+	good, _ := EncodeGossip(nil, sampleGossip(3))
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(good[:gossipHeader])
+	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := DecodeGossip(b)
+		if err != nil {
+			return
+		}
+		vd, reason := v.Check(g, int(g.From%3)-1)
+		if vd == Accept {
+			for _, x := range g.Vec {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					t.Fatalf("accepted a non-finite vector (%s)", reason)
+				}
+			}
+		}
+		re, err := EncodeGossip(nil, g)
+		if err != nil {
+			t.Fatalf("decoded frame does not re-encode: %v", err)
+		}
+		if !bytes.Equal(re, b) {
+			t.Fatalf("re-encoding differs")
+		}
+	})
+}
+
+// testMachines builds fresh R-ADMM machines (noise off) over a small logistic data set on
+// the given adjacency.
+func testMachines(t *testing.T, nbrs [][]int, iters int) []*gossip.Machine {
+	t.Helper()
+	n := len(nbrs)
+	d, _ := consensus.SyntheticLogistic(20*n, 3, 2, 7)
+	shards, err := consensus.Split(d, n, "contiguous", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]*gossip.Machine, n)
+	for i := range ms {
+		obj, err := gossip.NewObjective(shards[i], consensus.Logistic, float64(n)/float64(d.Rows), 0.05)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := gossip.DefaultConfig()
+		c.Node, c.Nodes, c.Neighbors, c.Iters, c.Run = i, n, nbrs[i], iters, "r"
+		c.Init = []float64{0.1 * float64(i), -0.2, 0.05}
+		if ms[i], err = gossip.New(c, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ms
+}
+
+// pureRun drives machines to the end in one goroutine (the reference).
+func pureRun(t *testing.T, ms []*gossip.Machine) {
+	t.Helper()
+	for {
+		moved := false
+		var q []gossip.Envelope
+		for _, m := range ms {
+			if m.HasReady() {
+				rd := m.Ready()
+				q = append(q, rd.Outbox...)
+				m.Advance(rd)
+				moved = true
+			}
+		}
+		for _, e := range q {
+			if err := ms[e.To].Step(e.Msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !moved && len(q) == 0 {
+			return
+		}
+	}
+}
+
+// gossipNet creates one GossipNode per machine on loopback and fills the peerstores.
+func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy) []*GossipNode {
+	t.Helper()
+	n := len(ms)
+	ids := make([]peer.ID, n)
+	dirs := make([]string, n)
+	for i := range ids {
+		dirs[i] = t.TempDir()
+		id, err := DataDirPeerID(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	nodes := make([]*GossipNode, n)
+	for i := range nodes {
+		g, err := NewGossipNode(context.Background(), GossipConfig{Run: "r", DataDir: dirs[i], NoSync: true, Members: ids, Self: i,
+			Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = g
+		t.Cleanup(func() { g.Close() })
+	}
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a != b {
+				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
+			}
+		}
+	}
+	return nodes
+}
+
+// TestGossipNodeRun: three nodes on a path 0-1-2 over real streams end with the models of
+// the same machines driven in one goroutine, bit for bit, and one ledger entry per
+// iteration 0..T on disk.
+func TestGossipNodeRun(t *testing.T) {
+	nbrs := [][]int{{1}, {0, 2}, {1}}
+	const T = 6
+	ref := testMachines(t, nbrs, T)
+	pureRun(t, ref)
+	nodes := gossipNet(t, testMachines(t, nbrs, T), nbrs, T, 20*time.Second, MissingStop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type out struct {
+		r   *GossipResult
+		err error
+	}
+	ch := make([]chan out, len(nodes))
+	for i, g := range nodes {
+		ch[i] = make(chan out, 1)
+		go func() { r, err := g.Run(ctx); ch[i] <- out{r, err} }()
+	}
+	for i := range nodes {
+		o := <-ch[i]
+		if o.err != nil {
+			t.Fatalf("node %d: %v", i, o.err)
+		}
+		if o.r.Iter != T || len(o.r.Ledger) != T+1 || o.r.Rejected != 0 {
+			t.Fatalf("node %d: iter %d, %d ledger entries, %d rejected", i, o.r.Iter, len(o.r.Ledger), o.r.Rejected)
+		}
+		for k := range o.r.Model {
+			if math.Float64bits(o.r.Model[k]) != math.Float64bits(ref[i].ModelView()[k]) {
+				t.Fatalf("node %d: model %v, reference %v", i, o.r.Model, ref[i].ModelView())
+			}
+		}
+		es, err := nodes[i].Store().Ledger()
+		if err != nil || len(es) != T+1 {
+			t.Fatalf("node %d: %d entries on disk (%v)", i, len(es), err)
+		}
+		for k, e := range es {
+			if e.Hop != uint64(k) || e.Run != "r" {
+				t.Fatalf("node %d: entry %d: %+v", i, k, e)
+			}
+		}
+	}
+}
+
+// TestGossipNodeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
+// non-member, from the member that is not its neighbour, and malformed, foreign, forged,
+// non-finite or oversized frames from its neighbour; it accepts a valid frame.
+func TestGossipNodeRejects(t *testing.T) {
+	nbrs := [][]int{{1}, {0, 2}, {1}}
+	nodes := gossipNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
+	rogue, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	rogue.Peerstore().AddAddrs(nodes[0].ID(), nodes[0].Host.Addrs(), time.Hour)
+	ctx := context.Background()
+	send := func(s network.Stream, raw []byte) byte {
+		t.Helper()
+		s.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := WriteFrame(s, raw); err != nil {
+			t.Fatal(err)
+		}
+		var ack [1]byte
+		if _, err := s.Read(ack[:]); err != nil {
+			t.Fatal(err)
+		}
+		return ack[0]
+	}
+	enc := func(f GossipFrame) []byte { b, _ := EncodeGossip(nil, f); return b }
+	good := GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
+
+	s, err := rogue.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := send(s, enc(good)); c != AckReject {
+		t.Errorf("non-member: ack %d", c)
+	}
+	s.Close()
+	s, err = nodes[2].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := good
+	bad.From = 2
+	if c := send(s, enc(bad)); c != AckReject {
+		t.Errorf("non-neighbour: ack %d", c)
+	}
+	s.Close()
+
+	s, err = nodes[1].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, raw := range map[string][]byte{
+		"malformed": {GossipWireVersion, 1, 2},
+		"version":   append([]byte{2}, enc(good)[1:]...),
+		"run":       enc(GossipFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
+		"forged":    enc(GossipFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
+		"dim":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
+		"nan":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
+		"beyond T":  enc(GossipFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
+	} {
+		if c := send(s, raw); c != AckReject {
+			t.Errorf("%s: ack %d", name, c)
+		}
+	}
+	if c := send(s, enc(good)); c != AckOK {
+		t.Errorf("valid frame: ack %d", c)
+	}
+	if got := nodes[0].rejected.Load(); got != 9 {
+		t.Errorf("%d rejections counted, want 9", got)
+	}
+	// An oversized frame is refused from its length prefix and the stream is reset.
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(GossipFrameSize("r", 3)+1))
+	s.Write(hdr[:])
+	var ack [1]byte
+	if _, err := s.Read(ack[:]); err != nil || ack[0] != AckReject {
+		t.Errorf("oversized: ack %v (%v)", ack[0], err)
+	}
+	if _, err := s.Read(ack[:]); err == nil {
+		t.Error("stream still open after an oversized frame")
+	}
+}
+
+func TestGossipConfigErrors(t *testing.T) {
+	nbrs := [][]int{{1}, {0}}
+	ms := testMachines(t, nbrs, 2)
+	dir := t.TempDir()
+	id, err := DataDirPeerID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := GossipConfig{Run: "r", DataDir: dir, Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 2}
+	for name, c := range map[string]func(*GossipConfig){
+		"no run":       func(c *GossipConfig) { c.Run = "" },
+		"no machine":   func(c *GossipConfig) { c.Machine = nil },
+		"self":         func(c *GossipConfig) { c.Self = 2 },
+		"degree":       func(c *GossipConfig) { c.Neighbors = nil },
+		"self nbr":     func(c *GossipConfig) { c.Neighbors = []int{0} },
+		"barrier":      func(c *GossipConfig) { c.Barrier = -time.Second },
+		"max wait":     func(c *GossipConfig) { c.Barrier, c.MaxWait = time.Second, time.Millisecond },
+		"policy":       func(c *GossipConfig) { c.OnMissing = 7 },
+		"dup member":   func(c *GossipConfig) { c.Members = []peer.ID{id, id} },
+		"wrong member": func(c *GossipConfig) { c.Members = []peer.ID{"x", id} },
+	} {
+		c2 := base
+		c(&c2)
+		g, err := NewGossipNode(context.Background(), c2)
+		if err == nil {
+			g.Close()
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	g, err := NewGossipNode(context.Background(), base)
+	if err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	g.Close()
+	// A data directory whose ledger holds entries of the run cannot join it again.
+	st, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AppendLedger(ms[0].Ready().Ledger); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := NewGossipNode(context.Background(), base); !errors.Is(err, ErrRejoin) {
+		t.Fatalf("rejoin: %v", err)
+	}
+	base.Run = "r2"
+	g, err = NewGossipNode(context.Background(), base)
+	if err != nil {
+		t.Fatalf("another run refused: %v", err)
+	}
+	g.Close()
+}

@@ -1,0 +1,216 @@
+package testnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// GossipMemConfig configures an in-process neighbour-exchange network of real libp2p hosts
+// (loopback TCP), one node.GossipNode per graph node. Graph, shards, initial vectors and
+// noise sources are those of NewGossipSim for the same options, so a fault-free run ends
+// with models bit-identical to the simulator's.
+type GossipMemConfig struct {
+	Options GossipOptions
+	Run     string // "" = "gmem"
+	// Dir is the parent of the per-node data directories (node-<i>); "" uses a temporary
+	// directory that is removed afterwards.
+	Dir string
+	// Sync makes ledger and stale-record writes fsync (off by default: testnets).
+	Sync bool
+	// Barrier, MaxWait and OnMissing are the nodes' barrier timeout, the longest wait for a
+	// connected neighbour, and the missing-neighbour policy (see node.GossipConfig).
+	Barrier   time.Duration
+	MaxWait   time.Duration
+	OnMissing node.MissingPolicy
+	// HaltNode, when HaltAfter > 0, is a node that stops (and closes its host) once its
+	// release of iteration HaltAfter is acknowledged: fault injection.
+	HaltNode  int
+	HaltAfter int
+	Logger    zerolog.Logger
+}
+
+// GossipMemResult is the outcome of a gossip run over real hosts.
+type GossipMemResult struct {
+	// Model is the average of the nodes' final models, computed as GossipSim.Average (a
+	// halted node contributes the vector it last released).
+	Model        []float64
+	MaxDeviation float64
+	Models       [][]float64       // per node; nil for a node that failed or halted
+	Stale        [][]node.StaleUse // per node
+	Ledger       [][]privacy.Entry // per node, as made durable
+	Errs         []error           // per node (node.ErrHalted for the halted node)
+	Peers        []string          // peer IDs by node index
+	Sim          *GossipSim        // the machines after the run
+	Wall         time.Duration     // from the start of Run to the last node's end
+	Iters        int
+}
+
+// GossipMem is a built, connected network ready to Run.
+type GossipMem struct {
+	cfg     GossipMemConfig
+	sim     *GossipSim
+	nodes   []*node.GossipNode
+	ids     []peer.ID
+	cleanup func()
+	closed  []bool
+	mu      sync.Mutex
+}
+
+// NewGossipMem builds the machines (NewGossipSim), creates one host per node with its data
+// directory and connects every pair of graph neighbours.
+func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) {
+	if cfg.Run == "" {
+		cfg.Run = "gmem"
+	}
+	sim, err := NewGossipSim(&cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	n := len(sim.Machines)
+	if cfg.HaltAfter > 0 && (cfg.HaltNode < 0 || cfg.HaltNode >= n) {
+		return nil, fmt.Errorf("testnet: gmem: halt node %d out of range [0,%d)", cfg.HaltNode, n)
+	}
+	gm := &GossipMem{cfg: cfg, sim: sim, closed: make([]bool, n), cleanup: func() {}}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "dpadmm-gmem-")
+		if err != nil {
+			return nil, err
+		}
+		gm.cleanup = func() { os.RemoveAll(d) }
+		dir = d
+	}
+	fail := func(err error) (*GossipMem, error) { gm.Close(); return nil, err }
+	dirs := make([]string, n)
+	gm.ids = make([]peer.ID, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		if gm.ids[i], err = node.DataDirPeerID(dirs[i]); err != nil {
+			return fail(err)
+		}
+	}
+	gm.nodes = make([]*node.GossipNode, n)
+	for i := 0; i < n; i++ {
+		c := node.GossipConfig{
+			Run: cfg.Run, DataDir: dirs[i], NoSync: !cfg.Sync, Members: gm.ids, Self: i,
+			Neighbors: sim.Graph.Neighbors(i), Machine: sim.Machines[i], Iters: cfg.Options.Iters,
+			Barrier: cfg.Barrier, MaxWait: cfg.MaxWait, OnMissing: cfg.OnMissing,
+			Logger: cfg.Logger.With().Int("node", i).Logger(),
+		}
+		if cfg.HaltAfter > 0 && i == cfg.HaltNode {
+			c.HaltAfter = cfg.HaltAfter
+		}
+		if gm.nodes[i], err = node.NewGossipNode(ctx, c); err != nil {
+			return fail(fmt.Errorf("testnet: gmem: node %d: %w", i, err))
+		}
+	}
+	for i, a := range gm.nodes {
+		for j, b := range gm.nodes {
+			if i != j {
+				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
+			}
+		}
+	}
+	for i, a := range gm.nodes {
+		for _, j := range sim.Graph.Neighbors(i) {
+			if j < i {
+				continue
+			}
+			b := gm.nodes[j]
+			if err := a.Host.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Host.Addrs()}); err != nil {
+				return fail(fmt.Errorf("testnet: gmem: connect %d-%d: %w", i, j, err))
+			}
+		}
+	}
+	return gm, nil
+}
+
+// Close closes every node and removes a temporary directory.
+func (gm *GossipMem) Close() error {
+	var first error
+	for i := range gm.nodes {
+		if err := gm.closeNode(i); err != nil && first == nil {
+			first = err
+		}
+	}
+	gm.cleanup()
+	gm.cleanup = func() {}
+	return first
+}
+
+func (gm *GossipMem) closeNode(i int) error {
+	gm.mu.Lock()
+	nd := gm.nodes[i]
+	if nd == nil || gm.closed[i] {
+		gm.mu.Unlock()
+		return nil
+	}
+	gm.closed[i] = true
+	gm.mu.Unlock()
+	return nd.Close()
+}
+
+// Run runs every node to the end of the run. The host of a node that halts or fails is
+// closed at once (as its process would exit), so that its neighbours see it disconnect. It returns the result and, if any node other than the halted one failed,
+// the first such error (by node index); the result is returned in both cases.
+func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
+	n := len(gm.nodes)
+	res := &GossipMemResult{
+		Models: make([][]float64, n), Stale: make([][]node.StaleUse, n), Ledger: make([][]privacy.Entry, n),
+		Errs: make([]error, n), Peers: make([]string, n), Sim: gm.sim, Iters: gm.cfg.Options.Iters,
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, nd := range gm.nodes {
+		res.Peers[i] = gm.ids[i].String()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := nd.Run(ctx)
+			if err == nil {
+				res.Models[i], res.Stale[i], res.Ledger[i] = r.Model, r.Stale, r.Ledger
+			}
+			res.Errs[i] = err
+			if err != nil {
+				// A halted or failed node leaves at once, as its process would, so that
+				// its neighbours see it disconnect. A node that completed stays up until
+				// the end, so that its last acknowledgements reach the neighbours.
+				gm.closeNode(i)
+			}
+		}()
+	}
+	wg.Wait()
+	res.Wall = time.Since(start)
+	res.Model, res.MaxDeviation = gm.sim.Average()
+	var first error
+	for i, err := range res.Errs {
+		if err == nil || gm.cfg.HaltAfter > 0 && i == gm.cfg.HaltNode && errors.Is(err, node.ErrHalted) {
+			continue
+		}
+		if first == nil {
+			first = fmt.Errorf("testnet: gmem: node %d: %w", i, err)
+		}
+	}
+	return res, first
+}
+
+// RunGossipMem builds a GossipMem network, runs it and closes it.
+func RunGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMemResult, error) {
+	gm, err := NewGossipMem(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer gm.Close()
+	return gm.Run(ctx)
+}

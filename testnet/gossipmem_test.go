@@ -1,0 +1,328 @@
+package testnet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// gmemOpts is a small private R-ADMM run: 5 nodes on a ring, noise on.
+func gmemOpts(t *testing.T, iters int) GossipOptions {
+	train, test := gossipData(t, 200)
+	o := gossipOpts(train, test, "radmm", "ring", iters, 2)
+	o.Nodes = 5
+	return o
+}
+
+// runSimLedgers drives a fresh simulator to the end and returns it (machines and ledgers).
+func runSimLedgers(t *testing.T, o GossipOptions) *GossipSim {
+	t.Helper()
+	sim, err := NewGossipSim(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !sim.Done() {
+		moved, err := sim.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !moved {
+			t.Fatal("simulator deadlock")
+		}
+	}
+	return sim
+}
+
+func gmemSameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGossipMemMatchesSim: 5 real libp2p hosts on a ring give, for the same seed, the
+// simulator's averaged model bit for bit (RunGossip's report), every node's model and the
+// same ledger (iteration, mechanism, epsilon, noise scale) as the simulator's machines.
+func TestGossipMemMatchesSim(t *testing.T) {
+	o := gmemOpts(t, 20)
+	rep, err := RunGossip(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := runSimLedgers(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := RunGossipMem(ctx, GossipMemConfig{Options: o, Run: "gm-test", Barrier: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gmemSameBits(res.Model, rep.Model) {
+		t.Fatalf("averaged model differs from the simulator's:\nmem %v\nsim %v", res.Model, rep.Model)
+	}
+	if res.MaxDeviation != rep.MaxDeviation {
+		t.Errorf("max deviation %v, simulator %v", res.MaxDeviation, rep.MaxDeviation)
+	}
+	for i := range res.Models {
+		if !gmemSameBits(res.Models[i], ref.Machines[i].ModelView()) {
+			t.Errorf("node %d: model differs from the simulator's", i)
+		}
+		if len(res.Stale[i]) != 0 {
+			t.Errorf("node %d: %d stale uses in a fault-free run", i, len(res.Stale[i]))
+		}
+		got, want := res.Ledger[i], ref.Ledgers[i]
+		if len(got) != o.Iters+1 || len(got) != len(want) {
+			t.Fatalf("node %d: %d ledger entries, simulator %d, want %d", i, len(got), len(want), o.Iters+1)
+		}
+		for k := range got {
+			g, w := got[k], want[k]
+			if g.Hop != w.Hop || g.Mechanism != w.Mechanism || g.Epsilon != w.Epsilon || g.Sigma != w.Sigma ||
+				g.Sensitivity != w.Sensitivity || g.Recipient != w.Recipient || g.Run != "gm-test" {
+				t.Fatalf("node %d entry %d: %+v, simulator %+v", i, k, g, w)
+			}
+		}
+	}
+}
+
+// TestGossipMemLedgerOnDisk: the entries returned are those made durable in the data
+// directory, and a fault-free run writes no stale records.
+func TestGossipMemLedgerOnDisk(t *testing.T) {
+	o := gmemOpts(t, 6)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := RunGossipMem(ctx, GossipMemConfig{Options: o, Dir: dir, Sync: true, Barrier: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range res.Ledger {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.LedgerFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := privacy.ParseLedger(strings.NewReader(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != len(res.Ledger[i]) {
+			t.Fatalf("node %d: %d entries on disk, %d returned", i, len(es), len(res.Ledger[i]))
+		}
+		for k := range es {
+			if es[k].Hop != uint64(k) || es[k].Epsilon != res.Ledger[i][k].Epsilon {
+				t.Fatalf("node %d entry %d on disk: %+v", i, k, es[k])
+			}
+		}
+		st, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.StaleFile))
+		if err != nil || len(st) != 0 {
+			t.Fatalf("node %d: stale records %q (%v) in a fault-free run", i, st, err)
+		}
+	}
+}
+
+// TestGossipMemStop: node 2 of a 5-ring stops after releasing iteration 4. Under the
+// default policy its neighbours 1 and 3 wait one barrier timeout at iteration 5 and stop
+// the run with an error naming node 2; the others stop in turn; nobody returns a model.
+func TestGossipMemStop(t *testing.T) {
+	o := gmemOpts(t, 12)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := RunGossipMem(ctx, GossipMemConfig{Options: o, Barrier: 300 * time.Millisecond, HaltNode: 2, HaltAfter: 4})
+	if !errors.Is(err, node.ErrNeighborMissing) {
+		t.Fatalf("err = %v, want ErrNeighborMissing", err)
+	}
+	if !errors.Is(res.Errs[2], node.ErrHalted) {
+		t.Fatalf("halted node: %v", res.Errs[2])
+	}
+	for _, i := range []int{1, 3} {
+		e := res.Errs[i]
+		if !errors.Is(e, node.ErrNeighborMissing) || !strings.Contains(e.Error(), "iteration 5 for neighbour(s) [2]") ||
+			!strings.Contains(e.Error(), "policy stop") {
+			t.Errorf("node %d: %v", i, e)
+		}
+	}
+	for i, m := range res.Models {
+		if m != nil {
+			t.Errorf("node %d returned a model", i)
+		}
+		if !errors.Is(res.Errs[i], node.ErrNeighborMissing) && i != 2 {
+			t.Errorf("node %d: %v", i, res.Errs[i])
+		}
+	}
+}
+
+// TestGossipMemStale: the same fault under policy stale. Nodes 1 and 3 substitute node
+// 2's last vector f_2(4) at iterations 5..T-1, record each use durably and report it; the
+// others, whose neighbours stay connected, wait and record nothing. The surviving nodes'
+// models equal (bit for bit) those of the simulator's machines driven with the same
+// substitution, and differ from the fault-free run.
+func TestGossipMemStale(t *testing.T) {
+	const T, halt = 8, 4
+	o := gmemOpts(t, T)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := RunGossipMem(ctx, GossipMemConfig{Options: o, Dir: dir, Barrier: 400 * time.Millisecond,
+		OnMissing: node.MissingStale, HaltNode: 2, HaltAfter: halt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res.Errs[2], node.ErrHalted) {
+		t.Fatalf("halted node: %v", res.Errs[2])
+	}
+	var want []node.StaleUse
+	for it := halt + 1; it < T; it++ {
+		want = append(want, node.StaleUse{Iter: it, Neighbor: 2, UsedIter: halt})
+	}
+	for i := range res.Stale {
+		w := want
+		if i != 1 && i != 3 {
+			w = nil
+		}
+		if !reflect.DeepEqual(res.Stale[i], w) {
+			t.Errorf("node %d: stale uses %+v, want %+v", i, res.Stale[i], w)
+		}
+		if i == 2 {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.StaleFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := 0
+		for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
+		}
+		f.Close()
+		if lines != len(w) {
+			t.Errorf("node %d: %d stale records on disk, want %d", i, lines, len(w))
+		}
+	}
+
+	// Reference: the simulator's machines with node 2 frozen after iteration 4 and its
+	// last vector substituted at every barrier that misses it.
+	ref, err := NewGossipSim(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frozen []float64
+	var queue []gossip.Envelope
+	for {
+		moved := false
+		for i, m := range ref.Machines {
+			if (i == 2 && frozen != nil) || !m.HasReady() {
+				continue
+			}
+			rd := m.Ready()
+			queue = append(queue, rd.Outbox...)
+			if i == 2 && rd.Ledger[0].Hop == halt {
+				frozen = append([]float64(nil), rd.Outbox[0].Msg.Vec...)
+			}
+			m.Advance(rd)
+			moved = true
+		}
+		q := queue
+		queue = nil
+		for _, env := range q {
+			moved = true
+			if env.To == 2 && frozen != nil {
+				continue
+			}
+			if err := ref.Machines[env.To].Step(env.Msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if moved {
+			continue
+		}
+		for _, j := range []int{1, 3} {
+			m := ref.Machines[j]
+			if miss, _ := m.Missing(); len(miss) == 1 && miss[0] == 2 {
+				if err := m.Step(gossip.Message{From: 2, Iter: m.Iter(), Vec: frozen}); err != nil {
+					t.Fatal(err)
+				}
+				moved = true
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+	clean := runSimLedgers(t, o)
+	for i, m := range ref.Machines {
+		if i == 2 {
+			continue
+		}
+		if !m.Done() {
+			t.Fatalf("reference node %d stuck at %d", i, m.Iter())
+		}
+		if !gmemSameBits(res.Models[i], m.ModelView()) {
+			t.Errorf("node %d: model differs from the reference with the same substitution", i)
+		}
+		if gmemSameBits(res.Models[i], clean.Machines[i].ModelView()) {
+			t.Errorf("node %d: model equals the fault-free one; the substitution had no effect", i)
+		}
+	}
+}
+
+// BenchmarkGossipMemIter16: one R-ADMM iteration (ns/op) of 16 real libp2p hosts on
+// loopback on a random 4-regular graph, p = 64 and p = 1000 (b.N iterations per run;
+// host set-up is not timed). Private R-ADMM alternates an exact Newton solve (odd) and a
+// closed-form step (even), so ns/op is the mean of the two.
+func BenchmarkGossipMemIter16(b *testing.B) {
+	for _, p := range []int{64, 1000} {
+		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
+			d, _ := consensus.SyntheticLogistic(16*50, p, 8, 3)
+			o := GossipOptions{
+				Train: d, Nodes: 16, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+				Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
+			}
+			ctx := context.Background()
+			gm, err := NewGossipMem(ctx, GossipMemConfig{Options: o, Barrier: 10 * time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer gm.Close()
+			b.ResetTimer()
+			if _, err := gm.Run(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+		})
+	}
+}
+
+// BenchmarkGossipIter64P1000 is BenchmarkGossipIter64 (the simulator, 64 nodes, random
+// 4-regular graph) with p = 1000. Expensive: run with -benchtime=2x.
+func BenchmarkGossipIter64P1000(b *testing.B) {
+	d, _ := consensus.SyntheticLogistic(64*50, 1000, 8, 3)
+	o := GossipOptions{
+		Train: d, Nodes: 64, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+		Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
+	}
+	sim, err := NewGossipSim(&o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for !sim.Done() {
+		if _, err := sim.Step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
