@@ -194,9 +194,17 @@ func TestNumpyBaseline(t *testing.T) {
 		}
 	}
 	t.Logf("objective after %d hops: Go %.12g", numpyHops, objGo)
-	// The acceptance is taken against the faster NumPy coding (minimum over runs of each).
-	if r := ratio["tuned"]; !(r >= numpyMinX) {
-		t.Errorf("Go is %.1fx faster per hop than the tuned NumPy coding, want >= %.0fx (plain NumPy: %.1fx)", r, numpyMinX, ratio["plain"])
+	// The acceptance is taken against the faster NumPy coding (minimum over runs of each):
+	// normally the tuned one, but under load the plain one can come out ahead.
+	faster := "tuned"
+	if ratio["plain"] < ratio["tuned"] {
+		faster = "plain"
+	}
+	t.Logf("Go vs NumPy per hop: %.1fx the tuned coding, %.1fx the plain coding; acceptance against the %s one (want >= %.0fx)",
+		ratio["tuned"], ratio["plain"], faster, numpyMinX)
+	if r := ratio[faster]; !(r >= numpyMinX) {
+		t.Errorf("Go is %.1fx faster per hop than the faster (%s) NumPy coding, want >= %.0fx (tuned %.1fx, plain %.1fx)",
+			r, faster, numpyMinX, ratio["tuned"], ratio["plain"])
 	}
 }
 

@@ -23,17 +23,22 @@ import (
 // rank-one map x = v + K (y - a.v) a, so x - z = (z - u) + s a with s = K (y - a.z - a.(z-u)):
 // one pass computes a.z, a.(z-u) and ||z-u||^2, which give s and ||x - z|| without
 // materialising v or x, and a second pass applies the whole update (see updateRankOne).
+//
+// A token with a NaN or infinite coordinate is refused with ErrNotFinite before anything is
+// written or any noise is drawn: u_i, z and zhat are then unchanged.
 func (m *Machine) update(z, zhat []float64) error {
 	c := &m.cfg
-	n := len(m.x)
+	n := m.dim
 	z, zhat = z[:n], zhat[:n]
-	if r, ok := m.loss.RankOne(c.Gamma); ok && len(r.A) == n {
-		m.updateRankOne(r, z, zhat, m.noise(n))
-		return nil
+	if m.rankOne {
+		return m.updateRankOne(m.r1, z, zhat)
+	}
+	if !allFinite(z, zhat) {
+		return ErrNotFinite
 	}
 	x, g, u := m.x, m.g[:n], m.u[:n]
 	for k := range x {
-		x[k] = 2*z[k] - u[k]
+		x[k] = float64(2*z[k]) - u[k]
 	}
 	if err := m.loss.Prox(x, x, c.Gamma); err != nil {
 		return fmt.Errorf("walk: local prox: %w", err)
@@ -44,16 +49,77 @@ func (m *Machine) update(z, zhat []float64) error {
 		xx, zz, gg := x[k:k+2:k+2], z[k:k+2:k+2], g[k:k+2:k+2]
 		d0, d1 := xx[0]-zz[0], xx[1]-zz[1]
 		gg[0], gg[1] = d0, d1
-		n0 += d0 * d0
-		n1 += d1 * d1
+		n0 += float64(d0 * d0)
+		n1 += float64(d1 * d1)
 	}
 	for ; k < n; k++ {
 		d := x[k] - z[k]
 		g[k] = d
-		n0 += d * d
+		n0 += float64(d * d)
 	}
 	m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, m.noise(n))
 	return nil
+}
+
+// sums8 is the pure-Go form of sumsKernel over the first n8 coordinates (n8 a multiple of 8):
+// the same lane sums in the same order, four lanes at a time.
+//
+// In this file the explicit float64 conversions of products (float64(x*y) + z) keep the
+// compiler from fusing them into a multiply-add (which it may do on arm64, or on amd64 with
+// GOAMD64=v3): every product is rounded, as in the assembly kernels, so that all paths give
+// the same bits on every architecture.
+func sums8(z, zhat, u, a []float64, n8 int, o *[36]float64) {
+	z, zhat, u, a = z[:n8], zhat[:n8], u[:n8], a[:n8]
+	for j := 0; j < 8; j += 4 {
+		var az0, az1, az2, az3, aw0, aw1, aw2, aw3, ww0, ww1, ww2, ww3, h0, h1, h2, h3 float64
+		for k := j; k+4 <= n8; k += 8 {
+			zz, hh, uu, aa := z[k:k+4:k+4], zhat[k:k+4:k+4], u[k:k+4:k+4], a[k:k+4:k+4]
+			w0, w1, w2, w3 := zz[0]-uu[0], zz[1]-uu[1], zz[2]-uu[2], zz[3]-uu[3]
+			az0 += float64(aa[0] * zz[0])
+			az1 += float64(aa[1] * zz[1])
+			az2 += float64(aa[2] * zz[2])
+			az3 += float64(aa[3] * zz[3])
+			aw0 += float64(aa[0] * w0)
+			aw1 += float64(aa[1] * w1)
+			aw2 += float64(aa[2] * w2)
+			aw3 += float64(aa[3] * w3)
+			ww0 += float64(w0 * w0)
+			ww1 += float64(w1 * w1)
+			ww2 += float64(w2 * w2)
+			ww3 += float64(w3 * w3)
+			h0 += hh[0]
+			h1 += hh[1]
+			h2 += hh[2]
+			h3 += hh[3]
+		}
+		o[j], o[j+1], o[j+2], o[j+3] = az0, az1, az2, az3
+		o[8+j], o[9+j], o[10+j], o[11+j] = aw0, aw1, aw2, aw3
+		o[16+j], o[17+j], o[18+j], o[19+j] = ww0, ww1, ww2, ww3
+		o[24+j], o[25+j], o[26+j], o[27+j] = h0, h1, h2, h3
+	}
+}
+
+// allFinite reports whether every coordinate of z and zhat is finite.
+func allFinite(z, zhat []float64) bool { return AllFinite(z) && AllFinite(zhat) }
+
+// AllFinite reports whether every coordinate of v is finite (no NaN, no Inf). It uses the
+// assembly kernels where available.
+func AllFinite(v []float64) bool {
+	// v*0 is 0 for finite v and NaN for NaN or Inf, so the sums are 0 exactly when all are
+	// finite; four partial sums keep the adder pipelined.
+	c0, k := zerosKernel(v)
+	var c1, c2, c3 float64
+	for ; k+4 <= len(v); k += 4 {
+		vv := v[k : k+4 : k+4]
+		c0 += vv[0] * 0
+		c1 += vv[1] * 0
+		c2 += vv[2] * 0
+		c3 += vv[3] * 0
+	}
+	for ; k < len(v); k++ {
+		c0 += v[k] * 0
+	}
+	return (c0+c1)+(c2+c3) == 0
 }
 
 // noise fills the noise scratch with eta ~ N(0, sigma^2 I) and returns it, or returns nil
@@ -89,7 +155,7 @@ const (
 )
 
 // updateRankOne is update for a one-row squared loss. Pass 1 computes a.z, a.w and ||w||^2
-// with w = z - u (four partial sums each). Then d = x - z = w + s a, and
+// with w = z - u (eight partial sums each, lane j for the coordinates k = j mod 8). Then d = x - z = w + s a, and
 //
 //	||d||^2 = ||w||^2 + 2 s a.w + s^2 ||a||^2.
 //
@@ -98,65 +164,90 @@ const (
 // computes d, u, zhat and z in one sweep. Otherwise d and its norm are computed directly
 // (the same d, bit for bit) and clipped exactly as in the general path. Either way the
 // result is that of the plain sequence of passes, only the number of sweeps differs.
-func (m *Machine) updateRankOne(r consensus.RankOne, z, zhat, eta []float64) {
+//
+// Both sweeps run over the longest prefix of a multiple of 8 (pass 1) or 4 (pass 2)
+// coordinates in the kernels of kern.go (AVX2 or SSE2 assembly on amd64), which do the
+// operations of the Go loops (sums8, apply) in the same order and so give the same bits; the
+// Go loops finish the rest. Without noise the AVX2 kernel may do the whole update, the
+// clipping decision included, in one call (rankOneKernel); it hands back to this code,
+// having written nothing, when the token needs the finiteness check or the step may need
+// clipping.
+func (m *Machine) updateRankOne(r consensus.RankOne, z, zhat []float64) error {
 	c := &m.cfg
 	n := len(z)
-	u, a := m.u[:n], r.A[:n]
-	var az0, az1, az2, az3, aw0, aw1, aw2, aw3, ww0, ww1, ww2, ww3 float64
-	k := 0
-	for ; k+4 <= n; k += 4 {
-		zz, uu, aa := z[k:k+4:k+4], u[k:k+4:k+4], a[k:k+4:k+4]
-		w0, w1, w2, w3 := zz[0]-uu[0], zz[1]-uu[1], zz[2]-uu[2], zz[3]-uu[3]
-		az0 += aa[0] * zz[0]
-		az1 += aa[1] * zz[1]
-		az2 += aa[2] * zz[2]
-		az3 += aa[3] * zz[3]
-		aw0 += aa[0] * w0
-		aw1 += aa[1] * w1
-		aw2 += aa[2] * w2
-		aw3 += aa[3] * w3
-		ww0 += w0 * w0
-		ww1 += w1 * w1
-		ww2 += w2 * w2
-		ww3 += w3 * w3
+	zhat, u, a := zhat[:n], m.u[:n], r.A[:n]
+	if !(c.Sigma > 0) && rankOneKernel(z, zhat, u, a, &m.p1) {
+		return nil // the whole noiseless update in one kernel call, same bits as below
 	}
-	for ; k < n; k++ {
-		w := z[k] - u[k]
-		az0 += a[k] * z[k]
-		aw0 += a[k] * w
-		ww0 += w * w
+	// Lane j of o sums the terms of the coordinates k = j mod 8 in increasing k: o[j] for
+	// a.z, o[8+j] for a.w, o[16+j] for ||w||^2; o[24:32] are partial sums of zhat.
+	o := &m.o
+	n8, reduced := sumsKernel(z, zhat, u, a, o)
+	if n8 == 0 {
+		n8 = n &^ 7
+		sums8(z, zhat, u, a, n8, o)
 	}
-	az := (az0 + az1) + (az2 + az3)
-	aw := (aw0 + aw1) + (aw2 + aw3)
-	ww := (ww0 + ww1) + (ww2 + ww3)
+	var az, aw, ww, zs float64
+	if reduced && n8 == n {
+		az, aw, ww, zs = o[32], o[33], o[34], o[35]
+	} else {
+		for k := n8; k < n; k++ {
+			j := k & 7
+			w := z[k] - u[k]
+			o[j] += float64(a[k] * z[k])
+			o[8+j] += float64(a[k] * w)
+			o[16+j] += float64(w * w)
+			o[24+j] += zhat[k]
+		}
+		az = ((o[0] + o[1]) + (o[2] + o[3])) + ((o[4] + o[5]) + (o[6] + o[7]))
+		aw = ((o[8] + o[9]) + (o[10] + o[11])) + ((o[12] + o[13]) + (o[14] + o[15]))
+		ww = ((o[16] + o[17]) + (o[18] + o[19])) + ((o[20] + o[21]) + (o[22] + o[23]))
+		zs = ((o[24] + o[25]) + (o[26] + o[27])) + ((o[28] + o[29]) + (o[30] + o[31]))
+	}
+	// The token check: with u finite, a NaN or Inf in z makes ||w||^2 NaN or Inf, and one in
+	// zhat makes its sum NaN or Inf. Only then (or when the sums merely overflow) are the
+	// coordinates checked one by one, and a bad token is refused before anything is written.
+	if f := ww + zs; f-f != 0 && !allFinite(z, zhat) {
+		return ErrNotFinite
+	}
+	eta := m.noise(n)
 	s := r.K * (r.Y - (az + aw)) // a.v = a.(2z - u) = a.z + a.w
 
-	// Upper bound on ||d|| for d_k = w_k + s a_k as computed below: the expansion is within
-	// gamma_{n+4} B^2 of the exact ||w + s a||^2, B = ||w|| + |s| ||a||, and each d_k is
-	// within 2.01u (|w_k| + |s a_k|) of w_k + s a_k.
-	b := math.Sqrt(ww) + math.Abs(s)*math.Sqrt(r.Norm2)
-	nn := ww + s*(2*aw+s*r.Norm2)
-	bound := (math.Sqrt(max(nn, 0)+float64(n+8)*sumMargin*b*b) + termMargin*b) * cmpMargin
-	if bound <= c.Clip {
+	if m.clipBound(ww, aw, s, n) <= c.Clip {
 		m.apply(nil, a, s, 2*c.Lambda, z, zhat, eta)
-		return
+		return nil
 	}
 	g := m.g[:n]
 	var n0, n1 float64
-	k = 0
+	k := 0
 	for ; k+2 <= n; k += 2 {
 		zz, uu, aa, gg := z[k:k+2:k+2], u[k:k+2:k+2], a[k:k+2:k+2], g[k:k+2:k+2]
-		d0, d1 := (zz[0]-uu[0])+s*aa[0], (zz[1]-uu[1])+s*aa[1]
+		d0, d1 := (zz[0]-uu[0])+float64(s*aa[0]), (zz[1]-uu[1])+float64(s*aa[1])
 		gg[0], gg[1] = d0, d1
-		n0 += d0 * d0
-		n1 += d1 * d1
+		n0 += float64(d0 * d0)
+		n1 += float64(d1 * d1)
 	}
 	for ; k < n; k++ {
-		d := (z[k] - u[k]) + s*a[k]
+		d := (z[k] - u[k]) + float64(s*a[k])
 		g[k] = d
-		n0 += d * d
+		n0 += float64(d * d)
 	}
 	m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, eta)
+	return nil
+}
+
+// clipBound returns an upper bound on ||d|| for d_k = w_k + s a_k as computed in the
+// sweeps, from ww = ||w||^2 and aw = a.w as computed in pass 1: the expansion
+// ||w||^2 + 2 s a.w + s^2 ||a||^2 is within gamma_{n+4} B^2 of the exact ||w + s a||^2,
+// B = ||w|| + |s| ||a|| (whatever the order of the partial sums), and each d_k is within
+// 2.01u (|w_k| + |s a_k|) of w_k + s a_k. rankOneAVX2 computes the same bits.
+func (m *Machine) clipBound(ww, aw, s float64, n int) float64 {
+	b := math.Sqrt(ww) + float64(math.Abs(s)*m.anorm)
+	nn := ww + float64(s*(float64(2*aw)+float64(s*m.r1.Norm2)))
+	if nn < 0 {
+		nn = 0
+	}
+	return (math.Sqrt(nn+float64(float64(n+8)*sumMargin*b*b)) + float64(termMargin*b)) * cmpMargin
 }
 
 // apply is the final sweep: with d = g when g != nil, else d_k = (z_k - u_k) + s a_k,
@@ -169,8 +260,7 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
 	c := &m.cfg
 	n := len(z)
 	u := m.u[:n]
-	inv := 1 / float64(c.Nodes)
-	t, sh := c.Gamma*c.Reg.L1, 1/(1+c.Gamma*c.Reg.L2)
+	inv, t, sh := m.inv, m.t, m.sh
 	l := c.Lambda
 	if eta == nil {
 		l, eta = 0, z // only ever multiplied by l = 0 (z is finite): no noise
@@ -180,43 +270,48 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
 	if g != nil {
 		g = g[:n]
 		for k := range z {
-			du := sc*g[k] + l*eta[k]
+			du := float64(sc*g[k]) + float64(l*eta[k])
 			u[k] += du
-			h := zhat[k] + du*inv
+			h := zhat[k] + float64(du*inv)
 			zhat[k] = h
 			z[k] = soft(h, t, sh)
 		}
 		return
 	}
 	a = a[:n]
+	kk := &m.kk
+	kk[0], kk[1], kk[2], kk[3], kk[4], kk[5], kk[6] = s, sc, inv, t, -t, sh, l
 	if l == 0 {
-		for k := range z {
-			du := sc * ((z[k] - u[k]) + s*a[k])
+		for k := sweepKernel(z, zhat, u, a, nil, kk); k < n; k++ {
+			du := sc * ((z[k] - u[k]) + float64(s*a[k]))
 			u[k] += du
-			h := zhat[k] + du*inv
+			h := zhat[k] + float64(du*inv)
 			zhat[k] = h
 			z[k] = soft(h, t, sh)
 		}
 		return
 	}
-	for k := range z {
-		du := sc*((z[k]-u[k])+s*a[k]) + l*eta[k]
+	for k := sweepKernel(z, zhat, u, a, eta, kk); k < n; k++ {
+		du := float64(sc*((z[k]-u[k])+float64(s*a[k]))) + float64(l*eta[k])
 		u[k] += du
-		h := zhat[k] + du*inv
+		h := zhat[k] + float64(du*inv)
 		zhat[k] = h
 		z[k] = soft(h, t, sh)
 	}
 }
 
 // soft returns prox_{gamma r}(h) for one coordinate: soft-thresholding at t, then shrinking by
-// sh. The branches are kept: on a sparse model they are well predicted, and branch-free forms
-// (builtin min/max, or sign-bit masks) measured slower here.
+// sh; a NaN h gives a NaN, as in the assembly sweeps (which compute (h - clamp(h, -t, t)) sh,
+// the same bits). The branches are kept: on a sparse model they are well predicted, and
+// branch-free forms (builtin min/max, or sign-bit masks) measured slower here.
 func soft(h, t, sh float64) float64 {
 	switch {
 	case h > t:
 		return (h - t) * sh
 	case h < -t:
 		return (h + t) * sh
+	case h == h:
+		return 0
 	}
-	return 0
+	return h * sh
 }

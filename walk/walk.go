@@ -207,24 +207,43 @@ type Ready struct {
 
 // Machine is one node's random-walk private ADMM state machine. It is single-threaded
 // and does no I/O.
+//
+// The fields a Step touches come first and the Ready buffers are kept inline, so that the
+// state of one hop spans few cache lines (a simulator steps hundreds of machines in turn).
 type Machine struct {
-	cfg    Config
-	loss   *consensus.LocalLoss
-	dim    int
-	u      []float64 // u_i, private, persists between visits
-	x      []float64 // scratch: x = prox_{gamma f_i}(2z - u)
-	g      []float64 // scratch: clipped x - z, then du
-	eta    []float64 // scratch: noise
-	upd    int
-	cap    int       // effective cap: min(MaxUpdates, BudgetCap), math.MaxInt when none
-	fwd    EventKind // event of a forward at the cap
-	seq    uint64
-	name   string
-	ckpt   Checkpoint
-	ledger []privacy.Entry
-	outbox []Envelope
-	events []Event
-	dirty  bool
+	cfg Config
+	u   []float64         // u_i, private, persists between visits
+	r1  consensus.RankOne // closed form of the prox when rankOne
+	// anorm = ||a|| = sqrt(r1.Norm2). The constants of the final sweep: inv = 1/n, and the
+	// z-step prox_{gamma r} is soft-thresholding at t = gamma L1 then shrinking by
+	// sh = 1/(1 + gamma L2).
+	anorm, inv, t, sh float64
+	// kk holds the constants of the assembly sweep: s, sc, inv, t, -t, sh, l (see sweepAVX2).
+	kk  [8]float64
+	o   [36]float64 // the lane sums of the first sweep (see updateRankOne)
+	p1  [16]float64 // the constants of rankOneKernel (see rankOneAVX2)
+	dim int
+	upd int
+	cap int // effective cap: min(MaxUpdates, BudgetCap), math.MaxInt when none
+	seq uint64
+	fwd EventKind // event of a forward at the cap
+	// rankOne: f_i is a squared loss over one row, whose prox has the closed form r1.
+	rankOne bool
+	dirty   bool
+	name    string
+	ckpt    Checkpoint
+	// rd is the Ready of a pending hop, one entry, one envelope and one event in the
+	// buffers below; it is built once, so that handing it out copies settled memory.
+	rd Ready
+	// One hop queues one entry, one envelope and one event.
+	ledgerBuf [1]privacy.Entry
+	outboxBuf [1]Envelope
+	eventBuf  [1]Event
+	// Not touched by a one-row update.
+	loss *consensus.LocalLoss
+	x    []float64 // scratch: x = prox_{gamma f_i}(2z - u)
+	g    []float64 // scratch: clipped x - z, then du
+	eta  []float64 // scratch: noise
 }
 
 // New returns a machine for node cfg.Node with local loss f_i and model dimension dim.
@@ -245,9 +264,16 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	}
 	m.u, m.x, m.g, m.eta = make([]float64, dim), sc.x, sc.g, sc.eta
 	m.name = m.nodeName(cfg.Node)
-	m.ledger = make([]privacy.Entry, 0, 1)
-	m.outbox = make([]Envelope, 0, 1)
-	m.events = make([]Event, 0, 1)
+	m.r1, m.rankOne = loss.RankOne(cfg.Gamma)
+	m.rankOne = m.rankOne && len(m.r1.A) == dim
+	m.anorm = math.Sqrt(m.r1.Norm2)
+	m.inv, m.t, m.sh = 1/float64(cfg.Nodes), cfg.Gamma*cfg.Reg.L1, 1/(1+cfg.Gamma*cfg.Reg.L2)
+	m.p1 = [16]float64{m.r1.K, m.r1.Y, m.r1.Norm2, m.anorm, cfg.Clip, 2 * cfg.Lambda, m.inv, m.t, -m.t, m.sh,
+		float64(dim+8) * sumMargin, termMargin, cmpMargin, math.Float64frombits(1<<63 - 1), 0, 0}
+	if 2*cfg.Lambda == 1 && m.sh == 1 {
+		m.p1[15] = math.Float64frombits(1) // flag read as an integer by the kernel
+	}
+	m.rd = Ready{Ledger: m.ledgerBuf[:], State: &m.ckpt, Outbox: m.outboxBuf[:], Events: m.eventBuf[:]}
 	m.ckpt = Checkpoint{Node: cfg.Node, U: m.u}
 	m.cap, m.fwd = math.MaxInt, EventForward
 	if cfg.MaxUpdates > 0 {
@@ -303,14 +329,11 @@ func (m *Machine) Ready() Ready {
 	if !m.dirty {
 		return Ready{}
 	}
-	return Ready{Ledger: m.ledger, State: &m.ckpt, Outbox: m.outbox, Events: m.events}
+	return m.rd
 }
 
 // Advance tells the machine that the driver applied the Ready.
 func (m *Machine) Advance(Ready) {
-	m.ledger = m.ledger[:0]
-	m.outbox = m.outbox[:0]
-	m.events = m.events[:0]
 	m.dirty = false
 }
 
@@ -320,32 +343,26 @@ func (m *Machine) Step(msg Message) error {
 	if m.dirty {
 		return ErrBusy
 	}
-	t := msg.Token
+	t := &msg.Token
 	if t.Run != m.cfg.Run || t.Walk != m.cfg.Walk {
 		return ErrForeign
 	}
 	if len(t.Z) != m.dim || len(t.Zhat) != m.dim {
 		return ErrDim
 	}
-	// v*0 is 0 for finite v and NaN for NaN or Inf, so one sum checks every coordinate.
-	var chk float64
-	zh := t.Zhat[:len(t.Z)]
-	for k, v := range t.Z {
-		chk += v*0 + zh[k]*0
-	}
-	if chk != 0 {
-		return ErrNotFinite
-	}
 	c := &m.cfg
 	mech := MechForward
 	if m.upd < m.cap {
+		// update refuses a non-finite token before writing anything.
 		if err := m.update(t.Z, t.Zhat); err != nil {
 			return err
 		}
 		mech = MechGaussian
 		m.upd++
+	} else if !allFinite(t.Z, t.Zhat) {
+		return ErrNotFinite
 	}
-	t.Hop++
+	hop := t.Hop + 1
 	next := c.Node
 	if c.Graph == nil {
 		next = c.Rand.IntN(c.Nodes)
@@ -353,20 +370,26 @@ func (m *Machine) Step(msg Message) error {
 		next = c.Graph.RandomNext(c.Node, c.Rand)
 	}
 	m.seq++
-	e := privacy.Entry{
-		Seq: m.seq, Node: m.name, Run: c.Run, Walk: t.Walk, Epoch: t.Epoch, Hop: t.Hop,
-		Mechanism: mech, Clip: c.Clip, Lambda: c.Lambda, Recipient: m.nodeName(next),
-	}
+	// Every field of the entry is written: the driver may have changed the previous one.
+	e := &m.ledgerBuf[0]
+	e.Seq, e.Node, e.Run, e.Walk, e.Epoch, e.Hop = m.seq, m.name, c.Run, t.Walk, t.Epoch, hop
+	e.Mechanism, e.Clip, e.Lambda, e.Epsilon, e.Recipient = mech, c.Clip, c.Lambda, 0, m.nodeName(next)
+	e.Sensitivity, e.Sigma = 0, 0
 	kind := m.fwd
 	if mech == MechGaussian {
 		e.Sensitivity = 4 * c.Lambda * c.Clip
 		e.Sigma = c.Lambda * c.Sigma
 		kind = EventUpdate
 	}
-	m.ledger = append(m.ledger, e)
 	m.ckpt.Updates = m.upd
-	m.outbox = append(m.outbox, Envelope{To: next, Token: t})
-	m.events = append(m.events, Event{Kind: kind, Hop: t.Hop, To: next})
+	// The envelope and the event are written field by field (plain word stores and loads,
+	// which the CPU forwards to the driver's reads without a stall).
+	o := &m.outboxBuf[0]
+	o.To = next
+	ot := &o.Token
+	ot.Run, ot.Walk, ot.Epoch, ot.Hop, ot.Z, ot.Zhat = t.Run, t.Walk, t.Epoch, hop, t.Z, t.Zhat
+	v := &m.eventBuf[0]
+	v.Kind, v.Hop, v.To = kind, hop, next
 	m.dirty = true
 	return nil
 }
