@@ -72,6 +72,9 @@ type GossipReport struct {
 	EtaGrowth    float64       `json:"eta_growth"`
 	Degrees      []int         `json:"degrees"`
 	Gossip       GossipPrivacy `json:"gossip_privacy"`
+	// Network describes a run on real libp2p hosts (--mem, --procs); nil for the simulator.
+	// It takes the place of the walk's network section in the JSON.
+	Network *GossipNetworkReport `json:"network,omitempty"`
 }
 
 // GossipPrivacy is the pure-DP figure of a gossip run.
@@ -102,7 +105,14 @@ type GossipSim struct {
 	Trace    uint64 // fingerprint of every broadcast vector
 	K        int    // charged iterations per node
 	// Acc holds each node's accountant inputs; ExactSolves is updated from the run by RunGossip.
-	Acc   []privacy.ObjPertNode
+	Acc []privacy.ObjPertNode
+	// Configs are the machines' configurations and RowWeight, RegOverN and Loss the
+	// parameters of their objectives (gossip.NewObjective on Shards[i]): what a node in
+	// another process needs to build the same machine (GossipPlan).
+	Configs             []gossip.Config
+	RowWeight, RegOverN float64
+	Loss                consensus.Loss
+
 	queue []gossip.Envelope
 }
 
@@ -200,10 +210,35 @@ func (s *GossipSim) MinIter() int {
 
 // Average returns mean_i f_i and max_i ||f_i - mean||.
 func (s *GossipSim) Average() ([]float64, float64) {
-	n := len(s.Machines)
-	avg := make([]float64, s.Objs[0].Dim())
-	for _, m := range s.Machines {
-		for j, v := range m.ModelView() {
+	return averageModels(s.models(), s.Objs[0].Dim())
+}
+
+// models returns the machines' current f_i (views, not copies).
+func (s *GossipSim) models() [][]float64 {
+	ms := make([][]float64, len(s.Machines))
+	for i, m := range s.Machines {
+		ms[i] = m.ModelView()
+	}
+	return ms
+}
+
+// inexact reports, per machine, whether any of its local solves missed its tolerance.
+func (s *GossipSim) inexact() []bool {
+	b := make([]bool, len(s.Machines))
+	for i, m := range s.Machines {
+		_, bad := m.MaxResidual()
+		b[i] = bad > 0
+	}
+	return b
+}
+
+// averageModels returns mean_i f_i and max_i ||f_i - mean|| (the same arithmetic, in the
+// same order, wherever the models come from).
+func averageModels(models [][]float64, dim int) ([]float64, float64) {
+	n := len(models)
+	avg := make([]float64, dim)
+	for _, f := range models {
+		for j, v := range f {
 			avg[j] += v
 		}
 	}
@@ -211,9 +246,9 @@ func (s *GossipSim) Average() ([]float64, float64) {
 		avg[j] /= float64(n)
 	}
 	dev := 0.0
-	for _, m := range s.Machines {
+	for _, f := range models {
 		d := 0.0
-		for j, v := range m.ModelView() {
+		for j, v := range f {
 			d += (v - avg[j]) * (v - avg[j])
 		}
 		dev = math.Max(dev, math.Sqrt(d))
@@ -295,7 +330,8 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908}
+	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
+		RowWeight: rowWeight, RegOverN: regOverN, Loss: o.Problem.Loss}
 	for i := 0; i < n; i++ {
 		obj, err := gossip.NewObjective(shards[i], o.Problem.Loss, rowWeight, regOverN)
 		if err != nil {
@@ -320,6 +356,7 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 		}
 		sim.Machines = append(sim.Machines, m)
 		sim.Objs = append(sim.Objs, obj)
+		sim.Configs = append(sim.Configs, cfg)
 	}
 
 	// Accounting inputs are data-independent except for the checked preconditions.
@@ -363,13 +400,8 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
-	if err != nil {
-		return nil, fmt.Errorf("testnet: reference solve: %w", err)
-	}
-	algo, g, shards, n, K, nodesAcc := sim.Algo, sim.Graph, sim.Shards, len(sim.Machines), sim.K, sim.Acc
-	dim, split := o.Train.Cols, o.Split
-	planned := privacy.ObjPertNetwork(nodesAcc)
+	algo, shards, n := sim.Algo, sim.Shards, len(sim.Machines)
+	planned := privacy.ObjPertNetwork(sim.Acc)
 
 	evalTest := o.Test
 	if evalTest == nil || evalTest.Rows == 0 {
@@ -409,22 +441,51 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 			writeCurve(t)
 		}
 	}
-	wall := time.Since(start)
+	return gossipReport(&o, sim, gossipOutcome{
+		Models: sim.models(), Inexact: sim.inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
+	})
+}
+
+// gossipOutcome is what a finished gossip run (simulated or over hosts) contributes to its
+// report besides the final state of the machines.
+type gossipOutcome struct {
+	Models    [][]float64       // per node, f_i(T)
+	Inexact   []bool            // per node: a local solve missed its tolerance
+	Ledgers   [][]privacy.Entry // per node, the entries made durable
+	Messages  int               // vectors sent to neighbours
+	TraceHash string            // fingerprint of every broadcast vector; "" when not observed
+	Wall      time.Duration
+}
+
+// gossipReport builds the report of a finished run from the options as filled by
+// NewGossipSim, the run's setup in sim (graph, accountant inputs; its machines are not
+// used) and the run's outcome (final models, solve residuals, ledgers).
+func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipReport, error) {
+	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
+	if err != nil {
+		return nil, fmt.Errorf("testnet: reference solve: %w", err)
+	}
+	algo, g, n, K, nodesAcc := sim.Algo, sim.Graph, len(sim.Machines), sim.K, sim.Acc
+	dim, split, wall := o.Train.Cols, o.Split, out.Wall
+	if len(out.Ledgers) != n || len(out.Models) != n || len(out.Inexact) != n {
+		return nil, fmt.Errorf("testnet: invariant: %d ledgers, %d models, %d solve flags for %d nodes",
+			len(out.Ledgers), len(out.Models), len(out.Inexact), n)
+	}
+	for i, f := range out.Models {
+		if len(f) != dim {
+			return nil, fmt.Errorf("testnet: node %d: model of dimension %d, want %d", i, len(f), dim)
+		}
+	}
 
 	// Exact-solve precondition from the run.
-	exact := true
-	for i, m := range sim.Machines {
-		if _, bad := m.MaxResidual(); bad > 0 {
-			exact = false
+	for i, bad := range out.Inexact {
+		if bad {
 			nodesAcc[i].ExactSolves = false
 		}
 	}
-	fig := planned
-	if !exact {
-		fig = privacy.ObjPertNetwork(nodesAcc)
-	}
+	fig := privacy.ObjPertNetwork(nodesAcc)
 
-	avg, dev := sim.Average()
+	avg, dev := averageModels(out.Models, dim)
 	obj := o.Problem.Objective(o.Train, avg)
 	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
 	r := &Report{
@@ -432,7 +493,7 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 		Hops: uint64(o.Iters), Nodes: n, Dims: dim, TrainRows: o.Train.Rows,
 		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
 		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Split: split,
-		Graph: o.Graph, Data: o.Data, TraceHash: fmt.Sprintf("%016x", sim.Trace), Model: avg,
+		Graph: o.Graph, Data: o.Data, TraceHash: out.TraceHash, Model: avg,
 	}
 	if o.Problem.Loss == consensus.Logistic {
 		a := o.Problem.Accuracy(o.Train, avg)
@@ -456,7 +517,7 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 		gp.PerNodeFormula = append(gp.PerNodeFormula, jsonNum(f.Epsilon))
 		gp.Exact = math.Max(gp.Exact, f.Exact)
 		s := 0.0
-		for _, e := range sim.Ledgers[i] {
+		for _, e := range out.Ledgers[i] {
 			if e.Mechanism == privacy.MechPure {
 				s += e.Epsilon
 			}
@@ -483,7 +544,7 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 		},
 	}
 	rep := &GossipReport{
-		Report: r, Iters: o.Iters, MaxDeviation: dev, Messages: sim.Messages, PaperC: o.C,
+		Report: r, Iters: o.Iters, MaxDeviation: dev, Messages: out.Messages, PaperC: o.C,
 		Rho: o.C * float64(n) * o.Problem.Reg.L2, Alpha: jsonNum(o.Alpha), Eta: o.Eta, EtaGrowth: o.EtaGrowth,
 		Gossip: gp,
 	}

@@ -3,12 +3,14 @@ package testnet
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +326,109 @@ func BenchmarkGossipIter64P1000(b *testing.B) {
 		if _, err := sim.Step(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// jsonKeys returns the sorted key paths of a JSON object (nested objects included).
+func jsonKeys(t *testing.T, v any) []string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			keys = append(keys, prefix+k)
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+			}
+		}
+	}
+	walk("", m)
+	sort.Strings(keys)
+	return keys
+}
+
+// TestGossipMemReportMatchesSim: the report of a run over 5 hosts has the simulator's
+// model, objective, deviation, privacy figures (per node, network, from the ledgers) and
+// message count, the same keys plus "network", and the network section counts what the
+// run did (no stale use, T+1 ledger entries per node).
+func TestGossipMemReportMatchesSim(t *testing.T) {
+	o := gmemOpts(t, 12)
+	sim, err := RunGossip(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, res, err := RunGossipMemReport(ctx, GossipMemConfig{Options: o, Barrier: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gmemSameBits(rep.Model, sim.Model) || !gmemSameBits(rep.Model, res.Model) {
+		t.Fatalf("model differs:\nmem %v\nsim %v", rep.Model, sim.Model)
+	}
+	if math.Float64bits(rep.Objective) != math.Float64bits(sim.Objective) || rep.MaxDeviation != sim.MaxDeviation ||
+		rep.Gap != sim.Gap || rep.ReferenceObjective != sim.ReferenceObjective {
+		t.Fatalf("objective %v dev %v gap %v, simulator %v %v %v", rep.Objective, rep.MaxDeviation, rep.Gap,
+			sim.Objective, sim.MaxDeviation, sim.Gap)
+	}
+	if !reflect.DeepEqual(rep.Gossip, sim.Gossip) || !reflect.DeepEqual(rep.Privacy, sim.Privacy) {
+		t.Fatalf("privacy differs:\nmem %+v\nsim %+v", rep.Gossip, sim.Gossip)
+	}
+	if rep.Messages != sim.Messages || rep.Messages == 0 {
+		t.Fatalf("messages %d, simulator %d", rep.Messages, sim.Messages)
+	}
+	nw := rep.Network
+	if nw == nil || nw.Mode != "mem" || nw.Hosts != 5 || nw.StaleUses != 0 || len(nw.Stale) != 0 ||
+		nw.LedgerEntries != 5*(o.Iters+1) || nw.OnMissing != "stop" || nw.BarrierSeconds != 20 || nw.MaxWaitSeconds != 200 {
+		t.Fatalf("network section %+v", nw)
+	}
+	if rep.TraceHash != "" || sim.TraceHash == "" {
+		t.Fatalf("trace hash mem %q sim %q", rep.TraceHash, sim.TraceHash)
+	}
+	got, want := jsonKeys(t, rep), jsonKeys(t, sim)
+	var extra []string
+	for _, k := range got {
+		if k != "network" && !strings.HasPrefix(k, "network.") {
+			extra = append(extra, k)
+		}
+	}
+	if !reflect.DeepEqual(extra, want) {
+		t.Fatalf("keys besides network differ:\nmem %v\nsim %v", extra, want)
+	}
+}
+
+// TestGossipNetReportStale: stale uses reported by the nodes are listed with their node in
+// the network section, counted, and explained in its note.
+func TestGossipNetReportStale(t *testing.T) {
+	o := gmemOpts(t, 6)
+	sim := runSimLedgers(t, o)
+	n := len(sim.Machines)
+	stale := make([][]node.StaleUse, n)
+	stale[1] = []node.StaleUse{{Iter: 3, Neighbor: 2, UsedIter: 2}, {Iter: 4, Neighbor: 2, UsedIter: 2}}
+	stale[3] = []node.StaleUse{{Iter: 3, Neighbor: 2, UsedIter: 2}}
+	rep, err := gossipNetReport(&o, sim, sim.models(), sim.inexact(), sim.Ledgers, stale, make([]int, n), []int{0, 1, 0, 0, 2},
+		time.Second, GossipNetworkReport{Mode: "mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw := rep.Network
+	want := []GossipStale{{1, stale[1][0]}, {1, stale[1][1]}, {3, stale[3][0]}}
+	if nw.StaleUses != 3 || !reflect.DeepEqual(nw.Stale, want) || nw.Ignored != 3 || nw.Hosts != n ||
+		!strings.Contains(nw.Note, "3 stale uses") {
+		t.Fatalf("network section %+v", nw)
+	}
+	ledgers := append([][]privacy.Entry(nil), sim.Ledgers...)
+	ledgers[2] = nil
+	if _, err := gossipNetReport(&o, sim, sim.models(), sim.inexact(), ledgers, stale, make([]int, n), make([]int, n),
+		time.Second, GossipNetworkReport{Mode: "mem"}); err == nil || !strings.Contains(err.Error(), "node 2") {
+		t.Fatalf("missing ledger: %v", err)
 	}
 }

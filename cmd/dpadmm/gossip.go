@@ -2,15 +2,20 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -28,6 +33,12 @@ type gossipArgs struct {
 	seed                          uint64
 	report, curve                 string
 	quiet                         bool
+	// Real network (--mem, --procs): data directories, fsync and the barrier policy.
+	mem, procs       bool
+	dir              string
+	fsync            bool
+	onMissing        node.MissingPolicy
+	barrier, maxWait time.Duration
 }
 
 // parseAlpha reads --alpha: a positive number or "inf" (no noise). The default is the
@@ -82,7 +93,7 @@ func readEtaFile(path string) ([]float64, error) {
 	return out, nil
 }
 
-func runGossipTestnet(a gossipArgs, stdout io.Writer) error {
+func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 	o := testnet.GossipOptions{
 		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Nodes: a.nodes, Split: a.split,
 		Problem: a.prob, Algo: a.algo, Graph: a.graph, Iters: a.iters, Alpha: a.alpha, Eta: a.eta,
@@ -104,7 +115,13 @@ func runGossipTestnet(a gossipArgs, stdout io.Writer) error {
 		defer curveFile.Close()
 		o.Curve = curveFile
 	}
-	rep, err := testnet.RunGossip(o)
+	var rep *testnet.GossipReport
+	var err error
+	if a.mem || a.procs {
+		rep, err = runGossipNet(o, a, stderr)
+	} else {
+		rep, err = testnet.RunGossip(o)
+	}
 	if err != nil {
 		return err
 	}
@@ -128,6 +145,37 @@ func runGossipTestnet(a gossipArgs, stdout io.Writer) error {
 	return nil
 }
 
+// runGossipNet runs o over one libp2p host per node: in this process (--mem,
+// testnet.RunGossipMemReport) or one 'dpadmm node --gossip-plan' process each (--procs,
+// testnet.RunGossipProcs, this executable run again).
+func runGossipNet(o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*testnet.GossipReport, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log, err := node.NewLogger(stderr, "text", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if a.dir != "" {
+		if err := os.MkdirAll(a.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if a.procs {
+		bin, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("cannot find this executable to start the nodes: %w", err)
+		}
+		return testnet.RunGossipProcs(ctx, testnet.GossipProcsConfig{
+			Options: o, Binary: bin, Dir: a.dir, Sync: a.fsync, Barrier: a.barrier, MaxWait: a.maxWait,
+			OnMissing: a.onMissing, Logger: log,
+		})
+	}
+	rep, _, err := testnet.RunGossipMemReport(ctx, testnet.GossipMemConfig{
+		Options: o, Dir: a.dir, Sync: a.fsync, Barrier: a.barrier, MaxWait: a.maxWait, OnMissing: a.onMissing, Logger: log,
+	})
+	return rep, err
+}
+
 func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	fmt.Fprintf(w, "%s on %s: %d nodes, %d iterations, %d features, %d messages, %.3g s (%.1f us/iteration)\n",
 		r.Algo, r.Graph, r.Nodes, r.Iters, r.Dims, r.Messages, r.WallSeconds, r.UsPerIter)
@@ -135,6 +183,17 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 		r.Objective, r.ReferenceObjective, r.Gap, r.MaxDeviation)
 	if r.Accuracy != nil {
 		fmt.Fprintf(w, "test accuracy %.4f\n", *r.Accuracy)
+	}
+	if nw := r.Network; nw != nil {
+		fmt.Fprintf(w, "network %s: %d libp2p hosts on loopback, %d ledger entries, %.3g s; policy %s (barrier %gs, max wait %gs): %d stale uses\n",
+			nw.Mode, nw.Hosts, nw.LedgerEntries, nw.WallSeconds, nw.OnMissing, nw.BarrierSeconds, nw.MaxWaitSeconds, nw.StaleUses)
+		for _, u := range nw.Stale {
+			fmt.Fprintf(w, "  node %d computed iteration %d with neighbour %d's vector of iteration %d (missing at the barrier)\n",
+				u.Node, u.Iter+1, u.Neighbor, u.UsedIter)
+		}
+		if nw.Dir != "" {
+			fmt.Fprintf(w, "  data directories (ledgers, %s) in %s\n", node.StaleFile, nw.Dir)
+		}
 	}
 	g := r.Gossip
 	switch {

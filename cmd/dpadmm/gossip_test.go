@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -125,6 +127,145 @@ func TestTestnetGossipBadInput(t *testing.T) {
 		}
 		msg := errb.String()
 		if !strings.Contains(msg, c.want) {
+			t.Fatalf("%v: error %q does not mention %q", c.args, msg, c.want)
+		}
+	}
+}
+
+// readJSONMap reads a JSON report as a generic map.
+func readJSONMap(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestTestnetGossipMemMatchesSim: for one seed, --mem (5 libp2p hosts) and --sim give the
+// same model and objective exactly (compared as float64 bits from the JSON) and the same
+// report keys, --mem adding only "network" (no stale use in a fault-free run).
+func TestTestnetGossipMemMatchesSim(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"testnet", "--algo", "radmm", "--nodes", "5", "--iters", "20", "--seed", "3", "--quiet"}
+	simPath, memPath := filepath.Join(dir, "sim.json"), filepath.Join(dir, "mem.json")
+	var out, errb bytes.Buffer
+	if code := run(append(common, "--report", simPath), &out, &errb); code != 0 {
+		t.Fatalf("sim: exit %d\n%s", code, errb.String())
+	}
+	if code := run(append(common, "--mem", "--dir", filepath.Join(dir, "nodes"), "--barrier-timeout", "20s", "--report", memPath), &out, &errb); code != 0 {
+		t.Fatalf("mem: exit %d\n%s", code, errb.String())
+	}
+	sim, mem := readJSONMap(t, simPath), readJSONMap(t, memPath)
+	sameGossipReport(t, "mem", mem, sim)
+	if _, ok := sim["network"]; ok {
+		t.Error("sim report has a network section")
+	}
+	nw, _ := mem["network"].(map[string]any)
+	if nw["mode"] != "mem" || nw["hosts"] != 5.0 || nw["stale_uses"] != 0.0 || nw["on_missing"] != "stop" ||
+		nw["barrier_timeout_seconds"] != 20.0 || nw["ledger_entries"] != 5.0*21 {
+		t.Fatalf("network section %v", nw)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := os.Stat(filepath.Join(dir, "nodes", fmt.Sprintf("node-%d", i), "ledger")); err != nil {
+			t.Errorf("node %d ledger: %v", i, err)
+		}
+	}
+}
+
+// sameGossipReport requires the model, objective, deviation, message count and privacy
+// section of a network report to equal the simulator's exactly, and the same keys apart
+// from "network".
+func sameGossipReport(t *testing.T, mode string, net, sim map[string]any) {
+	t.Helper()
+	for _, k := range []string{"objective", "max_node_deviation", "messages", "gap"} {
+		a, ok1 := net[k].(float64)
+		b, ok2 := sim[k].(float64)
+		if !ok1 || !ok2 || math.Float64bits(a) != math.Float64bits(b) {
+			t.Errorf("%s: %s %v, sim %v", k, mode, net[k], sim[k])
+		}
+	}
+	ms, mm := sim["model"].([]any), net["model"].([]any)
+	if len(ms) == 0 || len(ms) != len(mm) {
+		t.Fatalf("model lengths: sim %d, %s %d", len(ms), mode, len(mm))
+	}
+	for j := range ms {
+		if math.Float64bits(ms[j].(float64)) != math.Float64bits(mm[j].(float64)) {
+			t.Fatalf("model[%d]: %s %v, sim %v", j, mode, mm[j], ms[j])
+		}
+	}
+	for _, k := range []string{"gossip_privacy", "privacy"} {
+		if !reflect.DeepEqual(net[k], sim[k]) {
+			t.Fatalf("%s: %s %v, sim %v", k, mode, net[k], sim[k])
+		}
+	}
+	for k := range sim {
+		if _, ok := net[k]; !ok {
+			t.Errorf("%s report lacks %q", mode, k)
+		}
+	}
+	for k := range net {
+		if _, ok := sim[k]; !ok && k != "network" {
+			t.Errorf("%s report has extra key %q", mode, k)
+		}
+	}
+}
+
+// TestTestnetGossipProcsMatchesSim: --procs (3 node processes: this test binary run as
+// dpadmm) gives the simulator's model and objective exactly, for private MR-ADMM.
+func TestTestnetGossipProcsMatchesSim(t *testing.T) {
+	t.Setenv(asMainEnv, "1")
+	dir := t.TempDir()
+	common := []string{"testnet", "--algo", "mradmm", "--eta-growth", "1.05", "--nodes", "3", "--iters", "12", "--seed", "2", "--quiet"}
+	simPath, procsPath := filepath.Join(dir, "sim.json"), filepath.Join(dir, "procs.json")
+	var out, errb bytes.Buffer
+	if code := run(append(common, "--report", simPath), &out, &errb); code != 0 {
+		t.Fatalf("sim: exit %d\n%s", code, errb.String())
+	}
+	nodes := filepath.Join(dir, "nodes")
+	if code := run(append(common, "--procs", "--dir", nodes, "--barrier-timeout", "20s", "--report", procsPath), &out, &errb); code != 0 {
+		t.Fatalf("procs: exit %d\n%s", code, errb.String())
+	}
+	sim, procs := readJSONMap(t, simPath), readJSONMap(t, procsPath)
+	sameGossipReport(t, "procs", procs, sim)
+	nw, _ := procs["network"].(map[string]any)
+	if nw["mode"] != "procs" || nw["hosts"] != 3.0 || nw["stale_uses"] != 0.0 || nw["ledger_entries"] != 3.0*13 {
+		t.Fatalf("network section %v", nw)
+	}
+	for i := 0; i < 3; i++ {
+		for _, f := range []string{"node-%d/ledger", "node-%d/gossip-model.json", "node-%d.plan.json", "node-%d.csv"} {
+			if _, err := os.Stat(filepath.Join(nodes, fmt.Sprintf(f, i))); err != nil {
+				t.Errorf("node %d: %v", i, err)
+			}
+		}
+	}
+}
+
+func TestTestnetGossipNetworkBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--algo", "radmm", "--mem"}, "explicit node count"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--on-missing", "retry"}, "--on-missing"},
+		{[]string{"--algo", "radmm", "--on-missing", "stale"}, "with --mem"},
+		{[]string{"--algo", "walk", "--mem", "--nodes", "3", "--max-wait", "1m"}, "with --mem"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--barrier-timeout", "0s"}, "--barrier-timeout"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--barrier-timeout", "2s", "--max-wait", "1s"}, "--max-wait"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--curve", "c.csv"}, "simulator-only"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--kill-holder-at", "2"}, "random walk"},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"testnet", "--quiet"}, c.args...), &out, &errb)
+		if code == 0 {
+			t.Fatalf("%v: no error", c.args)
+		}
+		if msg := errb.String(); !strings.Contains(msg, c.want) {
 			t.Fatalf("%v: error %q does not mention %q", c.args, msg, c.want)
 		}
 	}

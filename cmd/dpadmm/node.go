@@ -41,6 +41,15 @@ node-index order, skipping announce/join; each node waits until it is connected 
 member before the walk starts) and --seed S (every random source seeded as in the
 simulator, so the model equals the simulator's for that seed; such noise is not secure).
 
+Neighbour exchange (testnets): 'dpadmm testnet --procs --algo radmm|mradmm|...' starts
+nodes with --gossip-plan FILE, which fixes the run, the membership (peer IDs and loopback
+addresses), this node's index, neighbours, algorithm, penalty schedule, constants, f_i(0)
+and the noise seed (NOT secure), with --data the node's shard (used as is, no scaling)
+and --datadir its data directory. The node exchanges its vector with its neighbours over
+/dpadmm/<run>/radmm/1, writes its ledger before every send and, at the end,
+DIR/gossip-model.json (model, solve residuals, stale uses). Only --data, --datadir,
+--label, --no-fsync, --log-format, --log-level and --run (must match) apply then.
+
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
   lan       listen all interfaces TCP+QUIC, mDNS discovery (ack 10s, join window 5s)
@@ -107,6 +116,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	static := fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
+	gossipPlan := fs.String("gossip-plan", "", "testnets: run one node of a neighbour-exchange run from this plan file (written by 'dpadmm testnet --procs --algo radmm|...'); see above")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -118,6 +128,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "dpadmm node: "+format+"\n", a...)
 		fs.Usage()
 		return errUsage
+	}
+	if *gossipPlan != "" {
+		return runGossipNode(fs, *gossipPlan, *run, *data, *label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -288,4 +301,59 @@ func parseShard(s string) (i, n int, ok bool) {
 	i, err1 := strconv.Atoi(a)
 	n, err2 := strconv.Atoi(b)
 	return i, n, err1 == nil && err2 == nil && n >= 1 && i >= 0 && i < n
+}
+
+// runGossipNode runs one node of a neighbour-exchange testnet from a plan file
+// (testnet.GossipPlan, written by 'dpadmm testnet --procs').
+func runGossipNode(fs *flag.FlagSet, planPath, run, data, label, datadir string, noSync bool, logFormat, logLevel string,
+	stdout, stderr io.Writer, bad func(string, ...any) error) error {
+	allowed := map[string]bool{"gossip-plan": true, "data": true, "datadir": true, "label": true, "no-fsync": true,
+		"log-format": true, "log-level": true, "run": true}
+	var other []string
+	fs.Visit(func(f *flag.Flag) {
+		if !allowed[f.Name] {
+			other = append(other, "--"+f.Name)
+		}
+	})
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q", fs.Arg(0))
+	case len(other) > 0:
+		return bad("%s do(es) not apply with --gossip-plan (the plan fixes the run)", strings.Join(other, ", "))
+	case data == "":
+		return bad("--data is required")
+	case datadir == "":
+		return bad("--datadir is required")
+	case logFormat != "text" && logFormat != "json":
+		return bad("--log-format must be text or json, got %q", logFormat)
+	}
+	b, err := os.ReadFile(planPath)
+	if err != nil {
+		return err
+	}
+	plan, err := testnet.ParseGossipPlan(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", planPath, err)
+	}
+	if run != "" && run != plan.Run {
+		return fmt.Errorf("%s is for run %q, not %q", planPath, plan.Run, run)
+	}
+	log, err := node.NewLogger(stderr, logFormat, logLevel)
+	if err != nil {
+		return bad("--log-level: %v", err)
+	}
+	node.RouteLibp2pLogs(log)
+	d, err := consensus.Load(data, consensus.LoadOptions{Label: label})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out, err := testnet.RunGossipPlanNode(ctx, plan, d, datadir, noSync, log.With().Int("node", plan.Self).Logger())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "run %q node %d (%s): %d iterations done, model written to %s; %d stale uses, %d frames rejected\n",
+		out.Run, out.Self, out.Peer, out.Iter, filepath.Join(datadir, testnet.GossipOutputFile), len(out.Stale), out.Rejected)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -87,6 +88,21 @@ the mean loss plus the regularizer. The report gives the Theorem V.1 pure-DP fig
 and the network figure (max over nodes), or no guarantee with the failing condition.
 MR-ADMM with different schedules per node converges near, not exactly to, the optimum.
 
+The neighbour-exchange algorithms run over real libp2p hosts too (--mem: one host per node
+in this process; --procs: one 'dpadmm node --gossip-plan' process per node), with an
+explicit --nodes N. Each node sends its vector to its neighbours over a direct stream
+(/dpadmm/<run>/radmm/1) after writing its ledger entry, and waits at every iteration for
+its neighbours' vectors. --barrier-timeout is how long it waits before checking a missing
+neighbour, --max-wait how long a still-connected neighbour is waited for, and
+--on-missing what it does with a neighbour declared missing: stop (default: the run ends
+with an error), wait (keep waiting) or stale (continue with the neighbour's last vector;
+the substitution is recorded durably, logged and listed in the report's network section,
+and the model is no longer the fault-free one). See docs/radmm-network.md. For one seed
+and no stale use the report equals --sim's (model and objective bit for bit, same keys)
+plus a "network" section (mode, hosts, policy, stale uses, ledger entries, wall time);
+trace_hash is empty (the vectors are not fingerprinted between hosts).
+  dpadmm testnet --algo radmm --mem --nodes 5 --iters 100 --report r.json
+
 Flags:
 `
 
@@ -98,7 +114,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
-	mem := fs.Bool("mem", false, "run the walk over --nodes real libp2p hosts in this process (loopback TCP); same report as --sim")
+	mem := fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
 	var procs procsFlag
 	fs.Var(&procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
 	killAt := fs.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
@@ -144,6 +160,9 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	pairsPath := fs.String("pairs", "", "write the full pairwise matrix as CSV i,j,planned_epsilon,realised_epsilon (ordered pairs i != j)")
 	plotPath := fs.String("plot", "", "draw the pairwise epsilon heat map (PNG) to this file")
 	plotKind := fs.String("plot-kind", testnet.PlotBoth, "panels of --plot: both, planned or realised")
+	onMissing := fs.String("on-missing", "stop", "neighbour exchange with --mem/--procs: what a node does when a neighbour's vector is missing at the barrier timeout: stop (end the run with an error), wait (keep waiting) or stale (continue with its last vector, recorded and reported)")
+	barrierTimeout := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange with --mem/--procs: how long a node waits at an iteration before it checks a missing neighbour")
+	maxWait := fs.Duration("max-wait", 0, "neighbour exchange with --mem/--procs: longest wait for a neighbour that is still connected before it is declared missing; 0 = 10 x --barrier-timeout")
 	coalition := fs.String("coalition", "", "comma-separated observers j1,j2,... pooling their views: adds privacy.pairwise_realised.coalition")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -166,6 +185,17 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		}
 	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] {
 		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir and --fsync apply to --mem/--procs")
+	}
+	policy, err := node.ParseMissingPolicy(*onMissing)
+	switch {
+	case (set["on-missing"] || set["barrier-timeout"] || set["max-wait"]) && (!network || *algo == "walk"):
+		return testnetUsage(stderr, "--on-missing, --barrier-timeout and --max-wait apply to the neighbour-exchange algorithms with --mem or --procs")
+	case err != nil:
+		return testnetUsage(stderr, "--on-missing: want stop, wait or stale, got %q", *onMissing)
+	case !(*barrierTimeout > 0):
+		return testnetUsage(stderr, "--barrier-timeout must be > 0, got %v", *barrierTimeout)
+	case *maxWait != 0 && *maxWait < *barrierTimeout:
+		return testnetUsage(stderr, "--max-wait (%v) must be 0 or at least --barrier-timeout (%v)", *maxWait, *barrierTimeout)
 	}
 	// Flag values are checked before any data is loaded: a bad value is a usage error.
 	switch {
@@ -286,7 +316,8 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC,
 			seed: *seed, report: *reportPath, curve: *curvePath, quiet: *quiet,
-		}, stdout)
+			mem: *mem, procs: procs.on, dir: *netDir, fsync: *fsync, onMissing: policy, barrier: *barrierTimeout, maxWait: *maxWait,
+		}, stdout, stderr)
 	}
 	opt := testnet.Options{
 		Train: train, Test: test, Data: dataName, Scaling: string(kind), Nodes: *nodes, Split: *split,
@@ -535,9 +566,11 @@ func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *in
 		return fmt.Errorf("--procs=%d and --nodes %d disagree", procs.n, *nodes)
 	case procs.n == 0 && !set["nodes"]:
 		return errors.New("--mem and --procs need an explicit node count: --nodes N (or --procs=N)")
-	case algo != "walk":
-		return fmt.Errorf("--mem and --procs run the random walk (--algo walk), not %q", algo)
-	case set["graph"] || set["budget-epsilon"] || set["curve"] || set["ledger-dir"]:
+	case algo != "walk" && (killAt > 0 || set["kill-phase"]):
+		return fmt.Errorf("--kill-holder-at and --kill-phase apply to the random walk (--algo walk), not %q", algo)
+	case algo != "walk" && (set["budget-epsilon"] || set["curve"] || set["ledger-dir"]):
+		return errors.New("--budget-epsilon, --curve and --ledger-dir are simulator-only (the nodes' ledgers are in --dir)")
+	case algo == "walk" && (set["graph"] || set["budget-epsilon"] || set["curve"] || set["ledger-dir"]):
 		return errors.New("--graph, --budget-epsilon, --curve and --ledger-dir are simulator-only (the nodes walk the complete graph; their ledgers are in --dir)")
 	case killAt > 0 && !procs.on:
 		return errors.New("--kill-holder-at needs --procs (a killed process)")

@@ -131,7 +131,7 @@ func TestTestnetNetworkFlagErrors(t *testing.T) {
 		{"testnet", "--procs=x"},
 		{"testnet", "--procs=0"},
 		{"testnet", "--mem", "--nodes", "3", "--graph", "ring"},
-		{"testnet", "--mem", "--nodes", "3", "--algo", "radmm"},
+		{"testnet", "--mem", "--nodes", "3", "--algo", "radmm", "--kill-holder-at", "5"}, // neighbour exchange: no kill
 		{"testnet", "--mem", "--nodes", "3", "--kill-holder-at", "5"},
 		{"testnet", "--procs", "--nodes", "3", "--hops", "10", "--kill-holder-at", "11"},
 		{"testnet", "--procs", "--nodes", "3", "--kill-holder-at", "5", "--kill-phase", "later"},
