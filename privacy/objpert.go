@@ -27,7 +27,9 @@ const ObjPertTheorem = "Zhang, Khalili, Liu 2020 (Recycled ADMM), Theorem V.1, e
 const ObjPertConditions = "loss with |L'| <= 1 and 0 < L'' <= c1 (logistic: c1 = 1/4), R 1-strongly convex; " +
 	"||x|| <= 1 for every row and labels in {-1,+1}; C_i <= B_i; eta_i(2k-1) > 0 and non-decreasing; " +
 	"2 c1 < (B_i/C)(rho/N + 2 eta_i(1) V_i); odd subproblems solved exactly; f(0) data-independent; " +
-	"fixed iteration count and schedules fixed before training; static graph and no stale messages"
+	"fixed iteration count and schedules fixed before training; static graph (a neighbour value reused after a " +
+	"missed barrier is an earlier release of that neighbour: the proof holds for any fixed neighbour inputs, so " +
+	"the per-release charge is unchanged; such uses are recorded, and the choice depends on timing only)"
 
 // ConvTheoremDVP names the bound used for conventional ADMM with dual variable perturbation.
 const ConvTheoremDVP = "baseline: conventional decentralized ADMM with dual variable perturbation (Zhang & Zhu 2017); " +

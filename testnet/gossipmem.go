@@ -290,8 +290,8 @@ func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexa
 	if nw.StaleUses > 0 {
 		nw.Note += fmt.Sprintf("; %d stale uses: the model is not the fault-free algorithm's and the accuracy figures "+
 			"describe a perturbed run. The privacy figures are kept: Theorem V.1's per-iteration charge does not depend on "+
-			"the neighbours' vectors and the substitution is chosen from timing alone (docs/radmm-network.md); the "+
-			"theorem's 'no stale messages' condition is one of its convergence analysis", nw.StaleUses)
+			"the neighbours' vectors and the substitution is chosen from timing alone (docs/radmm-network.md); a "+
+			"fixed, static exchange is an assumption of the convergence analysis, not of the privacy bound", nw.StaleUses)
 	}
 	rep, err := gossipReport(o, sim, gossipOutcome{Models: models, Inexact: inexact, Ledgers: ledgers, Messages: messages, Wall: wall})
 	if err != nil {
