@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/testnet"
 )
@@ -61,15 +62,17 @@ func parseAlpha(s, algo string) (float64, error) {
 	return a, nil
 }
 
-// readEtaFile reads one penalty value per line (blank lines and lines starting with # are
-// skipped).
-func readEtaFile(path string) ([]float64, error) {
+// readEtaFile reads a penalty schedule: one line per perturbed iteration k = 1..K, each
+// holding either one value (every node) or one comma-separated value per node (MR-ADMM's
+// per-node schedules eta_i(2k-1)). Blank lines and lines starting with # are skipped.
+// It returns the rows; every row has the same number of values.
+func readEtaFile(path string) ([][]float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []float64
+	var out [][]float64
 	sc := bufio.NewScanner(f)
 	line := 0
 	for sc.Scan() {
@@ -78,11 +81,19 @@ func readEtaFile(path string) ([]float64, error) {
 		if t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
-		v, err := strconv.ParseFloat(t, 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || !(v > 0) {
-			return nil, fmt.Errorf("%s:%d: want a finite penalty > 0, got %q", path, line, t)
+		fields := strings.Split(t, ",")
+		row := make([]float64, len(fields))
+		for c, fs := range fields {
+			v, err := strconv.ParseFloat(strings.TrimSpace(fs), 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || !(v > 0) {
+				return nil, fmt.Errorf("%s:%d: want a finite penalty > 0, got %q", path, line, strings.TrimSpace(fs))
+			}
+			row[c] = v
 		}
-		out = append(out, v)
+		if len(out) > 0 && len(row) != len(out[0]) {
+			return nil, fmt.Errorf("%s:%d: %d values, earlier lines have %d", path, line, len(row), len(out[0]))
+		}
+		out = append(out, row)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -93,6 +104,29 @@ func readEtaFile(path string) ([]float64, error) {
 	return out, nil
 }
 
+// etaSchedules turns the rows of an eta file into one list for all nodes or one schedule
+// per node.
+func etaSchedules(path string, rows [][]float64, nodes int) (all []float64, perNode []gossip.Schedule, err error) {
+	switch len(rows[0]) {
+	case 1:
+		for _, r := range rows {
+			all = append(all, r[0])
+		}
+		return all, nil, nil
+	case nodes:
+		perNode = make([]gossip.Schedule, nodes)
+		for i := range perNode {
+			l := make([]float64, len(rows))
+			for k, r := range rows {
+				l[k] = r[i]
+			}
+			perNode[i] = gossip.Schedule{List: l}
+		}
+		return nil, perNode, nil
+	}
+	return nil, nil, fmt.Errorf("%s: %d values per line; want 1 (all nodes) or %d (one per node)", path, len(rows[0]), nodes)
+}
+
 func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 	o := testnet.GossipOptions{
 		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Nodes: a.nodes, Split: a.split,
@@ -100,11 +134,13 @@ func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 		EtaGrowth: a.etaGrowth, EtaMax: a.etaMax, Gamma: a.gamma, C: a.paperC, Seed: a.seed,
 	}
 	if a.etaFile != "" {
-		l, err := readEtaFile(a.etaFile)
+		rows, err := readEtaFile(a.etaFile)
 		if err != nil {
 			return err
 		}
-		o.EtaList = l
+		if o.EtaList, o.NodeSchedules, err = etaSchedules(a.etaFile, rows, a.nodes); err != nil {
+			return err
+		}
 	}
 	var curveFile *os.File
 	if a.curve != "" {

@@ -78,7 +78,8 @@ admm-pvp runs one machine per node on a fixed connected graph (default ring, 5 n
 iterations, gamma 0.5). Odd iterations solve the local problem with objective perturbation
 (noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise); even iterations are
 recycled closed-form steps that cost no privacy. mradmm grows the penalty: eta(k) =
---eta * --eta-growth^k (capped by --eta-max), or one value per line from --eta-file.
+--eta * --eta-growth^k (capped by --eta-max), or from --eta-file (one value per line for all
+nodes, or one comma-separated column per node).
 admm-dvp and admm-pvp are the dual- and primal-variable-perturbation baselines (Zhang and
 Zhu 2017); madmm is an M-ADMM-style baseline (every iteration perturbed, noise scaled by the
 growing penalty, nothing recycled). Constants: node i minimises (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with
@@ -127,7 +128,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (MR-ADMM: eta(k) = eta*q^k)")
 	etaGrowth := fs.Float64("eta-growth", 1, "neighbour exchange: MR-ADMM growth factor q >= 1 of the penalty schedule")
 	etaMax := fs.Float64("eta-max", 0, "neighbour exchange: cap of the geometric penalty schedule; 0 = none")
-	etaFile := fs.String("eta-file", "", "neighbour exchange: file with one penalty eta(k) per line, k = 1..K (overrides --eta, --eta-growth)")
+	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file, one line per k = 1..K holding eta(k) for every node, or one comma-separated eta_i(k) per node (overrides --eta, --eta-growth)")
 	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	nodes := fs.Int("nodes", 50, "number of nodes n")
 	data := fs.String("data", "", "training data, CSV or LIBSVM (default: embedded breast cancer data)")
