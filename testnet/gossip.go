@@ -37,6 +37,7 @@ type GossipOptions struct {
 	Algo        string            // admm, radmm, mradmm, admm-dvp, admm-pvp
 	Graph       string            // graph spec (graph.Parse); "" = ring
 	Iters       int               // T, fixed
+	Delta       float64           // delta of the RDP-converted figure (0 = 1e-5)
 	Alpha       float64           // noise density exp(-alpha||eps||); +Inf = no noise
 	Eta         float64           // base penalty (default 1)
 	EtaGrowth   float64           // q: eta(k) = Eta q^k (mradmm); 0 or 1 = constant
@@ -91,6 +92,22 @@ type GossipPrivacy struct {
 	Conditions     string    `json:"conditions"`
 	ConditionsHold bool      `json:"conditions_hold"`
 	Reason         string    `json:"reason,omitempty"`
+	// RDP is the same ledger seen through the RDP accountant that the walk uses: each
+	// pure eps-DP release becomes the curve min(eps, alpha eps^2/2) (Bun-Steinke 2016,
+	// Prop. 3.3), composed per node and converted to (epsilon, delta) at Delta, or the
+	// pure-DP sum when that is smaller (order 0); it is below the pure sum for many small
+	// releases. It holds only when ConditionsHold.
+	RDP GossipRDP `json:"rdp"`
+}
+
+// GossipRDP is the (epsilon, delta) figure of a gossip run from the RDP accountant.
+type GossipRDP struct {
+	Delta      float64   `json:"delta"`
+	Epsilon    float64   `json:"epsilon"` // max over nodes; MaxFloat64 when the conditions fail
+	Order      float64   `json:"order"`
+	PerNode    []float64 `json:"per_node_epsilon"`
+	Conversion string    `json:"conversion"`
+	Theorem    string    `json:"theorem"`
 }
 
 // GossipSim holds the machines of one gossip run, driven in one goroutine.
@@ -525,6 +542,29 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		gp.LedgerEpsilon = append(gp.LedgerEpsilon, jsonNum(s))
 	}
 	gp.Exact = jsonNum(gp.Exact)
+	delta := o.Delta
+	if delta == 0 {
+		delta = 1e-5
+	}
+	gp.RDP = GossipRDP{
+		Delta: delta, Conversion: privacy.Conversion,
+		Theorem: "per-release pure eps-DP (Theorem V.1) as RDP min(eps, alpha eps^2/2) (Bun-Steinke 2016, Prop. 3.3), composed over the node's ledger",
+	}
+	for i := range fig.PerNode {
+		e, ord := math.Inf(1), 0.0
+		if fig.ConditionsHold {
+			e, ord = privacy.ToDP(privacy.LedgerCurve(out.Ledgers[i]), delta)
+			// Pure eps-DP is also (eps, delta)-DP: keep the smaller (order 0 = the pure figure).
+			if p := fig.PerNode[i].Guarantee(); p <= e {
+				e, ord = p, 0
+			}
+		}
+		gp.RDP.PerNode = append(gp.RDP.PerNode, jsonNum(e))
+		if i == 0 || e > gp.RDP.Epsilon {
+			gp.RDP.Epsilon, gp.RDP.Order = e, ord
+		}
+	}
+	gp.RDP.Epsilon = jsonNum(gp.RDP.Epsilon)
 	updates := make([]int, n)
 	for i := range updates {
 		updates[i] = K

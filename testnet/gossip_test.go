@@ -320,3 +320,54 @@ func TestGossipNodeSchedules(t *testing.T) {
 		t.Error("wrong number of node schedules accepted")
 	}
 }
+
+// TestGossipRDPFigure: the RDP view of a gossip ledger equals an independent composition
+// of min(eps_k, alpha eps_k^2/2) over the node's pure releases, never exceeds the pure-DP
+// sum, and is withheld when the theorem's conditions fail.
+func TestGossipRDPFigure(t *testing.T) {
+	train, test := gossipData(t, 400)
+	o := gossipOpts(train, test, "radmm", "ring", 30, 2)
+	o.Delta = 1e-6
+	r, err := RunGossip(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := r.Gossip
+	if !g.ConditionsHold || g.RDP.Delta != 1e-6 || len(g.RDP.PerNode) != o.Nodes {
+		t.Fatalf("rdp section: %+v", g.RDP)
+	}
+	mx := 0.0
+	for i, e := range g.RDP.PerNode {
+		// Independent composition from the per-node pure figure: every odd iteration of
+		// node i is charged the same eps (constant alpha and penalty), so the curve is
+		// K * min(eps1, alpha eps1^2/2).
+		k := float64(r.Privacy.Updates[i])
+		eps1 := g.PerNode[i] / k
+		best := math.Inf(1)
+		for _, a := range privacy.Orders {
+			rdp := k * math.Min(eps1, a*eps1*eps1/2)
+			v := rdp + math.Log((a-1)/a) - (math.Log(1e-6)+math.Log(a))/(a-1)
+			best = math.Min(best, v)
+		}
+		best = math.Min(best, g.PerNode[i])
+		if math.Abs(e-best) > 1e-9*best {
+			t.Fatalf("node %d: rdp epsilon %v, independent %v", i, e, best)
+		}
+		if e > g.PerNode[i]*(1+1e-12) {
+			t.Fatalf("node %d: rdp epsilon %v above the pure sum %v", i, e, g.PerNode[i])
+		}
+		mx = math.Max(mx, e)
+	}
+	if g.RDP.Epsilon != mx {
+		t.Fatalf("network rdp epsilon %v, max %v", g.RDP.Epsilon, mx)
+	}
+	o.Alpha = math.Inf(1)
+	o.Algo = "radmm"
+	r, err = RunGossip(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Gossip.ConditionsHold || r.Gossip.RDP.Epsilon != math.MaxFloat64 {
+		t.Fatalf("no noise must give no rdp guarantee: %+v", r.Gossip.RDP)
+	}
+}

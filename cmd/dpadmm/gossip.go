@@ -30,7 +30,7 @@ type gossipArgs struct {
 	iters                         int
 	alpha, eta, etaGrowth, etaMax float64
 	etaFile                       string
-	gamma, paperC                 float64
+	gamma, paperC, delta          float64
 	seed                          uint64
 	report, curve                 string
 	quiet                         bool
@@ -132,6 +132,7 @@ func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Nodes: a.nodes, Split: a.split,
 		Problem: a.prob, Algo: a.algo, Graph: a.graph, Iters: a.iters, Alpha: a.alpha, Eta: a.eta,
 		EtaGrowth: a.etaGrowth, EtaMax: a.etaMax, Gamma: a.gamma, C: a.paperC, Seed: a.seed,
+		Delta: a.delta,
 	}
 	if a.etaFile != "" {
 		rows, err := readEtaFile(a.etaFile)
@@ -238,6 +239,8 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	case g.ConditionsHold:
 		fmt.Fprintf(w, "privacy: network epsilon %s (pure DP, worst node %d) from %s; conditions: %s (hold)\n",
 			fmtEps(g.Epsilon), g.WorstNode, g.Theorem, g.Conditions)
+		fmt.Fprintf(w, "         as (epsilon, delta=%g) through the RDP accountant: epsilon %s (%s; %s)\n",
+			g.RDP.Delta, fmtEps(g.RDP.Epsilon), g.RDP.Theorem, g.RDP.Conversion)
 	default:
 		fmt.Fprintf(w, "privacy: NO guarantee: %s; the formula would give %s (%s; conditions: %s)\n",
 			g.Reason, fmtEps(g.Formula), g.Theorem, g.Conditions)

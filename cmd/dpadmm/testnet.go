@@ -315,7 +315,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		return runGossipTestnet(gossipArgs{
 			train: train, test: test, data: dataName, scaling: string(kind), nodes: *nodes, split: *split,
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
-			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC,
+			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
 			seed: *seed, report: *reportPath, curve: *curvePath, quiet: *quiet,
 			mem: *mem, procs: procs.on, dir: *netDir, fsync: *fsync, onMissing: policy, barrier: *barrierTimeout, maxWait: *maxWait,
 		}, stdout, stderr)
