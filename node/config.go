@@ -88,6 +88,19 @@ type Config struct {
 	// FinalWait bounds how long the node that releases the final model keeps
 	// republishing it while waiting for every member's confirmation. Default 30 s.
 	FinalWait time.Duration
+	// Heartbeat is the interval at which the node sends a heartbeat to every member on
+	// /dpadmm/<run>/alive/1, whatever it holds (the beats carry no token information).
+	// Default 1 s; negative disables heartbeats and with them the regeneration of a token
+	// lost with a crashed holder.
+	Heartbeat time.Duration
+	// HeartbeatMisses is M: a member silent for M heartbeat intervals is declared down
+	// (backups it acked and that were not yet released are regenerated with a new
+	// epoch); it is declared up again when its beats resume. Default 15, generous so
+	// that a busy machine or a restart within M intervals does not regenerate.
+	HeartbeatMisses int
+	// Depth is D: a node keeps each of its releases until the token is D acked hand-offs
+	// further on. Default 8.
+	Depth int
 	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
 	NoSync bool
 	// WaitMembers, with static Members, makes the node wait up to this long until it is
@@ -133,6 +146,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: holder %d out of range", c.Holder)
 	case c.WaitMembers < 0:
 		return errors.New("node: wait-members must be >= 0")
+	case c.HeartbeatMisses < 0:
+		return errors.New("node: heartbeat misses must be >= 0")
+	case c.Depth < 0 || c.Depth > MaxDepth:
+		return fmt.Errorf("node: custody depth must be in 1..%d", MaxDepth)
 	case c.Delta < 0 || c.Delta >= 1:
 		return fmt.Errorf("node: delta must be in (0,1), got %v", c.Delta)
 	}

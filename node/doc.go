@@ -13,8 +13,8 @@
 //  2. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
 //     before anything is sent);
 //  3. write <datadir>/checkpoint.json atomically (temp file, fsync, rename, fsync of the
-//     directory): u_i, K_i, the (epoch, hop) processed, and the encoded outgoing token
-//     with its recipient ("custody");
+//     directory): u_i, K_i, the (epoch, hop) processed, the encoded outgoing token
+//     with its recipient ("custody"), the fence and the backups;
 //  4. send the token (in the background, so the loop keeps answering);
 //  5. Advance once the receiver acked.
 //
@@ -24,25 +24,59 @@
 // before any allocation when larger than the encoded size of a token of the run's
 // dimension, then the token (see EncodeToken). The receiver answers one byte per frame:
 // AckOK after it has written the token to <datadir>/inbox.token atomically, AckDuplicate
-// for a retransmission of the (epoch, hop) it already stored, AckStale for an older token
-// (the sender drops its copy: fencing), AckReject for anything malformed, foreign or from
-// a peer outside the membership, and AckBusy when it cannot take the token yet.
+// for a retransmission of one of the last 16 tokens it accepted, AckStale for a token not
+// above its fence (the sender drops its copy: fencing, see below), AckReject for anything
+// malformed, foreign or from a peer outside the membership, and AckBusy when it cannot
+// take the token yet.
 //
 // Validation runs cheapest first: frame size, decode (version, exact length), sender in
 // the membership, run and walk, dimension, finiteness, hop within the run, then
-// freshness against the last stored (epoch, hop). Rejections are logged at warn level
+// duplicates and the fence (epoch, hop, digest). Rejections are logged at warn level
 // with the reason and counted in dpadmm_tokens_rejected_total{reason}.
 //
 // Custody: the sender keeps the encoded token (in its checkpoint) until an ack. On an
 // error or after AckTimeout it retries the same peer once on a fresh stream, then the
-// other members in random order. Each redirection appends a "forward" ledger entry
-// naming the new recipient, so the ledger records every peer that saw the release. If
-// every peer fails the node keeps custody and starts over. After a restart a node with a
-// token in custody resends the identical bytes (never re-noises); a node with a stored
-// but unprocessed inbound token processes it. A retransmission after a lost ack can
-// create a second copy if it went to another peer; receivers fence copies whose
-// (epoch, hop) is not newer than what they stored, but two copies on disjoint paths are
-// not merged (see Missing below).
+// other members in random order (members declared down last; a recipient already
+// declared down is tried only after all the others). Each redirection appends a "forward" ledger entry naming the new
+// recipient, so the ledger records every peer that saw the release. If every peer fails
+// the node keeps custody and starts over. After a restart a node with a token in custody
+// resends the identical bytes (never re-noises); a node with a stored but unprocessed
+// inbound token processes it.
+//
+// # Token fault tolerance (docs/fault-tolerance.md)
+//
+// The node applies the rules of walk.Custody with wall-clock liveness:
+//
+//   - Heartbeats: every Config.Heartbeat (default 1 s) each node writes a 9-byte frame
+//     (version, sequence number) to every member on /dpadmm/<run>/alive/1, whether or not
+//     it holds the token; beats carry no token information. A member silent for
+//     HeartbeatMisses intervals (default 15) is declared down, and up again when its beats
+//     resume.
+//   - Backups: each release is kept in the checkpoint (Checkpoint.Backups, written before
+//     the send) with its recipient and predecessor, until the token is Depth (default 8)
+//     acked hand-offs further on. When a hand-off is acked the sender sends a Release
+//     {Dist: 2} to its own predecessor on /dpadmm/<run>/release/1 (a 22-byte frame:
+//     version, flags, epoch, hop, distance; acked with one byte); each node passes the
+//     wave back with Dist+1 and drops a backup whose distance reaches Depth.
+//   - Regeneration: when the recipient of an acked, unreleased backup is declared down,
+//     the node re-releases its newest such backup under epoch max(seen, backup)+1 to a
+//     uniformly chosen live member, after appending (fsync) a forward entry naming it;
+//     backups of lower epochs are dropped. The token keeps its hop number: the hops made
+//     after that backup are lost and redone, so the run still ends at hop K with the
+//     hops' noisy updates charged in full (the lost ones stay charged, their effect on
+//     the model is lost).
+//   - Fencing and merge: a node keeps the highest token it accepted or released,
+//     ordered by (epoch, hop, walk.TokenDigest), and the highest epoch it accepted or
+//     created (Checkpoint.Fence, MaxEpoch). A retransmission of one of the last 16 tokens
+//     it accepted is answered AckDuplicate; any other token not above both is refused with
+//     AckStale. The sender of a refused token drops its backup and sends Release{Retire}
+//     back along its chain. Two copies of one epoch thus merge where they meet: the
+//     higher hop goes on, then the higher digest; a higher epoch beats any hop.
+//
+// Liveness and releases go to single members that already know the sender (the
+// predecessor) or to everyone on a fixed schedule (heartbeats); nothing announces where
+// the token is. Config.PauseAtHop applies to epoch 0 only, so that a regenerated token
+// is not paused again.
 //
 // # Control plane dpadmm/<run>/control
 //
@@ -68,7 +102,14 @@
 //
 // # Missing
 //
-// Recovery of a token lost with a crashed holder (regeneration with Epoch+1) and the
-// deterministic merge of duplicate tokens are not implemented; the next-hop source is not
-// checkpointed, so a restarted node's later choices differ from an uninterrupted run.
+// The slow fallback of walk.Custody (re-sending the last release after a long silence,
+// for the case where the holder and every backup holder within Depth hand-offs die
+// together) is not implemented. The sender of a token stored in the inbox is not
+// checkpointed, so a token processed after a restart starts no release wave (its
+// sender's backup stays until a retirement or the bound of 4*Depth+4 backups drops it).
+// Two lineages that both reach hop K before meeting (possible only when a regeneration
+// or a partition leaves two copies far apart) would both publish a final model; nodes
+// keep the first they receive. The final holder waits FinalWait for the confirmation of
+// a crashed member. The next-hop source is not checkpointed without Config.Sources, so
+// a restarted node's later choices differ from an uninterrupted run.
 package node

@@ -20,6 +20,7 @@ type metrics struct {
 	sent     prometheus.Counter
 	ignored  prometheus.Counter
 	rejected *prometheus.CounterVec
+	custody  *prometheus.CounterVec
 	nupd     atomic.Int64
 	done     atomic.Bool
 }
@@ -31,7 +32,8 @@ func newMetrics() *metrics {
 	m.sent = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_handoffs_acked_total", Help: "Token hand-offs acknowledged by the receiver."})
 	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_tokens_ignored_total", Help: "Stale or duplicated tokens ignored."})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_tokens_rejected_total", Help: "Inbound hand-offs rejected, by reason."}, []string{"reason"})
-	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected,
+	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fenced, fenced_out, released, retired, no_peer)."}, []string{"event"})
+	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -84,4 +86,26 @@ func (n *Node) serveHTTP(addr string) error {
 		}
 	}()
 	return nil
+}
+
+// CustodyEvents returns the number of custody events of a kind (peer_down, peer_up,
+// regenerated, fenced, fenced_out, released, retired, no_peer).
+func (n *Node) CustodyEvents(event string) float64 {
+	mf, err := n.metrics.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, f := range mf {
+		if f.GetName() != "dpadmm_custody_events_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" && l.GetValue() == event {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

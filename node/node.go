@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -69,10 +70,18 @@ type Node struct {
 	initialTo peer.ID
 	doneFrom  map[peer.ID]bool
 
-	mu      sync.Mutex // guards members, index, streams, status fields
+	mu      sync.Mutex // guards members, index, streams, status fields, alive, down
 	members []peer.ID
 	index   int
 	streams map[peer.ID]network.Stream
+	// liveness: last heartbeat received per member, members declared down, and the
+	// start of the observation (a member never heard from counts from there)
+	alive     map[peer.ID]time.Time
+	down      map[peer.ID]bool
+	liveSince time.Time
+	rel       chan relMsg
+	// sendHook, when set (tests), is called before every token frame is written.
+	sendHook func(to peer.ID, raw []byte)
 
 	// loop-owned state
 	m       *walk.Machine
@@ -106,12 +115,25 @@ type inbound struct {
 	raw   []byte
 	from  peer.ID
 	reply chan byte
+	// written is closed by the stream handler once the ack byte has been written.
+	written chan struct{}
 }
 
 type sendResult struct {
-	to  peer.ID
-	raw []byte
-	err error
+	to   peer.ID // the peer that answered last
+	raw  []byte
+	code byte
+	err  error
+	main bool // the hand-off of the token stepped here (not a re-sent backup)
+}
+
+// queued is a token accepted for processing, with where it came from (for the release
+// chain: the sender and the (epoch, hop) it sent).
+type queued struct {
+	tok          walk.Token
+	from         peer.ID
+	predE, predH uint64
+	written      <-chan struct{} // closed once the ack was written (nil: no ack)
 }
 
 // New creates the host, opens the data directory and joins the control topic. It does
@@ -131,6 +153,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.MinPeers == 0 {
 		cfg.MinPeers = 2
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.HeartbeatMisses == 0 {
+		cfg.HeartbeatMisses = 15
+	}
+	if cfg.Depth == 0 {
+		cfg.Depth = 8
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -163,8 +194,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
 		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
-		doneFrom: map[peer.ID]bool{},
-		metrics:  newMetrics(), started: time.Now(),
+		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
+		rel:     make(chan relMsg, 16),
+		metrics: newMetrics(), started: time.Now(),
 	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
@@ -182,6 +214,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	h.SetStreamHandler(WalkProtocol(cfg.Run), n.handleWalk)
 	h.SetStreamHandler(DoneProtocol(cfg.Run), n.handleDone)
+	h.SetStreamHandler(ReleaseProtocol(cfg.Run), n.handleRelease)
+	h.SetStreamHandler(AliveProtocol(cfg.Run), n.handleAlive)
 	if cfg.HTTP != "" {
 		if err := n.serveHTTP(cfg.HTTP); err != nil {
 			return fail(err)
@@ -267,6 +301,7 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	if err := n.membership(ctx); err != nil {
 		return nil, err
 	}
+	n.startHeartbeats(ctx)
 	return n.loop(ctx)
 }
 
@@ -359,6 +394,11 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 			}
 		}
 		n.ckpt = *ck
+		if n.ckpt.Fence == nil {
+			// A checkpoint without a fence: fence conservatively at the last token
+			// processed (any digest).
+			n.ckpt.Fence = &Mark{Epoch: ck.Epoch, Hop: ck.Hop, Digest: ^uint64(0)}
+		}
 		n.metrics.nupd.Store(int64(ck.Updates))
 		n.seen, n.seenE, n.seenH = true, ck.Epoch, ck.Hop
 		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
@@ -441,8 +481,12 @@ func (n *Node) handleWalk(s network.Stream) {
 			}
 			return
 		}
-		code := n.receive(lg, from, b)
-		if _, err := s.Write([]byte{code}); err != nil {
+		code, written := n.receive(lg, from, b)
+		_, err = s.Write([]byte{code})
+		if written != nil {
+			close(written)
+		}
+		if err != nil {
 			return
 		}
 	}
@@ -455,7 +499,7 @@ func (n *Node) reject(lg zerolog.Logger, kind, reason string) {
 
 // receive decodes and validates one frame and, if it passes, hands it to the loop which
 // stores it durably before the ack is returned.
-func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) byte {
+func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan struct{}) {
 	tok, err := DecodeToken(b)
 	if err != nil {
 		kind := "malformed"
@@ -463,42 +507,49 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) byte {
 			kind = "version"
 		}
 		n.reject(lg, kind, err.Error())
-		return AckReject
+		return AckReject, nil
 	}
 	n.mu.Lock()
 	ready := n.m != nil
 	n.mu.Unlock()
 	if !ready {
-		return AckBusy
+		return AckBusy, nil
 	}
 	if !n.isMember(from) {
 		n.reject(lg, "non-member", "sender is not a member of the run")
-		return AckReject
+		return AckReject, nil
 	}
 	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
 	if vd, reason := v.Check(tok, 0, 0, false); vd != Accept {
 		n.reject(lg, "invalid", reason)
-		return AckReject
+		return AckReject, nil
 	}
-	reply := make(chan byte, 1)
+	reply, written := make(chan byte, 1), make(chan struct{})
 	select {
-	case n.in <- inbound{tok: tok, raw: b, from: from, reply: reply}:
+	case n.in <- inbound{tok: tok, raw: b, from: from, reply: reply, written: written}:
 	case <-time.After(n.cfg.AckTimeout / 2):
-		return AckBusy
+		return AckBusy, nil
 	}
-	return <-reply
+	return <-reply, written
 }
 
-// admit runs in the loop: freshness check, durable inbox write, ack code.
+// admit runs in the loop: duplicate and fence checks, durable inbox write, ack code.
 func (n *Node) admit(msg inbound) (byte, bool) {
-	if n.seen && msg.tok.Epoch == n.seenE && msg.tok.Hop == n.seenH {
+	mk := markOf(msg.tok)
+	if n.isRecent(mk) {
 		n.log.Debug().Uint64("hop", msg.tok.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		return AckDuplicate, false
 	}
-	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
-	if vd, reason := v.Check(msg.tok, n.seenE, n.seenH, n.seen); vd != Accept {
+	if !n.accepts(mk) {
 		n.metrics.ignored.Inc()
-		n.log.Info().Str("verdict", vd.String()).Msg("hand-off ignored: " + reason)
+		n.metrics.custody.WithLabelValues("fenced").Inc()
+		f := Mark{}
+		if n.ckpt.Fence != nil {
+			f = *n.ckpt.Fence
+		}
+		n.log.Info().Str("verdict", Ignore.String()).Uint64("epoch", mk.Epoch).Uint64("hop", mk.Hop).
+			Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.ckpt.MaxEpoch).
+			Msg("hand-off fenced: not above the highest token accepted or released here")
 		return AckStale, false
 	}
 	if n.busy || n.model != nil {
@@ -508,6 +559,9 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 		n.log.Error().Err(err).Msg("cannot store the received token")
 		return AckBusy, false
 	}
+	n.raise(mk)
+	n.addRecent(mk)
+	n.newEpoch(mk.Epoch)
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
 	n.lastHop.Store(msg.tok.Hop)
 	n.holding.Store(true)
@@ -516,7 +570,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 
 // loop is the one goroutine that owns the machine.
 func (n *Node) loop(ctx context.Context) (*Model, error) {
-	var queue []walk.Token
+	var queue []queued
 	// Recovery: a stored inbound token newer than the last one processed is processed
 	// (it arrived, was acked, and the node stopped before stepping it); otherwise a token
 	// still in custody is resent byte for byte (a receiver that already has it answers
@@ -525,43 +579,70 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		if tok, err := DecodeToken(raw); err == nil && (!n.seen || tok.Epoch > n.ckpt.Epoch || tok.Epoch == n.ckpt.Epoch && tok.Hop > n.ckpt.Hop) {
 			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
 			n.seen, n.seenE, n.seenH = true, tok.Epoch, tok.Hop
-			queue = append(queue, tok)
+			mk := markOf(tok)
+			n.raise(mk)
+			n.addRecent(mk)
+			n.newEpoch(mk.Epoch)
+			// The sender is not stored with the inbox: this hop starts no release wave
+			// (its sender's backup is dropped by a later wave, a retirement or the bound).
+			queue = append(queue, queued{tok: tok})
 		}
 	}
 	if len(queue) == 0 && len(n.ckpt.Out) > 0 {
 		if to, err := peer.Decode(n.ckpt.OutTo); err == nil {
 			n.log.Info().Str("to", shortID(to)).Msg("resending the token held in custody")
 			n.busy = true
-			n.startSend(ctx, to, n.ckpt.Out)
+			n.startSend(ctx, to, n.ckpt.Out, true, 0)
+		}
+	}
+	// Re-sent backups (regenerations, redirections) not yet acked go again to the same
+	// recipient: identical bytes, already charged to that recipient.
+	for _, b := range n.ckpt.Backups {
+		if to, err := peer.Decode(b.To); err == nil && !b.Acked && !bytes.Equal(b.Token, n.ckpt.Out) {
+			n.startSend(ctx, to, b.Token, false, 0)
 		}
 	}
 	if n.initialTo != "" && !n.seen && len(n.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
 		if n.initialTo == n.ID() {
-			queue = append(queue, n.initialToken())
+			queue = append(queue, queued{tok: n.initialToken()})
 			n.seen = true
 		} else {
 			raw, _ := EncodeToken(nil, n.initialToken())
 			n.busy = true
-			n.startSend(ctx, n.initialTo, raw)
+			n.startSend(ctx, n.initialTo, raw, true, 0)
 		}
 	}
 	if n.cfg.Members != nil && n.index == n.cfg.Holder && !n.seen && len(n.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
-		queue = append(queue, n.initialToken())
+		queue = append(queue, queued{tok: n.initialToken()})
 		n.seen = true
+	}
+	var live <-chan time.Time
+	if n.cfg.Heartbeat > 0 {
+		t := time.NewTicker(n.cfg.Heartbeat)
+		defer t.Stop()
+		live = t.C
 	}
 	for {
 		for len(queue) > 0 && !n.busy && n.model == nil && !n.paused.Load() {
-			tok := queue[0]
-			if p := n.cfg.PauseAtHop; p > 0 && tok.Hop == p && !n.cfg.PauseAfterStep {
-				n.lastHop.Store(tok.Hop)
+			q := queue[0]
+			if p := n.cfg.PauseAtHop; p > 0 && q.tok.Hop == p && q.tok.Epoch == 0 && !n.cfg.PauseAfterStep {
+				if q.written != nil {
+					// Report the pause only once the ack is on its way, so that a harness
+					// that kills the node on seeing it does not make the sender redirect.
+					select {
+					case <-q.written:
+					case <-time.After(n.cfg.AckTimeout):
+					}
+				}
+				n.lastHop.Store(q.tok.Hop)
 				n.paused.Store(true)
-				n.log.Warn().Uint64("hop", tok.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
+				n.log.Warn().Uint64("hop", q.tok.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
 				break
 			}
 			queue = queue[1:]
-			local, err := n.process(ctx, tok)
+			local, err := n.process(ctx, q)
 			if err != nil {
 				return nil, err
 			}
@@ -589,10 +670,15 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			msg.reply <- code
 			if ok {
 				n.hopsIn.Add(1)
-				queue = append(queue, msg.tok)
+				queue = append(queue, queued{tok: msg.tok, from: msg.from, predE: msg.tok.Epoch, predH: msg.tok.Hop, written: msg.written})
 			}
 		case r := <-n.sent:
 			n.sentDone(ctx, r)
+		case m := <-n.rel:
+			n.onRelease(ctx, m)
+		case <-live:
+			n.checkLiveness(ctx)
+			n.retryPending(ctx)
 		case f := <-n.final:
 			if err := n.acceptFinal(f); err != nil {
 				n.log.Warn().Err(err).Msg("final model refused")
@@ -607,26 +693,24 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 	}
 }
 
-// sentDone handles the end of a background hand-off: Advance on success, else keep
-// custody and try again.
+// sentDone handles the end of a background hand-off: on success Advance (the node's own
+// hand-off) and update the backup (release wave, or retirement when fenced); else keep
+// custody and try again after a pause.
 func (n *Node) sentDone(ctx context.Context, r sendResult) {
-	n.busy = false
 	if r.err != nil {
 		n.log.Error().Err(r.err).Msg("hand-off failed with every peer; token kept in custody, retrying")
-		n.busy = true
-		select {
-		case <-time.After(time.Second): // all peers failed: pause before the next round
-		case <-ctx.Done():
-			return
-		}
-		n.startSend(ctx, r.to, r.raw)
+		n.startSend(ctx, r.to, r.raw, r.main, time.Second) // all peers failed: pause before the next round
 		return
 	}
-	if n.pending != nil {
-		n.m.Advance(*n.pending)
-		n.pending = nil
+	if r.main {
+		n.busy = false
+		if n.pending != nil {
+			n.m.Advance(*n.pending)
+			n.pending = nil
+		}
+		n.holding.Store(false)
 	}
-	n.holding.Store(false)
+	n.onHandoff(ctx, r)
 }
 
 func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
@@ -636,9 +720,10 @@ func (n *Node) initialToken() walk.Token {
 }
 
 // process applies the Ready contract to one accepted token: Step, ledger (fsync),
-// checkpoint (atomic), then send. It returns the token when the machine handed it to
-// this node itself.
-func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error) {
+// checkpoint (atomic, with the backup of the release), then send. It returns the token
+// when the machine handed it to this node itself.
+func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
+	tok := q.tok
 	if tok.Hop >= n.cfg.Hops {
 		n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
 		n.model = n.newModel(tok.Z, tok.Hop, n.ID())
@@ -684,9 +769,14 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 		n.ckpt.HopSource, _ = n.hopSrc.MarshalBinary()
 		n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
 	}
+	// The release is part of the fence: this node never releases two different tokens
+	// under one (epoch, hop).
+	n.raise(markOf(env.Token))
 	n.ckpt.Out, n.ckpt.OutTo = raw, to.String()
 	if to == n.ID() {
 		n.ckpt.Out, n.ckpt.OutTo = nil, ""
+	} else {
+		n.addBackup(raw, to, q)
 	}
 	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
 		return nil, fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
@@ -700,23 +790,24 @@ func (n *Node) process(ctx context.Context, tok walk.Token) (*walk.Token, error)
 		}
 		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop
 		n.lastHop.Store(t.Hop)
-		if n.pauseAfter(in.Hop) {
+		if n.pauseAfter(in) {
 			return nil, nil // the stored inbox holds the token; a restart processes it
 		}
-		return &t, nil
+		return &queued{tok: t, from: q.from, predE: q.predE, predH: q.predH}, nil
 	}
 	n.pending = &rd
 	n.busy = true
-	if n.pauseAfter(in.Hop) {
+	if n.pauseAfter(in) {
 		return nil, nil // custody is durable; a restart resends it
 	}
-	n.startSend(ctx, to, raw)
+	n.startSend(ctx, to, raw, true, 0)
 	return nil, nil
 }
 
-// pauseAfter applies Config.PauseAfterStep after the step of the token of hop h.
-func (n *Node) pauseAfter(h uint64) bool {
-	if !n.cfg.PauseAfterStep || n.cfg.PauseAtHop == 0 || h != n.cfg.PauseAtHop {
+// pauseAfter applies Config.PauseAfterStep after the step of token t.
+func (n *Node) pauseAfter(t walk.Token) bool {
+	h := t.Hop
+	if !n.cfg.PauseAfterStep || n.cfg.PauseAtHop == 0 || h != n.cfg.PauseAtHop || t.Epoch != 0 {
 		return false
 	}
 	n.lastHop.Store(h) // paused: Status.Hop names the hop of the pause
@@ -725,45 +816,67 @@ func (n *Node) pauseAfter(h uint64) bool {
 	return true
 }
 
-// startSend hands raw to `to` in the background, keeping custody until an ack. On a
-// timeout or error it retries the same peer once, then other members in random order;
-// every redirection appends a "forward" ledger entry naming the new recipient (the same
-// release is then seen by one more peer).
-func (n *Node) startSend(ctx context.Context, to peer.ID, raw []byte) {
+// startSend hands raw to `to` in the background (after delay), keeping custody until an
+// ack. On a timeout or error it retries the same peer once, then other members in random
+// order (members declared down last); every redirection appends a "forward" ledger entry
+// naming the new recipient (the same release is then seen by one more peer). main marks
+// the hand-off of the token stepped here, as opposed to a re-sent backup.
+func (n *Node) startSend(ctx context.Context, to peer.ID, raw []byte, main bool, delay time.Duration) {
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		err := n.sendCustody(ctx, to, raw)
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return
+			}
+		}
+		code, last, err := n.sendCustody(ctx, to, raw)
+		r := sendResult{to: last, raw: raw, code: code, err: err, main: main}
+		if err != nil {
+			r.to = to
+		}
 		select {
-		case n.sent <- sendResult{to: to, raw: raw, err: err}:
+		case n.sent <- r:
 		case <-ctx.Done():
 		}
 	}()
 }
 
-func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) error {
+func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, peer.ID, error) {
 	n.mu.Lock()
-	others := make([]peer.ID, 0, len(n.members))
+	var live, dead []peer.ID
 	for _, p := range n.members {
 		if p != n.ID() && p != to {
-			others = append(others, p)
+			if n.down[p] {
+				dead = append(dead, p)
+			} else {
+				live = append(live, p)
+			}
 		}
 	}
+	toDown := n.down[to]
 	n.mu.Unlock()
-	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
-	targets := append([]peer.ID{to, to}, others...)
+	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	targets := append([]peer.ID{to, to}, append(live, dead...)...)
+	if toDown {
+		// The recipient is known to be down: re-send at once to the others (its entry
+		// stays, a safe over-count), trying it last.
+		targets = append(append(live, dead...), to)
+	}
 	var last error
 	for i, p := range targets {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return 0, "", ctx.Err()
 		}
-		if i >= 2 {
+		if p != to && (i >= 2 || toDown) {
 			tok, _ := DecodeToken(raw)
 			n.log.Warn().Str("from", shortID(to)).Str("to", shortID(p)).Msg("redirecting the token to another peer after failures")
 			e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
 				Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: p.String()}
 			if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
-				return err
+				return 0, "", err
 			}
 		}
 		code, err := n.handoff(ctx, p, raw)
@@ -774,15 +887,15 @@ func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) error {
 			continue
 		case code == AckOK || code == AckDuplicate:
 			n.metrics.sent.Inc()
-			return nil
+			return code, p, nil
 		case code == AckStale:
 			n.log.Warn().Str("to", shortID(p)).Msg("receiver has a newer token: this copy is fenced and dropped")
-			return nil
+			return code, p, nil
 		default:
 			last = fmt.Errorf("node: peer %s answered code %d", shortID(p), code)
 		}
 	}
-	return last
+	return 0, "", last
 }
 
 // handoff writes one frame on the cached stream to p and waits for the ack, retrying on
@@ -797,6 +910,9 @@ func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error)
 		}
 		s.SetDeadline(deadline)
 		var ack [1]byte
+		if n.sendHook != nil {
+			n.sendHook(p, raw)
+		}
 		if err = WriteFrame(s, raw); err == nil {
 			_, err = s.Read(ack[:])
 		}

@@ -45,6 +45,37 @@ type Checkpoint struct {
 	// after the last step, so that a restarted testnet node continues their sequences.
 	HopSource   []byte `json:"hop_source,omitempty"`
 	NoiseSource []byte `json:"noise_source,omitempty"`
+	// Fence is the highest token this node accepted or released, ordered by (epoch, hop,
+	// digest); MaxEpoch the highest epoch it accepted or created (regeneration). A token
+	// not above both is refused with AckStale.
+	Fence    *Mark  `json:"fence,omitempty"`
+	MaxEpoch uint64 `json:"max_epoch,omitempty"`
+	// Recent are the tokens accepted lately: a retransmission of one of them is acked as
+	// a duplicate without being processed again.
+	Recent []Mark `json:"recent,omitempty"`
+	// Backups are this node's own last releases, kept until the token is Depth acked
+	// hand-offs further on (release chain), and regenerated with a new epoch when their
+	// recipient is declared down before that. Written before the release is sent.
+	Backups []Backup `json:"backups,omitempty"`
+}
+
+// Mark identifies a token for fencing and merging: (Epoch, Hop, Digest) in that order,
+// Digest being walk.TokenDigest.
+type Mark struct {
+	Epoch  uint64 `json:"epoch"`
+	Hop    uint64 `json:"hop"`
+	Digest uint64 `json:"digest"`
+}
+
+// Backup is one of a node's own releases kept in custody (see Checkpoint.Backups).
+type Backup struct {
+	Token     []byte `json:"token"`          // encoded release as sent (re-encoded with the new epoch on regeneration)
+	To        string `json:"to,omitempty"`   // current recipient ("" while no live peer was available)
+	Pred      string `json:"pred,omitempty"` // peer the token came from ("" for the initial token or after a restart)
+	PredEpoch uint64 `json:"pred_epoch,omitempty"`
+	PredHop   uint64 `json:"pred_hop,omitempty"`
+	Acked     bool   `json:"acked,omitempty"`
+	Dist      int    `json:"dist,omitempty"` // acked hand-offs known beyond this release
 }
 
 // Store is a node's data directory.

@@ -1,0 +1,382 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// This file holds the node's token fault tolerance: the fence (which tokens a node
+// accepts), the backups of its own releases, the release chain that drops them, and the
+// regeneration of a backup whose recipient was declared down. The rules are those of
+// walk.Custody (docs/fault-tolerance.md), driven by wall-clock heartbeats and the
+// synchronous one-byte acks of the hand-off protocol.
+
+// recentMarks is how many accepted tokens a node remembers to recognise a retransmission.
+const recentMarks = 16
+
+type relMsg struct {
+	from peer.ID
+	r    Release
+}
+
+func markOf(t walk.Token) Mark { return Mark{Epoch: t.Epoch, Hop: t.Hop, Digest: walk.TokenDigest(t)} }
+
+func (a Mark) cmp(b Mark) int {
+	switch {
+	case a.Epoch != b.Epoch:
+		return cmpU(a.Epoch, b.Epoch)
+	case a.Hop != b.Hop:
+		return cmpU(a.Hop, b.Hop)
+	}
+	return cmpU(a.Digest, b.Digest)
+}
+
+func cmpU(a, b uint64) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return 0
+}
+
+// accepts reports whether a token of mark m may be taken: its epoch is not below the
+// highest epoch seen or created here and it is above every token accepted or released
+// here. Two copies of one epoch are thus merged deterministically: the higher hop goes
+// on, then the higher digest; a higher epoch beats any hop.
+func (n *Node) accepts(m Mark) bool {
+	return m.Epoch >= n.ckpt.MaxEpoch && (n.ckpt.Fence == nil || m.cmp(*n.ckpt.Fence) > 0)
+}
+
+// raise lifts the fence to m (a token accepted or released here).
+func (n *Node) raise(m Mark) {
+	if n.ckpt.Fence == nil || m.cmp(*n.ckpt.Fence) > 0 {
+		n.ckpt.Fence = &m
+	}
+}
+
+// newEpoch records an epoch accepted or created here; the node's backups of older epochs
+// are dropped (a newer lineage exists and carries its own backups).
+func (n *Node) newEpoch(e uint64) {
+	if e <= n.ckpt.MaxEpoch {
+		return
+	}
+	n.ckpt.MaxEpoch = e
+	k := 0
+	for _, b := range n.ckpt.Backups {
+		if ep, _ := rawID(b.Token); ep < e {
+			n.metrics.custody.WithLabelValues("retired").Inc()
+			continue
+		}
+		n.ckpt.Backups[k] = b
+		k++
+	}
+	n.ckpt.Backups = n.ckpt.Backups[:k]
+}
+
+func (n *Node) isRecent(m Mark) bool {
+	for _, r := range n.ckpt.Recent {
+		if r == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) addRecent(m Mark) {
+	if n.isRecent(m) {
+		return
+	}
+	n.ckpt.Recent = append(n.ckpt.Recent, m)
+	if len(n.ckpt.Recent) > recentMarks {
+		n.ckpt.Recent = append(n.ckpt.Recent[:0], n.ckpt.Recent[len(n.ckpt.Recent)-recentMarks:]...)
+	}
+}
+
+// rawID returns the (epoch, hop) of an encoded token written by this node.
+func rawID(raw []byte) (uint64, uint64) {
+	if len(raw) < tokenHeader {
+		return 0, 0
+	}
+	return binary.LittleEndian.Uint64(raw[9:]), binary.LittleEndian.Uint64(raw[17:])
+}
+
+// addBackup keeps a fresh release (before it is sent; the caller saves the checkpoint).
+func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
+	b := Backup{Token: raw, To: to.String(), PredEpoch: q.predE, PredHop: q.predH}
+	if q.from != "" {
+		b.Pred = q.from.String()
+	}
+	n.ckpt.Backups = append(n.ckpt.Backups, b)
+	// Backups whose release wave never comes (a dead node on the path, a restart that lost
+	// the predecessor) are bounded: the oldest go first.
+	if lim := 4*n.cfg.Depth + 4; len(n.ckpt.Backups) > lim {
+		n.ckpt.Backups = append(n.ckpt.Backups[:0], n.ckpt.Backups[len(n.ckpt.Backups)-lim:]...)
+	}
+}
+
+func (n *Node) findRaw(raw []byte) int {
+	for i := range n.ckpt.Backups {
+		if bytes.Equal(n.ckpt.Backups[i].Token, raw) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (n *Node) removeBackup(i int) {
+	n.ckpt.Backups = append(n.ckpt.Backups[:i], n.ckpt.Backups[i+1:]...)
+}
+
+func (n *Node) saveCustody() {
+	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+		n.log.Error().Err(err).Msg("cannot write the checkpoint with the custody state")
+	}
+}
+
+// onHandoff updates the backup of a finished hand-off: acked (the release wave starts
+// back along the path) or refused as stale (the lineage is retired back along the path).
+func (n *Node) onHandoff(ctx context.Context, r sendResult) {
+	i := n.findRaw(r.raw)
+	if i < 0 {
+		return
+	}
+	b := &n.ckpt.Backups[i]
+	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
+	switch r.code {
+	case AckOK, AckDuplicate:
+		b.Acked, b.To = true, r.to.String()
+		b.Dist = max(b.Dist, 1)
+		if b.Dist >= n.cfg.Depth {
+			n.removeBackup(i)
+			n.metrics.custody.WithLabelValues("released").Inc()
+		}
+		n.saveCustody()
+		if n.cfg.Depth >= 2 {
+			rel.Dist = 2
+			n.sendRelease(ctx, pred, rel)
+		}
+	case AckStale:
+		n.removeBackup(i)
+		n.metrics.custody.WithLabelValues("fenced_out").Inc()
+		n.saveCustody()
+		rel.Retire = true
+		n.sendRelease(ctx, pred, rel)
+	}
+}
+
+// onRelease applies a release from the recipient of one of this node's backups.
+func (n *Node) onRelease(ctx context.Context, m relMsg) {
+	i := -1
+	for k, b := range n.ckpt.Backups {
+		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == m.from.String() {
+			i = k
+			break
+		}
+	}
+	if i < 0 {
+		return // unknown, already dropped, or from a branch this node re-sent away from
+	}
+	b := &n.ckpt.Backups[i]
+	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
+	if m.r.Retire {
+		n.removeBackup(i)
+		n.metrics.custody.WithLabelValues("retired").Inc()
+		n.saveCustody()
+		rel.Retire = true
+		n.sendRelease(ctx, pred, rel)
+		return
+	}
+	if m.r.Dist <= b.Dist {
+		return // an older wave overtaken by a newer one
+	}
+	old := b.Dist
+	b.Dist = m.r.Dist
+	if b.Dist >= n.cfg.Depth {
+		n.removeBackup(i)
+		n.metrics.custody.WithLabelValues("released").Inc()
+		n.saveCustody()
+	}
+	// Pass the wave back unless the predecessor was already told it is Depth behind.
+	if old < n.cfg.Depth-1 {
+		rel.Dist = m.r.Dist + 1
+		n.sendRelease(ctx, pred, rel)
+	}
+}
+
+// peerDown regenerates the newest release that p acked and that is not yet released: p
+// may have died holding the token. The release goes on under a new epoch, above every
+// epoch this node has seen; older backups (lower epochs) are dropped.
+func (n *Node) peerDown(ctx context.Context, p peer.ID) {
+	if n.model != nil {
+		return
+	}
+	ps := p.String()
+	for i := len(n.ckpt.Backups) - 1; i >= 0; i-- {
+		b := &n.ckpt.Backups[i]
+		if b.To != ps || !b.Acked || b.Dist >= n.cfg.Depth {
+			continue
+		}
+		tok, err := DecodeToken(b.Token)
+		if err != nil {
+			n.removeBackup(i)
+			continue
+		}
+		tok.Epoch = max(n.ckpt.MaxEpoch, tok.Epoch) + 1
+		raw, err := EncodeToken(nil, tok)
+		if err != nil {
+			n.removeBackup(i)
+			continue
+		}
+		b.Token, b.Acked, b.Dist = raw, false, 0
+		n.raise(markOf(tok))
+		n.newEpoch(tok.Epoch)
+		n.metrics.custody.WithLabelValues("regenerated").Inc()
+		n.log.Warn().Str("down", shortID(p)).Uint64("epoch", tok.Epoch).Uint64("hop", tok.Hop).
+			Msg("regenerating the token from this node's backup: its recipient is down")
+		n.resend(ctx, raw, p)
+		return
+	}
+}
+
+// retryPending re-sends backups that found no live peer earlier.
+func (n *Node) retryPending(ctx context.Context) {
+	if n.model != nil {
+		return
+	}
+	for _, b := range n.ckpt.Backups {
+		if b.To == "" {
+			n.resend(ctx, b.Token, "")
+		}
+	}
+}
+
+// resend sends the backup raw (the same release, possibly under a new epoch) to a live
+// member other than avoid, charging a forward entry (fsynced) that names it before the
+// send.
+func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
+	i := n.findRaw(raw)
+	if i < 0 {
+		return
+	}
+	to := n.pickPeer(avoid)
+	if to == "" {
+		n.ckpt.Backups[i].To = ""
+		n.saveCustody()
+		n.metrics.custody.WithLabelValues("no_peer").Inc()
+		return
+	}
+	tok, err := DecodeToken(raw)
+	if err != nil {
+		n.removeBackup(i)
+		return
+	}
+	e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
+		Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: to.String()}
+	if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
+		n.log.Error().Err(err).Msg("cannot make the forward entry durable; the backup is not re-sent")
+		n.ckpt.Backups[i].To = ""
+		return
+	}
+	n.ckpt.Backups[i].To = to.String()
+	n.saveCustody()
+	n.startSend(ctx, to, raw, false, 0)
+}
+
+// pickPeer returns a uniformly chosen live member other than this node and avoid (avoid
+// itself if it is the only live one); "" when none is live.
+func (n *Node) pickPeer(avoid peer.ID) peer.ID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var cand []peer.ID
+	for _, p := range n.members {
+		if p != n.ID() && p != avoid && !n.down[p] {
+			cand = append(cand, p)
+		}
+	}
+	if len(cand) == 0 {
+		if avoid != "" && avoid != n.ID() && !n.down[avoid] {
+			return avoid
+		}
+		return ""
+	}
+	return cand[rand.IntN(len(cand))]
+}
+
+// sendRelease sends r to the predecessor pred in the background (best effort: a lost
+// release leaves a backup that a later wave, a retirement or the bound on backups drops).
+func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
+	if pred == "" {
+		return
+	}
+	p, err := peer.Decode(pred)
+	if err != nil || p == n.ID() || n.isDown(p) {
+		return
+	}
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
+		defer cancel()
+		s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
+		if err != nil {
+			n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")
+			return
+		}
+		s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
+		if err := WriteFrame(s, EncodeRelease(r)); err != nil {
+			s.Reset()
+			return
+		}
+		var ack [1]byte
+		s.Read(ack[:])
+		s.Close()
+	}()
+}
+
+// handleRelease reads one release from a member and passes it to the loop.
+func (n *Node) handleRelease(s network.Stream) {
+	defer s.Close()
+	from := s.Conn().RemotePeer()
+	lg := n.log.With().Str("from", shortID(from)).Logger()
+	n.mu.Lock()
+	ready := n.m != nil
+	n.mu.Unlock()
+	if !ready {
+		s.Reset()
+		return
+	}
+	if !n.isMember(from) {
+		n.reject(lg, "non-member", "release from a peer outside the membership")
+		s.Reset()
+		return
+	}
+	s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
+	b, err := ReadFrame(s, ReleaseSize)
+	if err == nil {
+		var r Release
+		if r, err = DecodeRelease(b); err == nil {
+			select {
+			case n.rel <- relMsg{from: from, r: r}:
+				s.Write([]byte{1})
+			case <-time.After(n.cfg.AckTimeout / 2):
+			}
+			return
+		}
+	}
+	if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+		n.reject(lg, "release", err.Error())
+	}
+	s.Reset()
+}

@@ -1,0 +1,462 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+func TestReleaseCodec(t *testing.T) {
+	for _, r := range []Release{{Epoch: 3, Hop: 17, Dist: 2}, {Epoch: 0, Hop: 1, Dist: MaxDepth}, {Epoch: 9, Hop: 4, Retire: true}} {
+		b := EncodeRelease(r)
+		if len(b) != ReleaseSize {
+			t.Fatalf("encoded %d bytes, want %d", len(b), ReleaseSize)
+		}
+		got, err := DecodeRelease(b)
+		if err != nil || got != r {
+			t.Fatalf("round trip of %+v: %+v, %v", r, got, err)
+		}
+	}
+	good := EncodeRelease(Release{Epoch: 1, Hop: 2, Dist: 3})
+	bad := map[string][]byte{
+		"empty":          nil,
+		"version":        append([]byte{2}, good[1:]...),
+		"short":          good[:ReleaseSize-1],
+		"long":           append(append([]byte(nil), good...), 0),
+		"flags":          func() []byte { b := append([]byte(nil), good...); b[1] = 2; return b }(),
+		"dist 1":         EncodeRelease(Release{Dist: 1}),
+		"dist too large": EncodeRelease(Release{Dist: MaxDepth + 1}),
+		"retire dist":    func() []byte { b := EncodeRelease(Release{Retire: true}); b[18] = 2; return b }(),
+	}
+	for name, b := range bad {
+		if _, err := DecodeRelease(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if name == "version" && !errors.Is(err, ErrVersion) {
+			t.Errorf("%s: error %v is not ErrVersion", name, err)
+		}
+	}
+}
+
+func TestHeartbeatCodec(t *testing.T) {
+	b := EncodeHeartbeat(42)
+	if seq, err := DecodeHeartbeat(b); err != nil || seq != 42 || len(b) != HeartbeatSize {
+		t.Fatalf("round trip: %d, %v (%d bytes)", seq, err, len(b))
+	}
+	for name, b := range map[string][]byte{"empty": nil, "version": append([]byte{0}, b[1:]...), "short": b[:4], "long": append(append([]byte(nil), b...), 1)} {
+		if _, err := DecodeHeartbeat(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzDecodeRelease(f *testing.F) {
+	f.Add(EncodeRelease(Release{Epoch: 1, Hop: 2, Dist: 3}))
+	f.Add(EncodeRelease(Release{Epoch: 1, Hop: 2, Retire: true}))
+	f.Add([]byte{})
+	f.Add([]byte{2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRelease(b)
+		if err != nil {
+			return
+		}
+		if r.Retire && r.Dist != 0 || !r.Retire && (r.Dist < 2 || r.Dist > MaxDepth) {
+			t.Fatalf("decoded an invalid release %+v", r)
+		}
+		if !bytes.Equal(EncodeRelease(r), b) {
+			t.Fatal("re-encoding differs")
+		}
+	})
+}
+
+func FuzzDecodeHeartbeat(f *testing.F) {
+	f.Add(EncodeHeartbeat(1))
+	f.Add([]byte{})
+	f.Add([]byte{1, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		seq, err := DecodeHeartbeat(b)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(EncodeHeartbeat(seq), b) {
+			t.Fatal("re-encoding differs")
+		}
+	})
+}
+
+// TestMarkOrder: the fence orders tokens by epoch, then hop, then digest, and a node
+// refuses anything not above the highest token it accepted or released and below its
+// highest epoch.
+func TestMarkOrder(t *testing.T) {
+	n := &Node{}
+	n.raise(Mark{Epoch: 1, Hop: 5, Digest: 10})
+	n.ckpt.MaxEpoch = 1
+	cases := []struct {
+		m    Mark
+		want bool
+	}{
+		{Mark{1, 5, 10}, false}, // equal: not above
+		{Mark{1, 5, 11}, true},  // same (epoch, hop), higher digest
+		{Mark{1, 5, 9}, false},  // lower digest
+		{Mark{1, 4, 99}, false}, // lower hop
+		{Mark{1, 6, 0}, true},   // higher hop
+		{Mark{0, 99, 0}, false}, // lower epoch, any hop
+		{Mark{2, 0, 0}, true},   // higher epoch beats any hop
+	}
+	for _, c := range cases {
+		if got := n.accepts(c.m); got != c.want {
+			t.Errorf("accepts(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+	n.ckpt.MaxEpoch = 3 // created epoch 3 (a regeneration) without a token above in the fence
+	if n.accepts(Mark{2, 50, 0}) {
+		t.Error("accepted a token below the highest epoch created here")
+	}
+}
+
+type frameLog struct {
+	mu     sync.Mutex
+	frames map[int]int             // node -> token frames written
+	keys   map[int]map[string]bool // node -> distinct (epoch, hop, recipient) written
+	bad    []string
+}
+
+func entryKey(epoch, hop uint64, to string) string { return fmt.Sprintf("%d/%d/%s", epoch, hop, to) }
+
+// TestHolderCrashRegenerates: five nodes on loopback; the node that receives the token of
+// hop 8 stores and acks it, pauses, and is closed for good (no restart). Its predecessor's
+// backup was acked and not yet released: when heartbeats declare the holder down, the
+// predecessor regenerates the token with epoch 1 and the remaining four nodes finish the
+// run. Every token frame written is checked, at the moment it is written, against the
+// sender's durable ledger.
+func TestHolderCrashRegenerates(t *testing.T) {
+	// received: the holder crashes before stepping the token (no hop lost); stepped: it
+	// crashes after stepping and charging hop pause+1 but before sending it, so that hop
+	// is lost and redone by the regenerated lineage.
+	for _, afterStep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "received", true: "stepped"}[afterStep], func(t *testing.T) { holderCrash(t, afterStep) })
+	}
+}
+
+func holderCrash(t *testing.T, afterStep bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	const nn, hops, pause = 5, 30, 8
+	sh := shards(t, nn)
+	dirs := make([]string, nn)
+	ids := make([]peer.ID, nn)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+		ids[i], _ = DataDirPeerID(dirs[i])
+	}
+	fl := &frameLog{frames: map[int]int{}, keys: map[int]map[string]bool{}}
+	nodes := make([]*Node, nn)
+	for i := range nodes {
+		c := baseConfig("crash", sh[i], hops)
+		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
+		c.AckTimeout, c.FinalWait = 3*time.Second, 3*time.Second
+		c.Heartbeat, c.HeartbeatMisses = 100*time.Millisecond, 20
+		c.PauseAtHop, c.PauseAfterStep = pause, afterStep
+		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Int("i", i).Logger()
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+		st := nd.Store()
+		nd.sendHook = func(to peer.ID, raw []byte) {
+			e, h := rawID(raw)
+			es, err := st.Ledger()
+			found := false
+			for _, x := range es {
+				if x.Epoch == e && x.Hop == h && x.Recipient == to.String() {
+					found = true
+				}
+			}
+			fl.mu.Lock()
+			defer fl.mu.Unlock()
+			fl.frames[i]++
+			if fl.keys[i] == nil {
+				fl.keys[i] = map[string]bool{}
+			}
+			fl.keys[i][entryKey(e, h, to.String())] = true
+			if err != nil || !found {
+				fl.bad = append(fl.bad, fmt.Sprintf("node %d sent (epoch %d, hop %d) to %s without a durable ledger entry (%v)", i, e, h, shortID(to), err))
+			}
+		}
+	}
+	connectAll(t, ctx, nodes)
+	type result struct {
+		m   *Model
+		err error
+	}
+	res := make([]chan result, nn)
+	for i, nd := range nodes {
+		res[i] = make(chan result, 1)
+		go func() { m, err := nd.Run(ctx); res[i] <- result{m, err} }()
+	}
+	killed := -1
+	for killed < 0 {
+		for i, nd := range nodes {
+			if nd.Status().Paused {
+				killed = i
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no node paused at the hop of the crash")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The holder has stored and acked the token of hop `pause`; it crashes for good. (The
+	// short wait lets the ack byte leave the host: an ack lost in the crash would make the
+	// sender redirect the token to another node, which would pause at the same hop.)
+	time.Sleep(300 * time.Millisecond)
+	nodes[killed].Close()
+	<-res[killed]
+	var models []*Model
+	for i := range nodes {
+		if i == killed {
+			continue
+		}
+		r := <-res[i]
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		models = append(models, r.m)
+	}
+	for _, m := range models {
+		if m.Hops != hops || !sameBits(m.Model, models[0].Model) || m.ReleasedBy != models[0].ReleasedBy {
+			t.Fatalf("survivors disagree on the final model: %+v vs %+v", m, models[0])
+		}
+	}
+	if models[0].ReleasedBy == ids[killed].String() {
+		t.Fatal("the final model names the crashed node")
+	}
+	regen := 0.0
+	for i, nd := range nodes {
+		if i != killed {
+			regen += nd.CustodyEvents("regenerated")
+		}
+	}
+	if regen < 1 {
+		t.Fatal("no regeneration after the holder crashed")
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for _, b := range fl.bad {
+		t.Error(b)
+	}
+	// Ledgers: every entry parses; every distinct frame (epoch, hop, recipient) is an entry
+	// of its sender; every hop 1..K was released (lost hops redone under epoch >= 1).
+	lost := 0 // hops charged by the crashed node and never sent
+	if afterStep {
+		lost = 1
+	}
+	hopSeen := map[uint64]bool{}
+	maxEpoch := uint64(0)
+	machine := 0
+	for i := range nodes {
+		es, err := nodes[i].Store().Ledger()
+		if err != nil {
+			t.Fatalf("node %d ledger: %v", i, err)
+		}
+		have := map[string]bool{}
+		for _, e := range es {
+			have[entryKey(e.Epoch, e.Hop, e.Recipient)] = true
+			hopSeen[e.Hop] = true
+			maxEpoch = max(maxEpoch, e.Epoch)
+			if e.Mechanism != privacy.MechForward {
+				machine++
+			}
+			if i == killed && e.Hop > pause+uint64(lost) {
+				t.Errorf("the crashed node released hop %d after pausing at hop %d", e.Hop, pause)
+			}
+		}
+		for k := range fl.keys[i] {
+			if !have[k] {
+				t.Errorf("node %d: frame %s has no ledger entry", i, k)
+			}
+		}
+		if len(es) < len(fl.keys[i]) {
+			t.Errorf("node %d: %d ledger entries for %d distinct frames", i, len(es), len(fl.keys[i]))
+		}
+	}
+	for h := uint64(1); h <= hops; h++ {
+		if !hopSeen[h] {
+			t.Errorf("no node released hop %d", h)
+		}
+	}
+	if maxEpoch < 1 {
+		t.Error("no entry of a regenerated epoch in any ledger")
+	}
+	// Lost hops are redone: the machine steps of all ledgers are the K hops plus the lost
+	// ones (more if a duplicate lineage made steps before it was fenced).
+	if machine < hops+lost {
+		t.Errorf("%d machine steps for %d hops and %d lost", machine, hops, lost)
+	}
+	t.Logf("crashed node %d at hop %d; %v regenerations; %d machine steps for %d hops; highest epoch %d", killed, pause, regen, machine, hops, maxEpoch)
+}
+
+// TestRegenerateCharges drives the custody state of one node directly: an
+// acked, unreleased backup to a peer declared down is re-released under epoch+1 to
+// another member with a forward entry written before the send; an unacked one is not.
+func TestRegenerateCharges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	dirs := []string{"", "", ""}
+	nodes := staticCluster(t, ctx, "regen", sh, 10, 0, dirs)
+	n := nodes[0]
+	tok := walk.NewToken("regen", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
+	tok.Hop, tok.Epoch = 4, 2
+	raw, _ := EncodeToken(nil, tok)
+	var sent []string
+	var mu sync.Mutex
+	n.sendHook = func(to peer.ID, b []byte) {
+		e, h := rawID(b)
+		mu.Lock()
+		sent = append(sent, entryKey(e, h, to.String()))
+		mu.Unlock()
+	}
+	n.mu.Lock()
+	n.members = []peer.ID{n.ID(), nodes[1].ID(), nodes[2].ID()}
+	n.down[nodes[1].ID()] = true
+	n.mu.Unlock()
+	n.ckpt.Backups = []Backup{{Token: raw, To: nodes[1].ID().String(), Acked: true, Dist: 1}}
+	n.ckpt.MaxEpoch = 5
+	before := n.store.Entries()
+	n.peerDown(ctx, nodes[1].ID())
+	if len(n.ckpt.Backups) != 1 {
+		t.Fatalf("%d backups after regeneration", len(n.ckpt.Backups))
+	}
+	b := n.ckpt.Backups[0]
+	e, h := rawID(b.Token)
+	if e != 6 || h != 4 || b.Acked || b.To != nodes[2].ID().String() {
+		t.Fatalf("regenerated backup: epoch %d hop %d acked %v to %s", e, h, b.Acked, b.To)
+	}
+	es, _ := n.store.Ledger()
+	if n.store.Entries() != before+1 || es[len(es)-1].Mechanism != privacy.MechForward || es[len(es)-1].Epoch != 6 || es[len(es)-1].Recipient != nodes[2].ID().String() {
+		t.Fatalf("forward entry not charged: %+v", es)
+	}
+	// The fence now refuses the old lineage at any hop.
+	if n.accepts(Mark{Epoch: 5, Hop: 100}) || !n.accepts(Mark{Epoch: 6, Hop: 5}) {
+		t.Fatal("fence after regeneration")
+	}
+	// An unacked backup is left to the in-flight hand-off (no regeneration).
+	n.ckpt.Backups = []Backup{{Token: raw, To: nodes[2].ID().String()}}
+	n.peerDown(ctx, nodes[2].ID())
+	if e, _ := rawID(n.ckpt.Backups[0].Token); e != 2 || n.store.Entries() != before+1 {
+		t.Fatalf("unacked backup regenerated (epoch %d)", e)
+	}
+	// The regenerated token is written to node 2 in the background (node 2 does not run
+	// and answers busy; the send stops when the test ends).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		got := append([]string(nil), sent...)
+		mu.Unlock()
+		if len(got) > 0 {
+			if got[0] != entryKey(6, 4, nodes[2].ID().String()) {
+				t.Fatalf("frames sent: %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the regenerated token was not sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAdmitFenceAndReleaseChain drives the loop-side custody rules on one node without
+// network: duplicates, the deterministic merge of equal (epoch, hop) copies, epoch
+// fencing, dropping older-epoch backups, and the release chain dropping a backup at
+// Depth.
+func TestAdmitFenceAndReleaseChain(t *testing.T) {
+	st, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.NoSync = true
+	n := &Node{store: st, metrics: newMetrics(), cfg: Config{Depth: 3, Run: "f"}}
+	mk := func(epoch, hop uint64, z float64) inbound {
+		tok := walk.Token{Run: "f", Epoch: epoch, Hop: hop, Z: []float64{z}, Zhat: []float64{z}}
+		raw, _ := EncodeToken(nil, tok)
+		return inbound{tok: tok, raw: raw}
+	}
+	a, b := mk(0, 5, 1), mk(0, 5, 2)
+	if markOf(a.tok) == markOf(b.tok) {
+		t.Fatal("test tokens have equal marks")
+	}
+	lo, hi := a, b
+	if markOf(a.tok).Digest > markOf(b.tok).Digest {
+		lo, hi = b, a
+	}
+	if code, ok := n.admit(lo); code != AckOK || !ok {
+		t.Fatalf("first token: %d", code)
+	}
+	if code, _ := n.admit(lo); code != AckDuplicate {
+		t.Fatalf("retransmission: %d, want duplicate", code)
+	}
+	if code, ok := n.admit(hi); code != AckOK || !ok {
+		t.Fatalf("equal (epoch, hop) with the higher digest: %d, want ok", code)
+	}
+	third := mk(0, 5, 3)
+	want := AckStale
+	if markOf(third.tok).Digest > markOf(hi.tok).Digest {
+		want = AckOK
+	}
+	if code, _ := n.admit(third); code != want {
+		t.Fatalf("equal (epoch, hop), digest %x vs fence %x: %d, want %d", markOf(third.tok).Digest, markOf(hi.tok).Digest, code, want)
+	}
+	if code, _ := n.admit(mk(0, 4, 9)); code != AckStale {
+		t.Fatalf("lower hop: %d, want stale", code)
+	}
+	// Own backups of epoch 0; accepting epoch 1 drops them.
+	old := mk(0, 6, 4)
+	n.ckpt.Backups = []Backup{{Token: old.raw, To: "x", Acked: true, Dist: 1}}
+	if code, _ := n.admit(mk(1, 2, 5)); code != AckOK || len(n.ckpt.Backups) != 0 {
+		t.Fatalf("higher epoch: code %d, %d backups left", code, len(n.ckpt.Backups))
+	}
+	if code, _ := n.admit(mk(0, 99, 6)); code != AckStale {
+		t.Fatalf("old epoch at a high hop: %d, want stale", code)
+	}
+	// Release chain with Depth 3: ack -> dist 1; release 2 -> kept; release 3 -> dropped.
+	rel := mk(1, 3, 7)
+	to, _ := peer.Decode("12D3KooWByNNhSDcYt4F5YHxzmp465L1awsD8P6W5Mkg5qHuVAGe")
+	n.ckpt.Backups = []Backup{{Token: rel.raw, To: to.String()}}
+	n.onHandoff(context.Background(), sendResult{to: to, raw: rel.raw, code: AckOK})
+	if b := n.ckpt.Backups[0]; !b.Acked || b.Dist != 1 {
+		t.Fatalf("after ack: %+v", b)
+	}
+	n.onRelease(context.Background(), relMsg{from: "other", r: Release{Epoch: 1, Hop: 3, Dist: 2}})
+	if n.ckpt.Backups[0].Dist != 1 {
+		t.Fatal("release from a peer other than the recipient was applied")
+	}
+	n.onRelease(context.Background(), relMsg{from: to, r: Release{Epoch: 1, Hop: 3, Dist: 2}})
+	if len(n.ckpt.Backups) != 1 || n.ckpt.Backups[0].Dist != 2 {
+		t.Fatalf("after release 2: %+v", n.ckpt.Backups)
+	}
+	n.onRelease(context.Background(), relMsg{from: to, r: Release{Epoch: 1, Hop: 3, Dist: 3}})
+	if len(n.ckpt.Backups) != 0 {
+		t.Fatalf("backup kept at Depth: %+v", n.ckpt.Backups)
+	}
+	// A stale ack drops the backup (the lineage is retired).
+	n.ckpt.Backups = []Backup{{Token: rel.raw, To: to.String()}}
+	n.onHandoff(context.Background(), sendResult{to: to, raw: rel.raw, code: AckStale})
+	if len(n.ckpt.Backups) != 0 {
+		t.Fatal("fenced release kept")
+	}
+}

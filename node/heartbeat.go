@@ -1,0 +1,154 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// startHeartbeats starts one sender per member: a heartbeat every Config.Heartbeat on a
+// long-lived /dpadmm/<run>/alive/1 stream, whatever the node holds.
+func (n *Node) startHeartbeats(ctx context.Context) {
+	if n.cfg.Heartbeat < 0 {
+		return
+	}
+	n.mu.Lock()
+	ms := append([]peer.ID(nil), n.members...)
+	n.liveSince = time.Now()
+	n.mu.Unlock()
+	for _, p := range ms {
+		if p == n.ID() {
+			continue
+		}
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); n.beat(ctx, p) }()
+	}
+}
+
+func (n *Node) beat(ctx context.Context, p peer.ID) {
+	every := n.cfg.Heartbeat
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var s network.Stream
+	defer func() {
+		if s != nil {
+			s.Reset()
+		}
+	}()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s == nil {
+			sctx, cancel := context.WithTimeout(ctx, 2*every)
+			ns, err := n.Host.NewStream(sctx, p, AliveProtocol(n.cfg.Run))
+			cancel()
+			if err != nil {
+				continue
+			}
+			s = ns
+		}
+		seq++
+		s.SetWriteDeadline(time.Now().Add(2 * every))
+		if err := WriteFrame(s, EncodeHeartbeat(seq)); err != nil {
+			s.Reset()
+			s = nil
+		}
+	}
+}
+
+// handleAlive reads the heartbeats of one member and notes when each arrived.
+func (n *Node) handleAlive(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	n.mu.Lock()
+	ready := n.m != nil
+	n.mu.Unlock()
+	if !ready {
+		s.Reset() // membership not fixed yet: the sender reopens on its next beat
+		return
+	}
+	lg := n.log.With().Str("from", shortID(from)).Logger()
+	if !n.isMember(from) {
+		n.reject(lg, "non-member", "heartbeat from a peer outside the membership")
+		s.Reset()
+		return
+	}
+	quiet := n.downAfter() + 10*time.Second
+	for {
+		s.SetReadDeadline(time.Now().Add(quiet))
+		b, err := ReadFrame(s, HeartbeatSize)
+		if err == nil {
+			_, err = DecodeHeartbeat(b)
+		}
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+				n.reject(lg, "heartbeat", err.Error())
+			}
+			s.Reset()
+			return
+		}
+		n.mu.Lock()
+		n.alive[from] = time.Now()
+		n.mu.Unlock()
+	}
+}
+
+// downAfter is the silence after which a member is declared down.
+func (n *Node) downAfter() time.Duration {
+	return time.Duration(n.cfg.HeartbeatMisses) * n.cfg.Heartbeat
+}
+
+// checkLiveness runs in the loop: members silent for longer than downAfter are declared
+// down, members heard from again are declared up.
+func (n *Node) checkLiveness(ctx context.Context) {
+	if n.cfg.Heartbeat < 0 {
+		return
+	}
+	limit, now := n.downAfter(), time.Now()
+	var downs, ups []peer.ID
+	n.mu.Lock()
+	for _, p := range n.members {
+		if p == n.ID() {
+			continue
+		}
+		last := n.alive[p]
+		if last.Before(n.liveSince) {
+			last = n.liveSince
+		}
+		silent := now.Sub(last) > limit
+		switch {
+		case silent && !n.down[p]:
+			n.down[p] = true
+			downs = append(downs, p)
+		case !silent && n.down[p]:
+			delete(n.down, p)
+			ups = append(ups, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range downs {
+		n.metrics.custody.WithLabelValues("peer_down").Inc()
+		n.log.Warn().Str("peer", shortID(p)).Dur("silent_for", limit).Msg("member declared down (no heartbeat)")
+		n.peerDown(ctx, p)
+	}
+	for _, p := range ups {
+		n.metrics.custody.WithLabelValues("peer_up").Inc()
+		n.log.Info().Str("peer", shortID(p)).Msg("member declared up (heartbeats resumed)")
+	}
+	if len(ups) > 0 {
+		n.retryPending(ctx)
+	}
+}
+
+// isDown reports whether p is currently declared down.
+func (n *Node) isDown(p peer.ID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.down[p]
+}
