@@ -358,9 +358,19 @@ func (n *Node) finish(ctx context.Context) (*Model, error) {
 	deadline := time.Now().Add(n.cfg.FinalWait)
 	last, every := time.Now(), 100*time.Millisecond
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		// Members declared down by the heartbeats are not waited for: a crashed member
+		// would otherwise hold the run open for the whole FinalWait.
 		n.mu.Lock()
-		got := len(n.doneFrom)
-		want := len(n.members) - 1
+		got, want := 0, 0
+		for _, m := range n.members {
+			if m == n.ID() || n.down[m] {
+				continue
+			}
+			want++
+			if n.doneFrom[m] {
+				got++
+			}
+		}
 		n.mu.Unlock()
 		if got >= want {
 			break

@@ -113,6 +113,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the reported (epsilon, delta)")
 	noSync := fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
 	ackTimeout := fs.Duration("ack-timeout", 0, "wait this long for a hand-off ack before retrying (default: profile)")
+	heartbeat := fs.Duration("heartbeat", time.Second, "interval of the fixed-schedule heartbeats to every member (they carry no token information); negative disables heartbeats and the regeneration of a token lost with a crashed holder")
+	heartbeatMisses := fs.Int("heartbeat-misses", 15, "a member silent for this many heartbeat intervals is declared down (its unreleased backups are regenerated with a new epoch)")
+	custodyDepth := fs.Int("custody-depth", 8, "keep each release as a backup until the token is this many acked hand-offs further on")
 	static := fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
@@ -173,6 +176,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if len(listen) > 0 {
 		cfg.Listen = listen
 	}
+	cfg.Heartbeat, cfg.HeartbeatMisses, cfg.Depth = *heartbeat, *heartbeatMisses, *custodyDepth
 	if *ackTimeout > 0 {
 		cfg.AckTimeout = *ackTimeout
 	}
