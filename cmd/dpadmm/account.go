@@ -18,12 +18,14 @@ import (
 const accountHelp = `Usage:
   dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
   dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] [--pairs F.csv] [--plot F.png] FILE
+  dpadmm account subsampled --q Q --noise-multiplier Z --steps T [--delta D] [--json]
 
 plan: privacy figures of a planned run before it starts. The local figure holds against an
 observer of every message; the pairwise figure bounds node i's data as seen by node j when
 the path of the walk is secret (Cyffers et al. Theorem 4 on the complete graph, the
 first-passage law of the walk on other graphs).
 trace: realised pairwise figures recomputed from a trace file (JSON lines, see privacy.WriteTrace).
+subsampled: the Poisson-subsampled Gaussian mechanism composed T times (DP-SGD accounting).
 
 Flags of plan:
 `
@@ -85,11 +87,13 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		return runAccountPlan(args[1:], stdout, stderr)
 	case "trace":
 		return runAccountTrace(args[1:], stdout, stderr)
+	case "subsampled":
+		return runAccountSubsampled(args[1:], stdout, stderr)
 	case "-h", "--help", "-help", "help":
 		fmt.Fprint(stdout, accountHelp)
 		return nil
 	default:
-		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan or trace)\n", args[0])
+		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan, trace or subsampled)\n", args[0])
 		return errUsage
 	}
 }
