@@ -35,6 +35,7 @@ type subsampledReport struct {
 	OrderClassic    float64 `json:"order_classic"`
 	ConversionClass string  `json:"conversion_classic"`
 	Theorem         string  `json:"theorem"`
+	ConditionsHold  string  `json:"conditions_hold"`
 }
 
 func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
@@ -71,7 +72,7 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	r := subsampledReport{
 		Q: *q, NoiseMultiplier: *z, Steps: *steps, Delta: *delta,
 		Conversion: privacy.Conversion, ConversionClass: privacy.ConversionClassic,
-		Theorem: privacy.SubsampledGaussianNote,
+		Theorem: privacy.SubsampledGaussianNote, ConditionsHold: "assumed: they describe how the mechanism is run, which this command cannot check",
 	}
 	r.Epsilon, r.Order = privacy.ToDP(c, *delta)
 	r.EpsilonClassic, r.OrderClassic = privacy.ToDPClassic(c, *delta)
@@ -85,5 +86,6 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  epsilon %.4f at order %g (%s)\n", r.Epsilon, r.Order, r.Conversion)
 	fmt.Fprintf(stdout, "  epsilon %.4f at order %g with the classic conversion (%s)\n", r.EpsilonClassic, r.OrderClassic, r.ConversionClass)
 	fmt.Fprintf(stdout, "  %s\n", r.Theorem)
+	fmt.Fprintf(stdout, "  conditions hold: assumed (they describe how the mechanism is run, which this command cannot check)\n")
 	return nil
 }
