@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -119,6 +121,107 @@ type Config struct {
 	PauseAfterStep bool
 	// Logger receives the node's log; the zero value logs nothing.
 	Logger zerolog.Logger
+
+	// Gossip, when set, makes this node a member of a neighbour-exchange run (R-ADMM,
+	// MR-ADMM, M-ADMM, conventional ADMM and its DVP/PVP baselines) instead of a random
+	// walk: the walk fields (Gamma as the walk's prox parameter, Lambda, Clip, Sigma,
+	// MaxUpdates, Hops) are then ignored and the run is driven by RunGossip. Rand(i), when
+	// set, is node i's source of the initial vector f_i(0) and Noise(i) its objective
+	// noise (both default to crypto/rand-seeded sources). Static Members are not supported.
+	Gossip *GossipParams
+}
+
+// GossipParams are the neighbour-exchange parameters of a run. Everything here except
+// the barrier settings is announced and enters the config hash.
+type GossipParams struct {
+	// Algo is radmm, mradmm, madmm, admm, admm-dvp or admm-pvp (gossip.ParseAlgo).
+	Algo string
+	// Graph is the graph spec (consensus/graph.Parse: ring, complete, regular:d, er:p,
+	// grid); "" = ring. GraphSeed seeds random graphs. Every member builds the same
+	// graph from (Graph, number of members, GraphSeed) and the membership order.
+	Graph     string
+	GraphSeed uint64
+	// Iters is T, the fixed number of iterations.
+	Iters int
+	// Alpha: objective noise of density proportional to exp(-Alpha ||eps||); +Inf = none.
+	Alpha float64
+	// Eta, EtaGrowth, EtaMax: the penalty schedule eta(k) = Eta * EtaGrowth^k capped at
+	// EtaMax (EtaGrowth 0 or 1 = constant; EtaMax 0 = no cap).
+	Eta, EtaGrowth, EtaMax float64
+	// Gamma is the even-step proximal weight of the recycled algorithms (paper: 0.5).
+	Gamma float64
+	// PaperC is the paper's C: node i's objective is (C n/M) sum_{D_i} L + C l2 ||f||^2/2
+	// with n members and M total rows (C_i/B_i = C n/M, rho/N = C l2), as in the simulator.
+	PaperC float64
+	// Barrier, MaxWait and OnMissing: see GossipConfig (0 = its defaults).
+	Barrier, MaxWait time.Duration
+	OnMissing        MissingPolicy
+}
+
+// validateGossip checks the neighbour-exchange part of c, including the normalised rows
+// that Theorem V.1 needs (a node refuses to take part with rows of norm > 1).
+func (c *Config) validateGossip() error {
+	p := c.Gossip
+	algo, err := gossip.ParseAlgo(p.Algo)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	switch {
+	case c.Members != nil:
+		return errors.New("node: a static membership is not supported for a neighbour-exchange run (use announce/join)")
+	case p.Iters < 1:
+		return fmt.Errorf("node: iterations must be >= 1, got %d", p.Iters)
+	case math.IsNaN(p.Alpha) || !(p.Alpha > 0):
+		return fmt.Errorf("node: alpha must be > 0 (+Inf = no noise), got %v", p.Alpha)
+	case !(p.Eta > 0) || math.IsInf(p.Eta, 0):
+		return fmt.Errorf("node: eta must be > 0 and finite, got %v", p.Eta)
+	case !(p.EtaGrowth >= 0) || math.IsInf(p.EtaGrowth, 0) || !(p.EtaMax >= 0) || math.IsInf(p.EtaMax, 0):
+		return fmt.Errorf("node: eta growth and eta max must be >= 0 and finite, got %v and %v", p.EtaGrowth, p.EtaMax)
+	case !(p.Gamma >= 0) || math.IsInf(p.Gamma, 0):
+		return fmt.Errorf("node: gamma must be >= 0 and finite, got %v", p.Gamma)
+	case !(p.PaperC > 0) || math.IsInf(p.PaperC, 0):
+		return fmt.Errorf("node: the paper's C must be > 0 and finite, got %v", p.PaperC)
+	case c.Problem.Reg.L1 != 0:
+		return fmt.Errorf("node: a neighbour-exchange run needs a smooth regularizer: l1 must be 0, got %v", c.Problem.Reg.L1)
+	case !(c.Problem.Reg.L2 > 0):
+		return errors.New("node: a neighbour-exchange run needs l2 > 0 (the paper's rho > 0: R must be strongly convex)")
+	case p.Barrier < 0 || p.MaxWait < 0 || p.OnMissing > MissingStale:
+		return errors.New("node: bad barrier timeout, max wait or missing-neighbour policy")
+	}
+	// The machine's own checks (schedule, algorithm and noise compatibility) on a
+	// two-node stand-in; the placeholder noise source is never drawn from.
+	probe := gossip.Config{Node: 0, Nodes: 2, Neighbors: []int{1}, Algo: algo, Iters: p.Iters, Penalty: p.schedule(),
+		Gamma: p.Gamma, Alpha: p.Alpha, C1: 0.25}
+	if !math.IsInf(p.Alpha, 1) {
+		probe.Noise = privacy.NewSeededNoise(0)
+	}
+	if err := probe.Validate(); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if r, norm := maxRowNorm(c.Data); norm > 1+1e-12 {
+		return fmt.Errorf("node: row %d of the local data has norm %.6g > 1: Theorem V.1 needs every row normalised to ||x|| <= 1 "+
+			"(scale the data with --scale rownorm or standardize+rownorm); refusing to take part", r, norm)
+	}
+	return c.Problem.Validate()
+}
+
+func (p *GossipParams) schedule() gossip.Schedule {
+	return gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}
+}
+
+// maxRowNorm returns the index and Euclidean norm of the longest row of d.
+func maxRowNorm(d *consensus.Dataset) (int, float64) {
+	at, best := 0, 0.0
+	for r := 0; r < d.Rows; r++ {
+		s := 0.0
+		for _, v := range d.Row(r) {
+			s += v * v
+		}
+		if s = math.Sqrt(s); s > best {
+			at, best = r, s
+		}
+	}
+	return at, best
 }
 
 // Validate checks the configuration.
@@ -130,6 +233,8 @@ func (c *Config) Validate() error {
 		return errors.New("node: a data directory is required")
 	case c.Data == nil || c.Data.Rows < 1 || c.Data.Cols < 1:
 		return errors.New("node: a non-empty local dataset is required")
+	case c.Gossip != nil:
+		return c.validateGossip()
 	case c.Hops < 1:
 		return errors.New("node: hops must be >= 1")
 	case !(c.Gamma > 0) || math.IsInf(c.Gamma, 0):
@@ -171,11 +276,37 @@ type RunConfig struct {
 	Sigma      float64 `json:"sigma"`
 	MaxUpdates int     `json:"max_updates"`
 	Hops       uint64  `json:"hops"`
-	Noise      string  `json:"noise"` // "gaussian"
+	Noise      string  `json:"noise"` // "gaussian"; neighbour exchange: "objective-perturbation"
+
+	// Neighbour-exchange runs only (empty for the walk, so walk hashes are unchanged).
+	Graph     string  `json:"graph,omitempty"`
+	GraphSeed uint64  `json:"graph_seed,omitempty"`
+	Iters     int     `json:"iters,omitempty"`
+	Alpha     string  `json:"alpha,omitempty"` // strconv 'g' form; "+Inf" = no noise
+	Eta       float64 `json:"eta,omitempty"`
+	EtaGrowth float64 `json:"eta_growth,omitempty"`
+	EtaMax    float64 `json:"eta_max,omitempty"`
+	PaperC    float64 `json:"paper_c,omitempty"`
 }
 
 // RunConfig returns the run configuration implied by c.
 func (c *Config) RunConfig() RunConfig {
+	if p := c.Gossip; p != nil {
+		spec := p.Graph
+		if spec == "" {
+			spec = "ring"
+		}
+		algo := p.Algo
+		if a, err := gossip.ParseAlgo(p.Algo); err == nil {
+			algo = a.String()
+		}
+		return RunConfig{
+			Run: c.Run, Algorithm: algo, Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+			L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
+			Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
+			Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, PaperC: p.PaperC,
+		}
+	}
 	return RunConfig{
 		Run: c.Run, Algorithm: "walk", Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
 		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -155,12 +156,25 @@ func (n *Node) runStarter(ctx context.Context) error {
 	if err := n.publish(ctx, n.startMsg); err != nil {
 		return err
 	}
-	if err := n.setMembers(order, float64(len(order))*float64(n.cfg.Data.Rows)/float64(total)); err != nil {
+	if err := n.fixMembers(ctx, order, total); err != nil {
 		return err
 	}
 	n.initialTo = order[holder]
 	n.log.Info().Int("nodes", len(order)).Int("holder", holder).Msg("run started")
 	return nil
+}
+
+// fixMembers installs the membership fixed by the start message: the walk machine with
+// the weight n*rows_i/N, or, for a neighbour-exchange run, only the member list (RunGossip
+// builds the machine from it and total).
+func (n *Node) fixMembers(ctx context.Context, ms []peer.ID, total int) error {
+	if n.cfg.Gossip != nil {
+		if ctx.Value(gossipRunKey{}) == nil {
+			return errors.New("node: a neighbour-exchange run (Config.Gossip) is driven by RunGossip, not Run")
+		}
+		return n.setGossipMembers(ms)
+	}
+	return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(total))
 }
 
 // runJoiner waits for an announcement with a matching config hash, joins, and waits for
@@ -216,7 +230,8 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				n.log.Warn().Msg("the run started without this node (join window missed)")
 				continue
 			}
-			return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(s.m.Total))
+			n.startMsg = s.m
+			return n.fixMembers(ctx, ms, s.m.Total)
 		}
 	}
 }

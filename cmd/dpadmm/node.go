@@ -18,6 +18,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -49,6 +50,27 @@ and --datadir its data directory. The node exchanges its vector with its neighbo
 /dpadmm/<run>/radmm/1, writes its ledger before every send and, at the end,
 DIR/gossip-model.json (model, solve residuals, stale uses). Only --data, --datadir,
 --label, --no-fsync, --log-format, --log-level and --run (must match) apply then.
+
+Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with
+--algo radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-
+exchange run instead of a walk. The starter announces algorithm, --graph, --graph-seed,
+--iters, --alpha, the penalty schedule (--eta, --eta-growth, --eta-max), --gamma (the
+even-step proximal weight, default 0.5 here), --paper-c, --loss, --l2 and the data
+dimension; their hash must match. The start message fixes the ordered membership and the
+total row count M; every member builds the same graph from (--graph, members,
+--graph-seed), its objective with C_i/B_i = C*n/M and rho/N = C*l2 (as the simulator),
+f_i(0) and its noise from crypto/rand, dials its neighbours and exchanges vectors over
+/dpadmm/<run>/radmm/1 (ledger fsynced before every send; --barrier-timeout, --max-wait,
+--on-missing as in 'dpadmm testnet'). Every node writes DIR/model.json with ITS OWN
+model f_i(T) (the network average is not known to one node: average the members'
+files) and its own Theorem V.1 figure from its ledger, with the theorem's conditions and
+whether they hold. Rows must have norm <= 1 after --scale (checked; the node refuses
+otherwise). --seed S seeds f_i(0) and the noise (testnets only: NOT secure). The walk
+flags (--hops, --clip, --sigma, --lambda, --max-updates, --static, --http, ...) do not
+apply. A node cannot rejoin a gossip run after a crash (its ledger refuses it).
+
+  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 4 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
+  dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
 
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
@@ -120,6 +142,18 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
 	gossipPlan := fs.String("gossip-plan", "", "testnets: run one node of a neighbour-exchange run from this plan file (written by 'dpadmm testnet --procs --algo radmm|...'); see above")
+	algo := fs.String("algo", "walk", "algorithm: walk (random walk), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp")
+	graphSpec := fs.String("graph", "ring", "neighbour exchange: graph over the members in membership order: ring|complete|grid|regular:d|er:p")
+	graphSeed := fs.Uint64("graph-seed", 1, "neighbour exchange: seed of a random graph (announced)")
+	iters := fs.Int("iters", 100, "neighbour exchange: number of iterations T (fixed in advance)")
+	alphaStr := fs.String("alpha", "", "neighbour exchange: noise density exp(-alpha*||eps||), larger = less noise; inf = no noise (default 2, inf for admm)")
+	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (mradmm/madmm: eta(k) = eta*q^k)")
+	etaGrowth := fs.Float64("eta-growth", 1, "neighbour exchange: growth factor q >= 1 of the penalty schedule (mradmm, madmm)")
+	etaMax := fs.Float64("eta-max", 0, "neighbour exchange: cap of the geometric penalty schedule; 0 = none")
+	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C; C_i/B_i = C*n/M, rho/N = C*l2")
+	onMissing := fs.String("on-missing", "stop", "neighbour exchange: a neighbour's vector missing at the barrier: stop|wait|stale")
+	barrier := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange: wait at an iteration before checking a missing neighbour")
+	maxWait := fs.Duration("max-wait", 0, "neighbour exchange: longest wait for a still-connected neighbour; 0 = 10 x --barrier-timeout")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,6 +168,46 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	if *gossipPlan != "" {
 		return runGossipNode(fs, *gossipPlan, *run, *data, *label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var gp *node.GossipParams
+	if *algo != "walk" {
+		var walkOnly []string
+		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "static", "http", "pause-at-hop",
+			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "custody-depth", "delta"} {
+			if set[f] {
+				walkOnly = append(walkOnly, "--"+f)
+			}
+		}
+		if len(walkOnly) > 0 {
+			return bad("%s apply to the walk only, not to --algo %s", strings.Join(walkOnly, ", "), *algo)
+		}
+		alpha, err := parseAlpha(*alphaStr, *algo)
+		if err != nil {
+			return bad("--alpha: %v", err)
+		}
+		pol, err := node.ParseMissingPolicy(*onMissing)
+		if err != nil {
+			return bad("--on-missing: %v", err)
+		}
+		g := 0.5
+		if set["gamma"] {
+			g = *gamma
+		}
+		if *barrier <= 0 || *maxWait < 0 || (*maxWait > 0 && *maxWait < *barrier) {
+			return bad("--barrier-timeout must be > 0 and --max-wait 0 or >= it")
+		}
+		gp = &node.GossipParams{Algo: *algo, Graph: *graphSpec, GraphSeed: *graphSeed, Iters: *iters, Alpha: alpha,
+			Eta: *eta, EtaGrowth: *etaGrowth, EtaMax: *etaMax, Gamma: g, PaperC: *paperC,
+			Barrier: *barrier, MaxWait: *maxWait, OnMissing: pol}
+	} else {
+		for _, f := range []string{"graph", "graph-seed", "iters", "alpha", "eta", "eta-growth", "eta-max", "paper-c",
+			"on-missing", "barrier-timeout", "max-wait"} {
+			if set[f] {
+				return bad("--%s applies to the neighbour-exchange algorithms (--algo radmm|...), not to the walk", f)
+			}
+		}
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -190,7 +264,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	seedSet := false
 	fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
-	if seedSet && *static == "" {
+	if seedSet && *static == "" && gp == nil {
 		return bad("--seed needs --static (seeded randomness is for testnets only)")
 	}
 	if *joinWindow > 0 {
@@ -264,6 +338,17 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if gp != nil {
+		cfg.Gossip = gp
+		if seedSet {
+			s := *seed
+			cfg.Rand = func(i int) *rand.Rand { return testnet.NodeRand(s, i) }
+			cfg.Noise = func(i int) privacy.Noise { return testnet.NodeNoise(s, i) }
+			cfg.AllowSeededNoise = true
+		}
+		return runGossipMember(cfg, *datadir, stdout)
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	nd, err := node.New(ctx, cfg)
@@ -294,6 +379,42 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", eps, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
 	}
+	return nil
+}
+
+// runGossipMember runs one member of a neighbour-exchange run joined over the control
+// plane and prints where its model and its own Theorem V.1 figure were written.
+func runGossipMember(cfg node.Config, datadir string, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	nd, err := node.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	fmt.Fprintf(stdout, "node %s run %q algo %s config %.12s\n", nd.ID(), cfg.Run, cfg.Gossip.Algo, nd.ConfigHash())
+	for _, a := range nd.Host.Addrs() {
+		fmt.Fprintf(stdout, "  listening on %s/p2p/%s\n", a, nd.ID())
+	}
+	m, err := nd.RunGossip(ctx)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted before the run ended (a gossip node cannot rejoin the run)")
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "run %q node %d of %d (%s, neighbours %v): %d iterations done; this node's own model f_i(T) written to %s\n",
+		m.Run, m.Index, m.Nodes, m.Graph, m.Neighbors, m.Iters, filepath.Join(datadir, node.ModelFile))
+	fmt.Fprintf(stdout, "  %d stale uses, %d inexact solves, %d ledger entries\n", len(m.Stale), m.Inexact, m.Privacy.LedgerEntries)
+	eps := "unbounded"
+	if m.Privacy.Epsilon >= 0 {
+		eps = strconv.FormatFloat(m.Privacy.Epsilon, 'g', 4, 64)
+	}
+	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0): %s; conditions: %s (hold: %v", eps, m.Privacy.Theorem, m.Privacy.Conditions, m.Privacy.ConditionsHold)
+	if m.Privacy.Reason != "" {
+		fmt.Fprintf(stdout, "; %s", m.Privacy.Reason)
+	}
+	fmt.Fprintf(stdout, "); noise secure: %v\n", m.Privacy.SecureNoise)
 	return nil
 }
 

@@ -1,0 +1,348 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// gossipRunKey marks the context of RunGossip, so that the walk's Run refuses a
+// neighbour-exchange configuration instead of running a walk without a machine.
+type gossipRunKey struct{}
+
+// GossipModelNote explains what model.json of a neighbour-exchange run holds.
+const GossipModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
+	"(average the members' model.json files to get it). The privacy figure is this node's: the pure epsilon of " +
+	"its own releases (Theorem V.1); the network figure of Definition V.1 is the maximum over the members."
+
+// GossipModel is model.json of a neighbour-exchange run (RunGossip).
+type GossipModel struct {
+	Run        string     `json:"run"`
+	ConfigHash string     `json:"config_hash"`
+	Peer       string     `json:"peer"`
+	Algo       string     `json:"algo"`
+	Index      int        `json:"index"`
+	Nodes      int        `json:"nodes"`
+	Members    []string   `json:"members"`
+	Graph      string     `json:"graph"`
+	GraphSeed  uint64     `json:"graph_seed"`
+	Neighbors  []int      `json:"neighbors"`
+	Iters      int        `json:"iters"`
+	Rows       int        `json:"rows"`
+	TotalRows  int        `json:"total_rows"`
+	Dims       int        `json:"dims"`
+	Model      []float64  `json:"model"`
+	Note       string     `json:"note"`
+	Inexact    int        `json:"inexact_solves"`
+	MaxResid   float64    `json:"max_residual"`
+	Stale      []StaleUse `json:"stale"`
+	Rejected   int        `json:"rejected_frames"`
+	Ignored    int        `json:"ignored_frames"`
+	WallSecs   float64    `json:"wall_seconds"`
+	Privacy    GossipPriv `json:"privacy"`
+}
+
+// GossipPriv is this node's Theorem V.1 figure (epsilon -1 means unbounded: the
+// conditions fail or there is no noise).
+type GossipPriv struct {
+	// Epsilon is the guarantee: the formula value when the conditions hold, else -1.
+	Epsilon float64 `json:"epsilon"`
+	// Formula is the sum of the per-iteration terms regardless of the conditions.
+	Formula float64 `json:"formula_epsilon"`
+	// Ledger is the sum of the pure-DP entries this run made durable in the ledger.
+	Ledger         float64 `json:"ledger_epsilon"`
+	LedgerEntries  int     `json:"ledger_entries"`
+	Delta          float64 `json:"delta"` // 0: pure DP
+	Theorem        string  `json:"theorem"`
+	Conditions     string  `json:"conditions"`
+	ConditionsHold bool    `json:"conditions_hold"`
+	Reason         string  `json:"reason,omitempty"`
+	SecureNoise    bool    `json:"secure_noise"`
+	Scope          string  `json:"scope"`
+}
+
+func (n *Node) setGossipMembers(ms []peer.ID) error {
+	idx := -1
+	for i, p := range ms {
+		if p == n.ID() {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return errors.New("node: this node is not in the membership")
+	}
+	n.mu.Lock()
+	n.members, n.index = append([]peer.ID(nil), ms...), idx
+	n.mu.Unlock()
+	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
+	return nil
+}
+
+// RunGossip takes part in a neighbour-exchange run (Config.Gossip): announce/join/start
+// on the control topic fixes the ordered membership and the total row count; the node
+// then builds the graph from (spec, members, seed), its machine (objective weights
+// C_i/B_i = C n/M and rho/N = C l2, penalty schedule, f_i(0) from Config.Rand or a
+// crypto/rand source, noise from Config.Noise or privacy.NewSecureNoise), dials its
+// neighbours and runs a GossipNode on the same host (ledger fsync before every send,
+// barrier, missing-neighbour policy). At the end it writes model.json (GossipModel: its
+// own model and its own Theorem V.1 figure) and returns it.
+func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
+	p := n.cfg.Gossip
+	if p == nil {
+		return nil, errors.New("node: RunGossip needs Config.Gossip")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n.mu.Lock()
+	n.cancel = cancel
+	n.mu.Unlock()
+	// The walk's protocols are not served in a neighbour-exchange run.
+	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run)} {
+		n.Host.RemoveStreamHandler(proto)
+	}
+	n.bg.Add(1)
+	go func() { defer n.bg.Done(); n.readControl(ctx) }()
+	if err := n.membership(context.WithValue(ctx, gossipRunKey{}, true)); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	members, self := append([]peer.ID(nil), n.members...), n.index
+	n.mu.Unlock()
+	total := n.startMsg.Total
+	if n.cfg.Start {
+		// A member that missed the start message gets it again; a node that arrives late
+		// learns from the announcement that the run exists (and from the start that it
+		// missed it) and a node with another configuration logs the mismatch.
+		rc := n.rc
+		announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc}
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					n.publish(ctx, announce)
+					n.publish(ctx, n.startMsg)
+				}
+			}
+		}()
+	}
+	N := len(members)
+	spec := p.Graph
+	if spec == "" {
+		spec = "ring"
+	}
+	if N < 2 {
+		return nil, errors.New("node: a neighbour-exchange run needs at least 2 members")
+	}
+	if total < N {
+		return nil, fmt.Errorf("node: start message with %d total rows for %d members", total, N)
+	}
+	g, err := graph.Parse(spec, N, p.GraphSeed)
+	if err != nil {
+		return nil, fmt.Errorf("node: graph %q with %d members: %w", spec, N, err)
+	}
+	if !g.Connected() {
+		return nil, fmt.Errorf("node: graph %q with %d members is not connected", spec, N)
+	}
+	nbrs := g.Neighbors(self)
+	if len(nbrs) == 0 {
+		return nil, fmt.Errorf("node: graph %q gives node %d no neighbours", spec, self)
+	}
+	m, acc, secure, err := n.gossipMachine(self, N, nbrs, total)
+	if err != nil {
+		return nil, err
+	}
+	gn, err := NewGossipNode(ctx, GossipConfig{
+		Run: n.cfg.Run, DataDir: n.cfg.DataDir, NoSync: n.cfg.NoSync, Members: members, Self: self,
+		Neighbors: nbrs, Machine: m, Iters: p.Iters, Host: n.Host, Barrier: p.Barrier, MaxWait: p.MaxWait,
+		OnMissing: p.OnMissing, Logger: n.cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer gn.Close()
+	wait := p.Barrier
+	if wait == 0 {
+		wait = 30 * time.Second
+	}
+	if err := n.connectNeighbors(ctx, members, nbrs, wait); err != nil {
+		return nil, err
+	}
+	n.log.Info().Int("index", self).Ints("neighbors", nbrs).Str("graph", spec).Msg("gossip run started")
+	res, err := gn.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	maxRes, inexact := m.MaxResidual()
+	acc.ExactSolves = inexact == 0
+	fig := privacy.ObjPertBound(acc)
+	ledger := 0.0
+	for _, e := range res.Ledger {
+		if e.Mechanism == privacy.MechPure {
+			ledger += e.Epsilon
+		}
+	}
+	names := make([]string, N)
+	for i, q := range members {
+		names[i] = q.String()
+	}
+	out := &GossipModel{
+		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Index: self, Nodes: N,
+		Members: names, Graph: spec, GraphSeed: p.GraphSeed, Neighbors: nbrs, Iters: res.Iter,
+		Rows: n.cfg.Data.Rows, TotalRows: total, Dims: len(res.Model), Model: res.Model, Note: GossipModelNote,
+		Inexact: inexact, MaxResid: maxRes, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
+		WallSecs: res.Wall.Seconds(),
+		Privacy: GossipPriv{
+			Epsilon: finiteOr(fig.Guarantee()), Formula: finiteOr(fig.Epsilon), Ledger: finiteOr(ledger),
+			LedgerEntries: len(res.Ledger), Theorem: fig.Theorem, Conditions: fig.Conditions,
+			ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, SecureNoise: secure,
+			Scope: "this node's releases only; the run's figure is the maximum over the members' model.json",
+		},
+	}
+	if out.Stale == nil {
+		out.Stale = []StaleUse{}
+	}
+	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
+		return nil, err
+	}
+	n.metrics.done.Store(true)
+	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("own model written")
+	return out, nil
+}
+
+// finiteOr returns v, or -1 when v is not finite or is the ledger's MaxFloat64 marker of
+// a release without guarantee (JSON has no infinity).
+func finiteOr(v float64) float64 {
+	if math.IsNaN(v) || math.Abs(v) >= math.MaxFloat64 {
+		return -1
+	}
+	return v
+}
+
+// gossipMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
+// does for that node, and the accountant's inputs for its Theorem V.1 figure.
+func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machine, privacy.ObjPertNode, bool, error) {
+	p, d := n.cfg.Gossip, n.cfg.Data
+	var acc privacy.ObjPertNode
+	algo, err := gossip.ParseAlgo(p.Algo)
+	if err != nil {
+		return nil, acc, false, err
+	}
+	rowWeight := p.PaperC * float64(N) / float64(total) // C_i/B_i
+	regOverN := p.PaperC * n.cfg.Problem.Reg.L2         // rho/N with rho = C N l2
+	obj, err := gossip.NewObjective(d, n.cfg.Problem.Loss, rowWeight, regOverN)
+	if err != nil {
+		return nil, acc, false, err
+	}
+	c1 := 0.25
+	if n.cfg.Problem.Loss == consensus.Squared {
+		c1 = 1
+	}
+	// f_i(0): random and data-independent (Theorem V.1 (f)).
+	r := cryptoRand()
+	if n.cfg.Rand != nil {
+		r = n.cfg.Rand(self)
+	}
+	init := make([]float64, d.Cols)
+	for j := range init {
+		init[j] = 0.1 * r.NormFloat64()
+	}
+	names := make([]string, N)
+	n.mu.Lock()
+	for i, q := range n.members {
+		names[i] = q.String()
+	}
+	n.mu.Unlock()
+	sched := p.schedule()
+	cfg := gossip.Config{
+		Node: self, Nodes: N, Neighbors: nbrs, Algo: algo, Iters: p.Iters, Penalty: sched,
+		Gamma: p.Gamma, Alpha: p.Alpha, C1: c1, Init: init, Run: n.cfg.Run, Names: names,
+	}
+	secure := true
+	if !math.IsInf(p.Alpha, 1) {
+		if n.cfg.Noise != nil {
+			cfg.Noise = n.cfg.Noise(self)
+		} else {
+			cfg.Noise = privacy.NewSecureNoise()
+		}
+		secure = cfg.Noise.Secure()
+		if !secure && !n.cfg.AllowSeededNoise {
+			return nil, acc, false, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+		}
+	}
+	m, err := gossip.New(cfg, obj)
+	if err != nil {
+		return nil, acc, false, err
+	}
+	K := algo.PerturbedCount(p.Iters)
+	etas := sched.Values(K)
+	alphas := make([]float64, K)
+	for k := range alphas {
+		alphas[k] = algo.NoiseAlpha(p.Alpha, etas[k])
+	}
+	_, maxNorm := maxRowNorm(d)
+	pm1 := true
+	for _, y := range d.Y {
+		pm1 = pm1 && (y == 1 || y == -1)
+	}
+	acc = privacy.ObjPertNode{
+		Scheme: algo.Scheme(), RowWeight: rowWeight, RegOverN: regOverN, C1: c1, Degree: len(nbrs),
+		Rows: d.Rows, C: rowWeight * float64(d.Rows), Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm,
+		LabelsPM1: pm1, LossOK: n.cfg.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
+	}
+	return m, acc, secure, nil
+}
+
+// connectNeighbors dials every neighbour (addresses from the join and start messages)
+// until connected or timeout passes; the barrier policy takes over after that.
+func (n *Node) connectNeighbors(ctx context.Context, members []peer.ID, nbrs []int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	wait := 10 * time.Millisecond
+	for {
+		var missing []int
+		for _, j := range nbrs {
+			if n.Host.Network().Connectedness(members[j]) != network.Connected {
+				missing = append(missing, j)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			n.log.Warn().Ints("missing", missing).Msg("not connected to every neighbour; starting anyway (the barrier policy applies)")
+			return nil
+		}
+		for _, j := range missing {
+			if sw, ok := n.Host.Network().(*swarm.Swarm); ok {
+				sw.Backoff().Clear(members[j])
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			n.Host.Connect(cctx, peer.AddrInfo{ID: members[j], Addrs: n.Host.Peerstore().Addrs(members[j])})
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}

@@ -1,0 +1,367 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// gossipData returns the row-normalised synthetic data set (120 rows, 4 columns).
+func gossipData(t *testing.T) *consensus.Dataset {
+	t.Helper()
+	d, _ := consensus.SyntheticLogistic(120, 4, 3, 5)
+	sc, err := consensus.FitScaler(d, consensus.ScaleRowNorm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc.Apply(d)
+}
+
+var gossipProblem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
+
+func gossipTestConfig(run string, d *consensus.Dataset, p GossipParams) Config {
+	q := p
+	return Config{
+		Run: run, Data: d, Problem: gossipProblem, Listen: loopback, NoSync: true, AllowSeededNoise: true,
+		Rand: testRand(21), Noise: testNoise(21), Gossip: &q,
+	}
+}
+
+// gossipCluster starts n nodes (node 0 the starter waiting for n members) plus the
+// extra configurations, all connected, and returns them with their log buffers.
+func gossipCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
+	t.Helper()
+	var cfgs []Config
+	for i := range sh {
+		c := gossipTestConfig(run, sh[i], p)
+		if i == 0 {
+			c.Start, c.MinPeers, c.JoinWindow = true, len(sh), 300*time.Millisecond
+		}
+		cfgs = append(cfgs, c)
+	}
+	cfgs = append(cfgs, extra...)
+	nodes := make([]*Node, len(cfgs))
+	logs := make([]*syncBuffer, len(cfgs))
+	dirs := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		logs[i] = &syncBuffer{}
+		dirs[i] = t.TempDir()
+		c.DataDir, c.Logger = dirs[i], zerolog.New(logs[i]).Level(zerolog.InfoLevel)
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	return nodes, logs, dirs
+}
+
+func runGossipAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncBuffer) []*GossipModel {
+	t.Helper()
+	models := make([]*GossipModel, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v\nlog:\n%s", i, err, logs[i].String())
+		}
+	}
+	return models
+}
+
+// gossipReference runs the machines of the same run in one goroutine, built from the
+// same seeded sources: shards[i] is the shard of the member with index i.
+func gossipReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, total int) [][]float64 {
+	t.Helper()
+	N := len(shards)
+	g, err := graph.Parse(p.Graph, N, p.GraphSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	algo, err := gossip.ParseAlgo(p.Algo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]*gossip.Machine, N)
+	for i := range ms {
+		obj, err := gossip.NewObjective(shards[i], gossipProblem.Loss, p.PaperC*float64(N)/float64(total), p.PaperC*gossipProblem.Reg.L2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := testRand(21)(i)
+		init := make([]float64, shards[i].Cols)
+		for j := range init {
+			init[j] = 0.1 * r.NormFloat64()
+		}
+		cfg := gossip.Config{Node: i, Nodes: N, Neighbors: g.Neighbors(i), Algo: algo, Iters: p.Iters,
+			Penalty: gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}, Gamma: p.Gamma, Alpha: p.Alpha,
+			C1: 0.25, Init: init, Run: "ref"}
+		if !math.IsInf(p.Alpha, 1) {
+			cfg.Noise = testNoise(21)(i)
+		}
+		if ms[i], err = gossip.New(cfg, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; ; round++ {
+		var q []gossip.Envelope
+		for _, m := range ms {
+			if m.HasReady() {
+				rd := m.Ready()
+				q = append(q, rd.Outbox...)
+				m.Advance(rd)
+			}
+		}
+		if len(q) == 0 {
+			break
+		}
+		for _, e := range q {
+			if err := ms[e.To].Step(e.Msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out := make([][]float64, N)
+	for i, m := range ms {
+		if !m.Done() {
+			t.Fatalf("reference machine %d stopped at iteration %d", i, m.Iter())
+		}
+		out[i] = m.Model()
+	}
+	return out
+}
+
+// byIndex returns the shards ordered by the members' indices in the run.
+func byIndex(t *testing.T, models []*GossipModel, sh []*consensus.Dataset) []*consensus.Dataset {
+	t.Helper()
+	out := make([]*consensus.Dataset, len(models))
+	for k, m := range models {
+		if m.Index < 0 || m.Index >= len(out) || out[m.Index] != nil {
+			t.Fatalf("node %d has index %d (duplicate or out of range)", k, m.Index)
+		}
+		out[m.Index] = sh[k]
+	}
+	return out
+}
+
+// TestGossipRunJoin: four nodes go through announce/join/start on loopback and run
+// private R-ADMM on a ring; every node's model.json equals an in-process run of the same
+// machines from the same seeds, and its privacy figure equals the Theorem V.1 sum computed
+// here. A fifth node with a different graph is refused.
+func TestGossipRunJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	d := gossipData(t)
+	sh, err := consensus.Split(d, 4, "iid", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 10, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	odd := gossipTestConfig("gjoin", sh[3], p)
+	odd.Gossip.Graph = "complete"
+	nodes, logs, dirs := gossipCluster(t, ctx, "gjoin", sh, p, odd)
+	if nodes[4].ConfigHash() == nodes[0].ConfigHash() {
+		t.Fatal("a different graph must give a different config hash")
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	oddDone := make(chan error, 1)
+	go func() { _, err := nodes[4].RunGossip(octx); oddDone <- err }()
+	models := runGossipAll(t, ctx, nodes[:4], logs)
+	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ocancel()
+	if err := <-oddDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("mismatched node: %v, want it still waiting", err)
+	}
+	if !strings.Contains(logs[4].String(), "refusing run announcement: config hash mismatch") {
+		t.Errorf("mismatched node did not log the refusal:\n%s", logs[4].String())
+	}
+	if _, err := os.Stat(filepath.Join(dirs[4], LedgerFile)); err == nil {
+		if b, _ := os.ReadFile(filepath.Join(dirs[4], LedgerFile)); len(b) > 0 {
+			t.Fatal("refused node wrote ledger entries")
+		}
+	}
+
+	ref := gossipReference(t, byIndex(t, models, sh), p, d.Rows)
+	N, V, K := 4.0, 2, 5 // ring: degree 2; R-ADMM charges the ceil(10/2) odd iterations
+	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*gossipProblem.Reg.L2
+	want := 0.0
+	for k := 0; k < K; k++ {
+		want += 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
+	}
+	for k, m := range models {
+		var disk GossipModel
+		b, err := os.ReadFile(filepath.Join(dirs[k], ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &disk); err != nil {
+			t.Fatal(err)
+		}
+		if m.Nodes != 4 || disk.Nodes != 4 || disk.Iters != 10 || disk.TotalRows != d.Rows || len(disk.Model) != 4 ||
+			disk.Members[0] != nodes[0].ID().String() || disk.ConfigHash != nodes[0].ConfigHash() {
+			t.Fatalf("node %d: model.json %+v", k, disk)
+		}
+		for j, v := range disk.Model {
+			if math.Abs(v-ref[m.Index][j]) > 1e-9 {
+				t.Fatalf("node %d (index %d): coordinate %d is %v, reference %v", k, m.Index, j, v, ref[m.Index][j])
+			}
+		}
+		pr := disk.Privacy
+		if !pr.ConditionsHold || math.Abs(pr.Epsilon-want) > 1e-9*want || math.Abs(pr.Ledger-want) > 1e-9*want ||
+			pr.SecureNoise || pr.Theorem != privacy.ObjPertTheorem {
+			t.Fatalf("node %d: privacy %+v, want epsilon %v", k, pr, want)
+		}
+		if led, err := nodes[k].Store().Ledger(); err != nil || len(led) != 11 {
+			t.Fatalf("node %d: %d ledger entries (%v), want 11 (f(0) and 10 iterations)", k, len(led), err)
+		}
+	}
+}
+
+// TestGossipRunConverges: without noise, after 100 iterations the four nodes agree and
+// their average reaches the centralized optimum of consensus.Solve.
+func TestGossipRunConverges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	d := gossipData(t)
+	sh, err := consensus.Split(d, 4, "iid", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 100, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 20, Barrier: 15 * time.Second}
+	nodes, logs, _ := gossipCluster(t, ctx, "gconv", sh, p)
+	models := runGossipAll(t, ctx, nodes, logs)
+	avg := make([]float64, d.Cols)
+	for _, m := range models {
+		for j, v := range m.Model {
+			avg[j] += v / float64(len(models))
+		}
+		if m.Privacy.Epsilon != -1 || m.Privacy.ConditionsHold {
+			t.Fatalf("no noise must give no guarantee, got %+v", m.Privacy)
+		}
+	}
+	for k, m := range models {
+		dev := 0.0
+		for j, v := range m.Model {
+			dev += (v - avg[j]) * (v - avg[j])
+		}
+		if math.Sqrt(dev) > 1e-3 {
+			t.Fatalf("node %d is %v away from the average: no consensus", k, math.Sqrt(dev))
+		}
+	}
+	_, opt, err := consensus.Solve(d, gossipProblem, consensus.SolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := gossipProblem.Objective(d, avg)
+	if gap := (got - opt) / math.Abs(opt); gap > 1e-5 || gap < -1e-9 {
+		t.Fatalf("objective of the average %v, optimum %v (relative gap %v)", got, opt, gap)
+	}
+}
+
+// TestGossipRunRefuses: rows of norm > 1 are refused at New with a clear message, and a
+// neighbour-exchange configuration cannot be driven by the walk's Run.
+func TestGossipRunRefuses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	raw, _ := consensus.SyntheticLogistic(40, 4, 3, 5)
+	if _, norm := maxRowNorm(raw); !(norm > 1) {
+		t.Fatalf("test data should have a row of norm > 1, max %v", norm)
+	}
+	p := GossipParams{Algo: "radmm", Iters: 4, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 1}
+	c := gossipTestConfig("gbad", raw, p)
+	c.DataDir = t.TempDir()
+	_, err := New(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "Theorem V.1 needs every row normalised") {
+		t.Fatalf("unnormalised rows: %v, want a refusal", err)
+	}
+	for _, bad := range []func(*GossipParams){
+		func(q *GossipParams) { q.Algo = "walk" },
+		func(q *GossipParams) { q.Iters = 0 },
+		func(q *GossipParams) { q.Alpha = 0 },
+		func(q *GossipParams) { q.Eta = 0 },
+		func(q *GossipParams) { q.PaperC = math.Inf(1) },
+		func(q *GossipParams) { q.Algo, q.EtaGrowth = "radmm", 1.5 }, // R-ADMM needs a constant schedule
+	} {
+		c := gossipTestConfig("gbad", gossipData(t), p)
+		c.DataDir = t.TempDir()
+		bad(c.Gossip)
+		if _, err := New(ctx, c); err == nil {
+			t.Errorf("parameters %+v accepted", *c.Gossip)
+		}
+	}
+	c = gossipTestConfig("gbad", gossipData(t), p)
+	c.DataDir, c.Start, c.MinPeers, c.JoinWindow = t.TempDir(), true, 1, 10*time.Millisecond
+	nd, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	if _, err := nd.Run(ctx); err == nil || !strings.Contains(err.Error(), "RunGossip") {
+		t.Fatalf("Run of a gossip configuration: %v, want a refusal", err)
+	}
+}
+
+// TestGossipConfigHash: every announced neighbour-exchange parameter changes the config
+// hash; the barrier settings (local) do not; a walk configuration's JSON carries none of
+// the neighbour-exchange keys.
+func TestGossipConfigHash(t *testing.T) {
+	d := gossipData(t)
+	p := GossipParams{Algo: "mradmm", Graph: "ring", GraphSeed: 1, Iters: 10, Alpha: 2, Eta: 1, EtaGrowth: 1.1, EtaMax: 5, Gamma: 0.5, PaperC: 5}
+	base := gossipTestConfig("h", d, p)
+	h0 := base.RunConfig().Hash()
+	for name, mod := range map[string]func(c *Config){
+		"algo":       func(c *Config) { c.Gossip.Algo = "madmm" },
+		"graph":      func(c *Config) { c.Gossip.Graph = "complete" },
+		"graph seed": func(c *Config) { c.Gossip.GraphSeed = 2 },
+		"iters":      func(c *Config) { c.Gossip.Iters = 12 },
+		"alpha":      func(c *Config) { c.Gossip.Alpha = math.Inf(1) },
+		"eta":        func(c *Config) { c.Gossip.Eta = 2 },
+		"eta growth": func(c *Config) { c.Gossip.EtaGrowth = 1.2 },
+		"eta max":    func(c *Config) { c.Gossip.EtaMax = 6 },
+		"gamma":      func(c *Config) { c.Gossip.Gamma = 0.4 },
+		"paper C":    func(c *Config) { c.Gossip.PaperC = 6 },
+		"l2":         func(c *Config) { c.Problem.Reg.L2 = 0.02 },
+		"loss":       func(c *Config) { c.Problem.Loss = consensus.Squared },
+		"run":        func(c *Config) { c.Run = "h2" },
+	} {
+		c := gossipTestConfig("h", d, p)
+		mod(&c)
+		if c.RunConfig().Hash() == h0 {
+			t.Errorf("changing the %s keeps the config hash", name)
+		}
+	}
+	c := gossipTestConfig("h", d, p)
+	c.Gossip.Barrier, c.Gossip.MaxWait, c.Gossip.OnMissing = time.Second, time.Minute, MissingStale
+	if c.RunConfig().Hash() != h0 {
+		t.Error("local barrier settings changed the config hash")
+	}
+	walkJSON := string(marshal((&Config{Run: "w", Data: d, Problem: gossipProblem, Gamma: 1, Lambda: 0.5, Clip: 1, Hops: 3}).RunConfig()))
+	for _, k := range []string{"graph", "iters", "alpha", "eta", "paper_c"} {
+		if strings.Contains(walkJSON, `"`+k+`"`) {
+			t.Errorf("walk config JSON has %q: %s", k, walkJSON)
+		}
+	}
+}
