@@ -91,6 +91,22 @@
 // every member confirmed it on /dpadmm/<run>/done/1 or FinalWait passed; the publication
 // reveals which node held the token last.
 //
+// # Neighbour exchange (R-ADMM family)
+//
+// With Config.Gossip set, Node.RunGossip (gossiprun.go) uses the same announce/join/start
+// control plane: the announced configuration (and so the config hash) adds the
+// algorithm, graph spec and seed, T, alpha, the penalty schedule, gamma and C. Once the
+// membership is fixed every node builds the same graph from (spec, members, seed), finds
+// its neighbours, weights its objective as testnet.NewGossipSim does (C_i/B_i = C n/M,
+// rho/N = C l2, M the total rows of the start message) and runs a GossipNode
+// (gossip.go: vectors over /dpadmm/<run>/radmm/1, ledger fsynced before each send, a
+// barrier per iteration with the stop|wait|stale policy of docs/radmm-network.md). Noise
+// is privacy.NewSecureNoise unless a testnet seed is given. A node refuses data with a row
+// of norm > 1 (Theorem V.1 needs normalised rows). model.json holds the node's own f_i(T)
+// and its own Theorem V.1 figure; the network average and the network figure (the max over
+// members) need the members' files. Gossip state is not checkpointed, so a node does not
+// rejoin a run after a restart.
+//
 // # Data directory
 //
 // identity.key (the libp2p key; the peer ID survives restarts), ledger (privacy.Entry
