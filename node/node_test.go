@@ -418,7 +418,9 @@ func TestControlPlaneJoin(t *testing.T) {
 		c.DataDir = t.TempDir()
 		c.Logger = zerolog.New(&logs[i])
 		if i == 0 {
-			c.Start, c.MinPeers, c.JoinWindow = true, 3, 300*time.Millisecond
+			// A join window long enough for several announcements (every 250 ms), so
+			// that the odd node hears one even when its pubsub mesh forms late.
+			c.Start, c.MinPeers, c.JoinWindow = true, 3, 1500*time.Millisecond
 		}
 		if i == 3 {
 			c.Gamma = 2 // a different configuration: must be refused
