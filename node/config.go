@@ -18,6 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // Config configures one node.
@@ -41,6 +42,14 @@ type Config struct {
 	Hops uint64
 	// Delta is the delta of the (epsilon, delta) figures in model.json. Default 1e-5.
 	Delta float64
+	// BudgetEpsilon, when > 0, is this node's privacy budget at Delta: before a noisy
+	// update that would take its epsilon (BudgetKind: "local", the default, or "network",
+	// the planned worst pair on the complete graph, never above the local figure) above
+	// it, the node forwards the token unchanged instead. The cap is computed once the
+	// membership is known (walk.BudgetCaps). It is this node's own choice and does not
+	// enter the config hash.
+	BudgetEpsilon float64
+	BudgetKind    string
 
 	// Start makes this node the starter: it announces the run, collects joins and creates
 	// the token. Ignored with static Members.
@@ -257,6 +266,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: custody depth must be in 1..%d", MaxDepth)
 	case c.Delta < 0 || c.Delta >= 1:
 		return fmt.Errorf("node: delta must be in (0,1), got %v", c.Delta)
+	case math.IsNaN(c.BudgetEpsilon) || c.BudgetEpsilon < 0 || math.IsInf(c.BudgetEpsilon, 0):
+		return fmt.Errorf("node: budget epsilon must be finite and >= 0, got %v", c.BudgetEpsilon)
+	case c.BudgetKind != "" && c.BudgetKind != walk.BudgetLocal && c.BudgetKind != walk.BudgetNetwork:
+		return fmt.Errorf("node: budget kind must be %s or %s, got %q", walk.BudgetLocal, walk.BudgetNetwork, c.BudgetKind)
 	}
 	return c.Problem.Validate()
 }

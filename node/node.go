@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -95,14 +96,15 @@ type Node struct {
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
 
-	metrics *metrics
-	hopsIn  atomic.Uint64
-	lastHop atomic.Uint64 // hop of the last token stored or processed here
-	holding atomic.Bool   // a token is here: stored and not yet handed on and acked
-	paused  atomic.Bool   // PauseAtHop reached
-	lastTok atomic.Int64  // unix nanoseconds of the last token processed here
-	started time.Time
-	httpSrv *http.Server
+	metrics   *metrics
+	hopsIn    atomic.Uint64
+	lastHop   atomic.Uint64 // hop of the last token stored or processed here
+	holding   atomic.Bool   // a token is here: stored and not yet handed on and acked
+	paused    atomic.Bool   // PauseAtHop reached
+	lastTok   atomic.Int64  // unix nanoseconds of the last token processed here
+	budgetCap atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
+	started   time.Time
+	httpSrv   *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
 	HTTPAddr string
 	closers  []func() error
@@ -198,6 +200,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(),
 	}
+	n.budgetCap.Store(-1)
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
 	n.limit = TokenSize(cfg.Run, cfg.Data.Cols)
@@ -364,6 +367,24 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		if !wc.Noise.Secure() && !c.AllowSeededNoise {
 			return errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
 		}
+	}
+	if c.BudgetEpsilon > 0 {
+		kind := c.BudgetKind
+		if kind == "" {
+			kind = walk.BudgetLocal
+		}
+		delta := c.Delta
+		if delta == 0 {
+			delta = 1e-5
+		}
+		plan, err := walk.BudgetCaps(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta}, len(ms), nil, c.Clip, c.Sigma)
+		if err != nil {
+			return err
+		}
+		wc.Budgeted, wc.BudgetCap = true, plan.Caps[idx]
+		n.budgetCap.Store(int64(plan.Caps[idx]))
+		n.log.Info().Float64("budget_epsilon", c.BudgetEpsilon).Str("kind", kind).Int("cap", plan.Caps[idx]).
+			Str("theorem", plan.Theorem).Bool("conditions_hold", plan.ConditionsHold).Msg("privacy budget: noisy updates allowed")
 	}
 	ll, err := consensus.NewLocalLoss(c.Data, c.Problem.Loss, weight)
 	if err != nil {
@@ -972,10 +993,14 @@ type Status struct {
 	Ledger      int     `json:"ledger_entries"`
 	Epsilon     float64 `json:"epsilon_spent"`
 	EpsilonNote string  `json:"epsilon_theorem"`
-	UpdatesLeft int     `json:"updates_left"`      // MaxUpdates - own updates; -1 = no cap
-	ModelAgeSec float64 `json:"model_age_seconds"` // since this node last held the token; -1 = never
-	Done        bool    `json:"done"`
-	UptimeSec   float64 `json:"uptime_seconds"`
+	UpdatesLeft int     `json:"updates_left"` // cap (MaxUpdates or budget) - own updates; -1 = no cap
+	// BudgetEpsilon is the node's budget (0 = none) and BudgetLeft what remains of it:
+	// BudgetEpsilon - epsilon_spent (local figure), never below 0.
+	BudgetEpsilon float64 `json:"budget_epsilon,omitempty"`
+	BudgetLeft    float64 `json:"budget_left,omitempty"`
+	ModelAgeSec   float64 `json:"model_age_seconds"` // since this node last held the token; -1 = never
+	Done          bool    `json:"done"`
+	UptimeSec     float64 `json:"uptime_seconds"`
 	// Hop is the hop of the last token stored or processed here, Holding whether the
 	// token is here now (received, or sent and not yet acked) and Paused whether
 	// Config.PauseAtHop was reached (Hop is then PauseAtHop). They are reported only by
@@ -998,6 +1023,11 @@ func (n *Node) Status() Status {
 	if n.cfg.MaxUpdates > 0 {
 		left = max(n.cfg.MaxUpdates-up, 0)
 	}
+	if n.cfg.BudgetEpsilon > 0 {
+		if bc := int(n.budgetCap.Load()); bc >= 0 && (left < 0 || bc-up < left) {
+			left = max(bc-up, 0)
+		}
+	}
 	if t := n.lastTok.Load(); t > 0 {
 		age = time.Since(time.Unix(0, t)).Seconds()
 	}
@@ -1006,6 +1036,10 @@ func (n *Node) Status() Status {
 		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),
 		Epsilon: jsonNum(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
 		UptimeSec: time.Since(n.started).Seconds(),
+	}
+	if n.cfg.BudgetEpsilon > 0 {
+		st.BudgetEpsilon = n.cfg.BudgetEpsilon
+		st.BudgetLeft = math.Max(n.cfg.BudgetEpsilon-b.Epsilon, 0)
 	}
 	if n.cfg.PauseAtHop > 0 {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()

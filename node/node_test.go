@@ -58,6 +58,12 @@ func baseConfig(run string, d *consensus.Dataset, hops uint64) Config {
 // staticCluster builds n nodes with a fixed membership, all connected to each other.
 func staticCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, hops uint64, holder int, dirs []string) []*Node {
 	t.Helper()
+	return staticClusterWith(t, ctx, run, sh, hops, holder, dirs, nil)
+}
+
+// staticClusterWith is staticCluster with a hook that adjusts each node's configuration.
+func staticClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, hops uint64, holder int, dirs []string, mut func(i int, c *Config)) []*Node {
+	t.Helper()
 	n := len(sh)
 	ids := make([]peer.ID, n)
 	total := 0
@@ -77,6 +83,9 @@ func staticCluster(t *testing.T, ctx context.Context, run string, sh []*consensu
 		c := baseConfig(run, sh[i], hops)
 		c.DataDir, c.Members, c.Holder = dirs[i], ids, holder
 		c.Weight = float64(n) * float64(sh[i].Rows) / float64(total)
+		if mut != nil {
+			mut(i, &c)
+		}
 		nd, err := New(ctx, c)
 		if err != nil {
 			t.Fatal(err)

@@ -133,6 +133,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	sigma := fs.Float64("sigma", 1, "noise std sigma of eq. (7); 0 = no privacy")
 	maxUpd := fs.Int("max-updates", 100, "cap K_i on this node's noisy updates; 0 = no cap")
 	delta := fs.Float64("delta", 1e-5, "delta of the reported (epsilon, delta)")
+	budgetEps := fs.Float64("budget-epsilon", 0, "this node's privacy budget at --delta; 0 = none. Before a noisy update that would exceed it the node forwards the token unchanged (no data use, no cost)")
+	budgetKind := fs.String("budget-kind", "local", "what --budget-epsilon bounds: local (observer of every message) or network (planned worst pair on the complete graph, never above the local figure)")
 	noSync := fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
 	ackTimeout := fs.Duration("ack-timeout", 0, "wait this long for a hand-off ack before retrying (default: profile)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "interval of the fixed-schedule heartbeats to every member (they carry no token information); negative disables heartbeats and the regeneration of a token lost with a crashed holder")
@@ -175,7 +177,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if *algo != "walk" {
 		var walkOnly []string
 		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "static", "http", "pause-at-hop",
-			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "custody-depth", "delta"} {
+			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
 			if set[f] {
 				walkOnly = append(walkOnly, "--"+f)
 			}
@@ -233,6 +235,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
 		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, MaxUpdates: *maxUpd, Delta: *delta,
+		BudgetEpsilon: *budgetEps, BudgetKind: *budgetKind,
 		Peers: peers, Bootstrap: bootstrap, HTTP: *httpAddr, NoSync: *noSync}
 	switch *profile {
 	case "test":

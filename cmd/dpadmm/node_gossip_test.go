@@ -91,6 +91,7 @@ func TestNodeGossipFlagErrors(t *testing.T) {
 	for _, extra := range [][]string{
 		{"--algo", "radmm", "--hops", "5"},
 		{"--algo", "radmm", "--sigma", "1"},
+		{"--algo", "radmm", "--budget-epsilon", "2"},
 		{"--algo", "radmm", "--alpha", "-1"},
 		{"--algo", "radmm", "--on-missing", "later"},
 		{"--graph", "complete"},
