@@ -68,26 +68,11 @@ func dot(a, b []float64) float64 {
 	return s
 }
 
-func softplus(t float64) float64 {
-	if t > 0 {
-		return t + math.Log1p(math.Exp(-t))
-	}
-	return math.Log1p(math.Exp(t))
-}
-
-func sigmoid(t float64) float64 {
-	if t >= 0 {
-		return 1 / (1 + math.Exp(-t))
-	}
-	e := math.Exp(t)
-	return e / (1 + e)
-}
-
 // lossTerms returns L, dL/dm and d2L/dm2 at margin m for target y.
 func (o *Objective) lossTerms(m, y float64) (v, d1, d2 float64) {
 	if o.loss == consensus.Logistic {
-		s := sigmoid(-y * m)
-		return softplus(-y * m), -y * s, s * (1 - s)
+		s := consensus.Sigmoid(-y * m)
+		return consensus.Softplus(-y * m), -y * s, s * (1 - s)
 	}
 	r := m - y
 	return 0.5 * r * r, r, 1
@@ -164,10 +149,10 @@ func (o *Objective) Solve(dst, b, start []float64, q float64) SolveResult {
 		for i := 0; i < p; i++ {
 			o.h[i*p+i] += mu
 		}
-		if !cholesky(o.chol, o.h, p) {
+		if !consensus.Cholesky(o.chol, o.h, p) {
 			return res
 		}
-		cholSolve(d, o.chol, g, p)
+		consensus.CholSolve(d, o.chol, g, p)
 		slope := dot(g, d)
 		res.Newton++
 		if slope <= 1e-10*(1+math.Abs(fx)) {
@@ -218,45 +203,4 @@ func (o *Objective) Solve(dst, b, start []float64, q float64) SolveResult {
 	res.Residual = math.Sqrt(dot(g, g))
 	res.Converged = res.Residual <= res.Tolerance
 	return res
-}
-
-// cholesky computes the lower factor of the symmetric matrix whose lower triangle is in a
-// (row-major p*p) into l; false when a is not positive definite.
-func cholesky(l, a []float64, p int) bool {
-	for i := 0; i < p; i++ {
-		for j := 0; j <= i; j++ {
-			s := a[i*p+j]
-			for k := 0; k < j; k++ {
-				s -= l[i*p+k] * l[j*p+k]
-			}
-			if i == j {
-				if !(s > 0) {
-					return false
-				}
-				l[i*p+i] = math.Sqrt(s)
-			} else {
-				l[i*p+j] = s / l[j*p+j]
-			}
-		}
-	}
-	return true
-}
-
-// cholSolve solves L L^T x = b into x (x must not alias b).
-func cholSolve(x, l, b []float64, p int) {
-	copy(x, b)
-	for i := 0; i < p; i++ {
-		s := x[i]
-		for k := 0; k < i; k++ {
-			s -= l[i*p+k] * x[k]
-		}
-		x[i] = s / l[i*p+i]
-	}
-	for i := p - 1; i >= 0; i-- {
-		s := x[i]
-		for k := i + 1; k < p; k++ {
-			s -= l[k*p+i] * x[k]
-		}
-		x[i] = s / l[i*p+i]
-	}
 }
