@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -314,12 +316,21 @@ func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machin
 // connectNeighbors dials every neighbour (addresses from the join and start messages)
 // until connected or timeout passes; the barrier policy takes over after that.
 func (n *Node) connectNeighbors(ctx context.Context, members []peer.ID, nbrs []int, timeout time.Duration) error {
+	return ConnectNeighbors(ctx, n.Host, members, nbrs, timeout, n.log)
+}
+
+// ConnectNeighbors dials members[j] for every j in nbrs (addresses from h's peerstore)
+// until all are connected or timeout passes, and then returns nil anyway with a warning:
+// the iteration barrier's missing-neighbour policy takes over. Peers of a run often start
+// at about the same time, so a neighbour may not listen yet: the swarm's dial backoff is
+// cleared between attempts.
+func ConnectNeighbors(ctx context.Context, h host.Host, members []peer.ID, nbrs []int, timeout time.Duration, log zerolog.Logger) error {
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for {
 		var missing []int
 		for _, j := range nbrs {
-			if n.Host.Network().Connectedness(members[j]) != network.Connected {
+			if h.Network().Connectedness(members[j]) != network.Connected {
 				missing = append(missing, j)
 			}
 		}
@@ -327,15 +338,15 @@ func (n *Node) connectNeighbors(ctx context.Context, members []peer.ID, nbrs []i
 			return nil
 		}
 		if time.Now().After(deadline) {
-			n.log.Warn().Ints("missing", missing).Msg("not connected to every neighbour; starting anyway (the barrier policy applies)")
+			log.Warn().Ints("missing", missing).Msg("not connected to every neighbour; starting anyway (the barrier policy applies)")
 			return nil
 		}
 		for _, j := range missing {
-			if sw, ok := n.Host.Network().(*swarm.Swarm); ok {
+			if sw, ok := h.Network().(*swarm.Swarm); ok {
 				sw.Backoff().Clear(members[j])
 			}
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			n.Host.Connect(cctx, peer.AddrInfo{ID: members[j], Addrs: n.Host.Peerstore().Addrs(members[j])})
+			h.Connect(cctx, peer.AddrInfo{ID: members[j], Addrs: h.Peerstore().Addrs(members[j])})
 			cancel()
 		}
 		select {

@@ -12,9 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/rs/zerolog"
 
@@ -251,41 +249,9 @@ func RunGossipPlanNode(ctx context.Context, p *GossipPlan, shard *consensus.Data
 	return out, nil
 }
 
-// connectNeighbors dials every neighbour until connected. The processes of a testnet start
-// at about the same time, so a neighbour may not listen yet: the swarm's dial backoff is
-// cleared between attempts. After timeout the run starts anyway (the barrier then applies).
+// connectNeighbors dials every neighbour until connected (node.ConnectNeighbors).
 func connectNeighbors(ctx context.Context, gn *node.GossipNode, ids []peer.ID, nbrs []int, timeout time.Duration, log zerolog.Logger) error {
-	deadline := time.Now().Add(timeout)
-	wait := 10 * time.Millisecond
-	for {
-		var missing []int
-		for _, j := range nbrs {
-			if gn.Host.Network().Connectedness(ids[j]) != network.Connected {
-				missing = append(missing, j)
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			log.Warn().Ints("missing", missing).Msg("not connected to every neighbour; starting anyway")
-			return nil
-		}
-		for _, j := range missing {
-			if sw, ok := gn.Host.Network().(*swarm.Swarm); ok {
-				sw.Backoff().Clear(ids[j])
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			gn.Host.Connect(cctx, peer.AddrInfo{ID: ids[j], Addrs: gn.Host.Peerstore().Addrs(ids[j])})
-			cancel()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 200*time.Millisecond)
-	}
+	return node.ConnectNeighbors(ctx, gn.Host, ids, nbrs, timeout, log)
 }
 
 // GossipProcsConfig configures a neighbour-exchange testnet of one `dpadmm node
