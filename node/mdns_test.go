@@ -1,8 +1,9 @@
+//go:build mdns
+
 package node
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 )
@@ -10,14 +11,11 @@ import (
 // TestMDNSDiscovery: two nodes with no addresses of each other find each other by mDNS
 // and complete a run. Multicast must work between them: in one process on a host with a
 // multicast-capable interface, or (for separate hosts) in network namespaces joined by a
-// veth bridge. It runs only with DPADMM_MDNS_TEST=1 because CI containers often have no
+// veth bridge. It is behind the mdns build tag because CI containers often have no
 // multicast route:
 //
-//	DPADMM_MDNS_TEST=1 go test -run MDNS -v ./node/
+//	go test -tags mdns -run MDNSDiscovery -v ./node/
 func TestMDNSDiscovery(t *testing.T) {
-	if os.Getenv("DPADMM_MDNS_TEST") != "1" {
-		t.Skip("set DPADMM_MDNS_TEST=1 to run the mDNS test (needs multicast)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sh := shards(t, 2)

@@ -71,9 +71,6 @@ func TestTraceMalformed(t *testing.T) {
 }
 
 func TestTraceLarge(t *testing.T) {
-	if testing.Short() {
-		t.Skip("large trace")
-	}
 	r := rand.New(rand.NewPCG(3, 4))
 	tr := randomTrace(r, 1000, 1_000_000, 0.9, false)
 	var buf bytes.Buffer

@@ -3,9 +3,6 @@ package testnet
 import (
 	"context"
 	"math"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,38 +63,4 @@ func TestMemMatchesSim(t *testing.T) {
 	if total != hops {
 		t.Fatalf("ledger entries %d, want %d", total, hops)
 	}
-}
-
-// TestMemScale runs DPADMM_MEM_HOSTS real libp2p hosts in this process (off by default):
-//
-//	DPADMM_MEM_HOSTS=200 go test -run MemScale -v ./testnet/
-func TestMemScale(t *testing.T) {
-	hosts, _ := strconv.Atoi(os.Getenv("DPADMM_MEM_HOSTS"))
-	if hosts < 2 {
-		t.Skip("set DPADMM_MEM_HOSTS=N (e.g. 200) to run")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	d, err := consensus.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := consensus.Split(d, hosts, "iid", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prob := consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
-	const hops = 2000
-	res, err := RunMem(ctx, MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.8, Seed: 1, Hops: hops})
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, _ := os.ReadFile("/proc/self/status")
-	rss := ""
-	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmHWM") {
-			rss = l
-		}
-	}
-	t.Logf("%d hosts, %d hops in %v: %.0f hops/s; peak %s", hosts, hops, res.Wall, hops/res.Wall.Seconds(), rss)
 }
