@@ -48,13 +48,9 @@ func simHeap(t *testing.T, n, p int, hops uint64) uint64 {
 // of the package (libp2p hosts shutting down, for instance) cannot disturb the figures.
 const memChildEnv = "DPADMM_MEM_CHILD"
 
-// TestSimMemoryChild is the child process of TestSimMemoryLinear (it does nothing unless
-// started by it): it prints the heap of an n-node simulator.
-func TestSimMemoryChild(t *testing.T) {
-	v := os.Getenv(memChildEnv)
-	if v == "" {
-		return // not started by TestSimMemoryLinear
-	}
+// memChild is TestSimMemoryLinear in its child role: it prints the heap of an n-node
+// simulator (v is "n,hops").
+func memChild(t *testing.T, v string) {
 	var n, hops int
 	if _, err := fmt.Sscanf(v, "%d,%d", &n, &hops); err != nil {
 		t.Fatalf("%s=%q: %v", memChildEnv, v, err)
@@ -63,10 +59,10 @@ func TestSimMemoryChild(t *testing.T) {
 	fmt.Printf("HEAP %d RSS %s\n", h, strings.ReplaceAll(vmHWM(t), " ", ""))
 }
 
-// childHeap runs TestSimMemoryChild in a new process and returns its heap and peak RSS.
+// childHeap runs TestSimMemoryLinear as a child in a new process and returns its heap and peak RSS.
 func childHeap(t *testing.T, n, hops int) (uint64, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSimMemoryChild$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSimMemoryLinear$", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", memChildEnv, n, hops))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -89,6 +85,10 @@ func childHeap(t *testing.T, n, hops int) (uint64, string) {
 // measured in a child process. DPADMM_RSS_NODES=10000 also measures that many nodes
 // (200,000 hops) and logs the child's peak RSS (VmHWM).
 func TestSimMemoryLinear(t *testing.T) {
+	if v := os.Getenv(memChildEnv); v != "" {
+		memChild(t, v)
+		return
+	}
 	const p = 64
 	h1, _ := childHeap(t, 1000, 20000)
 	h4, _ := childHeap(t, 4000, 20000)
