@@ -365,18 +365,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	procs := make([]*proc, n)
-	defer func() { // on any early return: no process outlives the launcher
-		for _, p := range procs {
-			if p != nil {
-				select {
-				case <-p.done:
-				default:
-					p.cmd.Process.Kill()
-					<-p.done
-				}
-			}
-		}
-	}()
+	defer killAll(procs) // on any early return: no process outlives the launcher
 	pc := ProcsConfig{Binary: cfg.Binary, Env: cfg.Env}
 	start := time.Now()
 	for i := range procs {

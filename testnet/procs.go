@@ -227,18 +227,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	procs := make([]*proc, n)
-	defer func() { // on any early return: no process outlives the launcher
-		for _, p := range procs {
-			if p != nil {
-				select {
-				case <-p.done:
-				default:
-					p.cmd.Process.Kill()
-					<-p.done
-				}
-			}
-		}
-	}()
+	defer killAll(procs) // on any early return: no process outlives the launcher
 	start := time.Now()
 	for i := range procs {
 		a := args[i]
@@ -588,4 +577,18 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	}
 	rep.Network = nr
 	return rep, nil
+}
+
+// killAll kills every started process that has not exited and waits for it.
+func killAll(procs []*proc) {
+	for _, p := range procs {
+		if p != nil {
+			select {
+			case <-p.done:
+			default:
+				p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}
 }
