@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -15,6 +16,7 @@ import (
 	"github.com/multiformats/go-multiaddr"
 
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // maxControl is the largest control message accepted, in bytes.
@@ -33,6 +35,7 @@ type ctlMsg struct {
 	Total   int        `json:"total_rows,omitempty"`
 	Holder  int        `json:"holder,omitempty"`
 	Hop     uint64     `json:"hop,omitempty"`
+	Epoch   uint64     `json:"epoch,omitempty"` // final: the epoch of the token that reached hop K
 	Model   []float64  `json:"model,omitempty"`
 }
 
@@ -293,6 +296,7 @@ type Model struct {
 	Index      int          `json:"index"`
 	Nodes      int          `json:"nodes"`
 	Hops       uint64       `json:"hops"`
+	Epoch      uint64       `json:"epoch"` // epoch of the token that reached hop K
 	ReleasedBy string       `json:"released_by"`
 	Dims       int          `json:"dims"`
 	Model      []float64    `json:"model"`
@@ -308,13 +312,13 @@ type ModelPrivacy struct {
 	Network       BoundJSON `json:"network_planned"`
 }
 
-func (n *Node) newModel(z []float64, hop uint64, by peer.ID) *Model {
+func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 	n.mu.Lock()
 	nodes, idx := len(n.members), n.index
 	n.mu.Unlock()
 	up := n.ckpt.Updates
 	return &Model{
-		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop,
+		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...),
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
@@ -324,55 +328,158 @@ func (n *Node) newModel(z []float64, hop uint64, by peer.ID) *Model {
 	}
 }
 
-// acceptFinal checks a final-model publication: from a member, same config, the model's
-// dimension, finite.
-func (n *Node) acceptFinal(f finalMsg) error {
+// finalMark orders final models as the fence orders tokens: (epoch, hop, digest). The
+// digest is FNV-1a over z alone, as published (zhat is never published), and every
+// receiver computes it from the model itself, so a publisher cannot claim a digest its
+// model does not have.
+func finalMark(epoch, hop uint64, z []float64) Mark {
+	return Mark{Epoch: epoch, Hop: hop, Digest: walk.TokenDigest(walk.Token{Z: z})}
+}
+
+// keepFinal makes m, of mark mk, the node's final model.
+func (n *Node) keepFinal(m *Model, mk Mark) {
+	n.model, n.finalMk = m, mk
+}
+
+// acceptFinal checks a final-model publication (from a member, same config, the model's
+// dimension, hop K, finite) and keeps it if it is above the final model kept so far in
+// the (epoch, hop, digest) order: two lineages that both reached hop K are resolved the
+// same way on every node that sees both publications, whatever their order. It reports
+// whether the publication became the kept model.
+func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	switch {
-	case n.model != nil:
-		return nil
 	case !n.isMember(f.from):
-		return fmt.Errorf("node: final model from non-member %s", shortID(f.from))
+		return false, fmt.Errorf("node: final model from non-member %s", shortID(f.from))
 	case f.m.Hash != n.hash:
-		return fmt.Errorf("node: final model with config hash %s, ours %s", f.m.Hash, n.hash)
+		return false, fmt.Errorf("node: final model with config hash %s, ours %s", f.m.Hash, n.hash)
 	case len(f.m.Model) != n.cfg.Data.Cols:
-		return fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
+		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
 	case f.m.Hop != n.cfg.Hops:
-		return fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
+		return false, fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
 	}
 	for _, v := range f.m.Model {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("node: final model has a non-finite coordinate")
+			return false, fmt.Errorf("node: final model has a non-finite coordinate")
 		}
 	}
-	n.model = n.newModel(f.m.Model, f.m.Hop, f.from)
-	return nil
+	mk := finalMark(f.m.Epoch, f.m.Hop, f.m.Model)
+	if n.model != nil {
+		c := mk.cmp(n.finalMk)
+		if c == 0 {
+			// The same token published by two nodes (it reached hop K twice): the
+			// publisher with the higher peer ID is kept, so that every node names the same.
+			c = strings.Compare(f.from.String(), n.model.ReleasedBy)
+		}
+		if c == 0 {
+			return false, nil // a republication of the kept model
+		}
+		// Two lineages reached hop K: both final models were released (each is the z of a
+		// token charged in its sender's ledger to the publisher) and broadcast to every
+		// member; the node keeps the higher one.
+		if c <= 0 {
+			n.metrics.custody.WithLabelValues("final_lower").Inc()
+			n.log.Warn().Str("from", shortID(f.from)).Uint64("epoch", mk.Epoch).Uint64("digest", mk.Digest).
+				Uint64("kept_epoch", n.finalMk.Epoch).Uint64("kept_digest", n.finalMk.Digest).Str("kept_from", tail(n.model.ReleasedBy)).
+				Msg("a second final model (a duplicate lineage reached hop K): kept the higher (epoch, hop, digest) one already held")
+			return false, nil
+		}
+		n.metrics.custody.WithLabelValues("final_replaced").Inc()
+		n.log.Warn().Str("from", shortID(f.from)).Uint64("epoch", mk.Epoch).Uint64("digest", mk.Digest).
+			Uint64("old_epoch", n.finalMk.Epoch).Uint64("old_digest", n.finalMk.Digest).
+			Msg("a second final model (a duplicate lineage reached hop K): replacing the kept one by this higher (epoch, hop, digest) one")
+	}
+	n.keepFinal(n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from), mk)
+	return true, nil
 }
 
-// finish writes model.json. The releasing node republishes the model until every member
-// confirmed it over a direct stream (or FinalWait passed); the others confirm and return.
-func (n *Node) finish(ctx context.Context) (*Model, error) {
-	if err := n.store.WriteAtomic(ModelFile, append(marshal(n.model), '\n')); err != nil {
-		return nil, err
+func tail(id string) string { return id[max(len(id)-8, 0):] }
+
+// takeFinal applies acceptFinal and logs a refusal.
+func (n *Node) takeFinal(f finalMsg) bool {
+	ok, err := n.acceptFinal(f)
+	if err != nil {
+		n.log.Warn().Err(err).Msg("final model refused")
 	}
-	n.metrics.done.Store(true)
-	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("final model written")
-	by, _ := peer.Decode(n.model.ReleasedBy)
-	if by != n.ID() {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if s, err := n.Host.NewStream(cctx, by, DoneProtocol(n.cfg.Run)); err == nil {
-			s.SetDeadline(time.Now().Add(5 * time.Second))
-			s.Write([]byte{1})
-			var b [1]byte
-			s.Read(b[:])
-			s.Close()
+	return ok
+}
+
+// endWindow is how long a node that knows a final model keeps listening for a higher one
+// before writing model.json: the larger of 500 ms (several control-plane publications,
+// the publisher republishes after 100 and 200 ms) and two of the slowest hop times
+// observed here (two lineages reach hop K within about one hop time and one
+// control-plane delay of each other, or the first final stops the other at the next node
+// it reaches), at most FinalWait.
+func (n *Node) endWindow() time.Duration {
+	return min(n.cfg.FinalWait, max(500*time.Millisecond, 2*n.fb.hop))
+}
+
+// settleFinal keeps the highest final model published during the end window.
+func (n *Node) settleFinal(ctx context.Context) {
+	t := time.NewTimer(n.endWindow())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case f := <-n.final:
+			n.takeFinal(f)
 		}
-		return n.model, nil
 	}
-	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Model: n.model.Model}
+}
+
+// finish settles the final model (end window) and writes model.json. The node that
+// released the kept model republishes it until every member confirmed it over a direct
+// stream (or FinalWait passed); the others confirm to that node and return. A releaser
+// whose model is superseded by a higher final meanwhile writes that one and confirms it.
+func (n *Node) finish(ctx context.Context) (*Model, error) {
+	n.settleFinal(ctx)
+	for {
+		if err := n.store.WriteAtomic(ModelFile, append(marshal(n.model), '\n')); err != nil {
+			return nil, err
+		}
+		n.metrics.done.Store(true)
+		n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Uint64("epoch", n.model.Epoch).Msg("final model written")
+		by, _ := peer.Decode(n.model.ReleasedBy)
+		if by != n.ID() {
+			n.confirmFinal(ctx, by)
+			return n.model, nil
+		}
+		if !n.republishFinal(ctx) {
+			return n.model, nil
+		}
+	}
+}
+
+// confirmFinal tells the releaser of the kept model that this node has it.
+func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if s, err := n.Host.NewStream(cctx, by, DoneProtocol(n.cfg.Run)); err == nil {
+		s.SetDeadline(time.Now().Add(5 * time.Second))
+		s.Write([]byte{1})
+		var b [1]byte
+		s.Read(b[:])
+		s.Close()
+	}
+}
+
+// republishFinal republishes this node's final model until every live member confirmed
+// it or FinalWait passed. It returns true when a higher final model arrived meanwhile
+// (it is then the kept model).
+func (n *Node) republishFinal(ctx context.Context) bool {
+	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model}
 	deadline := time.Now().Add(n.cfg.FinalWait)
 	last, every := time.Now(), 100*time.Millisecond
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		select {
+		case f := <-n.final:
+			if n.takeFinal(f) {
+				return true
+			}
+		default:
+		}
 		// Members declared down by the heartbeats are not waited for: a crashed member
 		// would otherwise hold the run open for the whole FinalWait.
 		n.mu.Lock()
@@ -396,7 +503,7 @@ func (n *Node) finish(ctx context.Context) (*Model, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return n.model, nil
+	return false
 }
 
 func (n *Node) handleDone(s network.Stream) {

@@ -119,6 +119,7 @@ func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
 		b.Pred = q.from.String()
 	}
 	n.ckpt.Backups = append(n.ckpt.Backups, b)
+	n.progressed(rawID(raw))
 	// Backups whose release wave never comes (a dead node on the path, a restart that lost
 	// the predecessor) are bounded: the oldest go first.
 	if lim := 4*n.cfg.Depth + 4; len(n.ckpt.Backups) > lim {
@@ -156,6 +157,8 @@ func (n *Node) onHandoff(ctx context.Context, r sendResult) {
 	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
 	switch r.code {
 	case AckOK, AckDuplicate:
+		n.touch()
+		n.progressed(rawID(b.Token))
 		b.Acked, b.To = true, r.to.String()
 		b.Dist = max(b.Dist, 1)
 		if b.Dist >= n.cfg.Depth {
@@ -190,6 +193,8 @@ func (n *Node) onRelease(ctx context.Context, m relMsg) {
 	}
 	b := &n.ckpt.Backups[i]
 	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
+	n.touch()
+	n.progressed(m.r.Epoch, m.r.Hop)
 	if m.r.Retire {
 		n.removeBackup(i)
 		n.metrics.custody.WithLabelValues("retired").Inc()
@@ -240,6 +245,7 @@ func (n *Node) peerDown(ctx context.Context, p peer.ID) {
 			continue
 		}
 		b.Token, b.Acked, b.Dist = raw, false, 0
+		n.progressed(tok.Epoch, tok.Hop)
 		n.raise(markOf(tok))
 		n.newEpoch(tok.Epoch)
 		n.metrics.custody.WithLabelValues("regenerated").Inc()

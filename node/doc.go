@@ -118,14 +118,13 @@
 //
 // # Missing
 //
-// The slow fallback of walk.Custody (re-sending the last release after a long silence,
-// for the case where the holder and every backup holder within Depth hand-offs die
-// together) is not implemented. The sender of a token stored in the inbox is not
-// checkpointed, so a token processed after a restart starts no release wave (its
-// sender's backup stays until a retirement or the bound of 4*Depth+4 backups drops it).
-// Two lineages that both reach hop K before meeting (possible only when a regeneration
-// or a partition leaves two copies far apart) would both publish a final model; nodes
-// keep the first they receive. The final holder waits FinalWait for the confirmation of
-// a crashed member. The next-hop source is not checkpointed without Config.Sources, so
-// a restarted node's later choices differ from an uninterrupted run.
+// A token lost with every backup holder within Depth hand-offs is recovered only by the
+// slow fallback (Config.FallbackTimeout), which rolls the walk back. The sender of a
+// token stored in the inbox is not checkpointed, so a token processed after a restart
+// starts no release wave (its sender's backup stays until a retirement or the bound of
+// 4*Depth+4 backups drops it). Two finals resolve to the highest (epoch, hop, digest of
+// z) on nodes that see both within their end window. The final holder waits FinalWait
+// for the confirmation of a crashed member. The next-hop source is not checkpointed
+// without Config.Sources, so a restarted node's later choices differ from an
+// uninterrupted run.
 package node

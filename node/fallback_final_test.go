@@ -1,0 +1,149 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// zDigest is FNV-1a 64 over the little-endian IEEE-754 bytes of z, computed here with
+// hash/fnv independently of walk.TokenDigest.
+func zDigest(z []float64) uint64 {
+	h := fnv.New64a()
+	for _, v := range z {
+		h.Write(binary.LittleEndian.AppendUint64(nil, math.Float64bits(v)))
+	}
+	return h.Sum64()
+}
+
+// TestFinalKeepsHighest delivers conflicting final models to one node in both orders: the
+// node keeps the one of highest (epoch, hop, digest of z), whatever the order; equal marks
+// from two publishers keep the higher publisher ID; republications and invalid finals
+// change nothing.
+func TestFinalKeepsHighest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const hops = 20
+	sh := shards(t, 3)
+	nodes := staticCluster(t, ctx, "final", sh, hops, 0, []string{"", "", ""})
+	n := nodes[0]
+	p1, p2 := nodes[1].ID(), nodes[2].ID()
+	n.mu.Lock()
+	n.members = []peer.ID{n.ID(), p1, p2}
+	n.mu.Unlock()
+	cols := sh[0].Cols
+	vec := func(x float64) []float64 {
+		z := make([]float64, cols)
+		for i := range z {
+			z[i] = x + float64(i)
+		}
+		return z
+	}
+	fin := func(from peer.ID, epoch uint64, z []float64) finalMsg {
+		return finalMsg{from: from, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops, Epoch: epoch, Model: z}}
+	}
+	reset := func() { n.model, n.finalMk = nil, Mark{} }
+	// Same epoch, different z: the winner is the higher digest of z.
+	za, zb := vec(1), vec(2)
+	hiID := p1 // equal marks: the higher peer ID (string form) is kept
+	if p2.String() > p1.String() {
+		hiID = p2
+	}
+	hiZ, hiFrom := za, p1
+	if zDigest(zb) > zDigest(za) {
+		hiZ, hiFrom = zb, p2
+	}
+	cases := []struct {
+		name     string
+		x, y     finalMsg
+		want     []float64
+		wantFrom peer.ID
+		epoch    uint64
+	}{
+		{"higher epoch", fin(p1, 0, vec(5)), fin(p2, 1, vec(-3)), vec(-3), p2, 1},
+		{"same epoch, digest", fin(p1, 2, za), fin(p2, 2, zb), hiZ, hiFrom, 2},
+		{"same token, two publishers", fin(p1, 3, vec(7)), fin(p2, 3, vec(7)), vec(7), hiID, 3},
+	}
+	for _, c := range cases {
+		for order, pair := range [2][2]finalMsg{{c.x, c.y}, {c.y, c.x}} {
+			reset()
+			first, err := n.acceptFinal(pair[0])
+			if err != nil || !first {
+				t.Fatalf("%s, order %d: first final not kept: %v", c.name, order, err)
+			}
+			second, err := n.acceptFinal(pair[1])
+			if err != nil {
+				t.Fatalf("%s, order %d: %v", c.name, order, err)
+			}
+			m := n.model
+			if !sameBits(m.Model, c.want) || m.ReleasedBy != c.wantFrom.String() || m.Epoch != c.epoch || m.Hops != hops {
+				t.Fatalf("%s, order %d: kept %v from %s epoch %d, want %v from %s epoch %d", c.name, order,
+					m.Model, shortID(peer.ID(m.ReleasedBy)), m.Epoch, c.want, shortID(c.wantFrom), c.epoch)
+			}
+			if wantSecond := pair[1].from == c.wantFrom && sameBits(pair[1].m.Model, c.want); second != wantSecond {
+				t.Fatalf("%s, order %d: second final kept = %v, want %v", c.name, order, second, wantSecond)
+			}
+			if n.finalMk != (Mark{Epoch: c.epoch, Hop: hops, Digest: zDigest(c.want)}) {
+				t.Fatalf("%s: kept mark %+v", c.name, n.finalMk)
+			}
+			// A republication of either changes nothing.
+			for _, f := range pair {
+				if ok, err := n.acceptFinal(f); ok || err != nil || !sameBits(n.model.Model, c.want) {
+					t.Fatalf("%s: republication changed the kept model (%v, %v)", c.name, ok, err)
+				}
+			}
+		}
+	}
+	// Invalid finals are refused and never replace the kept one, even at a higher epoch.
+	reset()
+	n.acceptFinal(fin(p1, 0, vec(1)))
+	nan := vec(9)
+	nan[0] = math.NaN()
+	bad := map[string]finalMsg{
+		"wrong hop":    {from: p2, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops - 1, Epoch: 9, Model: vec(2)}},
+		"wrong hash":   {from: p2, m: ctlMsg{Type: "final", Run: "final", Hash: "x", Hop: hops, Epoch: 9, Model: vec(2)}},
+		"dimension":    fin(p2, 9, vec(2)[:cols-1]),
+		"non-finite":   fin(p2, 9, nan),
+		"non-member":   fin(peer.ID("not a member"), 9, vec(2)),
+		"empty member": fin("", 9, vec(2)),
+	}
+	for name, f := range bad {
+		if ok, err := n.acceptFinal(f); ok || err == nil {
+			t.Errorf("%s: accepted (%v)", name, err)
+		}
+	}
+	if !sameBits(n.model.Model, vec(1)) || n.model.ReleasedBy != p1.String() {
+		t.Fatal("an invalid final replaced the kept model")
+	}
+
+	n.cfg.FinalWait = 300 * time.Millisecond // the end window is at most FinalWait
+	if w := n.endWindow(); w != 300*time.Millisecond {
+		t.Fatalf("end window %v, want FinalWait", w)
+	}
+	// The end window: a releaser holding its own final keeps listening and takes a higher
+	// one published meanwhile; the republication loop stops when superseded.
+	for _, order := range [][2]uint64{{4, 5}, {5, 4}} {
+		reset()
+		n.keepFinal(n.newModel(vec(10), order[0], hops, n.ID()), finalMark(order[0], hops, vec(10)))
+		n.final <- fin(p1, order[1], vec(11))
+		n.settleFinal(ctx)
+		want, by := vec(10), n.ID()
+		if order[1] > order[0] {
+			want, by = vec(11), p1
+		}
+		if !sameBits(n.model.Model, want) || n.model.ReleasedBy != by.String() {
+			t.Fatalf("after the end window (own epoch %d, other %d): kept %v from %s", order[0], order[1], n.model.Model, n.model.ReleasedBy)
+		}
+	}
+	reset()
+	n.keepFinal(n.newModel(vec(10), 4, hops, n.ID()), finalMark(4, hops, vec(10)))
+	n.final <- fin(p2, 6, vec(12))
+	if !n.republishFinal(ctx) || n.model.ReleasedBy != p2.String() || n.model.Epoch != 6 {
+		t.Fatalf("republication not superseded by a higher final: %+v", n.model)
+	}
+}

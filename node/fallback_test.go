@@ -1,0 +1,383 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+type sentFrame struct {
+	node       int
+	epoch, hop uint64
+	to         string
+	digest     uint64 // walk.TokenDigest of the frame's z and zhat
+	zdig       uint64 // digest of z alone (zDigest)
+}
+
+// TestFallbackRecoversLostToken: six nodes on loopback with custody depth 2. The node that
+// receives the token of hop 8 stores and acks it and pauses; it is closed for good together
+// with its predecessor, the only node still holding a backup of the token (the wave of
+// the predecessor's ack dropped the backup two hand-offs back). No survivor can regenerate:
+// the survivors finish the run through the slow fallback (1.5 s). Every token frame written
+// is checked, at the moment it is written, against the sender's durable ledger, and every
+// frame that is not a fresh step of its sender (fallback, redirection) must carry the
+// exact z and zhat of one of that sender's own earlier steps at the same hop (no new noise).
+func TestFallbackRecoversLostToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const nn, hops, pause = 6, 30, 8
+	sh := shards(t, nn)
+	dirs := make([]string, nn)
+	ids := make([]peer.ID, nn)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+		ids[i], _ = DataDirPeerID(dirs[i])
+	}
+	var mu sync.Mutex
+	var frames []sentFrame
+	var bad []string
+	nodes := make([]*Node, nn)
+	for i := range nodes {
+		c := baseConfig("fallback", sh[i], hops)
+		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
+		c.AckTimeout, c.FinalWait = time.Second, 3*time.Second
+		c.Heartbeat, c.HeartbeatMisses = 100*time.Millisecond, 5
+		c.Depth, c.FallbackTimeout = 2, 1500*time.Millisecond
+		c.PauseAtHop = pause
+		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Int("i", i).Logger()
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+		st := nd.Store()
+		nd.sendHook = func(to peer.ID, raw []byte) {
+			tok, err := DecodeToken(raw)
+			es, lerr := st.Ledger()
+			found := false
+			for _, x := range es {
+				if x.Epoch == tok.Epoch && x.Hop == tok.Hop && x.Recipient == to.String() {
+					found = true
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || lerr != nil || !found {
+				bad = append(bad, fmt.Sprintf("node %d sent (epoch %d, hop %d) to %s without a durable ledger entry (%v, %v)", i, tok.Epoch, tok.Hop, shortID(to), err, lerr))
+				return
+			}
+			frames = append(frames, sentFrame{node: i, epoch: tok.Epoch, hop: tok.Hop, to: to.String(), digest: walk.TokenDigest(tok), zdig: zDigest(tok.Z)})
+		}
+	}
+	connectAll(t, ctx, nodes)
+	type result struct {
+		m   *Model
+		err error
+	}
+	res := make([]chan result, nn)
+	for i, nd := range nodes {
+		res[i] = make(chan result, 1)
+		go func() { m, err := nd.Run(ctx); res[i] <- result{m, err} }()
+	}
+	holder := -1
+	for holder < 0 {
+		for i, nd := range nodes {
+			if nd.Status().Paused {
+				holder = i
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no node paused at the hop of the crash")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Let the ack and the release wave of hop `pause` settle, then find the predecessor
+	// (the sender of hop `pause`, from the frames) and close it with the holder.
+	time.Sleep(300 * time.Millisecond)
+	pred := -1
+	mu.Lock()
+	for _, f := range frames {
+		if f.epoch == 0 && f.hop == pause && f.to == ids[holder].String() {
+			pred = f.node
+		}
+	}
+	mu.Unlock()
+	if pred < 0 {
+		t.Fatal("no frame of the paused hop")
+	}
+	dead := map[int]bool{holder: true, pred: true}
+	for i := range dead {
+		nodes[i].Close()
+		<-res[i]
+	}
+	var models []*Model
+	for i := range nodes {
+		if dead[i] {
+			continue
+		}
+		r := <-res[i]
+		if r.err != nil {
+			t.Fatalf("node %d: %v", i, r.err)
+		}
+		models = append(models, r.m)
+	}
+	for _, m := range models {
+		if m.Hops != hops || !sameBits(m.Model, models[0].Model) || m.ReleasedBy != models[0].ReleasedBy {
+			t.Fatalf("survivors disagree on the final model: %+v vs %+v", m, models[0])
+		}
+	}
+	var fallbacks, regen float64
+	for i, nd := range nodes {
+		if !dead[i] {
+			fallbacks += nd.CustodyEvents("fallback")
+			regen += nd.CustodyEvents("regenerated")
+		}
+	}
+	if fallbacks < 1 {
+		t.Fatal("the survivors finished without a fallback")
+	}
+	if regen != 0 {
+		t.Fatalf("%v regenerations: a backup survived the crash, the fallback was not needed", regen)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	type eh struct{ e, h uint64 }
+	ledgers := make([][]privacy.Entry, nn)
+	steps := make([]map[eh]bool, nn) // (epoch, hop) of each node's machine steps
+	hopSeen := map[uint64]bool{}
+	forwards := 0
+	for i := range nodes {
+		es, err := nodes[i].Store().Ledger()
+		if err != nil {
+			t.Fatalf("node %d ledger: %v", i, err)
+		}
+		ledgers[i] = es
+		steps[i] = map[eh]bool{}
+		for _, e := range es {
+			hopSeen[e.Hop] = true
+			if e.Mechanism == privacy.MechGaussian {
+				steps[i][eh{e.Epoch, e.Hop}] = true
+			} else if e.Epoch > 0 {
+				forwards++
+			}
+		}
+	}
+	// Every frame is in its sender's ledger (checked at write time above); a frame that is
+	// not a step of its sender re-sends the bytes of one of its steps at the same hop.
+	stepDigest := map[[3]uint64]bool{} // node, hop, digest of a step's frame
+	for _, f := range frames {
+		if steps[f.node][eh{f.epoch, f.hop}] {
+			stepDigest[[3]uint64{uint64(f.node), f.hop, f.digest}] = true
+		}
+	}
+	resent := 0
+	for _, f := range frames {
+		if steps[f.node][eh{f.epoch, f.hop}] {
+			continue
+		}
+		resent++
+		if !stepDigest[[3]uint64{uint64(f.node), f.hop, f.digest}] {
+			t.Errorf("node %d re-sent (epoch %d, hop %d) with a z/zhat it never released at that hop", f.node, f.epoch, f.hop)
+		}
+	}
+	if resent == 0 || forwards == 0 {
+		t.Errorf("%d re-sent frames and %d forward entries of a new epoch: no fallback on the wire", resent, forwards)
+	}
+	for h := uint64(1); h <= hops; h++ {
+		if !hopSeen[h] {
+			t.Errorf("no node released hop %d", h)
+		}
+	}
+	// The published final model is the z of a token of hop K that its sender charged to
+	// the publisher (a frame is recorded only with its ledger entry), or that the
+	// publisher stepped and handed to itself (its own entry names itself).
+	charged := false
+	for _, f := range frames {
+		if f.hop == hops && f.epoch == models[0].Epoch && f.to == models[0].ReleasedBy && f.zdig == zDigest(models[0].Model) {
+			charged = true
+		}
+	}
+	for i := range nodes {
+		if ids[i].String() != models[0].ReleasedBy {
+			continue
+		}
+		for _, e := range ledgers[i] {
+			if e.Hop == hops && e.Epoch == models[0].Epoch && e.Recipient == models[0].ReleasedBy && e.Mechanism == privacy.MechGaussian {
+				charged = true
+				t.Logf("hop %d was a self-hand-off of the publisher", hops)
+			}
+		}
+	}
+	if !charged {
+		t.Errorf("the final model (epoch %d, by %s) is not the z of a charged frame of hop %d to its publisher", models[0].Epoch, models[0].ReleasedBy, hops)
+	}
+	if models[0].Epoch == 0 {
+		t.Error("the final model comes from epoch 0: the lost lineage")
+	}
+	for i := range dead {
+		for _, e := range ledgers[i] {
+			if e.Hop > pause {
+				t.Errorf("closed node %d released hop %d", i, e.Hop)
+			}
+		}
+	}
+	t.Logf("closed holder %d and predecessor %d at hop %d; %v fallbacks; %d frames, %d re-sent", holder, pred, pause, fallbacks, len(frames), resent)
+}
+
+// TestFallbackTimeoutDerived: a fixed timeout is used as given, a negative one disables the
+// fallback, and the derived one is the larger of twice the regeneration time and 20 times
+// the members times the slowest hop time observed between two visits of one lineage.
+func TestFallbackTimeoutDerived(t *testing.T) {
+	n := &Node{cfg: Config{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15}}
+	n.members = make([]peer.ID, 6)
+	if got, want := n.fallbackTimeout(), 2*(15*time.Second+10*time.Second); got != want {
+		t.Fatalf("derived timeout before any visit: %v, want the floor %v", got, want)
+	}
+	n.observeHop(0, 10)
+	n.fb.lastAt = n.fb.lastAt.Add(-2 * time.Second) // the previous visit was 2 s ago
+	n.observeHop(0, 14)                             // 4 hops later: >= 500 ms per hop
+	if h := n.fb.hop; h < 500*time.Millisecond || h > 600*time.Millisecond {
+		t.Fatalf("observed hop time %v, want about 500ms", h)
+	}
+	if got, want := n.fallbackTimeout(), 20*6*n.fb.hop; got != want {
+		t.Fatalf("derived timeout %v, want 20*n*h = %v", got, want)
+	}
+	n.fb.lastAt = n.fb.lastAt.Add(-time.Hour)
+	n.observeHop(1, 3) // another lineage: no observation
+	if n.fb.hop > 600*time.Millisecond {
+		t.Fatalf("a visit of another epoch changed the hop time to %v", n.fb.hop)
+	}
+	n.cfg.FallbackTimeout = 7 * time.Second
+	if got := n.fallbackTimeout(); got != 7*time.Second {
+		t.Fatalf("fixed timeout: %v", got)
+	}
+	n.cfg.FallbackTimeout = -1
+	if got := n.fallbackTimeout(); got != 0 || n.fallbackEvery() != 0 {
+		t.Fatalf("disabled fallback: timeout %v", got)
+	}
+	c := baseConfig("v", shards(t, 1)[0], 3)
+	c.DataDir, c.AckTimeout, c.FallbackTimeout = "x", 2*time.Second, time.Second
+	if err := c.Validate(); err == nil {
+		t.Fatal("a fallback timeout below the ack timeout was accepted")
+	}
+}
+
+// TestFallbackCharges drives the fallback of one node directly: after the silence it
+// re-sends the z and zhat of its last release under an epoch above every epoch it has seen,
+// with a forward entry naming the recipient durable before the frame is written; stale
+// acked backups are dropped; a node with a hand-off in flight, holding a token or heard
+// from lately does not fall back.
+func TestFallbackCharges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	nodes := staticClusterWith(t, ctx, "fb", sh, 10, 0, []string{"", "", ""}, func(i int, c *Config) {
+		c.FallbackTimeout = 6 * time.Second
+	})
+	n := nodes[0]
+	mk := func(epoch, hop uint64, z float64) []byte {
+		tok := walk.NewToken("fb", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
+		tok.Epoch, tok.Hop = epoch, hop
+		tok.Z[0], tok.Zhat[0] = z, -z
+		raw, _ := EncodeToken(nil, tok)
+		return raw
+	}
+	var mu sync.Mutex
+	var sent [][]byte
+	n.sendHook = func(to peer.ID, b []byte) {
+		e, h := rawID(b)
+		es, _ := n.store.Ledger()
+		ok := len(es) > 0 && es[len(es)-1].Epoch == e && es[len(es)-1].Hop == h && es[len(es)-1].Recipient == to.String() &&
+			es[len(es)-1].Mechanism == privacy.MechForward
+		mu.Lock()
+		defer mu.Unlock()
+		if !ok {
+			t.Errorf("frame (epoch %d, hop %d) to %s written without its forward entry", e, h, shortID(to))
+		}
+		sent = append(sent, append([]byte(nil), b...))
+	}
+	n.mu.Lock()
+	n.members = []peer.ID{n.ID(), nodes[1].ID(), nodes[2].ID()}
+	n.mu.Unlock()
+	last := mk(2, 7, 0.25)      // the last release: (2, 7)
+	n.ckpt.Out = mk(2, 7, 0.25) // also in custody
+	n.ckpt.Backups = []Backup{{Token: mk(2, 6, 9), To: "a", Acked: true, Dist: 1}, {Token: last, To: "b", Acked: true, Dist: 1}}
+	n.ckpt.MaxEpoch = 4
+	old := time.Now().Add(-7 * time.Second)
+	n.fb.active = old
+	n.progressed(2, 6)
+	n.fb.progress[Mark{Epoch: 2, Hop: 6}] = old // no progress for the timeout: expires
+	n.progressed(2, 7)                          // fresh
+	before := n.store.Entries()
+
+	n.checkFallback(ctx, false) // holding a token: only the expiry
+	if len(n.ckpt.Backups) != 1 || n.store.Entries() != before {
+		t.Fatalf("busy node: %d backups, %d new entries", len(n.ckpt.Backups), n.store.Entries()-before)
+	}
+	n.ckpt.Backups[0].Acked = false
+	n.checkFallback(ctx, true) // a hand-off in flight
+	if n.store.Entries() != before {
+		t.Fatal("fell back with a hand-off in flight")
+	}
+	n.ckpt.Backups[0].Acked = true
+	n.fb.active = time.Now()
+	n.checkFallback(ctx, true) // heard from lately
+	if n.store.Entries() != before {
+		t.Fatal("fell back after recent activity")
+	}
+	n.fb.active = old
+	n.checkFallback(ctx, true)
+	if len(n.ckpt.Backups) != 1 || n.store.Entries() != before+1 || n.CustodyEvents("fallback") != 1 {
+		t.Fatalf("after the fallback: %d backups, %d new entries", len(n.ckpt.Backups), n.store.Entries()-before)
+	}
+	b := n.ckpt.Backups[0]
+	got, err := DecodeToken(b.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := DecodeToken(last)
+	if got.Epoch != 5 || got.Hop != 7 || b.Acked || b.Pred != "" ||
+		!sameBits(got.Z, want.Z) || !sameBits(got.Zhat, want.Zhat) {
+		t.Fatalf("fallback token: epoch %d hop %d acked %v, z %v zhat %v", got.Epoch, got.Hop, b.Acked, got.Z, got.Zhat)
+	}
+	es, _ := n.store.Ledger()
+	e := es[len(es)-1]
+	if e.Mechanism != privacy.MechForward || e.Epoch != 5 || e.Hop != 7 || e.Recipient != b.To ||
+		(b.To != nodes[1].ID().String() && b.To != nodes[2].ID().String()) {
+		t.Fatalf("forward entry %+v for a fallback to %s", e, b.To)
+	}
+	if n.ckpt.MaxEpoch != 5 || n.accepts(Mark{Epoch: 4, Hop: 99}) {
+		t.Fatal("the fence does not cover the fallback epoch")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		k := len(sent)
+		mu.Unlock()
+		if k > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fallback token was not sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if e, h := rawID(sent[0]); e != 5 || h != 7 {
+		t.Fatalf("frame (epoch %d, hop %d)", e, h)
+	}
+}
