@@ -112,6 +112,16 @@ type Config struct {
 	// Depth is D: a node keeps each of its releases until the token is D acked hand-offs
 	// further on. Default 8.
 	Depth int
+	// FallbackTimeout is the slow global fallback: a node that released a token and then
+	// sees no token, ack or release for this long, and holds nothing in flight, re-sends
+	// its last release under a new epoch (charged as a forward entry) and drops acked
+	// backups that made no progress for this long. It recovers a token lost with the
+	// holder and every backup holder within Depth hand-offs. 0 = derived: the larger of
+	// 2*(HeartbeatMisses*Heartbeat + AckTimeout) (the fallback never pre-empts a
+	// regeneration) and 20*n*h, with n the members and h the slowest hop time this node
+	// observed between two of its visits (a spurious fallback, which rolls the walk back,
+	// then has probability about e^-20 per node). Negative disables it.
+	FallbackTimeout time.Duration
 	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
 	NoSync bool
 	// WaitMembers, with static Members, makes the node wait up to this long until it is
@@ -136,7 +146,8 @@ type Config struct {
 	// walk: the walk fields (Gamma as the walk's prox parameter, Lambda, Clip, Sigma,
 	// MaxUpdates, Hops) are then ignored and the run is driven by RunGossip. Rand(i), when
 	// set, is node i's source of the initial vector f_i(0) and Noise(i) its objective
-	// noise (both default to crypto/rand-seeded sources). Static Members are not supported.
+	// noise (both default to crypto/rand-seeded sources). With static Members (in index
+	// order) the announce/join phase is skipped and Gossip.TotalRows gives M.
 	Gossip *GossipParams
 }
 
@@ -157,6 +168,14 @@ type GossipParams struct {
 	// Eta, EtaGrowth, EtaMax: the penalty schedule eta(k) = Eta * EtaGrowth^k capped at
 	// EtaMax (EtaGrowth 0 or 1 = constant; EtaMax 0 = no cap).
 	Eta, EtaGrowth, EtaMax float64
+	// EtaTable, when set, replaces Eta, EtaGrowth and EtaMax with an explicit penalty
+	// table, the rows of a penalty file ('dpadmm node|testnet --eta-file'): row k-1 holds
+	// eta(k) for every member (one value per row) or eta_i(k) for the member with index i
+	// (one value per member, MR-ADMM's per-node schedules). It needs at least K rows (the
+	// number of perturbed iterations) and every column must be > 0, finite and
+	// non-decreasing (constant for radmm and the conventional algorithms). It is announced
+	// and enters the config hash, so every member uses the same table.
+	EtaTable [][]float64
 	// Gamma is the even-step proximal weight of the recycled algorithms (paper: 0.5).
 	Gamma float64
 	// PaperC is the paper's C: node i's objective is (C n/M) sum_{D_i} L + C l2 ||f||^2/2
@@ -165,6 +184,14 @@ type GossipParams struct {
 	// Barrier, MaxWait and OnMissing: see GossipConfig (0 = its defaults).
 	Barrier, MaxWait time.Duration
 	OnMissing        MissingPolicy
+	// TotalRows is M, the total number of training rows of the run, with a static
+	// membership (Config.Members, StaticFile.TotalRows); announce/join learns it from the
+	// start message instead. Like the membership, it is not part of the config hash.
+	TotalRows int
+	// PauseAt is fault injection for harnesses (GossipConfig.PauseAt): stop after the
+	// release of this iteration is durable, before sending it, until the context ends.
+	// 0 = off; not announced.
+	PauseAt int
 }
 
 // validateGossip checks the neighbour-exchange part of c, including the normalised rows
@@ -176,15 +203,19 @@ func (c *Config) validateGossip() error {
 		return fmt.Errorf("node: %w", err)
 	}
 	switch {
-	case c.Members != nil:
-		return errors.New("node: a static membership is not supported for a neighbour-exchange run (use announce/join)")
+	case c.Members != nil && len(c.Members) < 2:
+		return fmt.Errorf("node: a neighbour-exchange run needs at least 2 members, the static membership has %d", len(c.Members))
+	case c.Members != nil && p.TotalRows < len(c.Members):
+		return fmt.Errorf("node: a static neighbour-exchange membership needs the run's total rows (>= %d members), got %d", len(c.Members), p.TotalRows)
+	case c.Members != nil && p.TotalRows < c.Data.Rows:
+		return fmt.Errorf("node: total rows %d below this node's %d rows", p.TotalRows, c.Data.Rows)
 	case p.Iters < 1:
 		return fmt.Errorf("node: iterations must be >= 1, got %d", p.Iters)
 	case math.IsNaN(p.Alpha) || !(p.Alpha > 0):
 		return fmt.Errorf("node: alpha must be > 0 (+Inf = no noise), got %v", p.Alpha)
-	case !(p.Eta > 0) || math.IsInf(p.Eta, 0):
+	case p.EtaTable == nil && (!(p.Eta > 0) || math.IsInf(p.Eta, 0)):
 		return fmt.Errorf("node: eta must be > 0 and finite, got %v", p.Eta)
-	case !(p.EtaGrowth >= 0) || math.IsInf(p.EtaGrowth, 0) || !(p.EtaMax >= 0) || math.IsInf(p.EtaMax, 0):
+	case p.EtaTable == nil && (!(p.EtaGrowth >= 0) || math.IsInf(p.EtaGrowth, 0) || !(p.EtaMax >= 0) || math.IsInf(p.EtaMax, 0)):
 		return fmt.Errorf("node: eta growth and eta max must be >= 0 and finite, got %v and %v", p.EtaGrowth, p.EtaMax)
 	case !(p.Gamma >= 0) || math.IsInf(p.Gamma, 0):
 		return fmt.Errorf("node: gamma must be >= 0 and finite, got %v", p.Gamma)
@@ -197,15 +228,35 @@ func (c *Config) validateGossip() error {
 	case p.Barrier < 0 || p.MaxWait < 0 || p.OnMissing > MissingStale:
 		return errors.New("node: bad barrier timeout, max wait or missing-neighbour policy")
 	}
-	// The machine's own checks (schedule, algorithm and noise compatibility) on a
-	// two-node stand-in; the placeholder noise source is never drawn from.
-	probe := gossip.Config{Node: 0, Nodes: 2, Neighbors: []int{1}, Algo: algo, Iters: p.Iters, Penalty: p.schedule(),
-		Gamma: p.Gamma, Alpha: p.Alpha, C1: 0.25}
-	if !math.IsInf(p.Alpha, 1) {
-		probe.Noise = privacy.NewSeededNoise(0)
+	width, err := p.etaWidth()
+	if err != nil {
+		return err
 	}
-	if err := probe.Validate(); err != nil {
-		return fmt.Errorf("node: %w", err)
+	switch {
+	case width > 1 && c.Members != nil && len(c.Members) != width:
+		return fmt.Errorf("node: the penalty table has %d per-member columns, the static membership %d members", width, len(c.Members))
+	case width > 1 && c.Start && c.MinPeers > width:
+		return fmt.Errorf("node: the penalty table has %d per-member columns, fewer than --min-peers %d", width, c.MinPeers)
+	}
+	// The machine's own checks (schedule, algorithm and noise compatibility) on a
+	// two-node stand-in, for every column of a penalty table; the placeholder noise
+	// source is never drawn from.
+	for col := 0; col < max(width, 1); col++ {
+		sched := p.schedule()
+		if width > 0 {
+			sched = p.column(col)
+		}
+		probe := gossip.Config{Node: 0, Nodes: 2, Neighbors: []int{1}, Algo: algo, Iters: p.Iters, Penalty: sched,
+			Gamma: p.Gamma, Alpha: p.Alpha, C1: 0.25}
+		if !math.IsInf(p.Alpha, 1) {
+			probe.Noise = privacy.NewSeededNoise(0)
+		}
+		if err := probe.Validate(); err != nil {
+			if width > 1 {
+				return fmt.Errorf("node: penalty table column %d (member %d): %w", col+1, col, err)
+			}
+			return fmt.Errorf("node: %w", err)
+		}
 	}
 	if r, norm := maxRowNorm(c.Data); norm > 1+1e-12 {
 		return fmt.Errorf("node: row %d of the local data has norm %.6g > 1: Theorem V.1 needs every row normalised to ||x|| <= 1 "+
@@ -216,6 +267,54 @@ func (c *Config) validateGossip() error {
 
 func (p *GossipParams) schedule() gossip.Schedule {
 	return gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}
+}
+
+// etaWidth checks EtaTable's shape and values and returns its number of columns (0 when
+// there is no table).
+func (p *GossipParams) etaWidth() (int, error) {
+	if p.EtaTable == nil {
+		return 0, nil
+	}
+	if len(p.EtaTable) == 0 || len(p.EtaTable[0]) == 0 {
+		return 0, errors.New("node: the penalty table is empty")
+	}
+	w := len(p.EtaTable[0])
+	for k, row := range p.EtaTable {
+		if len(row) != w {
+			return 0, fmt.Errorf("node: penalty table row %d has %d values, row 1 has %d", k+1, len(row), w)
+		}
+		for c, v := range row {
+			if !(v > 0) || math.IsInf(v, 0) {
+				return 0, fmt.Errorf("node: penalty table row %d value %d: want a finite penalty > 0, got %v", k+1, c+1, v)
+			}
+		}
+	}
+	return w, nil
+}
+
+// column returns column c of EtaTable as an explicit schedule.
+func (p *GossipParams) column(c int) gossip.Schedule {
+	l := make([]float64, len(p.EtaTable))
+	for k, row := range p.EtaTable {
+		l[k] = row[c]
+	}
+	return gossip.Schedule{List: l}
+}
+
+// scheduleFor returns the penalty schedule of the member with index i of n members.
+func (p *GossipParams) scheduleFor(i, n int) (gossip.Schedule, error) {
+	w, err := p.etaWidth()
+	switch {
+	case err != nil:
+		return gossip.Schedule{}, err
+	case w == 0:
+		return p.schedule(), nil
+	case w == 1:
+		return p.column(0), nil
+	case w == n:
+		return p.column(i), nil
+	}
+	return gossip.Schedule{}, fmt.Errorf("node: the penalty table has %d per-member columns but the run has %d members", w, n)
 }
 
 // maxRowNorm returns the index and Euclidean norm of the longest row of d.
@@ -264,6 +363,8 @@ func (c *Config) Validate() error {
 		return errors.New("node: heartbeat misses must be >= 0")
 	case c.Depth < 0 || c.Depth > MaxDepth:
 		return fmt.Errorf("node: custody depth must be in 1..%d", MaxDepth)
+	case c.FallbackTimeout > 0 && c.FallbackTimeout <= c.AckTimeout:
+		return fmt.Errorf("node: fallback timeout %v must exceed the ack timeout %v (0 = derived, negative = off)", c.FallbackTimeout, c.AckTimeout)
 	case c.Delta < 0 || c.Delta >= 1:
 		return fmt.Errorf("node: delta must be in (0,1), got %v", c.Delta)
 	case math.IsNaN(c.BudgetEpsilon) || c.BudgetEpsilon < 0 || math.IsInf(c.BudgetEpsilon, 0):
@@ -300,6 +401,8 @@ type RunConfig struct {
 	EtaGrowth float64 `json:"eta_growth,omitempty"`
 	EtaMax    float64 `json:"eta_max,omitempty"`
 	PaperC    float64 `json:"paper_c,omitempty"`
+	// EtaTable is GossipParams.EtaTable (the penalty file's rows), when one is used.
+	EtaTable [][]float64 `json:"eta_table,omitempty"`
 }
 
 // RunConfig returns the run configuration implied by c.
@@ -312,6 +415,15 @@ func (c *Config) RunConfig() RunConfig {
 		algo := p.Algo
 		if a, err := gossip.ParseAlgo(p.Algo); err == nil {
 			algo = a.String()
+		}
+		if p.EtaTable != nil {
+			// The table replaces the geometric schedule: only what is used is announced.
+			return RunConfig{
+				Run: c.Run, Algorithm: algo, Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+				L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
+				Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
+				PaperC: p.PaperC, EtaTable: p.EtaTable,
+			}
 		}
 		return RunConfig{
 			Run: c.Run, Algorithm: algo, Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
@@ -336,12 +448,15 @@ func (r RunConfig) Hash() string {
 
 // StaticFile is a fixed membership written by a testnet launcher (see dpadmm node
 // --static): the members in node-index order with their addresses, the total number of
-// training rows (for the weights n*rows_i/N) and the initial holder.
+// training rows (for the weights n*rows_i/N, or M of a neighbour-exchange run) and the
+// initial holder (walk only). ConfigHash, when set, is the config hash every member's
+// configuration must have (a static run has no announcement to compare against).
 type StaticFile struct {
-	Run       string         `json:"run"`
-	Members   []StaticMember `json:"members"`
-	TotalRows int            `json:"total_rows"`
-	Holder    int            `json:"holder"`
+	Run        string         `json:"run"`
+	Members    []StaticMember `json:"members"`
+	TotalRows  int            `json:"total_rows"`
+	Holder     int            `json:"holder"`
+	ConfigHash string         `json:"config_hash,omitempty"`
 }
 
 // StaticMember is one member of a StaticFile.

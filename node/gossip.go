@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/gossip"
@@ -82,9 +83,12 @@ var (
 	// ErrHalted is returned by Run when GossipConfig.HaltAfter stopped the node on purpose.
 	ErrHalted = errors.New("node: halted after the configured iteration")
 	// ErrRejoin is returned by NewGossipNode when the data directory's ledger already has
-	// entries of the run: gossip state is not checkpointed, so a restarted node would
-	// release fresh noisy vectors for iterations it already released.
+	// entries of the run and the journal (GossipJournalFile) cannot restore the machine
+	// exactly: a restarted node would otherwise release fresh noisy vectors for
+	// iterations it already released.
 	ErrRejoin = errors.New("node: refusing to rejoin a gossip run")
+
+	errPaused = errors.New("node: paused (fault injection)")
 )
 
 // GossipConfig configures one node of a neighbour-exchange run.
@@ -127,7 +131,24 @@ type GossipConfig struct {
 	// HaltAfter, when > 0, makes Run return ErrHalted once the release of iteration
 	// HaltAfter has been acknowledged by the neighbours (fault injection for tests).
 	HaltAfter int
-	Logger    zerolog.Logger
+	// PauseAt, when > 0, makes the node stop right after the release of iteration PauseAt
+	// is durable (journal and ledger) and before any frame of it is sent, and wait until
+	// the context ends: fault injection for harnesses that then kill the process (the
+	// worst case for a restart: a release on disk that nobody received).
+	PauseAt int
+	Logger  zerolog.Logger
+
+	// Noise, when set, is the JournalNoise the machine was built with: its draws are
+	// journaled with every release, so that the node can resume after a crash (see
+	// GossipJournalFile). A machine with noise built without it cannot resume (the replay
+	// would not reproduce its releases and the node refuses).
+	Noise *JournalNoise
+	// TotalRows is M, recorded in the journal with the membership (informational for
+	// drivers that rebuild the node's configuration from the journal).
+	TotalRows int
+
+	// metrics, when set (RunGossip), receives the node's Prometheus counters.
+	metrics *metrics
 }
 
 // StaleUse records that iteration Iter+1 was computed with neighbour Neighbor's vector of
@@ -184,6 +205,29 @@ type GossipNode struct {
 	ignored   atomic.Int64
 	bg        sync.WaitGroup
 	cancel    context.CancelFunc
+	met       *metrics
+
+	// Progress, written by the loop, read by Progress (status endpoint).
+	progMu sync.Mutex
+	prog   gossipProg
+
+	// Journal (GossipJournalFile) and resumption; loop-owned after NewGossipNode.
+	jfile    *os.File
+	inputs   map[int][]journalIn // iteration -> neighbour vectors consumed at its barrier
+	resend   [][]float64         // the last (at most two) vectors released, oldest first
+	restored map[int]journalIn   // after a restore: the last input of every neighbour
+	resumed  bool                // the machine was restored from the journal
+	reconn   chan int            // neighbours that reconnected after a disconnection
+	notifee  *network.NotifyBundle
+}
+
+// gossipProg is the part of GossipProgress the loop maintains.
+type gossipProg struct {
+	iter    int     // last iteration released (-1 before f_i(0))
+	entries int     // ledger entries made durable by this run
+	eps     float64 // pure epsilon made durable (+Inf: a release without guarantee)
+	stale   int     // stale substitutions
+	done    bool    // the last iteration was computed
 }
 
 // NewGossipNode validates cfg, opens the data directory, creates (or adopts) the host and
@@ -243,15 +287,47 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 		st.Close()
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
+	var priorRun []privacy.Entry
 	for _, e := range prior {
 		if e.Run == cfg.Run {
-			st.Close()
-			return nil, fmt.Errorf("%w: %s already holds ledger entries of run %q: a gossip node cannot rejoin a run it took part in (its releases would be re-noised); use a new run name or a fresh data directory",
-				ErrRejoin, cfg.DataDir, cfg.Run)
+			priorRun = append(priorRun, e)
 		}
 	}
-	g := &GossipNode{cfg: cfg, store: st, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{})}
+	jpath := filepath.Join(cfg.DataDir, GossipJournalFile)
+	recs, good, err := readJournal(jpath, cfg.Run)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
+	}
+	if len(priorRun) > 0 && len(recs) == 0 {
+		st.Close()
+		return nil, fmt.Errorf("%w: %s already holds ledger entries of run %q but no journal of it: the node cannot resume (its releases would be re-noised); use a new run name or a fresh data directory",
+			ErrRejoin, cfg.DataDir, cfg.Run)
+	}
+	g := &GossipNode{cfg: cfg, store: st, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
+		met: cfg.metrics, inputs: map[int][]journalIn{}, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
+	g.prog.iter = -1
 	fail := func(err error) (*GossipNode, error) { g.Close(); return nil, err }
+	if g.jfile, err = os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
+		return fail(fmt.Errorf("node: %s: %w", GossipJournalFile, err))
+	}
+	// A torn last line was never durable, so its release was never sent: drop it.
+	if err := g.jfile.Truncate(good); err != nil {
+		return fail(fmt.Errorf("node: %s: %w", GossipJournalFile, err))
+	}
+	if _, err := g.jfile.Seek(good, 0); err != nil {
+		return fail(fmt.Errorf("node: %s: %w", GossipJournalFile, err))
+	}
+	if len(recs) > 0 {
+		if cfg.Noise == nil {
+			cfg.Noise = NewJournalNoise(noNoise{})
+			g.cfg.Noise = cfg.Noise
+		}
+		if g.restored, err = g.restore(recs, priorRun); err != nil {
+			return fail(err)
+		}
+		g.resumed = true
+	}
 	g.stale, err = os.OpenFile(filepath.Join(cfg.DataDir, StaleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fail(fmt.Errorf("node: %s: %w", StaleFile, err))
@@ -283,8 +359,10 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 	g.limit = GossipFrameSize(cfg.Run, g.dim)
 	g.log = cfg.Logger.With().Str("run", cfg.Run).Int("node", cfg.Self).Logger()
 	for _, j := range cfg.Neighbors {
-		g.peers = append(g.peers, &gossipPeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+2)})
+		// Room for every release plus the re-sends after reconnections.
+		g.peers = append(g.peers, &gossipPeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
 	}
+	g.watchReconnects()
 	g.Host.SetStreamHandler(GossipProtocol(cfg.Run), g.handle)
 	return g, nil
 }
@@ -304,6 +382,10 @@ func (g *GossipNode) Close() error {
 	g.finish()
 	if g.Host != nil {
 		g.Host.RemoveStreamHandler(GossipProtocol(g.cfg.Run))
+		if g.notifee != nil {
+			g.Host.Network().StopNotify(g.notifee)
+			g.notifee = nil
+		}
 	}
 	var first error
 	if g.ownsHost && g.Host != nil {
@@ -314,6 +396,10 @@ func (g *GossipNode) Close() error {
 	if g.stale != nil {
 		g.stale.Close()
 		g.stale = nil
+	}
+	if g.jfile != nil {
+		g.jfile.Close()
+		g.jfile = nil
 	}
 	if g.store != nil {
 		if err := g.store.Close(); err != nil && first == nil {
@@ -339,20 +425,24 @@ func (g *GossipNode) handle(s network.Stream) {
 		b, err := ReadFrame(s, g.limit)
 		if err != nil {
 			if errors.Is(err, ErrTooLarge) {
-				g.reject(lg, err.Error())
+				g.reject(lg, "oversized", err.Error())
 				// The stream is out of sync: answer, then close it (Close flushes the ack).
 				s.Write([]byte{AckReject})
 			}
 			return
 		}
 		f, err := DecodeGossip(b)
+		label := "malformed"
+		if errors.Is(err, ErrVersion) {
+			label = "version"
+		}
 		if err == nil {
-			if vd, reason := g.validator.Check(f, sender); vd != Accept {
-				err = errors.New(reason)
+			if vd, reason, l := g.validator.check(f, sender); vd != Accept {
+				err, label = errors.New(reason), l
 			}
 		}
 		if err != nil {
-			g.reject(lg, err.Error())
+			g.reject(lg, label, err.Error())
 			if _, err := s.Write([]byte{AckReject}); err != nil {
 				return
 			}
@@ -371,8 +461,11 @@ func (g *GossipNode) handle(s network.Stream) {
 	}
 }
 
-func (g *GossipNode) reject(lg zerolog.Logger, reason string) {
+func (g *GossipNode) reject(lg zerolog.Logger, label, reason string) {
 	g.rejected.Add(1)
+	if g.met != nil {
+		g.met.gRejected.WithLabelValues(label).Inc()
+	}
 	lg.Warn().Str("verdict", "reject").Msg("gossip frame rejected: " + reason)
 }
 
@@ -396,6 +489,9 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 		vec  []float64
 	}
 	last := map[int]lastVec{}
+	for j, in := range g.restored {
+		last[j] = lastVec{in.Iter, in.Vec}
+	}
 	early := map[int][]gossip.Message{} // iteration -> frames more than one ahead
 	note := func(from, iter int, vec []float64) {
 		if l, ok := last[from]; !ok || iter > l.iter {
@@ -406,11 +502,15 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 		switch err := m.Step(msg); {
 		case err == nil:
 			note(msg.From, msg.Iter, msg.Vec)
+			g.inputs[msg.Iter] = append(g.inputs[msg.Iter], journalIn{From: msg.From, Iter: msg.Iter, Vec: msg.Vec})
 		case errors.Is(err, gossip.ErrStale) || errors.Is(err, gossip.ErrDuplicate):
-			g.ignored.Add(1)
+			g.ignore()
 			g.log.Debug().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame ignored: " + err.Error())
 		default:
 			g.rejected.Add(1)
+			if g.met != nil {
+				g.met.gRejected.WithLabelValues("machine").Inc()
+			}
 			g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame rejected by the machine: " + err.Error())
 		}
 	}
@@ -427,10 +527,24 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 	}
 	recheck := max(g.cfg.Barrier/4, 10*time.Millisecond)
 	armedAt, waitStart := -1, time.Now()
+	if g.resumed {
+		// The neighbours may not have received the last releases before the crash: send
+		// them again, the same journaled vectors (duplicates are ignored).
+		t := m.Iter()
+		g.log.Warn().Int("iter", t).Msg("resumed from the journal: re-sending the last released vectors unchanged")
+		for _, p := range g.peers {
+			g.requeue(p, t)
+		}
+	}
 	for {
 		for m.HasReady() {
 			rd := m.Ready()
 			iter, err := g.apply(rd, res)
+			if errors.Is(err, errPaused) {
+				g.log.Warn().Int("iter", iter).Msg("paused after the release became durable, before sending it (fault injection)")
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -452,6 +566,9 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 			}
 		}
 		if m.Done() {
+			g.progMu.Lock()
+			g.prog.done = true
+			g.progMu.Unlock()
 			g.flush(ctx, res)
 			res.Model, res.Iter = m.Model(), m.Iter()
 			res.Rejected, res.Ignored = int(g.rejected.Load()), int(g.ignored.Load())
@@ -465,12 +582,19 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case j := <-g.reconn:
+			// A neighbour that comes back (a restart) may have lost vectors it acknowledged
+			// before it crashed: send it the last releases again.
+			if p := g.peerOf(j); p != nil {
+				g.log.Info().Int("neighbor", j).Msg("neighbour reconnected: re-sending the last released vectors")
+				g.requeue(p, m.Iter())
+			}
 		case in := <-g.in:
 			msg := gossip.Message{From: in.sender, Iter: int(in.f.Iter), Vec: in.f.Vec}
 			t := m.Iter()
 			switch {
 			case msg.Iter > t+1+g.cfg.Window:
-				g.ignored.Add(1)
+				g.ignore()
 				g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Int("at", t).Msg("gossip frame too far ahead: dropped")
 			case msg.Iter > t+1:
 				early[msg.Iter] = append(early[msg.Iter], msg)
@@ -514,7 +638,14 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 						return nil, err
 					}
 					res.Stale = append(res.Stale, u)
+					g.progMu.Lock()
+					g.prog.stale++
+					g.progMu.Unlock()
+					if g.met != nil {
+						g.met.gStale.Inc()
+					}
 					g.log.Warn().Int("iter", t).Int("neighbor", j).Int("used_iter", l.iter).Msg("neighbour missing at the barrier: continuing with its last vector (policy stale)")
+					g.inputs[t] = append(g.inputs[t], journalIn{From: j, Iter: t, Vec: l.vec})
 					if err := m.Step(gossip.Message{From: j, Iter: t, Vec: l.vec}); err != nil {
 						return nil, fmt.Errorf("node: stale substitution for neighbour %d at iteration %d: %w", j, t, err)
 					}
@@ -527,8 +658,11 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 // apply makes the ledger entries of rd durable, then queues the encoded vector to every
 // neighbour. It returns the released iteration.
 func (g *GossipNode) apply(rd gossip.Ready, res *GossipResult) (int, error) {
-	if len(rd.Ledger) != 1 {
-		return 0, fmt.Errorf("node: invariant: a gossip release carries %d ledger entries", len(rd.Ledger))
+	if len(rd.Ledger) != 1 || len(rd.Outbox) == 0 {
+		return 0, fmt.Errorf("node: invariant: a gossip release carries %d ledger entries and %d messages", len(rd.Ledger), len(rd.Outbox))
+	}
+	if g.cfg.Noise != nil && g.cfg.Noise.err != nil {
+		return 0, fmt.Errorf("node: noise source: %w", g.cfg.Noise.err)
 	}
 	es := make([]privacy.Entry, len(rd.Ledger))
 	for k, e := range rd.Ledger {
@@ -538,15 +672,25 @@ func (g *GossipNode) apply(rd gossip.Ready, res *GossipResult) (int, error) {
 		}
 		es[k] = e
 	}
+	// Journal first (release, inputs, noise), then the ledger, then the sends.
+	vec := rd.Outbox[0].Msg.Vec
+	if err := g.journal(int(es[0].Hop), vec); err != nil {
+		return 0, fmt.Errorf("node: cannot make the journal durable, stopping before any send: %w", err)
+	}
 	if err := g.store.AppendLedger(es); err != nil {
 		return 0, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
+	}
+	g.resend = append(g.resend, vec)
+	if len(g.resend) > 2 {
+		g.resend = g.resend[1:]
 	}
 	if res != nil {
 		res.Ledger = append(res.Ledger, es...)
 	}
 	iter := int(es[0].Hop)
-	if len(rd.Outbox) == 0 {
-		return iter, nil
+	g.progress(es, iter)
+	if g.cfg.PauseAt > 0 && iter == g.cfg.PauseAt {
+		return iter, errPaused
 	}
 	msg := rd.Outbox[0].Msg
 	if msg.Iter != iter {
@@ -680,6 +824,11 @@ func (g *GossipNode) sender(ctx context.Context, p *gossipPeer) {
 				return
 			}
 			g.log.Debug().Err(err).Int("to", p.idx).Msg("gossip send failed; retrying")
+			// A neighbour that restarts listens again soon: do not let the swarm's dial
+			// backoff (seconds) outlast our own retry schedule.
+			if sw, ok := g.Host.Network().(*swarm.Swarm); ok {
+				sw.Backoff().Clear(p.id)
+			}
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():

@@ -104,24 +104,31 @@ type GossipValidator struct {
 // sender, neighbourhood, run, dimension, iteration range, finiteness. It returns the
 // verdict and, unless Accept, the reason.
 func (v GossipValidator) Check(f GossipFrame, sender int) (Verdict, string) {
+	vd, reason, _ := v.check(f, sender)
+	return vd, reason
+}
+
+// check is Check that also returns a short label of the failed check for the metrics
+// (non-member, forged, not-neighbor, run, dimension, iteration, non-finite).
+func (v GossipValidator) check(f GossipFrame, sender int) (Verdict, string, string) {
 	switch {
 	case sender < 0:
-		return Reject, "sender is not a member of the run"
+		return Reject, "sender is not a member of the run", "non-member"
 	case int64(f.From) != int64(sender):
-		return Reject, fmt.Sprintf("frame claims sender %d but came from member %d", f.From, sender)
+		return Reject, fmt.Sprintf("frame claims sender %d but came from member %d", f.From, sender), "forged"
 	case sender >= len(v.Neighbors) || !v.Neighbors[sender]:
-		return Reject, fmt.Sprintf("member %d is not a graph neighbour", sender)
+		return Reject, fmt.Sprintf("member %d is not a graph neighbour", sender), "not-neighbor"
 	case f.Run != v.Run:
-		return Reject, fmt.Sprintf("run %q, want %q", f.Run, v.Run)
+		return Reject, fmt.Sprintf("run %q, want %q", f.Run, v.Run), "run"
 	case len(f.Vec) != v.Dim:
-		return Reject, fmt.Sprintf("dimension %d, want %d", len(f.Vec), v.Dim)
+		return Reject, fmt.Sprintf("dimension %d, want %d", len(f.Vec), v.Dim), "dimension"
 	case f.Iter > v.Iters:
-		return Reject, fmt.Sprintf("iteration %d beyond the run's %d iterations", f.Iter, v.Iters)
+		return Reject, fmt.Sprintf("iteration %d beyond the run's %d iterations", f.Iter, v.Iters), "iteration"
 	}
 	for k, x := range f.Vec {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return Reject, fmt.Sprintf("non-finite coordinate %d", k)
+			return Reject, fmt.Sprintf("non-finite coordinate %d", k), "non-finite"
 		}
 	}
-	return Accept, ""
+	return Accept, "", ""
 }

@@ -298,6 +298,9 @@ func TestGossipNodeRun(t *testing.T) {
 func TestGossipNodeRejects(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	nodes := gossipNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
+	met := newMetrics()
+	met.enableGossip()
+	nodes[0].met = met
 	rogue, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
@@ -373,6 +376,12 @@ func TestGossipNodeRejects(t *testing.T) {
 	}
 	if _, err := s.Read(ack[:]); err == nil {
 		t.Error("stream still open after an oversized frame")
+	}
+	for label, want := range map[string]float64{"non-member": 1, "not-neighbor": 1, "malformed": 1, "version": 1, "run": 1,
+		"forged": 1, "dimension": 1, "non-finite": 1, "iteration": 1, "oversized": 1} {
+		if got := met.labelled("dpadmm_gossip_messages_rejected_total", "reason", label); got != want {
+			t.Errorf("dpadmm_gossip_messages_rejected_total{reason=%q} = %v, want %v", label, got, want)
+		}
 	}
 }
 

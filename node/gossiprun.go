@@ -94,7 +94,8 @@ func (n *Node) setGossipMembers(ms []peer.ID) error {
 }
 
 // RunGossip takes part in a neighbour-exchange run (Config.Gossip): announce/join/start
-// on the control topic fixes the ordered membership and the total row count; the node
+// on the control topic (or a static Config.Members with Gossip.TotalRows) fixes the
+// ordered membership and the total row count; the node
 // then builds the graph from (spec, members, seed), its machine (objective weights
 // C_i/B_i = C n/M and rho/N = C l2, penalty schedule, f_i(0) from Config.Rand or a
 // crypto/rand source, noise from Config.Noise or privacy.NewSecureNoise), dials its
@@ -111,20 +112,57 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	n.mu.Lock()
 	n.cancel = cancel
 	n.mu.Unlock()
+	view := &gossipView{algo: n.rc.Algorithm, iters: p.Iters}
+	n.metrics.gossip.Store(view)
+	n.metrics.enableGossip()
 	// The walk's protocols are not served in a neighbour-exchange run.
 	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run)} {
 		n.Host.RemoveStreamHandler(proto)
 	}
-	n.bg.Add(1)
-	go func() { defer n.bg.Done(); n.readControl(ctx) }()
-	if err := n.membership(context.WithValue(ctx, gossipRunKey{}, true)); err != nil {
-		return nil, err
+	static := n.cfg.Members != nil
+	journal, err := ReadGossipJournal(n.cfg.DataDir, n.cfg.Run)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
+	}
+	var total int
+	switch {
+	case journal != nil:
+		// A restart: the journal fixes the membership, M and f_i(0) of the run this node
+		// already took part in (NewGossipNode replays it and checks every release).
+		ms, err := journalMembers(journal, n.cfg.Members)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.setGossipMembers(ms); err != nil {
+			return nil, err
+		}
+		if len(journal.Addrs) == len(ms) {
+			for i, p := range ms {
+				if p != n.ID() {
+					n.addAddrs(p, journal.Addrs[i])
+				}
+			}
+		}
+		total = journal.Total
+		n.log.Warn().Int("releases", journal.Releases).Msg("resuming the neighbour-exchange run from the journal")
+	case static:
+		// A fixed membership (StaticFile): no announce/join; M comes with it.
+		if err := n.setGossipMembers(n.cfg.Members); err != nil {
+			return nil, err
+		}
+		total = p.TotalRows
+	default:
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); n.readControl(ctx) }()
+		if err := n.membership(context.WithValue(ctx, gossipRunKey{}, true)); err != nil {
+			return nil, err
+		}
+		total = n.startMsg.Total
 	}
 	n.mu.Lock()
 	members, self := append([]peer.ID(nil), n.members...), n.index
 	n.mu.Unlock()
-	total := n.startMsg.Total
-	if n.cfg.Start {
+	if n.cfg.Start && !static && journal == nil {
 		// A member that missed the start message gets it again; a node that arrives late
 		// learns from the announcement that the run exists (and from the start that it
 		// missed it) and a node with another configuration logs the mismatch.
@@ -168,19 +206,25 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	if len(nbrs) == 0 {
 		return nil, fmt.Errorf("node: graph %q gives node %d no neighbours", spec, self)
 	}
-	m, acc, secure, err := n.gossipMachine(self, N, nbrs, total)
+	var init []float64
+	if journal != nil {
+		init = journal.Init
+	}
+	m, jn, acc, secure, err := n.gossipMachine(self, N, nbrs, total, init)
 	if err != nil {
 		return nil, err
 	}
 	gn, err := NewGossipNode(ctx, GossipConfig{
 		Run: n.cfg.Run, DataDir: n.cfg.DataDir, NoSync: n.cfg.NoSync, Members: members, Self: self,
 		Neighbors: nbrs, Machine: m, Iters: p.Iters, Host: n.Host, Barrier: p.Barrier, MaxWait: p.MaxWait,
-		OnMissing: p.OnMissing, Logger: n.cfg.Logger,
+		OnMissing: p.OnMissing, Logger: n.cfg.Logger, metrics: n.metrics, Noise: jn, TotalRows: total, PauseAt: p.PauseAt,
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer gn.Close()
+	plan := privacy.ObjPertBound(acc)
+	n.metrics.gossip.Store(&gossipView{algo: view.algo, iters: view.iters, plan: &plan, gn: gn})
 	wait := p.Barrier
 	if wait == 0 {
 		wait = 30 * time.Second
@@ -196,6 +240,17 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	maxRes, inexact := m.MaxResidual()
 	acc.ExactSolves = inexact == 0
 	fig := privacy.ObjPertBound(acc)
+	// The run's entries on disk: after a restart they include the releases made before it.
+	all, err := gn.Store().Ledger()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
+	}
+	res.Ledger = res.Ledger[:0]
+	for _, e := range all {
+		if e.Run == n.cfg.Run {
+			res.Ledger = append(res.Ledger, e)
+		}
+	}
 	ledger := 0.0
 	for _, e := range res.Ledger {
 		if e.Mechanism == privacy.MechPure {
@@ -241,18 +296,19 @@ func finiteOr(v float64) float64 {
 
 // gossipMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.
-func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machine, privacy.ObjPertNode, bool, error) {
+func (n *Node) gossipMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
 	p, d := n.cfg.Gossip, n.cfg.Data
 	var acc privacy.ObjPertNode
+	var jn *JournalNoise
 	algo, err := gossip.ParseAlgo(p.Algo)
 	if err != nil {
-		return nil, acc, false, err
+		return nil, nil, acc, false, err
 	}
 	rowWeight := p.PaperC * float64(N) / float64(total) // C_i/B_i
 	regOverN := p.PaperC * n.cfg.Problem.Reg.L2         // rho/N with rho = C N l2
 	obj, err := gossip.NewObjective(d, n.cfg.Problem.Loss, rowWeight, regOverN)
 	if err != nil {
-		return nil, acc, false, err
+		return nil, nil, acc, false, err
 	}
 	c1 := 0.25
 	if n.cfg.Problem.Loss == consensus.Squared {
@@ -267,13 +323,23 @@ func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machin
 	for j := range init {
 		init[j] = 0.1 * r.NormFloat64()
 	}
+	if journaled != nil {
+		// A restart: the f_i(0) this node already released.
+		if len(journaled) != d.Cols {
+			return nil, nil, acc, false, fmt.Errorf("%w: the journal's f_i(0) has dimension %d, the data %d", ErrRejoin, len(journaled), d.Cols)
+		}
+		init = append([]float64(nil), journaled...)
+	}
 	names := make([]string, N)
 	n.mu.Lock()
 	for i, q := range n.members {
 		names[i] = q.String()
 	}
 	n.mu.Unlock()
-	sched := p.schedule()
+	sched, err := p.scheduleFor(self, N)
+	if err != nil {
+		return nil, nil, acc, false, err
+	}
 	cfg := gossip.Config{
 		Node: self, Nodes: N, Neighbors: nbrs, Algo: algo, Iters: p.Iters, Penalty: sched,
 		Gamma: p.Gamma, Alpha: p.Alpha, C1: c1, Init: init, Run: n.cfg.Run, Names: names,
@@ -287,12 +353,14 @@ func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machin
 		}
 		secure = cfg.Noise.Secure()
 		if !secure && !n.cfg.AllowSeededNoise {
-			return nil, acc, false, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+			return nil, nil, acc, false, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
 		}
+		jn = NewJournalNoise(cfg.Noise)
+		cfg.Noise = jn
 	}
 	m, err := gossip.New(cfg, obj)
 	if err != nil {
-		return nil, acc, false, err
+		return nil, nil, acc, false, err
 	}
 	K := algo.PerturbedCount(p.Iters)
 	etas := sched.Values(K)
@@ -310,7 +378,34 @@ func (n *Node) gossipMachine(self, N int, nbrs []int, total int) (*gossip.Machin
 		Rows: d.Rows, C: rowWeight * float64(d.Rows), Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm,
 		LabelsPM1: pm1, LossOK: n.cfg.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
 	}
-	return m, acc, secure, nil
+	return m, jn, acc, secure, nil
+}
+
+// journalMembers returns the membership recorded in a journal, checked against a static
+// membership when one is configured.
+func journalMembers(j *GossipJournal, static []peer.ID) ([]peer.ID, error) {
+	ms := make([]peer.ID, len(j.Members))
+	for i, s := range j.Members {
+		id, err := peer.Decode(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: journal member %d: %v", ErrRejoin, i, err)
+		}
+		ms[i] = id
+	}
+	if static != nil {
+		if len(static) != len(ms) {
+			return nil, fmt.Errorf("%w: the journal has %d members, the static membership %d", ErrRejoin, len(ms), len(static))
+		}
+		for i := range ms {
+			if ms[i] != static[i] {
+				return nil, fmt.Errorf("%w: member %d differs between the journal and the static membership", ErrRejoin, i)
+			}
+		}
+	}
+	if len(ms) < 2 || j.Total < len(ms) {
+		return nil, fmt.Errorf("%w: the journal records %d members and %d total rows", ErrRejoin, len(ms), j.Total)
+	}
+	return ms, nil
 }
 
 // connectNeighbors dials every neighbour (addresses from the join and start messages)

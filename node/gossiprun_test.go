@@ -45,11 +45,22 @@ func gossipTestConfig(run string, d *consensus.Dataset, p GossipParams) Config {
 // extra configurations, all connected, and returns them with their log buffers.
 func gossipCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
 	t.Helper()
+	return gossipClusterWith(t, ctx, run, sh, p, nil, extra...)
+}
+
+// gossipClusterWith is gossipCluster with mod(i, &config) applied to the configuration
+// of node i (i < len(sh)) before it is created.
+func gossipClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams,
+	mod func(int, *Config), extra ...Config) ([]*Node, []*syncBuffer, []string) {
+	t.Helper()
 	var cfgs []Config
 	for i := range sh {
 		c := gossipTestConfig(run, sh[i], p)
 		if i == 0 {
 			c.Start, c.MinPeers, c.JoinWindow = true, len(sh), 300*time.Millisecond
+		}
+		if mod != nil {
+			mod(i, &c)
 		}
 		cfgs = append(cfgs, c)
 	}
@@ -114,8 +125,15 @@ func gossipReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, 
 		for j := range init {
 			init[j] = 0.1 * r.NormFloat64()
 		}
+		sched := gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}
+		if p.EtaTable != nil {
+			sched = gossip.Schedule{}
+			for _, row := range p.EtaTable {
+				sched.List = append(sched.List, row[min(i, len(row)-1)])
+			}
+		}
 		cfg := gossip.Config{Node: i, Nodes: N, Neighbors: g.Neighbors(i), Algo: algo, Iters: p.Iters,
-			Penalty: gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}, Gamma: p.Gamma, Alpha: p.Alpha,
+			Penalty: sched, Gamma: p.Gamma, Alpha: p.Alpha,
 			C1: 0.25, Init: init, Run: "ref"}
 		if !math.IsInf(p.Alpha, 1) {
 			cfg.Noise = testNoise(21)(i)

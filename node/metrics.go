@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,16 @@ type metrics struct {
 	custody  *prometheus.CounterVec
 	nupd     atomic.Int64
 	done     atomic.Bool
+
+	// Neighbour-exchange runs (RunGossip); zero and unused for the walk.
+	gIters    prometheus.Counter
+	gStale    prometheus.Counter
+	gIgnored  prometheus.Counter
+	gRejected *prometheus.CounterVec
+	gossip    atomic.Pointer[gossipView]
+	// gCollectors are registered by enableGossip when a neighbour-exchange run starts.
+	gCollectors []prometheus.Collector
+	gOnce       sync.Once
 }
 
 func newMetrics() *metrics {
@@ -35,6 +46,7 @@ func newMetrics() *metrics {
 	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fenced, fenced_out, released, retired, no_peer)."}, []string{"event"})
 	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.registerGossip()
 	return m
 }
 
@@ -103,6 +115,27 @@ func (n *Node) CustodyEvents(event string) float64 {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "event" && l.GetValue() == event {
 					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// labelled returns the value of the counter name with label key=value (0 when absent).
+func (m *metrics) labelled(name, key, value string) float64 {
+	mf, err := m.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, f := range mf {
+		if f.GetName() != name {
+			continue
+		}
+		for _, c := range f.GetMetric() {
+			for _, l := range c.GetLabel() {
+				if l.GetName() == key && l.GetValue() == value {
+					return c.GetCounter().GetValue()
 				}
 			}
 		}

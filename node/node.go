@@ -93,6 +93,8 @@ type Node struct {
 	busy    bool
 	pending *walk.Ready // the Ready whose hand-off is in flight
 	model   *Model
+	finalMk Mark     // (epoch, hop, digest of z) of model, to keep the highest final
+	fb      fallback // slow global fallback (fallback.go)
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
 
@@ -584,6 +586,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	n.addRecent(mk)
 	n.newEpoch(mk.Epoch)
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
+	n.observeHop(msg.tok.Epoch, msg.tok.Hop)
 	n.lastHop.Store(msg.tok.Hop)
 	n.holding.Store(true)
 	return AckOK, true
@@ -645,6 +648,13 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
+	var fbTick <-chan time.Time
+	if d := n.fallbackEvery(); d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		fbTick = t.C
+		n.touch() // the silence of the fallback counts from the start of the loop
+	}
 	for {
 		for len(queue) > 0 && !n.busy && n.model == nil && !n.paused.Load() {
 			q := queue[0]
@@ -700,10 +710,10 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		case <-live:
 			n.checkLiveness(ctx)
 			n.retryPending(ctx)
+		case <-fbTick:
+			n.checkFallback(ctx, len(queue) == 0 && !n.busy)
 		case f := <-n.final:
-			if err := n.acceptFinal(f); err != nil {
-				n.log.Warn().Err(err).Msg("final model refused")
-			}
+			n.takeFinal(f)
 		case <-n.start: // membership already fixed
 		case <-n.announces:
 		case j := <-n.joins:
@@ -747,9 +757,12 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 	tok := q.tok
 	if tok.Hop >= n.cfg.Hops {
 		n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
-		n.model = n.newModel(tok.Z, tok.Hop, n.ID())
+		// The final model is the z of the token received at hop K: a release charged in the
+		// ledger of its sender (recipient: this node); publishing it to every member is
+		// post-processing, covered by the accountant's final release to all.
+		n.keepFinal(n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID()), finalMark(tok.Epoch, tok.Hop, tok.Z))
 		n.holding.Store(false) // released: no token here any more
-		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Model: tok.Z}); err != nil {
+		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z}); err != nil {
 			n.log.Warn().Err(err).Msg("cannot publish the final model")
 		}
 		return nil, nil
@@ -1010,6 +1023,9 @@ type Status struct {
 	Hop     uint64 `json:"hop,omitempty"`
 	Holding bool   `json:"holding,omitempty"`
 	Paused  bool   `json:"paused,omitempty"`
+	// Gossip is the state of a neighbour-exchange run (RunGossip); nil for the walk. Its
+	// epsilon_spent is then also reported in Epsilon, with its theorem in EpsilonNote.
+	Gossip *GossipStatus `json:"gossip,omitempty"`
 }
 
 // Status returns the node's status.
@@ -1043,6 +1059,9 @@ func (n *Node) Status() Status {
 	}
 	if n.cfg.PauseAtHop > 0 {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
+	}
+	if gs := n.gossipStatus(); gs != nil {
+		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft = gs, gs.EpsilonSpent, gs.Theorem, -1
 	}
 	return st
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
 )
@@ -49,6 +50,7 @@ func newPaused(t *testing.T, ctx context.Context, run string, sh []*consensus.Da
 	c.Weight = float64(len(sh)) * float64(sh[i].Rows) / float64(total)
 	c.Rand, c.Noise, c.Sources = nil, nil, testSources(21)
 	c.PauseAtHop, c.PauseAfterStep = pause, afterStep
+	c.Logger = failureLog(t, run, i)
 	if peers != nil {
 		c.Peers, c.WaitMembers = peers, 20*time.Second
 	}
@@ -174,4 +176,17 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// failureLog returns a debug logger for node i of a run whose output is printed only if
+// the test fails, so that a failure under load leaves the nodes' own account of it.
+func failureLog(t *testing.T, run string, i int) zerolog.Logger {
+	t.Helper()
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of node %d, run %s:\n%s", i, run, buf.String())
+		}
+	})
+	return zerolog.New(buf).Level(zerolog.DebugLevel).With().Timestamp().Int("node", i).Logger()
 }

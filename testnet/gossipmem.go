@@ -235,8 +235,11 @@ type GossipNetworkReport struct {
 	Rejected      int           `json:"rejected_frames"`
 	Ignored       int           `json:"ignored_frames"`
 	WallSeconds   float64       `json:"wall_seconds"` // network run only (no setup, no reference solve)
-	Dir           string        `json:"dir,omitempty"`
-	Note          string        `json:"note"`
+	// Restarts counts the node processes killed (SIGKILL) and restarted on their data
+	// directory (--procs fault injection); each resumed from its journal.
+	Restarts int    `json:"restarts,omitempty"`
+	Dir      string `json:"dir,omitempty"`
+	Note     string `json:"note"`
 }
 
 // GossipStale is one stale use of node Node.

@@ -53,6 +53,10 @@ type GossipPlan struct {
 	Barrier   string `json:"barrier_timeout"` // time.Duration strings
 	MaxWait   string `json:"max_wait"`
 	OnMissing string `json:"on_missing"`
+	// PauseAt, when > 0, is fault injection (node.GossipConfig.PauseAt): the node stops
+	// once its release of iteration PauseAt is durable, before sending it, and waits to be
+	// killed.
+	PauseAt int `json:"pause_at,omitempty"`
 }
 
 // GossipNodeOutput is the outcome of a node run from a plan (GossipOutputFile).
@@ -141,6 +145,19 @@ func (p *GossipPlan) waits() (time.Duration, time.Duration, node.MissingPolicy, 
 
 // Machine builds the plan's machine on shard (the simulator's shard of node Self).
 func (p *GossipPlan) Machine(shard *consensus.Dataset) (*gossip.Machine, error) {
+	m, _, err := p.machine(shard)
+	return m, err
+}
+
+// machine is Machine that also returns the journaled noise source the machine draws from
+// (nil without noise), so that a restarted node can replay its releases.
+func (p *GossipPlan) machine(shard *consensus.Dataset) (*gossip.Machine, *node.JournalNoise, error) {
+	var jn *node.JournalNoise
+	m, err := p.build(shard, func(n privacy.Noise) privacy.Noise { jn = node.NewJournalNoise(n); return jn })
+	return m, jn, err
+}
+
+func (p *GossipPlan) build(shard *consensus.Dataset, wrap func(privacy.Noise) privacy.Noise) (*gossip.Machine, error) {
 	if shard == nil || shard.Rows != p.Rows || shard.Cols != p.Cols {
 		return nil, fmt.Errorf("testnet: gossip plan: the shard must have %d rows and %d columns", p.Rows, p.Cols)
 	}
@@ -169,7 +186,7 @@ func (p *GossipPlan) Machine(shard *consensus.Dataset) (*gossip.Machine, error) 
 		Gamma: p.Gamma, Alpha: alpha, C1: p.C1, Init: append([]float64(nil), p.Init...), Run: p.Run, Names: names,
 	}
 	if !math.IsInf(alpha, 1) {
-		cfg.Noise = NodeNoise(p.Seed, p.Self)
+		cfg.Noise = wrap(NodeNoise(p.Seed, p.Self))
 	}
 	return gossip.New(cfg, obj)
 }
@@ -178,8 +195,10 @@ func (p *GossipPlan) Machine(shard *consensus.Dataset) (*gossip.Machine, error) 
 // the machine, starts a host on the plan's listen address, connects to its neighbours
 // (retrying until they listen, at most one barrier timeout), runs the node.GossipNode and
 // writes GossipOutputFile (model, solve residuals, stale uses, frame counters) to dir.
+// Started again on the same data directory after a crash, the node resumes from its
+// journal (node.GossipJournalFile) at the iteration it had reached.
 func RunGossipPlanNode(ctx context.Context, p *GossipPlan, shard *consensus.Dataset, dir string, noSync bool, log zerolog.Logger) (*GossipNodeOutput, error) {
-	m, err := p.Machine(shard)
+	m, jn, err := p.machine(shard)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +222,7 @@ func RunGossipPlanNode(ctx context.Context, p *GossipPlan, shard *consensus.Data
 	gn, err := node.NewGossipNode(ctx, node.GossipConfig{
 		Run: p.Run, DataDir: dir, NoSync: noSync, Members: ids, Self: p.Self, Neighbors: p.Neighbors, Machine: m,
 		Iters: p.Iters, Listen: p.Members[p.Self].Addrs[:1], Barrier: barrier, MaxWait: maxWait, OnMissing: policy,
-		Logger: log,
+		Logger: log, Noise: jn, PauseAt: p.PauseAt,
 	})
 	if err != nil {
 		return nil, err
@@ -271,7 +290,14 @@ type GossipProcsConfig struct {
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
-	Logger    zerolog.Logger
+	// KillAtIter, when > 0, is fault injection: node KillNode stops once its release of
+	// iteration KillAtIter is durable and before it is sent, is killed with SIGKILL and
+	// is started again on the same data directory, where it resumes from its journal.
+	// The neighbours must wait for it (OnMissing wait, or a barrier and max wait longer
+	// than the restart). KillAtIter must be below Iters.
+	KillNode   int
+	KillAtIter int
+	Logger     zerolog.Logger
 }
 
 // RunGossipProcs starts one process per node with the machine NewGossipSim builds for it
@@ -302,6 +328,9 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		return nil, err
 	}
 	n := len(sim.Machines)
+	if cfg.KillAtIter < 0 || cfg.KillAtIter >= max(o.Iters, 1) || (cfg.KillAtIter > 0 && (cfg.KillNode < 0 || cfg.KillNode >= n)) {
+		return nil, fmt.Errorf("testnet: gprocs: kill at iteration %d of node %d: want 1 <= iteration < %d and 0 <= node < %d", cfg.KillAtIter, cfg.KillNode, o.Iters, n)
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "dpadmm-gprocs-")
@@ -332,6 +361,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	}
 	logs := make([]string, n)
 	args := make([][]string, n)
+	var restartArgs []string
 	for i := 0; i < n; i++ {
 		c := sim.Configs[i]
 		plan := GossipPlan{
@@ -349,6 +379,19 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		if err := os.WriteFile(planPath, append(b, '\n'), 0o644); err != nil {
 			return nil, err
 		}
+		restartPlan := ""
+		if cfg.KillAtIter > 0 && i == cfg.KillNode {
+			// The first process pauses at the release; the restarted one runs on.
+			restartPlan = filepath.Join(dir, fmt.Sprintf("node-%d.restart.plan.json", i))
+			if err := os.WriteFile(restartPlan, append(b, '\n'), 0o644); err != nil {
+				return nil, err
+			}
+			plan.PauseAt = cfg.KillAtIter
+			pb, _ := json.MarshalIndent(plan, "", "  ")
+			if err := os.WriteFile(planPath, append(pb, '\n'), 0o644); err != nil {
+				return nil, err
+			}
+		}
 		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
 		if err := writeShardCSV(csv, sim.Shards[i]); err != nil {
 			return nil, err
@@ -360,6 +403,10 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 			a = append(a, "--no-fsync")
 		}
 		args[i] = a
+		if restartPlan != "" {
+			restartArgs = append([]string(nil), a...)
+			restartArgs[2] = restartPlan
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -372,6 +419,20 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		if procs[i], err = startProc(ctx, pc, args[i], dir, i); err != nil {
 			return nil, err
 		}
+	}
+	restarts := 0
+	if cfg.KillAtIter > 0 {
+		k := cfg.KillNode
+		if err := waitLedger(ctx, procs[k], dirs[k], cfg.KillAtIter+1); err != nil {
+			return nil, withLogs(fmt.Errorf("testnet: gprocs: node %d: %w", k, err), logs[k:k+1])
+		}
+		procs[k].cmd.Process.Kill() // SIGKILL: no handler runs
+		<-procs[k].done
+		cfg.Logger.Warn().Int("node", k).Int("iter", cfg.KillAtIter).Msg("node killed after its release became durable; restarting it on the same data directory")
+		if procs[k], err = startProc(ctx, pc, restartArgs, dir, k); err != nil {
+			return nil, err
+		}
+		restarts++
 	}
 	for i, p := range procs {
 		select {
@@ -418,7 +479,24 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	}
 	nw := GossipNetworkReport{
 		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
-		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir,
+		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir, Restarts: restarts,
 	}
 	return gossipNetReport(&o, sim, models, inexact, ledgers, stale, rejected, ignored, wall, nw)
+}
+
+// waitLedger waits until the ledger in dir holds at least entries entries while p is still
+// running (a process that exits first is an error).
+func waitLedger(ctx context.Context, p *proc, dir string, entries int) error {
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, node.LedgerFile)); err == nil && bytes.Count(b, []byte{'\n'}) >= entries {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited before its ledger held %d entries: %v", entries, p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

@@ -40,6 +40,9 @@ type gossipArgs struct {
 	fsync            bool
 	onMissing        node.MissingPolicy
 	barrier, maxWait time.Duration
+	// --procs fault injection: node killNode is killed (SIGKILL) once its release of
+	// iteration killAt is durable, then restarted on its data directory (0 = off).
+	killNode, killAt int
 }
 
 // parseAlpha reads --alpha: a positive number or "inf" (no noise). The default is the
@@ -204,7 +207,7 @@ func runGossipNet(o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*tes
 		}
 		return testnet.RunGossipProcs(ctx, testnet.GossipProcsConfig{
 			Options: o, Binary: bin, Dir: a.dir, Sync: a.fsync, Barrier: a.barrier, MaxWait: a.maxWait,
-			OnMissing: a.onMissing, Logger: log,
+			OnMissing: a.onMissing, Logger: log, KillNode: a.killNode, KillAtIter: a.killAt,
 		})
 	}
 	rep, _, err := testnet.RunGossipMemReport(ctx, testnet.GossipMemConfig{
@@ -224,6 +227,9 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(w, "network %s: %d libp2p hosts on loopback, %d ledger entries, %.3g s; policy %s (barrier %gs, max wait %gs): %d stale uses\n",
 			nw.Mode, nw.Hosts, nw.LedgerEntries, nw.WallSeconds, nw.OnMissing, nw.BarrierSeconds, nw.MaxWaitSeconds, nw.StaleUses)
+		if nw.Restarts > 0 {
+			fmt.Fprintf(w, "  %d node process(es) killed (SIGKILL) and restarted; each resumed from its journal\n", nw.Restarts)
+		}
 		for _, u := range nw.Stale {
 			fmt.Fprintf(w, "  node %d computed iteration %d with neighbour %d's vector of iteration %d (missing at the barrier)\n",
 				u.Node, u.Iter+1, u.Neighbor, u.UsedIter)

@@ -243,6 +243,19 @@ func TestTestnetGossipProcsMatchesSim(t *testing.T) {
 			}
 		}
 	}
+
+	// The same run with node 1 SIGKILLed after its durable release of iteration 5 and
+	// restarted: it resumes from its journal and the report is still the simulator's.
+	killPath := filepath.Join(dir, "kill.json")
+	if code := run(append(common, "--procs", "--barrier-timeout", "20s", "--kill-at-iter", "5", "--kill-node", "1", "--report", killPath), &out, &errb); code != 0 {
+		t.Fatalf("procs with kill: exit %d\n%s", code, errb.String())
+	}
+	killed := readJSONMap(t, killPath)
+	sameGossipReport(t, "procs with kill", killed, sim)
+	nw, _ = killed["network"].(map[string]any)
+	if nw["restarts"] != 1.0 || nw["stale_uses"] != 0.0 || nw["ledger_entries"] != 3.0*13 {
+		t.Fatalf("network section after a kill: %v", nw)
+	}
 }
 
 func TestTestnetGossipNetworkBadFlags(t *testing.T) {
@@ -258,6 +271,10 @@ func TestTestnetGossipNetworkBadFlags(t *testing.T) {
 		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--barrier-timeout", "2s", "--max-wait", "1s"}, "--max-wait"},
 		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--curve", "c.csv"}, "simulator-only"},
 		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--kill-holder-at", "2"}, "random walk"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--kill-at-iter", "2"}, "with --procs"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--iters", "10", "--kill-at-iter", "10"}, "--kill-at-iter must be in [1, --iters)"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--kill-at-iter", "2", "--kill-node", "3"}, "--kill-node must be in [0, 3)"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--kill-node", "1"}, "--kill-node needs --kill-at-iter"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

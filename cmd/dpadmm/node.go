@@ -39,7 +39,8 @@ checkpoints and model.json. A checkpoint without an intact ledger is refused.
 
 Testnets: 'dpadmm testnet --procs' starts nodes with --static FILE (fixed membership in
 node-index order, skipping announce/join; each node waits until it is connected to every
-member before the walk starts) and --seed S (every random source seeded as in the
+member before the walk starts; with --algo radmm|... the file's total_rows is M, holder
+is ignored, and an optional config_hash must equal the node's) and --seed S (every random source seeded as in the
 simulator, so the model equals the simulator's for that seed; such noise is not secure).
 
 Neighbour exchange (testnets): 'dpadmm testnet --procs --algo radmm|mradmm|...' starts
@@ -51,23 +52,34 @@ and --datadir its data directory. The node exchanges its vector with its neighbo
 DIR/gossip-model.json (model, solve residuals, stale uses). Only --data, --datadir,
 --label, --no-fsync, --log-format, --log-level and --run (must match) apply then.
 
-Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with
---algo radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-
-exchange run instead of a walk. The starter announces algorithm, --graph, --graph-seed,
---iters, --alpha, the penalty schedule (--eta, --eta-growth, --eta-max), --gamma (the
-even-step proximal weight, default 0.5 here), --paper-c, --loss, --l2 and the data
-dimension; their hash must match. The start message fixes the ordered membership and the
-total row count M; every member builds the same graph from (--graph, members,
---graph-seed), its objective with C_i/B_i = C*n/M and rho/N = C*l2 (as the simulator),
-f_i(0) and its noise from crypto/rand, dials its neighbours and exchanges vectors over
-/dpadmm/<run>/radmm/1 (ledger fsynced before every send; --barrier-timeout, --max-wait,
---on-missing as in 'dpadmm testnet'). Every node writes DIR/model.json with ITS OWN
-model f_i(T) (the network average is not known to one node: average the members'
-files) and its own Theorem V.1 figure from its ledger, with the theorem's conditions and
-whether they hold. Rows must have norm <= 1 after --scale (checked; the node refuses
-otherwise). --seed S seeds f_i(0) and the noise (testnets only: NOT secure). The walk
-flags (--hops, --clip, --sigma, --lambda, --max-updates, --static, --http, ...) do not
-apply. A node cannot rejoin a gossip run after a crash (its ledger refuses it).
+Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with --algo
+radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-exchange
+run instead of a walk. The starter announces algorithm, --graph, --graph-seed, --iters,
+--alpha, the penalty schedule (--eta, --eta-growth, --eta-max, or --eta-file FILE in the
+format of 'dpadmm testnet --eta-file': one value per line for every member, or one
+comma-separated column per member index for MR-ADMM), --gamma (the even-step proximal
+weight, default 0.5 here), --paper-c, --loss, --l2 and the data dimension; their hash
+must match. The start message fixes the ordered membership and the total row count M;
+every member builds the same graph from (--graph, members, --graph-seed), its objective
+with C_i/B_i = C*n/M and rho/N = C*l2 (as the simulator), f_i(0) and its noise from
+crypto/rand, dials its neighbours and exchanges vectors over /dpadmm/<run>/radmm/1
+(ledger fsynced before every send; --barrier-timeout, --max-wait, --on-missing as in
+'dpadmm testnet'). Every node writes DIR/model.json with ITS OWN model f_i(T) (the
+network average is not known to one node: average the members' files) and its own
+Theorem V.1 figure from its ledger, with the theorem's conditions and whether they hold.
+Rows must have norm <= 1 after --scale (checked; the node refuses otherwise). --seed S
+seeds f_i(0) and the noise as the simulator does for node i (testnets only: NOT secure).
+--static FILE fixes the membership in index order and M (total_rows) and skips
+announce/join. --http ADDR serves /status (a "gossip" section: iteration, neighbours
+reachable, stale uses, ledger entries, the running Theorem V.1 epsilon with its
+conditions) and /metrics (dpadmm_gossip_*). The walk flags (--hops, --clip, --sigma,
+--lambda, --max-updates, ...) do not apply. A node killed or crashed mid-run resumes
+when started again with the same --datadir (and --run, configuration, --listen port):
+its journal (DIR/gossip-journal, written with the ledger before every send) restores the
+machine exactly and it re-sends the vectors it already released unchanged, never
+re-noised; it refuses to resume when the journal does not reproduce its ledger bit for
+bit. Neighbours wait for it with --on-missing wait (or a barrier and --max-wait longer
+than the restart).
 
   dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 4 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
   dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
@@ -140,6 +152,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", time.Second, "interval of the fixed-schedule heartbeats to every member (they carry no token information); negative disables heartbeats and the regeneration of a token lost with a crashed holder")
 	heartbeatMisses := fs.Int("heartbeat-misses", 15, "a member silent for this many heartbeat intervals is declared down (its unreleased backups are regenerated with a new epoch)")
 	custodyDepth := fs.Int("custody-depth", 8, "keep each release as a backup until the token is this many acked hand-offs further on")
+	fallbackTimeout := fs.Duration("fallback-timeout", 0, "slow global fallback: after this long without any token, ack or release, re-send this node's last release under a new epoch (recovers a token lost with the holder and every backup holder); 0 = derived, max(2*(heartbeat-misses*heartbeat + ack-timeout), 20 x members x slowest observed hop time); negative disables")
 	static := fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
@@ -152,6 +165,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (mradmm/madmm: eta(k) = eta*q^k)")
 	etaGrowth := fs.Float64("eta-growth", 1, "neighbour exchange: growth factor q >= 1 of the penalty schedule (mradmm, madmm)")
 	etaMax := fs.Float64("eta-max", 0, "neighbour exchange: cap of the geometric penalty schedule; 0 = none")
+	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file as for 'dpadmm testnet --eta-file': one line per k = 1..K holding eta(k) for every member, or one comma-separated eta_i(k) per member by member index (mradmm); announced (enters the config hash); replaces --eta, --eta-growth, --eta-max")
 	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C; C_i/B_i = C*n/M, rho/N = C*l2")
 	onMissing := fs.String("on-missing", "stop", "neighbour exchange: a neighbour's vector missing at the barrier: stop|wait|stale")
 	barrier := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange: wait at an iteration before checking a missing neighbour")
@@ -176,8 +190,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	var gp *node.GossipParams
 	if *algo != "walk" {
 		var walkOnly []string
-		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "static", "http", "pause-at-hop",
-			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
+		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "pause-at-hop",
+			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "fallback-timeout", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
 			if set[f] {
 				walkOnly = append(walkOnly, "--"+f)
 			}
@@ -203,8 +217,18 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		gp = &node.GossipParams{Algo: *algo, Graph: *graphSpec, GraphSeed: *graphSeed, Iters: *iters, Alpha: alpha,
 			Eta: *eta, EtaGrowth: *etaGrowth, EtaMax: *etaMax, Gamma: g, PaperC: *paperC,
 			Barrier: *barrier, MaxWait: *maxWait, OnMissing: pol}
+		if *etaFile != "" {
+			if set["eta"] || set["eta-growth"] || set["eta-max"] {
+				return bad("--eta-file replaces --eta, --eta-growth and --eta-max; give one or the other")
+			}
+			rows, err := readEtaFile(*etaFile)
+			if err != nil {
+				return bad("--eta-file: %v", err)
+			}
+			gp.EtaTable = rows
+		}
 	} else {
-		for _, f := range []string{"graph", "graph-seed", "iters", "alpha", "eta", "eta-growth", "eta-max", "paper-c",
+		for _, f := range []string{"graph", "graph-seed", "iters", "alpha", "eta", "eta-growth", "eta-max", "eta-file", "paper-c",
 			"on-missing", "barrier-timeout", "max-wait"} {
 			if set[f] {
 				return bad("--%s applies to the neighbour-exchange algorithms (--algo radmm|...), not to the walk", f)
@@ -254,6 +278,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		cfg.Listen = listen
 	}
 	cfg.Heartbeat, cfg.HeartbeatMisses, cfg.Depth = *heartbeat, *heartbeatMisses, *custodyDepth
+	cfg.FallbackTimeout = *fallbackTimeout
 	if *ackTimeout > 0 {
 		cfg.AckTimeout = *ackTimeout
 	}
@@ -331,7 +356,16 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		cfg.Weight = float64(n) * float64(cfg.Data.Rows) / float64(sf.TotalRows)
 		cfg.Peers = append(cfg.Peers, sf.PeerAddrs()...)
 		cfg.WaitMembers = 30 * time.Second
-		if seedSet {
+		if gp != nil {
+			// Neighbour exchange: M from the file; the holder does not apply; RunGossip
+			// dials the neighbours (WaitMembers only keeps New from dialling everyone).
+			gp.TotalRows, cfg.Weight, cfg.Holder = sf.TotalRows, 0, 0
+			cfg.Gossip = gp
+			if h := cfg.RunConfig().Hash(); sf.ConfigHash != "" && sf.ConfigHash != h {
+				return fmt.Errorf("%s is for config hash %.12s, this node's configuration hashes to %.12s (different data dimensions or hyperparameters)",
+					*static, sf.ConfigHash, h)
+			}
+		} else if seedSet {
 			s := *seed
 			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return testnet.NodeSources(s, i) }
 			cfg.AllowSeededNoise = true
@@ -344,8 +378,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if gp != nil {
 		cfg.Gossip = gp
 		if seedSet {
+			// f_i(0) and the noise as the simulator draws them for node i and this seed.
 			s := *seed
-			cfg.Rand = func(i int) *rand.Rand { return testnet.NodeRand(s, i) }
+			cfg.Rand = func(i int) *rand.Rand { return testnet.GossipInitRand(s, i) }
 			cfg.Noise = func(i int) privacy.Noise { return testnet.NodeNoise(s, i) }
 			cfg.AllowSeededNoise = true
 		}
@@ -399,10 +434,13 @@ func runGossipMember(cfg node.Config, datadir string, stdout io.Writer) error {
 	for _, a := range nd.Host.Addrs() {
 		fmt.Fprintf(stdout, "  listening on %s/p2p/%s\n", a, nd.ID())
 	}
+	if nd.HTTPAddr != "" {
+		fmt.Fprintf(stdout, "  status on http://%s/status (section gossip), metrics on /metrics (dpadmm_gossip_*)\n", nd.HTTPAddr)
+	}
 	m, err := nd.RunGossip(ctx)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted before the run ended (a gossip node cannot rejoin the run)")
+			return errors.New("interrupted before the run ended (start the node again with the same --datadir to resume)")
 		}
 		return err
 	}

@@ -101,8 +101,12 @@ the substitution is recorded durably, logged and listed in the report's network 
 and the model is no longer the fault-free one). See docs/radmm-network.md. For one seed
 and no stale use the report equals --sim's (model and objective bit for bit, same keys)
 plus a "network" section (mode, hosts, policy, stale uses, ledger entries, wall time);
-trace_hash is empty (the vectors are not fingerprinted between hosts).
+trace_hash is empty (the vectors are not fingerprinted between hosts). With --procs,
+--kill-at-iter I --kill-node K kills node K (SIGKILL) once its release of iteration I is
+durable and not yet sent, and restarts it on its data directory: it replays its journal,
+re-sends the same vectors (never re-noised) and the run ends with the fault-free model.
   dpadmm testnet --algo radmm --mem --nodes 5 --iters 100 --report r.json
+  dpadmm testnet --algo radmm --procs --nodes 4 --iters 20 --kill-at-iter 7 --kill-node 2
 
 Flags:
 `
@@ -119,6 +123,8 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	var procs procsFlag
 	fs.Var(&procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
 	killAt := fs.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
+	killIter := fs.Int("kill-at-iter", 0, "neighbour exchange with --procs: SIGKILL node --kill-node once its release of this iteration is durable (not yet sent), then restart it on its data directory, where it resumes from its journal; 0 = no kill")
+	killNode := fs.Int("kill-node", 0, "with --kill-at-iter: the index of the node to kill")
 	killPhase := fs.String("kill-phase", "received", "with --kill-holder-at: received (the holder has acked the token, not stepped it) or custody (stepped; ledger entry and outgoing token durable, not sent)")
 	netDir := fs.String("dir", "", "with --mem/--procs: keep the nodes' data directories (ledgers, model.json) and logs here (default: a temporary directory, removed)")
 	fsync := fs.Bool("fsync", false, "with --mem/--procs: fsync every ledger and checkpoint write (default off: testnet)")
@@ -186,6 +192,16 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		}
 	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] {
 		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir and --fsync apply to --mem/--procs")
+	}
+	switch {
+	case (set["kill-at-iter"] || set["kill-node"]) && (!procs.on || *algo == "walk"):
+		return testnetUsage(stderr, "--kill-at-iter and --kill-node apply to the neighbour-exchange algorithms with --procs (the walk uses --kill-holder-at)")
+	case set["kill-node"] && !set["kill-at-iter"]:
+		return testnetUsage(stderr, "--kill-node needs --kill-at-iter")
+	case *killIter < 0 || (set["kill-at-iter"] && (*killIter < 1 || *killIter >= *iters)):
+		return testnetUsage(stderr, "--kill-at-iter must be in [1, --iters) = [1, %d), got %d", *iters, *killIter)
+	case *killIter > 0 && (*killNode < 0 || *killNode >= *nodes):
+		return testnetUsage(stderr, "--kill-node must be in [0, %d), got %d", *nodes, *killNode)
 	}
 	policy, err := node.ParseMissingPolicy(*onMissing)
 	switch {
@@ -318,6 +334,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
 			seed: *seed, report: *reportPath, curve: *curvePath, quiet: *quiet,
 			mem: *mem, procs: procs.on, dir: *netDir, fsync: *fsync, onMissing: policy, barrier: *barrierTimeout, maxWait: *maxWait,
+			killNode: *killNode, killAt: *killIter,
 		}, stdout, stderr)
 	}
 	opt := testnet.Options{

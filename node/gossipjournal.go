@@ -1,0 +1,360 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// GossipJournalFile is the data-directory file that lets a neighbour-exchange node resume
+// its run after a crash: one JSON line per release, made durable BEFORE the release's
+// ledger entry and before any frame of it is sent. A line holds the released vector, the
+// neighbour vectors the machine consumed at the barrier before it and every noise draw
+// that went into it. A restarted node rebuilds a fresh machine, replays the journal
+// (recorded inputs, recorded noise) and checks that every release it recomputes equals
+// the journaled vector bit for bit; it then re-sends its last released vectors unchanged.
+// An already-released iteration is therefore never re-noised. The file holds private
+// state (the noise of past releases): it must stay on the node, like the data.
+const GossipJournalFile = "gossip-journal"
+
+// journalRec is one line of GossipJournalFile.
+type journalRec struct {
+	Run  string `json:"run"`
+	Iter int    `json:"iter"`
+	// Members and Total (first line only) are the run's membership in index order and M,
+	// so that a restarted node of an announce/join run takes the same place.
+	Members []string   `json:"members,omitempty"`
+	Addrs   [][]string `json:"addrs,omitempty"` // members' known multiaddrs (no /p2p)
+	Total   int        `json:"total_rows,omitempty"`
+	Vec     []float64  `json:"vec"`
+	// In are the neighbour vectors of iteration Iter-1 the machine consumed (a stale
+	// substitution is recorded with the vector used).
+	In    []journalIn `json:"in,omitempty"`
+	Noise []noiseDraw `json:"noise,omitempty"`
+}
+
+type journalIn struct {
+	From int       `json:"from"`
+	Iter int       `json:"iter"`
+	Vec  []float64 `json:"vec"`
+}
+
+// noiseDraw is one call of the noise source: Normal (Sigma and the values filled) or
+// Uniform (Uniform true, one value).
+type noiseDraw struct {
+	Uniform bool      `json:"u,omitempty"`
+	Sigma   float64   `json:"s,omitempty"`
+	Vals    []float64 `json:"v"`
+}
+
+// JournalNoise wraps a machine's noise source so that its draws can be journaled with
+// the release they went into and replayed after a restart. Build the machine with it as
+// gossip.Config.Noise and pass the same value as GossipConfig.Noise. During a replay the
+// wrapped source is drawn too and its values discarded, so a seeded source continues
+// where it stood at the crash (and must reproduce the recorded values).
+type JournalNoise struct {
+	src    privacy.Noise
+	rec    []noiseDraw
+	replay []noiseDraw
+	pos    int
+	err    error
+}
+
+// NewJournalNoise wraps src.
+func NewJournalNoise(src privacy.Noise) *JournalNoise { return &JournalNoise{src: src} }
+
+// Secure reports whether the wrapped source is backed by crypto/rand.
+func (j *JournalNoise) Secure() bool { return j.src.Secure() }
+
+// Normal fills dst from the replay when one is pending, else from the wrapped source.
+func (j *JournalNoise) Normal(dst []float64, sigma float64) {
+	j.src.Normal(dst, sigma)
+	if j.pos < len(j.replay) {
+		d := j.replay[j.pos]
+		j.pos++
+		if d.Uniform || len(d.Vals) != len(dst) || math.Float64bits(d.Sigma) != math.Float64bits(sigma) {
+			j.fail(fmt.Errorf("replayed noise draw %d is not a normal draw of %d values at sigma %v", j.pos, len(dst), sigma))
+			for i := range dst {
+				dst[i] = math.NaN()
+			}
+			return
+		}
+		if !j.src.Secure() && !sameFloats(dst, d.Vals) {
+			j.fail(fmt.Errorf("the seeded noise source does not reproduce journaled draw %d", j.pos))
+		}
+		copy(dst, d.Vals)
+	}
+	j.rec = append(j.rec, noiseDraw{Sigma: sigma, Vals: append([]float64(nil), dst...)})
+}
+
+// Uniform returns the replayed value when a replay is pending, else a fresh one.
+func (j *JournalNoise) Uniform() float64 {
+	u := j.src.Uniform()
+	if j.pos < len(j.replay) {
+		d := j.replay[j.pos]
+		j.pos++
+		if !d.Uniform || len(d.Vals) != 1 {
+			j.fail(fmt.Errorf("replayed noise draw %d is not a uniform draw", j.pos))
+			return math.NaN()
+		}
+		if !j.src.Secure() && math.Float64bits(u) != math.Float64bits(d.Vals[0]) {
+			j.fail(fmt.Errorf("the seeded noise source does not reproduce journaled draw %d", j.pos))
+		}
+		u = d.Vals[0]
+	}
+	j.rec = append(j.rec, noiseDraw{Uniform: true, Vals: []float64{u}})
+	return u
+}
+
+func (j *JournalNoise) fail(err error) {
+	if j.err == nil {
+		j.err = err
+	}
+}
+
+// take returns and clears the draws recorded since the last take.
+func (j *JournalNoise) take() []noiseDraw {
+	r := j.rec
+	j.rec = nil
+	return r
+}
+
+func sameFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// GossipJournal is what a data directory's journal says about a run: the membership, M
+// and f_i(0) recorded with the first release, and how many releases are journaled.
+type GossipJournal struct {
+	Members  []string
+	Addrs    [][]string // the members' addresses known at the first release
+	Total    int
+	Init     []float64
+	Releases int
+	recs     []journalRec
+}
+
+// ReadGossipJournal returns the journal of run in dir, or nil when there is none. A
+// truncated last line (a crash while it was written, before it was durable and so before
+// any send of its release) is ignored.
+func ReadGossipJournal(dir, run string) (*GossipJournal, error) {
+	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), run)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	return &GossipJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
+}
+
+// readJournal returns the records of run and the length of the file's complete lines.
+func readJournal(path, run string) ([]journalRec, int64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+	}
+	good := int64(bytes.LastIndexByte(b, '\n') + 1)
+	var out []journalRec
+	sc := bufio.NewScanner(bytes.NewReader(b[:good]))
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<30)
+	for line := 1; sc.Scan(); line++ {
+		var r journalRec
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, 0, fmt.Errorf("node: %s line %d: %w", GossipJournalFile, line, err)
+		}
+		if r.Run != run {
+			continue
+		}
+		if r.Iter != len(out) {
+			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", GossipJournalFile, line, r.Iter, len(out), run)
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+	}
+	return out, good, nil
+}
+
+// restore replays the journal recs into the fresh machine m (noise from jn): every
+// recomputed release must equal the journaled vector bit for bit and the ledger entries
+// prior of the run must be those of the journaled releases (a release journaled but not
+// yet in the ledger, from a crash between the two writes, gets its entry now, before
+// anything is sent). It returns the inputs last consumed from each neighbour.
+func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) (map[int]journalIn, error) {
+	m, jn := g.cfg.Machine, g.cfg.Noise
+	refuse := func(format string, a ...any) (map[int]journalIn, error) {
+		return nil, fmt.Errorf("%w: %s: %s", ErrRejoin, g.cfg.DataDir, fmt.Sprintf(format, a...))
+	}
+	if len(prior) > len(recs) {
+		return refuse("the ledger holds %d entries of run %q but the journal only %d releases", len(prior), g.cfg.Run, len(recs))
+	}
+	for _, r := range recs {
+		jn.replay = append(jn.replay, r.Noise...)
+	}
+	last := map[int]journalIn{}
+	for r, rec := range recs {
+		for _, in := range rec.In {
+			if in.Iter != r-1 {
+				return refuse("release %d lists an input of iteration %d", r, in.Iter)
+			}
+			if err := m.Step(gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}); err != nil {
+				return refuse("replaying the input of neighbour %d at iteration %d: %v", in.From, in.Iter, err)
+			}
+			last[in.From] = in
+		}
+		if !m.HasReady() {
+			return refuse("the journaled inputs do not complete the barrier before release %d", r)
+		}
+		rd := m.Ready()
+		if jn.err != nil {
+			return refuse("%v", jn.err)
+		}
+		if len(rd.Outbox) == 0 || rd.Outbox[0].Msg.Iter != r || !sameFloats(rd.Outbox[0].Msg.Vec, rec.Vec) || len(rd.Ledger) != 1 {
+			return refuse("the machine does not reproduce release %d bit for bit (refusing to release it again differently)", r)
+		}
+		e := rd.Ledger[0]
+		e.Run = g.cfg.Run
+		if r < len(prior) {
+			p := prior[r]
+			if p.Hop != e.Hop || p.Mechanism != e.Mechanism || math.Float64bits(p.Epsilon) != math.Float64bits(e.Epsilon) {
+				return refuse("ledger entry %d (%s, iteration %d) does not match the replayed release %d", r, p.Mechanism, p.Hop, r)
+			}
+		} else if err := g.store.AppendLedger([]privacy.Entry{e}); err != nil {
+			return nil, fmt.Errorf("node: cannot make the ledger durable: %w", err)
+		}
+		g.progress([]privacy.Entry{e}, r)
+		g.resend = append(g.resend, rec.Vec)
+		if len(g.resend) > 2 {
+			g.resend = g.resend[1:]
+		}
+		m.Advance(rd)
+	}
+	if jn.pos != len(jn.replay) {
+		return refuse("%d journaled noise draws were not used by the replay", len(jn.replay)-jn.pos)
+	}
+	jn.replay, jn.pos, jn.rec = nil, 0, nil
+	return last, nil
+}
+
+// journal appends the record of release iter and fsyncs it (before the ledger entry).
+func (g *GossipNode) journal(iter int, vec []float64) error {
+	rec := journalRec{Run: g.cfg.Run, Iter: iter, Vec: vec, In: g.inputs[iter-1]}
+	delete(g.inputs, iter-1)
+	if g.cfg.Noise != nil {
+		rec.Noise = g.cfg.Noise.take()
+	}
+	if iter == 0 {
+		rec.Members = make([]string, len(g.cfg.Members))
+		rec.Addrs = make([][]string, len(g.cfg.Members))
+		for i, p := range g.cfg.Members {
+			rec.Members[i] = p.String()
+			addrs := g.Host.Peerstore().Addrs(p)
+			if i == g.cfg.Self {
+				addrs = g.Host.Addrs()
+			}
+			for _, a := range addrs {
+				rec.Addrs[i] = append(rec.Addrs[i], a.String())
+			}
+		}
+		rec.Total = g.cfg.TotalRows
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+	}
+	if _, err := g.jfile.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+	}
+	if !g.cfg.NoSync {
+		if err := g.jfile.Sync(); err != nil {
+			return fmt.Errorf("node: %s fsync: %w", GossipJournalFile, err)
+		}
+	}
+	return nil
+}
+
+// noNoise stands in for the noise source of a machine built without one (no noise): a
+// draw from it makes the replay fail.
+type noNoise struct{}
+
+func (noNoise) Normal(dst []float64, _ float64) {
+	for i := range dst {
+		dst[i] = math.NaN()
+	}
+}
+func (noNoise) Uniform() float64 { return math.NaN() }
+func (noNoise) Secure() bool     { return true }
+
+// requeue queues the last released vectors (iterations t-1 and t, as journaled) to p
+// again. The receiver ignores the ones it already has.
+func (g *GossipNode) requeue(p *gossipPeer, t int) {
+	for k, vec := range g.resend {
+		iter := t - len(g.resend) + 1 + k
+		raw, err := EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(iter), From: uint32(g.cfg.Self), Vec: vec})
+		if err != nil {
+			g.log.Error().Err(err).Msg("cannot encode a re-sent vector")
+			return
+		}
+		select {
+		case p.q <- raw:
+			if iter < g.cfg.Iters {
+				p.queued++
+			}
+		default:
+			g.log.Warn().Int("to", p.idx).Int("iter", iter).Msg("send queue full: re-sent vector dropped")
+		}
+	}
+}
+
+// watchReconnects reports, on g.reconn, every neighbour that connects again after all
+// its connections had closed.
+func (g *GossipNode) watchReconnects() {
+	var mu sync.Mutex
+	down := map[peer.ID]bool{}
+	g.notifee = &network.NotifyBundle{
+		DisconnectedF: func(n network.Network, c network.Conn) {
+			p := c.RemotePeer()
+			if _, ok := g.index[p]; ok && n.Connectedness(p) != network.Connected {
+				mu.Lock()
+				down[p] = true
+				mu.Unlock()
+			}
+		},
+		ConnectedF: func(_ network.Network, c network.Conn) {
+			p := c.RemotePeer()
+			mu.Lock()
+			was := down[p]
+			delete(down, p)
+			mu.Unlock()
+			if i, ok := g.index[p]; ok && was {
+				select {
+				case g.reconn <- i:
+				default:
+				}
+			}
+		},
+	}
+	g.Host.Network().Notify(g.notifee)
+}

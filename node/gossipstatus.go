@@ -1,0 +1,205 @@
+package node
+
+import (
+	"math"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// GossipStatus is the neighbour-exchange part of /status (Status.Gossip).
+type GossipStatus struct {
+	// Algorithm is the announced algorithm (radmm, mradmm, ...).
+	Algorithm string `json:"algo"`
+	// Iter is the last iteration this node computed and released (-1 before the run
+	// started), Iters is T.
+	Iter  int `json:"iter"`
+	Iters int `json:"iters"`
+	// Neighbors are the member indices of this node's graph neighbours (empty before the
+	// membership is fixed); Reachable is how many of them are connected now.
+	Neighbors []int `json:"neighbors"`
+	Reachable int   `json:"neighbors_reachable"`
+	// StaleUses counts the neighbour vectors reused after a missed barrier (policy stale).
+	StaleUses int `json:"stale_uses"`
+	// LedgerEntries counts the ledger entries this run made durable (f_i(0) included).
+	LedgerEntries int `json:"ledger_entries"`
+	// EpsilonSpent is the running pure-DP epsilon of this node's releases so far: the sum
+	// of the per-iteration Theorem V.1 terms in its ledger. -1 when a release carries no
+	// guarantee (no noise, or a perturbed subproblem that missed the solver tolerance).
+	EpsilonSpent float64 `json:"epsilon_spent"`
+	// Theorem names the result EpsilonSpent rests on and Conditions its hypotheses.
+	// ConditionsHold reports whether they hold as far as known so far (checked before
+	// the run from the data and parameters, and from the ledger during it); Reason says
+	// why not.
+	Theorem        string `json:"epsilon_theorem"`
+	Conditions     string `json:"epsilon_conditions"`
+	ConditionsHold bool   `json:"epsilon_conditions_hold"`
+	Reason         string `json:"epsilon_reason,omitempty"`
+	// Rejected and Ignored count inbound frames refused (malformed, forged, foreign) and
+	// dropped (stale, duplicate, too far ahead).
+	Rejected int `json:"rejected_frames"`
+	Ignored  int `json:"ignored_frames"`
+	// Done reports that iteration T was computed.
+	Done bool `json:"done"`
+}
+
+// GossipProgress is a snapshot of a running GossipNode, safe to take from any goroutine.
+type GossipProgress struct {
+	Iter          int   // last iteration released; -1 before f_i(0)
+	Iters         int   // T
+	Neighbors     []int // member indices
+	Reachable     int   // neighbours connected now
+	StaleUses     int
+	LedgerEntries int
+	// Epsilon is the sum of the pure-DP ledger entries made durable by this run (+Inf when
+	// one of them carries no guarantee).
+	Epsilon  float64
+	Rejected int
+	Ignored  int
+	Done     bool
+}
+
+// Progress returns a snapshot of the node's progress.
+func (g *GossipNode) Progress() GossipProgress {
+	g.progMu.Lock()
+	pr := g.prog
+	g.progMu.Unlock()
+	p := GossipProgress{
+		Iter: pr.iter, Iters: g.cfg.Iters, Neighbors: append([]int(nil), g.cfg.Neighbors...),
+		StaleUses: pr.stale, LedgerEntries: pr.entries, Epsilon: pr.eps,
+		Rejected: int(g.rejected.Load()), Ignored: int(g.ignored.Load()), Done: pr.done,
+	}
+	if h := g.Host; h != nil {
+		for _, j := range g.cfg.Neighbors {
+			if h.Network().Connectedness(g.cfg.Members[j]) == network.Connected {
+				p.Reachable++
+			}
+		}
+	}
+	return p
+}
+
+// progress records the durable ledger entries es of the release of iteration iter
+// (loop goroutine only).
+func (g *GossipNode) progress(es []privacy.Entry, iter int) {
+	g.progMu.Lock()
+	defer g.progMu.Unlock()
+	g.prog.entries += len(es)
+	for _, e := range es {
+		if e.Mechanism != privacy.MechPure {
+			continue
+		}
+		if e.Epsilon >= math.MaxFloat64 || math.IsNaN(e.Epsilon) {
+			g.prog.eps = math.Inf(1)
+		} else {
+			g.prog.eps += e.Epsilon
+		}
+	}
+	prev := g.prog.iter
+	g.prog.iter = iter
+	if g.met != nil && iter > prev && iter > 0 {
+		g.met.gIters.Add(float64(iter - max(prev, 0)))
+	}
+}
+
+func (g *GossipNode) ignore() {
+	g.ignored.Add(1)
+	if g.met != nil {
+		g.met.gIgnored.Inc()
+	}
+}
+
+// gossipView is what the status endpoint knows of a neighbour-exchange run: the announced
+// algorithm and T, the planned Theorem V.1 figure (conditions checked from the data and
+// parameters) and, once the membership is fixed, the running GossipNode.
+type gossipView struct {
+	algo  string
+	iters int
+	plan  *privacy.ObjPertFigure
+	gn    *GossipNode
+}
+
+func (m *metrics) registerGossip() {
+	m.gIters = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_iterations_total",
+		Help: "Neighbour exchange: iterations computed and released by this node (f_i(0) not counted)."})
+	m.gStale = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_stale_total",
+		Help: "Neighbour exchange: neighbour vectors reused after a missed barrier (policy stale)."})
+	m.gIgnored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_ignored_total",
+		Help: "Neighbour exchange: inbound frames ignored (stale, duplicate, too far ahead)."})
+	m.gRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_rejected_total",
+		Help: "Neighbour exchange: inbound frames rejected, by reason (oversized, malformed, version, non-member, forged, " +
+			"not-neighbor, run, dimension, iteration, non-finite, machine)."}, []string{"reason"})
+	view := func(f func(v *gossipView, p GossipProgress) float64) func() float64 {
+		return func() float64 {
+			v := m.gossip.Load()
+			if v == nil || v.gn == nil {
+				return 0
+			}
+			return f(v, v.gn.Progress())
+		}
+	}
+	eps := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_epsilon_spent",
+		Help: "Neighbour exchange: pure-DP epsilon of this node's releases so far, the running sum of the per-iteration " +
+			"terms of " + privacy.ObjPertTheorem + " in the ledger (+Inf: a release without guarantee). " +
+			"See dpadmm_gossip_epsilon_conditions_hold."},
+		view(func(_ *gossipView, p GossipProgress) float64 { return p.Epsilon }))
+	hold := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_epsilon_conditions_hold",
+		Help: "Neighbour exchange: 1 when the conditions of the theorem behind dpadmm_gossip_epsilon_spent hold as far as known, else 0."},
+		func() float64 {
+			if v := m.gossip.Load(); v != nil {
+				if ok, _ := v.conditions(); ok {
+					return 1
+				}
+			}
+			return 0
+		})
+	iter := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_iteration",
+		Help: "Neighbour exchange: last iteration released by this node."},
+		view(func(_ *gossipView, p GossipProgress) float64 { return float64(p.Iter) }))
+	reach := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_neighbors_reachable",
+		Help: "Neighbour exchange: graph neighbours connected now."},
+		view(func(_ *gossipView, p GossipProgress) float64 { return float64(p.Reachable) }))
+	m.gCollectors = []prometheus.Collector{m.gIters, m.gStale, m.gIgnored, m.gRejected, eps, hold, iter, reach}
+}
+
+// enableGossip registers the neighbour-exchange metrics (once; walk nodes do not show them).
+func (m *metrics) enableGossip() {
+	m.gOnce.Do(func() { m.reg.MustRegister(m.gCollectors...) })
+}
+
+// conditions reports whether the Theorem V.1 conditions hold as far as known, and why not.
+func (v *gossipView) conditions() (bool, string) {
+	if v.plan == nil {
+		return false, "not known before the membership is fixed"
+	}
+	if !v.plan.ConditionsHold {
+		return false, v.plan.Reason
+	}
+	if v.gn != nil && math.IsInf(v.gn.Progress().Epsilon, 1) {
+		return false, "a release carried no guarantee (a perturbed subproblem missed the solver tolerance)"
+	}
+	return true, ""
+}
+
+// gossipStatus returns the neighbour-exchange part of /status (nil for the walk).
+func (n *Node) gossipStatus() *GossipStatus {
+	v := n.metrics.gossip.Load()
+	if v == nil {
+		return nil
+	}
+	st := &GossipStatus{Algorithm: v.algo, Iter: -1, Iters: v.iters, Neighbors: []int{}, Theorem: privacy.ObjPertTheorem,
+		Conditions: privacy.ObjPertConditions}
+	if v.plan != nil {
+		st.Theorem, st.Conditions = v.plan.Theorem, v.plan.Conditions
+	}
+	st.ConditionsHold, st.Reason = v.conditions()
+	if v.gn != nil {
+		p := v.gn.Progress()
+		st.Iter, st.Neighbors, st.Reachable, st.StaleUses = p.Iter, p.Neighbors, p.Reachable, p.StaleUses
+		st.LedgerEntries, st.EpsilonSpent, st.Rejected, st.Ignored = p.LedgerEntries, finiteOr(p.Epsilon), p.Rejected, p.Ignored
+		st.Done = p.Done
+	}
+	return st
+}
