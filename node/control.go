@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -470,8 +472,13 @@ func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
 // (it is then the kept model).
 func (n *Node) republishFinal(ctx context.Context) bool {
 	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model}
+	raw := marshal(final)
 	deadline := time.Now().Add(n.cfg.FinalWait)
 	last, every := time.Now(), 100*time.Millisecond
+	var mu sync.Mutex // guards pushing against the push goroutines
+	pushing := map[peer.ID]bool{}
+	var pushes sync.WaitGroup
+	defer pushes.Wait() // each push ends within its 3 s timeout
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		select {
 		case f := <-n.final:
@@ -500,10 +507,87 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 		if time.Since(last) > every {
 			n.publish(ctx, final) // a publication can be missed by a peer whose mesh is not formed
 			last, every = time.Now(), min(2*every, time.Second)
+			if every >= 400*time.Millisecond {
+				// After three publications, push the model directly to the members that
+				// have not confirmed it.
+				n.mu.Lock()
+				var missing []peer.ID
+				for _, m := range n.members {
+					if m != n.ID() && !n.down[m] && !n.doneFrom[m] {
+						missing = append(missing, m)
+					}
+				}
+				n.mu.Unlock()
+				for _, m := range missing {
+					mu.Lock()
+					busy := pushing[m]
+					pushing[m] = true
+					mu.Unlock()
+					if busy {
+						continue
+					}
+					pushes.Add(1)
+					go func() {
+						defer pushes.Done()
+						n.pushFinal(ctx, m, raw)
+						mu.Lock()
+						delete(pushing, m)
+						mu.Unlock()
+					}()
+				}
+			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// pushFinal sends the final-model message raw to member p over FinalProtocol and waits
+// for its one-byte receipt (the confirmation itself comes over DoneProtocol).
+func (n *Node) pushFinal(ctx context.Context, p peer.ID, raw []byte) {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	s, err := n.Host.NewStream(cctx, p, FinalProtocol(n.cfg.Run))
+	if err != nil {
+		n.log.Debug().Err(err).Str("to", shortID(p)).Msg("final model not pushed")
+		return
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := s.Write(raw); err != nil {
+		s.Reset()
+		return
+	}
+	s.CloseWrite()
+	var b [1]byte
+	s.Read(b[:])
+	n.log.Debug().Str("to", shortID(p)).Msg("final model pushed directly")
+}
+
+// handleFinal receives a final model pushed over FinalProtocol: at most maxControl bytes,
+// then the same checks as a control-plane publication (acceptFinal, in the loop). The
+// sender is the stream's authenticated peer.
+func (n *Node) handleFinal(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(5 * time.Second))
+	from := s.Conn().RemotePeer()
+	raw, err := io.ReadAll(io.LimitReader(s, maxControl+1))
+	if err != nil || len(raw) > maxControl {
+		n.log.Warn().Str("from", shortID(from)).Int("bytes", len(raw)).Msg("pushed final model unreadable or too large: ignored")
+		s.Reset()
+		return
+	}
+	var m ctlMsg
+	if err := json.Unmarshal(raw, &m); err != nil || m.Run != n.cfg.Run || m.Type != "final" {
+		n.log.Warn().Str("from", shortID(from)).Msg("malformed or foreign pushed final model: ignored")
+		s.Reset()
+		return
+	}
+	select {
+	case n.final <- finalMsg{from: from, m: m}:
+	default: // the loop is busy with another final; the releaser republishes
+	}
+	s.Write([]byte{1})
 }
 
 func (n *Node) handleDone(s network.Stream) {

@@ -147,3 +147,53 @@ func TestFinalKeepsHighest(t *testing.T) {
 		t.Fatalf("republication not superseded by a higher final: %+v", n.model)
 	}
 }
+
+// TestFinalPushedDirectly: the releaser's direct push of the final model (for a member
+// whose control-plane mesh is not formed) reaches the member's loop with the stream's
+// authenticated sender; oversized, malformed, foreign and non-final pushes are ignored.
+func TestFinalPushedDirectly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const hops = 20
+	sh := shards(t, 2)
+	nodes := staticCluster(t, ctx, "push", sh, hops, 0, []string{"", ""})
+	recv, send := nodes[0], nodes[1]
+	recv.mu.Lock()
+	recv.members = []peer.ID{recv.ID(), send.ID()}
+	recv.mu.Unlock()
+	z := make([]float64, sh[0].Cols)
+	for i := range z {
+		z[i] = 0.25 * float64(i)
+	}
+	good := ctlMsg{Type: "final", Run: "push", Hash: recv.hash, Hop: hops, Epoch: 2, Model: z}
+	send.pushFinal(ctx, recv.ID(), marshal(good))
+	select {
+	case f := <-recv.final:
+		if f.from != send.ID() || f.m.Epoch != 2 || len(f.m.Model) != len(z) || f.m.Model[3] != z[3] {
+			t.Fatalf("pushed final arrived as %+v from %s", f.m, f.from)
+		}
+		if ok, err := recv.acceptFinal(f); err != nil || !ok {
+			t.Fatalf("pushed final not kept: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("pushed final never reached the loop")
+	}
+	big := make([]byte, maxControl+10)
+	for i := range big {
+		big[i] = ' '
+	}
+	foreign := good
+	foreign.Run = "other"
+	notFinal := good
+	notFinal.Type = "start"
+	for name, raw := range map[string][]byte{
+		"oversized": big, "malformed": []byte("{not json"), "foreign run": marshal(foreign), "not a final": marshal(notFinal),
+	} {
+		send.pushFinal(ctx, recv.ID(), raw)
+		select {
+		case f := <-recv.final:
+			t.Fatalf("%s push reached the loop: %+v", name, f.m)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

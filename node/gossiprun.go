@@ -116,7 +116,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	n.metrics.gossip.Store(view)
 	n.metrics.enableGossip()
 	// The walk's protocols are not served in a neighbour-exchange run.
-	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run)} {
+	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run), FinalProtocol(n.cfg.Run)} {
 		n.Host.RemoveStreamHandler(proto)
 	}
 	static := n.cfg.Members != nil

@@ -44,6 +44,12 @@ func WalkProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run 
 // DoneProtocol returns the protocol on which members confirm receipt of the final model.
 func DoneProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/done/1") }
 
+// FinalProtocol returns the protocol on which the releaser of the final model pushes it
+// directly to members that have not confirmed it after a few control-plane
+// publications (a member whose GossipSub mesh is not formed would otherwise wait forever).
+// The final model is public: every member receives it anyway.
+func FinalProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/final/1") }
+
 // ControlTopic returns the GossipSub control topic of a run.
 func ControlTopic(run string) string { return "dpadmm/" + run + "/control" }
 
@@ -219,6 +225,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	h.SetStreamHandler(WalkProtocol(cfg.Run), n.handleWalk)
 	h.SetStreamHandler(DoneProtocol(cfg.Run), n.handleDone)
+	h.SetStreamHandler(FinalProtocol(cfg.Run), n.handleFinal)
 	h.SetStreamHandler(ReleaseProtocol(cfg.Run), n.handleRelease)
 	h.SetStreamHandler(AliveProtocol(cfg.Run), n.handleAlive)
 	if cfg.HTTP != "" {

@@ -386,6 +386,14 @@ func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []str
 			if st.Hop != cfg.KillHolderAt || !st.Holding || st.Peer != peers[i] {
 				return Kill{}, fmt.Errorf("testnet: procs: node %d paused with status %+v, want hop %d", i, st, cfg.KillHolderAt)
 			}
+			// Kill only once no other node holds the token: the sender has read the
+			// paused holder's ack. A kill with the ack in flight resets the connection,
+			// loses the ack and makes the sender redirect a duplicate of the token, which
+			// the custody layer fences correctly but which is not the fault this option
+			// injects (and the run would no longer equal the simulator's).
+			if err := waitAcked(ctx, client, procs, i); err != nil {
+				return Kill{}, err
+			}
 			killed := time.Now()
 			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				return Kill{}, fmt.Errorf("testnet: procs: kill node %d: %w", i, err)
@@ -397,6 +405,35 @@ func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []str
 		case <-ctx.Done():
 			return Kill{}, fmt.Errorf("testnet: procs: no node paused at hop %d: %w", cfg.KillHolderAt, ctx.Err())
 		case <-tick.C:
+		}
+	}
+}
+
+// waitAcked polls the /status of every node but the paused one until none reports that
+// it holds the token (received, or sent and not yet acked).
+func waitAcked(ctx context.Context, client *http.Client, procs []*proc, paused int) error {
+	for {
+		holding := -1
+		for j, q := range procs {
+			if j == paused {
+				continue
+			}
+			addr := q.statusAddr()
+			if addr == "" {
+				continue
+			}
+			st, err := getStatus(ctx, client, addr)
+			if err == nil && st.Holding {
+				holding = j
+			}
+		}
+		if holding < 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testnet: procs: node %d never saw the paused holder's ack: %w", holding, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
