@@ -101,7 +101,9 @@ func (h *SlogHandler) WithGroup(name string) slog.Handler {
 	return &c
 }
 
-// RouteLibp2pLogs sends go-libp2p's slog output (gologshim) into l. It is process-wide.
+// RouteLibp2pLogs sends go-libp2p's slog output (gologshim) and go-log's zap output (the
+// Kademlia DHT) into l. It is process-wide.
 func RouteLibp2pLogs(l zerolog.Logger) {
 	gologshim.SetDefaultHandler(NewSlogHandler(l.With().Str("src", "libp2p").Logger()))
+	routeGoLog(l)
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	golog "github.com/ipfs/go-log/v2"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -714,5 +715,32 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	}
 	if nodes[1].Store().Entries() != 0 {
 		t.Fatalf("node 1 made %d entries; the stale custody copy must not be processed", nodes[1].Store().Entries())
+	}
+}
+
+// TestGoLogRouted: go-log (zap) lines, as the DHT writes them, reach the zerolog stream
+// with their logger name and fields, at zerolog's level filter.
+func TestGoLogRouted(t *testing.T) {
+	var b syncBuffer
+	l, err := NewLogger(&b, "json", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	RouteLibp2pLogs(l)
+	defer RouteLibp2pLogs(zerolog.Nop())
+	lg := golog.Logger("dht-routing-test")
+	lg.Infow("hidden", "k", 1)
+	lg.Warnw("bootstrap failed", "peer", "abc", "tries", 3)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want exactly the warning, got %q", b.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatalf("%v: %q", err, lines[0])
+	}
+	if rec["level"] != "warn" || rec["message"] != "bootstrap failed" || rec["logger"] != "dht-routing-test" ||
+		rec["peer"] != "abc" || rec["tries"] != 3.0 || rec["src"] != "golog" {
+		t.Fatalf("record %v", rec)
 	}
 }
