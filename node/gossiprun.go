@@ -36,6 +36,7 @@ type GossipModel struct {
 	ConfigHash string     `json:"config_hash"`
 	Peer       string     `json:"peer"`
 	Algo       string     `json:"algo"`
+	Loss       string     `json:"loss"` // the run's loss (logistic or squared), part of the config hash
 	Index      int        `json:"index"`
 	Nodes      int        `json:"nodes"`
 	Members    []string   `json:"members"`
@@ -262,7 +263,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		names[i] = q.String()
 	}
 	out := &GossipModel{
-		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Index: self, Nodes: N,
+		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: self, Nodes: N,
 		Members: names, Graph: spec, GraphSeed: p.GraphSeed, Neighbors: nbrs, Iters: res.Iter,
 		Rows: n.cfg.Data.Rows, TotalRows: total, Dims: len(res.Model), Model: res.Model, Note: GossipModelNote,
 		Inexact: inexact, MaxResid: maxRes, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,

@@ -19,6 +19,7 @@ const accountHelp = `Usage:
   dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
   dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] [--pairs F.csv] [--plot F.png] FILE
   dpadmm account subsampled --q Q --noise-multiplier Z --steps T [--delta D] [--json]
+  dpadmm account models [--allow-missing] [--json] [--out F] [--data F] FILE|DIR ...
 
 plan: privacy figures of a planned run before it starts. The local figure holds against an
 observer of every message; the pairwise figure bounds node i's data as seen by node j when
@@ -26,6 +27,8 @@ the path of the walk is secret (Cyffers et al. Theorem 4 on the complete graph, 
 first-passage law of the walk on other graphs).
 trace: realised pairwise figures recomputed from a trace file (JSON lines, see privacy.WriteTrace).
 subsampled: the Poisson-subsampled Gaussian mechanism composed T times (DP-SGD accounting).
+models: the averaged model and the network figure (Theorem V.1, maximum over the members) of a
+neighbour-exchange run from the members' model.json files ('dpadmm account models --help').
 
 Flags of plan:
 `
@@ -89,11 +92,13 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		return runAccountTrace(args[1:], stdout, stderr)
 	case "subsampled":
 		return runAccountSubsampled(args[1:], stdout, stderr)
+	case "models":
+		return runAccountModels(args[1:], stdout, stderr)
 	case "-h", "--help", "-help", "help":
 		fmt.Fprint(stdout, accountHelp)
 		return nil
 	default:
-		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan, trace or subsampled)\n", args[0])
+		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan, trace, subsampled or models)\n", args[0])
 		return errUsage
 	}
 }

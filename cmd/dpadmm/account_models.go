@@ -1,0 +1,568 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
+)
+
+const accountModelsHelp = `Usage:
+  dpadmm account models [--allow-missing] [--json] [--out F.json] [--data F [--label L] [--scale S] [--positive P] [--loss L]] FILE|DIR ...
+
+models: the network view of a neighbour-exchange run (dpadmm node --algo radmm|mradmm|...)
+from the members' model.json files (a DIR means DIR/model.json). Every file must come from
+the same run (run name, config hash, member list, algorithm, graph, iterations, dimension)
+and hold a distinct member index. It prints:
+  - the averaged model f_bar = (1/N) sum_i f_i(T), the paper's averaged classifier, and the
+    largest node deviation max_i ||f_i(T) - f_bar||_2;
+  - one row per member: index, peer (short id), its Theorem V.1 epsilon, whether its
+    conditions hold, stale uses, inexact solves, its deviation;
+  - the network figure of Definition V.1: the maximum over the members of the per-node
+    pure epsilon, with the theorem and its conditions, or "NO guarantee" naming the first
+    member without one (or the missing members) and the reason.
+A member without a file is an error: the average needs every member. --allow-missing
+averages the files given and says so; the network figure is then not a guarantee.
+
+--data evaluates f_bar on a dataset (e.g. a public test set) with the run's loss (recorded
+in model.json; --loss for older files): logistic gives accuracy and mean loss, squared the
+mean loss. The scaling (--scale, default as 'dpadmm node') is fitted on that dataset, as
+each node fits its own on its local data.
+
+Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
+  run, config_hash, algo, graph, graph_seed, nodes, iters, dims
+  averaged        member indices averaged (ascending)
+  missing         member indices without a file (empty unless --allow-missing)
+  partial         true when missing is not empty (f_bar is then not the network average)
+  model           f_bar, dims numbers
+  max_node_deviation
+  per_node        [{index, peer, peer_short, file, epsilon, formula_epsilon, ledger_epsilon,
+                    conditions_hold, reason, secure_noise, stale_uses, inexact_solves,
+                    deviation}] by index
+  gossip_privacy  {epsilon, formula_epsilon, worst_node, given_max_epsilon, theorem,
+                   conditions, conditions_hold, reason, failing_nodes, secure_noise, scope}
+  evaluation      {data, rows, loss, scale, accuracy (logistic only), mean_loss} (with --data)
+--out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model}.
+
+Flags of models:
+`
+
+// maxModelFile caps the size of one model.json read by "account models" (bytes).
+const maxModelFile = 64 << 20
+
+// modelsNode is one member's row of "account models".
+type modelsNode struct {
+	Index          int     `json:"index"`
+	Peer           string  `json:"peer"`
+	PeerShort      string  `json:"peer_short"`
+	File           string  `json:"file"`
+	Epsilon        float64 `json:"epsilon"` // -1: no guarantee
+	Formula        float64 `json:"formula_epsilon"`
+	Ledger         float64 `json:"ledger_epsilon"`
+	ConditionsHold bool    `json:"conditions_hold"`
+	Reason         string  `json:"reason,omitempty"`
+	SecureNoise    bool    `json:"secure_noise"`
+	StaleUses      int     `json:"stale_uses"`
+	Inexact        int     `json:"inexact_solves"`
+	Deviation      float64 `json:"deviation"` // ||f_i - f_bar||_2
+}
+
+// modelsPrivacy is the network figure (Definition V.1: the maximum over the members).
+type modelsPrivacy struct {
+	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else -1.
+	Epsilon float64 `json:"epsilon"`
+	// Formula is the maximum of the members' formula values regardless of the conditions.
+	Formula   float64 `json:"formula_epsilon"`
+	WorstNode int     `json:"worst_node"` // argmax of the members' epsilon (-1: none)
+	// GivenMax is the maximum over the given members that have a guarantee (-1: none);
+	// it equals Epsilon when the figure holds and is only a lower bound otherwise.
+	GivenMax       float64 `json:"given_max_epsilon"`
+	Theorem        string  `json:"theorem"`
+	Conditions     string  `json:"conditions"`
+	ConditionsHold bool    `json:"conditions_hold"` // on every member, and none missing
+	Reason         string  `json:"reason,omitempty"`
+	FailingNodes   []int   `json:"failing_nodes"` // members without a guarantee
+	SecureNoise    bool    `json:"secure_noise"`  // every member drew secure noise
+	Scope          string  `json:"scope"`
+}
+
+// modelsEval is the evaluation of f_bar on a dataset (--data).
+type modelsEval struct {
+	Data     string   `json:"data"`
+	Rows     int      `json:"rows"`
+	Loss     string   `json:"loss"`
+	Scale    string   `json:"scale"`
+	Accuracy *float64 `json:"accuracy,omitempty"`
+	MeanLoss float64  `json:"mean_loss"`
+}
+
+// modelsReport is the JSON output of "account models".
+type modelsReport struct {
+	Run          string        `json:"run"`
+	ConfigHash   string        `json:"config_hash"`
+	Algo         string        `json:"algo"`
+	Loss         string        `json:"loss,omitempty"` // from the files (older files have none)
+	Graph        string        `json:"graph"`
+	GraphSeed    uint64        `json:"graph_seed"`
+	Nodes        int           `json:"nodes"`
+	Iters        int           `json:"iters"`
+	Dims         int           `json:"dims"`
+	Averaged     []int         `json:"averaged"`
+	Missing      []int         `json:"missing"`
+	Partial      bool          `json:"partial"`
+	Model        []float64     `json:"model"`
+	MaxDeviation float64       `json:"max_node_deviation"`
+	PerNode      []modelsNode  `json:"per_node"`
+	Privacy      modelsPrivacy `json:"gossip_privacy"`
+	Eval         *modelsEval   `json:"evaluation,omitempty"`
+}
+
+// averagedModel is the content of --out.
+type averagedModel struct {
+	Run        string    `json:"run"`
+	ConfigHash string    `json:"config_hash"`
+	Algo       string    `json:"algo"`
+	Nodes      int       `json:"nodes"`
+	Averaged   []int     `json:"averaged"`
+	Missing    []int     `json:"missing"`
+	Partial    bool      `json:"partial"`
+	Dims       int       `json:"dims"`
+	Model      []float64 `json:"model"`
+}
+
+// loadedModel is one validated model.json.
+type loadedModel struct {
+	file string
+	m    node.GossipModel
+}
+
+// errMissingMembers is returned (wrapped) when members have no file and --allow-missing is off.
+var errMissingMembers = errors.New("the average needs every member; pass --allow-missing to average the ones given")
+
+func runAccountModels(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("account models", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, accountModelsHelp)
+		fs.PrintDefaults()
+	}
+	allowMissing := fs.Bool("allow-missing", false, "average the files given when members have none (the output says so; no network guarantee)")
+	asJSON := fs.Bool("json", false, "print JSON (keys above)")
+	outPath := fs.String("out", "", "write the averaged model as JSON to this file")
+	dataPath := fs.String("data", "", "evaluate f_bar on this dataset (CSV or LIBSVM, or \"embedded\")")
+	label := fs.String("label", "", "with --data: CSV label column, name or 0-based index (default: first column)")
+	scale := fs.String("scale", "standardize+rownorm", "with --data: scaling fitted on that data: none|standardize|rownorm|standardize+rownorm")
+	positive := fs.String("positive", "", "with --data and logistic loss: the CSV label column holds text classes; this one is +1")
+	lossName := fs.String("loss", "logistic", "with --data: the run's loss, logistic|squared (default: the loss the model.json files record; files written before the loss was recorded need it)")
+	var files []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) == 0 {
+		return usageErr(stderr, "models: want at least one model.json file or data directory")
+	}
+	lossSet := false
+	fs.Visit(func(f *flag.Flag) { lossSet = lossSet || f.Name == "loss" })
+	loss, err := consensus.ParseLoss(*lossName)
+	if err != nil {
+		return usageErr(stderr, "models: --loss: %v", err)
+	}
+	kind, err := consensus.ParseScaling(*scale)
+	if err != nil {
+		return usageErr(stderr, "models: --scale: %v", err)
+	}
+	if *positive != "" && loss != consensus.Logistic {
+		return usageErr(stderr, "models: --positive needs the logistic loss")
+	}
+	if *dataPath == "" && (*label != "" || *positive != "") {
+		return usageErr(stderr, "models: --label and --positive need --data")
+	}
+	rep, err := modelsFromFiles(files, *allowMissing)
+	if err != nil {
+		return err
+	}
+	// The files record the run's loss: it is the default for --data, and a different
+	// --loss is refused.
+	if rep.Loss != "" {
+		fl, err := consensus.ParseLoss(rep.Loss)
+		if err != nil {
+			return fmt.Errorf("models: the files record an unknown loss %q", rep.Loss)
+		}
+		if lossSet && fl != loss {
+			return usageErr(stderr, "models: --loss %s, but the run's model.json files record the %s loss", loss, fl)
+		}
+		loss = fl
+		if *positive != "" && loss != consensus.Logistic {
+			return usageErr(stderr, "models: --positive needs the logistic loss; the run used %s", loss)
+		}
+	}
+	if *dataPath != "" {
+		ev, err := evalAveraged(rep.Model, *dataPath, *label, *positive, loss, kind)
+		if err != nil {
+			return fmt.Errorf("models: --data: %w", err)
+		}
+		rep.Eval = ev
+	}
+	if *outPath != "" {
+		am := averagedModel{Run: rep.Run, ConfigHash: rep.ConfigHash, Algo: rep.Algo, Nodes: rep.Nodes,
+			Averaged: rep.Averaged, Missing: rep.Missing, Partial: rep.Partial, Dims: rep.Dims, Model: rep.Model}
+		if err := writeFileWith(*outPath, func(w io.Writer) error { return writeJSON(w, am) }); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return writeJSON(stdout, rep)
+	}
+	printModelsReport(stdout, rep, *outPath)
+	return nil
+}
+
+// readGossipModel reads and validates one model.json of a neighbour-exchange run (path
+// may be a data directory). Every error names the file.
+func readGossipModel(path string) (loadedModel, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, node.ModelFile)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return loadedModel{}, fmt.Errorf("models: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxModelFile+1))
+	if err != nil {
+		return loadedModel{}, fmt.Errorf("models: %s: %w", path, err)
+	}
+	if len(b) > maxModelFile {
+		return loadedModel{}, fmt.Errorf("models: %s: larger than %d bytes: not a model.json", path, maxModelFile)
+	}
+	m, err := decodeGossipModel(b)
+	if err != nil {
+		return loadedModel{}, fmt.Errorf("models: %s: %w", path, err)
+	}
+	return loadedModel{file: path, m: m}, nil
+}
+
+// decodeGossipModel decodes and checks one model.json (cheap checks first).
+func decodeGossipModel(b []byte) (node.GossipModel, error) {
+	var m node.GossipModel
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("not a valid model.json: %w", err)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case m.Algo == "" || len(m.Members) == 0:
+		return m, errors.New("not the model.json of a neighbour-exchange run (no algo or members; a walk's model.json already holds the network model)")
+	case m.Run == "":
+		return m, errors.New("no run name")
+	case m.ConfigHash == "":
+		return m, errors.New("no config hash")
+	case m.Nodes != len(m.Members):
+		return m, fmt.Errorf("nodes = %d but %d members listed", m.Nodes, len(m.Members))
+	case m.Index < 0 || m.Index >= m.Nodes:
+		return m, fmt.Errorf("index %d out of range [0, %d)", m.Index, m.Nodes)
+	case m.Peer != "" && m.Members[m.Index] != m.Peer:
+		return m, fmt.Errorf("peer %s is not member %d (%s) of its own member list", m.Peer, m.Index, m.Members[m.Index])
+	case m.Dims < 1:
+		return m, fmt.Errorf("dims = %d must be >= 1", m.Dims)
+	case len(m.Model) != m.Dims:
+		return m, fmt.Errorf("model has %d coordinates, dims says %d", len(m.Model), m.Dims)
+	case m.Iters < 0:
+		return m, fmt.Errorf("iters = %d must be >= 0", m.Iters)
+	case m.Inexact < 0:
+		return m, fmt.Errorf("inexact_solves = %d must be >= 0", m.Inexact)
+	}
+	for j, v := range m.Model {
+		if !finite(v) {
+			return m, fmt.Errorf("model coordinate %d is %v, not finite", j, v)
+		}
+	}
+	p := m.Privacy
+	if !(p.Epsilon == -1 || (p.Epsilon >= 0 && finite(p.Epsilon))) {
+		return m, fmt.Errorf("privacy epsilon %v must be -1 (no guarantee) or finite and >= 0", p.Epsilon)
+	}
+	if !(p.Formula == -1 || (p.Formula >= 0 && finite(p.Formula))) {
+		return m, fmt.Errorf("privacy formula_epsilon %v must be -1 or finite and >= 0", p.Formula)
+	}
+	if p.Theorem == "" {
+		return m, errors.New("privacy figure names no theorem")
+	}
+	return m, nil
+}
+
+// modelsFromFiles reads, cross-checks and averages the files.
+func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
+	var ms []loadedModel
+	for _, f := range files {
+		lm, err := readGossipModel(f)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, lm)
+	}
+	ref := ms[0]
+	seen := map[int]string{}
+	for _, lm := range ms {
+		m, r := lm.m, ref.m
+		mismatch := func(what string, a, b any) error {
+			return fmt.Errorf("models: %s: %s %v differs from %s in %s (%v): not the same run", lm.file, what, a, ref.file, what, b)
+		}
+		switch {
+		case m.Run != r.Run:
+			return nil, mismatch("run", strconv.Quote(m.Run), strconv.Quote(r.Run))
+		case m.ConfigHash != r.ConfigHash:
+			return nil, mismatch("config hash", m.ConfigHash, r.ConfigHash)
+		case !slices.Equal(m.Members, r.Members):
+			return nil, mismatch("member list", m.Members, r.Members)
+		case m.Algo != r.Algo:
+			return nil, mismatch("algo", m.Algo, r.Algo)
+		case m.Loss != r.Loss:
+			return nil, mismatch("loss", strconv.Quote(m.Loss), strconv.Quote(r.Loss))
+		case m.Graph != r.Graph || m.GraphSeed != r.GraphSeed:
+			return nil, mismatch("graph", fmt.Sprintf("%s (seed %d)", m.Graph, m.GraphSeed), fmt.Sprintf("%s (seed %d)", r.Graph, r.GraphSeed))
+		case m.Dims != r.Dims:
+			return nil, mismatch("dimension", m.Dims, r.Dims)
+		case m.Iters != r.Iters:
+			return nil, mismatch("iteration count", m.Iters, r.Iters)
+		}
+		if prev, dup := seen[m.Index]; dup {
+			return nil, fmt.Errorf("models: %s and %s both hold member index %d", prev, lm.file, m.Index)
+		}
+		seen[m.Index] = lm.file
+	}
+	sort.Slice(ms, func(a, b int) bool { return ms[a].m.Index < ms[b].m.Index })
+	r := ref.m
+	rep := &modelsReport{
+		Run: r.Run, ConfigHash: r.ConfigHash, Algo: r.Algo, Loss: r.Loss, Graph: r.Graph, GraphSeed: r.GraphSeed,
+		Nodes: r.Nodes, Iters: r.Iters, Dims: r.Dims, Averaged: []int{}, Missing: []int{},
+	}
+	for i := 0; i < r.Nodes; i++ {
+		if _, ok := seen[i]; !ok {
+			rep.Missing = append(rep.Missing, i)
+		}
+	}
+	if len(rep.Missing) > 0 {
+		rep.Partial = true
+		if !allowMissing {
+			return nil, fmt.Errorf("models: members %s of %d have no file: %w", intList(rep.Missing), r.Nodes, errMissingMembers)
+		}
+	}
+	// f_bar = (1/N) sum_i f_i and the deviations.
+	avg := make([]float64, r.Dims)
+	for _, lm := range ms {
+		for j, v := range lm.m.Model {
+			avg[j] += v
+		}
+	}
+	for j := range avg {
+		avg[j] /= float64(len(ms))
+	}
+	rep.Model = avg
+	for _, lm := range ms {
+		m := lm.m
+		d := 0.0
+		for j, v := range m.Model {
+			d += (v - avg[j]) * (v - avg[j])
+		}
+		d = math.Sqrt(d)
+		rep.MaxDeviation = math.Max(rep.MaxDeviation, d)
+		rep.Averaged = append(rep.Averaged, m.Index)
+		rep.PerNode = append(rep.PerNode, modelsNode{
+			Index: m.Index, Peer: m.Peer, PeerShort: shortPeer(m.Peer), File: lm.file,
+			Epsilon: m.Privacy.Epsilon, Formula: m.Privacy.Formula, Ledger: m.Privacy.Ledger,
+			ConditionsHold: m.Privacy.ConditionsHold, Reason: m.Privacy.Reason, SecureNoise: m.Privacy.SecureNoise,
+			StaleUses: len(m.Stale), Inexact: m.Inexact, Deviation: d,
+		})
+	}
+	rep.Privacy = networkFigure(ms, rep.Missing)
+	return rep, nil
+}
+
+// networkFigure is Definition V.1 over the members: the maximum of the per-node Theorem
+// V.1 guarantees, which holds only when every member is present and has a guarantee.
+func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
+	p := modelsPrivacy{
+		Epsilon: -1, Formula: -1, WorstNode: -1, GivenMax: -1, FailingNodes: []int{}, SecureNoise: true,
+		Scope: "Definition V.1: the maximum over the members of each node's pure epsilon of its own releases (Theorem V.1); pure DP, delta = 0",
+	}
+	var reasons []string
+	for _, lm := range ms {
+		m := lm.m
+		pr := m.Privacy
+		if !pr.SecureNoise {
+			p.SecureNoise = false
+		}
+		if pr.Formula > p.Formula {
+			p.Formula = pr.Formula
+		}
+		if pr.Epsilon >= 0 && pr.ConditionsHold {
+			if pr.Epsilon > p.GivenMax {
+				p.GivenMax, p.WorstNode = pr.Epsilon, m.Index
+			}
+			continue
+		}
+		p.FailingNodes = append(p.FailingNodes, m.Index)
+		why := pr.Reason
+		if why == "" {
+			why = "its model.json reports no guarantee (epsilon -1)"
+			if pr.Epsilon >= 0 {
+				why = "its conditions do not hold"
+			}
+		}
+		reasons = append(reasons, fmt.Sprintf("member %d: %s", m.Index, why))
+	}
+	// Every member of one run (same algo) names the same theorem and conditions.
+	p.Theorem, p.Conditions = ms[0].m.Privacy.Theorem, ms[0].m.Privacy.Conditions
+	if len(missing) > 0 {
+		reasons = append(reasons, fmt.Sprintf("members %s missing: the network figure is the maximum over every member", intList(missing)))
+	}
+	if len(reasons) == 0 {
+		p.Epsilon, p.ConditionsHold = p.GivenMax, true
+	} else {
+		p.Reason = strings.Join(reasons, "; ")
+		p.WorstNode = -1
+	}
+	return p
+}
+
+// evalAveraged evaluates w on the dataset at path ("embedded" = the embedded data), scaled
+// with a scaler of kind fitted on it.
+func evalAveraged(w []float64, path, label, positive string, loss consensus.Loss, kind consensus.Scaling) (*modelsEval, error) {
+	var d *consensus.Dataset
+	var err error
+	opt := consensus.LoadOptions{Label: label, MinCols: len(w)}
+	switch {
+	case path == "embedded":
+		if positive != "" {
+			return nil, errors.New("--positive needs a file (the embedded data has labels -1/+1)")
+		}
+		d, err = consensus.Embedded()
+	case loss == consensus.Logistic:
+		d, err = loadFile(path, opt, positive)
+	default:
+		d, err = consensus.Load(path, opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.Rows == 0 {
+		return nil, fmt.Errorf("%s has no rows", path)
+	}
+	if d.Cols != len(w) {
+		return nil, fmt.Errorf("%s has %d features, the model has %d", path, d.Cols, len(w))
+	}
+	sc, err := consensus.FitScaler(d, kind)
+	if err != nil {
+		return nil, err
+	}
+	d = sc.Apply(d)
+	pb := consensus.Problem{Loss: loss}
+	ev := &modelsEval{Data: path, Rows: d.Rows, Loss: loss.String(), Scale: string(kind), MeanLoss: pb.MeanLoss(d, w)}
+	if loss == consensus.Logistic {
+		a := pb.Accuracy(d, w)
+		ev.Accuracy = &a
+	}
+	return ev, nil
+}
+
+func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
+	fmt.Fprintf(w, "%s on %s: run %q, %d members, %d iterations, %d features, config hash %s\n",
+		r.Algo, r.Graph, r.Run, r.Nodes, r.Iters, r.Dims, r.ConfigHash)
+	if r.Partial {
+		fmt.Fprintf(w, "PARTIAL (--allow-missing): averaged %d of %d members, members %s missing: f_bar is NOT the network average\n",
+			len(r.Averaged), r.Nodes, intList(r.Missing))
+	}
+	fmt.Fprintf(w, "averaged model f_bar = (1/N) sum_i f_i(T) over %d members, largest node deviation %.3g\n", len(r.Averaged), r.MaxDeviation)
+	const show = 12
+	var b strings.Builder
+	for j, v := range r.Model {
+		if j == show {
+			fmt.Fprintf(&b, " ... (%d more; --json or --out for all)", len(r.Model)-show)
+			break
+		}
+		if j > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.6g", v)
+	}
+	fmt.Fprintf(w, "f_bar: [%s]\n", b.String())
+	if r.Eval != nil {
+		e := r.Eval
+		fmt.Fprintf(w, "evaluation on %s (%d rows, %s loss, scale %s fitted on it):", e.Data, e.Rows, e.Loss, e.Scale)
+		if e.Accuracy != nil {
+			fmt.Fprintf(w, " accuracy %.4f,", *e.Accuracy)
+		}
+		fmt.Fprintf(w, " mean loss %.6g\n", e.MeanLoss)
+	}
+	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
+	for _, n := range r.PerNode {
+		eps := "none"
+		if n.Epsilon >= 0 {
+			eps = fmtEps(n.Epsilon)
+		}
+		hold := "no"
+		if n.ConditionsHold {
+			hold = "yes"
+		}
+		fmt.Fprintf(w, "%5d  %-8s  %10s  %4s  %5d  %7d  %9.3g\n", n.Index, n.PeerShort, eps, hold, n.StaleUses, n.Inexact, n.Deviation)
+	}
+	fmt.Fprintln(w)
+	g := r.Privacy
+	if g.ConditionsHold {
+		fmt.Fprintf(w, "privacy: network epsilon %s (pure DP, worst node %d) from %s; conditions: %s (hold on every member)\n",
+			fmtEps(g.Epsilon), g.WorstNode, g.Theorem, g.Conditions)
+	} else {
+		formula := "inf"
+		if g.Formula >= 0 {
+			formula = fmtEps(g.Formula)
+		}
+		fmt.Fprintf(w, "privacy: NO guarantee: %s; the formula would give %s (%s; conditions: %s)\n",
+			g.Reason, formula, g.Theorem, g.Conditions)
+		if g.GivenMax >= 0 {
+			fmt.Fprintf(w, "         the members with a guarantee reach epsilon %s: a lower bound, not the network figure\n", fmtEps(g.GivenMax))
+		}
+	}
+	if !g.SecureNoise {
+		fmt.Fprintf(w, "         note: a member drew seeded noise (testnets only): the noise is NOT secure\n")
+	}
+	if outPath != "" {
+		fmt.Fprintf(w, "averaged model written to %s\n", outPath)
+	}
+}
+
+// shortPeer is the last 8 characters of a peer ID, as the node's logs show it.
+func shortPeer(p string) string {
+	if len(p) > 8 {
+		return p[len(p)-8:]
+	}
+	return p
+}
+
+func intList(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
