@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
@@ -58,14 +59,73 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 	m.n.log.Info().Str("peer", shortID(ai.ID)).Msg("mdns peer connected")
 }
 
+// mdnsRestart is how long a node with no connected peer waits before it restarts its
+// mDNS service. The service binds its multicast sockets once, at start: when the
+// interfaces were not ready then (a link coming up, a namespace being configured), its
+// queries and answers never leave the host and it would stay alone forever.
+const mdnsRestart = 10 * time.Second
+
 // startMDNS advertises and discovers peers on the LAN under the service name
-// dpadmm-<run>.
+// dpadmm-<run>, and restarts the service while the node has no peer at all.
 func (n *Node) startMDNS() error {
-	s := mdns.NewMdnsService(n.Host, "dpadmm-"+n.cfg.Run, mdnsNotifee{n})
-	if err := s.Start(); err != nil {
-		return fmt.Errorf("node: mdns: %w", err)
+	type closer interface{ Close() error }
+	start := func() (closer, error) {
+		s := mdns.NewMdnsService(n.Host, "dpadmm-"+n.cfg.Run, mdnsNotifee{n})
+		if err := s.Start(); err != nil {
+			return nil, fmt.Errorf("node: mdns: %w", err)
+		}
+		return s, nil
 	}
-	n.closers = append(n.closers, s.Close)
+	s, err := start()
+	if err != nil {
+		// No usable multicast interface yet (a node started before its network is up):
+		// the loop below keeps trying.
+		n.log.Warn().Err(err).Dur("retry", mdnsRestart).Msg("mdns not started yet (no usable interface); retrying")
+		s = nil
+	}
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	n.closers = append(n.closers, func() error {
+		close(stop)
+		mu.Lock()
+		defer mu.Unlock()
+		if s == nil {
+			return nil
+		}
+		return s.Close()
+	})
+	go func() {
+		t := time.NewTicker(mdnsRestart)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if len(n.Host.Network().Peers()) > 0 {
+				continue
+			}
+			mu.Lock()
+			select {
+			case <-stop:
+				mu.Unlock()
+				return
+			default:
+			}
+			if s != nil {
+				s.Close()
+				s = nil
+			}
+			if ns, err := start(); err != nil {
+				n.log.Warn().Err(err).Msg("mdns restart failed; retrying later")
+			} else {
+				s = ns
+				n.log.Info().Msg("no peer yet: mdns service restarted")
+			}
+			mu.Unlock()
+		}
+	}()
 	return nil
 }
 

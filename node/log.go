@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"strings"
@@ -106,4 +107,15 @@ func (h *SlogHandler) WithGroup(name string) slog.Handler {
 func RouteLibp2pLogs(l zerolog.Logger) {
 	gologshim.SetDefaultHandler(NewSlogHandler(l.With().Str("src", "libp2p").Logger()))
 	routeGoLog(l)
+	// The standard library logger (used by the mDNS responder, zeroconf) writes warnings.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(stdlogWriter{l.With().Str("src", "log").Logger()})
+}
+
+// stdlogWriter turns lines of the standard library logger into zerolog warnings.
+type stdlogWriter struct{ l zerolog.Logger }
+
+func (w stdlogWriter) Write(p []byte) (int, error) {
+	w.l.Warn().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

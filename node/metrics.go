@@ -22,6 +22,7 @@ type metrics struct {
 	ignored  prometheus.Counter
 	rejected *prometheus.CounterVec
 	custody  *prometheus.CounterVec
+	control  *prometheus.CounterVec
 	nupd     atomic.Int64
 	done     atomic.Bool
 
@@ -44,7 +45,8 @@ func newMetrics() *metrics {
 	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_tokens_ignored_total", Help: "Stale or duplicated tokens ignored."})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_tokens_rejected_total", Help: "Inbound hand-offs rejected, by reason."}, []string{"reason"})
 	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fenced, fenced_out, released, retired, no_peer)."}, []string{"event"})
-	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody,
+	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_control_rejected_total", Help: "Control-topic messages rejected by the GossipSub validator before relaying, by reason (oversized, malformed, foreign run, unknown type)."}, []string{"reason"})
+	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.registerGossip()
 	return m

@@ -214,8 +214,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.limit = TokenSize(cfg.Run, cfg.Data.Cols)
 	n.closers = append(n.closers, h.Close, st.Close)
 	fail := func(err error) (*Node, error) { n.Close(); return nil, err }
-	if n.ps, err = pubsub.NewGossipSub(ctx, h); err != nil {
+	params, th := controlScoreParams(ControlTopic(cfg.Run))
+	if n.ps, err = pubsub.NewGossipSub(ctx, h, pubsub.WithPeerScore(params, th)); err != nil {
 		return fail(fmt.Errorf("node: gossipsub: %w", err))
+	}
+	if err := n.ps.RegisterTopicValidator(ControlTopic(cfg.Run), n.validateControl); err != nil {
+		return fail(fmt.Errorf("node: gossipsub validator: %w", err))
 	}
 	if n.topic, err = n.ps.Join(ControlTopic(cfg.Run)); err != nil {
 		return fail(err)

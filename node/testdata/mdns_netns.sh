@@ -6,6 +6,8 @@
 #   sudo sh node/testdata/mdns_netns.sh
 #
 # It prints the two models and exits 0 when both nodes finished with the same model.
+# With LATE_LINK=1 the nodes start while the veth link is still down and the link comes up
+# 3 s later: the nodes' mDNS services started without a usable interface and must restart.
 set -eu
 BIN=$(mktemp -d)/dpadmm
 go build -o "$BIN" ./cmd/dpadmm
@@ -22,14 +24,23 @@ ip -n $B addr add 10.77.0.2/24 dev veth-b
 for ns in $A $B; do
 	ip -n $ns link set lo up
 done
-ip -n $A link set veth-a up multicast on
-ip -n $B link set veth-b up multicast on
+links_up() {
+	ip -n $A link set veth-a up multicast on
+	ip -n $B link set veth-b up multicast on
+}
+if [ "${LATE_LINK:-0}" != 1 ]; then
+	links_up
+fi
 ip netns exec $A "$BIN" node --run mdns --data embedded --shard 0/2 --datadir "$WORK/a" --profile lan \
 	--listen /ip4/10.77.0.1/tcp/0 --start --min-peers 2 --hops 200 --join-window 1s >"$WORK/a.out" 2>"$WORK/a.err" &
 PA=$!
 ip netns exec $B "$BIN" node --run mdns --data embedded --shard 1/2 --datadir "$WORK/b" --profile lan \
 	--listen /ip4/10.77.0.2/tcp/0 --hops 200 >"$WORK/b.out" 2>"$WORK/b.err" &
 PB=$!
+if [ "${LATE_LINK:-0}" = 1 ]; then
+	sleep 3
+	links_up
+fi
 rc=0
 wait $PA || rc=1
 wait $PB || rc=1

@@ -1,0 +1,90 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// The control topic is protected at the GossipSub level, before a message is relayed:
+//
+//   - a topic validator rejects what no honest dpadmm node sends (larger than
+//     maxControl, not a control message of this run, an unknown type), so it is neither
+//     delivered nor forwarded. A config-hash mismatch is NOT rejected there: a node with
+//     another configuration is misconfigured, not hostile, and the application logs it;
+//   - peer scoring charges every rejected message to the peer that delivered it (P4,
+//     invalid message deliveries, squared), and the thresholds below stop gossip to it,
+//     then publishing to it, then accepting anything from it (graylist). The penalty decays
+//     (factor 0.9 per second), so a peer that stops recovers in about half a minute.
+//
+// Messages are signed by their publisher (pubsub's default StrictSign policy), so the
+// "from" of a control message is authenticated.
+
+// controlScoreParams returns the peer-score parameters for a run's control topic.
+func controlScoreParams(topic string) (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresholds) {
+	params := &pubsub.PeerScoreParams{
+		SkipAtomicValidation: true,
+		Topics: map[string]*pubsub.TopicScoreParams{
+			topic: {
+				SkipAtomicValidation: true,
+				TopicWeight:          1,
+				// Unused (weight 0) but not zero: pubsub divides the time in mesh by it
+				// whenever a peer is in the mesh, and a zero quantum panics.
+				TimeInMeshQuantum:              time.Second,
+				InvalidMessageDeliveriesWeight: -100,
+				InvalidMessageDeliveriesDecay:  0.9,
+			},
+		},
+		AppSpecificScore:          func(peer.ID) float64 { return 0 },
+		BehaviourPenaltyWeight:    -10,
+		BehaviourPenaltyThreshold: 5,
+		BehaviourPenaltyDecay:     0.9,
+		DecayInterval:             time.Second,
+		DecayToZero:               0.01,
+		RetainScore:               10 * time.Minute,
+	}
+	// The penalty is -100 x (invalid messages)^2: one gives -100 (no effect), two -400
+	// (below the gossip threshold), three -900 (below the publish threshold) and four
+	// -1600 (graylisted: nothing from the peer is accepted).
+	th := &pubsub.PeerScoreThresholds{
+		SkipAtomicValidation: true,
+		GossipThreshold:      -300,
+		PublishThreshold:     -800,
+		GraylistThreshold:    -1500,
+	}
+	return params, th
+}
+
+// controlVerdict classifies a control-topic payload: "" to accept, else the reason to
+// reject it.
+func controlVerdict(run string, data []byte) string {
+	if len(data) > maxControl {
+		return "oversized"
+	}
+	var m ctlMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "malformed"
+	}
+	if m.Run != run {
+		return "foreign run"
+	}
+	switch m.Type {
+	case "announce", "join", "start", "final":
+		return ""
+	}
+	return "unknown type"
+}
+
+// validateControl is the control topic's GossipSub validator.
+func (n *Node) validateControl(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	if why := controlVerdict(n.cfg.Run, msg.Data); why != "" {
+		n.log.Warn().Str("from", shortID(msg.GetFrom())).Str("via", shortID(from)).Str("reason", why).Int("bytes", len(msg.Data)).
+			Msg("control message rejected before relaying (the delivering peer's score is charged)")
+		n.metrics.control.WithLabelValues(why).Inc()
+		return pubsub.ValidationReject
+	}
+	return pubsub.ValidationAccept
+}
