@@ -17,8 +17,9 @@ import (
 //     another configuration is misconfigured, not hostile, and the application logs it;
 //   - peer scoring charges every rejected message to the peer that delivered it (P4,
 //     invalid message deliveries, squared), and the thresholds below stop gossip to it,
-//     then publishing to it, then accepting anything from it (graylist). The penalty decays
-//     (factor 0.9 per second), so a peer that stops recovers in about half a minute.
+//     then publishing to it, then accepting anything from it (graylist). The count decays
+//     by 1% per second: a peer that sent four is graylisted for about 12 s and its
+//     score recovers fully in about ten minutes.
 //
 // Messages are signed by their publisher (pubsub's default StrictSign policy), so the
 // "from" of a control message is authenticated.
@@ -34,8 +35,8 @@ func controlScoreParams(topic string) (*pubsub.PeerScoreParams, *pubsub.PeerScor
 				// Unused (weight 0) but not zero: pubsub divides the time in mesh by it
 				// whenever a peer is in the mesh, and a zero quantum panics.
 				TimeInMeshQuantum:              time.Second,
-				InvalidMessageDeliveriesWeight: -100,
-				InvalidMessageDeliveriesDecay:  0.9,
+				InvalidMessageDeliveriesWeight: -200,
+				InvalidMessageDeliveriesDecay:  0.99,
 			},
 		},
 		AppSpecificScore:          func(peer.ID) float64 { return 0 },
@@ -46,14 +47,15 @@ func controlScoreParams(topic string) (*pubsub.PeerScoreParams, *pubsub.PeerScor
 		DecayToZero:               0.01,
 		RetainScore:               10 * time.Minute,
 	}
-	// The penalty is -100 x (invalid messages)^2: one gives -100 (no effect), two -400
-	// (below the gossip threshold), three -900 (below the publish threshold) and four
-	// -1600 (graylisted: nothing from the peer is accepted).
+	// The penalty is -200 x (invalid messages)^2, the count decaying by 1% per second:
+	// one message gives -200 (no effect), two -800 (below the gossip threshold), three
+	// -1800 (below the publish threshold) and four -3200 (graylisted: nothing from the
+	// peer is accepted, for about 12 s after four, longer after more).
 	th := &pubsub.PeerScoreThresholds{
 		SkipAtomicValidation: true,
-		GossipThreshold:      -300,
-		PublishThreshold:     -800,
-		GraylistThreshold:    -1500,
+		GossipThreshold:      -500,
+		PublishThreshold:     -1000,
+		GraylistThreshold:    -2500,
 	}
 	return params, th
 }
