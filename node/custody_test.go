@@ -218,10 +218,10 @@ func holderCrash(t *testing.T, afterStep bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The holder has stored and acked the token of hop `pause`; it crashes for good. (The
-	// short wait lets the ack byte leave the host: an ack lost in the crash would make the
-	// sender redirect the token to another node, which would pause at the same hop.)
-	time.Sleep(300 * time.Millisecond)
+	// The holder has stored and acked the token of hop `pause`; it crashes for good once
+	// the sender has read the ack (an ack lost in the crash would make the sender redirect
+	// the token to another node, which would pause at the same hop).
+	waitAcked(t, ctx, nodes, killed)
 	nodes[killed].Close()
 	<-res[killed]
 	var models []*Model

@@ -103,6 +103,7 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 	}
 	// Let the ack and the release wave of hop `pause` settle, then find the predecessor
 	// (the sender of hop `pause`, from the frames) and close it with the holder.
+	waitAcked(t, ctx, nodes, holder)
 	time.Sleep(300 * time.Millisecond)
 	pred := -1
 	mu.Lock()

@@ -57,23 +57,7 @@ func (m *metrics) updatesValue() int { return int(m.nupd.Load()) }
 // Rejected returns the number of rejected inbound hand-offs for a reason label
 // (oversized, malformed, version, non-member, invalid, step).
 func (n *Node) Rejected(reason string) float64 {
-	mf, err := n.metrics.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, f := range mf {
-		if f.GetName() != "dpadmm_tokens_rejected_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return n.metrics.labelled("dpadmm_tokens_rejected_total", "reason", reason)
 }
 
 // Handler returns the HTTP handler serving /status and /metrics.
@@ -105,23 +89,7 @@ func (n *Node) serveHTTP(addr string) error {
 // CustodyEvents returns the number of custody events of a kind (peer_down, peer_up,
 // regenerated, fenced, fenced_out, released, retired, no_peer).
 func (n *Node) CustodyEvents(event string) float64 {
-	mf, err := n.metrics.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, f := range mf {
-		if f.GetName() != "dpadmm_custody_events_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "event" && l.GetValue() == event {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return n.metrics.labelled("dpadmm_custody_events_total", "event", event)
 }
 
 // labelled returns the value of the counter name with label key=value (0 when absent).

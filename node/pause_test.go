@@ -120,21 +120,7 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 		// the ack still unread by the sender would reset the connection, lose the ack and
 		// make the sender redirect a duplicate of the token (correct fault tolerance, but
 		// no longer the uninterrupted run this test compares with).
-		for acked := false; !acked; {
-			acked = true
-			for i, nd := range nodes {
-				if i != paused && nd.Status().Holding {
-					acked = false
-				}
-			}
-			if !acked {
-				select {
-				case <-ctx.Done():
-					t.Fatal("the sender never saw the paused holder's ack")
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		}
+		waitAcked(t, ctx, nodes, paused)
 		nodes[paused].Close() // the crash: nothing more is written
 		var peers []string
 		for i, nd := range nodes {
@@ -208,4 +194,29 @@ func failureLog(t *testing.T, run string, i int) zerolog.Logger {
 		}
 	})
 	return zerolog.New(buf).Level(zerolog.DebugLevel).With().Timestamp().Int("node", i).Logger()
+}
+
+// waitAcked waits until no node but the paused holder holds the token (received, or sent
+// and not yet acked), that is until the sender has read the holder's ack. A crash of the
+// holder with its ack still unread resets the connection, loses the ack and makes the
+// sender redirect a duplicate of the token (correct fault tolerance, but not the fault a
+// test means to inject). Holding is reported by nodes started with PauseAtHop.
+func waitAcked(t *testing.T, ctx context.Context, nodes []*Node, paused int) {
+	t.Helper()
+	for {
+		holding := -1
+		for i, nd := range nodes {
+			if i != paused && nd.Status().Holding {
+				holding = i
+			}
+		}
+		if holding < 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %d never saw the paused holder's ack", holding)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

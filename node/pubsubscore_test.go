@@ -89,7 +89,7 @@ func TestControlTopicScoring(t *testing.T) {
 	count := func() float64 {
 		total := 0.0
 		for _, r := range []string{"malformed", "foreign run", "unknown type"} {
-			total += counterValue(t, v, "dpadmm_control_rejected_total", "reason", r)
+			total += v.metrics.labelled("dpadmm_control_rejected_total", "reason", r)
 		}
 		return total
 	}
@@ -133,26 +133,4 @@ func TestControlTopicScoring(t *testing.T) {
 	if m, ok := recv(10 * time.Second); !ok || m != good {
 		t.Fatalf("the honest announcement was not delivered (%q, %v)", m, ok)
 	}
-}
-
-// counterValue reads one labelled counter of the node's registry.
-func counterValue(t *testing.T, n *Node, name, label, value string) float64 {
-	t.Helper()
-	mf, err := n.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range mf {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
