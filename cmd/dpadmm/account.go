@@ -287,20 +287,9 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	pairsPath := fs.String("pairs", "", "write every ordered pair as CSV i,j,planned_epsilon,realised_epsilon (planned is empty: a trace has no graph)")
 	plotPath := fs.String("plot", "", "draw the realised pairwise epsilon heat map (PNG) to this file")
 	// Accept flags before and after the file name.
-	var files []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(files) != 1 {
 		return usageErr(stderr, "trace: want exactly one trace file, got %d", len(files))
@@ -396,4 +385,25 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon, rep.Coalition.Order)
 	}
 	return nil
+}
+
+// parseInterleaved parses fs from args with flags allowed before, between and after the
+// positional arguments, which it returns in order. A parse error returns errUsage (the
+// flag package has printed it) and -h returns flag.ErrHelp.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
 }

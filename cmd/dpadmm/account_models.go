@@ -165,20 +165,9 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	scale := fs.String("scale", "standardize+rownorm", "with --data: scaling fitted on that data: none|standardize|rownorm|standardize+rownorm")
 	positive := fs.String("positive", "", "with --data and logistic loss: the CSV label column holds text classes; this one is +1")
 	lossName := fs.String("loss", "logistic", "with --data: the run's loss, logistic|squared (default: the loss the model.json files record; files written before the loss was recorded need it)")
-	var files []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return usageErr(stderr, "models: want at least one model.json file or data directory")
