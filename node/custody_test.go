@@ -197,27 +197,7 @@ func holderCrash(t *testing.T, afterStep bool) {
 		}
 	}
 	connectAll(t, ctx, nodes)
-	type result struct {
-		m   *Model
-		err error
-	}
-	res := make([]chan result, nn)
-	for i, nd := range nodes {
-		res[i] = make(chan result, 1)
-		go func() { m, err := nd.Run(ctx); res[i] <- result{m, err} }()
-	}
-	killed := -1
-	for killed < 0 {
-		for i, nd := range nodes {
-			if nd.Status().Paused {
-				killed = i
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatal("no node paused at the hop of the crash")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	res, killed := runUntilPaused(t, ctx, nodes)
 	// The holder has stored and acked the token of hop `pause`; it crashes for good once
 	// the sender has read the ack (an ack lost in the crash would make the sender redirect
 	// the token to another node, which would pause at the same hop).

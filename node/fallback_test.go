@@ -80,27 +80,7 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 		}
 	}
 	connectAll(t, ctx, nodes)
-	type result struct {
-		m   *Model
-		err error
-	}
-	res := make([]chan result, nn)
-	for i, nd := range nodes {
-		res[i] = make(chan result, 1)
-		go func() { m, err := nd.Run(ctx); res[i] <- result{m, err} }()
-	}
-	holder := -1
-	for holder < 0 {
-		for i, nd := range nodes {
-			if nd.Status().Paused {
-				holder = i
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatal("no node paused at the hop of the crash")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	res, holder := runUntilPaused(t, ctx, nodes)
 	// Let the ack and the release wave of hop `pause` settle, then find the predecessor
 	// (the sender of hop `pause`, from the frames) and close it with the holder.
 	waitAcked(t, ctx, nodes, holder)

@@ -220,3 +220,32 @@ func waitAcked(t *testing.T, ctx context.Context, nodes []*Node, paused int) {
 		}
 	}
 }
+
+// runResult is what a node's Run returned.
+type runResult struct {
+	m   *Model
+	err error
+}
+
+// runUntilPaused runs every node and waits until one reports that it paused
+// (Config.PauseAtHop); it returns the channels of the nodes' results and the paused index.
+func runUntilPaused(t *testing.T, ctx context.Context, nodes []*Node) ([]chan runResult, int) {
+	t.Helper()
+	res := make([]chan runResult, len(nodes))
+	for i, nd := range nodes {
+		res[i] = make(chan runResult, 1)
+		go func() { m, err := nd.Run(ctx); res[i] <- runResult{m, err} }()
+	}
+	for {
+		for i, nd := range nodes {
+			if nd.Status().Paused {
+				return res, i
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no node paused at the hop of the crash")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
