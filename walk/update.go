@@ -122,15 +122,17 @@ func AllFinite(v []float64) bool {
 	return (c0+c1)+(c2+c3) == 0
 }
 
-// noise fills the noise scratch with eta ~ N(0, sigma^2 I) and returns it, or returns nil
-// when sigma = 0.
+// noise fills the noise scratch with lambda eta, eta ~ N(0, sigma^2 I), and returns it, or
+// returns nil when sigma = 0. The draw is made at std lambda*sigma directly, so that the
+// secure sampler's output lies on the lattice of step m.h = Granularity(lambda*sigma) (a
+// product lambda*eta would leave it).
 func (m *Machine) noise(n int) []float64 {
 	c := &m.cfg
 	if !(c.Sigma > 0) {
 		return nil
 	}
 	eta := m.eta[:n]
-	c.Noise.Normal(eta, c.Sigma)
+	c.Noise.Normal(eta, c.Lambda*c.Sigma)
 	return eta
 }
 
@@ -140,8 +142,8 @@ func (m *Machine) noise(n int) []float64 {
 func (m *Machine) scale(nn float64) float64 {
 	c := &m.cfg
 	s := 2 * c.Lambda
-	if norm := math.Sqrt(nn); norm > c.Clip {
-		s *= c.Clip / norm
+	if norm := math.Sqrt(nn); norm > m.clip {
+		s *= m.clip / norm
 	}
 	return s
 }
@@ -213,7 +215,7 @@ func (m *Machine) updateRankOne(r consensus.RankOne, z, zhat []float64) error {
 	eta := m.noise(n)
 	s := r.K * (r.Y - (az + aw)) // a.v = a.(2z - u) = a.z + a.w
 
-	if m.clipBound(ww, aw, s, n) <= c.Clip {
+	if m.clipBound(ww, aw, s, n) <= m.clip {
 		m.apply(nil, a, s, 2*c.Lambda, z, zhat, eta)
 		return nil
 	}
@@ -252,25 +254,24 @@ func (m *Machine) clipBound(ww, aw, s float64, n int) float64 {
 
 // apply is the final sweep: with d = g when g != nil, else d_k = (z_k - u_k) + s a_k,
 //
-//	du = sc d + lambda eta (no noise when eta == nil);  u += du;  zhat += du/n;  z = prox_{gamma r}(zhat).
+//	du = sc d (+ lambda eta, see applyLattice);  u += du;  zhat += du/n;  z = prox_{gamma r}(zhat).
 //
 // prox_{gamma r} of r = L1 ||.||_1 + (L2/2) ||.||^2 is soft-thresholding at t = gamma L1 then
 // shrinking by 1/(1 + gamma L2); it is applied to zhat, never to the previous z (digest 2.9).
+// A noisy update (eta != nil) goes through applyLattice; the sweep here is the noiseless one.
 func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
-	c := &m.cfg
+	if eta != nil {
+		m.applyLattice(g, a, s, sc, z, zhat, eta)
+		return
+	}
 	n := len(z)
 	u := m.u[:n]
 	inv, t, sh := m.inv, m.t, m.sh
-	l := c.Lambda
-	if eta == nil {
-		l, eta = 0, z // only ever multiplied by l = 0 (z is finite): no noise
-	}
-	eta = eta[:n]
 	zhat = zhat[:n]
 	if g != nil {
 		g = g[:n]
 		for k := range z {
-			du := float64(sc*g[k]) + float64(l*eta[k])
+			du := sc * g[k]
 			u[k] += du
 			h := zhat[k] + float64(du*inv)
 			zhat[k] = h
@@ -280,19 +281,9 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
 	}
 	a = a[:n]
 	kk := &m.kk
-	kk[0], kk[1], kk[2], kk[3], kk[4], kk[5], kk[6] = s, sc, inv, t, -t, sh, l
-	if l == 0 {
-		for k := sweepKernel(z, zhat, u, a, nil, kk); k < n; k++ {
-			du := sc * ((z[k] - u[k]) + float64(s*a[k]))
-			u[k] += du
-			h := zhat[k] + float64(du*inv)
-			zhat[k] = h
-			z[k] = soft(h, t, sh)
-		}
-		return
-	}
-	for k := sweepKernel(z, zhat, u, a, eta, kk); k < n; k++ {
-		du := float64(sc*((z[k]-u[k])+float64(s*a[k]))) + float64(l*eta[k])
+	kk[0], kk[1], kk[2], kk[3], kk[4], kk[5], kk[6] = s, sc, inv, t, -t, sh, 0
+	for k := sweepKernel(z, zhat, u, a, nil, kk); k < n; k++ {
+		du := sc * ((z[k] - u[k]) + float64(s*a[k]))
 		u[k] += du
 		h := zhat[k] + float64(du*inv)
 		zhat[k] = h

@@ -218,6 +218,10 @@ type Machine struct {
 	// z-step prox_{gamma r} is soft-thresholding at t = gamma L1 then shrinking by
 	// sh = 1/(1 + gamma L2).
 	anorm, inv, t, sh float64
+	// clip is the clipping bound applied to x - z: Config.Clip without noise, and the
+	// lattice-reduced bound clipLattice(...) with noise (see lattice.go). h and hinv are the
+	// noise lattice step privacy.Granularity(Lambda*Sigma) and its inverse (0 without noise).
+	clip, h, hinv float64
 	// kk holds the constants of the assembly sweep: s, sc, inv, t, -t, sh, l (see sweepAVX2).
 	kk  [8]float64
 	o   [36]float64 // the lane sums of the first sweep (see updateRankOne)
@@ -268,7 +272,15 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	m.rankOne = m.rankOne && len(m.r1.A) == dim
 	m.anorm = math.Sqrt(m.r1.Norm2)
 	m.inv, m.t, m.sh = 1/float64(cfg.Nodes), cfg.Gamma*cfg.Reg.L1, 1/(1+cfg.Gamma*cfg.Reg.L2)
-	m.p1 = [16]float64{m.r1.K, m.r1.Y, m.r1.Norm2, m.anorm, cfg.Clip, 2 * cfg.Lambda, m.inv, m.t, -m.t, m.sh,
+	m.clip = cfg.Clip
+	if cfg.Sigma > 0 {
+		var err error
+		if m.h, m.clip, err = LatticeClip(cfg.Clip, cfg.Lambda, cfg.Sigma, dim); err != nil {
+			return nil, err
+		}
+		m.hinv = 1 / m.h
+	}
+	m.p1 = [16]float64{m.r1.K, m.r1.Y, m.r1.Norm2, m.anorm, m.clip, 2 * cfg.Lambda, m.inv, m.t, -m.t, m.sh,
 		float64(dim+8) * sumMargin, termMargin, cmpMargin, math.Float64frombits(1<<63 - 1), 0, 0}
 	if 2*cfg.Lambda == 1 && m.sh == 1 {
 		m.p1[15] = math.Float64frombits(1) // flag read as an integer by the kernel
