@@ -325,9 +325,25 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
 			Local:   boundJSON(privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)),
-			Network: boundJSON(privacy.Theorem4Bound(nodes, up, n.cfg.Clip, n.cfg.Sigma, n.cfg.Delta)),
+			Network: boundJSON(n.plannedBound(up)),
 		},
 	}
+}
+
+// plannedBound is the planned network figure of this node's own `up` noisy updates, with
+// the verdict of privacy.WalkDecide: the complete graph, the run's hops (the final model
+// counts as a view of every member), the node's cap, and its own forwards (any forward
+// voids the planned figure; the local figure is then reported instead).
+func (n *Node) plannedBound(up int) privacy.Bound {
+	n.mu.Lock()
+	nodes := len(n.members)
+	n.mu.Unlock()
+	hardCap := n.cfg.MaxUpdates
+	if bc := int(n.budgetCap.Load()); bc >= 0 && (hardCap == 0 || bc < hardCap) {
+		hardCap = bc
+	}
+	return privacy.WalkPlannedBound(privacy.WalkRun{Nodes: nodes, Complete: true, Clip: n.cfg.Clip, Sigma: n.cfg.Sigma,
+		Cap: hardCap, Hops: n.cfg.Hops, Updates: up, Forwards: n.ownForwards.Load(), Own: true}, n.cfg.Delta)
 }
 
 // finalMark orders final models as the fence orders tokens: (epoch, hop, digest). The

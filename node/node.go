@@ -111,6 +111,9 @@ type Node struct {
 	paused    atomic.Bool   // PauseAtHop reached
 	lastTok   atomic.Int64  // unix nanoseconds of the last token processed here
 	budgetCap atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
+	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
+	// any such forward voids the planned figure's condition that every hop is noisy.
+	ownForwards atomic.Uint64
 	started   time.Time
 	httpSrv   *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
@@ -793,6 +796,8 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 	for _, ev := range rd.Events {
 		if ev.Kind == walk.EventUpdate {
 			n.metrics.updates.Inc()
+		} else {
+			n.ownForwards.Add(1)
 		}
 		n.metrics.hops.Inc()
 	}
@@ -1034,6 +1039,10 @@ type Status struct {
 	Hop     uint64 `json:"hop,omitempty"`
 	Holding bool   `json:"holding,omitempty"`
 	Paused  bool   `json:"paused,omitempty"`
+	// Network is the planned network figure of this node's updates so far with its
+	// verdict (privacy.WalkPlannedBound, the same decision as model.json and the
+	// simulator's report); nil for R-ADMM.
+	Network *BoundJSON `json:"network_planned,omitempty"`
 	// Gossip is the state of a neighbour-exchange run (RunGossip); nil for the walk. Its
 	// epsilon_spent is then also reported in Epsilon, with its theorem in EpsilonNote.
 	Gossip *GossipStatus `json:"gossip,omitempty"`
@@ -1058,7 +1067,8 @@ func (n *Node) Status() Status {
 	if t := n.lastTok.Load(); t > 0 {
 		age = time.Since(time.Unix(0, t)).Seconds()
 	}
-	st := Status{UpdatesLeft: left, ModelAgeSec: age,
+	net := boundJSON(n.plannedBound(up))
+	st := Status{UpdatesLeft: left, ModelAgeSec: age, Network: &net,
 		Peer: n.ID().String(), Run: n.cfg.Run, ConfigHash: n.hash, Peers: len(n.Host.Network().Peers()),
 		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),
 		Epsilon: jsonNum(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
@@ -1072,7 +1082,7 @@ func (n *Node) Status() Status {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
 	if gs := n.gossipStatus(); gs != nil {
-		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft = gs, gs.EpsilonSpent, gs.Theorem, -1
+		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
 	}
 	return st
 }

@@ -360,7 +360,9 @@ type PlanOptions struct {
 	Sigma   float64 // noise parameter sigma
 	Updates int     // K_i: cap on the number of noisy updates of each node
 	// Horizon is the number of hops of the run; first passages later than Horizon are
-	// never observed during the run. 0 means unbounded.
+	// never observed during the run, and the contributions they leave unseen are charged
+	// through the final release (FinalReleaseWeight). 0 means unbounded: no final release
+	// is charged, and Plan.FinalCharged is false.
 	Horizon int
 	// MaxWork bounds the number of multiply-adds of the first-passage recursion
 	// (default 1e9). When the recursion stops early the remaining probability mass R
@@ -376,8 +378,11 @@ type Plan struct {
 	// TailBounded is true when the recursion stopped before the remaining mass fell
 	// below 1e-12 and the remainder was charged with the R/(T+1) upper bound.
 	TailBounded bool
-	Theorem     string
-	Conditions  string
+	// FinalCharged is true when the final model, released to every node, is charged
+	// (FinalReleaseWeight, which needs the run's length: Horizon > 0).
+	FinalCharged bool
+	Theorem      string
+	Conditions   string
 }
 
 // AmplifiedUpdateCurve returns K_i (1+c) e1 with e1 = WalkUpdateCurve(clip, sigma) and
@@ -427,6 +432,14 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 		return nil, fmt.Errorf("privacy: plan: horizon must be >= 0, got %d", opt.Horizon)
 	}
 	if complete {
+		if opt.Horizon > 0 {
+			return &Plan{
+				Pairs:        &PairwiseMatrix{N: n, Uniform: true, UniformWeight: 1, Unit: Theorem4FinalCurve(n, opt.Updates, uint64(opt.Horizon), opt.Clip, opt.Sigma)},
+				Theorem:      Theorem4FinalName,
+				Conditions:   Theorem4Conditions + "; the final model is released to every node",
+				FinalCharged: true,
+			}, nil
+		}
 		return &Plan{
 			Pairs:      &PairwiseMatrix{N: n, Uniform: true, UniformWeight: 1, Unit: Theorem4Curve(n, opt.Updates, opt.Clip, opt.Sigma)},
 			Theorem:    Theorem4Name,
@@ -536,11 +549,32 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 			}
 		}
 	}
+	conditions := "walk uniform over neighbours; path secret from j; every hop a noisy update; each node makes at most K_i noisy updates; c=(alpha-1)e1 <= 1 at the order used; only j's first view after each update is charged"
+	if opt.Horizon > 0 {
+		// The final model is a view of every node: add FinalReleaseWeight in units of
+		// K_i (1+c) e1. maxIn[i] = max over nodes v with i in adj[v] of 1/deg(v).
+		maxIn := make([]float64, n)
+		for v := 0; v < n; v++ {
+			for _, i := range col[off[v]:off[v+1]] {
+				maxIn[i] = math.Max(maxIn[i], invDeg[v])
+			}
+		}
+		for i := 0; i < n; i++ {
+			f := FinalReleaseWeight(maxIn[i], uint64(opt.Horizon), opt.Updates) / float64(opt.Updates)
+			for j := 0; j < n; j++ {
+				if i != j {
+					w[i*n+j] += f
+				}
+			}
+		}
+		conditions += "; the final model is released to every node"
+	}
 	return &Plan{
-		Pairs:       &PairwiseMatrix{N: n, W: w, Unit: amplifiedUnit(opt.Clip, opt.Sigma, opt.Updates)},
-		Hops:        maxHops,
-		TailBounded: tail,
-		Theorem:     TheoremPlannedGraph,
-		Conditions:  "walk uniform over neighbours; path secret from j; every hop a noisy update; each node makes at most K_i noisy updates; c=(alpha-1)e1 <= 1 at the order used; only j's first view after each update is charged",
+		Pairs:        &PairwiseMatrix{N: n, W: w, Unit: amplifiedUnit(opt.Clip, opt.Sigma, opt.Updates)},
+		Hops:         maxHops,
+		TailBounded:  tail,
+		FinalCharged: opt.Horizon > 0,
+		Theorem:      TheoremPlannedGraph,
+		Conditions:   conditions,
 	}, nil
 }

@@ -149,8 +149,27 @@ func TestAccountPlanned(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := pr.PairwisePlanned
-	thm4 := privacy.Theorem4Bound(n, 80, clip, sigma, delta)
-	if !pl.ConditionsHold || pl.Theorem != privacy.Theorem4Name || math.Abs(pl.Worst.Epsilon-thm4.Epsilon) > 1e-12*thm4.Epsilon ||
+	// Theorem 4 at the cap plus the final release: (1+c) e1 (K ln(n)/(n-1) + H_{K-1}/n + 1/K)
+	// with K the run's 600 hops, written out.
+	harm := 0.0
+	for r := 1; r < len(steps); r++ {
+		harm += 1 / float64(r)
+	}
+	want := make(privacy.Curve, len(privacy.Orders))
+	for k, a := range privacy.Orders {
+		e1 := 8 * a * clip * clip / (sigma * sigma)
+		if c := (a - 1) * e1; c <= 1 {
+			want[k] = (1 + c) * e1 * (80*math.Log(n)/(n-1) + harm/n + 1/float64(len(steps)))
+		} else {
+			want[k] = math.Inf(1)
+		}
+	}
+	thm4 := privacy.Bound{}
+	thm4.Epsilon, thm4.Order = privacy.ToDP(want, delta)
+	if plain := privacy.Theorem4Bound(n, 80, clip, sigma, delta); !(thm4.Epsilon > plain.Epsilon) {
+		t.Errorf("the final release should add to Theorem 4: %v vs %v", thm4.Epsilon, plain.Epsilon)
+	}
+	if !pl.ConditionsHold || pl.Theorem != privacy.Theorem4FinalName || math.Abs(pl.Worst.Epsilon-thm4.Epsilon) > 1e-12*thm4.Epsilon ||
 		pl.Mean != pl.Worst.Epsilon || pl.P99 != pl.Worst.Epsilon {
 		t.Errorf("complete: %+v, Theorem 4 at K=80: %v", pl, thm4.Epsilon)
 	}

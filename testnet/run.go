@@ -340,11 +340,9 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 			hard = kb
 		}
 	}
-	K := hard
-	if hard <= 0 {
-		K = kmax
-	}
-	K = max(K, 1)
+	verdict := privacy.WalkDecide(privacy.WalkRun{Nodes: n, Complete: complete, Clip: in.Clip, Sigma: in.Sigma,
+		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops)})
+	K := max(verdict.K, 1)
 	horizon := 0
 	if in.Hops > 0 {
 		horizon = int(min(in.Hops, math.MaxInt32))
@@ -353,31 +351,19 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	if !complete {
 		adj = in.Graph.Adj
 	}
-	var reasons, notes []string
+	reasons, notes := verdict.Reasons, append([]string(nil), verdict.Warnings...)
 	plan, err := privacy.PlannedPairwise(n, adj, complete, privacy.PlanOptions{
 		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
 	var pw Pairwise
 	if err != nil {
 		reasons = append(reasons, "not computed: "+err.Error())
 	} else {
-		if !complete {
-			conditions = plan.Conditions
-		}
+		theorem, conditions = plan.Theorem, plan.Conditions
 		pw = fromSummary(plan.Pairs.Summarize(in.Delta))
-		if pw.Worst.Epsilon >= math.MaxFloat64 {
-			reasons = append(reasons, "the order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1 fails at every order (sigma too small for clip C)")
-		}
 		if plan.TailBounded {
 			notes = append(notes, fmt.Sprintf("first-passage law computed for %d hops; the remaining mass is charged as if it arrived at the next hop (upper bound)", plan.Hops))
 		}
 		pm.Planned = plan.Pairs
-	}
-	if hard <= 0 {
-		reasons = append(reasons, fmt.Sprintf("no hard cap K_i (--max-updates 0 and no budget): K_i is set to the busiest node's realised count %d", kmax))
-	}
-	if fw := in.Hops - min(noisyHops, in.Hops); fw > 0 {
-		reasons = append(reasons, fmt.Sprintf("%d of %d hops forwarded the token without a noisy update (nodes at their cap or budget), "+
-			"but the planned form counts every hop as a noisy update", fw, in.Hops))
 	}
 	pw.Theorem, pw.Conditions = theorem, conditions
 	if len(reasons) > 0 {
@@ -399,7 +385,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, e, LabelLocal
 	} else {
 		pw.ConditionsHold = true
-		lead := fmt.Sprintf("planning figure over the secret random path with K_i = %d (hard cap)", K)
+		lead := fmt.Sprintf("planning figure over the secret random path with K_i = %d (hard cap); the final model is charged as a view of every node", K)
 		if complete {
 			lead += "; every pair has the same figure; the paper's amplification argument has unverified steps (digest 3.6 E5); the local figure always holds"
 		} else {

@@ -70,6 +70,17 @@ type traceReport struct {
 	Local      localReport             `json:"local"`
 	Pairwise   privacy.PairwiseSummary `json:"pairwise_realised"`
 	Coalition  *coalitionReport        `json:"coalition,omitempty"`
+	// Planned is the verdict on the planned (Theorem 4) figure for this path: the same
+	// decision the simulator's report and the nodes make (privacy.WalkDecide).
+	Planned plannedVerdict `json:"planned_verdict"`
+}
+
+// plannedVerdict is privacy.WalkDecide's answer for a run.
+type plannedVerdict struct {
+	ConditionsHold bool     `json:"conditions_hold"`
+	K              int      `json:"k_i"`
+	Reasons        []string `json:"reasons,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
 }
 
 // coalitionReport is the worst node against a coalition of observers.
@@ -196,7 +207,7 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	unitFor := func(s float64) privacy.Curve {
 		if g.Complete {
-			return privacy.Theorem4Curve(n, updates, *clip, s)
+			return privacy.Theorem4FinalCurve(n, updates, uint64(*hops), *clip, s)
 		}
 		return privacy.AmplifiedUpdateCurve(*clip, s, updates)
 	}
@@ -214,21 +225,27 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	plan.Pairs.Unit = unitFor(sg)
 	sum := plan.Pairs.Summarize(*delta)
 	sum.Theorem, sum.Conditions = plan.Theorem, plan.Conditions
-	sum.ConditionsHold = capped
+	// The one verdict of every walk figure (the simulator's report, nodes, account trace).
+	verdict := privacy.WalkDecide(privacy.WalkRun{Nodes: n, Complete: g.Complete, Clip: *clip, Sigma: sg,
+		Cap: *maxUpd, Hops: uint64(*hops), Planning: true})
+	sum.ConditionsHold = verdict.PlannedHolds
 	var notes []string
-	if !capped {
-		notes = append(notes, fmt.Sprintf("no --max-updates cap: the plan uses the expected count ceil(hops/n) = %d, but the bound needs a hard cap K_i", updates))
-	}
 	if plan.TailBounded {
 		notes = append(notes, fmt.Sprintf("first-passage law computed for %d hops; the remaining mass is charged as if it arrived at the next hop (upper bound)", plan.Hops))
 	}
 	if !g.Complete {
 		notes = append(notes, "every hop is treated as a noisy update")
 	}
+	notes = append(notes, "the final model is charged as a view of every node")
+	notes = append(notes, verdict.Warnings...)
 	loc := privacy.LocalBound(*clip, sg, updates, *delta)
-	if math.IsInf(sum.Worst.Epsilon, 1) {
-		sum.ConditionsHold = false
-		notes = append(notes, "the order condition c <= 1 fails at every order (sigma too small for clip C); the figures shown are the local-DP bound, which holds regardless")
+	if !verdict.PlannedHolds {
+		msg := "conditions fail: " + strings.Join(verdict.Reasons, "; ") +
+			fmt.Sprintf(". The figures shown are the local bound at K_i = %d, which holds regardless", updates)
+		if !math.IsInf(sum.Worst.Epsilon, 1) {
+			msg += fmt.Sprintf("; the pairwise form would give %.4g for the worst pair", sum.Worst.Epsilon)
+		}
+		notes = append([]string{msg}, notes...)
 		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
 		sum.Mean, sum.P50, sum.P90, sum.P99 = loc.Epsilon, loc.Epsilon, loc.Epsilon, loc.Epsilon
 	}
@@ -252,6 +269,11 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), K_i = %d updates\n", loc.Epsilon, loc.Order, updates)
 	fmt.Fprintf(w, "          theorem: %s\n          conditions: %s\n\n", loc.Theorem, loc.Conditions)
 	printPairwise(w, "pairwise (planned)", sum)
+	if !verdict.PlannedHolds {
+		fmt.Fprintf(w, "\nWARNING: the planned pairwise figure will not hold for this run: %s\n", strings.Join(verdict.Reasons, "; "))
+	} else if len(verdict.Warnings) > 0 {
+		fmt.Fprintf(w, "\nWARNING: %s\n", strings.Join(verdict.Warnings, "; "))
+	}
 	return nil
 }
 
@@ -286,6 +308,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	coalition := fs.String("coalition", "", "comma-separated observers pooling their views")
 	pairsPath := fs.String("pairs", "", "write every ordered pair as CSV i,j,planned_epsilon,realised_epsilon (planned is empty: a trace has no graph)")
 	plotPath := fs.String("plot", "", "draw the realised pairwise epsilon heat map (PNG) to this file")
+	maxUpd := fs.Int("max-updates", 0, "hard cap K_i of the run, for the planned figure's verdict; 0 = none")
 	// Accept flags before and after the file name.
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -296,6 +319,9 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	if !(*delta > 0 && *delta < 1) {
 		return usageErr(stderr, "trace: --delta must be in (0,1), got %v", *delta)
+	}
+	if *maxUpd < 0 {
+		return usageErr(stderr, "trace: --max-updates must be >= 0, got %d", *maxUpd)
 	}
 	if *coalition != "" {
 		// Syntax first; the range is checked once the trace gives the number of nodes.
@@ -342,7 +368,16 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	loc := privacy.LocalBound(tr.Clip, tr.Sigma, maxU, *delta)
+	fwd := uint64(0)
+	for _, st := range tr.Steps {
+		if !st.Noisy {
+			fwd++
+		}
+	}
+	v := privacy.WalkDecide(privacy.WalkRun{Nodes: tr.Nodes, Complete: true, Clip: tr.Clip, Sigma: tr.Sigma,
+		Cap: *maxUpd, Hops: uint64(len(tr.Steps)), Updates: maxU, Forwards: fwd})
 	rep := traceReport{
+		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
 		Delta: *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
 		Clip: tr.Clip, Sigma: tr.Sigma,
 		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: maxU, Theorem: loc.Theorem, Conditions: loc.Conditions},
@@ -381,6 +416,11 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), busiest node made %d noisy updates\n", loc.Epsilon, loc.Order, maxU)
 	fmt.Fprintf(w, "          theorem: %s\n\n", loc.Theorem)
 	printPairwise(w, "pairwise (realised)", sum)
+	if v.PlannedHolds {
+		fmt.Fprintf(w, "\nplanned figure (complete graph, K_i = %d): its conditions hold for this path\n", v.K)
+	} else {
+		fmt.Fprintf(w, "\nplanned figure (complete graph, K_i = %d): conditions fail for this path: %s\n", v.K, strings.Join(v.Reasons, "; "))
+	}
 	if rep.Coalition != nil {
 		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon, rep.Coalition.Order)
 	}

@@ -157,7 +157,8 @@ func TestAccountPlanJSONKeys(t *testing.T) {
 		t.Fatalf("missing keys in\n%s", out.String())
 	}
 	loc := privacy.LocalBound(clip, sigma, cap, delta)
-	thm4 := privacy.Theorem4Bound(n, cap, clip, sigma, delta)
+	var thm4 privacy.Bound // Theorem 4 at the cap with the final release of a 4000-hop run
+	thm4.Epsilon, thm4.Order = privacy.ToDP(privacy.Theorem4FinalCurve(n, cap, hops, clip, sigma), delta)
 	pw := got.PairwisePlanned
 	switch {
 	case *got.Delta != delta || *got.Conversion != privacy.Conversion:
@@ -165,7 +166,7 @@ func TestAccountPlanJSONKeys(t *testing.T) {
 	case *got.Local.Updates != cap || math.Abs(*got.Local.Epsilon-loc.Epsilon) > 1e-12*loc.Epsilon || *got.Local.Order != loc.Order:
 		t.Errorf("local %v (order %v, %d updates), want %v (order %v, %d)", *got.Local.Epsilon, *got.Local.Order, *got.Local.Updates, loc.Epsilon, loc.Order, cap)
 	case math.Abs(*pw.Worst.Epsilon-thm4.Epsilon) > 1e-12*thm4.Epsilon || *pw.Worst.I == *pw.Worst.J ||
-		*pw.Worst.I < 0 || *pw.Worst.J >= n || *pw.Theorem != privacy.Theorem4Name || !*pw.ConditionsHold:
+		*pw.Worst.I < 0 || *pw.Worst.J >= n || *pw.Theorem != privacy.Theorem4FinalName || !*pw.ConditionsHold:
 		t.Errorf("pairwise_planned %v %d->%d %q hold=%v, Theorem 4: %v", *pw.Worst.Epsilon, *pw.Worst.I, *pw.Worst.J, *pw.Theorem, *pw.ConditionsHold, thm4.Epsilon)
 	}
 }
