@@ -114,8 +114,8 @@ type Node struct {
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
 	// any such forward voids the planned figure's condition that every hop is noisy.
 	ownForwards atomic.Uint64
-	started   time.Time
-	httpSrv   *http.Server
+	started     time.Time
+	httpSrv     *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
 	HTTPAddr string
 	closers  []func() error

@@ -378,7 +378,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		Cap: *maxUpd, Hops: uint64(len(tr.Steps)), Updates: maxU, Forwards: fwd})
 	rep := traceReport{
 		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
-		Delta: *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
+		Delta:   *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
 		Clip: tr.Clip, Sigma: tr.Sigma,
 		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: maxU, Theorem: loc.Theorem, Conditions: loc.Conditions},
 		Pairwise: sum,
