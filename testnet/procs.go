@@ -30,11 +30,15 @@ import (
 // a report wall_seconds and us_per_hop cover the whole network run, start-up of the
 // hosts and distribution of the final model included.
 type NetworkReport struct {
-	Mode          string  `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
-	Hosts         int     `json:"hosts"`
-	LedgerEntries int     `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
-	Redirects     int     `json:"redirects"`
-	Repeats       int     `json:"repeated_entries"`
+	Mode          string `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
+	Hosts         int    `json:"hosts"`
+	LedgerEntries int    `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
+	Redirects     int    `json:"redirects"`
+	Repeats       int    `json:"repeated_entries"`
+	// Views are the peers that received a release and did not go on with the token (a
+	// hand-off redirected after a withheld or lost ack), one per release and peer: each is
+	// in the realised path as a view of that release (LedgerPath).
+	Views         int     `json:"views"`
 	HopsPerSecond float64 `json:"hops_per_second"`
 	Kills         []Kill  `json:"kills,omitempty"`
 	Dir           string  `json:"dir,omitempty"` // kept data directories and logs
@@ -289,7 +293,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		}
 		res.Ledger[i] = len(ledgers[i])
 	}
-	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops); err != nil {
+	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops, res.Models[0].ReleasedBy); err != nil {
 		return nil, fmt.Errorf("testnet: procs: %w", err)
 	}
 	for i, u := range res.Path.Updates {
@@ -531,8 +535,11 @@ type NetOptions struct {
 	KillHolderAt uint64
 	KillPhase    string
 	// Sync makes the nodes fsync their ledgers and checkpoints.
-	Sync   bool
-	Logger zerolog.Logger
+	Sync bool
+	// AckTimeout and Withhold ("mem" only): see MemConfig.
+	AckTimeout time.Duration
+	Withhold   []int
+	Logger     zerolog.Logger
 }
 
 // RunNet performs the run described by o on real libp2p hosts and returns the same
@@ -554,6 +561,8 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		return nil, fmt.Errorf("testnet: unknown network mode %q (mem or procs)", no.Mode)
 	case no.Mode == "mem" && no.KillHolderAt > 0:
 		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
+	case no.Mode == "procs" && (len(no.Withhold) > 0 || no.AckTimeout != 0):
+		return nil, errors.New("testnet: procs: withholding nodes and the ack timeout are set in mem mode only")
 	}
 	p, err := prepare(o)
 	if err != nil {
@@ -570,12 +579,13 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		r, err := RunMem(ctx, MemConfig{
 			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
 			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
 		})
 		if err != nil {
 			return nil, err
 		}
 		z, updates, wall = r.Model, r.Updates, r.Wall
-		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects}
+		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects, Views: r.Views}
 		for _, e := range r.Ledger {
 			lp.Entries += e
 		}
@@ -591,16 +601,18 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		z, updates, wall, lp = r.Model, r.Updates, r.Wall, r.Path
 		nr.Kills = r.Kills
 	}
-	nr.LedgerEntries, nr.Redirects, nr.Repeats = lp.Entries, lp.Redirects, lp.Repeats
+	nr.LedgerEntries, nr.Redirects, nr.Repeats, nr.Views = lp.Entries, lp.Redirects, lp.Repeats, lp.Views
 	if wall > 0 {
 		nr.HopsPerSecond = float64(o.Hops) / wall.Seconds()
 	}
 	w := outcome{z: z, hops: o.Hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
-		wall: wall, stepTime: wall}
+		wall: wall, stepTime: wall, views: lp.Views}
 	if keep, why := realisedFeasible(o.Nodes, o.Hops); keep {
+		// View steps are steps that add no noise (Noisy false): the realised accountant
+		// charges the viewer for the state the release produced.
 		w.path = make([]privacy.TraceStep, len(lp.Path))
-		for h, st := range lp.Path {
-			w.path[h] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
+		for k, st := range lp.Path {
+			w.path[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
 		}
 	} else {
 		w.realisedNote = why
