@@ -90,6 +90,9 @@ type ProcsConfig struct {
 	// AckTimeout is the nodes' hand-off ack timeout; 0 = 10 s (long enough that a busy
 	// machine does not redirect the token, which would change the path).
 	AckTimeout time.Duration
+	// Withhold is fault injection: the nodes with these indices run with --withhold-acks
+	// (see MemConfig.Withhold). None of them may be the initial holder.
+	Withhold []int
 	// Logger receives the launcher's own log lines.
 	Logger zerolog.Logger
 }
@@ -190,6 +193,16 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		return nil, err
 	}
 	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: NodeRand(cfg.Seed, -1).IntN(n)}
+	withhold := make([]bool, n)
+	for _, w := range cfg.Withhold {
+		switch {
+		case w < 0 || w >= n:
+			return nil, fmt.Errorf("testnet: procs: withholding node %d outside [0, %d)", w, n)
+		case w == st.Holder:
+			return nil, fmt.Errorf("testnet: procs: node %d is the initial holder and cannot withhold acks", w)
+		}
+		withhold[w] = true
+	}
 	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n)}
 	dirs := make([]string, n)
 	args := make([][]string, n)
@@ -220,6 +233,9 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 			"--max-updates", strconv.Itoa(cfg.MaxUpdates), "--delta", f(cfg.Delta)}
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
+		}
+		if withhold[i] {
+			a = append(a, "--withhold-acks")
 		}
 		args[i] = a
 	}
@@ -536,7 +552,7 @@ type NetOptions struct {
 	KillPhase    string
 	// Sync makes the nodes fsync their ledgers and checkpoints.
 	Sync bool
-	// AckTimeout and Withhold ("mem" only): see MemConfig.
+	// AckTimeout and Withhold: see MemConfig (0 = the mode's default ack timeout).
 	AckTimeout time.Duration
 	Withhold   []int
 	Logger     zerolog.Logger
@@ -561,8 +577,6 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		return nil, fmt.Errorf("testnet: unknown network mode %q (mem or procs)", no.Mode)
 	case no.Mode == "mem" && no.KillHolderAt > 0:
 		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
-	case no.Mode == "procs" && (len(no.Withhold) > 0 || no.AckTimeout != 0):
-		return nil, errors.New("testnet: procs: withholding nodes and the ack timeout are set in mem mode only")
 	}
 	p, err := prepare(o)
 	if err != nil {
@@ -594,6 +608,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
 		})
 		if err != nil {
 			return nil, err

@@ -181,13 +181,27 @@ func TestLedgerPathViewsChargedExactly(t *testing.T) {
 	}
 }
 
-// TestWithheldAckChargesWithholder runs a walk over real libp2p hosts on loopback in which
-// one member reads every token sent to it and never acks. Its senders redirect those
-// releases to the third member; the run completes, and the realised accountant's input
-// contains the withholding member as a viewer of each release it withheld, so it is
-// charged for its senders' updates (it never holds the token, so without the views the
-// path would not contain it at all). Being a node with no update, its own figures are 0.
+// TestWithheldAckChargesWithholder runs a walk over real libp2p hosts on loopback, in this
+// process, in which one member reads every token sent to it and never acks. Its senders
+// redirect those releases to the third member; the run completes, and the realised
+// accountant's input contains the withholding member as a viewer of each release it
+// withheld, so it is charged for its senders' updates (it never holds the token, so
+// without the views the path would not contain it at all). Being a node with no update,
+// its own figures are 0.
 func TestWithheldAckChargesWithholder(t *testing.T) {
+	withheldAck(t, NetOptions{Mode: "mem"})
+}
+
+// TestWithheldAckChargesWithholderProcs is TestWithheldAckChargesWithholder with one
+// `dpadmm node` process per member (the withholder runs with --withhold-acks).
+func TestWithheldAckChargesWithholderProcs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the dpadmm binary")
+	}
+	withheldAck(t, NetOptions{Mode: "procs", Binary: buildDpadmm(t)})
+}
+
+func withheldAck(t *testing.T, no NetOptions) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const n, hops, seed = 3, 10, 4
@@ -196,12 +210,13 @@ func TestWithheldAckChargesWithholder(t *testing.T) {
 	o := netOptions(t, n, hops, seed)
 	o.KeepTrace = true
 	dir := t.TempDir()
+	no.Dir, no.Withhold, no.AckTimeout = dir, []int{w}, 300*time.Millisecond
 	t0 := time.Now()
-	rep, err := RunNet(ctx, o, NetOptions{Mode: "mem", Dir: dir, Withhold: []int{w}, AckTimeout: 300 * time.Millisecond})
+	rep, err := RunNet(ctx, o, no)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d hops over %d hosts (node %d withholds acks) in %v; network %+v", hops, n, w, time.Since(t0), *rep.Network)
+	t.Logf("%s: %d hops over %d hosts (node %d withholds acks) in %v; network %+v", no.Mode, hops, n, w, time.Since(t0), *rep.Network)
 	nw := rep.Network
 	if nw.Redirects == 0 || nw.Views == 0 || nw.LedgerEntries != hops+nw.Redirects+nw.Repeats {
 		t.Fatalf("network section %+v: want redirected releases, each a view", *nw)
