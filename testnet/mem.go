@@ -275,7 +275,10 @@ type PathFromLedgers struct {
 // (its stream failed before the frame arrived) over-counts, on the safe side.
 //
 // It fails when a hop in 1..hops is missing from every ledger or stepped by two nodes (a
-// duplicate token), an entry is foreign, or a recipient is not a member.
+// duplicate token, as after a lost ack whose sender redirected a release the first
+// recipient had taken), a node stepped one hop in two epochs (a rollback), an entry is
+// foreign, or a recipient is not a member: such ledgers are not one path, and charging
+// one branch would leave the other's views out.
 // Consistency: Entries = hops + Redirects + Repeats, len(Path) = hops + Views.
 func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final string) (*PathFromLedgers, error) {
 	if len(ledgers) != len(names) {
