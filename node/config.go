@@ -138,6 +138,12 @@ type Config struct {
 	// ledger entry and the checkpoint (with the outgoing token in custody) are durable,
 	// nothing is sent. On restart the node resends the token from its custody.
 	PauseAfterStep bool
+	// WithholdAcks is fault injection for test harnesses: the node reads every token
+	// hand-off it is sent and never answers it (no ack, the token is dropped), as a peer
+	// that keeps the bytes and withholds its ack would. The sender then redirects the
+	// same release to another member, so the release has been seen by two peers. The
+	// node otherwise takes part in the run (heartbeats, releases, the final model).
+	WithholdAcks bool
 	// Logger receives the node's log; the zero value logs nothing.
 	Logger zerolog.Logger
 

@@ -518,6 +518,12 @@ func (n *Node) handleWalk(s network.Stream) {
 			}
 			return
 		}
+		if n.cfg.WithholdAcks {
+			// Fault injection: the bytes were read; no ack ever goes back. The sender
+			// times out and resets the stream, which ends this loop.
+			lg.Warn().Int("bytes", len(b)).Msg("withholding the ack of a token hand-off (fault injection)")
+			continue
+		}
 		code, written := n.receive(lg, from, b)
 		_, err = s.Write([]byte{code})
 		if written != nil {

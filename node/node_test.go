@@ -489,21 +489,36 @@ func TestHTTPStatusAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nd.Close()
+	status := func() Status {
+		t.Helper()
+		resp, err := http.Get("http://" + nd.HTTPAddr + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st Status
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Before the run the node has used its data zero times: epsilon is exactly 0 (not
+	// the conversion's grid term, about 0.0035 at delta 1e-5).
+	if st := status(); st.Updates != 0 || st.Ledger != 0 || st.Epsilon != 0 {
+		t.Fatalf("status before the run %+v", st)
+	}
 	m, err := nd.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + nd.HTTPAddr + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st Status
-	json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
+	st := status()
 	if !st.Done || st.Ledger != 8 || st.Updates != m.Privacy.Updates || st.Updates != 8 || st.Run != "http" || st.UpdatesLeft != -1 || st.ModelAgeSec < 0 {
 		t.Fatalf("status %+v", st)
 	}
-	resp, err = http.Get("http://" + nd.HTTPAddr + "/metrics")
+	if want := privacy.LocalBound(nd.cfg.Clip, nd.cfg.Sigma, 8, nd.cfg.Delta).Epsilon; !(st.Epsilon > 0) || st.Epsilon != want {
+		t.Fatalf("status epsilon %v after 8 updates, want %v", st.Epsilon, want)
+	}
+	resp, err := http.Get("http://" + nd.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,13 +129,18 @@ func (m *PairwiseMatrix) Summarize(delta float64) PairwiseSummary {
 
 // unitConverter returns w -> ToDP(w*Unit, delta) evaluated without allocation. The
 // conversion at each order is r + g(alpha) (clamped at 0); g is read off ToDP itself
-// with a single finite order so that the conversion stays the package's one.
+// with a single finite order so that the conversion stays the package's one. As in ToDP,
+// a curve w*Unit that is 0 at some order (w == 0, or Unit 0 there) converts to 0.
 func (m *PairwiseMatrix) unitConverter(delta float64) func(w float64) float64 {
 	const probe = 1000.0
 	var us, gs []float64
 	one := make(Curve, len(Orders))
+	unitZero := false
 	for a := range Orders {
 		u := m.Unit.at(a)
+		if u == 0 {
+			unitZero = true
+		}
 		if math.IsInf(u, 1) || u < 0 {
 			continue
 		}
@@ -150,9 +155,9 @@ func (m *PairwiseMatrix) unitConverter(delta float64) func(w float64) float64 {
 		us = append(us, u)
 		gs = append(gs, e-probe)
 	}
-	eps0, _ := ToDP(ZeroCurve(), delta) // weight 0: no loss at any order
+	eps0, _ := ToDP(ZeroCurve(), delta) // weight 0: no loss at any order (0 for a valid delta)
 	return func(w float64) float64 {
-		if w == 0 {
+		if w == 0 || unitZero && w > 0 && !math.IsInf(w, 1) {
 			return eps0
 		}
 		best := math.Inf(1)

@@ -328,13 +328,18 @@ func BenchmarkComplete1e5(b *testing.B) {
 }
 
 func TestPairwiseUnitConverterMatchesToDP(t *testing.T) {
-	m := &PairwiseMatrix{N: 2, Unit: amplifiedUnit(0.1, 2, 9)}
-	for _, delta := range []float64{1e-9, 1e-5, 0.3} {
-		f := m.unitConverter(delta)
-		for _, w := range []float64{0, 1e-6, 0.01, 0.3, 1, 7, 300} {
-			want, _ := ToDP(m.Unit.Scale(w), delta)
-			if got := f(w); math.Abs(got-want) > 1e-9*(1+want) {
-				t.Fatalf("delta %v w %v: %v vs ToDP %v", delta, w, got, want)
+	for _, unit := range []Curve{amplifiedUnit(0.1, 2, 9), amplifiedUnit(0.1, 2, 0), ZeroCurve()} {
+		m := &PairwiseMatrix{N: 2, Unit: unit}
+		for _, delta := range []float64{1e-9, 1e-5, 0.3} {
+			f := m.unitConverter(delta)
+			for _, w := range []float64{0, 1e-6, 0.01, 0.3, 1, 7, 300} {
+				want, _ := ToDP(m.Unit.Scale(w), delta)
+				if got := f(w); math.Abs(got-want) > 1e-9*(1+want) {
+					t.Fatalf("delta %v w %v: %v vs ToDP %v", delta, w, got, want)
+				}
+				if w == 0 && f(w) != 0 {
+					t.Fatalf("delta %v: weight 0 gives %v, want 0", delta, f(w))
+				}
 			}
 		}
 	}

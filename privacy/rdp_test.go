@@ -177,10 +177,9 @@ func TestCompositionInvariants(t *testing.T) {
 			}
 		}
 	}
-	// The zero curve converts to the grid-limited value of the formula at alpha=1024:
-	// ln(1023/1024) - (ln(1e-5) + ln(1024))/1023, small but not 0.
-	if e, a := ToDP(Curve(nil), 1e-5); a != 1024 || !relClose(e, math.Log(1023.0/1024)-(math.Log(1e-5)+math.Log(1024))/1023, 1e-12) {
-		t.Errorf("zero curve gives (%v, %v)", e, a)
+	// The zero curve (no data use) converts to exactly 0; see TestToDPZeroCurve.
+	if e, _ := ToDP(Curve(nil), 1e-5); e != 0 {
+		t.Errorf("zero curve gives %v", e)
 	}
 	if e, _ := ToDP(GaussianCurve(1, 0), 1e-5); !math.IsInf(e, 1) {
 		t.Errorf("sigma=0 gives eps %v, want +Inf", e)
@@ -381,5 +380,50 @@ func TestGaussianCurveNeverUnderReports(t *testing.T) {
 	}
 	if under != 0 {
 		t.Errorf("%d under-reports", under)
+	}
+}
+
+// TestToDPZeroCurve: a curve that is exactly 0 at some order converts to epsilon 0 at
+// every valid delta (D_alpha = 0 means identical distributions), while the formula alone
+// would leave its grid-limited term, ln(1023/1024) - (ln(delta) + ln(1024))/1023 at the
+// largest order (about 0.0035 at delta 1e-5), which a positive curve still pays.
+func TestToDPZeroCurve(t *testing.T) {
+	partial := WalkUpdateCurve(1, 1)
+	partial[5] = 0
+	halfInf := InfCurve()
+	halfInf[0] = 0 // zero at one order, no bound elsewhere
+	for _, d := range []float64{1e-9, 1e-5, 0.3} {
+		for name, c := range map[string]Curve{
+			"nil": nil, "zeros": ZeroCurve(), "zero at one order": partial, "zero and +Inf": halfInf,
+			"no updates": WalkLocalCurve(1, 1, 0), "Theorem 4, no updates": Theorem4Curve(10, 0, 1, 0.5),
+			"scaled by 0": WalkUpdateCurve(1, 1).Scale(0), "forward entries": LedgerCurve([]Entry{{Mechanism: MechForward}}),
+		} {
+			if e, a := ToDP(c, d); e != 0 || !(a > 1) {
+				t.Errorf("delta %v, %s: ToDP (%v, %v), want 0", d, name, e, a)
+			}
+			if e, _ := ToDPClassic(c, d); e != 0 {
+				t.Errorf("delta %v, %s: ToDPClassic %v, want 0", d, name, e)
+			}
+		}
+		if b := LocalBound(1, 1, 0, d); b.Epsilon != 0 || !b.ConditionsHold {
+			t.Errorf("delta %v: local bound with no updates %+v", d, b)
+		}
+		if b := Theorem4Bound(10, 0, 1, 0.5, d); b.Epsilon != 0 || !b.ConditionsHold {
+			t.Errorf("delta %v: Theorem 4 bound with no updates %+v", d, b)
+		}
+		if d > 0.01 {
+			continue // the formula is clamped at 0 there anyway
+		}
+		// A tiny positive curve keeps the formula's value at alpha = 1024.
+		tiny := constCurve(1e-300)
+		want := math.Log(1023.0/1024) - (math.Log(d)+math.Log(1024))/1023
+		if e, a := ToDP(tiny, d); a != 1024 || !relClose(e, want, 1e-12) || !(e > 0) {
+			t.Errorf("delta %v: tiny curve gives (%v, %v), want (%v, 1024)", d, e, a, want)
+		}
+	}
+	for _, d := range []float64{0, 1, math.NaN()} {
+		if e, _ := ToDP(ZeroCurve(), d); !math.IsInf(e, 1) {
+			t.Errorf("zero curve at invalid delta %v: %v, want +Inf", d, e)
+		}
 	}
 }

@@ -15,7 +15,11 @@ const TraceFormat = "dpadmm-trace/1"
 
 // TraceStep is one hop of a random walk. Node holds the token at this hop; if Noisy is
 // true it performs one noisy update, and the result goes to the Node of the next step.
-// A step with Noisy false only forwards the token.
+// A step with Noisy false only forwards the token. It also serves as a view: a peer that
+// received the bytes of a release without going on with the token (the sender
+// redirected the hand-off after a withheld or lost ack) is a step with Noisy false right
+// after the release, so that it and the next holder see the same state and both are
+// charged for it.
 type TraceStep struct {
 	Node  int
 	Noisy bool

@@ -225,6 +225,14 @@ type faultSim struct {
 // RunFaults runs one fault scenario and returns its report. It returns an error only for
 // a bad configuration or a machine error (a bug); the report's fields say whether the
 // walk recovered and whether the ledgers cover every release.
+//
+// A lost token or ack makes the sender redirect the release (walk.Custody), so one
+// release reaches several peers. The fault simulator computes no realised pairwise
+// figure: its runs fork (a lost ack can leave two copies of a hop until one is fenced)
+// and roll back (regeneration, fallback), which one path cannot express. What the
+// accountant needs from it is checked instead: every token message on the wire is
+// covered by a ledger entry naming its recipient, made before the send (UnderCount), so
+// every peer that received a release is named in its sender's ledger.
 func RunFaults(cfg FaultConfig) (*FaultReport, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err

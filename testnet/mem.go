@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,7 +44,14 @@ type MemConfig struct {
 	// Degree is how many ring successors each host connects to up front (the others are
 	// dialled on demand); 0 = all (full mesh) up to 16 nodes, else 4.
 	Degree int
-	Logger zerolog.Logger
+	// AckTimeout is the nodes' hand-off ack timeout (node.Config.AckTimeout); 0 = the
+	// node default.
+	AckTimeout time.Duration
+	// Withhold is fault injection: the nodes with these indices read every token hand-off
+	// and never ack it (node.Config.WithholdAcks), so every release sent to them is
+	// redirected and seen by two peers. None of them may be the initial holder.
+	Withhold []int
+	Logger   zerolog.Logger
 }
 
 // MemResult is the outcome of RunMem.
@@ -54,9 +62,11 @@ type MemResult struct {
 	Updates []int     // noisy updates per node
 	Models  []node.Model
 	Wall    time.Duration
-	// Path is the walk's path rebuilt from the nodes' ledgers (hop, holder, noisy).
+	// Path is the walk's path rebuilt from the nodes' ledgers (hop, holder, noisy), with
+	// the views of redirected releases (LedgerPath).
 	Path      []TraceStep
 	Redirects int // "forward" entries of custody redirections (see node)
+	Views     int // view steps of Path: peers that got a release and did not step it
 }
 
 // RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) real libp2p hosts in this
@@ -99,6 +109,16 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		ids[i] = id
 	}
 	holder := NodeRand(cfg.Seed, -1).IntN(n)
+	withhold := make([]bool, n)
+	for _, w := range cfg.Withhold {
+		switch {
+		case w < 0 || w >= n:
+			return nil, fmt.Errorf("testnet: mem: withholding node %d outside [0, %d)", w, n)
+		case w == holder:
+			return nil, fmt.Errorf("testnet: mem: node %d is the initial holder and cannot withhold acks", w)
+		}
+		withhold[w] = true
+	}
 	nodes := make([]*node.Node, n)
 	defer func() {
 		for _, nd := range nodes {
@@ -114,6 +134,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
 			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
 			AllowSeededNoise: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync,
+			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i],
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}
 		nd, err := node.New(ctx, c)
@@ -172,7 +193,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		}
 		ledgers[i] = es
 	}
-	lp, err := LedgerPath(ledgers, res.Peers, cfg.Hops)
+	lp, err := LedgerPath(ledgers, res.Peers, cfg.Hops, models[0].ReleasedBy)
 	if err != nil {
 		return nil, fmt.Errorf("testnet: mem: %w", err)
 	}
@@ -184,7 +205,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			return nil, fmt.Errorf("testnet: mem: node %d: %d noisy updates in its ledger, %d in its checkpoint", i, u, res.Updates[i])
 		}
 	}
-	res.Path, res.Redirects = lp.Path, lp.Redirects
+	res.Path, res.Redirects, res.Views = lp.Path, lp.Redirects, lp.Views
 	res.Model = models[0].Model
 	return res, nil
 }
@@ -215,12 +236,18 @@ func sameBits(a, b []float64) bool {
 // PathFromLedgers is the walk's path rebuilt from the nodes' ledgers, with the
 // bookkeeping of the entries that are not one-per-hop.
 type PathFromLedgers struct {
-	Path    []TraceStep // one step per hop, in hop order
-	Updates []int       // noisy updates per node, from the path
-	Entries int         // all ledger entries
+	// Path has one step per hop, in hop order; after the step whose release was also
+	// sent to peers that did not step it, one view step per such peer (TraceStep.View).
+	Path    []TraceStep
+	Updates []int // noisy updates per node, from the path
+	Entries int   // all ledger entries
 	// Redirects are "forward" entries naming a new recipient after failed hand-offs
 	// (the same release seen by one more peer).
 	Redirects int
+	// Views are the view steps of Path: recipients named in a sender's entries for a
+	// release (its own entry and its redirections) other than the peer that went on
+	// with the token. Path has hops + Views steps.
+	Views int
 	// Repeats are further entries for a hop the node had already logged that are not
 	// redirections: a node that crashed after its ledger write and before its
 	// checkpoint steps the token again on restart (charged again: conservative).
@@ -229,49 +256,100 @@ type PathFromLedgers struct {
 
 // LedgerPath rebuilds the walk's path from the ledgers of a real-stack run: node i's
 // ledger is ledgers[i] and its entries name it names[i] (its peer ID). The first entry
-// of a node for a token (epoch, hop) is its step of that hop; later ones for the same
-// token are redirections or repeats. It fails when a hop in 1..hops is missing from
-// every ledger or stepped by two nodes (a duplicate token), or an entry is foreign.
-// Consistency: Entries = hops + Redirects + Repeats.
-func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64) (*PathFromLedgers, error) {
+// of a node for a hop is its step of that hop. A later "forward" entry of the node for
+// that hop that names a recipient is a redirection of the same release: in the same
+// epoch after a failed hand-off, or under a new epoch when the node regenerates the
+// release or re-sends it in the slow fallback (the same z and zhat). Another later entry
+// in the same epoch is a repeat; in another epoch, a rollback of the walk, which is not
+// one path (an error). final names the node that received the token of the last hop
+// (Model.ReleasedBy); "" if unknown.
+//
+// Every recipient named in a sender's entries for one release has received, or may have
+// received, the bytes of that release (entries are durable before the send). The one
+// that stepped the next hop (for the last hop: final) holds it in the path; every other
+// one, a peer that withheld its ack or did not answer before the sender redirected, is
+// inserted right after the release as a view: a step that adds no noise (Noisy false)
+// and that it does not step. The realised accountant then charges it exactly as a peer
+// holding the token at that point: it sees the state the release produced, and the
+// next holder sees the same state. Charging a named recipient that never got the bytes
+// (its stream failed before the frame arrived) over-counts, on the safe side.
+//
+// It fails when a hop in 1..hops is missing from every ledger or stepped by two nodes (a
+// duplicate token, as after a lost ack whose sender redirected a release the first
+// recipient had taken), a node stepped one hop in two epochs (a rollback), an entry is
+// foreign, or a recipient is not a member: such ledgers are not one path, and charging
+// one branch would leave the other's views out.
+// Consistency: Entries = hops + Redirects + Repeats, len(Path) = hops + Views.
+func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final string) (*PathFromLedgers, error) {
 	if len(ledgers) != len(names) {
 		return nil, fmt.Errorf("ledger path: %d ledgers for %d nodes", len(ledgers), len(names))
 	}
-	type key struct{ epoch, hop uint64 }
-	out := &PathFromLedgers{Path: make([]TraceStep, hops), Updates: make([]int, len(names))}
+	index := make(map[string]int, len(names))
+	for i, nm := range names {
+		index[nm] = i
+	}
+	finalIdx := -1
+	if final != "" {
+		f, ok := index[final]
+		if !ok {
+			return nil, fmt.Errorf("ledger path: the final holder %q is not a member", final)
+		}
+		finalIdx = f
+	}
+	out := &PathFromLedgers{Updates: make([]int, len(names))}
+	steps := make([]TraceStep, hops)
 	owner := make([]int, hops)
 	for h := range owner {
 		owner[h] = -1
 	}
+	// recips[h] lists the distinct recipients named by the owner of hop h (0-based) for
+	// its release, the token of hop h+1, in ledger order.
+	recips := make([][]int, hops)
 	for i, es := range ledgers {
-		seen := map[key]bool{}
+		first := map[uint64]uint64{} // hop -> epoch of this node's step of that hop
 		for _, e := range es {
 			out.Entries++
 			if e.Node != names[i] {
 				return nil, fmt.Errorf("ledger path: node %d's ledger has an entry of %q (seq %d)", i, e.Node, e.Seq)
 			}
-			k := key{e.Epoch, e.Hop}
-			if seen[k] {
-				if e.Mechanism == privacy.MechForward && e.Recipient != "" {
-					out.Redirects++
-				} else {
-					out.Repeats++
+			to := -1
+			if e.Recipient != "" {
+				r, ok := index[e.Recipient]
+				if !ok {
+					return nil, fmt.Errorf("ledger path: node %d's entry seq %d names recipient %q, not a member", i, e.Seq, e.Recipient)
 				}
-				continue
+				to = r
 			}
-			seen[k] = true
-			if e.Hop < 1 || e.Hop > hops {
-				return nil, fmt.Errorf("ledger path: node %d logged hop %d outside 1..%d", i, e.Hop, hops)
-			}
+			resend := e.Mechanism == privacy.MechForward && e.Recipient != ""
 			h := e.Hop - 1
-			if owner[h] >= 0 {
-				return nil, fmt.Errorf("ledger path: hop %d was stepped by nodes %d and %d (duplicate token)", e.Hop, owner[h], i)
+			if ep, seen := first[e.Hop]; seen {
+				switch {
+				case resend:
+					// The same release sent to one more peer: a redirection, or under a
+					// new epoch a regeneration or fallback re-send (same z and zhat).
+					out.Redirects++
+				case ep == e.Epoch:
+					out.Repeats++
+				default:
+					return nil, fmt.Errorf("ledger path: node %d stepped hop %d in epochs %d and %d: the walk was rolled back and its ledgers do not form one path", i, e.Hop, ep, e.Epoch)
+				}
+			} else {
+				if e.Hop < 1 || e.Hop > hops {
+					return nil, fmt.Errorf("ledger path: node %d logged hop %d outside 1..%d", i, e.Hop, hops)
+				}
+				if owner[h] >= 0 {
+					return nil, fmt.Errorf("ledger path: hop %d was stepped by nodes %d and %d (duplicate token)", e.Hop, owner[h], i)
+				}
+				first[e.Hop] = e.Epoch
+				owner[h] = i
+				noisy := e.Mechanism == privacy.MechGaussian
+				steps[h] = TraceStep{Hop: h, Node: i, Noisy: noisy}
+				if noisy {
+					out.Updates[i]++
+				}
 			}
-			owner[h] = i
-			noisy := e.Mechanism == privacy.MechGaussian
-			out.Path[h] = TraceStep{Hop: h, Node: i, Noisy: noisy}
-			if noisy {
-				out.Updates[i]++
+			if to >= 0 && !slices.Contains(recips[h], to) {
+				recips[h] = append(recips[h], to)
 			}
 		}
 	}
@@ -280,10 +358,27 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64) (*PathFr
 			return nil, fmt.Errorf("ledger path: hop %d is missing from every ledger", h+1)
 		}
 	}
+	out.Path = make([]TraceStep, 0, hops)
+	for h := range steps {
+		out.Path = append(out.Path, steps[h])
+		next := finalIdx
+		if h+1 < len(steps) {
+			next = owner[h+1]
+		}
+		for _, r := range recips[h] {
+			if r == owner[h] || r == next {
+				continue
+			}
+			out.Path = append(out.Path, TraceStep{Hop: uint64(h) + 1, Node: r, View: true})
+			out.Views++
+		}
+	}
 	return out, nil
 }
 
-// pathHash is the simulator's trace fingerprint (Sim.TraceHash) of a path.
+// pathHash is the simulator's trace fingerprint (Sim.TraceHash) of a path. View steps
+// enter it like steps that add no noise, so a path with views never hashes as the
+// simulator's path of the same hops.
 func pathHash(path []TraceStep) uint64 {
 	h := uint64(traceSeed)
 	for _, st := range path {

@@ -39,11 +39,13 @@ type PairMatrices struct {
 
 // unitEpsilon returns w -> ToDP(w*unit, delta) without allocating per call. The
 // conversion at one order is rdp + g(alpha), clamped at 0; g(alpha) is read off ToDP with
-// a curve finite at that order only, so the conversion stays privacy.ToDP's.
+// a curve finite at that order only, so the conversion stays privacy.ToDP's. As in
+// privacy.ToDP, a curve w*unit that is 0 at some order (w == 0, or unit 0 there) gives 0.
 func unitEpsilon(unit privacy.Curve, delta float64) func(w float64) float64 {
 	const probe = 1000.0
 	var us, gs []float64
 	one := make(privacy.Curve, len(privacy.Orders))
+	unitZero := false
 	for a := range privacy.Orders {
 		u := math.Inf(1)
 		if a < len(unit) && !math.IsNaN(unit[a]) {
@@ -51,6 +53,9 @@ func unitEpsilon(unit privacy.Curve, delta float64) func(w float64) float64 {
 		}
 		if unit == nil {
 			u = 0
+		}
+		if u == 0 {
+			unitZero = true
 		}
 		if math.IsInf(u, 1) || u < 0 {
 			continue
@@ -68,7 +73,7 @@ func unitEpsilon(unit privacy.Curve, delta float64) func(w float64) float64 {
 	}
 	eps0, _ := privacy.ToDP(privacy.ZeroCurve(), delta)
 	return func(w float64) float64 {
-		if w == 0 {
+		if w == 0 || unitZero && w > 0 && !math.IsInf(w, 1) {
 			return eps0
 		}
 		if !(w > 0) {

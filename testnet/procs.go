@@ -30,11 +30,15 @@ import (
 // a report wall_seconds and us_per_hop cover the whole network run, start-up of the
 // hosts and distribution of the final model included.
 type NetworkReport struct {
-	Mode          string  `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
-	Hosts         int     `json:"hosts"`
-	LedgerEntries int     `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
-	Redirects     int     `json:"redirects"`
-	Repeats       int     `json:"repeated_entries"`
+	Mode          string `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
+	Hosts         int    `json:"hosts"`
+	LedgerEntries int    `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
+	Redirects     int    `json:"redirects"`
+	Repeats       int    `json:"repeated_entries"`
+	// Views are the peers that received a release and did not go on with the token (a
+	// hand-off redirected after a withheld or lost ack), one per release and peer: each is
+	// in the realised path as a view of that release (LedgerPath).
+	Views         int     `json:"views"`
 	HopsPerSecond float64 `json:"hops_per_second"`
 	Kills         []Kill  `json:"kills,omitempty"`
 	Dir           string  `json:"dir,omitempty"` // kept data directories and logs
@@ -86,6 +90,9 @@ type ProcsConfig struct {
 	// AckTimeout is the nodes' hand-off ack timeout; 0 = 10 s (long enough that a busy
 	// machine does not redirect the token, which would change the path).
 	AckTimeout time.Duration
+	// Withhold is fault injection: the nodes with these indices run with --withhold-acks
+	// (see MemConfig.Withhold). None of them may be the initial holder.
+	Withhold []int
 	// Logger receives the launcher's own log lines.
 	Logger zerolog.Logger
 }
@@ -186,6 +193,16 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		return nil, err
 	}
 	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: NodeRand(cfg.Seed, -1).IntN(n)}
+	withhold := make([]bool, n)
+	for _, w := range cfg.Withhold {
+		switch {
+		case w < 0 || w >= n:
+			return nil, fmt.Errorf("testnet: procs: withholding node %d outside [0, %d)", w, n)
+		case w == st.Holder:
+			return nil, fmt.Errorf("testnet: procs: node %d is the initial holder and cannot withhold acks", w)
+		}
+		withhold[w] = true
+	}
 	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n)}
 	dirs := make([]string, n)
 	args := make([][]string, n)
@@ -216,6 +233,9 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 			"--max-updates", strconv.Itoa(cfg.MaxUpdates), "--delta", f(cfg.Delta)}
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
+		}
+		if withhold[i] {
+			a = append(a, "--withhold-acks")
 		}
 		args[i] = a
 	}
@@ -289,7 +309,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		}
 		res.Ledger[i] = len(ledgers[i])
 	}
-	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops); err != nil {
+	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops, res.Models[0].ReleasedBy); err != nil {
 		return nil, fmt.Errorf("testnet: procs: %w", err)
 	}
 	for i, u := range res.Path.Updates {
@@ -531,8 +551,11 @@ type NetOptions struct {
 	KillHolderAt uint64
 	KillPhase    string
 	// Sync makes the nodes fsync their ledgers and checkpoints.
-	Sync   bool
-	Logger zerolog.Logger
+	Sync bool
+	// AckTimeout and Withhold: see MemConfig (0 = the mode's default ack timeout).
+	AckTimeout time.Duration
+	Withhold   []int
+	Logger     zerolog.Logger
 }
 
 // RunNet performs the run described by o on real libp2p hosts and returns the same
@@ -570,12 +593,13 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		r, err := RunMem(ctx, MemConfig{
 			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
 			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
 		})
 		if err != nil {
 			return nil, err
 		}
 		z, updates, wall = r.Model, r.Updates, r.Wall
-		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects}
+		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects, Views: r.Views}
 		for _, e := range r.Ledger {
 			lp.Entries += e
 		}
@@ -584,6 +608,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
 		})
 		if err != nil {
 			return nil, err
@@ -591,16 +616,18 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		z, updates, wall, lp = r.Model, r.Updates, r.Wall, r.Path
 		nr.Kills = r.Kills
 	}
-	nr.LedgerEntries, nr.Redirects, nr.Repeats = lp.Entries, lp.Redirects, lp.Repeats
+	nr.LedgerEntries, nr.Redirects, nr.Repeats, nr.Views = lp.Entries, lp.Redirects, lp.Repeats, lp.Views
 	if wall > 0 {
 		nr.HopsPerSecond = float64(o.Hops) / wall.Seconds()
 	}
 	w := outcome{z: z, hops: o.Hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
-		wall: wall, stepTime: wall}
+		wall: wall, stepTime: wall, views: lp.Views}
 	if keep, why := realisedFeasible(o.Nodes, o.Hops); keep {
+		// View steps are steps that add no noise (Noisy false): the realised accountant
+		// charges the viewer for the state the release produced.
 		w.path = make([]privacy.TraceStep, len(lp.Path))
-		for h, st := range lp.Path {
-			w.path[h] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
+		for k, st := range lp.Path {
+			w.path[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
 		}
 	} else {
 		w.realisedNote = why

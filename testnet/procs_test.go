@@ -236,38 +236,72 @@ func TestProcsNodeSources(t *testing.T) {
 	}
 }
 
-// TestProcsLedgerPath rebuilds paths from hand-made ledgers, with a redirection, a repeat,
-// a missing hop and a duplicate token.
+// TestProcsLedgerPath rebuilds paths from hand-made ledgers, with a redirection (its
+// first recipient becomes a view), a repeat, a missing hop and a duplicate token.
 func TestProcsLedgerPath(t *testing.T) {
 	names := []string{"a", "b"}
 	e := func(node string, hop uint64, mech, to string) privacy.Entry {
 		return privacy.Entry{Node: node, Hop: hop, Mechanism: mech, Recipient: to}
 	}
 	g, f := privacy.MechGaussian, privacy.MechForward
+	// a's release of hop 3 goes to itself (a self-hand-off), then is also sent to b,
+	// which does not step it: b views it. Hop 4 is logged twice (a repeat).
 	ok := [][]privacy.Entry{
 		{e("a", 1, g, "b"), e("a", 3, f, "a"), e("a", 3, f, "b"), e("a", 4, g, "b"), e("a", 4, g, "b")},
 		{e("b", 2, g, "a")},
 	}
-	lp, err := LedgerPath(ok, names, 4)
+	lp, err := LedgerPath(ok, names, 4, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []TraceStep{{0, 0, true}, {1, 1, true}, {2, 0, false}, {3, 0, true}}
-	if !reflect.DeepEqual(lp.Path, want) || lp.Redirects != 1 || lp.Repeats != 1 || lp.Entries != 6 ||
+	want := []TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, Noisy: true}, {Hop: 2, Node: 0},
+		{Hop: 3, Node: 1, View: true}, {Hop: 3, Node: 0, Noisy: true}}
+	if !reflect.DeepEqual(lp.Path, want) || lp.Redirects != 1 || lp.Repeats != 1 || lp.Entries != 6 || lp.Views != 1 ||
 		!reflect.DeepEqual(lp.Updates, []int{2, 1}) {
 		t.Fatalf("got %+v", lp)
 	}
-	if h := pathHash(lp.Path); h == pathHash(want[:3]) || h != pathHash(want) {
+	if h := pathHash(lp.Path); h == pathHash(want[:3]) || h != pathHash(want) ||
+		h == pathHash([]TraceStep{want[0], want[1], want[2], want[4]}) {
 		t.Errorf("path hash %x", h)
+	}
+	// Without the final holder, b (the last release's recipient) is a view at the end.
+	lp, err = LedgerPath(ok, names, 4, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := append(want, TraceStep{Hop: 4, Node: 1, View: true}); !reflect.DeepEqual(lp.Path, w) || lp.Views != 2 {
+		t.Fatalf("no final holder: got %+v", lp)
 	}
 	for name, ls := range map[string][][]privacy.Entry{
 		"missing":   {{e("a", 1, g, "b")}, {}},
 		"duplicate": {{e("a", 1, g, "b"), e("a", 2, g, "b")}, {e("b", 2, g, "a")}},
 		"foreign":   {{e("b", 1, g, "b")}, {e("b", 2, g, "a")}},
 		"beyond":    {{e("a", 1, g, "b"), e("a", 3, g, "b")}, {e("b", 2, g, "a")}},
+		"recipient": {{e("a", 1, g, "b"), e("a", 1, f, "z")}, {e("b", 2, g, "a")}},
 	} {
-		if _, err := LedgerPath(ls, names, 2); err == nil {
+		if _, err := LedgerPath(ls, names, 2, ""); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+	if _, err := LedgerPath([][]privacy.Entry{{e("a", 1, g, "b")}, {e("b", 2, g, "a")}}, names, 2, "z"); err == nil {
+		t.Error("final holder outside the membership: no error")
+	}
+	// A release regenerated under a new epoch (its recipient b acked it, then was
+	// declared down before stepping it) and sent to c: b viewed it, c goes on.
+	three := []string{"a", "b", "c"}
+	ee := func(node string, epoch, hop uint64, mech, to string) privacy.Entry {
+		return privacy.Entry{Node: node, Epoch: epoch, Hop: hop, Mechanism: mech, Recipient: to}
+	}
+	lp, err = LedgerPath([][]privacy.Entry{{ee("a", 0, 1, g, "b"), ee("a", 1, 1, f, "c")}, {}, {ee("c", 1, 2, g, "a")}}, three, 2, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := []TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, View: true}, {Hop: 1, Node: 2, Noisy: true}}; !reflect.DeepEqual(lp.Path, w) ||
+		lp.Views != 1 || lp.Redirects != 1 || lp.Repeats != 0 {
+		t.Fatalf("regenerated release: got %+v", lp)
+	}
+	// A node stepping one hop in two epochs (a rolled-back walk) is not one path.
+	if _, err := LedgerPath([][]privacy.Entry{{ee("a", 0, 1, g, "b"), ee("a", 1, 1, g, "c")}, {}, {ee("c", 1, 2, g, "a")}}, three, 2, "a"); err == nil {
+		t.Error("rolled-back walk: no error")
 	}
 }

@@ -291,7 +291,8 @@ func TestAccountNoPrivacyAndErrors(t *testing.T) {
 }
 
 func TestUnitEpsilonMatchesToDP(t *testing.T) {
-	for _, unit := range []privacy.Curve{privacy.WalkUpdateCurve(0.1, 1), privacy.AmplifiedUpdateCurve(0.1, 2, 9), privacy.Theorem4Curve(50, 100, 0.1, 1)} {
+	for _, unit := range []privacy.Curve{privacy.WalkUpdateCurve(0.1, 1), privacy.AmplifiedUpdateCurve(0.1, 2, 9), privacy.Theorem4Curve(50, 100, 0.1, 1),
+		privacy.Theorem4Curve(50, 0, 0.1, 1), nil} {
 		for _, delta := range []float64{1e-9, 1e-5, 0.3} {
 			f := unitEpsilon(unit, delta)
 			for _, w := range []float64{0, 1e-6, 0.01, 0.3, 1, 7, 300} {

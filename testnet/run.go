@@ -35,7 +35,8 @@ type Options struct {
 	Curve       io.Writer // CSV "hop,objective,gap"; nil = none
 	// Progress is called about once per second of wall time; nil = silent.
 	Progress func(hop, total uint64, obj float64)
-	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace.
+	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace, with the view steps of
+	// redirected releases on real hosts (TraceStep.View).
 	KeepTrace bool
 	// Budget, when non-nil, is each node's privacy budget (see BudgetSpec).
 	Budget *BudgetSpec
@@ -177,8 +178,12 @@ type AccountInput struct {
 	// Hops is the number of hops of the run, the horizon of the planned figure.
 	Hops uint64
 	// Path is the run's realised path; nil leaves the realised figure at the local bound
-	// with RealisedNote as the reason.
-	Path         []privacy.TraceStep
+	// with RealisedNote as the reason. It has Hops + Views steps.
+	Path []privacy.TraceStep
+	// Views is the number of steps of Path that are views, not hops: a peer that received
+	// a release and did not step it (a hand-off redirected after a withheld or lost ack),
+	// entered as a step that adds no noise right after the release (LedgerPath).
+	Views        int
 	RealisedNote string
 	// FinalReleasedToAll: the final model is published to every node, so updates an
 	// observer never saw during the run are charged at the end of the path.
@@ -240,8 +245,11 @@ func Account(in AccountInput) (Privacy, *PairMatrices, error) {
 	if in.Graph != nil && !in.Graph.Complete && in.Graph.N != n {
 		return Privacy{}, nil, fmt.Errorf("testnet: account: graph has %d nodes, want %d", in.Graph.N, n)
 	}
-	if in.Path != nil && uint64(len(in.Path)) != in.Hops {
-		return Privacy{}, nil, fmt.Errorf("testnet: account: path has %d steps for %d hops", len(in.Path), in.Hops)
+	if in.Views < 0 {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: views must be >= 0, got %d", in.Views)
+	}
+	if in.Path != nil && uint64(len(in.Path)) != in.Hops+uint64(in.Views) {
+		return Privacy{}, nil, fmt.Errorf("testnet: account: path has %d steps for %d hops and %d views", len(in.Path), in.Hops, in.Views)
 	}
 	if len(in.Coalition) > 0 {
 		if err := ValidateCoalition(in.Coalition, n); err != nil {
@@ -443,6 +451,10 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	pw.Theorem, pw.Conditions, pw.ConditionsHold = privacy.TheoremRealised, realisedConditions, true
 	pw.Note = "computed from this run's own path: the bound holds even for an observer who knows the path; " +
 		"it is the realisation, the planned figure the expectation over a secret path"
+	if in.Views > 0 {
+		pw.Note += fmt.Sprintf("; %d time(s) a release was also received by a peer that did not go on with the token "+
+			"(a hand-off redirected after a withheld or lost ack): each such peer is in the path as a view of that release, charged as if it held the token there", in.Views)
+	}
 	if in.FinalReleasedToAll {
 		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
 	}
@@ -609,6 +621,7 @@ type outcome struct {
 	dim          int
 	updates      []int
 	path         []privacy.TraceStep // nil: realised figure falls back, realisedNote says why
+	views        int                 // steps of path that are views (AccountInput.Views)
 	realisedNote string
 	traceHash    uint64
 	trace        []TraceStep // Report.Trace (o.KeepTrace)
@@ -656,7 +669,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	}
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
-		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, RealisedNote: w.realisedNote,
+		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
 		FinalReleasedToAll: true, Coalition: o.Coalition,
 	}
 	if r.Budget != nil {

@@ -68,11 +68,17 @@ type Store struct {
 }
 
 // TraceStep is one hop of the walk: the node that held the token and whether it made a
-// noisy update.
+// noisy update. A step with View set is not a hop: Node received the bytes of the
+// release that produced the token of hop Hop but did not step it (the sender redirected
+// the hand-off after a withheld or lost ack). It makes no update and, in the realised
+// accountant's input, is a step that adds no noise, so Node is charged for that state.
+// The simulator has no lost acks and its paths have no views; paths rebuilt from real
+// nodes' ledgers do (LedgerPath).
 type TraceStep struct {
 	Hop   uint64 `json:"hop"`
 	Node  int    `json:"node"`
 	Noisy bool   `json:"noisy"`
+	View  bool   `json:"view,omitempty"`
 }
 
 // Sim drives N walk machines in one goroutine.

@@ -170,6 +170,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	onMissing := fs.String("on-missing", "stop", "neighbour exchange: a neighbour's vector missing at the barrier: stop|wait|stale")
 	barrier := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange: wait at an iteration before checking a missing neighbour")
 	maxWait := fs.Duration("max-wait", 0, "neighbour exchange: longest wait for a still-connected neighbour; 0 = 10 x --barrier-timeout")
+	withhold := fs.Bool("withhold-acks", false, "fault injection for test harnesses: read every token hand-off sent to this node and never ack it (the sender redirects the release to another member)")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -191,7 +192,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if *algo != "walk" {
 		var walkOnly []string
 		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "pause-at-hop",
-			"pause-phase", "ack-timeout", "heartbeat", "heartbeat-misses", "fallback-timeout", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
+			"pause-phase", "withhold-acks", "ack-timeout", "heartbeat", "heartbeat-misses", "fallback-timeout", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
 			if set[f] {
 				walkOnly = append(walkOnly, "--"+f)
 			}
@@ -283,6 +284,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		cfg.AckTimeout = *ackTimeout
 	}
 	cfg.PauseAtHop = *pauseAt
+	cfg.WithholdAcks = *withhold
 	switch *pausePhase {
 	case "received":
 	case "custody":

@@ -432,6 +432,9 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(&b, "network    %s: %d libp2p hosts on loopback, %.0f hops/s; ledgers: %d entries (%d hops, %d redirects, %d repeats)\n",
 			nw.Mode, nw.Hosts, nw.HopsPerSecond, nw.LedgerEntries, r.Hops, nw.Redirects, nw.Repeats)
+		if nw.Views > 0 {
+			fmt.Fprintf(&b, "  %d release(s) also reached a peer that did not go on with the token (redirected hand-off): charged to it as a view in the realised path\n", nw.Views)
+		}
 		for _, k := range nw.Kills {
 			fmt.Fprintf(&b, "  killed the holder at hop %d (node %d, token %s) with SIGKILL, restarted after %.2f s\n", k.Hop, k.Node, k.Phase, k.DownSeconds)
 		}
