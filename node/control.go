@@ -332,8 +332,8 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 
 // plannedBound is the planned network figure of this node's own `up` noisy updates, with
 // the verdict of privacy.WalkDecide: the complete graph, the run's hops (the final model
-// counts as a view of every member), the node's cap, and its own forwards (any forward
-// voids the planned figure; the local figure is then reported instead).
+// counts as a view of every member), the node's cap, and its own forwards and re-sends
+// (either voids the planned figure; the local figure is then reported instead).
 func (n *Node) plannedBound(up int) privacy.Bound {
 	n.mu.Lock()
 	nodes := len(n.members)
@@ -343,7 +343,7 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 		hardCap = bc
 	}
 	return privacy.WalkPlannedBound(privacy.WalkRun{Nodes: nodes, Complete: true, Clip: n.cfg.Clip, Sigma: n.cfg.Sigma,
-		Cap: hardCap, Hops: n.cfg.Hops, Updates: up, Forwards: n.ownForwards.Load(), Own: true}, n.cfg.Delta)
+		Cap: hardCap, Hops: n.cfg.Hops, Updates: up, Forwards: n.ownForwards.Load(), Resends: n.ownResends.Load(), Own: true}, n.cfg.Delta)
 }
 
 // finalMark orders final models as the fence orders tokens: (epoch, hop, digest). The

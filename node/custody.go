@@ -295,6 +295,7 @@ func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
 		n.ckpt.Backups[i].To = ""
 		return
 	}
+	n.ownResends.Add(1)
 	n.ckpt.Backups[i].To = to.String()
 	n.saveCustody()
 	n.startSend(ctx, to, raw, false, 0)

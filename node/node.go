@@ -114,8 +114,12 @@ type Node struct {
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
 	// any such forward voids the planned figure's condition that every hop is noisy.
 	ownForwards atomic.Uint64
-	started     time.Time
-	httpSrv     *http.Server
+	// ownResends counts releases this node re-sent to another member (redirect after a
+	// missing ack, regeneration, fallback): each shows a release to a second peer, which
+	// the planned figure's single random path does not model.
+	ownResends atomic.Uint64
+	started    time.Time
+	httpSrv    *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
 	HTTPAddr string
 	closers  []func() error
@@ -934,6 +938,7 @@ func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, p
 			if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
 				return 0, "", err
 			}
+			n.ownResends.Add(1)
 		}
 		code, err := n.handoff(ctx, p, raw)
 		switch {

@@ -31,6 +31,9 @@ type WalkRun struct {
 	// Forwards counts hops known to have forwarded the token without a noisy update (the
 	// whole run's in the simulator and in a trace; a node knows only its own).
 	Forwards uint64
+	// Resends counts releases known to have been sent to a second member (a hand-off
+	// redirected after a missing ack, a regeneration, a fallback re-send).
+	Resends uint64
 	// Planning is true before the run: only the plan (Nodes, Hops, Cap) is known.
 	Planning bool
 	// Own is true for one node's own report after (or during) the run: K_i is then the
@@ -57,8 +60,8 @@ type WalkVerdict struct {
 // WalkDecide decides which walk figure holds. The planned pairwise figure (Theorem 4 on
 // the complete graph, the first-passage form elsewhere) needs: noise and clipping; n >= 2;
 // the order condition c = (alpha-1) 8 alpha C^2/sigma^2 <= 1 at some order; a hard cap
-// K_i; and every hop of the run a noisy update (forwards void the first-passage law the
-// figure averages over). A plan whose length exceeds n K_i makes forwards certain, so the
+// K_i; every hop of the run a noisy update (forwards void the first-passage law the
+// figure averages over); and every release seen by one peer (no re-sends). A plan whose length exceeds n K_i makes forwards certain, so the
 // plan itself fails; one where some node is likely to reach its cap gets a warning. The
 // local figure holds whenever Noisy.
 func WalkDecide(r WalkRun) WalkVerdict {
@@ -97,6 +100,10 @@ func WalkDecide(r WalkRun) WalkVerdict {
 	if r.Forwards > 0 {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d hops forwarded the token without a noisy update (nodes at their cap or budget), "+
 			"but the planned form counts every hop as a noisy update", r.Forwards))
+	}
+	if r.Resends > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d releases were re-sent to a second member (missing ack, regeneration or fallback), "+
+			"but the planned form assumes each release is seen by the one next peer of the random path", r.Resends))
 	}
 	if r.Planning && r.Cap > 0 && r.Nodes >= 2 && r.Hops > 0 {
 		mean := float64(r.Hops) / float64(r.Nodes)

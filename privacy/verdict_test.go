@@ -23,6 +23,7 @@ func TestWalkDecide(t *testing.T) {
 		{"order condition", func(r *WalkRun) { r.Sigma = 0.01 }, "order condition"},
 		{"no cap", func(r *WalkRun) { r.Cap = 0 }, "no hard cap"},
 		{"forwards", func(r *WalkRun) { r.Forwards = 3 }, "3 hops forwarded"},
+		{"re-sends", func(r *WalkRun) { r.Resends = 2 }, "2 releases were re-sent"},
 		{"plan beyond caps", func(r *WalkRun) { r.Planning, r.Hops = true, 1001 }, "forwards certain"},
 	}
 	for _, c := range cases {

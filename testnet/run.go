@@ -349,7 +349,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		}
 	}
 	verdict := privacy.WalkDecide(privacy.WalkRun{Nodes: n, Complete: complete, Clip: in.Clip, Sigma: in.Sigma,
-		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops)})
+		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops), Resends: uint64(in.Views)})
 	K := max(verdict.K, 1)
 	horizon := 0
 	if in.Hops > 0 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,6 +279,27 @@ func withheldAck(t *testing.T, no NetOptions) {
 	}
 	if !charged {
 		t.Fatal("the withholder is not charged for any sender's update it received")
+	}
+	// The re-sent releases void the planned figure, in the report as in the senders' model.json.
+	if pl := rep.Privacy.PairwisePlanned; pl.ConditionsHold || !strings.Contains(pl.Note, "re-sent to a second member") {
+		t.Fatalf("planned figure after %d re-sends: hold %v, note %q", nw.Views, pl.ConditionsHold, pl.Note)
+	}
+	voided := false
+	for s := range senders {
+		b, err := os.ReadFile(filepath.Join(dir, "node-"+strconv.Itoa(s), node.ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m node.Model
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(m.Privacy.Network.Note, "re-sent") {
+			voided = !m.Privacy.Network.ConditionsHold
+		}
+	}
+	if !voided {
+		t.Fatal("no sender's model.json says its re-sent release voids the planned figure")
 	}
 	// Zero updates: the withholder's figures are exactly 0 in the report and model.json.
 	if u := rep.Privacy.Updates[w]; u != 0 {
