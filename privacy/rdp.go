@@ -212,10 +212,33 @@ func toDPOn(orders []float64, c Curve, delta float64, classic bool) (float64, fl
 	return best, bestA
 }
 
-// CalibrateSigma returns (to about 1e-9 relative precision) the smallest sigma such that
-// ToDP(curveFor(sigma), delta) <= targetEps, by bisection on log(sigma). curveFor must be
-// non-increasing in sigma (true of every curve in this package). The returned sigma always
-// meets the target.
+// CalibrateRelTol is the relative precision of CalibrateSigma: the returned sigma meets the
+// target, and sigma/(1+CalibrateRelTol) does not (for a curve non-increasing in sigma).
+const CalibrateRelTol = 1e-10
+
+// calibrateMaxLog2 bounds the search: sigma in [2^-1000, 2^1000].
+const calibrateMaxLog2 = 1000
+
+// ConversionFloor returns the smallest epsilon that ToDP can report at delta for any curve:
+// the conversion's value at zero RDP, max(0, min over Orders of
+// ln((alpha-1)/alpha) - (ln(delta) + ln(alpha))/(alpha-1)), and the order achieving it.
+// It is positive for small delta because the grid stops at order 1024 (0.0035 at
+// delta = 1e-5, 0.00125 at 1e-4, zero from delta about 1e-3; epsilon 1e-4 needs
+// delta >= 3.3e-4); targets at or below it cannot be met by any noise level.
+func ConversionFloor(delta float64) (eps, order float64) {
+	return ToDP(ZeroCurve(), delta)
+}
+
+// CalibrateSigma returns the smallest sigma, to relative precision CalibrateRelTol, such
+// that ToDP(curveFor(sigma), delta) <= targetEps. curveFor must be non-increasing in sigma
+// (true of every curve in this package). The returned sigma always meets the target.
+//
+// The search works on log2(sigma): from sigma = 1 it expands the bracket with steps 1, 2,
+// 4, ... (so sigma up to 2^1000 or down to 2^-1000 is reached in about ten evaluations),
+// then bisects log2(sigma) until the bracket's ratio is at most 1 + CalibrateRelTol (about
+// 45 evaluations). A target below ConversionFloor(delta), or equal to a positive floor, is
+// reported as unreachable at once; so is a curve that does not meet the target even at
+// sigma = 2^1000. When even sigma = 2^-1000 meets it, that value is returned.
 func CalibrateSigma(targetEps, delta float64, curveFor func(sigma float64) Curve) (float64, error) {
 	if !(targetEps > 0) || math.IsInf(targetEps, 0) {
 		return 0, fmt.Errorf("privacy: target epsilon %v must be positive and finite", targetEps)
@@ -226,33 +249,53 @@ func CalibrateSigma(targetEps, delta float64, curveFor func(sigma float64) Curve
 	if curveFor == nil {
 		return 0, errors.New("privacy: nil curve function")
 	}
-	ok := func(s float64) bool {
-		e, _ := ToDP(curveFor(s), delta)
+	if floor, order := ConversionFloor(delta); targetEps < floor || (floor > 0 && targetEps == floor) {
+		return 0, fmt.Errorf("privacy: target epsilon %v is unreachable at delta %v: the RDP conversion alone gives "+
+			"epsilon %.6g (at order %v; the order grid stops at %v), even with no privacy loss; raise delta or the target",
+			targetEps, delta, floor, order, Orders[len(Orders)-1])
+	}
+	ok := func(l float64) bool {
+		e, _ := ToDP(curveFor(math.Exp2(l)), delta)
 		return e <= targetEps
 	}
-	hi := 1.0
-	for !ok(hi) {
-		hi *= 2
-		if hi > 0x1p100 {
-			return 0, fmt.Errorf("privacy: no sigma up to 2^100 meets epsilon %v at delta %v", targetEps, delta)
+	// Bracket: ok(hi) and !ok(lo), in log2(sigma).
+	var lo, hi float64
+	if ok(0) {
+		hi = 0
+		for step := 1.0; ; step *= 2 {
+			l := math.Max(hi-step, -calibrateMaxLog2)
+			if !ok(l) {
+				lo = l
+				break
+			}
+			hi = l
+			if l <= -calibrateMaxLog2 {
+				return math.Exp2(hi), nil
+			}
+		}
+	} else {
+		lo = 0
+		for step := 1.0; ; step *= 2 {
+			l := math.Min(lo+step, calibrateMaxLog2)
+			if ok(l) {
+				hi = l
+				break
+			}
+			lo = l
+			if l >= calibrateMaxLog2 {
+				return 0, fmt.Errorf("privacy: no sigma up to 2^%d meets epsilon %v at delta %v", calibrateMaxLog2, targetEps, delta)
+			}
 		}
 	}
-	lo := hi / 2
-	for ok(lo) {
-		hi = lo
-		lo /= 2
-		if lo < 0x1p-100 {
-			return hi, nil
-		}
-	}
-	// Invariant: ok(hi), !ok(lo).
-	for i := 0; i < 200 && hi/lo > 1+1e-12; i++ {
-		mid := math.Sqrt(lo * hi)
+	// Bisection on log2(sigma) until sigma_hi/sigma_lo <= 1 + CalibrateRelTol.
+	width := math.Log2(1 + CalibrateRelTol)
+	for i := 0; i < 200 && hi-lo > width; i++ {
+		mid := lo + (hi-lo)/2
 		if ok(mid) {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
-	return hi, nil
+	return math.Exp2(hi), nil
 }

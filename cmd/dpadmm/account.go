@@ -18,7 +18,7 @@ import (
 const accountHelp = `Usage:
   dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
   dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] [--pairs F.csv] [--plot F.png] FILE
-  dpadmm account subsampled --q Q --noise-multiplier Z --steps T [--delta D] [--json]
+  dpadmm account subsampled --q Q (--noise-multiplier Z | --target-epsilon E) --steps T [--delta D] [--json]
   dpadmm account models [--allow-missing] [--json] [--out F] [--data F] FILE|DIR ...
 
 plan: privacy figures of a planned run before it starts. The local figure holds against an
@@ -26,7 +26,8 @@ observer of every message; the pairwise figure bounds node i's data as seen by n
 the path of the walk is secret (Cyffers et al. Theorem 4 on the complete graph, the
 first-passage law of the walk on other graphs).
 trace: realised pairwise figures recomputed from a trace file (JSON lines, see privacy.WriteTrace).
-subsampled: the Poisson-subsampled Gaussian mechanism composed T times (DP-SGD accounting).
+subsampled: the Poisson-subsampled Gaussian mechanism composed T times (DP-SGD accounting),
+or the smallest noise multiplier meeting --target-epsilon.
 models: the averaged model and the network figure (Theorem V.1, maximum over the members) of a
 neighbour-exchange run from the members' model.json files ('dpadmm account models --help').
 
