@@ -7,8 +7,12 @@ import (
 )
 
 // Orders is the Renyi-DP order grid: 1.01..1.09 in steps of 0.01, 1.1..10.9 in steps of
-// 0.1, the integers 12..63, then 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024. Curves are
-// aligned with it. It must not be modified.
+// 0.1, the integers 12..63, then 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024, and a
+// geometric tail 2048 ... 2^20. Curves are aligned with it. It must not be modified.
+//
+// The tail exists for small targets: with zero loss the conversion at order a still costs
+// about (ln(1/delta) + ln a)/(a - 1), 0.0035 at a = 1024 and delta = 1e-5, so epsilon 1e-4
+// needs orders near 10^5 (2.4e-5 at 2^20).
 var Orders = buildOrders()
 
 func buildOrders() []float64 {
@@ -22,7 +26,11 @@ func buildOrders() []float64 {
 	for a := 12; a <= 63; a++ {
 		o = append(o, float64(a))
 	}
-	return append(o, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
+	o = append(o, 64, 80, 96, 128, 160, 192, 256, 384, 512, 1024)
+	for a := 2048.0; a <= 1<<20; a *= 2 {
+		o = append(o, a)
+	}
+	return o
 }
 
 // Curve is a Renyi-DP curve: element k is the RDP epsilon at order Orders[k]. +Inf marks an
@@ -226,7 +234,9 @@ const calibrateMaxLog2 = 1000
 // delta = 1e-5, 0.00125 at 1e-4, zero from delta about 1e-3; epsilon 1e-4 needs
 // delta >= 3.3e-4); targets at or below it cannot be met by any noise level.
 func ConversionFloor(delta float64) (eps, order float64) {
-	return ToDP(ZeroCurve(), delta)
+	// A positive curve too small to matter: the conversion's own term alone (a curve that is
+	// exactly zero converts to 0: identical output distributions).
+	return ToDP(constCurve(math.SmallestNonzeroFloat64), delta)
 }
 
 // CalibrateSigma returns the smallest sigma, to relative precision CalibrateRelTol, such

@@ -34,7 +34,7 @@ func orderIndex(t *testing.T, a float64) int {
 }
 
 func TestOrdersGrid(t *testing.T) {
-	if Orders[0] != 1.01 || Orders[len(Orders)-1] != 1024 {
+	if Orders[0] != 1.01 || Orders[len(Orders)-1] != 1<<20 {
 		t.Fatalf("grid ends %v..%v", Orders[0], Orders[len(Orders)-1])
 	}
 	for k := 1; k < len(Orders); k++ {
@@ -414,11 +414,17 @@ func TestToDPZeroCurve(t *testing.T) {
 		if d > 0.01 {
 			continue // the formula is clamped at 0 there anyway
 		}
-		// A tiny positive curve keeps the formula's value at alpha = 1024.
+		// A tiny positive curve keeps the formula's own value, minimised over the top of the
+		// grid (powers of two from 1024 to 2^20) and clamped at 0.
 		tiny := constCurve(1e-300)
-		want := math.Log(1023.0/1024) - (math.Log(d)+math.Log(1024))/1023
-		if e, a := ToDP(tiny, d); a != 1024 || !relClose(e, want, 1e-12) || !(e > 0) {
-			t.Errorf("delta %v: tiny curve gives (%v, %v), want (%v, 1024)", d, e, a, want)
+		want, wantA := math.Inf(1), 0.0
+		for a := 1024.0; a <= 1<<20; a *= 2 {
+			if v := math.Max(0, math.Log((a-1)/a)-(math.Log(d)+math.Log(a))/(a-1)); v < want {
+				want, wantA = v, a
+			}
+		}
+		if e, a := ToDP(tiny, d); (want > 0 && (a != wantA || !relClose(e, want, 1e-9))) || (want == 0 && e != 0) {
+			t.Errorf("delta %v: tiny curve gives (%v, %v), want (%v, %v)", d, e, a, want, wantA)
 		}
 	}
 	for _, d := range []float64{0, 1, math.NaN()} {

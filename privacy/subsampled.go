@@ -113,6 +113,10 @@ func validateSubsampled(q, z float64, steps int) error {
 
 // subsampledGaussianOn returns the single-step curve on the given orders (each > 1 and
 // finite; anything else gets +Inf). q must be in (0,1] and z > 0 finite.
+// subsampledMaxExact is the largest order computed exactly; above it the curve is the
+// unsampled Gaussian's alpha/(2 z^2), an upper bound.
+const subsampledMaxExact = 1024
+
 func subsampledGaussianOn(orders []float64, q, z float64) Curve {
 	c := make(Curve, len(orders))
 	r := 1 / z // as in gaussianOn, so that q == 1 reproduces GaussianCurve bit for bit
@@ -127,7 +131,7 @@ func subsampledGaussianOn(orders []float64, q, z float64) Curve {
 	}
 	maxN := 2
 	for _, a := range orders {
-		if a > 1 && !math.IsInf(a, 0) && math.Ceil(a) > float64(maxN) {
+		if a > 1 && a <= subsampledMaxExact && math.Ceil(a) > float64(maxN) {
 			maxN = int(math.Ceil(a))
 		}
 	}
@@ -140,6 +144,10 @@ func subsampledGaussianOn(orders []float64, q, z float64) Curve {
 		var v float64
 		n := math.Floor(a)
 		switch {
+		case a > subsampledMaxExact:
+			// Subsampling never increases the divergence: the unsampled Gaussian bounds it
+			// (set below). The exact sums would cost O(a) terms at these orders.
+			v = math.Inf(1)
 		case a == n:
 			v = e.logA(int(n)) / (a - 1)
 		default:

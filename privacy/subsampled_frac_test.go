@@ -385,6 +385,8 @@ func TestSubsampledCalibrateSmallTargets(t *testing.T) {
 		{"subsampled q=0.01 T=1000", 1e-3, true, func(s float64) Curve { return SubsampledGaussianCurve(0.01, s, 1000) }},
 		{"subsampled q=0.5 T=10", 1e-2, true, func(s float64) Curve { return SubsampledGaussianCurve(0.5, s, 10) }},
 		{"walk Theorem 4", 1e-3, false, func(s float64) Curve { return Theorem4Curve(100, 10, 0.1, s) }},
+		{"subsampled q=0.01 T=1000, delta 1e-5", 1e-5, true, func(s float64) Curve { return SubsampledGaussianCurve(0.01, s, 1000) }},
+		{"walk local, delta 1e-5", 1e-5, true, func(s float64) Curve { return WalkLocalCurve(0.1, s, 100) }},
 	} {
 		for _, target := range []float64{3, 0.1, 1e-2, 1e-3, 1e-4, 1e-5} {
 			s, err := CalibrateSigma(target, tc.delta, tc.curve)
@@ -399,20 +401,22 @@ func TestSubsampledCalibrateSmallTargets(t *testing.T) {
 			}
 		}
 	}
-	// Unreachable: below the conversion floor at delta = 1e-5 (0.0035, order 1024).
-	floor, order := ConversionFloor(1e-5)
-	if math.Abs(floor-0.0035) > 1e-4 || order != 1024 {
-		t.Errorf("floor %v at order %v", floor, order)
+	// Unreachable: below the conversion floor. At delta 1e-9 the grid's top order 2^20
+	// leaves ln(1 - 2^-20) - (ln 1e-9 + ln 2^20)/(2^20 - 1) = 5.6e-6 (at delta 1e-5 the
+	// floor is 0: orders above 1/delta make the conversion's own term negative).
+	floor, order := ConversionFloor(1e-9)
+	want := math.Log1p(-1.0/(1<<20)) - (math.Log(1e-9)+math.Log(1<<20))/(1<<20-1)
+	if order != 1<<20 || math.Abs(floor-want) > 1e-15 || !(floor > 5e-6 && floor < 6e-6) {
+		t.Errorf("floor %v at order %v, want %v at 2^20", floor, order, want)
 	}
-	// The floor independently: the conversion at zero RDP and order 1024.
-	if want := math.Log(1023.0/1024) - (math.Log(1e-5)+math.Log(1024))/1023; math.Abs(floor-want) > 1e-15 {
-		t.Errorf("floor %v, want %v", floor, want)
+	if f, _ := ConversionFloor(1e-5); f != 0 {
+		t.Errorf("floor at delta 1e-5: %v, want 0", f)
 	}
-	_, err := CalibrateSigma(1e-4, 1e-5, func(s float64) Curve { return SubsampledGaussianCurve(0.01, s, 1000) })
-	if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "0.00350141") {
+	_, err := CalibrateSigma(1e-6, 1e-9, func(s float64) Curve { return SubsampledGaussianCurve(0.01, s, 1000) })
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("target below the floor: error %v", err)
 	}
-	if _, err := CalibrateSigma(floor*(1+1e-6), 1e-5, func(s float64) Curve { return GaussianCurve(1, s) }); err != nil {
+	if _, err := CalibrateSigma(floor*(1+1e-6), 1e-9, func(s float64) Curve { return GaussianCurve(1, s) }); err != nil {
 		t.Errorf("target just above the floor: %v", err)
 	}
 	// A target that every sigma >= 2^-1000 meets.

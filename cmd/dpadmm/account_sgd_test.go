@@ -132,20 +132,20 @@ func TestAccountSubsampledTargetEpsilon(t *testing.T) {
 	}
 }
 
-// TestAccountTargetEpsilonUnreachable: a target below what the RDP conversion allows at
-// delta 1e-5 on the order grid (0.0035 at order 1024) is refused with that floor, by both
+// TestAccountTargetEpsilonUnreachable: a target below what the RDP conversion allows on
+// the order grid (5.6e-6 at order 2^20 and delta 1e-9) is refused with that floor, by both
 // commands that calibrate; bad targets are usage errors.
 func TestAccountTargetEpsilonUnreachable(t *testing.T) {
-	floor, _ := privacy.ConversionFloor(1e-5)
+	floor, _ := privacy.ConversionFloor(1e-9)
 	want := strconv.FormatFloat(floor, 'g', 6, 64)
-	sub := []string{"account", "subsampled", "--q", "0.01", "--steps", "1000"}
-	plan := []string{"account", "plan", "--nodes", "10", "--hops", "100", "--clip", "1"}
+	sub := []string{"account", "subsampled", "--q", "0.01", "--steps", "1000", "--delta", "1e-9"}
+	plan := []string{"account", "plan", "--nodes", "10", "--hops", "100", "--clip", "1", "--delta", "1e-9"}
 	with := func(base []string, a ...string) []string { return append(append([]string(nil), base...), a...) }
 	checkBadInputs(t, []badInput{
-		{with(sub, "--target-epsilon", "1e-4"), 1, "unreachable at delta 1e-05"},
-		{with(sub, "--target-epsilon", "1e-4"), 1, want},
-		{with(plan, "--target-epsilon", "1e-4"), 1, "unreachable at delta 1e-05"},
-		{with(plan, "--target-epsilon", "1e-3", "--budget-kind", "local"), 1, want},
+		{with(sub, "--target-epsilon", "1e-6"), 1, "unreachable at delta 1e-09"},
+		{with(sub, "--target-epsilon", "1e-6"), 1, want},
+		{with(plan, "--target-epsilon", "1e-6"), 1, "unreachable at delta 1e-09"},
+		{with(plan, "--target-epsilon", "1e-6", "--budget-kind", "local"), 1, want},
 		{with(sub, "--target-epsilon", "NaN"), 2, "--target-epsilon must be finite and > 0"},
 		{with(sub, "--target-epsilon", "0"), 2, "--target-epsilon must be finite and > 0"},
 		{with(sub, "--target-epsilon", "-1"), 2, "--target-epsilon must be finite and > 0"},
@@ -155,12 +155,26 @@ func TestAccountTargetEpsilonUnreachable(t *testing.T) {
 }
 
 // TestAccountPlanTargetEpsilonSmall: 'account plan --target-epsilon 1e-4' reaches the
-// target for both budget kinds at delta 1e-3, checked against the library's curves.
+// target for both budget kinds at delta 1e-5, checked against the library's curves, and so
+// does 'account subsampled'.
 func TestAccountPlanTargetEpsilonSmall(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"account", "subsampled", "--q", "0.01", "--steps", "1000", "--target-epsilon", "1e-4", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("account subsampled --target-epsilon 1e-4: exit %d: %s", code, errb.String())
+	}
+	var sr struct {
+		Z float64 `json:"noise_multiplier"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &sr); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := privacy.ToDP(privacy.SubsampledGaussianCurve(0.01, sr.Z, 1000), 1e-5); !(e <= 1e-4 && e > 1e-4*(1-1e-6)) {
+		t.Errorf("account subsampled: noise %v gives epsilon %v, want 1e-4", sr.Z, e)
+	}
 	for _, kind := range []string{"pairwise", "local"} {
-		var out, errb bytes.Buffer
+		out.Reset()
 		args := []string{"account", "plan", "--nodes", "10", "--hops", "100", "--clip", "1", "--max-updates", "10",
-			"--target-epsilon", "1e-4", "--delta", "1e-3", "--budget-kind", kind, "--json"}
+			"--target-epsilon", "1e-4", "--delta", "1e-5", "--budget-kind", kind, "--json"}
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("%s: exit %d: %s", kind, code, errb.String())
 		}
@@ -179,14 +193,14 @@ func TestAccountPlanTargetEpsilonSmall(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
-		curve := func(s float64) privacy.Curve { return privacy.Theorem4Curve(10, 10, 1, s) }
+		curve := func(s float64) privacy.Curve { return privacy.Theorem4FinalCurve(10, 10, 100, 1, s) }
 		got := r.Pairwise.Worst.Epsilon
 		if kind == "local" {
 			curve = func(s float64) privacy.Curve { return privacy.WalkLocalCurve(1, s, 10) }
 			got = r.Local.Epsilon
 		}
-		eps, _ := privacy.ToDP(curve(r.Sigma), 1e-3)
-		epsLo, _ := privacy.ToDP(curve(r.Sigma/(1+privacy.CalibrateRelTol)), 1e-3)
+		eps, _ := privacy.ToDP(curve(r.Sigma), 1e-5)
+		epsLo, _ := privacy.ToDP(curve(r.Sigma/(1+privacy.CalibrateRelTol)), 1e-5)
 		if !r.Calibrated || math.Abs(got-eps) > 1e-12*eps || eps > 1e-4 || eps < 1e-4*(1-1e-6) || epsLo <= 1e-4 {
 			t.Errorf("%s: sigma %v, reported %v, library %v (%v just below)", kind, r.Sigma, got, eps, epsLo)
 		}
