@@ -208,12 +208,12 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "noise %s; %d trials per dataset (%d choose each test, %d evaluate it); %.4g s\n",
 			noiseName, *trials, *trials/2, *trials-*trials/2, wall.Seconds())
 		if len(res) > 0 {
-			what := "i's data part, of the sensitivity 4 lambda C"
+			what := "4 lambda C (i's data part)"
 			if *algo == "radmm" {
-				what = "the gradient of i's objective, of the sensitivity 2 C_i/B_i"
+				what = "2 C_i/B_i (gradient of i's objective)"
 			}
-			fmt.Fprintf(stdout, "neighbouring datasets %s; without noise they change %s by %.3g\n",
-				canaryOf(res[0].Note), what, res[0].SensitivityUsed)
+			fmt.Fprintf(stdout, "neighbouring datasets %s\nwithout noise the canary attains %.3g of the sensitivity %s\n",
+				canaryOf(res[0].Note), res[0].SensitivityUsed, what)
 		}
 		printAuditTable(stdout, res)
 	}
