@@ -1,5 +1,5 @@
 // Command dpadmm is a peer-to-peer node for differentially private decentralized
-// training. It has one subcommand per task: node, testnet, account and experiment.
+// training. It has one subcommand per task: node, testnet, account, experiment and audit.
 package main
 
 import (
@@ -20,6 +20,7 @@ Commands:
   account     privacy accounting: plan a run, or recompute figures from a trace
   node        run one node on a LAN or an existing libp2p network
   experiment  reproduce the papers' comparisons (CSV and PNG output)
+  audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
   version     print the version
 
 Run 'dpadmm <command> --help' for the flags of a command.
@@ -53,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runNode(args[1:], stdout, stderr)
 	case "experiment":
 		err = runExperiment(args[1:], stdout, stderr)
+	case "audit":
+		err = runAudit(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "dpadmm", version)
 	case "help", "-h", "--help", "-help":

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpadmm/dpadmm/testnet"
+)
+
+// smallAudit keeps the walk audit of a CLI test to about a second.
+var smallAudit = []string{"--nodes", "8", "--pair-hops", "1", "--final-hops", "3", "--seed", "3"}
+
+// TestAuditJSONAndPNG: --json prints a JSON list with the documented keys, --out writes the
+// same list and --png a PNG.
+func TestAuditJSONAndPNG(t *testing.T) {
+	dir := t.TempDir()
+	png, out := filepath.Join(dir, "a.png"), filepath.Join(dir, "a.json")
+	var stdout, stderr bytes.Buffer
+	args := append([]string{"audit", "--trials", "60", "--json", "--png", png, "--out", out}, smallAudit...)
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var list []map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &list); err != nil {
+		t.Fatalf("stdout is not a JSON list: %v\n%s", err, stdout.String())
+	}
+	if len(list) != 6 {
+		t.Fatalf("%d results, want 3 observers x 2 tests", len(list))
+	}
+	observers := map[string]bool{}
+	for _, r := range list {
+		for _, k := range []string{"observer", "lower_epsilon", "lower_epsilon_ci", "upper_epsilon", "theorem", "trials", "test", "violation", "secure_noise"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result lacks %q: %v", k, r)
+			}
+		}
+		if ci, ok := r["lower_epsilon_ci"].([]any); !ok || len(ci) != 2 {
+			t.Errorf("lower_epsilon_ci is not [lo, hi]: %v", r["lower_epsilon_ci"])
+		}
+		if r["trials"].(float64) != 60 || r["secure_noise"] != false || r["theorem"] == "" {
+			t.Errorf("trials %v, secure %v, theorem %q", r["trials"], r["secure_noise"], r["theorem"])
+		}
+		observers[r["observer"].(string)] = true
+	}
+	if !observers["local"] || !observers["pairwise"] || !observers["final"] {
+		t.Errorf("observers %v", observers)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(b, stdout.Bytes()) {
+		t.Errorf("--out differs from --json output (%v)", err)
+	}
+	p, err := os.ReadFile(png)
+	if err != nil || !bytes.HasPrefix(p, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("--png: %v, %d bytes", err, len(p))
+	}
+}
+
+// TestAuditTable: without --json the table has one line per observer and test, a verdict,
+// and the theorems; R-ADMM is audited at delta 0.
+func TestAuditTable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"audit", "--trials", "60"}, smallAudit...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	s := stdout.String()
+	for _, want := range []string{"verdict", "local", "pairwise", "final", "lattice residue", "projection", "OK", "NOT secure", "Theorem 3", "realised-path"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("table lacks %q:\n%s", want, s)
+		}
+	}
+	stdout.Reset()
+	if code := run([]string{"audit", "--algo", "radmm", "--trials", "60", "--seed", "2"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("radmm: exit %d: %s", code, stderr.String())
+	}
+	if s := stdout.String(); !strings.Contains(s, "neighbour") || !strings.Contains(s, "Theorem V.1") || !strings.Contains(s, "noise recovery") {
+		t.Errorf("radmm table:\n%s", s)
+	}
+}
+
+// TestAuditTableViolation: a line whose lower bound exceeds its claim is printed as a
+// VIOLATION and counted.
+func TestAuditTableViolation(t *testing.T) {
+	res := []testnet.AuditResult{
+		{Observer: "local", Test: "projection", LowerEpsilon: 3, LowerEpsilonCI: [2]float64{2.5, math.MaxFloat64}, UpperEpsilon: 1.7, Theorem: "T", ConditionsHold: true, Violation: true, Confidence: 0.95},
+		{Observer: "final", Test: "projection", LowerEpsilon: 0, UpperEpsilon: 0.3, Theorem: "T", ConditionsHold: true, Confidence: 0.95},
+	}
+	var b bytes.Buffer
+	printAuditTable(&b, res)
+	if !strings.Contains(b.String(), "VIOLATION") || !strings.Contains(b.String(), "inf]") || violations(res) != 1 {
+		t.Errorf("violations %d, table:\n%s", violations(res), b.String())
+	}
+}
+
+func TestAuditUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"audit", "--algo", "gossip"},
+		{"audit", "--trials", "5"},
+		{"audit", "--confidence", "1"},
+		{"audit", "--delta", "0"},
+		{"audit", "--sigma", "-1"},
+		{"audit", "--alpha", "3"},
+		{"audit", "--algo", "radmm", "--sigma", "2"},
+		{"audit", "--pair-hops", "5", "--final-hops", "5"},
+		{"audit", "extra"},
+		{"audit", "--no-such-flag"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage)", args, code)
+		} else if errb.Len() == 0 {
+			t.Errorf("%v: no error message", args)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"audit", "--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "Clopper-Pearson") {
+		t.Errorf("help: exit %d\n%s", code, errb.String())
+	}
+}

@@ -1,0 +1,116 @@
+package testnet
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// auditBars is the lower bounds with their confidence intervals, as error bars.
+type auditBars struct {
+	x, y, lo, hi []float64
+}
+
+func (b auditBars) Len() int                    { return len(b.x) }
+func (b auditBars) XY(i int) (float64, float64) { return b.x[i], b.y[i] }
+func (b auditBars) YError(i int) (float64, float64) {
+	return b.y[i] - b.lo[i], b.hi[i] - b.y[i]
+}
+
+// WriteAuditPNG draws an audit as PNG: for each line (observer and test) the empirical lower
+// bound on epsilon with its confidence interval, and beside it the accountant's upper bound.
+// Infinite values (an interval without upper end, an observer without guarantee) are drawn
+// at the top of the plot and marked "inf" in the axis label.
+func WriteAuditPNG(w io.Writer, results []AuditResult, title string) (err error) {
+	// The plotting library reports some invalid states by panicking.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("testnet: audit plot: %v", r)
+		}
+	}()
+	if len(results) == 0 {
+		return errors.New("testnet: audit plot: no results")
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x < math.MaxFloat64 }
+	top := 0.0
+	for _, r := range results {
+		for _, v := range []float64{r.LowerEpsilon, r.LowerEpsilonCI[1], r.UpperEpsilon} {
+			if finite(v) {
+				top = math.Max(top, v)
+			}
+		}
+	}
+	if !(top > 0) {
+		top = 1
+	}
+	top *= 1.15
+	clamp := func(v float64) float64 {
+		if !finite(v) {
+			return top
+		}
+		return math.Min(v, top)
+	}
+	var bars auditBars
+	var upper plotter.XYs
+	names := make([]string, len(results))
+	for i, r := range results {
+		names[i] = fmt.Sprintf("%s\n%s", r.Observer, r.Test)
+		if !finite(r.UpperEpsilon) {
+			names[i] += "\n(upper: inf)"
+		}
+		if r.Violation {
+			names[i] += "\nVIOLATION"
+		}
+		x := float64(i)
+		bars.x = append(bars.x, x-0.12)
+		bars.y = append(bars.y, clamp(r.LowerEpsilon))
+		bars.lo = append(bars.lo, clamp(r.LowerEpsilonCI[0]))
+		bars.hi = append(bars.hi, clamp(r.LowerEpsilonCI[1]))
+		upper = append(upper, plotter.XY{X: x + 0.12, Y: clamp(r.UpperEpsilon)})
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "epsilon"
+	p.X.Label.Text = "observer and distinguishing test"
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.6, float64(len(results))-0.4
+	p.Y.Min, p.Y.Max = 0, top
+	p.Add(plotter.NewGrid())
+	eb, err := plotter.NewYErrorBars(bars)
+	if err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	blue := color.RGBA{0x1f, 0x4e, 0xb4, 0xff}
+	red := color.RGBA{0xc0, 0x20, 0x20, 0xff}
+	eb.LineStyle.Color, eb.LineStyle.Width = blue, vg.Points(1.5)
+	lower, err := plotter.NewScatter(bars)
+	if err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	lower.GlyphStyle = draw.GlyphStyle{Color: blue, Radius: vg.Points(4), Shape: draw.CircleGlyph{}}
+	up, err := plotter.NewScatter(upper)
+	if err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	up.GlyphStyle = draw.GlyphStyle{Color: red, Radius: vg.Points(5), Shape: draw.PyramidGlyph{}}
+	p.Add(eb, lower, up)
+	conf := results[0].Confidence
+	p.Legend.Add(fmt.Sprintf("empirical lower bound, %g%% interval", 100*conf), lower)
+	p.Legend.Add("claimed upper bound (accountant)", up)
+	p.Legend.Top = true
+	width := vg.Length(math.Max(480, float64(110*len(results))))
+	c := vgimg.NewWith(vgimg.UseWH(width, 420), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
+	p.Draw(draw.New(c))
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	return nil
+}
