@@ -297,6 +297,35 @@ func TestAccountNoPrivacyAndErrors(t *testing.T) {
 	}
 }
 
+// TestAccountRealisedFallback: without a path, or with a path that disagrees with the
+// update counters, the realised figure is the busiest node's local bound, with the reason
+// and the theorem and conditions of the realised bound.
+func TestAccountRealisedFallback(t *testing.T) {
+	const clip, sigma, delta = 0.1, 1.0, 1e-5
+	upd := []int{3, 5, 4}
+	local, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, 5), delta)
+	path := []privacy.TraceStep{{Node: 0, Noisy: true}, {Node: 1, Noisy: true}, {Node: 2, Noisy: true}}
+	for _, c := range []struct {
+		name, why string
+		in        AccountInput
+	}{
+		{"no path", "too many hops", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 12, RealisedNote: "too many hops"}},
+		{"no path, no reason", "no path kept", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 12}},
+		{"counts differ", "the path has 1 noisy updates of node 0, the counters 3", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 3, Path: path}},
+	} {
+		pr, _, err := Account(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := pr.PairwiseRealised
+		if re == nil || math.Abs(re.Worst.Epsilon-local) > 1e-12*local || re.Worst.I != 1 || re.Mean != re.Worst.Epsilon ||
+			re.Theorem != privacy.TheoremRealised || re.Conditions != privacy.RealisedConditions ||
+			!strings.HasPrefix(re.Note, "realised figure not computed: "+c.why) {
+			t.Errorf("%s: %+v, want the local bound %v of node 1 and the reason %q", c.name, re, local, c.why)
+		}
+	}
+}
+
 func TestUnitEpsilonMatchesToDP(t *testing.T) {
 	for _, unit := range []privacy.Curve{privacy.WalkUpdateCurve(0.1, 1), privacy.AmplifiedUpdateCurve(0.1, 2, 9), privacy.Theorem4Curve(50, 100, 0.1, 1)} {
 		for _, delta := range []float64{1e-9, 1e-5, 0.3} {
