@@ -387,12 +387,9 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 
 // hullPt is a vertex of a node's hull in a sweep, stored at the index L of its update (the
 // noisy steps from that update to the view, itself included): c is the number of the
-// node's updates among them, prev the index of the vertex before it (0, the origin, for
-// the first) and cost the rise^2/run of the piece from prev to it.
-type hullPt struct {
-	c, prev int32
-	cost    float64
-}
+// node's updates among them and prev the index of the vertex before it (0, the origin, for
+// the first).
+type hullPt struct{ c, prev int32 }
 
 // multi is an update of node v at index L whose node has a later update in the same
 // segment, at index next < L.
@@ -420,12 +417,13 @@ type sweeper struct {
 // flat piece, of cost 0), with the same rise^2/run costs. The points arrive in increasing
 // L, so each update of v pushes one point onto v's upper hull (monotone chain).
 //
-// Most updates are the only one of their node in the segment and cost 1/L, as in the
-// per-update charge; the first pass charges that to every update and writes each update's
-// single-point hull, without a data-dependent branch. The updates whose node has a later
-// one in the segment (gap < L) are listed, and at the segment's end fix pushes them onto
-// their node's hull in increasing L and adds the change of the hull's cost minus the 1/L
-// already charged.
+// An update that is the only one of its node in the segment costs 1/L, as in the
+// per-update charge. The sweep charges 1/L to every update and writes its single-point
+// hull, without a data-dependent branch (on a random walk about half the updates have a
+// later one of their node in the segment, so a branch on it would be mispredicted
+// often). It lists the updates whose node has a later one in the segment (gap < L), and at
+// the segment's end fix pushes them onto their node's hull in increasing L and adds the
+// change of the hull's cost minus the 1/L already charged.
 func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool, final bool) {
 	pool, buf, inv := sw.pool, sw.buf, sw.inv
 	nb := 0
@@ -449,9 +447,8 @@ func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool,
 			continue // a forward (no noise, no shift), or never viewed
 		}
 		L++
-		cost := inv[L]
-		row[v] += cost
-		pool[L] = hullPt{c: 1, cost: cost}
+		row[v] += inv[L]
+		pool[L] = hullPt{c: 1}
 		g := gap[k]
 		buf[nb] = multi{L: L, next: L - g, v: v}
 		if g < L {
@@ -467,7 +464,7 @@ func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool,
 // each, the hull of its node ends at the vertex of the node's next update; the push pops
 // the vertices b not strictly above the chord from their predecessor a to the new point p
 // (slope(a, b) <= slope(b, p); integer coordinates below 2^31, exact in int64). inv[x]
-// is 1/x.
+// is 1/x; a piece of rise d and run x costs d^2 inv[x].
 func fix(row []float64, pool []hullPt, buf []multi, inv []float64) {
 	for _, e := range buf {
 		L, b := e.L, e.next
@@ -477,16 +474,16 @@ func fix(row []float64, pool []hullPt, buf []multi, inv []float64) {
 		for b != 0 {
 			a := bp.prev
 			ap := pool[a]
-			if int64(bp.c-ap.c)*int64(L-b) > int64(pc-bp.c)*int64(b-a) {
+			rise := bp.c - ap.c
+			if int64(rise)*int64(L-b) > int64(pc-bp.c)*int64(b-a) {
 				break
 			}
-			delta -= bp.cost
+			delta -= float64(rise) * float64(rise) * inv[b-a] // the popped piece
 			b, bp = a, ap
 		}
 		d := float64(pc - bp.c)
-		cost := d * d * inv[L-b]
-		pool[L] = hullPt{c: pc, prev: b, cost: cost}
-		row[e.v] += delta + cost
+		pool[L] = hullPt{c: pc, prev: b}
+		row[e.v] += delta + d*d*inv[L-b]
 	}
 }
 

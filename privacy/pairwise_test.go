@@ -221,6 +221,16 @@ func TestPairwiseRealisedClosedForms(t *testing.T) {
 		check("r consecutive updates", s, float64(r))
 	}
 	check("other, i, view", []bool{false, true}, 1)
+	// Long runs: rises far above 2^16 (their squares overflow 32 bits). r consecutive
+	// updates then others: one chord, r^2/m; then a gap and one more: the corner before the
+	// last update is a vertex.
+	long := make([]bool, 150000)
+	for k := range 100000 {
+		long[k] = true
+	}
+	check("100000 updates then 50000 others", long, 1e10/150000)
+	long = append(long, true)
+	check("... then one more", long, 1e10/150000+1)
 	// i at the first and last of m steps: the corner before the last update is a vertex,
 	// 1/(m-1) + 1.
 	for m := 2; m <= 20; m++ {

@@ -539,11 +539,13 @@ func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Pri
 }
 
 // Limits of the realised figure computed by Run: the path is kept in memory (16 bytes
-// per hop) and the computation costs about 3 ns per hop and node. Longer runs report the
-// local bound instead and say so; 'dpadmm account trace' recomputes from a trace file.
+// per hop) and the computation costs about 10 ns per hop and node (each observer's sweep
+// builds the convex minorants of every node's updates between its views). Longer runs
+// report the local bound instead and say so; 'dpadmm account trace' recomputes from a
+// trace file.
 const (
 	RealisedMaxHops = 1 << 26 // ~1 GiB of path
-	RealisedMaxWork = 2e10    // hops * nodes, about a minute
+	RealisedMaxWork = 6e9     // hops * nodes, about a minute
 )
 
 // realisedFeasible says whether Run keeps the path for the realised figure, and why not.
