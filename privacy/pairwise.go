@@ -9,11 +9,27 @@ import (
 
 // Theorem names used in pairwise summaries.
 const (
-	// TheoremRealised names the realised-path pairwise accountant.
-	TheoremRealised = "realised-path pairwise bound (Cyffers et al. App. C.5 fixed-m bound eps_loc/m, RDP composition over i's updates)"
+	// TheoremRealised names the realised-path pairwise accountant (see RealisedPairwise).
+	TheoremRealised = "realised-path pairwise bound: privacy amplification by iteration with several changed steps " +
+		"(Feldman, Mironov, Talwar, Thakurta 2018, Thm 22; Cyffers et al. Thm 6) applied jointly to all of i's updates " +
+		"between two views of j, shift allocation minimised per view (greatest convex minorant), RDP composition over " +
+		"j's views; the final model is a view of every node"
 	// TheoremPlannedGraph names the planned bound on an arbitrary graph.
 	TheoremPlannedGraph = "planned pairwise bound, first-passage law of the walk (Cyffers et al. Thm 4 proof with weak convexity factor (1+c))"
 )
+
+// RealisedConditions are the assumptions of the realised-path bound (TheoremRealised).
+const RealisedConditions = "clip C bounds ||x - z||, so each noisy update of i shifts the observed state by at most " +
+	"4*lambda*C against fresh Gaussian noise of std lambda*sigma (per update RDP e1 = 8*alpha*C^2/sigma^2); the maps " +
+	"between noise injections (other nodes' updates, forwards, the observer's own updates) are non-expansive on the " +
+	"observed state; the trace is the run's true path (the bound holds even against an observer who knows the whole " +
+	"path); hidden from the observer: the other nodes' u_l and i's own u_i"
+
+// RealisedGaps are the steps of the realised-path bound that remain unproven for the walk
+// (Cyffers et al. App. C.5, digest 3.6 E5); reports carry them in their note.
+const RealisedGaps = "unproven steps (Cyffers et al., digest 3.6 E5): the walk update map is non-expansive jointly in " +
+	"u-space but not shown to be in z (zhat) alone; the other nodes' persistent u_l absorb information about i's data " +
+	"that re-enters later states, and the bound does not charge it"
 
 // PairwiseMatrix holds pairwise RDP curves in factored form: the curve of the ordered
 // pair (i, j), i's data as seen by observer j, is Weight(i, j) times Unit.
@@ -191,16 +207,72 @@ type Realised struct {
 	Local Curve
 }
 
-// RealisedPairwise computes the realised-path pairwise accountant of a trace. For each
-// ordered pair (i, j) and each noisy update of i at step k, let t > k be the first later
-// step with Steps[t].Node == j and m the number of noisy updates in steps k..t-1 (i's
-// own included): the update costs WalkUpdateCurve/m. Updates never observed by j cost 0,
-// unless FinalReleasedToAll, in which case m counts the noisy updates from k to the end.
-// Only j's first observation after each update is charged (later ones are treated as
-// post-processing, as in the paper). Each coalition is a set of observers treated as one:
-// its first observation is the first step at which any member holds the token.
+// RealisedPairwise computes the realised-path pairwise accountant of a trace: for each
+// ordered pair (i, j), a bound on the Renyi divergence of everything observer j sees
+// between two runs on the same path whose data differ only in node i's.
 //
-// The cost is O(K n) time with K = len(Steps), and O(n^2) memory.
+// Views. Steps[k].Node holds the token at hop k; if Noisy it makes one noisy update whose
+// result goes to Steps[k+1].Node. Observer j views the state at every step t with
+// Steps[t].Node == j (the token produced by step t-1). With FinalReleasedToAll the final
+// model, the state after the last step, is one more view of every node. The observed state
+// is the token's zhat (z is a function of it). Forward steps (Noisy false) add neither
+// noise nor shift.
+//
+// One view. Number the noisy steps 1..m between two consecutive views of j (or from the
+// start) and let s_k = 1 if step k is an update by i, else 0, and S_k = s_1+..+s_k. Given all
+// that j saw up to its previous view, both runs enter the segment in the same state. Noisy
+// step k is X_k = psi_k(X_{k-1}) + Z_k, Z_k Gaussian of std lambda*sigma (in u units; the
+// 1/n of the zhat update scales shift and noise alike), and psi_k absorbs the maps without
+// noise before it. The runs' maps differ only at i's steps, by at most 4*lambda*C whatever
+// u_i holds (the update moves by 2*lambda*Clip(x - z, C)), so s_k*4*lambda*C bounds
+// sup ||psi_k - psi'_k||. Privacy amplification by iteration (Feldman, Mironov, Talwar,
+// Thakurta 2018, Thm 22): for reals a_k >= 0 with prefix sums A_k <= S_k for every k and
+// A_m = S_m,
+//
+//	D_alpha(X_m || X'_m) <= sum_k D_alpha(N(a_k*4*lambda*C, (lambda*sigma)^2) || N(0, (lambda*sigma)^2))
+//	                      = e1 * sum_k a_k^2,      e1 = 8*alpha*C^2/sigma^2 = WalkUpdateCurve.
+//
+// The maps after the segment's last noise up to the view are post-processing. j's own
+// update at its previous view uses j's data (the same in both runs) and j's noise, which j
+// knows: it is a known map with no shift, not a noise injection, and is left out. (Counting
+// it would change nothing: it comes first, where S = 0 forces its a to 0.)
+//
+// The best allocation. Minimise sum_k a_k^2 subject to A_k <= S_k (k < m), A_m = S_m. The
+// minimiser A is the greatest convex minorant (GCM) of the points (k, S_k), k = 0..m. It is
+// feasible (below every point, through both end points), and it meets the KKT conditions
+// of this convex problem: with multipliers mu_k >= 0 for A_k <= S_k and a free one for
+// A_m = S_m, stationarity 2 a_k + sum_{l >= k} mu_l = 0 gives a_{k+1} - a_k = mu_k/2 >= 0 with
+// mu_k > 0 only where A_k = S_k, i.e. a convex A whose slope rises only where it touches
+// the staircase: the GCM. Its first slope is min_k S_k/k >= 0, so every a_k >= 0 as FMTT
+// require. The cost is the sum over the GCM's pieces of rise^2/run. Since S rises by 0 or
+// 1, a vertex strictly inside is a lower-left corner, a point k with s_{k+1} = 1 (just
+// before one of i's updates): any other point has one at its height to its right and a
+// lower one to its left, and lies on or above their chord. The hull of the corners and the
+// end points, built by a monotone chain with exact integer slope tests, takes time linear
+// in the segment (the sweep builds it from the view backwards, see sweeper.sweep).
+//
+// Examples: one update of i followed by m-1 others, then the view: 1/m (the fixed-m bound
+// of Cyffers et al. App. C.5); r consecutive updates seen directly (j, i x r, j): r, no
+// amplification; another node's update, then i's, then the view: 1 (noise before i's
+// update cannot hide it). Charging each update of i separately with 1/L, L the noisy steps
+// from it to the view, is never above the joint cost (on a hull piece of run R and rise D,
+// the d-th last update in it has L >= d*R/D, so its charges sum to at most (D/R)*H_D <=
+// D^2/R) and is below it once i makes two updates in a segment (j, i, i, j: 1/2+1 against 2).
+//
+// Composition. Given the earlier views, each view's divergence is bounded by its segment's
+// cost, so adaptive RDP composition over j's views sums them: Weight(i, j) is the sum of
+// the segment costs over j's segments and the curve is Weight(i, j) times e1. Noisy steps
+// after j's last view are never seen (cost 0) unless FinalReleasedToAll, which closes one
+// more segment at the end (the whole trace when j never holds the token). The bound holds
+// for every path, hence also against an observer who knows the path. It assumes
+// RealisedConditions; RealisedGaps lists what remains unproven for the walk.
+//
+// Each coalition is a set of observers pooled as one: a view is any step at which a member
+// holds the token; members' updates are views (no shift, noise known to the coalition) and
+// members get weight 0.
+//
+// The cost is O(K n) time with K = len(Steps) (one backward sweep per observer, amortised
+// O(1) per step) and O(n^2 + K) memory. K must stay below 2^31.
 func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
@@ -212,6 +284,10 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 	if int64(n)*int64(n) > 1<<27 {
 		return nil, fmt.Errorf("privacy: realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
 	}
+	K := len(tr.Steps)
+	if int64(K) >= 1<<31 {
+		return nil, fmt.Errorf("privacy: realised pairwise: %d steps, at most %d", K, 1<<31-1)
+	}
 	for c, members := range coalitions {
 		if len(members) == 0 {
 			return nil, fmt.Errorf("privacy: realised pairwise: coalition %d is empty", c)
@@ -222,7 +298,6 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 			}
 		}
 	}
-	K := len(tr.Steps)
 	code := make([]int32, K)
 	updates := make([]int, n)
 	for k, s := range tr.Steps {
@@ -233,30 +308,58 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 		}
 		code[k] = c
 	}
-	inv := make([]float64, K+1)
-	for c := 1; c <= K; c++ {
-		inv[c] = 1 / float64(c)
+	// gap[k]: for a noisy step k, the noisy steps from k up to the next noisy update of
+	// the same node (r counts the noisy steps after k, next[v] the r of v's next update).
+	gap := make([]int32, K)
+	next := make([]int32, n)
+	for v := range next {
+		next[v] = -1
 	}
-	// last[j] is the last step at which j holds the token, -1 if never.
-	last := make([]int, n)
-	for j := range last {
-		last[j] = -1
-	}
+	r := int32(0)
 	for k := K - 1; k >= 0; k-- {
-		v := int(code[k] >> 1)
-		if last[v] < 0 {
-			last[v] = k
+		if c := code[k]; c&1 != 0 {
+			v := c >> 1
+			gap[k] = math.MaxInt32
+			if next[v] >= 0 {
+				gap[k] = r - next[v]
+			}
+			next[v] = r
+			r++
 		}
+	}
+	// The longest segment of any observer (noisy steps between two visits of a node, or
+	// before its first or after its last) bounds the indices of the sweeps.
+	seen := make([]int32, n) // noisy steps before the node's last visit, plus 1; 0 before any
+	longest := int32(0)
+	r = 0
+	for _, c := range code {
+		v := c >> 1
+		if d := r - max(seen[v]-1, 0); d > longest {
+			longest = d
+		}
+		seen[v] = r + 1
+		r += c & 1
+	}
+	for _, s := range seen {
+		if d := r - max(s-1, 0); d > longest {
+			longest = d
+		}
+	}
+	sw := &sweeper{pool: make([]hullPt, longest+1), buf: make([]multi, longest+1), inv: make([]float64, longest+1)}
+	for x := 1; x <= int(longest); x++ {
+		sw.inv[x] = 1 / float64(x)
 	}
 	obs := make([]float64, n*n) // obs[j*n+i]: observer-major while sweeping
 	for j := 0; j < n; j++ {
-		realisedRow(obs[j*n:(j+1)*n], code, inv, int32(j), last[j], tr.FinalReleasedToAll)
+		sw.sweep(obs[j*n:(j+1)*n], code, gap, int32(j), nil, tr.FinalReleasedToAll)
 	}
 	w := make([]float64, n*n)
 	for j := 0; j < n; j++ {
 		row := obs[j*n : (j+1)*n]
 		for i, x := range row {
-			w[i*n+j] = x
+			if i != j {
+				w[i*n+j] = x
+			}
 		}
 	}
 	unit := WalkUpdateCurve(tr.Clip, tr.Sigma)
@@ -271,91 +374,121 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 		}
 	}
 	res.Local = unit.Scale(float64(maxU))
-	mask := make([]bool, n)
+	view := make([]bool, n)
 	for _, members := range coalitions {
-		for v := range mask {
-			mask[v] = false
-		}
 		for _, v := range members {
-			mask[v] = true
+			view[v] = true
 		}
 		cw := CoalitionWeights{Members: append([]int(nil), members...), Weight: make([]float64, n)}
-		realisedCoalition(cw.Weight, code, inv, mask, tr.FinalReleasedToAll)
+		sw.sweep(cw.Weight, code, gap, -1, view, tr.FinalReleasedToAll)
+		for _, v := range members {
+			view[v] = false
+			cw.Weight[v] = 0
+		}
 		res.Coalitions = append(res.Coalitions, cw)
 	}
 	return res, nil
 }
 
-// realisedRow adds, for observer j, the weight of every node's updates into row
-// (indexed by the updating node). lastJ is j's last visit.
-func realisedRow(row []float64, code []int32, inv []float64, j int32, lastJ int, final bool) {
-	K := len(code)
-	if K == 0 {
-		return
-	}
-	cnt := 0
-	start := K - 1
-	if lastJ >= 0 {
-		start = lastJ
-	}
-	if final {
-		// Updates after j's last visit are seen in the final release.
-		for k := K - 1; k > start; k-- {
-			c := code[k]
-			if c&1 != 0 {
-				cnt++
-				row[c>>1] += inv[cnt]
-			}
-		}
-	}
-	if lastJ < 0 {
-		if !final {
-			return
-		}
-		// j never holds the token; the loop above did not cover step start itself.
-		if c := code[start]; c&1 != 0 {
-			cnt++
-			row[c>>1] += inv[cnt]
-		}
-		for k := start - 1; k >= 0; k-- {
-			if c := code[k]; c&1 != 0 {
-				cnt++
-				row[c>>1] += inv[cnt]
-			}
-		}
-		return
-	}
-	cnt = 0
-	for k := start - 1; k >= 0; k-- {
-		c := code[k]
-		if c>>1 == j {
-			cnt = 0
-			continue
-		}
-		if c&1 != 0 {
-			cnt++
-			row[c>>1] += inv[cnt]
-		}
-	}
+// hullPt is a vertex of a node's hull in a sweep, stored at the index L of its update (the
+// noisy steps from that update to the view, itself included): c is the number of the
+// node's updates among them and prev the index of the vertex before it (0, the origin, for
+// the first).
+type hullPt struct{ c, prev int32 }
+
+// multi is an update of node v at index L whose node has a later update in the same
+// segment, at index next < L.
+type multi struct{ L, next, v int32 }
+
+// sweeper holds the scratch of the per-observer sweeps, reused across observers.
+type sweeper struct {
+	pool []hullPt  // pool[L]: the vertex of the update at index L of the current segment
+	buf  []multi   // the current segment's updates whose node has a later one in it
+	inv  []float64 // inv[x] = 1/x
 }
 
-// realisedCoalition is realisedRow for a set of observers given by mask.
-func realisedCoalition(row []float64, code []int32, inv []float64, mask []bool, final bool) {
-	cnt := 0
-	active := final
+// sweep adds to row[v], for every node v that is not a view node, the realised weight of
+// v's noisy updates against one observer (see RealisedPairwise). The observer views the
+// steps held by node j, or, when view is not nil, by any node v with view[v] true (pass
+// j = -1). gap[k] is, for a noisy step k, the number of noisy steps from k up to (not
+// including) the next noisy update of the same node, MaxInt32 if none. Rows of view nodes
+// are left unchanged.
+//
+// The sweep runs backwards, so that a segment's end (the view) is met first. Seen from
+// the end, the staircase of node v turned by 180 degrees becomes the points (L, c): for
+// each update of v, L the noisy steps from it to the view and c the updates of v among
+// them, with the view itself at the origin. The greatest convex minorant becomes the
+// least concave majorant of the origin and these points (the segment's start only adds a
+// flat piece, of cost 0), with the same rise^2/run costs. The points arrive in increasing
+// L, so each update of v pushes one point onto v's upper hull (monotone chain).
+//
+// An update that is the only one of its node in the segment costs 1/L, as in the
+// per-update charge. The sweep charges 1/L to every update and writes its single-point
+// hull, without a data-dependent branch (on a random walk about half the updates have a
+// later one of their node in the segment, so a branch on it would be mispredicted
+// often). It lists the updates whose node has a later one in the segment (gap < L), and at
+// the segment's end fix pushes them onto their node's hull in increasing L and adds the
+// change of the hull's cost minus the 1/L already charged.
+func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool, final bool) {
+	pool, buf, inv := sw.pool, sw.buf, sw.inv
+	nb := 0
+	L := int32(0)
+	active := final // the steps after the last view are seen only in the final model
 	for k := len(code) - 1; k >= 0; k-- {
 		c := code[k]
-		if mask[c>>1] {
-			cnt = 0
+		v := c >> 1
+		if v == j || (view != nil && view[v]) {
+			// A view: the noisy steps before it form a new segment. The viewer's own update
+			// at this step is neither noise nor shift for the others: it is left out.
+			if nb > 0 {
+				fix(row, pool, buf[:nb], inv)
+				nb = 0
+			}
+			L = 0
 			active = true
 			continue
 		}
-		if c&1 != 0 {
-			cnt++
-			if active {
-				row[c>>1] += inv[cnt]
-			}
+		if c&1 == 0 || !active {
+			continue // a forward (no noise, no shift), or never viewed
 		}
+		L++
+		row[v] += inv[L]
+		pool[L] = hullPt{c: 1}
+		g := gap[k]
+		buf[nb] = multi{L: L, next: L - g, v: v}
+		if g < L {
+			nb++
+		}
+	}
+	if nb > 0 {
+		fix(row, pool, buf[:nb], inv)
+	}
+}
+
+// fix pushes the listed updates of one segment onto their nodes' hulls (see sweep). For
+// each, the hull of its node ends at the vertex of the node's next update; the push pops
+// the vertices b not strictly above the chord from their predecessor a to the new point p
+// (slope(a, b) <= slope(b, p); integer coordinates below 2^31, exact in int64). inv[x]
+// is 1/x; a piece of rise d and run x costs d^2 inv[x].
+func fix(row []float64, pool []hullPt, buf []multi, inv []float64) {
+	for _, e := range buf {
+		L, b := e.L, e.next
+		bp := pool[b]
+		pc := bp.c + 1
+		delta := -inv[L] // charged by the sweep
+		for b != 0 {
+			a := bp.prev
+			ap := pool[a]
+			rise := bp.c - ap.c
+			if int64(rise)*int64(L-b) > int64(pc-bp.c)*int64(b-a) {
+				break
+			}
+			delta -= float64(rise) * float64(rise) * inv[b-a] // the popped piece
+			b, bp = a, ap
+		}
+		d := float64(pc - bp.c)
+		pool[L] = hullPt{c: pc, prev: b}
+		row[e.v] += delta + d*d*inv[L-b]
 	}
 }
 

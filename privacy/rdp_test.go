@@ -114,12 +114,17 @@ func TestGoldenEx4Geometric(t *testing.T) {
 	}
 }
 
-// Ex5: realised path, n=4, alpha=4, C=0.1, sigma=1.
+// Ex5: realised path, n=4, alpha=4, C=0.1, sigma=1, e1 = 8*4*0.01 = 0.32. Observer 1 views
+// at steps 3, 7, 10; node 0's updates fall in three segments: (2, 0, 3) costs 1/2 (minorant
+// (1,0)->(3,1)), (0, 0, 2) costs 4/3 (one chord (0,0)->(3,2)), (3, 0) costs 1. The digest's
+// per-update figure 0.32*(1/2+1/3+1/2+1) = 0.746667 charged the two consecutive updates of
+// node 0 separately; jointly they cost 4/3, not 1/3+1/2.
 func TestGoldenEx5RealizedPath(t *testing.T) {
 	path := []int{2, 0, 3, 1, 0, 0, 2, 1, 3, 0, 1, 2}
 	k := orderIndex(t, 4)
-	if got := RealizedPathCurve(path, 0, 1, 0.1, 1, false)[k]; !relClose(got, 0.7466666666666668, 1e-12) {
-		t.Errorf("realised path = %v, want 0.746667", got)
+	want := 0.32 * (1.0/2 + 4.0/3 + 1)
+	if got := RealizedPathCurve(path, 0, 1, 0.1, 1, false)[k]; !relClose(got, want, 1e-12) {
+		t.Errorf("realised path = %v, want %v", got, want)
 	}
 	if got := WalkLocalCurve(0.1, 1, 4)[k]; !relClose(got, 1.28, 1e-12) {
 		t.Errorf("local = %v, want 1.28", got)
@@ -128,11 +133,13 @@ func TestGoldenEx5RealizedPath(t *testing.T) {
 		t.Errorf("printed Thm 4 = %v, want 0.443614", got)
 	}
 	// Final release: the last contribution of i (step 9) is observed at step 10 anyway;
-	// use a path whose last update by i is unobserved: 0.32 * 1/(12-11) extra.
+	// use a path whose last update by i is unobserved: after the view at step 10 come
+	// node 2's update then node 0's, seen in the final model: staircase 0,0,1, cost 1, so
+	// 0.32 extra.
 	p2 := append(append([]int{}, path...), 0)
 	a := RealizedPathCurve(p2, 0, 1, 0.1, 1, false)[k]
 	b := RealizedPathCurve(p2, 0, 1, 0.1, 1, true)[k]
-	if !relClose(a, 0.7466666666666668, 1e-12) || !relClose(b-a, 0.32, 1e-12) {
+	if !relClose(a, want, 1e-12) || !relClose(b-a, 0.32, 1e-12) {
 		t.Errorf("final release: %v then %v", a, b)
 	}
 }

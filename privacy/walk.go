@@ -85,34 +85,60 @@ func thm4PrintedValue(a float64, n, updates int, clip, sigma float64) float64 {
 }
 
 // RealizedPathCurve is the realised-path network-RDP curve of user i's data as seen by
-// user j (digest recipe 3.7(b); the fixed-path-length bound of Cyffers et al. 2023,
-// App. C.5, composed over i's updates). path[k] is the user performing noisy update k; the
-// model it produces is delivered to path[k+1]. Each update of i first observed by j after m
-// noisy updates costs WalkUpdateCurve/m; if j never observes it, it costs
-// WalkUpdateCurve/(len(path)-k) when finalReleased (the final model goes to j) and 0
-// otherwise. Only j's first observation after each contribution is charged.
+// user j, the bound of RealisedPairwise for one pair written out directly (a reference
+// for it). path[k] is the user performing noisy update k; the model it produces is
+// delivered to path[k+1], and j views the model whenever path[k] == j. The updates between
+// two views of j form a segment; with s_k = 1 for i's updates and S_k their prefix sums,
+// the segment costs WalkUpdateCurve times the sum of rise^2/run over the greatest convex
+// minorant of the points (k, S_k) (privacy amplification by iteration with the best shift
+// allocation, see RealisedPairwise), and the costs of j's views add up. When finalReleased
+// the final model is one more view of j (the updates after j's last view, or the whole path
+// if j never holds it); otherwise those updates cost 0. The minorant is found by gift
+// wrapping over every point of the segment, O(m*h) for m updates and h hull vertices.
 func RealizedPathCurve(path []int, i, j int, clip, sigma float64, finalReleased bool) Curve {
-	one := WalkUpdateCurve(clip, sigma)
-	total := ZeroCurve()
-	for k, v := range path {
-		if v != i {
+	w := 0.0
+	var seg []bool // seg[k]: update k of the current segment is i's
+	for _, v := range path {
+		if v == j {
+			w += gcmCost(seg)
+			seg = seg[:0]
 			continue
 		}
-		m := 0
-		for t := 1; k+t < len(path); t++ {
-			if path[k+t] == j {
-				m = t
-				break
-			}
-		}
-		switch {
-		case m > 0:
-			total = total.Add(one.Scale(1 / float64(m)))
-		case finalReleased:
-			total = total.Add(one.Scale(1 / float64(len(path)-k)))
+		seg = append(seg, v == i)
+	}
+	if finalReleased {
+		w += gcmCost(seg)
+	}
+	return WalkUpdateCurve(clip, sigma).Scale(w)
+}
+
+// gcmCost is min sum_k a_k^2 over a_1..a_m with prefix sums A_k <= S_k and A_m = S_m, where
+// S_k counts the true entries of s[:k]: the sum of rise^2/run along the greatest convex
+// minorant of (k, S_k), k = 0..m. From each vertex the next is the point of least slope
+// (the farthest one on ties).
+func gcmCost(s []bool) float64 {
+	S := make([]int64, len(s)+1)
+	for k, b := range s {
+		S[k+1] = S[k]
+		if b {
+			S[k+1]++
 		}
 	}
-	return total
+	m := int64(len(s))
+	cost := 0.0
+	for x0 := int64(0); x0 < m; {
+		best := x0 + 1
+		for x := x0 + 2; x <= m; x++ {
+			// slope(x0, x) <= slope(x0, best)
+			if (S[x]-S[x0])*(best-x0) <= (S[best]-S[x0])*(x-x0) {
+				best = x
+			}
+		}
+		dy := float64(S[best] - S[x0])
+		cost += dy * dy / float64(best-x0)
+		x0 = best
+	}
+	return cost
 }
 
 // Bound is an (eps, delta) guarantee with the theorem it rests on and its conditions.

@@ -18,29 +18,55 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// naiveWeight is the realised-path weight of pair (i, j) by the definition, one update
-// at a time: for each noisy update of i at step k, find the first step t > k held by an
-// observer in obs; charge 1/m with m the noisy updates in steps k..t-1. Updates never
-// observed are charged at the end (m counted to the end) when final is true.
+// naiveWeight is the realised-path weight of pair (i, j) by the definition: cut the path
+// into segments, the noisy steps between two consecutive steps held by an observer in obs
+// (the observer's own steps excluded), plus, when final is true, the noisy steps after the
+// last such step (the final model). A segment with S_k of i's updates among its first k
+// steps costs min sum_k a_k^2 over allocations with prefix sums A_k <= S_k and A_m = S_m
+// (amplification by iteration with several changed steps); the weight is the sum over
+// segments. The minimum is taken over chains of active steps 0 = k_0 < ... < k_r = m
+// (A = S there, linear in between, as at the optimum), each chord staying below S, by
+// dynamic programming.
 func naiveWeight(steps []privacy.TraceStep, i int, obs map[int]bool, final bool) float64 {
+	segCost := func(seg []bool) float64 {
+		m := len(seg)
+		S := make([]int, m+1)
+		for k, b := range seg {
+			S[k+1] = S[k]
+			if b {
+				S[k+1]++
+			}
+		}
+		best := make([]float64, m+1)
+		for b := 1; b <= m; b++ {
+			best[b] = math.Inf(1)
+			for a := 0; a < b; a++ {
+				ok := true
+				for k := a + 1; k < b && ok; k++ {
+					ok = (S[b]-S[a])*(k-a) <= (S[k]-S[a])*(b-a)
+				}
+				d := float64(S[b] - S[a])
+				if c := best[a] + d*d/float64(b-a); ok && c < best[b] {
+					best[b] = c
+				}
+			}
+		}
+		return best[m]
+	}
 	w := 0.0
-	for k, s := range steps {
-		if s.Node != i || !s.Noisy {
+	var seg []bool
+	for _, s := range steps {
+		if obs[s.Node] {
+			w += segCost(seg)
+			seg = seg[:0]
 			continue
 		}
-		m, seen := 0, false
-		for t := k; t < len(steps); t++ {
-			if t > k && obs[steps[t].Node] {
-				seen = true
-				break
-			}
-			if steps[t].Noisy {
-				m++
-			}
+		if s.Noisy {
+			seg = append(seg, s.Node == i)
 		}
-		if seen || final {
-			w += 1 / float64(m)
-		}
+	}
+	if final {
+		w += segCost(seg)
 	}
 	return w
 }
@@ -286,6 +312,35 @@ func TestAccountNoPrivacyAndErrors(t *testing.T) {
 	} {
 		if _, _, err := Account(in); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestAccountRealisedFallback: without a path, or with a path that disagrees with the
+// update counters, the realised figure is the busiest node's local bound, with the reason
+// and the theorem and conditions of the realised bound.
+func TestAccountRealisedFallback(t *testing.T) {
+	const clip, sigma, delta = 0.1, 1.0, 1e-5
+	upd := []int{3, 5, 4}
+	local, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, 5), delta)
+	path := []privacy.TraceStep{{Node: 0, Noisy: true}, {Node: 1, Noisy: true}, {Node: 2, Noisy: true}}
+	for _, c := range []struct {
+		name, why string
+		in        AccountInput
+	}{
+		{"no path", "too many hops", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 12, RealisedNote: "too many hops"}},
+		{"no path, no reason", "no path kept", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 12}},
+		{"counts differ", "the path has 1 noisy updates of node 0, the counters 3", AccountInput{Updates: upd, Clip: clip, Sigma: sigma, Delta: delta, Cap: 5, Hops: 3, Path: path}},
+	} {
+		pr, _, err := Account(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := pr.PairwiseRealised
+		if re == nil || math.Abs(re.Worst.Epsilon-local) > 1e-12*local || re.Worst.I != 1 || re.Mean != re.Worst.Epsilon ||
+			re.Theorem != privacy.TheoremRealised || re.Conditions != privacy.RealisedConditions ||
+			!strings.HasPrefix(re.Note, "realised figure not computed: "+c.why) {
+			t.Errorf("%s: %+v, want the local bound %v of node 1 and the reason %q", c.name, re, local, c.why)
 		}
 	}
 }

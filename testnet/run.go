@@ -196,14 +196,12 @@ type AccountInput struct {
 const (
 	LabelTheorem4     = "Cyffers et al. Thm 4, conservative form"
 	LabelFirstPassage = "first-passage law of the walk (Thm 4 proof)"
-	LabelRealised     = "realised path, eps_loc/m per update (App. C.5)"
+	LabelRealised     = "realised path, amplification by iteration per view of j"
 	LabelLocal        = "local bound (pairwise conditions fail)"
 )
 
 // realisedConditions are the assumptions of the realised-path figure.
-const realisedConditions = "clip C bounds ||x - z|| (sensitivity 4*lambda*C, noise std lambda*sigma per update); " +
-	"the trace is the run's true path; only j's first observation after each update of i is charged " +
-	"(later ones are post-processing, as in the paper)"
+const realisedConditions = privacy.RealisedConditions
 
 // ValidateCoalition checks coalition members against n nodes: non-empty, in [0, n),
 // no repeats.
@@ -458,6 +456,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if in.FinalReleasedToAll {
 		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
 	}
+	pw.Note += "; " + privacy.RealisedGaps
 	pm.Realised, pm.RealisedLabel = res.Pairs, LabelRealised
 	if len(res.Coalitions) == 1 {
 		c := res.Coalitions[0]
@@ -538,11 +537,13 @@ func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Pri
 }
 
 // Limits of the realised figure computed by Run: the path is kept in memory (16 bytes
-// per hop) and the computation costs about 3 ns per hop and node. Longer runs report the
-// local bound instead and say so; 'dpadmm account trace' recomputes from a trace file.
+// per hop) and the computation costs about 10 ns per hop and node (each observer's sweep
+// builds the convex minorants of every node's updates between its views). Longer runs
+// report the local bound instead and say so; 'dpadmm account trace' recomputes from a
+// trace file.
 const (
 	RealisedMaxHops = 1 << 26 // ~1 GiB of path
-	RealisedMaxWork = 2e10    // hops * nodes, about a minute
+	RealisedMaxWork = 6e9     // hops * nodes, about a minute
 )
 
 // realisedFeasible says whether Run keeps the path for the realised figure, and why not.

@@ -356,11 +356,11 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	sum := res.Pairs.Summarize(*delta)
 	sum.Theorem = privacy.TheoremRealised
-	sum.Conditions = "clip C bounds ||x - z|| (sensitivity 4*lambda*C, noise std lambda*sigma per update); the trace is the true path; " +
-		"only j's first observation after each update of i is charged"
+	sum.Conditions = privacy.RealisedConditions
 	sum.ConditionsHold = true
+	sum.Note = privacy.RealisedGaps
 	if tr.FinalReleasedToAll {
-		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace"
+		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
 	}
 	maxU := 0
 	for _, u := range res.Updates {

@@ -10,7 +10,8 @@ import (
 
 // TestTestnetTraceFeedsAccountTrace runs a simulated walk with --trace and recomputes the
 // realised pairwise figures from the file; the realised worst pair can never exceed the
-// local figure of the busiest node (every charge eps_loc/m is at most eps_loc).
+// local figure of the busiest node (a view costs at most e1 times the updates of the node
+// in its segment: charging each update fully is a feasible allocation).
 func TestTestnetTraceFeedsAccountTrace(t *testing.T) {
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "trace.jsonl")
