@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,53 +22,85 @@ import (
 type sawRelease struct{ After, Node int }
 
 // bruteWeights is the realised pairwise weight matrix computed from first principles,
-// without building a trace: holders[k] steps hop k (noisy or not) and sees the output
-// of hop k-1; a view sees the output of its hop. For every noisy update of i at hop k
-// and every observer j != i, j's first observation after it is the one with the fewest
-// noisy updates m from hop k up to the state seen (m is nondecreasing in time); the
-// update costs 1/m. Unobserved updates cost 0, or with final 1/(noisy updates from k to
-// the end).
+// without building a trace: holders[k] steps hop k (noisy or not) and sees the output of
+// hop k-1; a view sees the output of its hop; with final, the last output is seen by all.
+// Each observer j's views cut the noisy steps into segments, and i's updates within one
+// segment are charged jointly: the least sum of squared shifts (minShiftCost), summed over
+// j's segments.
 func bruteWeights(n int, holders []TraceStep, views []sawRelease, final bool) []float64 {
-	noisyIn := func(a, b int) int { // noisy hops in [a, b]
-		c := 0
-		for k := a; k <= b; k++ {
-			if holders[k].Noisy {
-				c++
-			}
-		}
-		return c
-	}
 	w := make([]float64, n*n)
-	for k, st := range holders {
-		if !st.Noisy {
-			continue
+	for j := 0; j < n; j++ {
+		// j's views, as positions p: j sees the state after steps 0..p-1.
+		var pos []int
+		for t, st := range holders {
+			if st.Node == j {
+				pos = append(pos, t)
+			}
 		}
-		i := st.Node
-		for j := 0; j < n; j++ {
-			if j == i {
-				continue
+		for _, v := range views {
+			if v.Node == j {
+				pos = append(pos, v.After+1)
 			}
-			m := math.MaxInt
-			for t := k + 1; t < len(holders); t++ {
-				if holders[t].Node == j {
-					m = min(m, noisyIn(k, t-1))
-					break
+		}
+		if final {
+			pos = append(pos, len(holders))
+		}
+		sort.Ints(pos)
+		prev := 0
+		for _, p := range pos {
+			for i := 0; i < n; i++ {
+				if i == j {
+					continue
 				}
-			}
-			for _, v := range views {
-				if v.Node == j && v.After >= k {
-					m = min(m, noisyIn(k, v.After))
+				// The segment's noisy steps and S_k, i's updates among the first k of them.
+				S := []float64{0}
+				for k := prev; k < p; k++ {
+					if holders[k].Noisy {
+						c := S[len(S)-1]
+						if holders[k].Node == i {
+							c++
+						}
+						S = append(S, c)
+					}
 				}
+				w[i*n+j] += minShiftCost(S)
 			}
-			if m == math.MaxInt && final {
-				m = noisyIn(k, len(holders)-1)
-			}
-			if m != math.MaxInt {
-				w[i*n+j] += 1 / float64(m)
-			}
+			prev = max(prev, p)
 		}
 	}
 	return w
+}
+
+// minShiftCost is min sum a_k^2 over allocations with prefix sums A_k <= S_k and A_m = S_m
+// (amplification by iteration with several changed steps), by dynamic programming over
+// chords: the optimum is piecewise linear between points where A = S, and a chord from
+// (a, S_a) to (b, S_b) is feasible when it stays at or below S in between.
+func minShiftCost(S []float64) float64 {
+	m := len(S) - 1
+	if m == 0 || S[m] == 0 {
+		return 0
+	}
+	best := make([]float64, m+1)
+	for b := 1; b <= m; b++ {
+		best[b] = math.Inf(1)
+		for a := 0; a < b; a++ {
+			if math.IsInf(best[a], 1) && a > 0 {
+				continue
+			}
+			slope := (S[b] - S[a]) / float64(b-a)
+			ok := true
+			for k := a + 1; k < b; k++ {
+				if S[a]+slope*float64(k-a) > S[k]+1e-12 {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				best[b] = math.Min(best[b], best[a]+slope*slope*float64(b-a))
+			}
+		}
+	}
+	return best[m]
 }
 
 // ledgersFor writes the ledgers of real nodes for a path with views: the holder of hop k
