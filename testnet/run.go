@@ -32,7 +32,7 @@ type Options struct {
 	MaxUpdates  int
 	Delta       float64
 	CurveEvery  uint64
-	Curve       io.Writer // CSV "hop,objective,gap"; nil = none
+	Curve       io.Writer // CSV "hop,objective,gap" at hop 0, every CurveEvery hops and the last hop; nil = none
 	// Progress is called about once per second of wall time; nil = silent.
 	Progress func(hop, total uint64, obj float64)
 	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace, with the view steps of
@@ -722,10 +722,17 @@ func Run(o Options) (rep *Report, err error) {
 			sim.Store.Path = sim.Store.Path[:0]
 		}
 	}
+	// The curve has a point every CurveEvery hops and always the last hop made (the end
+	// of the run or of the budget), once.
+	curveAt := uint64(0)
+	writePoint := func() {
+		obj := o.Problem.Objective(o.Train, sim.Z())
+		fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
+		curveAt = sim.Hops()
+	}
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
-		obj := o.Problem.Objective(o.Train, sim.Z())
-		fmt.Fprintf(o.Curve, "0,%.10g,%.6g\n", obj, p.gap(obj))
+		writePoint()
 	}
 	start := time.Now()
 	var simDur time.Duration
@@ -751,13 +758,15 @@ func Run(o Options) (rep *Report, err error) {
 			return nil, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
 		}
 		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
-			obj := o.Problem.Objective(o.Train, sim.Z())
-			fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
+			writePoint()
 		}
 		if o.Progress != nil && time.Since(last) >= time.Second {
 			last = time.Now()
 			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
 		}
+	}
+	if o.Curve != nil && curveAt != sim.Hops() {
+		writePoint()
 	}
 	w := outcome{
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
