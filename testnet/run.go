@@ -78,6 +78,12 @@ type Report struct {
 	Data               string    `json:"data"`
 	TraceHash          string    `json:"trace_hash"`
 	Model              []float64 `json:"model"`
+	// Squared loss only: root mean squared error and R^2 of the model's predictions x.w
+	// on the test and the training data (R^2 is left out when the targets do not vary).
+	RMSE      *float64 `json:"rmse,omitempty"`
+	R2        *float64 `json:"r2,omitempty"`
+	TrainRMSE *float64 `json:"train_rmse,omitempty"`
+	TrainR2   *float64 `json:"train_r2,omitempty"`
 	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
 	// node had used up its privacy budget first.
 	Ended   string        `json:"ended"`
@@ -667,6 +673,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 			r.Accuracy = &a
 		}
 	}
+	r.setRegression(o.Problem.Loss, o.Train, o.Test, z)
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
 		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
@@ -780,6 +787,28 @@ func Run(o Options) (rep *Report, err error) {
 		w.path = nil
 	}
 	return p.report(o, w)
+}
+
+// setRegression sets the RMSE and R^2 of model z on train and test (nil or empty: none)
+// for the squared loss.
+func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, z []float64) {
+	if loss != consensus.Squared {
+		return
+	}
+	opt := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	if train != nil && train.Rows > 0 {
+		rmse, r2 := consensus.Regression(train, z)
+		r.TrainRMSE, r.TrainR2 = opt(rmse), opt(r2)
+	}
+	if test != nil && test.Rows > 0 {
+		rmse, r2 := consensus.Regression(test, z)
+		r.RMSE, r.R2 = opt(rmse), opt(r2)
+	}
 }
 
 func graphName(s string) string {
