@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -18,8 +16,6 @@ RDP of Mironov, Talwar and Zhang 2019 (exact at integer orders, a convexity uppe
 between them), converted with the tighter conversion used by Opacus and TF Privacy and,
 for comparison, with the classic one. Abadi et al.'s example:
   dpadmm account subsampled --q 0.01 --noise-multiplier 4 --steps 10000 --delta 1e-5
-
-Flags:
 `
 
 // subsampledReport is the JSON output of "account subsampled".
@@ -39,22 +35,14 @@ type subsampledReport struct {
 }
 
 func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("account subsampled", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, accountSubsampledHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("account subsampled", accountSubsampledHelp, stdout)
 	q := fs.Float64("q", 0, "sampling rate q in [0,1]")
 	z := fs.Float64("noise-multiplier", 0, "noise std divided by the L2 sensitivity (> 0)")
 	steps := fs.Int("steps", 0, "number of compositions T (>= 1)")
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figure, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "subsampled: unexpected argument %q", fs.Arg(0))
