@@ -32,7 +32,7 @@ type Options struct {
 	MaxUpdates  int
 	Delta       float64
 	CurveEvery  uint64
-	Curve       io.Writer // CSV "hop,objective,gap"; nil = none
+	Curve       io.Writer // CSV "hop,objective,gap" at hop 0, every CurveEvery hops and the last hop; nil = none
 	// Progress is called about once per second of wall time; nil = silent.
 	Progress func(hop, total uint64, obj float64)
 	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace, with the view steps of
@@ -78,6 +78,12 @@ type Report struct {
 	Data               string    `json:"data"`
 	TraceHash          string    `json:"trace_hash"`
 	Model              []float64 `json:"model"`
+	// Squared loss only: root mean squared error and R^2 of the model's predictions x.w
+	// on the test and the training data (R^2 is left out when the targets do not vary).
+	RMSE      *float64 `json:"rmse,omitempty"`
+	R2        *float64 `json:"r2,omitempty"`
+	TrainRMSE *float64 `json:"train_rmse,omitempty"`
+	TrainR2   *float64 `json:"train_r2,omitempty"`
 	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
 	// node had used up its privacy budget first.
 	Ended   string        `json:"ended"`
@@ -668,6 +674,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 			r.Accuracy = &a
 		}
 	}
+	r.setRegression(o.Problem.Loss, o.Train, o.Test, z)
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
 		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
@@ -723,10 +730,17 @@ func Run(o Options) (rep *Report, err error) {
 			sim.Store.Path = sim.Store.Path[:0]
 		}
 	}
+	// The curve has a point every CurveEvery hops and always the last hop made (the end
+	// of the run or of the budget), once.
+	curveAt := uint64(0)
+	writePoint := func() {
+		obj := o.Problem.Objective(o.Train, sim.Z())
+		fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
+		curveAt = sim.Hops()
+	}
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
-		obj := o.Problem.Objective(o.Train, sim.Z())
-		fmt.Fprintf(o.Curve, "0,%.10g,%.6g\n", obj, p.gap(obj))
+		writePoint()
 	}
 	start := time.Now()
 	var simDur time.Duration
@@ -752,13 +766,15 @@ func Run(o Options) (rep *Report, err error) {
 			return nil, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
 		}
 		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
-			obj := o.Problem.Objective(o.Train, sim.Z())
-			fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
+			writePoint()
 		}
 		if o.Progress != nil && time.Since(last) >= time.Second {
 			last = time.Now()
 			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
 		}
+	}
+	if o.Curve != nil && curveAt != sim.Hops() {
+		writePoint()
 	}
 	w := outcome{
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
@@ -772,6 +788,28 @@ func Run(o Options) (rep *Report, err error) {
 		w.path = nil
 	}
 	return p.report(o, w)
+}
+
+// setRegression sets the RMSE and R^2 of model z on train and test (nil or empty: none)
+// for the squared loss.
+func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, z []float64) {
+	if loss != consensus.Squared {
+		return
+	}
+	opt := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	if train != nil && train.Rows > 0 {
+		rmse, r2 := consensus.Regression(train, z)
+		r.TrainRMSE, r.TrainR2 = opt(rmse), opt(r2)
+	}
+	if test != nil && test.Rows > 0 {
+		rmse, r2 := consensus.Regression(test, z)
+		r.RMSE, r.R2 = opt(rmse), opt(r2)
+	}
 }
 
 func graphName(s string) string {

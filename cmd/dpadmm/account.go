@@ -2,12 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -29,9 +29,27 @@ trace: realised pairwise figures recomputed from a trace file (JSON lines, see p
 subsampled: the Poisson-subsampled Gaussian mechanism composed T times (DP-SGD accounting),
 or the smallest noise multiplier meeting --target-epsilon.
 models: the averaged model and the network figure (Theorem V.1, maximum over the members) of a
-neighbour-exchange run from the members' model.json files ('dpadmm account models --help').
+neighbour-exchange run from the members' model.json files.
 
-Flags of plan:
+Run 'dpadmm account <plan|trace|subsampled|models> --help' for the flags of each.
+The keys of --json are listed in docs/report-schema.md.
+`
+
+const accountPlanHelp = `Usage:
+  dpadmm account plan --nodes N --hops K --graph G --clip C --sigma S --delta D [flags]
+
+Privacy figures of a planned run before it starts. The local figure holds against an
+observer of every message; the pairwise figure bounds node i's data as seen by node j when
+the path of the walk is secret (Cyffers et al. Theorem 4 on the complete graph, the
+first-passage law of the walk on other graphs). --target-epsilon calibrates sigma instead.
+`
+
+const accountTraceHelp = `Usage:
+  dpadmm account trace [--delta D] [--json] [--coalition 1,2,3] [--pairs F.csv] [--plot F.png] FILE
+
+Realised pairwise figures recomputed from a trace file (JSON lines, see privacy.WriteTrace;
+'dpadmm testnet --trace FILE' writes one), and the verdict on the planned figure for that
+path. Flags may come before or after FILE.
 `
 
 // localReport is the local-DP part of the account output.
@@ -94,8 +112,7 @@ type coalitionReport struct {
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, accountHelp)
-		return errUsage
+		return usagef("account", "which subcommand? plan, trace, subsampled or models")
 	}
 	switch args[0] {
 	case "plan":
@@ -110,26 +127,27 @@ func runAccount(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, accountHelp)
 		return nil
 	default:
-		fmt.Fprintf(stderr, "account: unknown subcommand %q (want plan, trace, subsampled or models)\n", args[0])
-		return errUsage
+		return unknownCommand("account", "subcommand", args[0], accountSubcommands)
 	}
 }
 
-// usageErr prints msg to stderr and returns errUsage (exit code 2).
-func usageErr(stderr io.Writer, format string, a ...any) error {
-	fmt.Fprintf(stderr, "dpadmm account: "+format+"\n", a...)
-	return errUsage
+// accountSubcommands are the subcommands of "account".
+var accountSubcommands = []string{"plan", "trace", "subsampled", "models"}
+
+// usageErr returns a usage error of "account"; a message that starts with a subcommand
+// name ("plan: ...") is a usage error of that subcommand. run prints it (exit code 2).
+func usageErr(_ io.Writer, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	if sub, rest, ok := strings.Cut(msg, ": "); ok && slices.Contains(accountSubcommands, sub) {
+		return &usageError{cmd: "account " + sub, msg: rest}
+	}
+	return &usageError{cmd: "account", msg: msg}
 }
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 
 func runAccountPlan(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("account plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, accountHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("account plan", accountPlanHelp, stdout)
 	nodes := fs.Int("nodes", 0, "number of nodes n (>= 2)")
 	hops := fs.Int("hops", 0, "number of hops of the run (>= 1)")
 	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
@@ -141,11 +159,8 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	seed := fs.Uint64("seed", 1, "seed of random graphs (er, regular)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "plan: unexpected argument %q", fs.Arg(0))
@@ -298,12 +313,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func runAccountTrace(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("account trace", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, accountHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("account trace", accountTraceHelp, stdout)
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	coalition := fs.String("coalition", "", "comma-separated observers pooling their views")
@@ -429,17 +439,14 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 }
 
 // parseInterleaved parses fs from args with flags allowed before, between and after the
-// positional arguments, which it returns in order. A parse error returns errUsage (the
-// flag package has printed it) and -h returns flag.ErrHelp.
+// positional arguments, which it returns in order. A parse error is a usage error
+// (parseFlags) and -h returns flag.ErrHelp.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
+		if err := parseFlags(fs, rest); err != nil {
+			return nil, err
 		}
 		if fs.NArg() == 0 {
 			return pos, nil

@@ -37,7 +37,7 @@ averages the files given and says so; the network figure is then not a guarantee
 
 --data evaluates f_bar on a dataset (e.g. a public test set) with the run's loss (recorded
 in model.json; --loss for older files): logistic gives accuracy and mean loss, squared the
-mean loss. The scaling (--scale, default as 'dpadmm node') is fitted on that dataset, as
+mean loss, RMSE and R^2 ('dpadmm eval' scores one model file the same way). The scaling (--scale, default as 'dpadmm node') is fitted on that dataset, as
 each node fits its own on its local data.
 
 Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
@@ -52,10 +52,9 @@ Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
                     deviation}] by index
   gossip_privacy  {epsilon, formula_epsilon, worst_node, given_max_epsilon, theorem,
                    conditions, conditions_hold, reason, failing_nodes, secure_noise, scope}
-  evaluation      {data, rows, loss, scale, accuracy (logistic only), mean_loss} (with --data)
+  evaluation      {data, rows, loss, scale, mean_loss, accuracy (logistic only), rmse and r2
+                   (squared only)} (with --data)
 --out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model}.
-
-Flags of models:
 `
 
 // maxModelFile caps the size of one model.json read by "account models" (bytes).
@@ -105,6 +104,8 @@ type modelsEval struct {
 	Scale    string   `json:"scale"`
 	Accuracy *float64 `json:"accuracy,omitempty"`
 	MeanLoss float64  `json:"mean_loss"`
+	RMSE     *float64 `json:"rmse,omitempty"` // squared loss
+	R2       *float64 `json:"r2,omitempty"`   // squared loss; absent when the labels do not vary
 }
 
 // modelsReport is the JSON output of "account models".
@@ -151,12 +152,7 @@ type loadedModel struct {
 var errMissingMembers = errors.New("the average needs every member; pass --allow-missing to average the ones given")
 
 func runAccountModels(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("account models", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, accountModelsHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("account models", accountModelsHelp, stdout)
 	allowMissing := fs.Bool("allow-missing", false, "average the files given when members have none (the output says so; no network guarantee)")
 	asJSON := fs.Bool("json", false, "print JSON (keys above)")
 	outPath := fs.String("out", "", "write the averaged model as JSON to this file")
@@ -466,13 +462,9 @@ func evalAveraged(w []float64, path, label, positive string, loss consensus.Loss
 		return nil, err
 	}
 	d = sc.Apply(d)
-	pb := consensus.Problem{Loss: loss}
-	ev := &modelsEval{Data: path, Rows: d.Rows, Loss: loss.String(), Scale: string(kind), MeanLoss: pb.MeanLoss(d, w)}
-	if loss == consensus.Logistic {
-		a := pb.Accuracy(d, w)
-		ev.Accuracy = &a
-	}
-	return ev, nil
+	sc2 := scoreModel(d, w, loss)
+	return &modelsEval{Data: path, Rows: d.Rows, Loss: loss.String(), Scale: string(kind), MeanLoss: sc2.MeanLoss,
+		Accuracy: sc2.Accuracy, RMSE: sc2.RMSE, R2: sc2.R2}, nil
 }
 
 func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
@@ -498,11 +490,8 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	fmt.Fprintf(w, "f_bar: [%s]\n", b.String())
 	if r.Eval != nil {
 		e := r.Eval
-		fmt.Fprintf(w, "evaluation on %s (%d rows, %s loss, scale %s fitted on it):", e.Data, e.Rows, e.Loss, e.Scale)
-		if e.Accuracy != nil {
-			fmt.Fprintf(w, " accuracy %.4f,", *e.Accuracy)
-		}
-		fmt.Fprintf(w, " mean loss %.6g\n", e.MeanLoss)
+		fmt.Fprintf(w, "evaluation on %s (%d rows, scale %s fitted on it): ", e.Data, e.Rows, e.Scale)
+		printScores(w, e.Loss, evalScores{MeanLoss: e.MeanLoss, Accuracy: e.Accuracy, RMSE: e.RMSE, R2: e.R2})
 	}
 	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
 	for _, n := range r.PerNode {

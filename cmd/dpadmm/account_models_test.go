@@ -272,6 +272,18 @@ func TestAccountModels(t *testing.T) {
 		if rs.Eval == nil || rs.Eval.Accuracy != nil || math.Abs(rs.Eval.MeanLoss-want2) > 1e-9 {
 			t.Fatalf("squared evaluation %+v, want mean loss %v", rs.Eval, want2)
 		}
+		// RMSE = sqrt(2 * mean squared loss), the loss being (1/2) r^2; R^2 = 1 - SS_res/SS_tot.
+		ym, sst := 0.0, 0.0
+		for _, y := range o.Train.Y {
+			ym += y / float64(o.Train.Rows)
+		}
+		for _, y := range o.Train.Y {
+			sst += (y - ym) * (y - ym)
+		}
+		wantRMSE, wantR2 := math.Sqrt(2*want2), 1-2*want2*float64(o.Train.Rows)/sst
+		if rs.Eval.RMSE == nil || rs.Eval.R2 == nil || math.Abs(*rs.Eval.RMSE-wantRMSE) > 1e-9 || math.Abs(*rs.Eval.R2-wantR2) > 1e-9 {
+			t.Fatalf("squared evaluation %+v, want RMSE %v and R^2 %v", rs.Eval, wantRMSE, wantR2)
+		}
 		// A dataset of the wrong dimension.
 		bad := filepath.Join(tmp, "bad.csv")
 		os.WriteFile(bad, []byte("1,0.1,0.2\n-1,0.3,0.1\n"), 0o644)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,8 +22,6 @@ relative 1e-10) whose epsilon is at most E. Targets below what the conversion al
 delta D even without privacy loss (0.0035 at delta 1e-5, as the order grid stops at 1024)
 are refused. Abadi et al.'s example:
   dpadmm account subsampled --q 0.01 --noise-multiplier 4 --steps 10000 --delta 1e-5
-
-Flags:
 `
 
 // subsampledReport is the JSON output of "account subsampled".
@@ -51,23 +48,15 @@ const subsampledAssumed = "conditions assumed: they describe how the mechanism i
 	"with rate q, noise of the stated std), which this command cannot check"
 
 func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("account subsampled", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, accountSubsampledHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("account subsampled", accountSubsampledHelp, stdout)
 	q := fs.Float64("q", 0, "sampling rate q in [0,1]")
 	z := fs.Float64("noise-multiplier", 0, "noise std divided by the L2 sensitivity (> 0); ignored with --target-epsilon")
 	steps := fs.Int("steps", 0, "number of compositions T (>= 1)")
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figure, in (0,1)")
 	target := fs.Float64("target-epsilon", 0, "calibrate the noise multiplier: smallest one meeting this epsilon")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "subsampled: unexpected argument %q", fs.Arg(0))

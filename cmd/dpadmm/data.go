@@ -23,10 +23,12 @@ type dataSpec struct {
 	scale       string  // consensus.ParseScaling name
 	positive    string  // when set, the CSV label column holds text classes; this one is +1
 	seed        uint64  // train/test split
+	regression  bool    // squared loss: labels are kept as they are (not mapped to -1/+1)
+	minCols     int     // LIBSVM: pad to at least this many features (a model's dimension)
 }
 
 // loadedData is the prepared data: train and test scaled with a scaler fitted on train,
-// labels in {-1, +1}.
+// labels in {-1, +1} (with spec.regression: as read from the file).
 type loadedData struct {
 	train, test *consensus.Dataset
 	name        string
@@ -42,8 +44,15 @@ func loadData(spec dataSpec) (*loadedData, error) {
 	if !(spec.testFrac >= 0 && spec.testFrac < 1) {
 		return nil, fmt.Errorf("test fraction must be in [0,1), got %v", spec.testFrac)
 	}
-	opt := consensus.LoadOptions{Label: spec.label, Categorical: spec.categorical}
+	opt := consensus.LoadOptions{Label: spec.label, Categorical: spec.categorical, MinCols: spec.minCols}
 	out := &loadedData{name: "embedded:breast_cancer", scaling: kind}
+	load := func(path string) (*consensus.Dataset, error) { return loadFile(path, opt, spec.positive) }
+	if spec.regression {
+		if spec.positive != "" {
+			return nil, errors.New("--positive applies to classification (logistic loss) only")
+		}
+		load = func(path string) (*consensus.Dataset, error) { return consensus.Load(path, opt) }
+	}
 	var full *consensus.Dataset
 	if spec.path == "" {
 		if spec.positive != "" {
@@ -52,14 +61,14 @@ func loadData(spec dataSpec) (*loadedData, error) {
 		full, err = consensus.Embedded()
 	} else {
 		out.name = spec.path
-		full, err = loadFile(spec.path, opt, spec.positive)
+		full, err = load(spec.path)
 	}
 	if err != nil {
 		return nil, err
 	}
 	train, test := full, (*consensus.Dataset)(nil)
 	if spec.testPath != "" {
-		if test, err = loadFile(spec.testPath, opt, spec.positive); err != nil {
+		if test, err = load(spec.testPath); err != nil {
 			return nil, err
 		}
 		if test.Cols != train.Cols {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -55,8 +54,6 @@ C = 1750 and rho = 0.22 (l2 = rho/(C N)); 20% of the rows are held out for testi
       --categorical auto --paper-c 1750 --l2 2.514e-5 --out fig5-adult
 One run takes about a minute there (26,000 training rows, about 105 dense features after
 standardisation), so the default 130 runs take over an hour per core; --seeds 3 is quicker.
-
-Flags:
 `
 
 // parseAlphas parses a comma-separated list of alphas > 0.
@@ -79,28 +76,23 @@ func parseAlphas(s string) ([]float64, error) {
 	return out, nil
 }
 
-func experimentUsage(stderr io.Writer, format string, a ...any) error {
-	fmt.Fprintf(stderr, "dpadmm experiment: "+format+"\n", a...)
-	return errUsage
+// experimentUsage returns a usage error of "experiment" (run prints it; exit code 2).
+func experimentUsage(_ io.Writer, format string, a ...any) error {
+	return usagef("experiment", format, a...)
 }
 
 func runExperiment(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help") {
+		// radmm is the only experiment: its help is the command's.
+		return runExperiment([]string{"radmm", "--help"}, stdout, stderr)
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprint(stderr, experimentHelp)
-			return flag.ErrHelp
-		}
 		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM)")
 	}
 	if args[0] != "radmm" {
-		return experimentUsage(stderr, "unknown experiment %q (available: radmm)", args[0])
+		return unknownCommand("experiment", "experiment", args[0], []string{"radmm"})
 	}
-	fs := flag.NewFlagSet("experiment radmm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, experimentHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("experiment radmm", experimentHelp, stdout)
 	data := fs.String("data", "", "data, CSV or LIBSVM (default: embedded breast cancer data)")
 	testPath := fs.String("test", "", "test data (default: hold out --test-frac of --data)")
 	testFrac := fs.Float64("test-frac", 0.2, "fraction of rows held out for testing when --test is not given")
@@ -124,12 +116,9 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	outDir := fs.String("out", "fig5", "output directory (created if missing)")
 	name := fs.String("name", "fig5", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
-	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "runs in parallel (the results do not depend on it)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	workers := fs.Int("workers", 0, "runs in parallel (the results do not depend on it); 0 = GOMAXPROCS, the usable CPUs")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return experimentUsage(stderr, "unexpected argument %q", fs.Arg(0))
@@ -138,8 +127,8 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case err != nil:
 		return experimentUsage(stderr, "--alphas: %v", err)
-	case *workers < 1:
-		return experimentUsage(stderr, "--workers must be >= 1, got %d", *workers)
+	case *workers < 0:
+		return experimentUsage(stderr, "--workers must be >= 0, got %d", *workers)
 	case *seeds < 1:
 		return experimentUsage(stderr, "--seeds must be >= 1, got %d", *seeds)
 	case *iters < 1:
@@ -160,6 +149,14 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return experimentUsage(stderr, "--test-frac must be in [0,1), got %v", *testFrac)
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return experimentUsage(stderr, "--name must be a plain file name, got %q", *name)
+	case *positive != "" && *data == "":
+		return experimentUsage(stderr, "--positive needs --data (the embedded data has labels -1/+1)")
+	}
+	if err := checkDataFlags("experiment radmm", *scale, *split, *categorical, *testFrac); err != nil {
+		return err
+	}
+	if *workers == 0 {
+		*workers = runtime.GOMAXPROCS(0)
 	}
 	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
 		return experimentUsage(stderr, "--graph: %v", err)

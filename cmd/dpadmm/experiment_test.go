@@ -128,10 +128,10 @@ func TestExperimentCLIErrors(t *testing.T) {
 		{[]string{"experiment", "radmm", "--graph", "star"}, 2, "--graph"},
 		{[]string{"experiment", "radmm", "--eta-growth", "0.5"}, 2, "--eta-growth"},
 		{[]string{"experiment", "radmm", "--name", "a/b"}, 2, "--name"},
-		{[]string{"experiment", "radmm", "--workers", "0"}, 2, "--workers"},
+		{[]string{"experiment", "radmm", "--workers", "-1"}, 2, "--workers"},
 		{[]string{"experiment", "radmm", "--data", filepath.Join(dir, "missing.csv"), "--out", dir}, 1, "missing.csv"},
 		{[]string{"experiment", "radmm", "--scale", "none", "--iters", "2", "--seeds", "1", "--out", dir}, 1, "rows not normalised"},
-		{[]string{"experiment", "radmm", "--positive", "1", "--out", dir}, 1, "--positive needs --data"},
+		{[]string{"experiment", "radmm", "--positive", "1", "--out", dir}, 2, "--positive needs --data"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -33,7 +32,7 @@ type gossipArgs struct {
 	gamma, paperC, delta          float64
 	seed                          uint64
 	report, curve                 string
-	quiet                         bool
+	asJSON, quiet                 bool
 	// Real network (--mem, --procs): data directories, fsync and the barrier policy.
 	mem, procs       bool
 	dir              string
@@ -170,19 +169,7 @@ func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if a.report != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(a.report, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	if !a.quiet {
-		printGossipSummary(stdout, rep)
-	}
-	return nil
+	return writeReport(rep, a.report, a.asJSON, a.quiet, stdout, stderr, func(w io.Writer) { printGossipSummary(w, rep) })
 }
 
 // runGossipNet runs o over one libp2p host per node: in this process (--mem,
@@ -219,11 +206,12 @@ func runGossipNet(o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*tes
 func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	fmt.Fprintf(w, "%s on %s: %d nodes, %d iterations, %d features, %d messages, %.3g s (%.1f us/iteration)\n",
 		r.Algo, r.Graph, r.Nodes, r.Iters, r.Dims, r.Messages, r.WallSeconds, r.UsPerIter)
-	fmt.Fprintf(w, "objective of the averaged model %.6g, reference %.6g, gap %.3g, largest node deviation %.3g\n",
-		r.Objective, r.ReferenceObjective, r.Gap, r.MaxDeviation)
+	fmt.Fprintf(w, "objective of the averaged model %.6g, reference %.6g, gap %.3g%%, largest node deviation %.3g\n",
+		r.Objective, r.ReferenceObjective, 100*r.Gap, r.MaxDeviation)
 	if r.Accuracy != nil {
 		fmt.Fprintf(w, "test accuracy %.4f\n", *r.Accuracy)
 	}
+	printRegression(w, r.Report)
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(w, "network %s: %d libp2p hosts on loopback, %d ledger entries, %.3g s; policy %s (barrier %gs, max wait %gs): %d stale uses\n",
 			nw.Mode, nw.Hosts, nw.LedgerEntries, nw.WallSeconds, nw.OnMissing, nw.BarrierSeconds, nw.MaxWaitSeconds, nw.StaleUses)

@@ -1,5 +1,6 @@
 // Command dpadmm is a peer-to-peer node for differentially private decentralized
-// training. It has one subcommand per task: node, testnet, account, experiment and audit.
+// training. It has one subcommand per task: node, testnet, account, experiment, audit,
+// eval and version.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 const usage = `dpadmm: differentially private decentralized ADMM over libp2p
@@ -21,17 +23,24 @@ Commands:
   node        run one node on a LAN or an existing libp2p network
   experiment  reproduce the papers' comparisons (CSV and PNG output)
   audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
-  version     print the version
+  eval        score a model.json (or a testnet report's model) on a dataset
+  version     print the version, commit and Go version (also --version)
 
 Run 'dpadmm <command> --help' for the flags of a command.
 With no command, 'dpadmm' prints this text; 'dpadmm testnet' with no flags runs a demo.
+Exit codes: 0 success, 1 runtime error, 2 usage error (unknown flag, bad flag value,
+missing or unexpected argument).
 `
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
-// errUsage marks errors already explained to the user by a flag set.
+// errUsage marks a usage error (exit code 2). Every *usageError matches it; a bare
+// errUsage is an error whose message has already been printed.
 var errUsage = errors.New("usage")
+
+// commands are the subcommand names, for suggestions.
+var commands = []string{"testnet", "account", "node", "experiment", "eval", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -56,19 +65,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runExperiment(args[1:], stdout, stderr)
 	case "audit":
 		err = runAudit(args[1:], stdout, stderr)
+	case "eval":
+		err = runEval(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "dpadmm", version)
+		err = runVersion(args[1:], stdout)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 	default:
-		fmt.Fprintf(stderr, "dpadmm: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		err = unknownCommand("", "command", args[0], commands)
+		if strings.HasPrefix(args[0], "-") {
+			err = unknownCommand("", "flag", args[0], []string{"--help", "--version"})
+		}
 	}
+	var ue *usageError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &ue):
+		printUsageError(stderr, ue)
+		return 2
 	case errors.Is(err, errUsage):
 		return 2
 	default:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
@@ -93,7 +94,8 @@ Examples:
   dpadmm node --run demo --data embedded --shard 0/3 --datadir /tmp/n0 --start --min-peers 3 --profile lan
   dpadmm node --run demo --data embedded --shard 1/3 --datadir /tmp/n1 --profile lan
 
-Flags:
+A run name (--run) is 1 to 64 characters from A-Z a-z 0-9 . _ - (it becomes part of
+protocol IDs and topic names). The keys of model.json are listed in docs/report-schema.md.
 `
 
 // multiFlag collects a repeatable, comma-separable string flag.
@@ -111,12 +113,7 @@ func (m *multiFlag) Set(s string) error {
 }
 
 func runNode(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, nodeHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("node", nodeHelp, stdout)
 	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
 	data := fs.String("data", "", "local training data, CSV or LIBSVM, or \"embedded\" (required)")
 	shard := fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
@@ -172,16 +169,14 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	maxWait := fs.Duration("max-wait", 0, "neighbour exchange: longest wait for a still-connected neighbour; 0 = 10 x --barrier-timeout")
 	withhold := fs.Bool("withhold-acks", false, "fault injection for test harnesses: read every token hand-off sent to this node and never ack it (the sender redirects the release to another member)")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	bad := func(format string, a ...any) error { return usagef("node", format, a...) }
+	if *run != "" {
+		if err := checkRunName("node", *run); err != nil {
 			return err
 		}
-		return errUsage
-	}
-	bad := func(format string, a ...any) error {
-		fmt.Fprintf(stderr, "dpadmm node: "+format+"\n", a...)
-		fs.Usage()
-		return errUsage
 	}
 	if *gossipPlan != "" {
 		return runGossipNode(fs, *gossipPlan, *run, *data, *label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
@@ -214,6 +209,21 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		if *barrier <= 0 || *maxWait < 0 || (*maxWait > 0 && *maxWait < *barrier) {
 			return bad("--barrier-timeout must be > 0 and --max-wait 0 or >= it")
+		}
+		if _, err := gossip.ParseAlgo(*algo); err != nil {
+			return bad("unknown --algo %q (available: walk, radmm, mradmm, madmm, admm, admm-dvp, admm-pvp)", *algo)
+		}
+		switch {
+		case *iters < 1:
+			return bad("--iters must be >= 1, got %d", *iters)
+		case !(*eta > 0) || math.IsInf(*eta, 0):
+			return bad("--eta must be finite and > 0, got %v", *eta)
+		case !(*etaGrowth >= 1) || math.IsInf(*etaGrowth, 0):
+			return bad("--eta-growth must be finite and >= 1, got %v", *etaGrowth)
+		case !(*etaMax >= 0) || math.IsInf(*etaMax, 0):
+			return bad("--eta-max must be finite and >= 0 (0 = none), got %v", *etaMax)
+		case !(*paperC > 0) || math.IsInf(*paperC, 0):
+			return bad("--paper-c must be finite and > 0, got %v", *paperC)
 		}
 		gp = &node.GossipParams{Algo: *algo, Graph: *graphSpec, GraphSeed: *graphSeed, Iters: *iters, Alpha: alpha,
 			Eta: *eta, EtaGrowth: *etaGrowth, EtaMax: *etaMax, Gamma: g, PaperC: *paperC,
@@ -257,6 +267,34 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return bad("--delta must be in (0,1), got %v", *delta)
 	case *logFormat != "text" && *logFormat != "json":
 		return bad("--log-format must be text or json, got %q", *logFormat)
+	case *maxUpd < 0:
+		return bad("--max-updates must be >= 0, got %d", *maxUpd)
+	case math.IsNaN(*budgetEps) || *budgetEps < 0 || math.IsInf(*budgetEps, 0):
+		return bad("--budget-epsilon must be finite and >= 0, got %v", *budgetEps)
+	case *budgetKind != "local" && *budgetKind != "network":
+		return bad("--budget-kind must be local or network, got %q", *budgetKind)
+	case *heartbeatMisses < 0:
+		return bad("--heartbeat-misses must be >= 0, got %d", *heartbeatMisses)
+	case *custodyDepth < 0 || *custodyDepth > node.MaxDepth:
+		return bad("--custody-depth must be in 0..%d (0 = 8), got %d", node.MaxDepth, *custodyDepth)
+	case *ackTimeout < 0:
+		return bad("--ack-timeout must be >= 0 (0 = profile), got %v", *ackTimeout)
+	case *joinWindow < 0:
+		return bad("--join-window must be >= 0 (0 = profile), got %v", *joinWindow)
+	}
+	if gp == nil {
+		if err := checkGamma("node", *gamma); err != nil {
+			return err
+		}
+		if err := checkLambda("node", *lambda); err != nil {
+			return err
+		}
+	} else if !(*gamma >= 0) || math.IsInf(*gamma, 0) {
+		return bad("--gamma (the even-step proximal weight) must be finite and >= 0, got %v", *gamma)
+	}
+	prob, err := checkProblemFlags("node", *lossName, *l1, *l2)
+	if err != nil {
+		return err
 	}
 	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
 		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, MaxUpdates: *maxUpd, Delta: *delta,
@@ -283,6 +321,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if *ackTimeout > 0 {
 		cfg.AckTimeout = *ackTimeout
 	}
+	if cfg.FallbackTimeout > 0 && cfg.FallbackTimeout <= cfg.AckTimeout {
+		return bad("--fallback-timeout (%v) must exceed the ack timeout (%v); 0 = derived, negative = off", cfg.FallbackTimeout, cfg.AckTimeout)
+	}
 	cfg.PauseAtHop = *pauseAt
 	cfg.WithholdAcks = *withhold
 	switch *pausePhase {
@@ -300,11 +341,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if *joinWindow > 0 {
 		cfg.JoinWindow = *joinWindow
 	}
-	loss, err := consensus.ParseLoss(*lossName)
-	if err != nil {
-		return bad("--loss: %v", err)
-	}
-	cfg.Problem = consensus.Problem{Loss: loss, Reg: consensus.Regularizer{L1: *l1, L2: *l2}}
+	cfg.Problem = prob
 	kind, err := consensus.ParseScaling(*scale)
 	if err != nil {
 		return bad("--scale: %v", err)

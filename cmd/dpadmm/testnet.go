@@ -109,16 +109,13 @@ re-sends the same vectors (never re-noised) and the run ends with the fault-free
   dpadmm testnet --algo radmm --mem --nodes 5 --iters 100 --report r.json
   dpadmm testnet --algo radmm --procs --nodes 4 --iters 20 --kill-at-iter 7 --kill-node 2
 
-Flags:
+Output: a human summary on stdout (gap in %; with --loss squared also RMSE and R^2), progress
+on stderr. --report FILE writes the JSON report (keys: docs/report-schema.md; "gap" is a
+fraction there); --report - or --json writes it to stdout, and the summary goes to stderr.
 `
 
 func runTestnet(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("testnet", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, testnetHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("testnet", testnetHelp, stdout)
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
 	mem := fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
 	var procs procsFlag
@@ -157,7 +154,8 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
 	maxUpd := fs.Int("max-updates", 100, "cap K_i on noisy updates per node; 0 = no cap")
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures")
-	reportPath := fs.String("report", "", "write the JSON report to this file")
+	reportPath := fs.String("report", "", "write the JSON report to this file; - = stdout (the summary then goes to stderr)")
+	asJSON := fs.Bool("json", false, "print the JSON report to stdout (the summary then goes to stderr)")
 	curvePath := fs.String("curve", "", "write hop,objective,gap CSV to this file")
 	tracePath := fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
 	curveEvery := fs.Uint64("curve-every", 1000, "hops between curve points")
@@ -172,11 +170,8 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	barrierTimeout := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange with --mem/--procs: how long a node waits at an iteration before it checks a missing neighbour")
 	maxWait := fs.Duration("max-wait", 0, "neighbour exchange with --mem/--procs: longest wait for a neighbour that is still connected before it is declared missing; 0 = 10 x --barrier-timeout")
 	coalition := fs.String("coalition", "", "comma-separated observers j1,j2,... pooling their views: adds privacy.pairwise_realised.coalition")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return testnetUsage(stderr, "unexpected argument %q", fs.Arg(0))
@@ -235,6 +230,17 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		return testnetUsage(stderr, "--plot-kind must be both, planned or realised, got %q", *plotKind)
 	case (*pairsPath != "" || *plotPath != "") && *nodes < 2:
 		return testnetUsage(stderr, "--pairs and --plot need at least 2 nodes")
+	case !(*paperC > 0) || math.IsInf(*paperC, 0):
+		return testnetUsage(stderr, "--paper-c must be finite and > 0, got %v", *paperC)
+	case !(*etaMax >= 0) || math.IsInf(*etaMax, 0):
+		return testnetUsage(stderr, "--eta-max must be finite and >= 0 (0 = none), got %v", *etaMax)
+	}
+	prob, err := checkProblemFlags("testnet", *lossName, *l1, *l2)
+	if err != nil {
+		return err
+	}
+	if err := checkDataFlags("testnet", *scale, *split, *categorical, *testFrac); err != nil {
+		return err
 	}
 	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
 		return testnetUsage(stderr, "--graph: %v", err)
@@ -282,16 +288,19 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	} else if *alphaStr != "" || set["iters"] || set["eta"] || set["eta-growth"] || set["eta-file"] {
 		return testnetUsage(stderr, "--alpha, --iters, --eta, --eta-growth and --eta-file apply to the neighbour-exchange algorithms, not to --algo walk")
 	}
-	loss, err := consensus.ParseLoss(*lossName)
-	if err != nil {
-		return err
+	if gossipAlgo && (!(*gamma >= 0) || math.IsInf(*gamma, 0)) {
+		return testnetUsage(stderr, "--gamma (the even-step proximal weight) must be finite and >= 0, got %v", *gamma)
+	}
+	if !gossipAlgo {
+		if err := checkGamma("testnet", *gamma); err != nil {
+			return err
+		}
+		if err := checkLambda("testnet", *lambda); err != nil {
+			return err
+		}
 	}
 	kind, err := consensus.ParseScaling(*scale)
 	if err != nil {
-		return err
-	}
-	prob := consensus.Problem{Loss: loss, Reg: consensus.Regularizer{L1: *l1, L2: *l2}}
-	if err := prob.Validate(); err != nil {
 		return err
 	}
 	var full *consensus.Dataset
@@ -315,9 +324,6 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s has %d features, %s has %d", *testPath, test.Cols, dataName, train.Cols)
 		}
 	} else if *testFrac > 0 {
-		if !(*testFrac < 1) {
-			return fmt.Errorf("--test-frac must be in [0,1), got %v", *testFrac)
-		}
 		train, test = consensus.TrainTest(full, *testFrac, *seed)
 	}
 	sc, err := consensus.FitScaler(train, kind)
@@ -333,7 +339,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			train: train, test: test, data: dataName, scaling: string(kind), nodes: *nodes, split: *split,
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
-			seed: *seed, report: *reportPath, curve: *curvePath, quiet: *quiet,
+			seed: *seed, report: *reportPath, asJSON: *asJSON, curve: *curvePath, quiet: *quiet,
 			mem: *mem, procs: procs.on, dir: *netDir, fsync: *fsync, onMissing: policy, barrier: *barrierTimeout, maxWait: *maxWait,
 			killNode: *killNode, killAt: *killIter,
 		}, stdout, stderr)
@@ -391,17 +397,35 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if *reportPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*reportPath, append(b, '\n'), 0o644); err != nil {
+	return writeReport(rep, *reportPath, *asJSON, *quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) })
+}
+
+// writeReport writes the JSON report rep to the file path ("" = none, "-" = stdout) and,
+// with asJSON, to stdout; then, unless quiet, the human summary: to stdout, or to stderr
+// when stdout carries the JSON.
+func writeReport(rep any, path string, asJSON, quiet bool, stdout, stderr io.Writer, summary func(io.Writer)) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path != "" && path != "-" {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return err
 		}
 	}
-	if !*quiet {
-		printSummary(stdout, rep)
+	toStdout := asJSON || path == "-"
+	if toStdout {
+		if _, err := stdout.Write(b); err != nil {
+			return err
+		}
+	}
+	if !quiet {
+		w := stdout
+		if toStdout {
+			w = stderr
+		}
+		summary(w)
 	}
 	return nil
 }
@@ -426,6 +450,7 @@ func printSummary(w io.Writer, r *testnet.Report) {
 		}
 		b.WriteString("\n")
 	}
+	printRegression(&b, r)
 	if r.TestObjective != nil {
 		fmt.Fprintf(&b, "test objective %.6g\n", *r.TestObjective)
 	}
@@ -466,6 +491,27 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	io.WriteString(w, b.String())
 }
 
+// printRegression prints the RMSE and R^2 of a squared-loss report (nothing otherwise).
+func printRegression(w io.Writer, r *testnet.Report) {
+	if r.TrainRMSE == nil && r.RMSE == nil {
+		return
+	}
+	r2 := func(v *float64) string {
+		if v == nil {
+			return "undefined (constant targets)"
+		}
+		return fmt.Sprintf("%.4f", *v)
+	}
+	io.WriteString(w, "regression")
+	if r.TrainRMSE != nil {
+		fmt.Fprintf(w, " train RMSE %.6g R^2 %s", *r.TrainRMSE, r2(r.TrainR2))
+	}
+	if r.RMSE != nil {
+		fmt.Fprintf(w, "   test RMSE %.6g R^2 %s (%d rows)", *r.RMSE, r2(r.R2), r.TestRows)
+	}
+	io.WriteString(w, "\n")
+}
+
 func holds(ok bool) string {
 	if ok {
 		return "hold"
@@ -482,10 +528,9 @@ func summaryPairwise(b *strings.Builder, what string, pw testnet.Pairwise) {
 	}
 }
 
-// testnetUsage prints a usage error and returns errUsage (exit code 2).
-func testnetUsage(stderr io.Writer, format string, a ...any) error {
-	fmt.Fprintf(stderr, "dpadmm testnet: "+format+"\n", a...)
-	return errUsage
+// testnetUsage returns a usage error of "testnet" (run prints it; exit code 2).
+func testnetUsage(_ io.Writer, format string, a ...any) error {
+	return usagef("testnet", format, a...)
 }
 
 // parseCoalition parses "j1,j2,..." into distinct node indices in [0, n).

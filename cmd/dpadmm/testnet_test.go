@@ -63,7 +63,7 @@ func TestTestnetFlagErrors(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"testnet", "--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "lambda*S") {
-		t.Errorf("help: exit %d\n%s", code, errb.String())
+	if code := run([]string{"testnet", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "lambda*S") || errb.Len() != 0 {
+		t.Errorf("help: exit %d\n%s", code, out.String())
 	}
 }

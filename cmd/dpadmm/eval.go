@@ -1,0 +1,232 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
+)
+
+const evalHelp = `Usage: dpadmm eval --data FILE [--label L] [--positive P] [--loss L] [--scale S] [--json] MODEL.json
+
+Scores a linear model on a dataset (CSV or LIBSVM, or "embedded" for the embedded breast
+cancer data): the mean loss, and the accuracy for the logistic loss or the RMSE and R^2 for
+the squared loss (R^2 = 1 - SS_res/SS_tot; it is undefined when the labels do not vary).
+MODEL.json is any file with a "model" array: a walk node's model.json, a neighbour-exchange
+node's model.json (that node's own f_i(T)), the averaged model of 'dpadmm account models
+--out', or a 'dpadmm testnet --report' file (its averaged or final model). A directory
+means DIR/model.json.
+
+The data is read as by the other commands; the scaling (--scale) is fitted on it, as each
+node fits its own on its local data. The loss defaults to the one the file records
+("loss": testnet reports and neighbour-exchange model.json), else logistic; the scaling to
+the file's "scale" (testnet reports), else standardize+rownorm.
+The keys of --json are listed in docs/report-schema.md.
+`
+
+// evalScores are a model's scores on a dataset.
+type evalScores struct {
+	MeanLoss float64  `json:"mean_loss"`
+	Accuracy *float64 `json:"accuracy,omitempty"` // logistic loss
+	RMSE     *float64 `json:"rmse,omitempty"`     // squared loss
+	R2       *float64 `json:"r2,omitempty"`       // squared loss; absent when the labels do not vary
+}
+
+// scoreModel scores w on d (already scaled) with loss.
+func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScores {
+	pb := consensus.Problem{Loss: loss}
+	s := evalScores{MeanLoss: pb.MeanLoss(d, w)}
+	finite := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	switch loss {
+	case consensus.Logistic:
+		s.Accuracy = finite(pb.Accuracy(d, w))
+	case consensus.Squared:
+		rmse, r2 := consensus.Regression(d, w)
+		s.RMSE, s.R2 = finite(rmse), finite(r2)
+	}
+	return s
+}
+
+// printScores writes the scores in one line.
+func printScores(w io.Writer, loss string, s evalScores) {
+	fmt.Fprintf(w, "%s loss: mean loss %.6g", loss, s.MeanLoss)
+	if s.Accuracy != nil {
+		fmt.Fprintf(w, ", accuracy %.4f", *s.Accuracy)
+	}
+	if s.RMSE != nil {
+		fmt.Fprintf(w, ", RMSE %.6g", *s.RMSE)
+		if s.R2 != nil {
+			fmt.Fprintf(w, ", R^2 %.4f", *s.R2)
+		} else {
+			fmt.Fprint(w, ", R^2 undefined (constant labels)")
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// evalReport is the JSON output of "eval".
+type evalReport struct {
+	ModelFile string `json:"model_file"`
+	Source    string `json:"source"` // what kind of file the model came from
+	Data      string `json:"data"`
+	Rows      int    `json:"rows"`
+	Dims      int    `json:"dims"`
+	Loss      string `json:"loss"`
+	Scale     string `json:"scale"`
+	evalScores
+}
+
+// modelFile is what eval reads from a file holding a model.
+type modelFile struct {
+	w      []float64
+	loss   string // "" = not recorded
+	scale  string // "" = not recorded
+	source string
+}
+
+// readModelAny reads the "model" of a model.json, averaged model or testnet report.
+func readModelAny(path string) (*modelFile, string, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, node.ModelFile)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, path, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxModelFile+1))
+	if err != nil {
+		return nil, path, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxModelFile {
+		return nil, path, fmt.Errorf("%s: larger than %d bytes: not a model file", path, maxModelFile)
+	}
+	var raw map[string]json.RawMessage
+	var m struct {
+		Model []float64 `json:"model"`
+		Dims  *int      `json:"dims"`
+		Loss  string    `json:"loss"`
+		Scale string    `json:"scale"`
+		Algo  string    `json:"algo"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, path, fmt.Errorf("%s: not a JSON object: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, path, fmt.Errorf("%s: %w", path, err)
+	}
+	has := func(k string) bool { _, ok := raw[k]; return ok }
+	switch {
+	case len(m.Model) == 0:
+		return nil, path, fmt.Errorf("%s: no \"model\" array: not a model.json or testnet report", path)
+	case m.Dims != nil && *m.Dims != len(m.Model):
+		return nil, path, fmt.Errorf("%s: model has %d coordinates, dims says %d", path, len(m.Model), *m.Dims)
+	}
+	for j, v := range m.Model {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, path, fmt.Errorf("%s: model coordinate %d is %v, not finite", path, j, v)
+		}
+	}
+	out := &modelFile{w: m.Model, loss: m.Loss, scale: m.Scale, source: "model file"}
+	switch {
+	case has("reference_objective"):
+		out.source = fmt.Sprintf("testnet report (%s)", m.Algo)
+	case has("released_by"):
+		out.source = "walk node model.json (the released network model)"
+	case has("members") && m.Algo != "":
+		out.source = fmt.Sprintf("%s node model.json (this node's own f_i(T))", m.Algo)
+	case has("averaged"):
+		out.source = fmt.Sprintf("averaged %s model (account models --out)", m.Algo)
+	}
+	return out, path, nil
+}
+
+// runEval is 'dpadmm eval'.
+func runEval(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("eval", evalHelp, stdout)
+	data := fs.String("data", "", "evaluation data, CSV or LIBSVM, or \"embedded\" (required)")
+	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
+	positive := fs.String("positive", "", "logistic loss: the CSV label column holds text classes; this one is +1, any other -1")
+	categorical := fs.String("categorical", "none", "non-numeric CSV columns: none (error) or auto (one-hot); the one-hot columns must match the model's")
+	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on the evaluation data: none|standardize|rownorm|standardize+rownorm (default: the file's \"scale\", else standardize+rownorm)")
+	lossName := fs.String("loss", "logistic", "loss: logistic|squared (default: the file's \"loss\", else logistic)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case len(files) != 1:
+		return usagef("eval", "want exactly one model file, got %d", len(files))
+	case *data == "":
+		return usagef("eval", "--data is required (a CSV or LIBSVM file, or embedded)")
+	}
+	loss, err := consensus.ParseLoss(*lossName)
+	if err != nil {
+		return usagef("eval", "--loss must be logistic or squared, got %q", *lossName)
+	}
+	if err := checkDataFlags("eval", *scale, "", *categorical, 0); err != nil {
+		return err
+	}
+	mf, path, err := readModelAny(files[0])
+	if err != nil {
+		return err
+	}
+	if mf.loss != "" {
+		fl, err := consensus.ParseLoss(mf.loss)
+		if err != nil {
+			return fmt.Errorf("%s records an unknown loss %q", path, mf.loss)
+		}
+		if set["loss"] && fl != loss {
+			return usagef("eval", "--loss %s, but %s records the %s loss", loss, path, fl)
+		}
+		loss = fl
+	}
+	if !set["scale"] && mf.scale != "" {
+		if _, err := consensus.ParseScaling(mf.scale); err != nil {
+			return fmt.Errorf("%s records an unknown scaling %q", path, mf.scale)
+		}
+		*scale = mf.scale
+	}
+	if *positive != "" && loss != consensus.Logistic {
+		return usagef("eval", "--positive needs the logistic loss")
+	}
+	spec := dataSpec{path: *data, label: *label, categorical: *categorical, scale: *scale, positive: *positive,
+		regression: loss == consensus.Squared, minCols: len(mf.w)}
+	if *data == "embedded" {
+		spec.path = ""
+	}
+	ld, err := loadData(spec)
+	if err != nil {
+		return err
+	}
+	d := ld.train
+	if d.Rows == 0 {
+		return fmt.Errorf("%s has no rows", ld.name)
+	}
+	if d.Cols != len(mf.w) {
+		return fmt.Errorf("%s has %d features, the model has %d", ld.name, d.Cols, len(mf.w))
+	}
+	rep := evalReport{ModelFile: path, Source: mf.source, Data: ld.name, Rows: d.Rows, Dims: len(mf.w),
+		Loss: loss.String(), Scale: string(ld.scaling), evalScores: scoreModel(d, mf.w, loss)}
+	if *asJSON {
+		return writeJSON(stdout, rep)
+	}
+	fmt.Fprintf(stdout, "model %s: %s, %d features\n", path, rep.Source, rep.Dims)
+	fmt.Fprintf(stdout, "data %s: %d rows, scale %s fitted on it\n", rep.Data, rep.Rows, rep.Scale)
+	printScores(stdout, rep.Loss, rep.evalScores)
+	return nil
+}
