@@ -525,6 +525,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 			r.Accuracy = &a
 		}
 	}
+	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
 	gp := GossipPrivacy{
 		Formula: jsonNum(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
 		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: jsonNum(fig.Guarantee()),

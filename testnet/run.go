@@ -56,6 +56,10 @@ type Report struct {
 	TestObjective      *float64  `json:"test_objective,omitempty"`
 	Accuracy           *float64  `json:"accuracy,omitempty"`
 	TrainAccuracy      *float64  `json:"train_accuracy,omitempty"`
+	RMSE               *float64  `json:"rmse,omitempty"`       // squared loss: on the test rows
+	R2                 *float64  `json:"r2,omitempty"`         // squared loss: absent for constant targets
+	TrainRMSE          *float64  `json:"train_rmse,omitempty"` // squared loss: on the training rows
+	TrainR2            *float64  `json:"train_r2,omitempty"`
 	Hops               uint64    `json:"hops"`
 	Nodes              int       `json:"nodes"`
 	Dims               int       `json:"dims"`
@@ -667,6 +671,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 			r.Accuracy = &a
 		}
 	}
+	r.setRegression(o.Problem.Loss, o.Train, o.Test, z)
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
 		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
@@ -778,4 +783,23 @@ func graphName(s string) string {
 		return "complete"
 	}
 	return s
+}
+
+// setRegression sets the RMSE and R^2 of model w on train and test (squared loss only).
+func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, w []float64) {
+	if loss != consensus.Squared {
+		return
+	}
+	set := func(d *consensus.Dataset, rmse, r2 **float64) {
+		if d == nil || d.Rows == 0 {
+			return
+		}
+		e, q, ok := consensus.Regression(d, w)
+		*rmse = &e
+		if ok {
+			*r2 = &q
+		}
+	}
+	set(train, &r.TrainRMSE, &r.TrainR2)
+	set(test, &r.RMSE, &r.R2)
 }
