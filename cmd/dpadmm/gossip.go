@@ -224,6 +224,7 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	if r.Accuracy != nil {
 		fmt.Fprintf(w, "test accuracy %.4f\n", *r.Accuracy)
 	}
+	io.WriteString(w, regressionLine(r.Report))
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(w, "network %s: %d libp2p hosts on loopback, %d ledger entries, %.3g s; policy %s (barrier %gs, max wait %gs): %d stale uses\n",
 			nw.Mode, nw.Hosts, nw.LedgerEntries, nw.WallSeconds, nw.OnMissing, nw.BarrierSeconds, nw.MaxWaitSeconds, nw.StaleUses)

@@ -118,11 +118,11 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
-	data := fs.String("data", "", "local training data, CSV or LIBSVM, or \"embedded\" (required)")
+	df := addDataFlags(fs, dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
+		scale: consensus.ScaleUnitBall, lossFlag: true})
+	data := df.path
 	shard := fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
 	splitSeed := fs.Uint64("split-seed", 1, "seed of the --shard split")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
-	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on the local data: none|standardize|rownorm|standardize+rownorm")
 	datadir := fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
 	start := fs.Bool("start", false, "start the run: announce, collect joins, create the token")
 	minPeers := fs.Int("min-peers", 2, "with --start: nodes (starter included) to wait for")
@@ -184,7 +184,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	if *gossipPlan != "" {
-		return runGossipNode(fs, *gossipPlan, *run, *data, *label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
+		return runGossipNode(fs, *gossipPlan, *run, *data, *df.label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -305,9 +305,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return bad("--loss: %v", err)
 	}
 	cfg.Problem = consensus.Problem{Loss: loss, Reg: consensus.Regularizer{L1: *l1, L2: *l2}}
-	kind, err := consensus.ParseScaling(*scale)
-	if err != nil {
-		return bad("--scale: %v", err)
+	if err := df.check(loss); err != nil {
+		return bad("%v", err)
 	}
 	log, err := node.NewLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
@@ -316,15 +315,14 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
 
-	var d *consensus.Dataset
-	if *data == "embedded" {
-		d, err = consensus.Embedded()
-	} else {
-		d, err = consensus.Load(*data, consensus.LoadOptions{Label: *label})
-	}
+	// One public scaling for the run: unitball (no parameters) or --scale-file; its
+	// fingerprint enters the config hash and model.json records it.
+	ld, err := df.load(loadRequest{loss: loss})
 	if err != nil {
 		return err
 	}
+	d := ld.train
+	cfg.Scaling = ld.scaler
 	if *shard != "" {
 		i, n, ok := parseShard(*shard)
 		if !ok {
@@ -336,11 +334,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		d = sh[i]
 	}
-	sc, err := consensus.FitScaler(d, kind)
-	if err != nil {
-		return err
-	}
-	cfg.Data = sc.Apply(d)
+	cfg.Data = d
 	if *static != "" {
 		b, err := os.ReadFile(*static)
 		if err != nil {
