@@ -172,8 +172,7 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	allowMissing := fs.Bool("allow-missing", false, "average the files given when members have none (the output says so; no network guarantee)")
 	asJSON := fs.Bool("json", false, "print JSON (keys above)")
 	outPath := fs.String("out", "", "write the averaged model as JSON to this file")
-	df := addDataFlags(fs, dataFlagConfig{dataUsage: "evaluate f_bar on this dataset (CSV or LIBSVM, or \"embedded\")",
-		lossFlag: true, prefix: "with --data: "})
+	df := addDataFlags(fs, modelsData)
 	lossName := fs.String("loss", "logistic", "with --data: the run's loss, logistic|squared (default: the loss the model.json files record; files written before the loss was recorded need it)")
 	files, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -25,11 +25,30 @@ type dataFlagConfig struct {
 	// fit allows data-dependent scalings fitted on the training rows (the simulators);
 	// otherwise they need --scale-file. It also registers --scale-out.
 	fit bool
+	// fitPublic allows data-dependent scalings on the embedded data, fitted on the whole
+	// of it: the data are public and every node fits the same numbers (nodes).
+	fitPublic bool
 	// lossFlag: the command has --loss (error hints mention it).
 	lossFlag bool
 	// prefix starts the help of every flag but --data (e.g. "with --data: ").
 	prefix string
 }
+
+// The data flags of each command.
+var (
+	// testnetData: the simulator fits data-dependent scalings on the pooled training rows.
+	testnetData = dataFlagConfig{dataUsage: "training data, CSV or LIBSVM (default: embedded breast cancer data)",
+		test: true, scale: consensus.ScaleStandardizeNorm, fit: true, lossFlag: true}
+	// experimentData: as testnet; the experiment's loss is always logistic.
+	experimentData = dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
+		test: true, scale: consensus.ScaleStandardizeNorm, fit: true}
+	// nodeData: a node scales with public parameters only (unitball by default).
+	nodeData = dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
+		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true}
+	// modelsData: account models --data applies the run's scaling.
+	modelsData = dataFlagConfig{dataUsage: "evaluate f_bar on this dataset (CSV or LIBSVM, or \"embedded\")",
+		lossFlag: true, prefix: "with --data: "}
+)
 
 // dataFlags are the data-loading flags of a command, registered by addDataFlags.
 type dataFlags struct {
@@ -70,6 +89,9 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 		scaleHelp += "; standardize and rownorm are fitted on the (pooled) training rows unless --scale-file gives them"
 	default:
 		scaleHelp += "; standardize and rownorm need --scale-file (public parameters, the same on every node), they are never fitted on the local data"
+		if cfg.fitPublic {
+			scaleHelp += " (--data embedded: fitted on the whole public embedded data, before --shard)"
+		}
 	}
 	f.scale = fs.String("scale", string(cfg.scale), scaleHelp)
 	f.scaleFile = fs.String("scale-file", "", p+"scaling parameters from this JSON file {\"kind\",\"mean\",\"std\",\"row_div\"} instead of fitting them")
@@ -133,7 +155,7 @@ func (f *dataFlags) check(loss consensus.Loss) error {
 	if err != nil {
 		return fmt.Errorf("--scale: %v", err)
 	}
-	if kind.DataDependent() && !f.cfg.fit && *f.scaleFile == "" {
+	if kind.DataDependent() && !f.mayFit() && *f.scaleFile == "" {
 		where := "this node's own rows: nodes with different data would scale their features differently, and the parameters would describe private data"
 		if f.cfg.scale == "" {
 			where = "the evaluation data: the model was trained on the run's scaling, not on one fitted to its test set"
@@ -255,7 +277,7 @@ func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *conse
 	if err != nil {
 		return nil, "", err
 	}
-	if kind.DataDependent() && !f.cfg.fit {
+	if kind.DataDependent() && !f.mayFit() {
 		// check refuses this; kept as a guard against fitting on private or test rows.
 		return nil, "", fmt.Errorf("--scale %s needs --scale-file", kind)
 	}
@@ -264,11 +286,18 @@ func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *conse
 		return nil, "", err
 	}
 	how = string(kind)
-	if kind.DataDependent() {
+	switch {
+	case kind.DataDependent() && f.cfg.fit:
 		how += " (fitted on the pooled training rows)"
+	case kind.DataDependent():
+		how += " (fitted on the whole public embedded data)"
 	}
 	return s, how, nil
 }
+
+// mayFit reports whether a data-dependent scaling may be fitted on the data loaded: in
+// the simulators, and on the public embedded data where the command allows it.
+func (f *dataFlags) mayFit() bool { return f.cfg.fit || f.cfg.fitPublic && f.embedded() }
 
 // describeScaler names a scaler for messages: its kind and, with parameters, the start
 // of its fingerprint.

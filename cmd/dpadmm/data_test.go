@@ -18,12 +18,6 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 )
 
-// simData is the data flag configuration of the simulators (testnet, experiment).
-var simData = dataFlagConfig{test: true, scale: consensus.ScaleStandardizeNorm, fit: true, lossFlag: true}
-
-// nodeData is the data flag configuration of 'dpadmm node'.
-var nodeData = dataFlagConfig{scale: consensus.ScaleUnitBall, lossFlag: true}
-
 // loadFlags parses args with the data flags of cfg, checks them and loads the data.
 func loadFlags(cfg dataFlagConfig, req loadRequest, args ...string) (*loadedData, error) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -329,6 +323,24 @@ func TestDataScaleSameOnEveryNode(t *testing.T) {
 		!strings.Contains(err.Error(), "--scale-file") {
 		t.Fatalf("--scale standardize on a node: %v", err)
 	}
+	// On the embedded data (public) a node may fit, on the whole of it (runNode takes its
+	// --shard afterwards), so nodes holding different shards get the same numbers: those
+	// of the full data set.
+	full, err := consensus.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := consensus.FitScaler(full, consensus.ScaleStandardizeUnitBall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic}, "--data", "embedded", "--scale", "standardize+unitball")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le.scaler.Fingerprint() != want.Fingerprint() || le.train.Rows != full.Rows {
+		t.Fatalf("embedded standardize+unitball %+v on %d rows, want the full data's %+v", le.scaler, le.train.Rows, want)
+	}
 	// A scale file of the wrong dimension, or of another kind than --scale, is refused.
 	bad := writeFile(t, dir, "bad.json", `{"kind":"standardize","mean":[0],"std":[1]}`)
 	if _, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic}, "--data", a, "--scale-file", bad); err == nil ||
@@ -341,7 +353,7 @@ func TestDataScaleSameOnEveryNode(t *testing.T) {
 	}
 	// The simulators may fit, and --scale-out writes what they fitted in the file format.
 	out := filepath.Join(dir, "fitted.json")
-	ld, err := loadFlags(simData, loadRequest{loss: consensus.Logistic}, "--data", a, "--scale", "standardize", "--test-frac", "0", "--scale-out", out)
+	ld, err := loadFlags(testnetData, loadRequest{loss: consensus.Logistic}, "--data", a, "--scale", "standardize", "--test-frac", "0", "--scale-out", out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,8 +101,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, experimentHelp)
 		fs.PrintDefaults()
 	}
-	df := addDataFlags(fs, dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
-		test: true, scale: consensus.ScaleStandardizeNorm, fit: true})
+	df := addDataFlags(fs, experimentData)
 	split := fs.String("split", "iid", "how training rows are split over nodes: iid|contiguous|label")
 	nodes := fs.Int("nodes", 5, "number of nodes N")
 	graphSpec := fs.String("graph", "ring", "graph: complete|ring|grid|er:p|regular:d|file:PATH")

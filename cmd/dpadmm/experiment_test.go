@@ -79,7 +79,7 @@ func TestExperimentPositiveLabel(t *testing.T) {
 	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ld, err := loadFlags(simData, loadRequest{loss: consensus.Logistic, seed: 1},
+	ld, err := loadFlags(experimentData, loadRequest{loss: consensus.Logistic, seed: 1},
 		"--data", data, "--label", "3", "--positive", ">50K", "--categorical", "auto", "--scale", "standardize+rownorm", "--test-frac", "0.2")
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestExperimentPositiveLabel(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	// Every row positive, or none: a clear error.
-	if _, err := loadFlags(simData, loadRequest{loss: consensus.Logistic},
+	if _, err := loadFlags(experimentData, loadRequest{loss: consensus.Logistic},
 		"--data", data, "--label", "3", "--positive", "nope", "--categorical", "auto", "--scale", "rownorm"); err == nil || !strings.Contains(err.Error(), "positive label") {
 		t.Errorf("no positive rows: %v", err)
 	}

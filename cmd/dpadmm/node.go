@@ -118,8 +118,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
-	df := addDataFlags(fs, dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
-		scale: consensus.ScaleUnitBall, lossFlag: true})
+	df := addDataFlags(fs, nodeData)
 	data := df.path
 	shard := fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
 	splitSeed := fs.Uint64("split-seed", 1, "seed of the --shard split")
@@ -315,8 +314,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
 
-	// One public scaling for the run: unitball (no parameters) or --scale-file; its
-	// fingerprint enters the config hash and model.json records it.
+	// One public scaling for the run: unitball (no parameters), --scale-file, or fitted on
+	// the whole public embedded data before the shard is taken; its fingerprint enters the
+	// config hash and model.json records it.
 	ld, err := df.load(loadRequest{loss: loss})
 	if err != nil {
 		return err

@@ -137,8 +137,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file, one line per k = 1..K holding eta(k) for every node, or one comma-separated eta_i(k) per node (overrides --eta, --eta-growth)")
 	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	nodes := fs.Int("nodes", 50, "number of nodes n")
-	df := addDataFlags(fs, dataFlagConfig{dataUsage: "training data, CSV or LIBSVM (default: embedded breast cancer data)",
-		test: true, scale: consensus.ScaleStandardizeNorm, fit: true, lossFlag: true})
+	df := addDataFlags(fs, testnetData)
 	split := fs.String("split", "iid", "how rows are split over nodes: iid|contiguous|label")
 	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
 	l1 := fs.Float64("l1", 0, "L1 weight a: adds a*||w||_1")
