@@ -14,6 +14,9 @@ type Dataset struct {
 	X        []float64 // Rows*Cols, row-major
 	Y        []float64 // len Rows; classification labels are -1/+1
 	Features []string  // len Cols
+	// Classes, for binary labels read from a file, records which label became -1 and
+	// which +1 (nil otherwise).
+	Classes *Classes
 }
 
 // Row returns row i of the design matrix as a view into X (no copy).
@@ -30,6 +33,7 @@ func (d *Dataset) Subset(idx []int) *Dataset {
 		X:        make([]float64, 0, len(idx)*d.Cols),
 		Y:        make([]float64, 0, len(idx)),
 		Features: append([]string(nil), d.Features...),
+		Classes:  d.Classes,
 	}
 	for _, i := range idx {
 		out.X = append(out.X, d.Row(i)...)
@@ -47,6 +51,7 @@ func (d *Dataset) Clone() *Dataset {
 		X:        append([]float64(nil), d.X...),
 		Y:        append([]float64(nil), d.Y...),
 		Features: append([]string(nil), d.Features...),
+		Classes:  d.Classes,
 	}
 }
 

@@ -20,3 +20,10 @@ func Embedded() (*Dataset, error) {
 	}
 	return d, nil
 }
+
+// ParseEmbedded reads the embedded dataset as Embedded does, with the label handling of
+// opt (Binary, Positive, Classes); its label column is "label" (labels 1 and -1).
+func ParseEmbedded(opt LoadOptions) (*Dataset, error) {
+	opt.Label, opt.Format, opt.Delimiter = "label", "csv", 0
+	return ParseCSV("embedded:breast_cancer", bytes.NewReader(breastCancerCSV), opt)
+}

@@ -14,3 +14,17 @@ func Load(path string, opt LoadOptions) (*Dataset, error) {
 	defer f.Close()
 	return Parse(path, f, opt)
 }
+
+// LoadScaler reads a scale file (the JSON form of Scaler, see ParseScaler); dims, when
+// > 0, is the number of features its standardisation must cover.
+func LoadScaler(path string, dims int) (*Scaler, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: %v", err)
+	}
+	s, err := ParseScaler(b, dims)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return s, nil
+}

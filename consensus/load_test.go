@@ -217,6 +217,9 @@ func FuzzLoadCSV(f *testing.F) {
 	f.Add([]byte("1,2\n3\n"), "0", "none")
 	f.Add([]byte("a,b\nx,1\ny,2\n"), "b", "auto")
 	f.Fuzz(func(t *testing.T, data []byte, label, cat string) {
+		if b, err := ParseCSV("fuzz.csv", strings.NewReader(string(data)), LoadOptions{Label: label, Categorical: cat, Binary: true}); err == nil {
+			checkBinary(t, b)
+		}
 		d, err := ParseCSV("fuzz.csv", strings.NewReader(string(data)), LoadOptions{Label: label, Categorical: cat})
 		if err != nil {
 			return
@@ -237,6 +240,14 @@ func FuzzLoadLIBSVM(f *testing.F) {
 		if minCols > 1000 {
 			minCols = 1000
 		}
+		if minCols > 0 {
+			if b, err := ParseLIBSVM("fuzz.svm", strings.NewReader(string(data)), LoadOptions{MinCols: minCols, MaxCols: minCols, Binary: true}); err == nil {
+				checkBinary(t, b)
+				if b.Cols != minCols {
+					t.Fatalf("%d columns with MinCols = MaxCols = %d", b.Cols, minCols)
+				}
+			}
+		}
 		d, err := ParseLIBSVM("fuzz.svm", strings.NewReader(string(data)), LoadOptions{MinCols: minCols})
 		if err != nil {
 			return
@@ -248,4 +259,21 @@ func FuzzLoadLIBSVM(f *testing.F) {
 			t.Fatalf("inconsistent dataset %dx%d", d.Rows, d.Cols)
 		}
 	})
+}
+
+// checkBinary checks a dataset read with binary labels: consistent, labels -1/+1, and
+// the recorded classes.
+func checkBinary(t *testing.T, d *Dataset) {
+	t.Helper()
+	if err := d.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Classes == nil || d.Rows == 0 || len(d.Features) != d.Cols {
+		t.Fatalf("binary dataset %dx%d, classes %v", d.Rows, d.Cols, d.Classes)
+	}
+	for _, y := range d.Y {
+		if y != 1 && y != -1 {
+			t.Fatalf("binary label %v", y)
+		}
+	}
 }

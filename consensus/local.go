@@ -46,7 +46,7 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 	if loss == Logistic {
 		for i, y := range shard.Y {
 			if y != 1 && y != -1 {
-				return nil, fmt.Errorf("consensus: %s: row %d: logistic loss needs labels -1/+1, got %v", shard.Name, i, y)
+				return nil, fmt.Errorf("consensus: %s: example %d (0-based, in the order of this shard, not a file line): logistic loss needs labels -1/+1, got %v (labels are mapped to -1/+1 when the file is read with binary labels)", shard.Name, i, y)
 			}
 		}
 	}

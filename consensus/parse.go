@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // LoadOptions controls how dataset files are parsed.
@@ -20,6 +22,68 @@ type LoadOptions struct {
 	Format      string // "", "csv", "libsvm" ("" = by extension, then sniffing)
 	Categorical string // "none" (default: error on non-numeric) or "auto" (one-hot encode)
 	MinCols     int    // LIBSVM: pad to at least this many features
+	// MaxCols, when > 0, is the largest number of features accepted: a LIBSVM feature
+	// index above it, or a CSV with more feature columns, is an error naming the line.
+	MaxCols int
+	// Delimiter is the CSV field delimiter; 0 means ','.
+	Delimiter rune
+	// Binary reads the label as a class: the label column must hold two distinct values,
+	// mapped to -1 and +1 (see Classes for how labels compare and which is +1), and
+	// Dataset.Classes records the mapping. Without Binary labels must be numbers, used
+	// as they are (regression targets).
+	Binary bool
+	// Positive, with Binary, is the label that becomes +1; "" means the larger of the two
+	// (numerically when both are numbers, else the second in byte order).
+	Positive string
+	// Classes, with Binary, fixes the mapping (e.g. the training file's, for its test
+	// file); a label that is neither class is an error. It overrides Positive.
+	Classes *Classes
+}
+
+// Errors a caller can detect with errors.Is, to add advice that names its own options.
+var (
+	// ErrNotBinary: a binary label column holds a third value, or a label outside the
+	// given classes.
+	ErrNotBinary = errors.New("labels are not binary")
+	// ErrOneClass: every label is the same and nothing says whether it is the positive
+	// class.
+	ErrOneClass = errors.New("one class only")
+	// ErrPositive: the positive label given is neither of the file's two labels.
+	ErrPositive = errors.New("positive label not found")
+	// ErrNotNumeric: a feature cell is not a number and categorical encoding is off.
+	ErrNotNumeric = errors.New("feature is not a number")
+	// ErrLabelNotNumeric: a label is not a number where a numeric target is needed.
+	ErrLabelNotNumeric = errors.New("label is not a number")
+	// ErrEmptyCell: a CSV cell is empty (a missing value).
+	ErrEmptyCell = errors.New("empty cell")
+	// ErrDelimiter: the CSV seems to use another field delimiter.
+	ErrDelimiter = errors.New("wrong delimiter")
+	// ErrTooManyFeatures: more features than LoadOptions.MaxCols.
+	ErrTooManyFeatures = errors.New("too many features")
+)
+
+// dataError is a parse error whose message is complete and which unwraps to one of the
+// Err* kinds above.
+type dataError struct {
+	msg  string
+	kind error
+}
+
+func (e *dataError) Error() string { return e.msg }
+func (e *dataError) Unwrap() error { return e.kind }
+
+// DelimiterError reports a CSV whose first line is one column holding another likely
+// delimiter; it matches ErrDelimiter.
+type DelimiterError struct {
+	Delimiter rune // the delimiter the file seems to use
+	msg       string
+}
+
+func (e *DelimiterError) Error() string { return e.msg }
+func (e *DelimiterError) Unwrap() error { return ErrDelimiter }
+
+func errorOf(kind error, format string, a ...any) error {
+	return &dataError{msg: fmt.Sprintf(format, a...), kind: kind}
 }
 
 // Parse reads a dataset in the format selected by opt.Format, the extension of name, or
@@ -80,20 +144,30 @@ func checkFinite(name string, line int, col int, v float64) error {
 	return nil
 }
 
-// ParseCSV reads a comma-separated dataset. The first row is a header when one of its fields
-// is not numeric while the field below it is, or when opt.Label names a column. The label
-// column is opt.Label (name or 0-based index), by default the first column. Non-numeric
-// feature columns are one-hot encoded (categories in sorted order) when opt.Categorical is
-// "auto", and are an error otherwise.
+// ParseCSV reads a delimited dataset (opt.Delimiter, default ','). The first row is a
+// header when one of its fields is not numeric while the field below it is, or when
+// opt.Label names a column. The label column is opt.Label (name or 0-based index), by
+// default the first column; with opt.Binary it holds two classes (see Classes), else
+// numbers. Non-numeric feature columns are one-hot encoded (categories in sorted order)
+// when opt.Categorical is "auto", and are an error otherwise. Empty cells are an error.
+// Every error names the file line (1-based, the header counted).
 func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	switch opt.Categorical {
 	case "", "none", "auto":
 	default:
 		return nil, fmt.Errorf("consensus: unknown categorical mode %q (want none or auto)", opt.Categorical)
 	}
+	delim := opt.Delimiter
+	if delim == 0 {
+		delim = ','
+	}
+	if delim == '"' || delim == '\r' || delim == '\n' || delim == utf8.RuneError || !utf8.ValidRune(delim) || unicode.IsSpace(delim) && delim != '\t' {
+		return nil, fmt.Errorf("consensus: invalid CSV delimiter %q", delim)
+	}
 	cr := csv.NewReader(r)
+	cr.Comma = delim
 	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
+	cr.TrimLeadingSpace = delim != '\t'
 	cr.ReuseRecord = false
 	var recs [][]string
 	var lines []int
@@ -105,6 +179,12 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
+				if errors.Is(pe.Err, csv.ErrQuote) && pe.StartLine < pe.Line {
+					// An unterminated quote swallows the lines after it: name the line
+					// where the quoted record started, not where the reader gave up.
+					return nil, fmt.Errorf("consensus: %s:%d: malformed CSV: a quoted field of the record starting on line %d is not closed (the reader gave up on line %d: %v)",
+						name, pe.StartLine, pe.StartLine, pe.Line, pe.Err)
+				}
 				return nil, fmt.Errorf("consensus: %s:%d: malformed CSV: %v", name, pe.Line, pe.Err)
 			}
 			return nil, fmt.Errorf("consensus: %s: %v", name, err)
@@ -120,6 +200,15 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		return nil, fmt.Errorf("consensus: %s: empty file", name)
 	}
 	width := len(recs[0])
+	if width == 1 {
+		for _, other := range []rune{';', '\t', ',', '|'} {
+			if other != delim && strings.ContainsRune(recs[0][0], other) {
+				return nil, &DelimiterError{Delimiter: other, msg: fmt.Sprintf("consensus: %s:%d: the first line is one column %q: the file seems to be delimited by %q, not %q",
+					name, lines[0], clip(recs[0][0], 60), other, delim)}
+			}
+		}
+		return nil, fmt.Errorf("consensus: %s:%d: one column only: a dataset needs a label column and at least one feature column", name, lines[0])
+	}
 	for i, rec := range recs {
 		if len(rec) != width {
 			return nil, fmt.Errorf("consensus: %s:%d: %d fields, want %d as on line %d", name, lines[i], len(rec), width, lines[0])
@@ -181,18 +270,44 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			return nil, fmt.Errorf("consensus: %s:1: label column %q not found (%d columns)", name, opt.Label, width)
 		}
 	}
+	colName := func(j int) string { return fmt.Sprintf("column %d (%s)", j, names[j]) }
+	// Missing values first, in file order: a clear error rather than a parse failure.
+	for i, rec := range recs {
+		for j, f := range rec {
+			if strings.TrimSpace(f) == "" {
+				what := colName(j)
+				if j == label {
+					what += ", the label"
+				}
+				return nil, errorOf(ErrEmptyCell, "consensus: %s:%d: %s is empty (a missing value): fill it in or drop the row", name, lines[i], what)
+			}
+		}
+	}
 	rows := len(recs)
 	d := &Dataset{Name: name, Rows: rows}
-	d.Y = make([]float64, rows)
-	for i, rec := range recs {
-		v, ok := parseNumber(rec[label])
-		if !ok {
-			return nil, fmt.Errorf("consensus: %s:%d: column %d (label %s): %q is not a number", name, lines[i], label, names[label], rec[label])
+	labelCol := colName(label) + ", the label"
+	if opt.Binary {
+		raw := make([]string, rows)
+		for i, rec := range recs {
+			raw[i] = rec[label]
 		}
-		if err := checkFinite(name, lines[i], label, v); err != nil {
+		y, cl, err := mapBinary(name, labelCol, raw, lines, opt)
+		if err != nil {
 			return nil, err
 		}
-		d.Y[i] = v
+		d.Y, d.Classes = y, cl
+	} else {
+		d.Y = make([]float64, rows)
+		for i, rec := range recs {
+			v, ok := parseNumber(rec[label])
+			if !ok {
+				return nil, errorOf(ErrLabelNotNumeric, "consensus: %s:%d: %s: %q is not a number%s", name, lines[i], labelCol, rec[label], decimalComma(rec[label], delim))
+			}
+			if err := checkFinite(name, lines[i], label, v); err != nil {
+				return nil, err
+			}
+			d.Y[i] = v
+		}
 	}
 	// Per feature column: numeric values, or category codes.
 	type column struct {
@@ -221,8 +336,12 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		}
 		if badRow >= 0 {
 			if opt.Categorical != "auto" {
-				return nil, fmt.Errorf("consensus: %s:%d: column %d (%s): %q is not a number (use categorical=auto to one-hot encode)",
-					name, lines[badRow], j, names[j], recs[badRow][j])
+				hint := decimalComma(recs[badRow][j], delim)
+				if hint == "" {
+					hint = " (a text column: categorical mode auto one-hot encodes it)"
+				}
+				return nil, errorOf(ErrNotNumeric, "consensus: %s:%d: %s: %q is not a number%s",
+					name, lines[badRow], colName(j), recs[badRow][j], hint)
 			}
 			set := map[string]bool{}
 			for _, rec := range recs {
@@ -250,6 +369,9 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		}
 	}
 	d.Cols = len(d.Features)
+	if opt.MaxCols > 0 && d.Cols > opt.MaxCols {
+		return nil, errorOf(ErrTooManyFeatures, "consensus: %s: %d features, more than the %d expected", name, d.Cols, opt.MaxCols)
+	}
 	if rows*d.Cols > 1<<28 {
 		return nil, fmt.Errorf("consensus: %s: %d rows x %d features is too large for a dense matrix", name, rows, d.Cols)
 	}
@@ -272,12 +394,33 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	return d, nil
 }
 
+// decimalComma returns a hint when s would be a number with a decimal point instead of a
+// comma in a file whose delimiter is not a comma.
+func decimalComma(s string, delim rune) string {
+	if delim == ',' || !strings.Contains(s, ",") {
+		return ""
+	}
+	if _, ok := parseNumber(strings.Replace(s, ",", ".", 1)); ok {
+		return " (a decimal comma? write decimals with a point)"
+	}
+	return ""
+}
+
+// clip shortens s to at most n bytes for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
 // maxLIBSVMIndex bounds feature indices so that a malformed file cannot demand huge memory.
 const maxLIBSVMIndex = 1 << 20
 
 // ParseLIBSVM reads a LIBSVM/svmlight dataset: one "label idx:val idx:val ..." line per row,
 // 1-based indices, "qid:" tokens ignored, "#" starting a comment. The number of features is
-// the largest index seen, at least opt.MinCols.
+// the largest index seen, at least opt.MinCols; an index above opt.MaxCols (when > 0) is
+// an error. With opt.Binary the labels are two classes (see Classes), else numbers.
 func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	type entry struct {
 		idx int
@@ -285,6 +428,8 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	}
 	var rows [][]entry
 	var ys []float64
+	var raw []string
+	var lines []int
 	maxIdx := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024)
@@ -299,12 +444,19 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		if len(f) == 0 {
 			continue
 		}
-		y, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("consensus: %s:%d: label %q is not a number", name, line, f[0])
-		}
-		if err := checkFinite(name, line, 0, y); err != nil {
-			return nil, err
+		if opt.Binary {
+			raw = append(raw, f[0])
+			lines = append(lines, line)
+			ys = append(ys, 0)
+		} else {
+			y, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return nil, errorOf(ErrLabelNotNumeric, "consensus: %s:%d: label %q is not a number", name, line, f[0])
+			}
+			if err := checkFinite(name, line, 0, y); err != nil {
+				return nil, err
+			}
+			ys = append(ys, y)
 		}
 		var row []entry
 		for _, tok := range f[1:] {
@@ -319,6 +471,10 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			if err != nil || idx < 1 || idx > maxLIBSVMIndex {
 				return nil, fmt.Errorf("consensus: %s:%d: bad feature index %q (want 1..%d)", name, line, tok[:k], maxLIBSVMIndex)
 			}
+			if opt.MaxCols > 0 && idx > opt.MaxCols {
+				return nil, errorOf(ErrTooManyFeatures, "consensus: %s:%d: feature index %d, but %d features are expected (the training data's or the model's)",
+					name, line, idx, opt.MaxCols)
+			}
 			v, err := strconv.ParseFloat(tok[k+1:], 64)
 			if err != nil {
 				return nil, fmt.Errorf("consensus: %s:%d: feature %d: %q is not a number", name, line, idx, tok[k+1:])
@@ -330,7 +486,6 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			maxIdx = max(maxIdx, idx)
 		}
 		rows = append(rows, row)
-		ys = append(ys, y)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("consensus: %s:%d: %v", name, line+1, err)
@@ -338,11 +493,19 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("consensus: %s: empty file", name)
 	}
+	var classes *Classes
+	if opt.Binary {
+		y, cl, err := mapBinary(name, "label", raw, lines, opt)
+		if err != nil {
+			return nil, err
+		}
+		ys, classes = y, cl
+	}
 	p := max(maxIdx, opt.MinCols)
 	if len(rows)*p > 1<<28 {
 		return nil, fmt.Errorf("consensus: %s: %d rows x %d features is too large for a dense matrix", name, len(rows), p)
 	}
-	d := &Dataset{Name: name, Rows: len(rows), Cols: p, Y: ys, X: make([]float64, len(rows)*p), Features: make([]string, p)}
+	d := &Dataset{Name: name, Rows: len(rows), Cols: p, Y: ys, X: make([]float64, len(rows)*p), Features: make([]string, p), Classes: classes}
 	for j := range d.Features {
 		d.Features[j] = fmt.Sprintf("f%d", j+1)
 	}

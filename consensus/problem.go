@@ -161,33 +161,6 @@ func (p Problem) Accuracy(d *Dataset, w []float64) float64 {
 	return float64(ok) / float64(d.Rows)
 }
 
-// Regression returns the root mean squared error sqrt((1/Rows) sum_r (x_r.w - y_r)^2) of
-// the predictions x_r.w and the coefficient of determination R^2 = 1 - SS_res/SS_tot,
-// SS_tot = sum_r (y_r - mean(y))^2 (R^2 can be negative: worse than predicting the mean).
-// R^2 is NaN when the targets do not vary (SS_tot = 0); both are NaN for an empty dataset.
-func Regression(d *Dataset, w []float64) (rmse, r2 float64) {
-	if d.Rows == 0 {
-		return math.NaN(), math.NaN()
-	}
-	mean := 0.0
-	for _, y := range d.Y {
-		mean += y
-	}
-	mean /= float64(d.Rows)
-	res, tot := 0.0, 0.0
-	for i := 0; i < d.Rows; i++ {
-		r := dot(d.Row(i), w) - d.Y[i]
-		res += r * r
-		t := d.Y[i] - mean
-		tot += t * t
-	}
-	rmse = math.Sqrt(res / float64(d.Rows))
-	if tot == 0 {
-		return rmse, math.NaN()
-	}
-	return rmse, 1 - res/tot
-}
-
 // meanGrad sets g to the gradient of MeanLoss at w.
 func (p Problem) meanGrad(g []float64, d *Dataset, w []float64) {
 	clear(g)

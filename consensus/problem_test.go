@@ -134,19 +134,19 @@ func TestRegressionRMSE(t *testing.T) {
 	// Predictions x.w = 2, -1, 1, 4 for targets 1, -1, 1, 3: residuals 1, 0, 0, 1,
 	// SS_res = 2, RMSE = sqrt(2/4); mean(y) = 1, SS_tot = 0 + 4 + 0 + 4 = 8, R^2 = 1 - 2/8.
 	d := &Dataset{Name: "r", Rows: 4, Cols: 2, X: []float64{1, 0, 0, 1, 1, 1, 2, 0}, Y: []float64{1, -1, 1, 3}}
-	rmse, r2 := Regression(d, []float64{2, -1})
-	if math.Abs(rmse-math.Sqrt(0.5)) > 1e-15 || math.Abs(r2-0.75) > 1e-15 {
+	rmse, r2, ok := Regression(d, []float64{2, -1})
+	if !ok || math.Abs(rmse-math.Sqrt(0.5)) > 1e-15 || math.Abs(r2-0.75) > 1e-15 {
 		t.Errorf("Regression = %v, %v; want %v, 0.75", rmse, r2, math.Sqrt(0.5))
 	}
 	// The zero model predicts 0: SS_res = 1+1+1+9 = 12 > SS_tot, R^2 = 1 - 12/8 < 0.
-	if _, r2 := Regression(d, []float64{0, 0}); math.Abs(r2-(-0.5)) > 1e-15 {
+	if _, r2, _ := Regression(d, []float64{0, 0}); math.Abs(r2-(-0.5)) > 1e-15 {
 		t.Errorf("R^2 of the zero model = %v, want -0.5", r2)
 	}
 	flat := &Dataset{Name: "f", Rows: 2, Cols: 1, X: []float64{1, 2}, Y: []float64{3, 3}}
-	if rmse, r2 := Regression(flat, []float64{1}); math.Abs(rmse-math.Sqrt(2.5)) > 1e-15 || !math.IsNaN(r2) {
-		t.Errorf("constant targets: %v, %v; want %v, NaN", rmse, r2, math.Sqrt(2.5))
+	if rmse, _, ok := Regression(flat, []float64{1}); math.Abs(rmse-math.Sqrt(2.5)) > 1e-15 || ok {
+		t.Errorf("constant targets: %v, R^2 defined %v; want %v, undefined", rmse, ok, math.Sqrt(2.5))
 	}
-	if rmse, r2 := Regression(&Dataset{Cols: 1}, []float64{1}); !math.IsNaN(rmse) || !math.IsNaN(r2) {
+	if rmse, r2, ok := Regression(&Dataset{Cols: 1}, []float64{1}); ok || rmse != 0 {
 		t.Errorf("empty dataset: %v, %v", rmse, r2)
 	}
 }

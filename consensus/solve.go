@@ -69,7 +69,7 @@ func Solve(d *Dataset, p Problem, opt SolveOptions) (w []float64, obj float64, e
 	if p.Loss == Logistic {
 		for i, y := range d.Y {
 			if y != 1 && y != -1 {
-				return nil, 0, fmt.Errorf("consensus: %s: row %d: logistic loss needs labels -1/+1, got %v", d.Name, i, y)
+				return nil, 0, fmt.Errorf("consensus: %s: example %d (0-based, in the order of this set, not a file line): logistic loss needs labels -1/+1, got %v (labels are mapped to -1/+1 when the file is read with binary labels)", d.Name, i, y)
 			}
 		}
 	}

@@ -28,8 +28,13 @@ type Config struct {
 	Run string
 	// DataDir holds identity, ledger, checkpoints and model.json.
 	DataDir string
-	// Data is this node's private shard.
+	// Data is this node's private shard, already scaled with Scaling.
 	Data *consensus.Dataset
+	// Scaling is the public feature scaling applied to Data (nil: none, or unknown). Its
+	// fingerprint enters the config hash, so every member of a run scales its features
+	// with the same parameters; it is written to model.json, where evaluations of the
+	// model read it.
+	Scaling *consensus.Scaler
 	// Problem, Gamma, Lambda, Clip, Sigma, MaxUpdates: the walk's hyperparameters (see walk.Config).
 	Problem    consensus.Problem
 	Gamma      float64
@@ -266,7 +271,7 @@ func (c *Config) validateGossip() error {
 	}
 	if r, norm := maxRowNorm(c.Data); norm > 1+1e-12 {
 		return fmt.Errorf("node: row %d of the local data has norm %.6g > 1: Theorem V.1 needs every row normalised to ||x|| <= 1 "+
-			"(scale the data with --scale rownorm or standardize+rownorm); refusing to take part", r, norm)
+			"(scale the data with --scale unitball, the default, or a --scale-file of kind standardize+unitball); refusing to take part", r, norm)
 	}
 	return c.Problem.Validate()
 }
@@ -409,10 +414,20 @@ type RunConfig struct {
 	PaperC    float64 `json:"paper_c,omitempty"`
 	// EtaTable is GossipParams.EtaTable (the penalty file's rows), when one is used.
 	EtaTable [][]float64 `json:"eta_table,omitempty"`
+
+	// Scaling is the fingerprint of the feature scaling (consensus.Scaler.Fingerprint;
+	// empty for none, so hashes of unscaled runs are unchanged).
+	Scaling string `json:"scaling,omitempty"`
 }
 
 // RunConfig returns the run configuration implied by c.
 func (c *Config) RunConfig() RunConfig {
+	rc := c.runConfig()
+	rc.Scaling = c.Scaling.Fingerprint()
+	return rc
+}
+
+func (c *Config) runConfig() RunConfig {
 	if p := c.Gossip; p != nil {
 		spec := p.Graph
 		if spec == "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-multiaddr"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -303,6 +304,9 @@ type Model struct {
 	Dims       int          `json:"dims"`
 	Model      []float64    `json:"model"`
 	Privacy    ModelPrivacy `json:"privacy"`
+
+	// Scaling is the run's feature scaling (Config.Scaling); absent for none or unknown.
+	Scaling *consensus.Scaler `json:"scaling,omitempty"`
 }
 
 // ModelPrivacy is this node's privacy report (epsilon -1 means unbounded).
@@ -321,7 +325,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 	up := n.ckpt.Updates
 	return &Model{
 		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
-		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...),
+		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
 			Local:   boundJSON(privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)),

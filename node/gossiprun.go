@@ -48,7 +48,10 @@ type GossipModel struct {
 	TotalRows  int       `json:"total_rows"`
 	Dims       int       `json:"dims"`
 	Model      []float64 `json:"model"`
-	Note       string    `json:"note"`
+	// Scaling is the run's feature scaling (Config.Scaling), which 'dpadmm account
+	// models --data' applies to an evaluation set; absent for none or unknown.
+	Scaling *consensus.Scaler `json:"scaling,omitempty"`
+	Note    string            `json:"note"`
 	// Inexact counts local solves that missed the tolerance (each voids that release's
 	// guarantee). The solver's residuals themselves are functions of the private data that
 	// no figure covers, so they are not written (see docs/threat-model.md).
@@ -267,7 +270,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	out := &GossipModel{
 		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: self, Nodes: N,
 		Members: names, Graph: spec, GraphSeed: p.GraphSeed, Neighbors: nbrs, Iters: res.Iter,
-		Rows: n.cfg.Data.Rows, TotalRows: total, Dims: len(res.Model), Model: res.Model, Note: GossipModelNote,
+		Rows: n.cfg.Data.Rows, TotalRows: total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: GossipModelNote,
 		Inexact: inexact, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
 		WallSecs: res.Wall.Seconds(),
 		Privacy: GossipPriv{

@@ -31,6 +31,7 @@ type GossipOptions struct {
 	Train, Test *consensus.Dataset // Train is already scaled; Test may be nil
 	Data        string             // name of the data source, for the report
 	Scaling     string             // scaling used, for the report
+	Scaler      *consensus.Scaler  // the scaling with its parameters, recorded in the report
 	Nodes       int
 	Split       string            // iid (default), contiguous or label
 	Problem     consensus.Problem // L1 must be 0 (R must be smooth and strongly convex)
@@ -509,7 +510,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		Algo: algo.String(), Objective: obj, ReferenceObjective: refObj, Gap: gap,
 		Hops: uint64(o.Iters), Nodes: n, Dims: dim, TrainRows: o.Train.Rows,
 		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
-		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Split: split,
+		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Scaling: o.Scaler, Split: split,
 		Graph: o.Graph, Data: o.Data, TraceHash: out.TraceHash, Model: avg,
 	}
 	if o.Problem.Loss == consensus.Logistic {

@@ -231,6 +231,10 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 			"--loss", cfg.Problem.Loss.String(), "--l1", f(cfg.Problem.Reg.L1), "--l2", f(cfg.Problem.Reg.L2),
 			"--gamma", f(cfg.Gamma), "--lambda", f(cfg.Lambda), "--clip", f(cfg.Clip), "--sigma", f(cfg.Sigma),
 			"--max-updates", strconv.Itoa(cfg.MaxUpdates), "--delta", f(cfg.Delta)}
+		if cfg.Problem.Loss == consensus.Logistic {
+			// The shard's labels are -1/+1 already; a shard may hold one class only.
+			a = append(a, "--positive", "1")
+		}
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
 		}

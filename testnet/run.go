@@ -19,20 +19,23 @@ type Options struct {
 	Train, Test *consensus.Dataset // Train is already scaled; Test may be nil
 	Data        string             // name of the data source, for the report
 	Scaling     string             // scaling used, for the report
-	Nodes       int
-	Split       string
-	Problem     consensus.Problem
-	Gamma       float64
-	Lambda      float64
-	Clip        float64
-	Sigma       float64
-	Hops        uint64
-	Seed        uint64
-	Graph       string
-	MaxUpdates  int
-	Delta       float64
-	CurveEvery  uint64
-	Curve       io.Writer // CSV "hop,objective,gap" at hop 0, every CurveEvery hops and the last hop; nil = none
+	// Scaler is the scaling with its parameters, recorded in the report so that its model
+	// can be scored on new data (dpadmm eval); nil: not recorded.
+	Scaler     *consensus.Scaler
+	Nodes      int
+	Split      string
+	Problem    consensus.Problem
+	Gamma      float64
+	Lambda     float64
+	Clip       float64
+	Sigma      float64
+	Hops       uint64
+	Seed       uint64
+	Graph      string
+	MaxUpdates int
+	Delta      float64
+	CurveEvery uint64
+	Curve      io.Writer // CSV "hop,objective,gap" at hop 0, every CurveEvery hops and the last hop; nil = none
 	// Progress is called about once per second of wall time; nil = silent.
 	Progress func(hop, total uint64, obj float64)
 	// KeepTrace keeps the (hop, node, noisy) path in Report.Trace, with the view steps of
@@ -49,41 +52,42 @@ type Options struct {
 
 // Report is the JSON report of a run.
 type Report struct {
-	Algo               string    `json:"algo"`
-	Objective          float64   `json:"objective"`
-	ReferenceObjective float64   `json:"reference_objective"`
-	Gap                float64   `json:"gap"`
-	TestObjective      *float64  `json:"test_objective,omitempty"`
-	Accuracy           *float64  `json:"accuracy,omitempty"`
-	TrainAccuracy      *float64  `json:"train_accuracy,omitempty"`
-	Hops               uint64    `json:"hops"`
-	Nodes              int       `json:"nodes"`
-	Dims               int       `json:"dims"`
-	TrainRows          int       `json:"train_rows"`
-	TestRows           int       `json:"test_rows"`
-	WallSeconds        float64   `json:"wall_seconds"`
-	UsPerHop           float64   `json:"us_per_hop"`
-	Seed               uint64    `json:"seed"`
-	Loss               string    `json:"loss"`
-	L1                 float64   `json:"l1"`
-	L2                 float64   `json:"l2"`
-	Gamma              float64   `json:"gamma"`
-	Lambda             float64   `json:"lambda"`
-	Clip               float64   `json:"clip"`
-	Sigma              float64   `json:"sigma"`
-	MaxUpdates         int       `json:"max_updates"`
-	Scale              string    `json:"scale"`
-	Split              string    `json:"split"`
-	Graph              string    `json:"graph"`
-	Data               string    `json:"data"`
-	TraceHash          string    `json:"trace_hash"`
-	Model              []float64 `json:"model"`
-	// Squared loss only: root mean squared error and R^2 of the model's predictions x.w
-	// on the test and the training data (R^2 is left out when the targets do not vary).
-	RMSE      *float64 `json:"rmse,omitempty"`
-	R2        *float64 `json:"r2,omitempty"`
-	TrainRMSE *float64 `json:"train_rmse,omitempty"`
-	TrainR2   *float64 `json:"train_r2,omitempty"`
+	Algo               string   `json:"algo"`
+	Objective          float64  `json:"objective"`
+	ReferenceObjective float64  `json:"reference_objective"`
+	Gap                float64  `json:"gap"`
+	TestObjective      *float64 `json:"test_objective,omitempty"`
+	Accuracy           *float64 `json:"accuracy,omitempty"`
+	TrainAccuracy      *float64 `json:"train_accuracy,omitempty"`
+	RMSE               *float64 `json:"rmse,omitempty"`       // squared loss: on the test rows
+	R2                 *float64 `json:"r2,omitempty"`         // squared loss: absent for constant targets
+	TrainRMSE          *float64 `json:"train_rmse,omitempty"` // squared loss: on the training rows
+	TrainR2            *float64 `json:"train_r2,omitempty"`
+	Hops               uint64   `json:"hops"`
+	Nodes              int      `json:"nodes"`
+	Dims               int      `json:"dims"`
+	TrainRows          int      `json:"train_rows"`
+	TestRows           int      `json:"test_rows"`
+	WallSeconds        float64  `json:"wall_seconds"`
+	UsPerHop           float64  `json:"us_per_hop"`
+	Seed               uint64   `json:"seed"`
+	Loss               string   `json:"loss"`
+	L1                 float64  `json:"l1"`
+	L2                 float64  `json:"l2"`
+	Gamma              float64  `json:"gamma"`
+	Lambda             float64  `json:"lambda"`
+	Clip               float64  `json:"clip"`
+	Sigma              float64  `json:"sigma"`
+	MaxUpdates         int      `json:"max_updates"`
+	Scale              string   `json:"scale"`
+	// Scaling is the feature scaling with its parameters (a simulator's data is not
+	// private), which inputs of Model must get first.
+	Scaling   *consensus.Scaler `json:"scaling,omitempty"`
+	Split     string            `json:"split"`
+	Graph     string            `json:"graph"`
+	Data      string            `json:"data"`
+	TraceHash string            `json:"trace_hash"`
+	Model     []float64         `json:"model"`
 	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
 	// node had used up its privacy budget first.
 	Ended   string        `json:"ended"`
@@ -648,7 +652,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 		Hops: w.hops, Nodes: o.Nodes, Dims: w.dim, TrainRows: o.Train.Rows,
 		WallSeconds: w.wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
 		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Lambda: o.Lambda,
-		Clip: jsonNum(o.Clip), Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Scale: o.Scaling, Split: p.split,
+		Clip: jsonNum(o.Clip), Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Scale: o.Scaling, Scaling: o.Scaler, Split: p.split,
 		Graph: graphName(o.Graph), Data: o.Data, TraceHash: fmt.Sprintf("%016x", w.traceHash), Model: z,
 		Ended: "hops", Budget: w.budget,
 	}
@@ -790,31 +794,28 @@ func Run(o Options) (rep *Report, err error) {
 	return p.report(o, w)
 }
 
-// setRegression sets the RMSE and R^2 of model z on train and test (nil or empty: none)
-// for the squared loss.
-func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, z []float64) {
-	if loss != consensus.Squared {
-		return
-	}
-	opt := func(v float64) *float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return &v
-	}
-	if train != nil && train.Rows > 0 {
-		rmse, r2 := consensus.Regression(train, z)
-		r.TrainRMSE, r.TrainR2 = opt(rmse), opt(r2)
-	}
-	if test != nil && test.Rows > 0 {
-		rmse, r2 := consensus.Regression(test, z)
-		r.RMSE, r.R2 = opt(rmse), opt(r2)
-	}
-}
-
 func graphName(s string) string {
 	if s == "" {
 		return "complete"
 	}
 	return s
+}
+
+// setRegression sets the RMSE and R^2 of model w on train and test (squared loss only).
+func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, w []float64) {
+	if loss != consensus.Squared {
+		return
+	}
+	set := func(d *consensus.Dataset, rmse, r2 **float64) {
+		if d == nil || d.Rows == 0 {
+			return
+		}
+		e, q, ok := consensus.Regression(d, w)
+		*rmse = &e
+		if ok {
+			*r2 = &q
+		}
+	}
+	set(train, &r.TrainRMSE, &r.TrainR2)
+	set(test, &r.RMSE, &r.R2)
 }

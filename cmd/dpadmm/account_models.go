@@ -19,7 +19,7 @@ import (
 )
 
 const accountModelsHelp = `Usage:
-  dpadmm account models [--allow-missing] [--json] [--out F.json] [--data F [--label L] [--scale S] [--positive P] [--loss L]] FILE|DIR ...
+  dpadmm account models [--allow-missing] [--json] [--out F.json] [--data F [--label L] [--positive P] [--scale S | --scale-file F] [--loss L]] FILE|DIR ...
 
 models: the network view of a neighbour-exchange run (dpadmm node --algo radmm|mradmm|...)
 from the members' model.json files (a DIR means DIR/model.json). Every file must come from
@@ -37,8 +37,10 @@ averages the files given and says so; the network figure is then not a guarantee
 
 --data evaluates f_bar on a dataset (e.g. a public test set) with the run's loss (recorded
 in model.json; --loss for older files): logistic gives accuracy and mean loss, squared the
-mean loss, RMSE and R^2 ('dpadmm eval' scores one model file the same way). The scaling (--scale, default as 'dpadmm node') is fitted on that dataset, as
-each node fits its own on its local data.
+mean loss, the RMSE and R^2. The features are scaled as in the run: with the scaling its
+model.json files record (--scale or --scale-file for files that record none); a scaling
+with parameters is never fitted on the evaluation data. The other data flags (--label,
+--positive, --categorical, --delimiter) are those of 'dpadmm node'.
 
 Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
   run, config_hash, algo, graph, graph_seed, nodes, iters, dims
@@ -47,14 +49,18 @@ Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
   partial         true when missing is not empty (f_bar is then not the network average)
   model           f_bar, dims numbers
   max_node_deviation
+  scaling         the run's feature scaling {kind, mean, std, row_div} (absent when the
+                  files record none)
   per_node        [{index, peer, peer_short, file, epsilon, formula_epsilon, ledger_epsilon,
                     conditions_hold, reason, secure_noise, stale_uses, inexact_solves,
                     deviation}] by index
   gossip_privacy  {epsilon, formula_epsilon, worst_node, given_max_epsilon, theorem,
                    conditions, conditions_hold, reason, failing_nodes, secure_noise, scope}
-  evaluation      {data, rows, loss, scale, mean_loss, accuracy (logistic only), rmse and r2
-                   (squared only)} (with --data)
---out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model}.
+  evaluation      {data, rows, loss, scale, accuracy (logistic only), mean_loss,
+                   rmse and r2 (squared only; r2 absent when the targets are constant)} (with --data)
+--out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model, scaling}.
+
+Flags of models:
 `
 
 // maxModelFile caps the size of one model.json read by "account models" (bytes).
@@ -104,8 +110,8 @@ type modelsEval struct {
 	Scale    string   `json:"scale"`
 	Accuracy *float64 `json:"accuracy,omitempty"`
 	MeanLoss float64  `json:"mean_loss"`
-	RMSE     *float64 `json:"rmse,omitempty"` // squared loss
-	R2       *float64 `json:"r2,omitempty"`   // squared loss; absent when the labels do not vary
+	RMSE     *float64 `json:"rmse,omitempty"`
+	R2       *float64 `json:"r2,omitempty"`
 }
 
 // modelsReport is the JSON output of "account models".
@@ -127,6 +133,9 @@ type modelsReport struct {
 	PerNode      []modelsNode  `json:"per_node"`
 	Privacy      modelsPrivacy `json:"gossip_privacy"`
 	Eval         *modelsEval   `json:"evaluation,omitempty"`
+
+	// Scaling is the run's feature scaling, as the files record it (absent: none recorded).
+	Scaling *consensus.Scaler `json:"scaling,omitempty"`
 }
 
 // averagedModel is the content of --out.
@@ -140,6 +149,8 @@ type averagedModel struct {
 	Partial    bool      `json:"partial"`
 	Dims       int       `json:"dims"`
 	Model      []float64 `json:"model"`
+	// Scaling is the run's feature scaling, which inputs of the model must get first.
+	Scaling *consensus.Scaler `json:"scaling,omitempty"`
 }
 
 // loadedModel is one validated model.json.
@@ -156,10 +167,7 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	allowMissing := fs.Bool("allow-missing", false, "average the files given when members have none (the output says so; no network guarantee)")
 	asJSON := fs.Bool("json", false, "print JSON (keys above)")
 	outPath := fs.String("out", "", "write the averaged model as JSON to this file")
-	dataPath := fs.String("data", "", "evaluate f_bar on this dataset (CSV or LIBSVM, or \"embedded\")")
-	label := fs.String("label", "", "with --data: CSV label column, name or 0-based index (default: first column)")
-	scale := fs.String("scale", "standardize+rownorm", "with --data: scaling fitted on that data: none|standardize|rownorm|standardize+rownorm")
-	positive := fs.String("positive", "", "with --data and logistic loss: the CSV label column holds text classes; this one is +1")
+	df := addDataFlags(fs, modelsData)
 	lossName := fs.String("loss", "logistic", "with --data: the run's loss, logistic|squared (default: the loss the model.json files record; files written before the loss was recorded need it)")
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -174,15 +182,15 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(stderr, "models: --loss: %v", err)
 	}
-	kind, err := consensus.ParseScaling(*scale)
-	if err != nil {
-		return usageErr(stderr, "models: --scale: %v", err)
+	if *df.path == "" {
+		for _, n := range []string{"label", "positive", "categorical", "delimiter", "scale", "scale-file"} {
+			if df.isSet(n) {
+				return usageErr(stderr, "models: --%s needs --data", n)
+			}
+		}
 	}
-	if *positive != "" && loss != consensus.Logistic {
-		return usageErr(stderr, "models: --positive needs the logistic loss")
-	}
-	if *dataPath == "" && (*label != "" || *positive != "") {
-		return usageErr(stderr, "models: --label and --positive need --data")
+	if err := df.check(loss); err != nil {
+		return usageErr(stderr, "models: %v", err)
 	}
 	rep, err := modelsFromFiles(files, *allowMissing)
 	if err != nil {
@@ -199,12 +207,12 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 			return usageErr(stderr, "models: --loss %s, but the run's model.json files record the %s loss", loss, fl)
 		}
 		loss = fl
-		if *positive != "" && loss != consensus.Logistic {
-			return usageErr(stderr, "models: --positive needs the logistic loss; the run used %s", loss)
+		if err := df.check(loss); err != nil {
+			return usageErr(stderr, "models: %v (the run used the %s loss)", err, loss)
 		}
 	}
-	if *dataPath != "" {
-		ev, err := evalAveraged(rep.Model, *dataPath, *label, *positive, loss, kind)
+	if *df.path != "" {
+		ev, err := evalAveraged(rep, df, loss)
 		if err != nil {
 			return fmt.Errorf("models: --data: %w", err)
 		}
@@ -212,7 +220,7 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	}
 	if *outPath != "" {
 		am := averagedModel{Run: rep.Run, ConfigHash: rep.ConfigHash, Algo: rep.Algo, Nodes: rep.Nodes,
-			Averaged: rep.Averaged, Missing: rep.Missing, Partial: rep.Partial, Dims: rep.Dims, Model: rep.Model}
+			Averaged: rep.Averaged, Missing: rep.Missing, Partial: rep.Partial, Dims: rep.Dims, Model: rep.Model, Scaling: rep.Scaling}
 		if err := writeFileWith(*outPath, func(w io.Writer) error { return writeJSON(w, am) }); err != nil {
 			return err
 		}
@@ -330,6 +338,8 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 			return nil, mismatch("dimension", m.Dims, r.Dims)
 		case m.Iters != r.Iters:
 			return nil, mismatch("iteration count", m.Iters, r.Iters)
+		case (m.Scaling == nil) != (r.Scaling == nil) || m.Scaling.Fingerprint() != r.Scaling.Fingerprint():
+			return nil, mismatch("scaling", describeRecorded(m.Scaling), describeRecorded(r.Scaling))
 		}
 		if prev, dup := seen[m.Index]; dup {
 			return nil, fmt.Errorf("models: %s and %s both hold member index %d", prev, lm.file, m.Index)
@@ -340,7 +350,7 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 	r := ref.m
 	rep := &modelsReport{
 		Run: r.Run, ConfigHash: r.ConfigHash, Algo: r.Algo, Loss: r.Loss, Graph: r.Graph, GraphSeed: r.GraphSeed,
-		Nodes: r.Nodes, Iters: r.Iters, Dims: r.Dims, Averaged: []int{}, Missing: []int{},
+		Nodes: r.Nodes, Iters: r.Iters, Dims: r.Dims, Averaged: []int{}, Missing: []int{}, Scaling: r.Scaling,
 	}
 	for i := 0; i < r.Nodes; i++ {
 		if _, ok := seen[i]; !ok {
@@ -431,40 +441,32 @@ func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
 	return p
 }
 
-// evalAveraged evaluates w on the dataset at path ("embedded" = the embedded data), scaled
-// with a scaler of kind fitted on it.
-func evalAveraged(w []float64, path, label, positive string, loss consensus.Loss, kind consensus.Scaling) (*modelsEval, error) {
-	var d *consensus.Dataset
-	var err error
-	opt := consensus.LoadOptions{Label: label, MinCols: len(w)}
-	switch {
-	case path == "embedded":
-		if positive != "" {
-			return nil, errors.New("--positive needs a file (the embedded data has labels -1/+1)")
-		}
-		d, err = consensus.Embedded()
-	case loss == consensus.Logistic:
-		d, err = loadFile(path, opt, positive)
-	default:
-		d, err = consensus.Load(path, opt)
-	}
+// evalAveraged evaluates the averaged model of rep on the dataset of the data flags, its
+// features scaled as in the run (the scaling the model.json files record, or the one
+// the flags give for files that record none).
+func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*modelsEval, error) {
+	w := rep.Model
+	ld, err := df.load(loadRequest{loss: loss, dims: len(w), run: rep.Scaling})
 	if err != nil {
 		return nil, err
 	}
+	d := ld.train
 	if d.Rows == 0 {
-		return nil, fmt.Errorf("%s has no rows", path)
+		return nil, fmt.Errorf("%s has no rows", ld.name)
 	}
-	if d.Cols != len(w) {
-		return nil, fmt.Errorf("%s has %d features, the model has %d", path, d.Cols, len(w))
+	pb := consensus.Problem{Loss: loss}
+	ev := &modelsEval{Data: ld.name, Rows: d.Rows, Loss: loss.String(), Scale: ld.scaling, MeanLoss: pb.MeanLoss(d, w)}
+	if loss == consensus.Logistic {
+		a := pb.Accuracy(d, w)
+		ev.Accuracy = &a
+	} else {
+		rmse, r2, ok := consensus.Regression(d, w)
+		ev.RMSE = &rmse
+		if ok {
+			ev.R2 = &r2
+		}
 	}
-	sc, err := consensus.FitScaler(d, kind)
-	if err != nil {
-		return nil, err
-	}
-	d = sc.Apply(d)
-	sc2 := scoreModel(d, w, loss)
-	return &modelsEval{Data: path, Rows: d.Rows, Loss: loss.String(), Scale: string(kind), MeanLoss: sc2.MeanLoss,
-		Accuracy: sc2.Accuracy, RMSE: sc2.RMSE, R2: sc2.R2}, nil
+	return ev, nil
 }
 
 func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
@@ -490,8 +492,18 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	fmt.Fprintf(w, "f_bar: [%s]\n", b.String())
 	if r.Eval != nil {
 		e := r.Eval
-		fmt.Fprintf(w, "evaluation on %s (%d rows, scale %s fitted on it): ", e.Data, e.Rows, e.Scale)
-		printScores(w, e.Loss, evalScores{MeanLoss: e.MeanLoss, Accuracy: e.Accuracy, RMSE: e.RMSE, R2: e.R2})
+		fmt.Fprintf(w, "evaluation on %s (%d rows, %s loss, scale %s):", e.Data, e.Rows, e.Loss, e.Scale)
+		if e.Accuracy != nil {
+			fmt.Fprintf(w, " accuracy %.4f,", *e.Accuracy)
+		}
+		fmt.Fprintf(w, " mean loss %.6g", e.MeanLoss)
+		if e.RMSE != nil {
+			fmt.Fprintf(w, ", RMSE %.6g", *e.RMSE)
+		}
+		if e.R2 != nil {
+			fmt.Fprintf(w, ", R^2 %.4f", *e.R2)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
 	for _, n := range r.PerNode {
@@ -527,6 +539,14 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	if outPath != "" {
 		fmt.Fprintf(w, "averaged model written to %s\n", outPath)
 	}
+}
+
+// describeRecorded names a scaling recorded in model.json, nil meaning none recorded.
+func describeRecorded(s *consensus.Scaler) string {
+	if s == nil {
+		return "(none recorded)"
+	}
+	return describeScaler(s)
 }
 
 // shortPeer is the last 8 characters of a peer ID, as the node's logs show it.

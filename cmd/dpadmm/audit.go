@@ -89,8 +89,7 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	alpha := fs.Float64("alpha", 2, "radmm: noise density exp(-alpha*||eps||)")
 	eta := fs.Float64("eta", 1, "radmm: penalty eta")
 	paperC := fs.Float64("paper-c", 10, "radmm: the paper's C; C_i/B_i = C*N/M and rho/N = C*l2")
-	data := fs.String("data", "", "training data, CSV or LIBSVM (default: embedded breast cancer data)")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
+	df := addDataFlags(fs, experimentData)
 	workers := fs.Int("workers", 0, "goroutines running trials (default: min(2, CPUs))")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -143,7 +142,10 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	ld, err := loadData(dataSpec{path: *data, label: *label, categorical: "none", scale: "standardize+rownorm", testFrac: 0.2, seed: 1})
+	if err := df.check(consensus.Logistic); err != nil {
+		return auditUsage(stderr, "%v", err)
+	}
+	ld, err := df.load(loadRequest{loss: consensus.Logistic, seed: 1})
 	if err != nil {
 		return err
 	}

@@ -1,185 +1,369 @@
 package main
 
 import (
-	"bytes"
-	"encoding/csv"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet"
 )
 
-// dataSpec says where a command's data comes from and how it is prepared.
-type dataSpec struct {
-	path        string  // CSV or LIBSVM; "" = embedded breast cancer data
-	testPath    string  // separate test file; "" = hold out testFrac of path
-	testFrac    float64 // in [0, 1)
-	label       string  // CSV label column: name or 0-based index ("" = first column)
-	categorical string  // none or auto
-	scale       string  // consensus.ParseScaling name
-	positive    string  // when set, the CSV label column holds text classes; this one is +1
-	seed        uint64  // train/test split
-	regression  bool    // squared loss: labels are kept as they are (not mapped to -1/+1)
-	minCols     int     // LIBSVM: pad to at least this many features (a model's dimension)
+// dataFlagConfig says which data flags a command has and their defaults.
+type dataFlagConfig struct {
+	// dataUsage is the help of --data.
+	dataUsage string
+	// test registers --test and --test-frac (a held-out test set).
+	test bool
+	// scale is the default of --scale; "" means the run's scaling (account models).
+	scale consensus.Scaling
+	// fit allows data-dependent scalings fitted on the training rows (the simulators);
+	// otherwise they need --scale-file. It also registers --scale-out.
+	fit bool
+	// fitPublic allows data-dependent scalings on the embedded data, fitted on the whole
+	// of it: the data are public and every node fits the same numbers (nodes).
+	fitPublic bool
+	// lossFlag: the command has --loss (error hints mention it).
+	lossFlag bool
+	// prefix starts the help of every flag but --data (e.g. "with --data: ").
+	prefix string
 }
 
-// loadedData is the prepared data: train and test scaled with a scaler fitted on train,
-// labels in {-1, +1} (with spec.regression: as read from the file).
+// The data flags of each command.
+var (
+	// testnetData: the simulator fits data-dependent scalings on the pooled training rows.
+	testnetData = dataFlagConfig{dataUsage: "training data, CSV or LIBSVM (default: embedded breast cancer data)",
+		test: true, scale: consensus.ScaleStandardizeNorm, fit: true, lossFlag: true}
+	// experimentData: as testnet; the experiment's loss is always logistic.
+	experimentData = dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
+		test: true, scale: consensus.ScaleStandardizeNorm, fit: true}
+	// nodeData: a node scales with public parameters only (unitball by default).
+	nodeData = dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
+		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true}
+	// evalData: eval applies the scaling its model file records, as account models.
+	evalData = dataFlagConfig{dataUsage: "evaluation data, CSV or LIBSVM, or \"embedded\" (required)", lossFlag: true}
+	// modelsData: account models --data applies the run's scaling.
+	modelsData = dataFlagConfig{dataUsage: "evaluate f_bar on this dataset (CSV or LIBSVM, or \"embedded\")",
+		lossFlag: true, prefix: "with --data: "}
+)
+
+// dataFlags are the data-loading flags of a command, registered by addDataFlags.
+type dataFlags struct {
+	fs          *flag.FlagSet
+	cfg         dataFlagConfig
+	path        *string
+	test        *string
+	testFrac    *float64
+	label       *string
+	positive    *string
+	categorical *string
+	delimiter   *string
+	scale       *string
+	scaleFile   *string
+	scaleOut    *string
+}
+
+// addDataFlags registers the data flags on fs.
+func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
+	p := cfg.prefix
+	f := &dataFlags{fs: fs, cfg: cfg}
+	f.path = fs.String("data", "", cfg.dataUsage)
+	if cfg.test {
+		f.test = fs.String("test", "", p+"test data (default: hold out --test-frac of --data)")
+		f.testFrac = fs.Float64("test-frac", 0.2, p+"fraction of rows held out for testing when --test is not given")
+	}
+	f.label = fs.String("label", "", p+"CSV label column: name or 0-based index (default: first column)")
+	f.positive = fs.String("positive", "", p+"logistic loss: the label that becomes +1, e.g. '>50K'. Any two distinct labels are accepted ({0,1}, {1,2}, {-1,1}, text); "+
+		"by default the larger is +1 (numerically when both are numbers, else the second in byte order). Labels compare as numbers when both are (1 = 1.0), "+
+		"else as text without surrounding space and a trailing '.'; a file holding one class needs --positive")
+	f.categorical = fs.String("categorical", "none", p+"non-numeric CSV feature columns: none (error) or auto (one-hot)")
+	f.delimiter = fs.String("delimiter", ",", p+"CSV field delimiter: one character, or tab")
+	scaleHelp := p + "feature scaling: none|unitball|standardize|standardize+unitball|rownorm|standardize+rownorm; unitball (x/max(1,||x||)) needs no parameters"
+	switch {
+	case cfg.scale == "":
+		scaleHelp += " (default: the run's, recorded in model.json); the others need --scale-file, they are never fitted on the evaluation data"
+	case cfg.fit:
+		scaleHelp += "; standardize and rownorm are fitted on the (pooled) training rows unless --scale-file gives them"
+	default:
+		scaleHelp += "; standardize and rownorm need --scale-file (public parameters, the same on every node), they are never fitted on the local data"
+		if cfg.fitPublic {
+			scaleHelp += " (--data embedded: fitted on the whole public embedded data, before --shard)"
+		}
+	}
+	f.scale = fs.String("scale", string(cfg.scale), scaleHelp)
+	f.scaleFile = fs.String("scale-file", "", p+"scaling parameters from this JSON file {\"kind\",\"mean\",\"std\",\"row_div\"} instead of fitting them")
+	if cfg.fit {
+		f.scaleOut = fs.String("scale-out", "", "write the scaling used (kind and parameters) to this JSON file, the format of --scale-file")
+	}
+	return f
+}
+
+// isSet reports whether the flag name was given on the command line.
+func (f *dataFlags) isSet(name string) bool {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+func (f *dataFlags) embedded() bool { return *f.path == "" || *f.path == "embedded" }
+
+// delim parses --delimiter.
+func (f *dataFlags) delim() (rune, error) {
+	s := *f.delimiter
+	switch strings.ToLower(s) {
+	case "tab", `\t`:
+		return '\t', nil
+	case "":
+		return ',', nil
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	if n != len(s) || r == utf8.RuneError || r == '"' || r == '\n' || r == '\r' || r == ' ' {
+		return 0, fmt.Errorf("--delimiter must be one character (not a quote, space or newline) or tab, got %q", s)
+	}
+	return r, nil
+}
+
+// check validates the data flags for a run with the given loss; its errors are usage
+// errors (the command prints them with its usage).
+func (f *dataFlags) check(loss consensus.Loss) error {
+	if _, err := f.delim(); err != nil {
+		return err
+	}
+	if *f.categorical != "none" && *f.categorical != "auto" {
+		return fmt.Errorf("--categorical must be none or auto, got %q", *f.categorical)
+	}
+	if *f.positive != "" && loss != consensus.Logistic {
+		return fmt.Errorf("--positive applies to the logistic loss (class labels), not to the %s loss (numeric targets)", loss)
+	}
+	if f.testFrac != nil && !(*f.testFrac >= 0 && *f.testFrac < 1) {
+		return fmt.Errorf("--test-frac must be in [0,1), got %v", *f.testFrac)
+	}
+	if f.embedded() {
+		for _, n := range []string{"label", "categorical", "delimiter"} {
+			if f.isSet(n) {
+				return fmt.Errorf("--%s applies to a --data file, not to the embedded data", n)
+			}
+		}
+	}
+	if *f.scale == "" && f.cfg.scale == "" {
+		return nil // the run's scaling, resolved when the data are loaded
+	}
+	kind, err := consensus.ParseScaling(*f.scale)
+	if err != nil {
+		return fmt.Errorf("--scale: %v", err)
+	}
+	if kind.DataDependent() && !f.mayFit() && *f.scaleFile == "" {
+		where := "this node's own rows: nodes with different data would scale their features differently, and the parameters would describe private data"
+		if f.cfg.scale == "" {
+			where = "the evaluation data: the model was trained on the run's scaling, not on one fitted to its test set"
+		}
+		return fmt.Errorf("--scale %s would be fitted on %s; give public parameters with --scale-file FILE, or use --scale unitball (no parameters)", kind, where)
+	}
+	return nil
+}
+
+// loadRequest is what a command knows about the data it loads.
+type loadRequest struct {
+	loss consensus.Loss
+	seed uint64 // train/test split
+	// dims, when > 0, is the number of features the data must have (a model's): LIBSVM
+	// files are padded to it, more features are an error.
+	dims int
+	// run is the run's scaling recorded in model.json (account models; nil: the files
+	// record none).
+	run *consensus.Scaler
+}
+
+// loadedData is the prepared data: the features of train and test scaled with one
+// scaler, labels in {-1, +1} for the logistic loss.
 type loadedData struct {
 	train, test *consensus.Dataset
 	name        string
-	scaling     consensus.Scaling
+	scaler      *consensus.Scaler
+	// scaling names the scaling for reports: its kind, and where its parameters came
+	// from when it has any.
+	scaling string
 }
 
-// loadData loads, relabels, splits and scales the data of spec.
-func loadData(spec dataSpec) (*loadedData, error) {
-	kind, err := consensus.ParseScaling(spec.scale)
-	if err != nil {
-		return nil, err
-	}
-	if !(spec.testFrac >= 0 && spec.testFrac < 1) {
-		return nil, fmt.Errorf("test fraction must be in [0,1), got %v", spec.testFrac)
-	}
-	opt := consensus.LoadOptions{Label: spec.label, Categorical: spec.categorical, MinCols: spec.minCols}
-	out := &loadedData{name: "embedded:breast_cancer", scaling: kind}
-	load := func(path string) (*consensus.Dataset, error) { return loadFile(path, opt, spec.positive) }
-	if spec.regression {
-		if spec.positive != "" {
-			return nil, errors.New("--positive applies to classification (logistic loss) only")
-		}
-		load = func(path string) (*consensus.Dataset, error) { return consensus.Load(path, opt) }
-	}
+// load reads, relabels, splits and scales the data of the flags (check must have passed).
+func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
+	delim, _ := f.delim()
+	opt := consensus.LoadOptions{Label: *f.label, Categorical: *f.categorical, Delimiter: delim,
+		Binary: req.loss == consensus.Logistic, Positive: *f.positive, MinCols: req.dims, MaxCols: req.dims}
+	out := &loadedData{name: "embedded:breast_cancer"}
 	var full *consensus.Dataset
-	if spec.path == "" {
-		if spec.positive != "" {
-			return nil, errors.New("--positive needs --data (the embedded data has labels -1/+1)")
-		}
-		full, err = consensus.Embedded()
+	var err error
+	if f.embedded() {
+		full, err = consensus.ParseEmbedded(opt)
 	} else {
-		out.name = spec.path
-		full, err = load(spec.path)
+		out.name = *f.path
+		full, err = consensus.Load(*f.path, opt)
 	}
 	if err != nil {
-		return nil, err
+		return nil, f.hint(err, req.loss)
+	}
+	if req.dims > 0 && full.Cols != req.dims {
+		return nil, fmt.Errorf("%s has %d features, the model has %d", out.name, full.Cols, req.dims)
 	}
 	train, test := full, (*consensus.Dataset)(nil)
-	if spec.testPath != "" {
-		if test, err = load(spec.testPath); err != nil {
-			return nil, err
+	if f.test != nil && *f.test != "" {
+		topt := opt
+		topt.Classes = full.Classes
+		// A LIBSVM test file may lack the training file's last features: pad it; more
+		// features are an error naming the line.
+		topt.MinCols, topt.MaxCols = train.Cols, train.Cols
+		if test, err = consensus.Load(*f.test, topt); err != nil {
+			return nil, f.hint(err, req.loss)
 		}
 		if test.Cols != train.Cols {
-			return nil, fmt.Errorf("%s has %d features, %s has %d (with --categorical auto both files must hold the same categories)", spec.testPath, test.Cols, out.name, train.Cols)
+			return nil, fmt.Errorf("%s has %d features, %s has %d (with --categorical auto both files must hold the same categories)", *f.test, test.Cols, out.name, train.Cols)
 		}
-	} else if spec.testFrac > 0 {
-		train, test = consensus.TrainTest(full, spec.testFrac, spec.seed)
+	} else if f.testFrac != nil && *f.testFrac > 0 {
+		train, test = consensus.TrainTest(full, *f.testFrac, req.seed)
 	}
-	sc, err := consensus.FitScaler(train, kind)
+	sc, how, err := f.scaler(train, req)
 	if err != nil {
 		return nil, err
 	}
+	out.scaler, out.scaling = sc, how
 	out.train = sc.Apply(train)
 	if test != nil {
 		out.test = sc.Apply(test)
 	}
+	if f.scaleOut != nil && *f.scaleOut != "" {
+		b, err := json.MarshalIndent(sc, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(*f.scaleOut, append(b, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
-// loadFile loads one file and maps its labels to -1/+1: with positive set, the CSV label
-// field (trimmed, a trailing '.' dropped, as in UCI Adult's test file) equal to positive
-// becomes +1 and any other value -1; otherwise labels must be {-1,1}, {0,1} or {1,2}.
-func loadFile(path string, opt consensus.LoadOptions, positive string) (*consensus.Dataset, error) {
-	var d *consensus.Dataset
-	var err error
-	if positive == "" {
-		d, err = consensus.Load(path, opt)
-	} else {
-		var f *os.File
-		if f, err = os.Open(path); err != nil {
-			return nil, err
+// scaler resolves the scaling: --scale-file, else --scale (fitted on train when the
+// command may fit), else the run's. how describes it for reports.
+func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *consensus.Scaler, how string, err error) {
+	scaleSet := f.isSet("scale")
+	defer func() {
+		if err == nil && req.run != nil && sc.Fingerprint() != req.run.Fingerprint() {
+			sc, err = nil, fmt.Errorf("the scaling given (%s) differs from the run's, recorded in model.json (%s): the model only applies to features scaled as in the run",
+				describeScaler(sc), describeScaler(req.run))
 		}
-		defer f.Close()
-		var buf []byte
-		if buf, err = relabelCSV(f, opt.Label, positive); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+	}()
+	if *f.scaleFile != "" {
+		s, err := consensus.LoadScaler(*f.scaleFile, train.Cols)
+		if err != nil {
+			return nil, "", err
 		}
-		opt.Format = "csv"
-		d, err = consensus.Parse(path, bytes.NewReader(buf), opt)
+		if scaleSet {
+			if k, _ := consensus.ParseScaling(*f.scale); k != s.Kind {
+				return nil, "", fmt.Errorf("--scale %s, but %s holds a %s scaling", k, *f.scaleFile, s.Kind)
+			}
+		}
+		return s, string(s.Kind) + " from " + *f.scaleFile, nil
 	}
+	if !scaleSet && f.cfg.scale == "" {
+		if req.run == nil {
+			return nil, "", errors.New("the model.json files record no scaling (written by an older version, or by a testnet that scaled the data itself): give the run's with --scale or --scale-file")
+		}
+		return req.run, string(req.run.Kind) + " (the run's, from model.json)", nil
+	}
+	kind, err := consensus.ParseScaling(*f.scale)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := d.BinaryLabels(); err != nil {
-		return nil, err
+	if kind.DataDependent() && !f.mayFit() {
+		// check refuses this; kept as a guard against fitting on private or test rows.
+		return nil, "", fmt.Errorf("--scale %s needs --scale-file", kind)
 	}
-	return d, nil
+	s, err := consensus.FitScaler(train, kind)
+	if err != nil {
+		return nil, "", err
+	}
+	how = string(kind)
+	switch {
+	case kind.DataDependent() && f.cfg.fit:
+		how += " (fitted on the pooled training rows)"
+	case kind.DataDependent():
+		how += " (fitted on the whole public embedded data)"
+	}
+	return s, how, nil
 }
 
-// relabelCSV rewrites the label column of a CSV to 1 (field equal to positive) or -1.
-// A label given by name makes the first row the header, which is kept as is.
-func relabelCSV(r io.Reader, label, positive string) ([]byte, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
-	var out bytes.Buffer
-	cw := csv.NewWriter(&out)
-	col, byName := 0, false
-	if label != "" {
-		if v, err := strconv.Atoi(strings.TrimSpace(label)); err == nil && v >= 0 {
-			col = v
-		} else {
-			byName, col = true, -1
-		}
+// mayFit reports whether a data-dependent scaling may be fitted on the data loaded: in
+// the simulators, and on the public embedded data where the command allows it.
+func (f *dataFlags) mayFit() bool { return f.cfg.fit || f.cfg.fitPublic && f.embedded() }
+
+// describeScaler names a scaler for messages: its kind and, with parameters, the start
+// of its fingerprint.
+func describeScaler(s *consensus.Scaler) string {
+	fp := s.Fingerprint()
+	if fp == "" {
+		return "none"
 	}
-	clean := func(s string) string { return strings.TrimSuffix(strings.TrimSpace(s), ".") }
-	pos, rows := 0, 0
-	for first := true; ; first = false {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("malformed CSV: %w", err)
-		}
-		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
-			continue
-		}
-		if first && byName {
-			for j, n := range rec {
-				if strings.TrimSpace(n) == strings.TrimSpace(label) {
-					col = j
-				}
-			}
-			if col < 0 {
-				return nil, fmt.Errorf("label column %q not found", label)
-			}
-			cw.Write(rec)
-			continue
-		}
-		if col >= len(rec) {
-			return nil, fmt.Errorf("row %d has %d fields, no label column %d", rows+1, len(rec), col)
-		}
-		if clean(rec[col]) == clean(positive) {
-			rec[col] = "1"
-			pos++
-		} else {
-			rec[col] = "-1"
-		}
-		rows++
-		cw.Write(rec)
+	if k, h, ok := strings.Cut(fp, ":"); ok && len(h) > 12 {
+		return k + " with parameters " + h[:12]
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return nil, err
+	return fp
+}
+
+// hint adds advice naming this command's flags to a data error.
+func (f *dataFlags) hint(err error, loss consensus.Loss) error {
+	var h string
+	var de *consensus.DelimiterError
+	switch {
+	case errors.As(err, &de):
+		d := string(de.Delimiter)
+		if de.Delimiter == '\t' {
+			d = "tab"
+		}
+		h = "pass --delimiter " + strconv.Quote(d)
+	case errors.Is(err, consensus.ErrNotBinary):
+		h = "is --label the right column?"
+		if f.cfg.lossFlag {
+			h += " A numeric target needs --loss squared."
+		}
+	case errors.Is(err, consensus.ErrOneClass):
+		h = "say which label is +1 with --positive LABEL (with the same value on every node)"
+	case errors.Is(err, consensus.ErrPositive):
+		h = "--positive must be one of the two labels"
+	case errors.Is(err, consensus.ErrNotNumeric) && strings.Contains(err.Error(), "decimal comma"):
+		return err
+	case errors.Is(err, consensus.ErrNotNumeric):
+		h = "--categorical auto one-hot encodes text columns"
+	case errors.Is(err, consensus.ErrLabelNotNumeric):
+		h = "is --label the right column?"
+		if loss != consensus.Logistic && f.cfg.lossFlag {
+			h += " Class labels need --loss logistic."
+		}
+	default:
+		return err
 	}
-	if pos == 0 {
-		return nil, fmt.Errorf("no row has the positive label %q in column %d", positive, col)
+	return fmt.Errorf("%w; hint: %s", err, h)
+}
+
+// regressionLine is the summary line of the RMSE and R^2 of a squared-loss run, "" for
+// other runs.
+func regressionLine(r *testnet.Report) string {
+	if r.TrainRMSE == nil && r.RMSE == nil {
+		return ""
 	}
-	if pos == rows {
-		return nil, fmt.Errorf("every row has the positive label %q: need two classes", positive)
+	part := func(what string, rmse, r2 *float64) string {
+		if rmse == nil {
+			return ""
+		}
+		s := fmt.Sprintf("   %s RMSE %.6g", what, *rmse)
+		if r2 != nil {
+			s += fmt.Sprintf(" R^2 %.4f", *r2)
+		}
+		return s
 	}
-	return out.Bytes(), nil
+	return "regression" + part("train", r.TrainRMSE, r.TrainR2) + part("test", r.RMSE, r.R2) + "\n"
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
@@ -23,10 +24,12 @@ node's model.json (that node's own f_i(T)), the averaged model of 'dpadmm accoun
 --out', or a 'dpadmm testnet --report' file (its averaged or final model). A directory
 means DIR/model.json.
 
-The data is read as by the other commands; the scaling (--scale) is fitted on it, as each
-node fits its own on its local data. The loss defaults to the one the file records
-("loss": testnet reports and neighbour-exchange model.json), else logistic; the scaling to
-the file's "scale" (testnet reports), else standardize+rownorm.
+The data is read with the data flags of the other commands. The features are scaled as in
+the run: with the scaling the model file records ("scaling": node model.json files and
+averaged models), else with --scale, or --scale-file for a scaling with parameters (as
+written by 'dpadmm testnet --scale-out'); a scaling with parameters is never fitted on the
+evaluation data. The loss defaults to the one the file records ("loss": testnet reports and
+neighbour-exchange model.json), else logistic.
 The keys of --json are listed in docs/report-schema.md.
 `
 
@@ -52,8 +55,11 @@ func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScor
 	case consensus.Logistic:
 		s.Accuracy = finite(pb.Accuracy(d, w))
 	case consensus.Squared:
-		rmse, r2 := consensus.Regression(d, w)
-		s.RMSE, s.R2 = finite(rmse), finite(r2)
+		rmse, r2, ok := consensus.Regression(d, w)
+		s.RMSE = finite(rmse)
+		if ok {
+			s.R2 = finite(r2)
+		}
 	}
 	return s
 }
@@ -89,10 +95,13 @@ type evalReport struct {
 
 // modelFile is what eval reads from a file holding a model.
 type modelFile struct {
-	w      []float64
-	loss   string // "" = not recorded
-	scale  string // "" = not recorded
-	source string
+	w     []float64
+	loss  string // "" = not recorded
+	scale string // "" = not recorded
+	// scaling is the run's scaling with its parameters, as node model files record it
+	// (nil: none recorded).
+	scaling *consensus.Scaler
+	source  string
 }
 
 // readModelAny reads the "model" of a model.json, averaged model or testnet report.
@@ -114,11 +123,12 @@ func readModelAny(path string) (*modelFile, string, error) {
 	}
 	var raw map[string]json.RawMessage
 	var m struct {
-		Model []float64 `json:"model"`
-		Dims  *int      `json:"dims"`
-		Loss  string    `json:"loss"`
-		Scale string    `json:"scale"`
-		Algo  string    `json:"algo"`
+		Model   []float64         `json:"model"`
+		Dims    *int              `json:"dims"`
+		Loss    string            `json:"loss"`
+		Scale   string            `json:"scale"`
+		Algo    string            `json:"algo"`
+		Scaling *consensus.Scaler `json:"scaling"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, path, fmt.Errorf("%s: not a JSON object: %w", path, err)
@@ -138,7 +148,7 @@ func readModelAny(path string) (*modelFile, string, error) {
 			return nil, path, fmt.Errorf("%s: model coordinate %d is %v, not finite", path, j, v)
 		}
 	}
-	out := &modelFile{w: m.Model, loss: m.Loss, scale: m.Scale, source: "model file"}
+	out := &modelFile{w: m.Model, loss: m.Loss, scale: m.Scale, scaling: m.Scaling, source: "model file"}
 	switch {
 	case has("reference_objective"):
 		out.source = fmt.Sprintf("testnet report (%s)", m.Algo)
@@ -155,11 +165,7 @@ func readModelAny(path string) (*modelFile, string, error) {
 // runEval is 'dpadmm eval'.
 func runEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("eval", evalHelp, stdout)
-	data := fs.String("data", "", "evaluation data, CSV or LIBSVM, or \"embedded\" (required)")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
-	positive := fs.String("positive", "", "logistic loss: the CSV label column holds text classes; this one is +1, any other -1")
-	categorical := fs.String("categorical", "none", "non-numeric CSV columns: none (error) or auto (one-hot); the one-hot columns must match the model's")
-	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on the evaluation data: none|standardize|rownorm|standardize+rownorm (default: the file's \"scale\", else standardize+rownorm)")
+	df := addDataFlags(fs, evalData)
 	lossName := fs.String("loss", "logistic", "loss: logistic|squared (default: the file's \"loss\", else logistic)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	files, err := parseInterleaved(fs, args)
@@ -171,15 +177,12 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case len(files) != 1:
 		return usagef("eval", "want exactly one model file, got %d", len(files))
-	case *data == "":
+	case *df.path == "":
 		return usagef("eval", "--data is required (a CSV or LIBSVM file, or embedded)")
 	}
 	loss, err := consensus.ParseLoss(*lossName)
 	if err != nil {
 		return usagef("eval", "--loss must be logistic or squared, got %q", *lossName)
-	}
-	if err := checkDataFlags("eval", *scale, "", *categorical, 0); err != nil {
-		return err
 	}
 	mf, path, err := readModelAny(files[0])
 	if err != nil {
@@ -195,21 +198,23 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		}
 		loss = fl
 	}
-	if !set["scale"] && mf.scale != "" {
-		if _, err := consensus.ParseScaling(mf.scale); err != nil {
-			return fmt.Errorf("%s records an unknown scaling %q", path, mf.scale)
+	if err := df.check(loss); err != nil {
+		return usagef("eval", "%v", err)
+	}
+	run := mf.scaling
+	if run == nil && mf.scale != "" && !df.isSet("scale") && !df.isSet("scale-file") {
+		// A file that names a parameter-free scaling ("none", "unitball") without
+		// parameters: that scaling is the run's.
+		kind, err := consensus.ParseScaling(strings.SplitN(mf.scale, " ", 2)[0])
+		if err == nil && !kind.DataDependent() {
+			p := len(mf.w)
+			zero := &consensus.Dataset{Rows: 1, Cols: p, X: make([]float64, p), Y: []float64{1}}
+			if run, err = consensus.FitScaler(zero, kind); err != nil {
+				return err
+			}
 		}
-		*scale = mf.scale
 	}
-	if *positive != "" && loss != consensus.Logistic {
-		return usagef("eval", "--positive needs the logistic loss")
-	}
-	spec := dataSpec{path: *data, label: *label, categorical: *categorical, scale: *scale, positive: *positive,
-		regression: loss == consensus.Squared, minCols: len(mf.w)}
-	if *data == "embedded" {
-		spec.path = ""
-	}
-	ld, err := loadData(spec)
+	ld, err := df.load(loadRequest{loss: loss, dims: len(mf.w), run: run})
 	if err != nil {
 		return err
 	}
@@ -226,7 +231,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return writeJSON(stdout, rep)
 	}
 	fmt.Fprintf(stdout, "model %s: %s, %d features\n", path, rep.Source, rep.Dims)
-	fmt.Fprintf(stdout, "data %s: %d rows, scale %s fitted on it\n", rep.Data, rep.Rows, rep.Scale)
+	fmt.Fprintf(stdout, "data %s: %d rows, scale %s\n", rep.Data, rep.Rows, rep.Scale)
 	printScores(stdout, rep.Loss, rep.evalScores)
 	return nil
 }

@@ -26,7 +26,7 @@ func evalJSON(t *testing.T, args ...string) evalReport {
 	return r
 }
 
-func writeFile(t *testing.T, path, s string) string {
+func writeEvalFile(t *testing.T, path, s string) string {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
@@ -40,26 +40,26 @@ func TestEvalHandComputed(t *testing.T) {
 	dir := t.TempDir()
 	// w = (1, -2). Classification rows (label, x1, x2) and margins x.w:
 	//   +1 (1,0): 1 right;  -1 (0,1): -2 right;  +1 (0,1): -2 wrong;  -1 (1,1): -1 right.
-	cls := writeFile(t, filepath.Join(dir, "cls.csv"), "1,1,0\n-1,0,1\n1,0,1\n-1,1,1\n")
+	cls := writeEvalFile(t, filepath.Join(dir, "cls.csv"), "1,1,0\n-1,0,1\n1,0,1\n-1,1,1\n")
 	sp := func(m float64) float64 { return math.Log1p(math.Exp(m)) }
 	wantLogLoss := (sp(-1) + sp(-2) + sp(2) + sp(-1)) / 4
 	// Regression rows (y, x1, x2), predictions and residuals x.w - y:
 	//   2 (1,0): 1, -1;  -1 (0,1): -2, -1;  0.5 (1,1): -1, -1.5;  3 (2,0): 2, -1.
-	reg := writeFile(t, filepath.Join(dir, "reg.csv"), "2,1,0\n-1,0,1\n0.5,1,1\n3,2,0\n")
+	reg := writeEvalFile(t, filepath.Join(dir, "reg.csv"), "2,1,0\n-1,0,1\n0.5,1,1\n3,2,0\n")
 	ssRes := 1 + 1 + 2.25 + 1.0
 	mean := (2 - 1 + 0.5 + 3) / 4.0
 	ssTot := (2-mean)*(2-mean) + (-1-mean)*(-1-mean) + (0.5-mean)*(0.5-mean) + (3-mean)*(3-mean)
 	wantRMSE, wantR2, wantSqLoss := math.Sqrt(ssRes/4), 1-ssRes/ssTot, 0.5*ssRes/4
 
-	walkModel := writeFile(t, filepath.Join(dir, "walk.json"),
+	walkModel := writeEvalFile(t, filepath.Join(dir, "walk.json"),
 		`{"run":"r","config_hash":"h","peer":"p","index":0,"nodes":2,"hops":10,"epoch":0,"released_by":"q","dims":2,"model":[1,-2],"privacy":{}}`)
 	gossipDir := filepath.Join(dir, "node-0")
 	os.Mkdir(gossipDir, 0o755)
-	writeFile(t, filepath.Join(gossipDir, "model.json"),
+	writeEvalFile(t, filepath.Join(gossipDir, "model.json"),
 		`{"run":"g","algo":"radmm","loss":"squared","index":0,"nodes":2,"members":["a","b"],"dims":2,"model":[1,-2]}`)
-	report := writeFile(t, filepath.Join(dir, "report.json"),
+	report := writeEvalFile(t, filepath.Join(dir, "report.json"),
 		`{"algo":"walk","objective":1,"reference_objective":1,"gap":0,"loss":"squared","scale":"none","dims":2,"model":[1,-2]}`)
-	averaged := writeFile(t, filepath.Join(dir, "avg.json"),
+	averaged := writeEvalFile(t, filepath.Join(dir, "avg.json"),
 		`{"run":"g","algo":"radmm","nodes":2,"averaged":[0,1],"missing":[],"partial":false,"dims":2,"model":[1,-2]}`)
 
 	check := func(what string, r evalReport, loss string, wantLoss float64) {
@@ -95,17 +95,17 @@ func TestEvalHandComputed(t *testing.T) {
 	r = evalJSON(t, "--data", reg, "--scale", "none", "--loss", "squared", averaged)
 	check("averaged model", r, "squared", wantSqLoss)
 	// LIBSVM with fewer columns than the model: padded to the model's dimension.
-	svm := writeFile(t, filepath.Join(dir, "d.svm"), "1 1:1\n-1 2:1\n1 2:1\n-1 1:1 2:1\n")
+	svm := writeEvalFile(t, filepath.Join(dir, "d.svm"), "1 1:1\n-1 2:1\n1 2:1\n-1 1:1 2:1\n")
 	check("LIBSVM", evalJSON(t, "--data", svm, "--scale", "none", walkModel), "logistic", wantLogLoss)
 	// Feature 2 never appears: the rows are padded to the model's 2 features (margins 1 and
 	// -1, both right).
-	one := writeFile(t, filepath.Join(dir, "one.svm"), "1 1:1\n-1 1:-1\n")
+	one := writeEvalFile(t, filepath.Join(dir, "one.svm"), "1 1:1\n-1 1:-1\n")
 	if r := evalJSON(t, "--data", one, "--scale", "none", walkModel); r.Dims != 2 || r.Accuracy == nil || *r.Accuracy != 1 ||
 		math.Abs(r.MeanLoss-sp(-1)) > 1e-12 {
 		t.Errorf("padded LIBSVM: %+v", r)
 	}
 	// Text classes with --positive.
-	txt := writeFile(t, filepath.Join(dir, "txt.csv"), "yes,1,0\nno,0,1\nyes,0,1\nno,1,1\n")
+	txt := writeEvalFile(t, filepath.Join(dir, "txt.csv"), "yes,1,0\nno,0,1\nyes,0,1\nno,1,1\n")
 	check("--positive", evalJSON(t, "--data", txt, "--positive", "yes", "--scale", "none", walkModel), "logistic", wantLogLoss)
 
 	// Human output.
@@ -116,15 +116,15 @@ func TestEvalHandComputed(t *testing.T) {
 	}
 
 	// Errors.
-	noModel := writeFile(t, filepath.Join(dir, "nomodel.json"), `{"hello":1}`)
-	badDims := writeFile(t, filepath.Join(dir, "baddims.json"), `{"dims":3,"model":[1,2]}`)
+	noModel := writeEvalFile(t, filepath.Join(dir, "nomodel.json"), `{"hello":1}`)
+	badDims := writeEvalFile(t, filepath.Join(dir, "baddims.json"), `{"dims":3,"model":[1,2]}`)
 	for _, c := range []struct {
 		args []string
 		code int
 		msg  string
 	}{
 		{[]string{"--data", reg, "--loss", "logistic", gossipDir}, 2, "records the squared loss"},
-		{[]string{"--data", reg, "--positive", "x", gossipDir}, 2, "--positive needs the logistic loss"},
+		{[]string{"--data", reg, "--positive", "x", gossipDir}, 2, "--positive applies to the logistic loss"},
 		{[]string{"--data", cls, noModel}, 1, `no "model" array`},
 		{[]string{"--data", cls, badDims}, 1, "dims says 3"},
 		{[]string{"--data", cls, filepath.Join(dir, "none.json")}, 1, "no such file"},

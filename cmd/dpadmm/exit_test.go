@@ -44,7 +44,7 @@ func TestExitCodes(t *testing.T) {
 		{tn("--test-frac", "1.5"), 2, "--test-frac must be in [0,1), got 1.5"},
 		{tn("--test-frac", "-0.1"), 2, "--test-frac"},
 		{tn("--sigma", "-1"), 2, "--sigma must be finite and >= 0"},
-		{tn("--scale", "log"), 2, `--scale must be none, standardize, rownorm or standardize+rownorm, got "log"`},
+		{tn("--scale", "log"), 2, `unknown scaling "log"`},
 		{tn("--split", "random"), 2, `--split must be iid, contiguous or label, got "random"`},
 		{tn("--categorical", "yes"), 2, `--categorical must be none or auto, got "yes"`},
 		{tn("--l2", "-1"), 2, "--l2 must be finite and >= 0, got -1"},
@@ -75,11 +75,11 @@ func TestExitCodes(t *testing.T) {
 		{nd("--profile", "test", "--fallback-timeout", "1s"), 2, "--fallback-timeout (1s) must exceed the ack timeout (2s)"},
 		{[]string{"node", "--run", "r", "--data", missing, "--datadir", filepath.Join(dir, "n"), "--profile", "test"}, 1, "missing.csv"},
 		// experiment
-		{ex("--scale", "log"), 2, "--scale must be"},
+		{ex("--scale", "log"), 2, `unknown scaling "log"`},
 		{ex("--split", "random"), 2, "--split must be"},
 		{ex("--categorical", "yes"), 2, "--categorical must be"},
 		{ex("--test-frac", "1"), 2, "--test-frac"},
-		{ex("--positive", "x"), 2, "--positive needs --data"},
+		{ex("--positive", "x"), 1, `the positive label "x" is neither of its labels`},
 		{ex("--data", missing), 1, "missing.csv"},
 		// account
 		{plan("--hops", "0"), 2, "--hops must be >= 1"},
@@ -92,12 +92,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"account"}, 2, "which subcommand"},
 		// eval
 		{ev("--data", "embedded", "--loss", "hinge"), 2, "--loss must be logistic or squared"},
-		{ev("--data", "embedded", "--scale", "log"), 2, "--scale must be"},
+		{ev("--data", "embedded", "--scale", "log"), 2, `unknown scaling "log"`},
 		{ev("--data", "embedded", "--categorical", "x"), 2, "--categorical must be"},
 		{ev(), 2, "--data is required"},
 		{[]string{"eval", "--data", "embedded"}, 2, "want exactly one model file"},
 		{ev("--data", missing), 1, "missing.csv"},
-		{ev("--data", "embedded"), 1, "has 30 features, the model has 2"},
+		{ev("--data", "embedded"), 1, "30 features, more than the 2 expected"},
 		// version
 		{[]string{"version", "extra"}, 2, `unexpected argument "extra"`},
 	}

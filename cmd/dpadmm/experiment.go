@@ -44,8 +44,8 @@ Outputs in --out: NAME.csv (algo, alpha, noise_alpha, iter, mean/min/max of loss
 error and P(t)) and NAME.png (one row per alpha: loss with bands, test error, P(t)); a
 summary table on stdout. Constants as in 'dpadmm testnet --algo radmm': node i minimises
 (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with C = --paper-c*N*B_i/M, rho = --paper-c*N*l2.
-Theorem V.1 needs rows of norm <= 1 (--scale rownorm or standardize+rownorm) and
-C_i <= B_i.
+Theorem V.1 needs rows of norm <= 1 (--scale unitball, rownorm, standardize+unitball or
+standardize+rownorm) and C_i <= B_i.
 
 UCI Adult (adult.data as distributed: no header, label in column 14 with values <=50K and
 >50K, categorical columns one-hot encoded, '?' kept as a category), with the paper's
@@ -93,13 +93,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return unknownCommand("experiment", "experiment", args[0], []string{"radmm"})
 	}
 	fs := newFlagSet("experiment radmm", experimentHelp, stdout)
-	data := fs.String("data", "", "data, CSV or LIBSVM (default: embedded breast cancer data)")
-	testPath := fs.String("test", "", "test data (default: hold out --test-frac of --data)")
-	testFrac := fs.Float64("test-frac", 0.2, "fraction of rows held out for testing when --test is not given")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
-	positive := fs.String("positive", "", "CSV labels are text classes: this value is +1, any other -1 (e.g. '>50K' for UCI Adult)")
-	categorical := fs.String("categorical", "none", "non-numeric CSV columns: none (error) or auto (one-hot)")
-	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on train: rownorm or standardize+rownorm give ||x|| <= 1 (Theorem V.1); none|standardize do not")
+	df := addDataFlags(fs, experimentData)
 	split := fs.String("split", "iid", "how training rows are split over nodes: iid|contiguous|label")
 	nodes := fs.Int("nodes", 5, "number of nodes N")
 	graphSpec := fs.String("graph", "ring", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
@@ -145,14 +139,10 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return experimentUsage(stderr, "--eta-growth must be >= 1 and finite, got %v", *etaGrowth)
 	case !(*gamma >= 0) || math.IsInf(*gamma, 0):
 		return experimentUsage(stderr, "--gamma must be >= 0 and finite, got %v", *gamma)
-	case !(*testFrac >= 0 && *testFrac < 1):
-		return experimentUsage(stderr, "--test-frac must be in [0,1), got %v", *testFrac)
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return experimentUsage(stderr, "--name must be a plain file name, got %q", *name)
-	case *positive != "" && *data == "":
-		return experimentUsage(stderr, "--positive needs --data (the embedded data has labels -1/+1)")
 	}
-	if err := checkDataFlags("experiment radmm", *scale, *split, *categorical, *testFrac); err != nil {
+	if err := checkSplit("experiment radmm", *split); err != nil {
 		return err
 	}
 	if *workers == 0 {
@@ -161,8 +151,10 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
 		return experimentUsage(stderr, "--graph: %v", err)
 	}
-	ld, err := loadData(dataSpec{path: *data, testPath: *testPath, testFrac: *testFrac, label: *label,
-		categorical: *categorical, scale: *scale, positive: *positive, seed: *seed})
+	if err := df.check(consensus.Logistic); err != nil {
+		return experimentUsage(stderr, "%v", err)
+	}
+	ld, err := df.load(loadRequest{loss: consensus.Logistic, seed: *seed})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -78,7 +79,8 @@ func TestExperimentPositiveLabel(t *testing.T) {
 	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ld, err := loadData(dataSpec{path: data, label: "3", positive: ">50K", categorical: "auto", scale: "standardize+rownorm", testFrac: 0.2, seed: 1})
+	ld, err := loadFlags(experimentData, loadRequest{loss: consensus.Logistic, seed: 1},
+		"--data", data, "--label", "3", "--positive", ">50K", "--categorical", "auto", "--scale", "standardize+rownorm", "--test-frac", "0.2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,8 @@ func TestExperimentPositiveLabel(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	// Every row positive, or none: a clear error.
-	if _, err := loadData(dataSpec{path: data, label: "3", positive: "nope", categorical: "auto", scale: "rownorm"}); err == nil || !strings.Contains(err.Error(), "positive label") {
+	if _, err := loadFlags(experimentData, loadRequest{loss: consensus.Logistic},
+		"--data", data, "--label", "3", "--positive", "nope", "--categorical", "auto", "--scale", "rownorm"); err == nil || !strings.Contains(err.Error(), "positive label") {
 		t.Errorf("no positive rows: %v", err)
 	}
 }
@@ -131,7 +134,9 @@ func TestExperimentCLIErrors(t *testing.T) {
 		{[]string{"experiment", "radmm", "--workers", "-1"}, 2, "--workers"},
 		{[]string{"experiment", "radmm", "--data", filepath.Join(dir, "missing.csv"), "--out", dir}, 1, "missing.csv"},
 		{[]string{"experiment", "radmm", "--scale", "none", "--iters", "2", "--seeds", "1", "--out", dir}, 1, "rows not normalised"},
-		{[]string{"experiment", "radmm", "--positive", "1", "--out", dir}, 2, "--positive needs --data"},
+		{[]string{"experiment", "radmm", "--positive", "2", "--out", dir}, 1, "positive label \"2\" is neither"},
+		{[]string{"experiment", "radmm", "--label", "x", "--out", dir}, 2, "--label applies to a --data file"},
+		{[]string{"experiment", "radmm", "--test-frac", "1", "--out", dir}, 2, "--test-frac must be in [0,1)"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -23,6 +23,7 @@ import (
 type gossipArgs struct {
 	train, test                   *consensus.Dataset
 	data, scaling, split          string
+	scaler                        *consensus.Scaler
 	nodes                         int
 	prob                          consensus.Problem
 	algo, graph                   string
@@ -131,7 +132,7 @@ func etaSchedules(path string, rows [][]float64, nodes int) (all []float64, perN
 
 func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 	o := testnet.GossipOptions{
-		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Nodes: a.nodes, Split: a.split,
+		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Scaler: a.scaler, Nodes: a.nodes, Split: a.split,
 		Problem: a.prob, Algo: a.algo, Graph: a.graph, Iters: a.iters, Alpha: a.alpha, Eta: a.eta,
 		EtaGrowth: a.etaGrowth, EtaMax: a.etaMax, Gamma: a.gamma, C: a.paperC, Seed: a.seed,
 		Delta: a.delta,
@@ -211,7 +212,7 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 	if r.Accuracy != nil {
 		fmt.Fprintf(w, "test accuracy %.4f\n", *r.Accuracy)
 	}
-	printRegression(w, r.Report)
+	io.WriteString(w, regressionLine(r.Report))
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(w, "network %s: %d libp2p hosts on loopback, %d ledger entries, %.3g s; policy %s (barrier %gs, max wait %gs): %d stale uses\n",
 			nw.Mode, nw.Hosts, nw.LedgerEntries, nw.WallSeconds, nw.OnMissing, nw.BarrierSeconds, nw.MaxWaitSeconds, nw.StaleUses)

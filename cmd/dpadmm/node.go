@@ -115,11 +115,10 @@ func (m *multiFlag) Set(s string) error {
 func runNode(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("node", nodeHelp, stdout)
 	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
-	data := fs.String("data", "", "local training data, CSV or LIBSVM, or \"embedded\" (required)")
+	df := addDataFlags(fs, nodeData)
+	data := df.path
 	shard := fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
 	splitSeed := fs.Uint64("split-seed", 1, "seed of the --shard split")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
-	scale := fs.String("scale", "standardize+rownorm", "scaling fitted on the local data: none|standardize|rownorm|standardize+rownorm")
 	datadir := fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
 	start := fs.Bool("start", false, "start the run: announce, collect joins, create the token")
 	minPeers := fs.Int("min-peers", 2, "with --start: nodes (starter included) to wait for")
@@ -179,7 +178,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *gossipPlan != "" {
-		return runGossipNode(fs, *gossipPlan, *run, *data, *label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
+		return runGossipNode(fs, *gossipPlan, *run, *data, *df.label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -342,9 +341,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		cfg.JoinWindow = *joinWindow
 	}
 	cfg.Problem = prob
-	kind, err := consensus.ParseScaling(*scale)
-	if err != nil {
-		return bad("--scale: %v", err)
+	loss := prob.Loss
+	if err := df.check(loss); err != nil {
+		return bad("%v", err)
 	}
 	log, err := node.NewLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
@@ -353,15 +352,15 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
 
-	var d *consensus.Dataset
-	if *data == "embedded" {
-		d, err = consensus.Embedded()
-	} else {
-		d, err = consensus.Load(*data, consensus.LoadOptions{Label: *label})
-	}
+	// One public scaling for the run: unitball (no parameters), --scale-file, or fitted on
+	// the whole public embedded data before the shard is taken; its fingerprint enters the
+	// config hash and model.json records it.
+	ld, err := df.load(loadRequest{loss: loss})
 	if err != nil {
 		return err
 	}
+	d := ld.train
+	cfg.Scaling = ld.scaler
 	if *shard != "" {
 		i, n, ok := parseShard(*shard)
 		if !ok {
@@ -373,11 +372,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		d = sh[i]
 	}
-	sc, err := consensus.FitScaler(d, kind)
-	if err != nil {
-		return err
-	}
-	cfg.Data = sc.Apply(d)
+	cfg.Data = d
 	if *static != "" {
 		b, err := os.ReadFile(*static)
 		if err != nil {

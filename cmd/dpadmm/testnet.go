@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -135,12 +134,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file, one line per k = 1..K holding eta(k) for every node, or one comma-separated eta_i(k) per node (overrides --eta, --eta-growth)")
 	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	nodes := fs.Int("nodes", 50, "number of nodes n")
-	data := fs.String("data", "", "training data, CSV or LIBSVM (default: embedded breast cancer data)")
-	testPath := fs.String("test", "", "test data (default: hold out --test-frac of --data)")
-	testFrac := fs.Float64("test-frac", 0.2, "fraction of rows held out for testing when --test is not given")
-	label := fs.String("label", "", "CSV label column: name or 0-based index (default: first column)")
-	categorical := fs.String("categorical", "none", "non-numeric CSV columns: none (error) or auto (one-hot)")
-	scale := fs.String("scale", "standardize+rownorm", "scaling: none|standardize|rownorm|standardize+rownorm (fit on train)")
+	df := addDataFlags(fs, testnetData)
 	split := fs.String("split", "iid", "how rows are split over nodes: iid|contiguous|label")
 	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
 	l1 := fs.Float64("l1", 0, "L1 weight a: adds a*||w||_1")
@@ -239,7 +233,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDataFlags("testnet", *scale, *split, *categorical, *testFrac); err != nil {
+	if err := checkSplit("testnet", *split); err != nil {
 		return err
 	}
 	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
@@ -299,44 +293,18 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	kind, err := consensus.ParseScaling(*scale)
+	loss := prob.Loss
+	if err := df.check(loss); err != nil {
+		return testnetUsage(stderr, "%v", err)
+	}
+	ld, err := df.load(loadRequest{loss: loss, seed: *seed})
 	if err != nil {
 		return err
 	}
-	var full *consensus.Dataset
-	dataName := "embedded:breast_cancer"
-	if *data == "" {
-		full, err = consensus.Embedded()
-	} else {
-		dataName = *data
-		full, err = consensus.Load(*data, consensus.LoadOptions{Label: *label, Categorical: *categorical})
-	}
-	if err != nil {
-		return err
-	}
-	train, test := full, (*consensus.Dataset)(nil)
-	if *testPath != "" {
-		test, err = consensus.Load(*testPath, consensus.LoadOptions{Label: *label, Categorical: *categorical})
-		if err != nil {
-			return err
-		}
-		if test.Cols != train.Cols {
-			return fmt.Errorf("%s has %d features, %s has %d", *testPath, test.Cols, dataName, train.Cols)
-		}
-	} else if *testFrac > 0 {
-		train, test = consensus.TrainTest(full, *testFrac, *seed)
-	}
-	sc, err := consensus.FitScaler(train, kind)
-	if err != nil {
-		return err
-	}
-	train = sc.Apply(train)
-	if test != nil {
-		test = sc.Apply(test)
-	}
+	train, test, dataName, scaling := ld.train, ld.test, ld.name, ld.scaling
 	if gossipAlgo {
 		return runGossipTestnet(gossipArgs{
-			train: train, test: test, data: dataName, scaling: string(kind), nodes: *nodes, split: *split,
+			train: train, test: test, data: dataName, scaling: scaling, scaler: ld.scaler, nodes: *nodes, split: *split,
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
 			seed: *seed, report: *reportPath, asJSON: *asJSON, curve: *curvePath, quiet: *quiet,
@@ -345,7 +313,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		}, stdout, stderr)
 	}
 	opt := testnet.Options{
-		Train: train, Test: test, Data: dataName, Scaling: string(kind), Nodes: *nodes, Split: *split,
+		Train: train, Test: test, Data: dataName, Scaling: scaling, Scaler: ld.scaler, Nodes: *nodes, Split: *split,
 		Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Hops: *hops,
 		Seed: *seed, Graph: *graphSpec, MaxUpdates: *maxUpd, Delta: *delta,
 		LedgerDir: *ledgerDir, Coalition: members,
@@ -454,6 +422,7 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	if r.TestObjective != nil {
 		fmt.Fprintf(&b, "test objective %.6g\n", *r.TestObjective)
 	}
+	b.WriteString(regressionLine(r))
 	fmt.Fprintf(&b, "speed      %.3f us/hop, %.2f s wall\n", r.UsPerHop, r.WallSeconds)
 	if nw := r.Network; nw != nil {
 		fmt.Fprintf(&b, "network    %s: %d libp2p hosts on loopback, %.0f hops/s; ledgers: %d entries (%d hops, %d redirects, %d repeats)\n",

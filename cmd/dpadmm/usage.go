@@ -295,26 +295,13 @@ func checkProblemFlags(cmd, loss string, l1, l2 float64) (consensus.Problem, err
 	return consensus.Problem{Loss: l, Reg: consensus.Regularizer{L1: l1, L2: l2}}, nil
 }
 
-// checkDataFlags checks the data-preparation flags that do not depend on the data:
-// --scale, --split, --categorical and --test-frac (a flag left out passes "" or 0).
-func checkDataFlags(cmd, scale, split, categorical string, testFrac float64) error {
-	if _, err := consensus.ParseScaling(scale); err != nil {
-		return usagef(cmd, "--scale must be none, standardize, rownorm or standardize+rownorm, got %q", scale)
-	}
+// checkSplit checks --split (the other data flags are checked by dataFlags.check).
+func checkSplit(cmd, split string) error {
 	switch split {
 	case "", "iid", "contiguous", "label":
-	default:
-		return usagef(cmd, "--split must be iid, contiguous or label, got %q", split)
+		return nil
 	}
-	switch categorical {
-	case "", "none", "auto":
-	default:
-		return usagef(cmd, "--categorical must be none or auto, got %q", categorical)
-	}
-	if !(testFrac >= 0 && testFrac < 1) {
-		return usagef(cmd, "--test-frac must be in [0,1), got %v", testFrac)
-	}
-	return nil
+	return usagef(cmd, "--split must be iid, contiguous or label, got %q", split)
 }
 
 // maxRunNameLen is the longest run name the command line accepts.
