@@ -9,10 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -111,7 +109,7 @@ re-sends the same vectors (never re-noised) and the run ends with the fault-free
 Flags:
 `
 
-func runTestnet(args []string, stdout, stderr io.Writer) error {
+func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("testnet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -328,7 +326,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		test = sc.Apply(test)
 	}
 	if gossipAlgo {
-		return runGossipTestnet(gossipArgs{
+		return runGossipTestnet(ctx, gossipArgs{
 			train: train, test: test, data: dataName, scaling: string(kind), nodes: *nodes, split: *split,
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
@@ -354,18 +352,24 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		defer curveFile.Close()
 		opt.Curve, opt.CurveEvery = curveFile, max(*curveEvery, 1)
 	}
-	if !*quiet {
+	prog := newProgress(stderr, *quiet)
+	var netProgress func(entries, hops uint64)
+	if prog != nil {
 		opt.Progress = func(h, total uint64, obj float64) {
-			fmt.Fprintf(stderr, "hop %d/%d (%.0f%%) objective %.6g\n", h, total, 100*float64(h)/float64(total), obj)
+			prog.Printf("hop %d/%d (%.0f%%) objective %.6g", h, total, 100*float64(h)/float64(total), obj)
+		}
+		netProgress = func(entries, hops uint64) {
+			prog.Printf("ledger entries %d of %d hops (%.0f%%)", entries, hops, 100*float64(min(entries, hops))/float64(hops))
 		}
 	}
 	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
 	var rep *testnet.Report
 	if network {
-		rep, err = runNetwork(opt, *mem, *killAt, *killPhase, *netDir, *fsync, stderr)
+		rep, err = runNetwork(ctx, opt, *mem, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
 	} else {
-		rep, err = testnet.Run(opt)
+		rep, err = testnet.RunContext(ctx, opt)
 	}
+	prog.Done()
 	if err != nil {
 		return err
 	}
@@ -402,7 +406,20 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	if !*quiet {
 		printSummary(stdout, rep)
 	}
+	if rep.Interrupted {
+		return interruptedReport(rep.Hops, rep.HopsPlanned, "hops", *reportPath)
+	}
 	return nil
+}
+
+// interruptedReport is the error of a testnet stopped by a signal after done of planned
+// steps, naming the partial report it wrote.
+func interruptedReport(done, planned uint64, what, report string) error {
+	msg := fmt.Sprintf("stopped after %d of %d %s", done, planned, what)
+	if report != "" {
+		msg += fmt.Sprintf("; partial report (\"interrupted\": true) written to %s", report)
+	}
+	return interrupted("%s", msg)
 }
 
 func fmtEps(x float64) string {
@@ -611,14 +628,13 @@ func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *in
 
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
-func runNetwork(opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool, stderr io.Writer) (*testnet.Report, error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func runNetwork(ctx context.Context, opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool,
+	progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
 	}
-	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase}
+	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress}
 	if !mem {
 		no.Mode = "procs"
 		if no.Binary, err = os.Executable(); err != nil {
