@@ -124,6 +124,7 @@ func (n *Node) runStarter(ctx context.Context) error {
 					n.addAddrs(j.from, j.m.Addrs[0])
 				}
 				order = append(order, j.from)
+				n.join.update(func(js *JoinStatus) { js.Joined = len(order) })
 				n.log.Info().Str("peer", shortID(j.from)).Int("members", len(order)).Msg("peer joined")
 			}
 		case <-tick.C:
@@ -134,6 +135,7 @@ func (n *Node) runStarter(ctx context.Context) error {
 		if len(order) >= n.cfg.MinPeers {
 			if reached.IsZero() {
 				reached = time.Now()
+				n.join.windowCloses(reached.Add(n.cfg.JoinWindow))
 			}
 			if time.Since(reached) >= n.cfg.JoinWindow {
 				break
@@ -201,6 +203,7 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				continue
 			}
 			starters[a.from] = true
+			n.join.update(func(js *JoinStatus) { js.Announced = true })
 			if time.Since(lastJoin) > 500*time.Millisecond {
 				lastJoin = time.Now()
 				n.publish(ctx, ctlMsg{Type: "join", Run: n.cfg.Run, Hash: n.hash, Rows: n.cfg.Data.Rows, Addrs: [][]string{n.addrStrings()}})
@@ -233,6 +236,7 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				continue
 			}
 			if !in {
+				n.join.update(func(js *JoinStatus) { js.Missed = true })
 				n.log.Warn().Msg("the run started without this node (join window missed)")
 				continue
 			}

@@ -81,6 +81,7 @@ func (n *Node) startMDNS() error {
 		// No usable multicast interface yet (a node started before its network is up):
 		// the loop below keeps trying.
 		n.log.Warn().Err(err).Dur("retry", mdnsRestart).Msg("mdns not started yet (no usable interface); retrying")
+		n.join.setMDNS(fmt.Sprintf("no usable network interface for mDNS (retrying every %v): %v", mdnsRestart, err))
 		s = nil
 	}
 	var mu sync.Mutex
@@ -119,8 +120,10 @@ func (n *Node) startMDNS() error {
 			}
 			if ns, err := start(); err != nil {
 				n.log.Warn().Err(err).Msg("mdns restart failed; retrying later")
+				n.join.setMDNS(fmt.Sprintf("no usable network interface for mDNS (retrying every %v): %v", mdnsRestart, err))
 			} else {
 				s = ns
+				n.join.setMDNS("")
 				n.log.Info().Msg("no peer yet: mdns service restarted")
 			}
 			mu.Unlock()

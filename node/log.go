@@ -2,19 +2,34 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/libp2p/go-libp2p/gologshim"
 	"github.com/rs/zerolog"
 )
 
+// LogTimeFormat is the layout of the "time" field of every log line: RFC 3339 with
+// milliseconds and the local offset, e.g. 2025-03-01T14:02:03.217+01:00. (zerolog's
+// default, RFC 3339 in whole seconds, makes the order of a second's lines unreadable.)
+const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// msTimestamp adds the time in LogTimeFormat to every event. It replaces zerolog's
+// Timestamp, whose layout is the process-wide zerolog.TimeFieldFormat.
+type msTimestamp struct{}
+
+func (msTimestamp) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().Format(LogTimeFormat))
+}
+
 // NewLogger returns a zerolog logger writing to w: "json" gives one JSON object per line,
 // anything else a human console format. level is a zerolog level name ("" = warn, which
-// keeps a node quiet by default).
+// keeps a node quiet by default). Every line carries the time with milliseconds.
 func NewLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	if w == nil {
 		w = os.Stderr
@@ -28,9 +43,22 @@ func NewLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 		lvl = l
 	}
 	if format != "json" {
-		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000"}
+		w = zerolog.ConsoleWriter{Out: w, NoColor: true, TimeFormat: "15:04:05.000", FormatTimestamp: consoleTime}
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(w).Level(lvl).Hook(msTimestamp{}), nil
+}
+
+// consoleTime shows the time field of a console line as hours to milliseconds.
+func consoleTime(i any) string {
+	s, ok := i.(string)
+	if !ok {
+		return "???"
+	}
+	t, err := time.Parse(LogTimeFormat, s)
+	if err != nil {
+		return s
+	}
+	return t.Format("15:04:05.000")
 }
 
 // SlogHandler is a log/slog handler that writes into a zerolog logger, so that go-libp2p
@@ -40,10 +68,26 @@ type SlogHandler struct {
 	l      zerolog.Logger
 	attrs  []slog.Attr
 	groups []string
+	// quiet: the logger is one of quietLoggers, whose warnings go out at debug level.
+	quiet bool
 }
+
+// quietLoggers are go-libp2p subsystems whose warnings describe ordinary events of a
+// small or changing network (an identify exchange cut short by a peer that disconnects
+// or restarts, as every testnet node does at its end): they are logged at debug level.
+var quietLoggers = map[string]bool{"net/identify": true}
 
 // NewSlogHandler returns a handler writing to l.
 func NewSlogHandler(l zerolog.Logger) *SlogHandler { return &SlogHandler{l: l} }
+
+// level is the zerolog level of a record at slog level l from this handler's logger.
+func (h *SlogHandler) level(l slog.Level) zerolog.Level {
+	z := zlevel(l)
+	if h.quiet && z == zerolog.WarnLevel {
+		return zerolog.DebugLevel
+	}
+	return z
+}
 
 func zlevel(l slog.Level) zerolog.Level {
 	switch {
@@ -59,22 +103,36 @@ func zlevel(l slog.Level) zerolog.Level {
 
 // Enabled reports whether the zerolog logger accepts the level.
 func (h *SlogHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return zlevel(l) >= h.l.GetLevel() && zlevel(l) >= zerolog.GlobalLevel()
+	return h.level(l) >= h.l.GetLevel() && h.level(l) >= zerolog.GlobalLevel()
 }
 
 // Handle writes the record.
 func (h *SlogHandler) Handle(_ context.Context, r slog.Record) error {
-	ev := h.l.WithLevel(zlevel(r.Level))
+	ev := h.l.WithLevel(h.level(r.Level))
 	for _, a := range h.attrs {
-		ev = ev.Interface(a.Key, a.Value.Resolve().Any())
+		ev = ev.Interface(a.Key, attrValue(a.Value))
 	}
 	prefix := h.prefix()
 	r.Attrs(func(a slog.Attr) bool {
-		ev = ev.Interface(prefix+a.Key, a.Value.Resolve().Any())
+		ev = ev.Interface(prefix+a.Key, attrValue(a.Value))
 		return true
 	})
 	ev.Msg(r.Message)
 	return nil
+}
+
+// attrValue is the value of a slog attribute for the log line: an error or a Stringer
+// (a peer ID, a multiaddr) as its text, which encoding/json would write as {} or as
+// raw bytes.
+func attrValue(v slog.Value) any {
+	x := v.Resolve().Any()
+	switch t := x.(type) {
+	case error:
+		return t.Error()
+	case fmt.Stringer:
+		return t.String()
+	}
+	return x
 }
 
 func (h *SlogHandler) prefix() string {
@@ -91,6 +149,9 @@ func (h *SlogHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	p := h.prefix()
 	for _, a := range as {
 		c.attrs = append(c.attrs, slog.Attr{Key: p + a.Key, Value: a.Value})
+		if a.Key == "logger" && quietLoggers[a.Value.String()] {
+			c.quiet = true
+		}
 	}
 	return &c
 }

@@ -119,6 +119,8 @@ type Node struct {
 	// the planned figure's single random path does not model.
 	ownResends atomic.Uint64
 	started    time.Time
+	join       joinState    // while the membership is being fixed (Status.Join)
+	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery
 	httpSrv    *http.Server
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
 	HTTPAddr string
@@ -213,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
-		metrics: newMetrics(), started: time.Now(),
+		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery),
 	}
 	n.budgetCap.Store(-1)
 	n.rc = cfg.RunConfig()
@@ -330,6 +332,15 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 
 // membership fixes the member list (static, or via announce/join/start).
 func (n *Node) membership(ctx context.Context) error {
+	defer n.join.end()
+	switch {
+	case n.cfg.Members != nil:
+		n.join.begin("static", len(n.cfg.Members))
+	case n.cfg.Start:
+		n.join.begin("starter", n.cfg.MinPeers)
+	default:
+		n.join.begin("joiner", 0)
+	}
 	if n.cfg.Members != nil {
 		if err := n.setMembers(n.cfg.Members, n.cfg.Weight); err != nil {
 			return err
@@ -464,6 +475,7 @@ func (n *Node) waitMembers(ctx context.Context, timeout time.Duration) error {
 				missing = append(missing, p)
 			}
 		}
+		n.join.update(func(j *JoinStatus) { j.Joined = len(n.members) - len(missing) })
 		if len(missing) == 0 {
 			n.log.Info().Int("members", len(n.members)).Msg("connected to every member")
 			return nil
@@ -752,8 +764,11 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 // hand-off) and update the backup (release wave, or retirement when fenced); else keep
 // custody and try again after a pause.
 func (n *Node) sentDone(ctx context.Context, r sendResult) {
+	if r.err != nil && ctx.Err() != nil {
+		return // stopping: the token stays in custody (durable), nothing failed
+	}
 	if r.err != nil {
-		n.log.Error().Err(r.err).Msg("hand-off failed with every peer; token kept in custody, retrying")
+		n.limitedLog(zerolog.ErrorLevel, "every-peer").Err(r.err).Msg("hand-off failed with every peer; token kept in custody, retrying")
 		n.startSend(ctx, r.to, r.raw, r.main, time.Second) // all peers failed: pause before the next round
 		return
 	}
@@ -766,6 +781,21 @@ func (n *Node) sentDone(ctx context.Context, r sendResult) {
 		n.holding.Store(false)
 	}
 	n.onHandoff(ctx, r)
+}
+
+// limitedLog starts a log line of a warning that may repeat often: at level lvl at
+// most once every logEvery per key, saying how many repeats were held back since the
+// previous one (repeats_not_logged); the repeats in between go out at debug level.
+func (n *Node) limitedLog(lvl zerolog.Level, key string) *zerolog.Event {
+	ok, held := n.logLimit.Allow(key)
+	if !ok {
+		return n.log.Debug().Bool("rate_limited", true)
+	}
+	ev := n.log.WithLevel(lvl)
+	if held > 0 {
+		ev = ev.Int("repeats_not_logged", held)
+	}
+	return ev
 }
 
 func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
@@ -932,7 +962,8 @@ func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, p
 		}
 		if p != to && (i >= 2 || toDown) {
 			tok, _ := DecodeToken(raw)
-			n.log.Warn().Str("from", shortID(to)).Str("to", shortID(p)).Msg("redirecting the token to another peer after failures")
+			n.limitedLog(zerolog.WarnLevel, "redirect:"+string(to)).Str("from", shortID(to)).Str("to", shortID(p)).
+				Msg("redirecting the token to another peer after failures")
 			e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
 				Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: p.String()}
 			if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
@@ -944,7 +975,10 @@ func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, p
 		switch {
 		case err != nil:
 			last = err
-			n.log.Warn().Err(err).Str("to", shortID(p)).Msg("hand-off attempt failed")
+			if ctx.Err() != nil {
+				return 0, "", ctx.Err() // stopping, not a failure of p
+			}
+			n.limitedLog(zerolog.WarnLevel, "attempt:"+string(p)).Err(err).Str("to", shortID(p)).Msg("hand-off attempt failed")
 			continue
 		case code == AckOK || code == AckDuplicate:
 			n.metrics.sent.Inc()
@@ -1057,6 +1091,8 @@ type Status struct {
 	// Gossip is the state of a neighbour-exchange run (RunGossip); nil for the walk. Its
 	// epsilon_spent is then also reported in Epsilon, with its theorem in EpsilonNote.
 	Gossip *GossipStatus `json:"gossip,omitempty"`
+	// Join is the state of the wait for the run to start; nil once the membership is fixed.
+	Join *JoinStatus `json:"join,omitempty"`
 }
 
 // Status returns the node's status.
@@ -1092,6 +1128,7 @@ func (n *Node) Status() Status {
 	if n.cfg.PauseAtHop > 0 {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
+	st.Join = n.join.snapshot(st.Peers)
 	if gs := n.gossipStatus(); gs != nil {
 		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
 	}

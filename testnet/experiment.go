@@ -2,11 +2,13 @@ package testnet
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -94,6 +96,11 @@ type ExperimentResult struct {
 	Series  []ExperimentSeries
 	Runs    int
 	Theorem string
+	// Interrupted is set when the context was canceled before every run was done: Runs
+	// counts the runs completed out of Total, and Series holds only the series whose runs
+	// (every seed) all completed, in their usual order.
+	Interrupted bool
+	Total       int
 }
 
 func (o *ExperimentOptions) defaults() error {
@@ -238,7 +245,7 @@ func (o *ExperimentOptions) gossipOptions(algo string, alpha float64, seed uint6
 
 // runOne runs algo at base alpha with the given seed, recording L(t), the test error of
 // the averaged classifier and P(t) (formula value of the accountant in fig).
-func (o *ExperimentOptions) runOne(algo gossip.Algo, alpha float64, seed uint64) (*expRun, error) {
+func (o *ExperimentOptions) runOne(ctx context.Context, algo gossip.Algo, alpha float64, seed uint64) (*expRun, error) {
 	g := o.gossipOptions(algo.String(), alpha, seed)
 	sim, err := NewGossipSim(&g)
 	if err != nil {
@@ -281,6 +288,9 @@ func (o *ExperimentOptions) runOne(algo gossip.Algo, alpha float64, seed uint64)
 	}
 	last := 0
 	for !sim.Done() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		moved, err := sim.Step()
 		if err != nil {
 			return nil, err
@@ -388,6 +398,13 @@ func collect(algo string, alpha float64, runs []*expRun) ExperimentSeries {
 // ADMM-DVP and the M-ADMM-style baseline at the alpha that matches R-ADMM's P(T) (see
 // MatchAlpha), and, unless NoNonPriv, non-private ADMM once per seed.
 func RunExperiment(o ExperimentOptions) (*ExperimentResult, error) {
+	return RunExperimentContext(context.Background(), o)
+}
+
+// RunExperimentContext is RunExperiment stopped early when ctx is canceled: no new run
+// starts, the runs under way stop at their next local step, and the result holds the
+// series completed so far (ExperimentResult.Interrupted), without an error.
+func RunExperimentContext(ctx context.Context, o ExperimentOptions) (*ExperimentResult, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
@@ -435,7 +452,10 @@ func RunExperiment(o ExperimentOptions) (*ExperimentResult, error) {
 				return nil, err
 			}
 		}
-		r, err := o.runOne(j.algo, a, j.seed)
+		r, err := o.runOne(ctx, j.algo, a, j.seed)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s at alpha %g, seed %d: %w", j.algo, a, j.seed, err)
 		}
@@ -461,7 +481,7 @@ func RunExperiment(o ExperimentOptions) (*ExperimentResult, error) {
 				}
 				next++
 				mu.Unlock()
-				if k >= total || failed {
+				if k >= total || failed || ctx.Err() != nil {
 					return
 				}
 				r, err := runJob(jobs[k])
@@ -478,13 +498,17 @@ func RunExperiment(o ExperimentOptions) (*ExperimentResult, error) {
 		}()
 	}
 	wg.Wait()
+	stopped := ctx.Err() != nil
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !(stopped && errors.Is(err, ctx.Err())) {
 			return nil, err
 		}
 	}
-	res := &ExperimentResult{Options: o, Theorem: privacy.ObjPertTheorem, Runs: done}
+	res := &ExperimentResult{Options: o, Theorem: privacy.ObjPertTheorem, Runs: done, Total: total, Interrupted: stopped && done < total}
 	for k := 0; k < total; k += o.Seeds {
+		if slices.Contains(results[k:k+o.Seeds], nil) {
+			continue // interrupted before every seed of this series was done
+		}
 		j := jobs[k]
 		name := j.algo.String()
 		sr := collect(name, j.alpha, results[k:k+o.Seeds])

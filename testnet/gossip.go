@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,9 @@ type GossipOptions struct {
 	// Test (Train when Test is nil) and P(t) (formula value; empty when the theorem's
 	// conditions fail).
 	Curve io.Writer
+	// Progress, when set, is called about once a second with the iterations every node
+	// has completed and Iters (RunGossipContext, and the runs over hosts).
+	Progress func(iter, total int)
 }
 
 // GossipReport is the report of a gossip run: the walk report fields (Algo, Objective of the
@@ -414,6 +418,13 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 // RunGossip performs a complete simulated gossip run and returns its report. The same
 // options and seed give a bit-identical report (apart from timing fields).
 func RunGossip(o GossipOptions) (*GossipReport, error) {
+	return RunGossipContext(context.Background(), o)
+}
+
+// RunGossipContext is RunGossip stopped early when ctx is canceled (checked before every
+// local step): the report then describes the models reached, Hops the iterations every
+// node completed, with Report.Interrupted set (no error).
+func RunGossipContext(ctx context.Context, o GossipOptions) (*GossipReport, error) {
 	sim, err := NewGossipSim(&o)
 	if err != nil {
 		return nil, err
@@ -445,7 +456,22 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 	}
 	start := time.Now()
 	last := 0
+	shown := start
 	for !sim.Done() {
+		if ctx.Err() != nil {
+			rep, err := gossipReport(&o, sim, gossipOutcome{
+				Models: sim.models(), Inexact: sim.inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
+			})
+			if err != nil {
+				return nil, err
+			}
+			rep.markInterrupted(sim.MinIter())
+			return rep, nil
+		}
+		if o.Progress != nil && time.Since(shown) >= time.Second {
+			shown = time.Now()
+			o.Progress(sim.MinIter(), o.Iters)
+		}
 		moved, err := sim.Step()
 		if err != nil {
 			return nil, err
@@ -462,6 +488,12 @@ func RunGossip(o GossipOptions) (*GossipReport, error) {
 	return gossipReport(&o, sim, gossipOutcome{
 		Models: sim.models(), Inexact: sim.inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
 	})
+}
+
+// markInterrupted marks a partial report of a run stopped after iter iterations of every
+// node. The privacy figures stay those of the whole planned run (an upper bound).
+func (r *GossipReport) markInterrupted(iter int) {
+	r.Ended, r.Interrupted, r.HopsPlanned, r.Hops = "interrupted", true, uint64(r.Iters), uint64(iter)
 }
 
 // gossipOutcome is what a finished gossip run (simulated or over hosts) contributes to its

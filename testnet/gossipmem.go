@@ -64,6 +64,7 @@ type GossipMem struct {
 	sim     *GossipSim
 	nodes   []*node.GossipNode
 	ids     []peer.ID
+	dirs    []string // data directories by node index
 	cleanup func()
 	closed  []bool
 	mu      sync.Mutex
@@ -95,6 +96,7 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 	}
 	fail := func(err error) (*GossipMem, error) { gm.Close(); return nil, err }
 	dirs := make([]string, n)
+	gm.dirs = dirs
 	gm.ids = make([]peer.ID, n)
 	for i := range dirs {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
@@ -194,7 +196,13 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 			}
 		}()
 	}
-	wg.Wait()
+	if gm.cfg.Options.Progress != nil {
+		stop := pollEvery(ctx, time.Second, func() { gm.cfg.Options.Progress(ledgerIters(gm.dirs), res.Iters) })
+		wg.Wait()
+		stop()
+	} else {
+		wg.Wait()
+	}
 	res.Wall = time.Since(start)
 	res.Model, res.MaxDeviation = gm.sim.Average()
 	var first error
@@ -307,7 +315,9 @@ func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexa
 // RunGossipMemReport runs cfg like RunGossipMem and, when every node completed, returns the
 // report RunGossip gives for cfg.Options (same keys; the same model and objective bit for
 // bit when no stale vector was used) with a "network" section. On a failed run it returns
-// the result and the error, and no report.
+// the result and the error, and no report. When ctx is canceled first, it returns the
+// report of the state reached (the machines' models, the ledgers on disk), marked
+// interrupted.
 func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport, *GossipMemResult, error) {
 	gm, err := NewGossipMem(ctx, cfg)
 	if err != nil {
@@ -315,8 +325,20 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 	}
 	defer gm.Close()
 	res, err := gm.Run(ctx)
-	if err != nil {
+	interrupted := err != nil && ctx.Err() != nil
+	if err != nil && !interrupted {
 		return nil, res, err
+	}
+	if interrupted {
+		// Stopped early: the ledgers on disk are what every node made durable.
+		for i, d := range gm.dirs {
+			if res.Ledger[i], err = readLedgerFile(d); err != nil {
+				return nil, res, fmt.Errorf("testnet: gmem: interrupted: node %d: ledger: %w", i, err)
+			}
+			if res.Ledger[i] == nil {
+				res.Ledger[i] = []privacy.Entry{}
+			}
+		}
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
 	nw := GossipNetworkReport{
@@ -327,6 +349,9 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 	rep, err := gossipNetReport(&o, gm.sim, gm.sim.models(), gm.sim.inexact(), res.Ledger, res.Stale, res.Rejected, res.Ignored, res.Wall, nw)
 	if err != nil {
 		return nil, res, err
+	}
+	if interrupted {
+		rep.markInterrupted(gm.sim.MinIter())
 	}
 	return rep, res, nil
 }

@@ -72,7 +72,10 @@ type GossipNodeOutput struct {
 	Rejected      int             `json:"rejected_frames"`
 	Ignored       int             `json:"ignored_frames"`
 	WallSeconds   float64         `json:"wall_seconds"`
-	Ledger        []privacy.Entry `json:"-"`
+	// Interrupted marks the output of a node stopped (SIGINT, SIGTERM) before the end:
+	// Iter and Model are the machine's state then.
+	Interrupted bool            `json:"interrupted,omitempty"`
+	Ledger      []privacy.Entry `json:"-"`
 }
 
 // ParseGossipPlan decodes and checks a plan.
@@ -242,7 +245,18 @@ func RunGossipPlanNode(ctx context.Context, p *GossipPlan, shard *consensus.Data
 	if err := connectNeighbors(ctx, gn, ids, p.Neighbors, barrier, log); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	r, err := gn.Run(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Stopped: leave the state reached for the launcher's partial report.
+		out := &GossipNodeOutput{Run: p.Run, Self: p.Self, Peer: self.String(), Iter: m.Iter(), Model: m.Model(),
+			Stale: []node.StaleUse{}, WallSeconds: time.Since(start).Seconds(), Interrupted: true}
+		out.MaxResidual, out.InexactSolves = m.MaxResidual()
+		if werr := writeGossipOutput(dir, out); werr != nil {
+			return nil, werr
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -254,18 +268,24 @@ func RunGossipPlanNode(ctx context.Context, p *GossipPlan, shard *consensus.Data
 	if out.Stale == nil {
 		out.Stale = []node.StaleUse{}
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	tmp := filepath.Join(dir, GossipOutputFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, GossipOutputFile)); err != nil {
+	if err := writeGossipOutput(dir, out); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// writeGossipOutput writes out as GossipOutputFile in dir (via a temporary file and a
+// rename).
+func writeGossipOutput(dir string, out *GossipNodeOutput) error {
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, GossipOutputFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, GossipOutputFile))
 }
 
 // connectNeighbors dials every neighbour until connected (node.ConnectNeighbors).
@@ -424,6 +444,9 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	if cfg.KillAtIter > 0 {
 		k := cfg.KillNode
 		if err := waitLedger(ctx, procs[k], dirs[k], cfg.KillAtIter+1); err != nil {
+			if ctx.Err() != nil {
+				return interruptedGossipProcs(&o, sim, procs, dirs, cfg, start)
+			}
 			return nil, withLogs(fmt.Errorf("testnet: gprocs: node %d: %w", k, err), logs[k:k+1])
 		}
 		procs[k].cmd.Process.Kill() // SIGKILL: no handler runs
@@ -434,16 +457,25 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		}
 		restarts++
 	}
+	stopProgress := func() {}
+	if o.Progress != nil {
+		stopProgress = pollEvery(ctx, time.Second, func() { o.Progress(ledgerIters(dirs), o.Iters) })
+	}
 	for i, p := range procs {
 		select {
 		case <-p.done:
 		case <-ctx.Done():
-			return nil, withLogs(fmt.Errorf("testnet: gprocs: node %d still running: %w", i, ctx.Err()), logs)
+		}
+		if ctx.Err() != nil && !allExitedOK(procs) {
+			stopProgress()
+			return interruptedGossipProcs(&o, sim, procs, dirs, cfg, start)
 		}
 		if p.err != nil {
+			stopProgress()
 			return nil, withLogs(fmt.Errorf("testnet: gprocs: node %d: %v", i, p.err), logs[i:i+1])
 		}
 	}
+	stopProgress()
 	wall := time.Since(start)
 
 	models := make([][]float64, n)
@@ -482,6 +514,50 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir, Restarts: restarts,
 	}
 	return gossipNetReport(&o, sim, models, inexact, ledgers, stale, rejected, ignored, wall, nw)
+}
+
+// interruptedGossipProcs waits for the stopped processes (startProc sends them SIGTERM
+// when the launcher's context ends; each writes the state it reached) and builds the
+// partial report from their outputs and ledgers. A node without an output (killed, or
+// stopped before its run began) contributes its initial vector f_i(0).
+func interruptedGossipProcs(o *GossipOptions, sim *GossipSim, procs []*proc, dirs []string, cfg GossipProcsConfig, start time.Time) (*GossipReport, error) {
+	for _, p := range procs {
+		if p != nil {
+			<-p.done
+		}
+	}
+	wall := time.Since(start)
+	n := len(dirs)
+	models := make([][]float64, n)
+	inexact := make([]bool, n)
+	ledgers := make([][]privacy.Entry, n)
+	stale := make([][]node.StaleUse, n)
+	for i, d := range dirs {
+		models[i] = sim.Configs[i].Init
+		var out GossipNodeOutput
+		if b, err := os.ReadFile(filepath.Join(d, GossipOutputFile)); err == nil && json.Unmarshal(b, &out) == nil && len(out.Model) == len(models[i]) {
+			models[i], inexact[i], stale[i] = out.Model, out.InexactSolves > 0, out.Stale
+		}
+		es, err := readLedgerFile(d)
+		if err != nil {
+			return nil, fmt.Errorf("testnet: gprocs: interrupted: node %d: ledger: %w", i, err)
+		}
+		if es == nil {
+			es = []privacy.Entry{}
+		}
+		ledgers[i] = es
+	}
+	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
+	nw := GossipNetworkReport{
+		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
+		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir,
+	}
+	rep, err := gossipNetReport(o, sim, models, inexact, ledgers, stale, make([]int, n), make([]int, n), wall, nw)
+	if err != nil {
+		return nil, err
+	}
+	rep.markInterrupted(ledgerIters(dirs))
+	return rep, nil
 }
 
 // waitLedger waits until the ledger in dir holds at least entries entries while p is still

@@ -52,6 +52,9 @@ type MemConfig struct {
 	// redirected and seen by two peers. None of them may be the initial holder.
 	Withhold []int
 	Logger   zerolog.Logger
+	// Progress, when set, is called about once a second with the ledger entries written
+	// so far (hops, plus any redirections) and cfg.Hops.
+	Progress func(entries, hops uint64)
 }
 
 // MemResult is the outcome of RunMem.
@@ -67,10 +70,18 @@ type MemResult struct {
 	Path      []TraceStep
 	Redirects int // "forward" entries of custody redirections (see node)
 	Views     int // view steps of Path: peers that got a release and did not step it
+	// Hops is the number of hops made: cfg.Hops, or, when Interrupted is set (ctx was
+	// canceled before the end), the highest hop in the ledgers; Path then covers hops
+	// 1..Hops (the last release held by the last peer it was sent to), Model is the
+	// latest release found in the nodes' inboxes and custody checkpoints (nil if none)
+	// and Models is empty.
+	Interrupted bool
+	Hops        uint64
 }
 
 // RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) real libp2p hosts in this
-// process and returns when every node has the final model.
+// process and returns when every node has the final model, or, when ctx is canceled
+// first, the state reached (MemResult.Interrupted).
 func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	n := len(cfg.Shards)
 	if n < 1 {
@@ -171,8 +182,32 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); models[i], errs[i] = nd.Run(ctx) }()
 	}
-	wg.Wait()
-	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n)}
+	if cfg.Progress != nil {
+		stop := pollEvery(ctx, time.Second, func() {
+			total := 0
+			for _, nd := range nodes {
+				total += nd.Store().Entries()
+			}
+			cfg.Progress(uint64(total), cfg.Hops)
+		})
+		wg.Wait()
+		stop()
+	} else {
+		wg.Wait()
+	}
+	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Hops: cfg.Hops}
+	for i := range ids {
+		res.Peers[i] = ids[i].String()
+	}
+	if ctx.Err() != nil && slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		pw, err := readPartialWalk(dirs, res.Peers)
+		if err != nil {
+			return nil, fmt.Errorf("testnet: mem: interrupted: %w", err)
+		}
+		res.Interrupted, res.Hops, res.Model, res.Ledger = true, pw.hops, pw.z, pw.entries
+		res.Path, res.Redirects, res.Views, res.Updates = pw.path.Path, pw.path.Redirects, pw.path.Views, pw.path.Updates
+		return res, nil
+	}
 	for i, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("testnet: mem: node %d: %w", i, err)
@@ -180,7 +215,6 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	}
 	ledgers := make([][]privacy.Entry, n)
 	for i, m := range models {
-		res.Peers[i] = ids[i].String()
 		res.Ledger[i] = nodes[i].Store().Entries()
 		res.Updates[i] = m.Privacy.Updates
 		res.Models = append(res.Models, *m)

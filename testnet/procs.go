@@ -95,6 +95,9 @@ type ProcsConfig struct {
 	Withhold []int
 	// Logger receives the launcher's own log lines.
 	Logger zerolog.Logger
+	// Progress, when set, is called about once a second with the ledger entries the nodes
+	// report on their status endpoints and cfg.Hops.
+	Progress func(entries, hops uint64)
 }
 
 // ProcsResult is the outcome of RunProcs.
@@ -108,6 +111,12 @@ type ProcsResult struct {
 	Kills   []Kill
 	Wall    time.Duration // from the first process start to the last exit
 	Logs    []string      // stderr log file of each node (under Dir; gone if Dir was "")
+	// Hops is the number of hops made: cfg.Hops, or, when Interrupted is set (ctx was
+	// canceled before the end; the processes were sent SIGTERM, SIGKILL after a grace
+	// period), the highest hop in their ledgers; Model is then the latest release found
+	// (nil if none) and Models is empty (see MemResult).
+	Interrupted bool
+	Hops        uint64
 }
 
 // proc is one running `dpadmm node` process.
@@ -203,7 +212,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		}
 		withhold[w] = true
 	}
-	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n)}
+	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n), Hops: cfg.Hops}
 	dirs := make([]string, n)
 	args := make([][]string, n)
 	for i, sh := range cfg.Shards {
@@ -264,6 +273,9 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	}
 	if cfg.KillHolderAt > 0 {
 		k, err := killHolder(ctx, cfg, procs, res.Peers)
+		if err != nil && ctx.Err() != nil {
+			return interruptedProcs(res, procs, dirs, start)
+		}
 		if err != nil {
 			return nil, withLogs(err, res.Logs)
 		}
@@ -274,16 +286,36 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		res.Kills = append(res.Kills, k)
 		cfg.Logger.Info().Int("node", k.Node).Uint64("hop", k.Hop).Msg("holder killed and restarted")
 	}
+	stopProgress := func() {}
+	if cfg.Progress != nil {
+		client := &http.Client{Timeout: time.Second}
+		stopProgress = pollEvery(ctx, time.Second, func() {
+			total := 0
+			for _, p := range procs {
+				if addr := p.statusAddr(); addr != "" {
+					if st, err := getStatus(ctx, client, addr); err == nil {
+						total += st.Ledger
+					}
+				}
+			}
+			cfg.Progress(uint64(total), cfg.Hops)
+		})
+	}
 	for i, p := range procs {
 		select {
 		case <-p.done:
 		case <-ctx.Done():
-			return nil, withLogs(fmt.Errorf("testnet: procs: node %d still running: %w", i, ctx.Err()), res.Logs)
+		}
+		if ctx.Err() != nil && !allExitedOK(procs) {
+			stopProgress()
+			return interruptedProcs(res, procs, dirs, start)
 		}
 		if p.err != nil {
+			stopProgress()
 			return nil, withLogs(fmt.Errorf("testnet: procs: node %d: %v", i, p.err), res.Logs[i:i+1])
 		}
 	}
+	stopProgress()
 	res.Wall = time.Since(start)
 
 	ledgers := make([][]privacy.Entry, n)
@@ -379,11 +411,54 @@ func startProc(ctx context.Context, cfg ProcsConfig, args []string, dir string, 
 	go func() { // the launcher's context bounds the process
 		select {
 		case <-ctx.Done():
-			cmd.Process.Kill()
+			stopProc(p)
 		case <-p.done:
 		}
 	}()
 	return p, nil
+}
+
+// stopProc asks a node process to stop (SIGTERM: it ends its run with its data directory
+// consistent) and kills it if it has not exited after stopGrace.
+func stopProc(p *proc) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		p.cmd.Process.Kill()
+	}
+}
+
+// allExitedOK waits for every started process to exit and reports whether all exited
+// with status 0 (a run complete although the launcher's context ended meanwhile).
+func allExitedOK(procs []*proc) bool {
+	ok := true
+	for _, p := range procs {
+		if p != nil {
+			<-p.done
+			ok = ok && p.err == nil
+		}
+	}
+	return ok
+}
+
+// interruptedProcs waits for the stopped processes (startProc sends them SIGTERM when
+// the launcher's context ends) and reads the state the walk reached from their data
+// directories.
+func interruptedProcs(res *ProcsResult, procs []*proc, dirs []string, start time.Time) (*ProcsResult, error) {
+	for _, p := range procs {
+		if p != nil {
+			<-p.done
+		}
+	}
+	res.Wall = time.Since(start)
+	pw, err := readPartialWalk(dirs, res.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: procs: interrupted: %w", err)
+	}
+	res.Interrupted, res.Hops, res.Model, res.Ledger = true, pw.hops, pw.z, pw.entries
+	res.Path, res.Updates = pw.path, pw.path.Updates
+	return res, nil
 }
 
 // killHolder polls every node's /status until one reports that it paused at
@@ -560,6 +635,9 @@ type NetOptions struct {
 	AckTimeout time.Duration
 	Withhold   []int
 	Logger     zerolog.Logger
+	// Progress, when set, is called about once a second with the ledger entries written
+	// so far and the hops of the run.
+	Progress func(entries, hops uint64)
 }
 
 // RunNet performs the run described by o on real libp2p hosts and returns the same
@@ -568,7 +646,8 @@ type NetOptions struct {
 // the path and update counts come from the nodes' ledgers and model.json files. For a
 // given seed the model, the path (trace_hash) and the privacy section equal the
 // simulator's bit for bit, unless a node was killed. The walk runs on the complete
-// graph, without privacy budget, curve or simulator ledger directory.
+// graph, without privacy budget, curve or simulator ledger directory. When ctx is
+// canceled first, the report describes the state reached (Report.Interrupted).
 func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	switch {
 	case o.Graph != "" && o.Graph != "complete":
@@ -588,21 +667,23 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	}
 	nr := &NetworkReport{Mode: no.Mode, Hosts: o.Nodes, Dir: no.Dir}
 	var (
-		z       []float64
-		updates []int
-		lp      *PathFromLedgers
-		wall    time.Duration
+		z           []float64
+		updates     []int
+		lp          *PathFromLedgers
+		wall        time.Duration
+		hops        = o.Hops
+		interrupted bool
 	)
 	if no.Mode == "mem" {
 		r, err := RunMem(ctx, MemConfig{
 			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
 			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
-			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
 		})
 		if err != nil {
 			return nil, err
 		}
-		z, updates, wall = r.Model, r.Updates, r.Wall
+		z, updates, wall, hops, interrupted = r.Model, r.Updates, r.Wall, r.Hops, r.Interrupted
 		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects, Views: r.Views}
 		for _, e := range r.Ledger {
 			lp.Entries += e
@@ -612,21 +693,24 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
-			AckTimeout: no.AckTimeout, Withhold: no.Withhold,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
 		})
 		if err != nil {
 			return nil, err
 		}
-		z, updates, wall, lp = r.Model, r.Updates, r.Wall, r.Path
+		z, updates, wall, lp, hops, interrupted = r.Model, r.Updates, r.Wall, r.Path, r.Hops, r.Interrupted
 		nr.Kills = r.Kills
+	}
+	if z == nil { // interrupted before the first release
+		z = initialZ(o)
 	}
 	nr.LedgerEntries, nr.Redirects, nr.Repeats, nr.Views = lp.Entries, lp.Redirects, lp.Repeats, lp.Views
 	if wall > 0 {
-		nr.HopsPerSecond = float64(o.Hops) / wall.Seconds()
+		nr.HopsPerSecond = float64(hops) / wall.Seconds()
 	}
-	w := outcome{z: z, hops: o.Hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
-		wall: wall, stepTime: wall, views: lp.Views}
-	if keep, why := realisedFeasible(o.Nodes, o.Hops); keep {
+	w := outcome{z: z, hops: hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
+		wall: wall, stepTime: wall, views: lp.Views, interrupted: interrupted}
+	if keep, why := realisedFeasible(o.Nodes, hops); keep {
 		// View steps are steps that add no noise (Noisy false): the realised accountant
 		// charges the viewer for the state the release produced.
 		w.path = make([]privacy.TraceStep, len(lp.Path))

@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -89,11 +90,16 @@ type Report struct {
 	TraceHash string            `json:"trace_hash"`
 	Model     []float64         `json:"model"`
 	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
-	// node had used up its privacy budget first.
-	Ended   string        `json:"ended"`
-	Budget  *BudgetReport `json:"budget,omitempty"`
-	Privacy Privacy       `json:"privacy"`
-	Trace   []TraceStep   `json:"trace,omitempty"`
+	// node had used up its privacy budget first, "interrupted" when it was stopped early
+	// (a signal): the report then describes the state reached, Hops the hops done.
+	Ended string `json:"ended"`
+	// Interrupted marks a partial report (Ended "interrupted"); HopsPlanned is then the
+	// length the run was meant to have (iterations for the neighbour exchange).
+	Interrupted bool          `json:"interrupted,omitempty"`
+	HopsPlanned uint64        `json:"hops_planned,omitempty"`
+	Budget      *BudgetReport `json:"budget,omitempty"`
+	Privacy     Privacy       `json:"privacy"`
+	Trace       []TraceStep   `json:"trace,omitempty"`
 	// Network describes a run on real libp2p hosts (--mem, --procs); nil for the simulator.
 	Network *NetworkReport `json:"network,omitempty"`
 	// Pairs holds the pairwise matrices for WritePairsCSV and WritePairsPNG (nil for one node).
@@ -640,6 +646,7 @@ type outcome struct {
 	stepTime     time.Duration // time charged to the hops, for us_per_hop
 	budget       *BudgetReport
 	exhausted    bool
+	interrupted  bool // stopped early: the report is partial
 }
 
 // report builds the report of a finished walk: objective, gap, accuracy and the privacy
@@ -661,6 +668,9 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	}
 	if w.exhausted {
 		r.Ended = "budget exhausted"
+	}
+	if w.interrupted {
+		r.Ended, r.Interrupted, r.HopsPlanned = "interrupted", true, o.Hops
 	}
 	if w.hops > 0 {
 		r.UsPerHop = float64(w.stepTime.Nanoseconds()) / 1e3 / float64(w.hops)
@@ -697,7 +707,12 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 
 // Run performs a complete simulated run and returns its report. The walk stops after
 // o.Hops hops or when every node has exhausted its budget (Report.Ended says which).
-func Run(o Options) (rep *Report, err error) {
+func Run(o Options) (*Report, error) { return RunContext(context.Background(), o) }
+
+// RunContext is Run stopped early when ctx is canceled: the walk checks ctx between
+// blocks of a few thousand hops and the report then describes the hops done, with
+// Report.Interrupted set (no error).
+func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	p, err := prepare(o)
 	if err != nil {
 		return nil, err
@@ -750,7 +765,17 @@ func Run(o Options) (rep *Report, err error) {
 	var simDur time.Duration
 	last := start
 	const chunk = 4096
+	stop := ctx.Done()
+	interrupted := false
 	for sim.Hops() < o.Hops && !sim.Exhausted() {
+		select {
+		case <-stop:
+			interrupted = true
+		default:
+		}
+		if interrupted {
+			break
+		}
 		before := sim.Hops()
 		k := min(uint64(chunk), o.Hops-before)
 		if o.Curve != nil && o.CurveEvery > 0 {
@@ -783,16 +808,25 @@ func Run(o Options) (rep *Report, err error) {
 	w := outcome{
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
 		path: path, realisedNote: whyNot, traceHash: sim.TraceHash(), wall: time.Since(start),
-		stepTime: simDur, budget: sim.Budget(), exhausted: sim.Exhausted(),
+		stepTime: simDur, budget: sim.Budget(), exhausted: sim.Exhausted(), interrupted: interrupted,
 	}
 	if o.KeepTrace {
 		w.trace = sim.Store.Path
+	}
+	if keepPath && interrupted && float64(w.hops)*float64(o.Nodes) > InterruptedMaxWork {
+		keepPath, w.realisedNote = false, fmt.Sprintf("the run was interrupted after %d hops x %d nodes, above %.0g (the partial report is written at once); "+
+			"write the path with --trace and run 'dpadmm account trace'", w.hops, o.Nodes, InterruptedMaxWork)
 	}
 	if !keepPath {
 		w.path = nil
 	}
 	return p.report(o, w)
 }
+
+// InterruptedMaxWork bounds the realised figure of an interrupted run (hops * nodes,
+// about a second): a run stopped by a signal reports promptly and leaves longer
+// computations to 'dpadmm account trace'.
+const InterruptedMaxWork = 5e8
 
 func graphName(s string) string {
 	if s == "" {

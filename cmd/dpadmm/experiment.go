@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -81,10 +82,10 @@ func experimentUsage(_ io.Writer, format string, a ...any) error {
 	return usagef("experiment", format, a...)
 }
 
-func runExperiment(args []string, stdout, stderr io.Writer) error {
+func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help") {
 		// radmm is the only experiment: its help is the command's.
-		return runExperiment([]string{"radmm", "--help"}, stdout, stderr)
+		return runExperiment(ctx, []string{"radmm", "--help"}, stdout, stderr)
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM)")
@@ -164,23 +165,30 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		Iters:   *iters, Alphas: alphas, Seeds: *seeds, Seed: *seed, Eta: *eta, EtaGrowth: *etaGrowth,
 		Gamma: *gamma, C: *paperC, NoNonPriv: *noNonPriv, Workers: *workers,
 	}
-	if !*quiet {
-		opt.Progress = func(done, total int) {
-			fmt.Fprintf(stderr, "\rexperiment radmm: run %d/%d", done, total)
-			if done == total {
-				fmt.Fprintln(stderr)
-			}
-		}
+	prog := newProgress(stderr, *quiet)
+	if prog != nil {
+		opt.Progress = func(done, total int) { prog.Printf("experiment radmm: run %d/%d", done, total) }
 	}
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
 	start := time.Now()
-	res, err := testnet.RunExperiment(opt)
+	res, err := testnet.RunExperimentContext(ctx, opt)
+	prog.Done()
 	if err != nil {
 		return err
 	}
 	wall := time.Since(start)
+	if res.Interrupted {
+		// The series whose every run completed, in a file of their own: a complete
+		// NAME.csv from an earlier run is not overwritten by a partial one.
+		csvPath := filepath.Join(*outDir, *name+".partial.csv")
+		if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
+			return err
+		}
+		return interrupted("stopped after %d of %d runs (%.1f s); the %d series whose runs all completed are in %s (no plot)",
+			res.Runs, res.Total, wall.Seconds(), len(res.Series), csvPath)
+	}
 	csvPath := filepath.Join(*outDir, *name+".csv")
 	pngPath := filepath.Join(*outDir, *name+".png")
 	if err := writeFileWith(csvPath, res.WriteCSV); err != nil {

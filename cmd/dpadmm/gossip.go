@@ -7,10 +7,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -130,7 +128,7 @@ func etaSchedules(path string, rows [][]float64, nodes int) (all []float64, perN
 	return nil, nil, fmt.Errorf("%s: %d values per line; want 1 (all nodes) or %d (one per node)", path, len(rows[0]), nodes)
 }
 
-func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
+func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Writer) error {
 	o := testnet.GossipOptions{
 		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Scaler: a.scaler, Nodes: a.nodes, Split: a.split,
 		Problem: a.prob, Algo: a.algo, Graph: a.graph, Iters: a.iters, Alpha: a.alpha, Eta: a.eta,
@@ -155,13 +153,20 @@ func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 		defer curveFile.Close()
 		o.Curve = curveFile
 	}
+	prog := newProgress(stderr, a.quiet)
+	if prog != nil {
+		o.Progress = func(iter, total int) {
+			prog.Printf("iteration %d/%d (%.0f%%)", iter, total, 100*float64(iter)/float64(total))
+		}
+	}
 	var rep *testnet.GossipReport
 	var err error
 	if a.mem || a.procs {
-		rep, err = runGossipNet(o, a, stderr)
+		rep, err = runGossipNet(ctx, o, a, stderr)
 	} else {
-		rep, err = testnet.RunGossip(o)
+		rep, err = testnet.RunGossipContext(ctx, o)
 	}
+	prog.Done()
 	if err != nil {
 		return err
 	}
@@ -170,15 +175,19 @@ func runGossipTestnet(a gossipArgs, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	return writeReport(rep, a.report, a.asJSON, a.quiet, stdout, stderr, func(w io.Writer) { printGossipSummary(w, rep) })
+	if err := writeReport(rep, a.report, a.asJSON, a.quiet, stdout, stderr, func(w io.Writer) { printGossipSummary(w, rep) }); err != nil {
+		return err
+	}
+	if rep.Interrupted {
+		return interruptedReport(rep.Hops, rep.HopsPlanned, "iterations", a.report)
+	}
+	return nil
 }
 
 // runGossipNet runs o over one libp2p host per node: in this process (--mem,
 // testnet.RunGossipMemReport) or one 'dpadmm node --gossip-plan' process each (--procs,
 // testnet.RunGossipProcs, this executable run again).
-func runGossipNet(o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*testnet.GossipReport, error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func runGossipNet(ctx context.Context, o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*testnet.GossipReport, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err

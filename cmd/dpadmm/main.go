@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,22 +48,30 @@ func main() {
 }
 
 // run dispatches to a subcommand and returns the process exit code:
-// 0 on success, 2 on a usage error, 1 on any other error.
+// 0 on success, 2 on a usage error, 1 on any other error, 128 + the signal number (130
+// for SIGINT, 143 for SIGTERM) when a signal stopped a command early.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	ctx, stop := context.Background(), func() {}
+	if args[0] == "testnet" || args[0] == "node" || args[0] == "experiment" {
+		// These stop early on SIGINT or SIGTERM and write what they have; the others
+		// keep the default action (the process ends at once).
+		ctx, stop = signalContext(ctx)
+	}
+	defer stop()
 	var err error
 	switch args[0] {
 	case "testnet":
-		err = runTestnet(args[1:], stdout, stderr)
+		err = runTestnet(ctx, args[1:], stdout, stderr)
 	case "account":
 		err = runAccount(args[1:], stdout, stderr)
 	case "node":
-		err = runNode(args[1:], stdout, stderr)
+		err = runNode(ctx, args[1:], stdout, stderr)
 	case "experiment":
-		err = runExperiment(args[1:], stdout, stderr)
+		err = runExperiment(ctx, args[1:], stdout, stderr)
 	case "audit":
 		err = runAudit(args[1:], stdout, stderr)
 	case "eval":
@@ -76,6 +85,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if strings.HasPrefix(args[0], "-") {
 			err = unknownCommand("", "flag", args[0], []string{"--help", "--version"})
 		}
+	}
+	if code, ok := exitCodeOf(ctx, err); ok {
+		fmt.Fprintf(stderr, "dpadmm %s: %v\n", args[0], err)
+		return code
 	}
 	var ue *usageError
 	switch {

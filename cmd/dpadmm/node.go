@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -112,7 +109,7 @@ func (m *multiFlag) Set(s string) error {
 	return nil
 }
 
-func runNode(args []string, stdout, stderr io.Writer) error {
+func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("node", nodeHelp, stdout)
 	run := fs.String("run", "", "run name (required); selects the protocol and topic names")
 	df := addDataFlags(fs, nodeData)
@@ -132,6 +129,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090")
 	logFormat := fs.String("log-format", "text", "log format: text|json")
 	logLevel := fs.String("log-level", "warn", "log level: debug|info|warn|error")
+	quiet := fs.Bool("quiet", false, "no progress lines on stdout (waiting for peers; hops, updates and epsilon during the run)")
 	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
 	l1 := fs.Float64("l1", 0, "L1 weight")
 	l2 := fs.Float64("l2", 1e-2, "L2 weight")
@@ -178,7 +176,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *gossipPlan != "" {
-		return runGossipNode(fs, *gossipPlan, *run, *data, *df.label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
+		return runGossipNode(ctx, fs, *gossipPlan, *run, *data, *df.label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -418,11 +416,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			cfg.Noise = func(i int) privacy.Noise { return testnet.NodeNoise(s, i) }
 			cfg.AllowSeededNoise = true
 		}
-		return runGossipMember(cfg, *datadir, stdout)
+		return runGossipMember(ctx, cfg, *datadir, stdout, *quiet)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -435,10 +431,12 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if nd.HTTPAddr != "" {
 		fmt.Fprintf(stdout, "  status on http://%s/status, metrics on /metrics\n", nd.HTTPAddr)
 	}
+	stopProgress := nodeProgress(ctx, nd, *run, newProgress(stdout, *quiet))
 	m, err := nd.Run(ctx)
+	stopProgress()
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted before the run ended (state is checkpointed in --datadir)")
+		if ctx.Err() != nil {
+			return interrupted("stopped before the run ended; its state is checkpointed in %s (start the node again with the same --datadir to resume)", *datadir)
 		}
 		return err
 	}
@@ -456,9 +454,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 
 // runGossipMember runs one member of a neighbour-exchange run joined over the control
 // plane and prints where its model and its own Theorem V.1 figure were written.
-func runGossipMember(cfg node.Config, datadir string, stdout io.Writer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdout io.Writer, quiet bool) error {
 	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -471,10 +467,12 @@ func runGossipMember(cfg node.Config, datadir string, stdout io.Writer) error {
 	if nd.HTTPAddr != "" {
 		fmt.Fprintf(stdout, "  status on http://%s/status (section gossip), metrics on /metrics (dpadmm_gossip_*)\n", nd.HTTPAddr)
 	}
+	stopProgress := nodeProgress(ctx, nd, cfg.Run, newProgress(stdout, quiet))
 	m, err := nd.RunGossip(ctx)
+	stopProgress()
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted before the run ended (start the node again with the same --datadir to resume)")
+		if ctx.Err() != nil {
+			return interrupted("stopped before the run ended; its journal and ledger are in %s (start the node again with the same --datadir to resume)", datadir)
 		}
 		return err
 	}
@@ -505,7 +503,7 @@ func parseShard(s string) (i, n int, ok bool) {
 
 // runGossipNode runs one node of a neighbour-exchange testnet from a plan file
 // (testnet.GossipPlan, written by 'dpadmm testnet --procs').
-func runGossipNode(fs *flag.FlagSet, planPath, run, data, label, datadir string, noSync bool, logFormat, logLevel string,
+func runGossipNode(ctx context.Context, fs *flag.FlagSet, planPath, run, data, label, datadir string, noSync bool, logFormat, logLevel string,
 	stdout, stderr io.Writer, bad func(string, ...any) error) error {
 	allowed := map[string]bool{"gossip-plan": true, "data": true, "datadir": true, "label": true, "no-fsync": true,
 		"log-format": true, "log-level": true, "run": true}
@@ -547,10 +545,11 @@ func runGossipNode(fs *flag.FlagSet, planPath, run, data, label, datadir string,
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	out, err := testnet.RunGossipPlanNode(ctx, plan, d, datadir, noSync, log.With().Int("node", plan.Self).Logger())
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted("stopped before the run ended; the state reached is in %s", filepath.Join(datadir, testnet.GossipOutputFile))
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "run %q node %d (%s): %d iterations done, model written to %s; %d stale uses, %d frames rejected\n",

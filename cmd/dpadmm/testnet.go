@@ -9,10 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -113,7 +111,7 @@ on stderr. --report FILE writes the JSON report (keys: docs/report-schema.md; "g
 fraction there); --report - or --json writes it to stdout, and the summary goes to stderr.
 `
 
-func runTestnet(args []string, stdout, stderr io.Writer) error {
+func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("testnet", testnetHelp, stdout)
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
 	mem := fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
@@ -303,7 +301,7 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 	}
 	train, test, dataName, scaling := ld.train, ld.test, ld.name, ld.scaling
 	if gossipAlgo {
-		return runGossipTestnet(gossipArgs{
+		return runGossipTestnet(ctx, gossipArgs{
 			train: train, test: test, data: dataName, scaling: scaling, scaler: ld.scaler, nodes: *nodes, split: *split,
 			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
 			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
@@ -329,18 +327,24 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 		defer curveFile.Close()
 		opt.Curve, opt.CurveEvery = curveFile, max(*curveEvery, 1)
 	}
-	if !*quiet {
+	prog := newProgress(stderr, *quiet)
+	var netProgress func(entries, hops uint64)
+	if prog != nil {
 		opt.Progress = func(h, total uint64, obj float64) {
-			fmt.Fprintf(stderr, "hop %d/%d (%.0f%%) objective %.6g\n", h, total, 100*float64(h)/float64(total), obj)
+			prog.Printf("hop %d/%d (%.0f%%) objective %.6g", h, total, 100*float64(h)/float64(total), obj)
+		}
+		netProgress = func(entries, hops uint64) {
+			prog.Printf("ledger entries %d of %d hops (%.0f%%)", entries, hops, 100*float64(min(entries, hops))/float64(hops))
 		}
 	}
 	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
 	var rep *testnet.Report
 	if network {
-		rep, err = runNetwork(opt, *mem, *killAt, *killPhase, *netDir, *fsync, stderr)
+		rep, err = runNetwork(ctx, opt, *mem, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
 	} else {
-		rep, err = testnet.Run(opt)
+		rep, err = testnet.RunContext(ctx, opt)
 	}
+	prog.Done()
 	if err != nil {
 		return err
 	}
@@ -365,7 +369,13 @@ func runTestnet(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	return writeReport(rep, *reportPath, *asJSON, *quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) })
+	if err := writeReport(rep, *reportPath, *asJSON, *quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) }); err != nil {
+		return err
+	}
+	if rep.Interrupted {
+		return interruptedReport(rep.Hops, rep.HopsPlanned, "hops", *reportPath)
+	}
+	return nil
 }
 
 // writeReport writes the JSON report rep to the file path ("" = none, "-" = stdout) and,
@@ -398,6 +408,16 @@ func writeReport(rep any, path string, asJSON, quiet bool, stdout, stderr io.Wri
 	return nil
 }
 
+// interruptedReport is the error of a testnet stopped by a signal after done of planned
+// steps, naming the partial report it wrote.
+func interruptedReport(done, planned uint64, what, report string) error {
+	msg := fmt.Sprintf("stopped after %d of %d %s", done, planned, what)
+	if report != "" {
+		msg += fmt.Sprintf("; partial report (\"interrupted\": true) written to %s", report)
+	}
+	return interrupted("%s", msg)
+}
+
 func fmtEps(x float64) string {
 	if x >= math.MaxFloat64 {
 		return "inf"
@@ -418,7 +438,6 @@ func printSummary(w io.Writer, r *testnet.Report) {
 		}
 		b.WriteString("\n")
 	}
-	printRegression(&b, r)
 	if r.TestObjective != nil {
 		fmt.Fprintf(&b, "test objective %.6g\n", *r.TestObjective)
 	}
@@ -460,26 +479,6 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	io.WriteString(w, b.String())
 }
 
-// printRegression prints the RMSE and R^2 of a squared-loss report (nothing otherwise).
-func printRegression(w io.Writer, r *testnet.Report) {
-	if r.TrainRMSE == nil && r.RMSE == nil {
-		return
-	}
-	r2 := func(v *float64) string {
-		if v == nil {
-			return "undefined (constant targets)"
-		}
-		return fmt.Sprintf("%.4f", *v)
-	}
-	io.WriteString(w, "regression")
-	if r.TrainRMSE != nil {
-		fmt.Fprintf(w, " train RMSE %.6g R^2 %s", *r.TrainRMSE, r2(r.TrainR2))
-	}
-	if r.RMSE != nil {
-		fmt.Fprintf(w, "   test RMSE %.6g R^2 %s (%d rows)", *r.RMSE, r2(r.R2), r.TestRows)
-	}
-	io.WriteString(w, "\n")
-}
 
 func holds(ok bool) string {
 	if ok {
@@ -626,14 +625,13 @@ func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *in
 
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
-func runNetwork(opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool, stderr io.Writer) (*testnet.Report, error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func runNetwork(ctx context.Context, opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool,
+	progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
 	}
-	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase}
+	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress}
 	if !mem {
 		no.Mode = "procs"
 		if no.Binary, err = os.Executable(); err != nil {

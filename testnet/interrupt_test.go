@@ -1,0 +1,120 @@
+package testnet
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// cancelOn is a curve writer that cancels a context when a line starting with prefix is
+// written.
+type cancelOn struct {
+	prefix string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.HasPrefix(string(p), c.prefix) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestRunContextInterrupted: a simulated walk whose context is canceled at hop 8192 (by
+// the curve writer, at the end of a block of hops) stops there and reports exactly the
+// run of 8192 hops: same model, path fingerprint and privacy section, marked
+// interrupted with the planned length.
+func TestRunContextInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := netOptions(t, 10, 100000, 1)
+	o.Curve, o.CurveEvery = cancelOn{"8192,", cancel}, 8192
+	got, err := RunContext(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Interrupted || got.Ended != "interrupted" || got.Hops != 8192 || got.HopsPlanned != 100000 {
+		t.Fatalf("interrupted %v, ended %q, hops %d of %d", got.Interrupted, got.Ended, got.Hops, got.HopsPlanned)
+	}
+	want, err := Run(netOptions(t, 10, 8192, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Interrupted || want.Ended != "hops" || want.HopsPlanned != 0 {
+		t.Fatalf("complete run: interrupted %v, ended %q, hops_planned %d", want.Interrupted, want.Ended, want.HopsPlanned)
+	}
+	sameReport(t, "interrupted at 8192", got, want)
+}
+
+// TestRunGossipContextInterrupted: a neighbour-exchange simulation canceled once every
+// node completed iteration 10 reports 10 iterations done of the 40 planned, with finite
+// models and the privacy figures of the whole planned run (an upper bound).
+func TestRunGossipContextInterrupted(t *testing.T) {
+	train, test := gossipData(t, 200)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := gossipOpts(train, test, "radmm", "ring", 40, 2)
+	o.Curve = cancelOn{"10,", cancel}
+	got, err := RunGossipContext(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Interrupted || got.Ended != "interrupted" || got.Hops != 10 || got.HopsPlanned != 40 || got.Iters != 40 {
+		t.Fatalf("interrupted %v, ended %q, iterations %d of %d (iters %d)", got.Interrupted, got.Ended, got.Hops, got.HopsPlanned, got.Iters)
+	}
+	for k, v := range got.Model {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Fatalf("model[%d] = %v", k, v)
+		}
+	}
+	full, err := RunGossip(gossipOpts(train, test, "radmm", "ring", 40, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Interrupted || got.Gossip.Epsilon != full.Gossip.Epsilon || got.Gossip.Epsilon <= 0 {
+		t.Errorf("epsilon %v, the full run's %v (interrupted %v)", got.Gossip.Epsilon, full.Gossip.Epsilon, full.Interrupted)
+	}
+}
+
+// TestExperimentContextInterrupted: an experiment canceled after its first two runs (the
+// two seeds of non-private ADMM, one worker) returns those runs' series, equal to the
+// same series of the complete experiment, and no other.
+func TestExperimentContextInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o := shortExperiment(t)
+	o.Workers = 1
+	o.Progress = func(done, total int) {
+		if done == 2 {
+			cancel()
+		}
+	}
+	got, err := RunExperimentContext(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Interrupted || got.Runs != 2 || got.Total != 2+2*2*4 || len(got.Series) != 1 || got.Series[0].Algo != ExpNoPriv {
+		t.Fatalf("interrupted %v, %d of %d runs, %d series", got.Interrupted, got.Runs, got.Total, len(got.Series))
+	}
+	full, err := RunExperiment(shortExperiment(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Interrupted || full.Runs != full.Total {
+		t.Fatalf("complete experiment: interrupted %v, %d of %d runs", full.Interrupted, full.Runs, full.Total)
+	}
+	g, f := got.Series[0], full.Series[0]
+	for _, b := range [][2]Band{{g.Loss, f.Loss}, {g.TestError, f.TestError}, {g.Privacy, f.Privacy}} {
+		for k, pair := range [][2][]float64{{b[0].Mean, b[1].Mean}, {b[0].Min, b[1].Min}, {b[0].Max, b[1].Max}} {
+			if !sameBits(pair[0], pair[1]) || len(pair[0]) != o.Iters+1 {
+				t.Errorf("series %s: band %d: %v, complete experiment %v", g.Algo, k, pair[0], pair[1])
+			}
+		}
+	}
+	g.Loss, g.TestError, g.Privacy, f.Loss, f.TestError, f.Privacy = Band{}, Band{}, Band{}, Band{}, Band{}, Band{}
+	if !reflect.DeepEqual(g, f) {
+		t.Errorf("series %+v, complete experiment %+v", g, f)
+	}
+}
