@@ -479,7 +479,6 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	io.WriteString(w, b.String())
 }
 
-
 func holds(ok bool) string {
 	if ok {
 		return "hold"
