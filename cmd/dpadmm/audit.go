@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,17 +57,10 @@ and the verdict. --seed S uses seeded noise instead (reproducible, NOT secure: f
 FILE, --png FILE draws each lower bound with its interval next to the upper bound.
   dpadmm audit --trials 2000 --png audit.png
   dpadmm audit --algo radmm --alpha 50 --json
-
-Flags:
 `
 
 func runAudit(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, auditHelp)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("audit", auditHelp, stdout)
 	algo := fs.String("algo", "walk", "mechanism to audit: walk or radmm")
 	trials := fs.Int("trials", 12000, "trials per dataset (D and D'); half choose the tests, half evaluate them")
 	sigma := fs.Float64("sigma", 1, "walk: std of eta in eq. (7) (noise on u has std lambda*sigma)")
@@ -83,7 +75,7 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	node := fs.Int("node", 0, "the audited node i")
 	pairHops := fs.Int("pair-hops", 4, "walk: noisy updates by other nodes before the pairwise observer holds the token")
 	finalHops := fs.Int("final-hops", 20, "walk: noisy updates by other nodes before the final model is released")
-	gamma := fs.Float64("gamma", 0, "walk: ADMM prox parameter (default 100); radmm: even-step weight (default 0.5)")
+	gamma := fs.Float64("gamma", 0, "walk: ADMM prox parameter; radmm: even-step weight (0 means the mode's default: 100 for walk, 0.5 for radmm)")
 	lambda := fs.Float64("lambda", 0.5, "walk: relaxation lambda in (0,1]")
 	l2 := fs.Float64("l2", 1e-2, "L2 weight mu: adds (mu/2)*||w||^2")
 	alpha := fs.Float64("alpha", 2, "radmm: noise density exp(-alpha*||eps||)")
@@ -91,11 +83,8 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	paperC := fs.Float64("paper-c", 10, "radmm: the paper's C; C_i/B_i = C*N/M and rho/N = C*l2")
 	df := addDataFlags(fs, experimentData)
 	workers := fs.Int("workers", 0, "goroutines running trials (default: min(2, CPUs))")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return auditUsage(stderr, "unexpected argument %q", fs.Arg(0))
@@ -226,9 +215,8 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 }
 
 // auditUsage prints a usage error and returns errUsage (exit code 2).
-func auditUsage(stderr io.Writer, format string, a ...any) error {
-	fmt.Fprintf(stderr, "dpadmm audit: "+format+"\n", a...)
-	return errUsage
+func auditUsage(_ io.Writer, format string, a ...any) error {
+	return usagef("audit", format, a...)
 }
 
 func writeAuditJSON(w io.Writer, res []testnet.AuditResult) error {

@@ -117,7 +117,7 @@ func TestAuditUsageErrors(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"audit", "--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "Clopper-Pearson") {
-		t.Errorf("help: exit %d\n%s", code, errb.String())
+	if code := run([]string{"audit", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "Clopper-Pearson") {
+		t.Errorf("help (on stdout): exit %d\n%s", code, out.String())
 	}
 }

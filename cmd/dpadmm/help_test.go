@@ -28,6 +28,7 @@ var helpCases = []struct {
 	{"account-subsampled", []string{"account", "subsampled", "--help"}},
 	{"account-models", []string{"account", "models", "--help"}},
 	{"eval", []string{"eval", "--help"}},
+	{"audit", []string{"audit", "--help"}},
 	{"version", []string{"version", "--help"}},
 }
 
