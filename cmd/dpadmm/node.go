@@ -79,7 +79,7 @@ re-noised; it refuses to resume when the journal does not reproduce its ledger b
 bit. Neighbours wait for it with --on-missing wait (or a barrier and --max-wait longer
 than the restart).
 
-  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 4 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
+  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 2 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
   dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
 
 Profiles set listen addresses, discovery and timeouts together:
