@@ -30,7 +30,7 @@ Commands:
 Run 'dpadmm <command> --help' for the flags of a command.
 With no command, 'dpadmm' prints this text; 'dpadmm testnet' with no flags runs a demo.
 Exit codes: 0 success, 1 runtime error, 2 usage error (unknown flag, bad flag value,
-missing or unexpected argument).
+missing or unexpected argument), 130 after Ctrl-C (SIGINT), 143 after SIGTERM.
 `
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,7 +41,7 @@ var version = "0.1.0-dev"
 var errUsage = errors.New("usage")
 
 // commands are the subcommand names, for suggestions.
-var commands = []string{"testnet", "account", "node", "experiment", "eval", "version", "help"}
+var commands = []string{"testnet", "account", "node", "experiment", "audit", "eval", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
