@@ -28,7 +28,7 @@ func (b auditBars) YError(i int) (float64, float64) {
 // WriteAuditPNG draws an audit as PNG: for each line (observer and test) the empirical lower
 // bound on epsilon with its confidence interval, and beside it the accountant's upper bound.
 // Infinite values (an interval without upper end, an observer without guarantee) are drawn
-// at the top of the plot and marked "inf" in the axis label.
+// at the top of the plot and marked "inf" in the axis label. The legend is below the plot.
 func WriteAuditPNG(w io.Writer, results []AuditResult, title string) (err error) {
 	// The plotting library reports some invalid states by panicking.
 	defer func() {
@@ -39,6 +39,29 @@ func WriteAuditPNG(w io.Writer, results []AuditResult, title string) (err error)
 	if len(results) == 0 {
 		return errors.New("testnet: audit plot: no results")
 	}
+	p, leg, err := auditPlot(results, title)
+	if err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	c := vgimg.NewWith(vgimg.UseWH(auditWidth(len(results)), auditPlotH+auditLegendH), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(c)
+	p.Draw(draw.Crop(dc, 0, 0, auditLegendH, 0))
+	leg.Draw(draw.Crop(dc, 0, 0, 0, -auditPlotH))
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
+		return fmt.Errorf("testnet: audit plot: %w", err)
+	}
+	return nil
+}
+
+// Size of the audit figure in points (96 dpi: 4/3 pixel per point): the plot, and the
+// strip below it that holds the legend, where it cannot cover a bar.
+const auditPlotH, auditLegendH = 420, 40
+
+// auditWidth is the width of the audit figure for k result lines.
+func auditWidth(k int) vg.Length { return vg.Length(math.Max(520, float64(110*k))) }
+
+// auditPlot builds the plot of WriteAuditPNG and its legend.
+func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, error) {
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x < math.MaxFloat64 }
 	top := 0.0
 	for _, r := range results {
@@ -86,31 +109,27 @@ func WriteAuditPNG(w io.Writer, results []AuditResult, title string) (err error)
 	p.Add(plotter.NewGrid())
 	eb, err := plotter.NewYErrorBars(bars)
 	if err != nil {
-		return fmt.Errorf("testnet: audit plot: %w", err)
+		return nil, nil, err
 	}
 	blue := color.RGBA{0x1f, 0x4e, 0xb4, 0xff}
 	red := color.RGBA{0xc0, 0x20, 0x20, 0xff}
 	eb.LineStyle.Color, eb.LineStyle.Width = blue, vg.Points(1.5)
 	lower, err := plotter.NewScatter(bars)
 	if err != nil {
-		return fmt.Errorf("testnet: audit plot: %w", err)
+		return nil, nil, err
 	}
 	lower.GlyphStyle = draw.GlyphStyle{Color: blue, Radius: vg.Points(4), Shape: draw.CircleGlyph{}}
 	up, err := plotter.NewScatter(upper)
 	if err != nil {
-		return fmt.Errorf("testnet: audit plot: %w", err)
+		return nil, nil, err
 	}
 	up.GlyphStyle = draw.GlyphStyle{Color: red, Radius: vg.Points(5), Shape: draw.PyramidGlyph{}}
 	p.Add(eb, lower, up)
 	conf := results[0].Confidence
-	p.Legend.Add(fmt.Sprintf("empirical lower bound, %g%% interval", 100*conf), lower)
-	p.Legend.Add("claimed upper bound (accountant)", up)
-	p.Legend.Top = true
-	width := vg.Length(math.Max(480, float64(110*len(results))))
-	c := vgimg.NewWith(vgimg.UseWH(width, 420), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
-	p.Draw(draw.New(c))
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
-		return fmt.Errorf("testnet: audit plot: %w", err)
-	}
-	return nil
+	leg := plot.NewLegend()
+	leg.Add(fmt.Sprintf("empirical lower bound on epsilon, %g%% interval", 100*conf), lower)
+	leg.Add("claimed upper bound (accountant)", up)
+	leg.Top, leg.Left = true, true
+	leg.XOffs = vg.Points(12)
+	return p, &leg, nil
 }

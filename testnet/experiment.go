@@ -585,13 +585,21 @@ func (r *ExperimentResult) Summary() []ExperimentSummary {
 	return out
 }
 
-// expColors are the curve colours of the paper's Fig. 5.
-var expColors = map[string]color.RGBA{
-	ExpDVP:    {0x00, 0x00, 0x00, 0xff},
-	ExpMADMM:  {0x1f, 0x4e, 0xd8, 0xff},
-	ExpRADMM:  {0xd6, 0x1f, 0x1f, 0xff},
-	ExpMRADMM: {0xc0, 0x1c, 0xc0, 0xff},
-	ExpNoPriv: {0x1a, 0x9a, 0x2a, 0xff},
+// expStyle is how an algorithm is drawn: a colour (Okabe-Ito palette, told apart with
+// the common colour-vision deficiencies), a dash pattern and a width, so that curves stay
+// distinct where they overlap and in grey-scale print.
+type expStyle struct {
+	color  color.RGBA
+	dashes []vg.Length
+	width  vg.Length
+}
+
+var expStyles = map[string]expStyle{
+	ExpDVP:    {color.RGBA{0xd5, 0x5e, 0x00, 0xff}, []vg.Length{vg.Points(7), vg.Points(3)}, vg.Points(1.6)},                                   // vermillion, dashed
+	ExpMADMM:  {color.RGBA{0x00, 0x72, 0xb2, 0xff}, []vg.Length{vg.Points(7), vg.Points(2.5), vg.Points(1.5), vg.Points(2.5)}, vg.Points(1.6)}, // blue, dash-dot
+	ExpRADMM:  {color.RGBA{0x00, 0x9e, 0x73, 0xff}, nil, vg.Points(1.8)},                                                                       // bluish green, solid
+	ExpMRADMM: {color.RGBA{0xaa, 0x33, 0x77, 0xff}, []vg.Length{vg.Points(2), vg.Points(2)}, vg.Points(1.8)},                                   // purple, dotted
+	ExpNoPriv: {color.RGBA{0x00, 0x00, 0x00, 0xff}, []vg.Length{vg.Points(1), vg.Points(2.5)}, vg.Points(2.6)},                                 // black, heavy dots, drawn last
 }
 
 // expLabel is the legend text of an algorithm.
@@ -606,7 +614,7 @@ func expLabel(algo string) string {
 	case ExpMRADMM:
 		return "MR-ADMM"
 	case ExpNoPriv:
-		return "non-private ADMM"
+		return "non-private ADMM (reference)"
 	}
 	return algo
 }
@@ -622,47 +630,152 @@ func seriesXY(v []float64) (plotter.XYs, error) {
 	return xy, nil
 }
 
-// addBand adds a filled min-max band (when withBand) and the mean line of b to p.
-func addBand(p *plot.Plot, b Band, col color.RGBA, withBand bool) (*plotter.Line, error) {
-	mean, err := seriesXY(b.Mean)
+// expBandAlpha is the opacity of a min-max band: low enough that five overlapping bands
+// still show each other.
+const expBandAlpha = 0x1a
+
+// expEdgeAlpha is the opacity of a band's edges.
+const expEdgeAlpha = 0xa0
+
+// newBand returns the filled min-max band of b in style st, translucent, with thin
+// edges in the algorithm's colour and dash pattern.
+func newBand(b Band, st expStyle) (*plotter.Polygon, error) {
+	lo, err := seriesXY(b.Min)
 	if err != nil {
 		return nil, err
 	}
-	if withBand {
-		lo, err := seriesXY(b.Min)
-		if err != nil {
-			return nil, err
-		}
-		hi, err := seriesXY(b.Max)
-		if err != nil {
-			return nil, err
-		}
-		ring := append(plotter.XYs{}, lo...)
-		for k := len(hi) - 1; k >= 0; k-- {
-			ring = append(ring, hi[k])
-		}
-		poly, err := plotter.NewPolygon(ring)
-		if err != nil {
-			return nil, err
-		}
-		poly.Color = color.NRGBA{col.R, col.G, col.B, 0x38}
-		poly.LineStyle.Width = 0
-		p.Add(poly)
+	hi, err := seriesXY(b.Max)
+	if err != nil {
+		return nil, err
+	}
+	ring := append(plotter.XYs{}, lo...)
+	for k := len(hi) - 1; k >= 0; k-- {
+		ring = append(ring, hi[k])
+	}
+	poly, err := plotter.NewPolygon(ring)
+	if err != nil {
+		return nil, err
+	}
+	c := st.color
+	poly.Color = color.NRGBA{c.R, c.G, c.B, expBandAlpha}
+	poly.LineStyle = draw.LineStyle{Color: color.NRGBA{c.R, c.G, c.B, expEdgeAlpha}, Width: vg.Points(0.7), Dashes: st.dashes}
+	return poly, nil
+}
+
+// newMeanLine returns the mean line of b in style st.
+func newMeanLine(b Band, st expStyle) (*plotter.Line, error) {
+	mean, err := seriesXY(b.Mean)
+	if err != nil {
+		return nil, err
 	}
 	l, err := plotter.NewLine(mean)
 	if err != nil {
 		return nil, err
 	}
-	l.Color = col
-	l.Width = vg.Points(1.3)
-	p.Add(l)
+	l.Color, l.Width, l.Dashes = st.color, st.width, st.dashes
 	return l, nil
 }
 
+// drawOrder returns list with the non-private reference moved to the end, so that it is
+// drawn last (on top).
+func drawOrder(list []*ExperimentSeries) []*ExperimentSeries {
+	var out []*ExperimentSeries
+	var ref *ExperimentSeries
+	for _, s := range list {
+		if s.Algo == ExpNoPriv {
+			ref = s
+			continue
+		}
+		out = append(out, s)
+	}
+	if ref != nil {
+		out = append(out, ref)
+	}
+	return out
+}
+
+// fig5Item is a legend entry of the comparison: band and mean line of an algorithm.
+type fig5Item struct {
+	band *plotter.Polygon
+	line *plotter.Line
+}
+
+// fig5Row builds the three panels of one alpha: L(t), test error and P(t) of the series
+// in list (bands first, then every mean line, the non-private reference last), and the
+// legend entries of the algorithms it drew.
+func fig5Row(list []*ExperimentSeries, alpha float64, T int) ([3]*plot.Plot, map[string]fig5Item, error) {
+	list = drawOrder(list)
+	items := map[string]fig5Item{}
+	panels := [3]*plot.Plot{plot.New(), plot.New(), plot.New()}
+	panels[0].Title.Text = fmt.Sprintf("average training loss L(t), alpha = %g", alpha)
+	panels[1].Title.Text = fmt.Sprintf("test error (averaged model), alpha = %g", alpha)
+	panels[2].Title.Text = fmt.Sprintf("privacy bound P(t) (Thm V.1), alpha = %g", alpha)
+	panels[0].Y.Label.Text = "L(t)"
+	panels[1].Y.Label.Text = "test error"
+	panels[2].Y.Label.Text = "P(t), epsilon (pure DP)"
+	var lossBands, errBands []Band
+	var lines [3][]plot.Plotter
+	for _, s := range list {
+		st := expStyles[s.Algo]
+		lossBands, errBands = append(lossBands, s.Loss), append(errBands, s.TestError)
+		for k, b := range []Band{s.Loss, s.TestError} {
+			poly, err := newBand(b, st)
+			if err != nil {
+				return panels, nil, fmt.Errorf("%s: %w", s.Algo, err)
+			}
+			panels[k].Add(poly)
+			l, err := newMeanLine(b, st)
+			if err != nil {
+				return panels, nil, fmt.Errorf("%s: %w", s.Algo, err)
+			}
+			lines[k] = append(lines[k], l)
+			if k == 0 {
+				items[s.Algo] = fig5Item{poly, l}
+			}
+		}
+		if s.Algo != ExpNoPriv {
+			l, err := newMeanLine(s.Privacy, st)
+			if err != nil {
+				return panels, nil, fmt.Errorf("%s privacy: %w", s.Algo, err)
+			}
+			lines[2] = append(lines[2], l)
+		}
+	}
+	for k, p := range panels {
+		p.Add(lines[k]...) // every line above every band
+	}
+	chooseYRange(lossBands, yQuantile, true).apply(&panels[0].Y)
+	chooseYRange(errBands, yQuantile, false).apply(&panels[1].Y)
+	if _, isLog := panels[0].Y.Scale.(plot.LogScale); isLog {
+		panels[0].Y.Label.Text = "L(t), log scale"
+	}
+	panels[2].Y.Min = 0
+	panels[2].Y.Tick.Marker = expTicks{}
+	for _, p := range panels {
+		p.Title.TextStyle.Font.Size = vg.Points(11)
+		p.X.Label.Text = "iteration t"
+		p.X.Label.TextStyle.Font.Size = vg.Points(11)
+		p.Y.Label.TextStyle.Font.Size = vg.Points(11)
+		p.X.Min, p.X.Max = 0, float64(T)
+		p.X.Tick.Marker = expTicks{}
+		p.Add(plotter.NewGrid())
+	}
+	return panels, items, nil
+}
+
+// Size of the comparison figure, in points (96 dpi: 4/3 pixel per point).
+const (
+	fig5PanelW, fig5PanelH, fig5LegendH = 340, 260, 60
+)
+
 // WritePNG draws the comparison as one PNG: one row per alpha with the average training
-// loss L(t) (log scale when it spans a wide range), the test error of the averaged
-// classifier and the privacy bound P(t), mean lines with min-max bands over the seeds, and
-// a legend on top.
+// loss L(t), the test error of the averaged classifier and the privacy bound P(t); mean
+// lines over the seeds, each algorithm in its own colour and dash pattern, over
+// translucent min-max bands (every band is drawn before every line, the non-private
+// reference last). The y limits of the loss and test-error panels come from the data
+// (chooseYRange): from the smallest lower band edge to the 90th percentile of the upper
+// band edges, raised to the largest mean, with a log axis for the loss when these limits
+// span a decade or more; P(t) runs from 0. A legend on top names the curves and the rule.
 func (r *ExperimentResult) WritePNG(w io.Writer) (err error) {
 	// The plotting library reports some invalid states by panicking.
 	defer func() {
@@ -680,14 +793,13 @@ func (r *ExperimentResult) WritePNG(w io.Writer) (err error) {
 			nonPriv = &r.Series[k]
 		}
 	}
-	const panelW, panelH, legendH = 330, 250, 46 // points
-	c := vgimg.NewWith(vgimg.UseWH(vg.Length(3*panelW), vg.Length(panelH*len(alphas)+legendH)),
+	c := vgimg.NewWith(vgimg.UseWH(vg.Length(3*fig5PanelW), vg.Length(fig5PanelH*len(alphas)+fig5LegendH)),
 		vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(c)
-	body := draw.Crop(dc, 0, 0, 0, -vg.Length(legendH))
-	tiles := draw.Tiles{Rows: len(alphas), Cols: 3, PadX: vg.Points(8), PadY: vg.Points(8),
-		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(6)}
-	lines := map[string]*plotter.Line{}
+	body := draw.Crop(dc, 0, 0, 0, -vg.Length(fig5LegendH))
+	tiles := draw.Tiles{Rows: len(alphas), Cols: 3, PadX: vg.Points(10), PadY: vg.Points(10),
+		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	items := map[string]fig5Item{}
 	T := r.Options.Iters
 	for row, a := range alphas {
 		var list []*ExperimentSeries
@@ -699,68 +811,37 @@ func (r *ExperimentResult) WritePNG(w io.Writer) (err error) {
 				list = append(list, s)
 			}
 		}
-		panels := [3]*plot.Plot{plot.New(), plot.New(), plot.New()}
-		panels[0].Title.Text = fmt.Sprintf("average training loss L(t), alpha = %g", a)
-		panels[1].Title.Text = fmt.Sprintf("test error (averaged model), alpha = %g", a)
-		panels[2].Title.Text = fmt.Sprintf("privacy bound P(t) (Thm V.1), alpha = %g", a)
-		lossMin, lossMax := math.Inf(1), 0.0
-		for _, s := range list {
-			for _, v := range s.Loss.Min {
-				lossMin = math.Min(lossMin, v)
-			}
-			for _, v := range s.Loss.Max {
-				lossMax = math.Max(lossMax, v)
-			}
-			col := expColors[s.Algo]
-			l, err := addBand(panels[0], s.Loss, col, true)
-			if err != nil {
-				return fmt.Errorf("testnet: experiment plot: %s loss: %w", s.Algo, err)
-			}
-			lines[s.Algo] = l
-			if _, err := addBand(panels[1], s.TestError, col, true); err != nil {
-				return fmt.Errorf("testnet: experiment plot: %s test error: %w", s.Algo, err)
-			}
-			if s.Algo != ExpNoPriv {
-				if _, err := addBand(panels[2], s.Privacy, col, false); err != nil {
-					return fmt.Errorf("testnet: experiment plot: %s privacy: %w", s.Algo, err)
-				}
-			}
+		panels, got, err := fig5Row(list, a, T)
+		if err != nil {
+			return fmt.Errorf("testnet: experiment plot: %w", err)
 		}
-		if lossMin > 0 && lossMax/lossMin > 20 {
-			panels[0].Y.Scale = plot.LogScale{}
-			panels[0].Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		for name, it := range got {
+			items[name] = it
 		}
-		panels[1].Y.Min = 0
-		panels[2].Y.Min = 0
 		for col, p := range panels {
-			p.Title.TextStyle.Font.Size = vg.Points(10)
-			p.X.Label.Text = "iteration t"
-			p.X.Min, p.X.Max = 0, float64(T)
-			p.X.Tick.Marker = expTicks{}
-			if _, isLog := p.Y.Scale.(plot.LogScale); !isLog {
-				p.Y.Tick.Marker = expTicks{}
-			}
-			p.Add(plotter.NewGrid())
 			p.Draw(tiles.At(body, col, row))
 		}
 	}
 	// Legend: baselines, recycled algorithms, reference and notes in three columns.
 	cols := [][]string{{ExpDVP, ExpMADMM}, {ExpRADMM, ExpMRADMM}, {ExpNoPriv}}
-	top := draw.Crop(dc, vg.Points(12), 0, vg.Length(panelH*len(alphas)), 0)
+	top := draw.Crop(dc, vg.Points(12), 0, vg.Length(fig5PanelH*len(alphas)), 0)
 	for k, names := range cols {
 		l := plot.NewLegend()
 		l.Top, l.Left = true, true
-		l.TextStyle.Font.Size = vg.Points(10)
-		l.YOffs = -vg.Points(6)
+		l.TextStyle.Font.Size = vg.Points(11)
+		l.ThumbnailWidth = vg.Points(40)
+		l.YOffs = -vg.Points(10)
 		for _, name := range names {
-			if lines[name] != nil {
-				l.Add(expLabel(name), lines[name])
+			if it, ok := items[name]; ok {
+				l.Add(expLabel(name), it.band, it.line)
 			}
 		}
 		if k == 2 {
 			l.Add(fmt.Sprintf("N = %d, %s graph, T = %d, %d seeds: mean, min-max band", r.Options.Nodes, r.Options.Graph, T, r.Options.Seeds))
+			l.Add(fmt.Sprintf("y: lowest band edge to %.0fth pct. of upper edges;", 100*yQuantile))
+			l.Add(fmt.Sprintf("L(t) on a log axis when that spans %gx or more", yLogRatio))
 		}
-		l.Draw(draw.Crop(top, vg.Length(k*panelW), 0, 0, 0))
+		l.Draw(draw.Crop(top, vg.Length(k*fig5PanelW), 0, 0, 0))
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
 		return fmt.Errorf("testnet: experiment plot: %w", err)

@@ -491,9 +491,11 @@ func RunGossipContext(ctx context.Context, o GossipOptions) (*GossipReport, erro
 }
 
 // markInterrupted marks a partial report of a run stopped after iter iterations of every
-// node. The privacy figures stay those of the whole planned run (an upper bound).
+// node. The privacy figures stay those of the whole planned run (an upper bound). The
+// utility warnings are dropped: a model stopped early says nothing about the settings.
 func (r *GossipReport) markInterrupted(iter int) {
 	r.Ended, r.Interrupted, r.HopsPlanned, r.Hops = "interrupted", true, uint64(r.Iters), uint64(iter)
+	r.Warnings = []string{}
 }
 
 // gossipOutcome is what a finished gossip run (simulated or over hosts) contributes to its
@@ -559,6 +561,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		}
 	}
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
+	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
 	gp := GossipPrivacy{
 		Formula: jsonNum(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
 		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: jsonNum(fig.Guarantee()),

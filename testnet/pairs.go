@@ -333,6 +333,52 @@ func heatPalette(k int) (heatPaletteColors, error) {
 	return out, nil
 }
 
+// heatPanelPlot is one heat map: p's n x n matrix, pooled to cells of b x b pairs when
+// b > 1 (largest value of each cell), each cell repeated up times per side, on the colour
+// scale [0, hi] of pal.
+func heatPanelPlot(p HeatPanel, n, b, up int, pal heatPaletteColors, hi float64) *plot.Plot {
+	m := (n + b - 1) / b
+	pl := plot.New()
+	pl.Title.Text = p.Title
+	pl.X.Label.Text = "j (observer)"
+	pl.Y.Label.Text = "i (data owner)"
+	cells := p.Eps
+	if b > 1 {
+		cells, _ = poolMax(p.Eps, n, b)
+		pl.Title.Text += fmt.Sprintf("\n(each cell: max over %d x %d pairs)", b, b)
+	}
+	h := plotter.NewHeatMap(epsGrid{m: m, b: b, k: up, z: cells}, pal)
+	h.Min, h.Max = 0, hi
+	h.NaN = color.Gray{Y: 200}
+	h.Overflow = color.RGBA{R: 255, G: 0, B: 255, A: 255}
+	h.Rasterized = true
+	pl.Add(h)
+	pl.X.Min, pl.X.Max = -0.5, float64(m*b)-0.5
+	pl.Y.Min, pl.Y.Max = -0.5, float64(m*b)-0.5
+	pl.X.Tick.Marker, pl.Y.Tick.Marker = indexTicks(n), indexTicks(n)
+	return pl
+}
+
+// heatBarPlot is the colour bar of the heat maps: pal spanning [0, hi] on the x axis (its
+// y axis has no meaning and is hidden).
+func heatBarPlot(pal heatPaletteColors, hi float64) *plot.Plot {
+	cols := pal.Colors()
+	strip := image.NewRGBA(image.Rect(0, 0, len(cols), 1))
+	for x, col := range cols {
+		strip.Set(x, 0, col)
+	}
+	bar := plot.New()
+	bar.HideY()
+	bar.X.Label.Text = "epsilon (grey: i = j or not computed; magenta: no finite bound)"
+	bar.Add(plotter.NewImage(strip, 0, 0, hi, 1))
+	bar.X.Min, bar.X.Max = 0, hi
+	return bar
+}
+
+// Size of a heat-map panel and of the colour bar below the panels, in points (96 dpi:
+// 4/3 pixel per point).
+const heatPanelW, heatPanelH, heatBarH = 360, 380, 70
+
 // WriteHeatPNG draws side-by-side heat maps of n x n pairwise epsilon matrices on one
 // colour scale from 0 to the largest finite value, with a colour bar, as PNG.
 func WriteHeatPNG(w io.Writer, n int, panels []HeatPanel) (err error) {
@@ -364,49 +410,18 @@ func WriteHeatPNG(w io.Writer, n int, panels []HeatPanel) (err error) {
 	if err != nil {
 		return err
 	}
-	grey := color.Gray{Y: 200}
-	const panelW, panelH, barH = 360, 380, 70 // points
+	const panelW, panelH, barH = heatPanelW, heatPanelH, heatBarH
 	width := vg.Length(panelW * len(panels))
 	c := vgimg.NewWith(vgimg.UseWH(width, panelH+barH), vgimg.UseDPI(96), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(c)
 	top := draw.Crop(dc, 0, 0, barH, 0)
 	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Points(10), PadTop: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(4)}
 	b := (n + maxHeatCells - 1) / maxHeatCells
-	m := (n + b - 1) / b
-	up := max(1, min(480/m, 64))
+	up := max(1, min(480/((n+b-1)/b), 64))
 	for t, p := range panels {
-		pl := plot.New()
-		pl.Title.Text = p.Title
-		pl.X.Label.Text = "j (observer)"
-		pl.Y.Label.Text = "i (data owner)"
-		cells := p.Eps
-		if b > 1 {
-			cells, _ = poolMax(p.Eps, n, b)
-			pl.Title.Text += fmt.Sprintf(" [max over %d x %d blocks]", b, b)
-		}
-		h := plotter.NewHeatMap(epsGrid{m: m, b: b, k: up, z: cells}, pal)
-		h.Min, h.Max = 0, hi
-		h.NaN = grey
-		h.Overflow = color.RGBA{R: 255, G: 0, B: 255, A: 255}
-		h.Rasterized = true
-		pl.Add(h)
-		pl.X.Min, pl.X.Max = -0.5, float64(m*b)-0.5
-		pl.Y.Min, pl.Y.Max = -0.5, float64(m*b)-0.5
-		pl.X.Tick.Marker, pl.Y.Tick.Marker = indexTicks(n), indexTicks(n)
-		pl.Draw(tiles.At(top, t, 0))
+		heatPanelPlot(p, n, b, up, pal, hi).Draw(tiles.At(top, t, 0))
 	}
-	// Colour bar: the palette as an image spanning [0, hi] on the x axis.
-	cols := pal.Colors()
-	strip := image.NewRGBA(image.Rect(0, 0, len(cols), 1))
-	for x, col := range cols {
-		strip.Set(x, 0, col)
-	}
-	bar := plot.New()
-	bar.HideY()
-	bar.X.Label.Text = "epsilon (grey: i = j or not computed; magenta: no finite bound)"
-	bar.Add(plotter.NewImage(strip, 0, 0, hi, 1))
-	bar.X.Min, bar.X.Max = 0, hi
-	bar.Draw(draw.Crop(dc, vg.Points(40), -vg.Points(40), 0, -(panelH)))
+	heatBarPlot(pal, hi).Draw(draw.Crop(dc, vg.Points(40), -vg.Points(40), 0, -(panelH)))
 	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
 		return fmt.Errorf("testnet: plot: %w", err)
 	}

@@ -665,6 +665,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	planWarned := warnPlan(o, p, planCaps(o, nil), nil)
 	nr := &NetworkReport{Mode: no.Mode, Hosts: o.Nodes, Dir: no.Dir}
 	var (
 		z           []float64
@@ -709,7 +710,12 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		nr.HopsPerSecond = float64(hops) / wall.Seconds()
 	}
 	w := outcome{z: z, hops: hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
-		wall: wall, stepTime: wall, views: lp.Views, interrupted: interrupted}
+		wall: wall, stepTime: wall, views: lp.Views, interrupted: interrupted, planWarnings: planWarned}
+	for _, st := range lp.Path {
+		if st.Noisy && !st.View {
+			w.lastNoisy = max(w.lastNoisy, st.Hop+1)
+		}
+	}
 	if keep, why := realisedFeasible(o.Nodes, hops); keep {
 		// View steps are steps that add no noise (Noisy false): the realised accountant
 		// charges the viewer for the state the release produced.

@@ -49,6 +49,11 @@ type Options struct {
 	// Coalition, when non-nil, lists observers that pool their views; the report then
 	// carries privacy.pairwise_realised.coalition.
 	Coalition []int
+	// Warn, when set, is called with each warning about the plan (hops that cannot change
+	// the model, a planned privacy figure the run will lose) before the first hop. These
+	// warnings open Report.Warnings, in the same order; the ones found after the run
+	// follow them there.
+	Warn func(msg string)
 }
 
 // Report is the JSON report of a run.
@@ -95,11 +100,15 @@ type Report struct {
 	Ended string `json:"ended"`
 	// Interrupted marks a partial report (Ended "interrupted"); HopsPlanned is then the
 	// length the run was meant to have (iterations for the neighbour exchange).
-	Interrupted bool          `json:"interrupted,omitempty"`
-	HopsPlanned uint64        `json:"hops_planned,omitempty"`
-	Budget      *BudgetReport `json:"budget,omitempty"`
-	Privacy     Privacy       `json:"privacy"`
-	Trace       []TraceStep   `json:"trace,omitempty"`
+	Interrupted bool   `json:"interrupted,omitempty"`
+	HopsPlanned uint64 `json:"hops_planned,omitempty"`
+	// Warnings says where the run disappoints or will: hops that only forwarded the
+	// token, a planned privacy figure the run loses, a model no better than the trivial
+	// predictor. Never null: [] when there is none.
+	Warnings []string      `json:"warnings"`
+	Budget   *BudgetReport `json:"budget,omitempty"`
+	Privacy  Privacy       `json:"privacy"`
+	Trace    []TraceStep   `json:"trace,omitempty"`
 	// Network describes a run on real libp2p hosts (--mem, --procs); nil for the simulator.
 	Network *NetworkReport `json:"network,omitempty"`
 	// Pairs holds the pairwise matrices for WritePairsCSV and WritePairsPNG (nil for one node).
@@ -647,6 +656,10 @@ type outcome struct {
 	budget       *BudgetReport
 	exhausted    bool
 	interrupted  bool // stopped early: the report is partial
+	// lastNoisy is the hop (1 = the first) of the last noisy update, 0 when none was made;
+	// planWarnings the warnings about the plan, given to Options.Warn before the walk.
+	lastNoisy    uint64
+	planWarnings []string
 }
 
 // report builds the report of a finished walk: objective, gap, accuracy and the privacy
@@ -702,7 +715,26 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 		return nil, err
 	}
 	r.Privacy, r.Pairs = pr, pm
+	r.Warnings = append([]string{}, w.planWarnings...)
+	if msg := trailingWarning(w.hops, w.lastNoisy, o.Nodes); msg != "" {
+		r.Warnings = append(r.Warnings, msg)
+	}
+	if !w.interrupted {
+		r.Warnings = append(r.Warnings, utilityWarnings(o.Problem, o.Train, o.Test, z, walkUtilityHint)...)
+	}
 	return r, nil
+}
+
+// warnPlan returns the warnings about the plan of o (planWarnings) and passes each to
+// o.Warn.
+func warnPlan(o Options, p *prepared, caps, budgetCaps []int) []string {
+	ws := planWarnings(o, p.g == nil || p.g.Complete, caps, budgetCaps)
+	if o.Warn != nil {
+		for _, m := range ws {
+			o.Warn(m)
+		}
+	}
+	return ws
 }
 
 // Run performs a complete simulated run and returns its report. The walk stops after
@@ -730,6 +762,11 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 			rep, err = nil, fmt.Errorf("testnet: close: %w", cerr)
 		}
 	}()
+	var budgetCaps []int
+	if sim.plan != nil {
+		budgetCaps = sim.plan.Caps
+	}
+	planWarned := warnPlan(o, p, sim.caps, budgetCaps)
 	keepPath, whyNot := realisedFeasible(o.Nodes, o.Hops)
 	sim.Store.KeepTrace = o.KeepTrace || keepPath
 	var path []privacy.TraceStep
@@ -809,6 +846,7 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
 		path: path, realisedNote: whyNot, traceHash: sim.TraceHash(), wall: time.Since(start),
 		stepTime: simDur, budget: sim.Budget(), exhausted: sim.Exhausted(), interrupted: interrupted,
+		lastNoisy: sim.Store.LastNoisy, planWarnings: planWarned,
 	}
 	if o.KeepTrace {
 		w.trace = sim.Store.Path

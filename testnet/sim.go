@@ -59,10 +59,12 @@ func NodeNoise(seed uint64, node int) privacy.Noise {
 // Store is the simulator's in-memory durable store: per-node counters of ledger entries
 // and a fingerprint of the trace (hop, node, noisy).
 type Store struct {
-	Entries   []int // ledger entries per node
-	Noisy     []int // gaussian entries per node
-	LastHop   []uint64
-	Trace     uint64 // running fingerprint of (hop, node, noisy), see traceMix
+	Entries []int // ledger entries per node
+	Noisy   []int // gaussian entries per node
+	LastHop []uint64
+	Trace   uint64 // running fingerprint of (hop, node, noisy), see traceMix
+	// LastNoisy is the hop (1 = the first) of the latest noisy update; 0 before any.
+	LastNoisy uint64
 	KeepTrace bool
 	Path      []TraceStep // kept only when KeepTrace
 }
@@ -245,6 +247,7 @@ func (s *Sim) Step() error {
 	st.Entries[i]++
 	if noisy {
 		st.Noisy[i]++
+		st.LastNoisy = e.Hop
 		if st.Noisy[i] == s.caps[i] && s.plan != nil {
 			s.atCap++
 			s.done = s.atCap == s.N

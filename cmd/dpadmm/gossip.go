@@ -178,6 +178,7 @@ func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Write
 	if err := writeReport(rep, a.report, a.asJSON, a.quiet, stdout, stderr, func(w io.Writer) { printGossipSummary(w, rep) }); err != nil {
 		return err
 	}
+	printWarnings(stderr, rep.Warnings)
 	if rep.Interrupted {
 		return interruptedReport(rep.Hops, rep.HopsPlanned, "iterations", a.report)
 	}

@@ -109,6 +109,10 @@ re-sends the same vectors (never re-noised) and the run ends with the fault-free
 Output: a human summary on stdout (gap in %; with --loss squared also RMSE and R^2), progress
 on stderr. --report FILE writes the JSON report (keys: docs/report-schema.md; "gap" is a
 fraction there); --report - or --json writes it to stdout, and the summary goes to stderr.
+Warnings ("warning: " lines on stderr, also with --quiet; the report's "warnings" list):
+hops beyond the noisy updates the caps allow, a planned privacy figure the run will lose
+(before a walk), hops after the last noisy update, and a test accuracy no better than the
+majority class or R^2 <= 0 (after the run).
 `
 
 func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -338,6 +342,11 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
+	warned := 0
+	opt.Warn = func(msg string) {
+		printWarnings(stderr, []string{msg})
+		warned++
+	}
 	var rep *testnet.Report
 	if network {
 		rep, err = runNetwork(ctx, opt, *mem, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
@@ -372,10 +381,20 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := writeReport(rep, *reportPath, *asJSON, *quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) }); err != nil {
 		return err
 	}
+	// The plan's warnings were printed before the run; they open rep.Warnings.
+	printWarnings(stderr, rep.Warnings[min(warned, len(rep.Warnings)):])
 	if rep.Interrupted {
 		return interruptedReport(rep.Hops, rep.HopsPlanned, "hops", *reportPath)
 	}
 	return nil
+}
+
+// printWarnings prints each warning on its own line, prefixed "warning: ". Warnings go to
+// stderr even with --quiet: they say the run will disappoint, or did.
+func printWarnings(w io.Writer, msgs []string) {
+	for _, m := range msgs {
+		fmt.Fprintf(w, "warning: %s\n", m)
+	}
 }
 
 // writeReport writes the JSON report rep to the file path ("" = none, "-" = stdout) and,

@@ -75,7 +75,7 @@ func compareWithSim(t *testing.T, what string, got map[string]any, gotModel []fl
 			t.Fatalf("%s model coordinate %d: %v, simulator %v", what, k, gotModel[k], simModel[k])
 		}
 	}
-	for _, k := range []string{"trace_hash", "objective", "accuracy", "privacy", "hops", "nodes"} {
+	for _, k := range []string{"trace_hash", "objective", "accuracy", "privacy", "hops", "nodes", "warnings"} {
 		if !reflect.DeepEqual(got[k], sim[k]) {
 			t.Errorf("%s %s: %v, simulator %v", what, k, got[k], sim[k])
 		}
