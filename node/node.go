@@ -408,7 +408,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		if delta == 0 {
 			delta = 1e-5
 		}
-		plan, err := walk.BudgetCaps(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta}, len(ms), nil, c.Clip, c.Sigma)
+		plan, err := walk.BudgetCaps(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, len(ms), nil, c.Clip, c.Sigma)
 		if err != nil {
 			return err
 		}

@@ -105,15 +105,16 @@ func WalkDecide(r WalkRun) WalkVerdict {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d releases were re-sent to a second member (missing ack, regeneration or fallback), "+
 			"but the planned form assumes each release is seen by the one next peer of the random path", r.Resends))
 	}
-	if r.Planning && r.Cap > 0 && r.Nodes >= 2 && r.Hops > 0 {
+	if r.Cap > 0 && r.Nodes >= 2 && r.Hops > 0 {
 		mean := float64(r.Hops) / float64(r.Nodes)
 		sd := math.Sqrt(mean * (1 - 1/float64(r.Nodes)))
 		switch {
 		case r.Hops > uint64(r.Nodes)*uint64(r.Cap):
+			// Whoever reports: the run cannot consist of noisy updates only.
 			v.Reasons = append(v.Reasons, fmt.Sprintf("the plan makes forwards certain: %d hops exceed n x K_i = %d x %d noisy updates, "+
 				"so nodes at their cap forward the token and the planned figure will not hold for the run (lower --hops or raise the cap)",
 				r.Hops, r.Nodes, r.Cap))
-		case mean+3*sd > float64(r.Cap):
+		case r.Planning && mean+3*sd > float64(r.Cap):
 			v.Warnings = append(v.Warnings, fmt.Sprintf("some node is likely to reach its cap K_i = %d (expected visits per node %.1f, sd %.1f): "+
 				"its later visits forward the token and the run will then report the local figure", r.Cap, mean, sd))
 		}

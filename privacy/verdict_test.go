@@ -45,6 +45,10 @@ func TestWalkDecide(t *testing.T) {
 	if v := WalkDecide(r); v.K != 90 || v.PlannedHolds {
 		t.Errorf("plan without cap: %+v", v)
 	}
+	// A node's own report is voided too by a plan that makes forwards certain.
+	if v := WalkDecide(WalkRun{Nodes: 3, Complete: true, Clip: 0.1, Sigma: 1, Cap: 1, Hops: 10, Updates: 1, Own: true}); v.PlannedHolds {
+		t.Errorf("own report of a plan beyond n x K_i: %+v", v)
+	}
 	// A node's own report uses its own count and needs no cap.
 	own := WalkRun{Nodes: 3, Complete: true, Clip: 0.1, Sigma: 1, Hops: 300, Updates: 7, Own: true}
 	if v := WalkDecide(own); !v.PlannedHolds || v.K != 7 {

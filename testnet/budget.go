@@ -16,6 +16,9 @@ type BudgetSpec struct {
 	Kind    string  // "local" or "network"
 	Epsilon float64 // budget epsilon, > 0
 	Delta   float64 // delta of the budget, in (0,1)
+	// Hops is the planned run length (set by Run from Options.Hops): the network figure then
+	// charges the final model as a view of every node. 0: unknown, no final-release term.
+	Hops uint64
 }
 
 // BudgetReport is the budget section of a run report.
@@ -56,7 +59,7 @@ func budgetCaps(cfg *SimConfig, n int, g *graph.Graph) (*walk.BudgetPlan, error)
 	if cfg.Budget == nil {
 		return nil, nil
 	}
-	b := walk.Budget{Kind: cfg.Budget.Kind, Epsilon: cfg.Budget.Epsilon, Delta: cfg.Budget.Delta}
+	b := walk.Budget{Kind: cfg.Budget.Kind, Epsilon: cfg.Budget.Epsilon, Delta: cfg.Budget.Delta, Hops: cfg.Budget.Hops}
 	p, err := walk.BudgetCaps(b, n, g, cfg.Clip, cfg.Sigma)
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)

@@ -376,7 +376,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	K := max(verdict.K, 1)
 	horizon := 0
 	if in.Hops > 0 {
-		horizon = int(min(in.Hops, math.MaxInt32))
+		horizon = int(min(in.Hops, uint64(math.MaxInt)))
 	}
 	var adj [][]int
 	if !complete {
@@ -512,53 +512,6 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		pw.Coalition = cr
 	}
 	return &pw
-}
-
-// Accounting is the privacy section from per-node update counts alone, without the path
-// or the graph's structure: the local figure per node and, on the complete graph only,
-// Theorem 4 with K_i the busiest node's count. Run uses Account, which covers every
-// graph and adds the realised figure.
-func Accounting(updates []int, clip, sigma, delta float64, graphSpec string) Privacy {
-	n := len(updates)
-	pr := Privacy{Delta: delta, Conversion: privacy.Conversion, Updates: updates}
-	pr.Local = localSection(updates, clip, sigma, delta)
-	worstI, kmax := 0, -1
-	for i, k := range updates {
-		if k > kmax {
-			kmax, worstI = k, i
-		}
-	}
-	pw := Pairwise{
-		Theorem: "Theorem 4, conservative corrected form (digest 3.6 E1/E2): K_i (1+c) e1 ln(n)/(n-1), e1 = 8 alpha C^2/sigma^2, c = (alpha-1) e1",
-		Conditions: "complete graph, path secret from j, c <= 1 at the chosen order " +
-			"(sigma >= 2 sqrt(2) C sqrt(alpha(alpha-1)))",
-	}
-	if n >= 2 {
-		eps, ord := privacy.ToDP(privacy.Theorem4Curve(n, kmax, clip, sigma), delta)
-		j := 0
-		if worstI == 0 {
-			j = 1
-		}
-		pw.Worst = Worst{Epsilon: jsonNum(eps), Order: ord, I: worstI, J: j}
-		pw.Mean, pw.P50, pw.P90, pw.P99 = pw.Worst.Epsilon, pw.Worst.Epsilon, pw.Worst.Epsilon, pw.Worst.Epsilon
-		complete := graphSpec == "" || graphSpec == "complete"
-		pw.ConditionsHold = complete && !math.IsInf(eps, 0) && !math.IsNaN(eps) && sigma > 0
-		switch {
-		case !complete:
-			pw.Note = "Theorem 4 covers only the complete graph; this figure does not apply to " + graphSpec
-		case sigma == 0:
-			pw.Note = "no noise: no privacy"
-		case !pw.ConditionsHold:
-			pw.Note = "no admissible order: sigma too small for the theorem's condition"
-		default:
-			pw.Note = "planning figure over the secret random path, worst node i (most updates); j is any other node (symmetric); " +
-				"the paper's amplification argument has unverified steps (digest 3.6 E5); the local figure always holds"
-		}
-	} else {
-		pw.Note = "one node: no pairwise figure"
-	}
-	pr.PairwisePlanned = pw
-	return pr
 }
 
 // Limits of the realised figure computed by Run: the path is kept in memory (16 bytes
@@ -749,10 +702,16 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	budget := o.Budget
+	if budget != nil && budget.Hops == 0 {
+		b := *budget
+		b.Hops = o.Hops // the run's length: the network figure charges the final release
+		budget = &b
+	}
 	sim, err := NewSim(SimConfig{
 		Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
 		Sigma: o.Sigma, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
-		Budget: o.Budget, LedgerDir: o.LedgerDir,
+		Budget: budget, LedgerDir: o.LedgerDir,
 	})
 	if err != nil {
 		return nil, err

@@ -36,6 +36,10 @@ type Budget struct {
 	Kind    string  // BudgetLocal or BudgetNetwork
 	Epsilon float64 // the budget, > 0 and finite
 	Delta   float64 // delta of the (epsilon, delta) figure, in (0,1)
+	// Hops is the planned length of the run. With it the network figure includes the final
+	// model as a view of every node (privacy.FinalReleaseWeight), as every planned figure
+	// the tool prints does; 0 (unknown) leaves that term out.
+	Hops uint64
 }
 
 // Validate checks the budget.
@@ -92,7 +96,11 @@ func (p *BudgetPlan) Epsilon(i, k int) float64 {
 	}
 	var net float64
 	if p.complete {
-		net, _ = privacy.ToDP(privacy.Theorem4Curve(p.n, k, p.clip, p.sigma), d)
+		if p.Budget.Hops > 0 {
+			net, _ = privacy.ToDP(privacy.Theorem4FinalCurve(p.n, k, p.Budget.Hops, p.clip, p.sigma), d)
+		} else {
+			net, _ = privacy.ToDP(privacy.Theorem4Curve(p.n, k, p.clip, p.sigma), d)
+		}
 	} else {
 		net, _ = privacy.ToDP(p.unit.Scale(float64(k)*p.weight[i]), d)
 	}
@@ -161,7 +169,10 @@ func BudgetCaps(b Budget, n int, g *graph.Graph, clip, sigma float64) (*BudgetPl
 			return nil, fmt.Errorf("%w: network kind on graph %q with %d nodes needs the %d x %d planned pairwise matrix (limit %d nodes); use the local kind or the complete graph",
 				errBudget, g.Spec, n, n, n, maxNetworkGraphNodes)
 		}
-		plan, err := privacy.PlannedPairwise(n, g.Adj, false, privacy.PlanOptions{Clip: clip, Sigma: sigma, Updates: 1})
+		// One update per unit; the final-release term (with Hops) is then charged at most
+		// once per update, k min(F, 1) >= min(F, k): an upper bound.
+		plan, err := privacy.PlannedPairwise(n, g.Adj, false, privacy.PlanOptions{Clip: clip, Sigma: sigma, Updates: 1,
+			Horizon: int(min(b.Hops, uint64(math.MaxInt)))})
 		if err != nil {
 			return nil, fmt.Errorf("walk: budget: %w", err)
 		}

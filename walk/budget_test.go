@@ -374,3 +374,34 @@ func TestMachineBudgetCap(t *testing.T) {
 		t.Fatalf("no cap: Cap() = %d", m.Cap())
 	}
 }
+
+// TestBudgetNetworkChargesFinalRelease: with the run's length, the network budget's figure
+// includes the final model as a view of every node, as the planned figure the report
+// prints does; so the caps are lower than without it.
+func TestBudgetNetworkChargesFinalRelease(t *testing.T) {
+	const n, clip, sigma, delta, eps = 10, 1.0, 20.0, 1e-5, 1.0
+	without, err := BudgetCaps(Budget{Kind: BudgetNetwork, Epsilon: eps, Delta: delta}, n, nil, clip, sigma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := BudgetCaps(Budget{Kind: BudgetNetwork, Epsilon: eps, Delta: delta, Hops: 200}, n, nil, clip, sigma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 5; k++ {
+		net, _ := privacy.ToDP(privacy.Theorem4FinalCurve(n, k, 200, clip, sigma), delta)
+		loc, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
+		if got := with.Epsilon(0, k); got != math.Min(net, loc) {
+			t.Errorf("k=%d: %v, want min(%v, %v)", k, got, net, loc)
+		}
+		if !(with.Epsilon(0, k) >= without.Epsilon(0, k)) {
+			t.Errorf("k=%d: the final release lowered the figure: %v < %v", k, with.Epsilon(0, k), without.Epsilon(0, k))
+		}
+	}
+	if with.Caps[0] > without.Caps[0] {
+		t.Errorf("caps %d with the final release, %d without", with.Caps[0], without.Caps[0])
+	}
+	if e := with.Epsilon(0, with.Caps[0]); e > eps {
+		t.Errorf("cap %d gives %v over the budget %v", with.Caps[0], e, eps)
+	}
+}

@@ -58,7 +58,7 @@ func LatticeClip(clip, lambda, sigma float64, dim int) (h, clipEff float64, err 
 		return 0, 0, fmt.Errorf("walk: lattice: need sigma > 0, lambda > 0, clip > 0 and dim >= 1, got %v, %v, %v, %d", sigma, lambda, clip, dim)
 	}
 	h = privacy.Granularity(lambda * sigma)
-	if !(h > 0) {
+	if !(h > 0) || math.IsInf(1/h, 0) {
 		return 0, 0, fmt.Errorf("walk: lattice: noise std lambda*sigma = %v is too small for the secure sampler's lattice", lambda*sigma)
 	}
 	// sqrt(p) rounded up, and the slack h sqrt(p) / (4 lambda) rounded up.
@@ -70,40 +70,58 @@ func LatticeClip(clip, lambda, sigma float64, dim int) (h, clipEff float64, err 
 	if !(clipEff > 0) {
 		return 0, 0, fmt.Errorf("walk: lattice: clip %v is too small for the noise lattice (needs more than %v at sigma %v, dimension %d)", clip, slack, sigma, dim)
 	}
+	// Below 2^-400 the squares of a difference that needs clipping could underflow, and a
+	// computed norm of 0 would skip the clip; with C' >= 2^-400 any vector whose squares
+	// underflow is far inside the clip.
+	if clipEff < 0x1p-400 {
+		return 0, 0, fmt.Errorf("walk: lattice: clip %v is too small (below 2^-400 after the lattice margin)", clip)
+	}
 	return h, clipEff, nil
 }
 
 // applyLattice is apply for a noisy update: with d = g when g != nil, else
 // d_k = (z_k - u_k) + s a_k, and lambda eta in eta,
 //
-//	du_k = h (round(sc d_k / h) + round(eta_k / h));  u += du;  zhat += du/n;  z = prox_{gamma r}(zhat).
+//	q_k  = round(sc d_k / h) + round(eta_k / h)
+//	du_k = h q_k;  u += du;  zhat += du/n;  z = prox_{gamma r}(zhat).
 //
-// The explicit float64 conversions keep products from being fused into multiply-adds, so
-// that every architecture computes the same bits.
-func (m *Machine) applyLattice(g, a []float64, s, sc float64, z, zhat, eta []float64) {
+// The integers q are computed first (into eta) and checked: a non-finite q (a token whose
+// finite coordinates overflow the update, an unclipped NaN norm) would release the signs of
+// the data part whatever the noise, so the token is refused with ErrNotFinite before
+// anything is written. The explicit float64 conversions keep products from being fused
+// into multiply-adds, so that every architecture computes the same bits.
+func (m *Machine) applyLattice(g, a []float64, s, sc float64, z, zhat, eta []float64) error {
 	n := len(z)
-	u, zhat, eta := m.u[:n], zhat[:n], eta[:n]
+	u, zhat, q := m.u[:n], zhat[:n], eta[:n]
 	h, hinv, inv, t, sh := m.h, m.hinv, m.inv, m.t, m.sh
+	var chk float64
 	if g != nil {
 		g = g[:n]
-		for k := range z {
-			q := math.RoundToEven(float64(float64(sc*g[k])*hinv)) + math.RoundToEven(float64(eta[k]*hinv))
-			du := float64(q * h)
-			u[k] += du
-			zh := zhat[k] + float64(du*inv)
-			zhat[k] = zh
-			z[k] = soft(zh, t, sh)
+		for k := range q {
+			q[k] = math.RoundToEven(float64(float64(sc*g[k])*hinv)) + math.RoundToEven(float64(q[k]*hinv))
+			chk += q[k] * 0
 		}
-		return
+	} else {
+		a = a[:n]
+		for k := range q {
+			d := float64(sc * ((z[k] - u[k]) + float64(s*a[k])))
+			q[k] = math.RoundToEven(float64(d*hinv)) + math.RoundToEven(float64(q[k]*hinv))
+			chk += q[k] * 0
+		}
 	}
-	a = a[:n]
+	for k := range q { // the new u and zhat too, before anything is written
+		du := float64(q[k] * h)
+		chk += (u[k]+du)*0 + (zhat[k]+float64(du*inv))*0
+	}
+	if chk != 0 { // x*0 is 0 for finite x, NaN otherwise
+		return ErrNotFinite
+	}
 	for k := range z {
-		d := float64(sc * ((z[k] - u[k]) + float64(s*a[k])))
-		q := math.RoundToEven(float64(d*hinv)) + math.RoundToEven(float64(eta[k]*hinv))
-		du := float64(q * h)
+		du := float64(q[k] * h)
 		u[k] += du
 		zh := zhat[k] + float64(du*inv)
 		zhat[k] = zh
 		z[k] = soft(zh, t, sh)
 	}
+	return nil
 }

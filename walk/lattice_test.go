@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -185,5 +186,46 @@ func TestLatticeClip(t *testing.T) {
 	}
 	if _, _, err := LatticeClip(1, 0.5, 1e-320, 10); err == nil {
 		t.Error("a sigma whose lattice underflows must be refused")
+	}
+	if _, _, err := LatticeClip(1, 0.5, 1e-300, 3); err == nil {
+		t.Error("a subnormal lattice step (1/h = +Inf) must be refused")
+	}
+	// A clip so small that the squares of a difference needing clipping underflow would
+	// skip the clip (computed norm 0): refused.
+	if _, _, err := LatticeClip(1e-170, 0.5, 1e-160, 3); err == nil {
+		t.Error("a clip below 2^-400 must be refused")
+	}
+}
+
+// TestLatticeRefusesOverflowingToken: a finite token whose coordinates overflow the update
+// (2z - u, a.v) would turn the data part into +-Inf or NaN by its signs, which no noise
+// hides. The noisy update refuses it before writing anything, on the one-row and the
+// multi-row path.
+func TestLatticeRefusesOverflowingToken(t *testing.T) {
+	for _, rows := range []int{1, 2} {
+		x := []float64{0.8, 0, -0.5, 0.3, 1, 0.5, 0, 0.2}[:4*rows]
+		d := &consensus.Dataset{Name: "t", Rows: rows, Cols: 4, X: x, Y: []float64{1, -1}[:rows]}
+		cfg := Config{Node: 0, Nodes: 5, Gamma: 1, Lambda: 0.5, Clip: 0.1, Sigma: 5,
+			Rand: rand.New(rand.NewPCG(1, 1)), Noise: privacy.NewSecureNoise(), Run: "r"}
+		m := newMachine(t, cfg, d, 1)
+		u0 := m.U()
+		z := []float64{1.7e308, -1.7e308, 1.7e308, 1e308}
+		tok := Token{Run: "r", Z: append([]float64(nil), z...), Zhat: append([]float64(nil), z...)}
+		if err := m.Step(Message{Token: tok}); err != ErrNotFinite {
+			t.Fatalf("rows %d: overflowing token: %v, want ErrNotFinite", rows, err)
+		}
+		if m.HasReady() || m.Updates() != 0 {
+			t.Fatalf("rows %d: something was queued after a refused token", rows)
+		}
+		for k, v := range m.U() {
+			if v != u0[k] {
+				t.Fatalf("rows %d: u[%d] changed to %v", rows, k, v)
+			}
+		}
+		for k := range z {
+			if tok.Z[k] != z[k] || tok.Zhat[k] != z[k] {
+				t.Fatalf("rows %d: the refused token was modified at %d", rows, k)
+			}
+		}
 	}
 }

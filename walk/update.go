@@ -57,8 +57,7 @@ func (m *Machine) update(z, zhat []float64) error {
 		g[k] = d
 		n0 += float64(d * d)
 	}
-	m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, m.noise(n))
-	return nil
+	return m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, m.noise(n))
 }
 
 // sums8 is the pure-Go form of sumsKernel over the first n8 coordinates (n8 a multiple of 8):
@@ -216,8 +215,7 @@ func (m *Machine) updateRankOne(r consensus.RankOne, z, zhat []float64) error {
 	s := r.K * (r.Y - (az + aw)) // a.v = a.(2z - u) = a.z + a.w
 
 	if m.clipBound(ww, aw, s, n) <= m.clip {
-		m.apply(nil, a, s, 2*c.Lambda, z, zhat, eta)
-		return nil
+		return m.apply(nil, a, s, 2*c.Lambda, z, zhat, eta)
 	}
 	g := m.g[:n]
 	var n0, n1 float64
@@ -234,8 +232,7 @@ func (m *Machine) updateRankOne(r consensus.RankOne, z, zhat []float64) error {
 		g[k] = d
 		n0 += float64(d * d)
 	}
-	m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, eta)
-	return nil
+	return m.apply(g, nil, 0, m.scale(n0+n1), z, zhat, eta)
 }
 
 // clipBound returns an upper bound on ||d|| for d_k = w_k + s a_k as computed in the
@@ -258,11 +255,11 @@ func (m *Machine) clipBound(ww, aw, s float64, n int) float64 {
 //
 // prox_{gamma r} of r = L1 ||.||_1 + (L2/2) ||.||^2 is soft-thresholding at t = gamma L1 then
 // shrinking by 1/(1 + gamma L2); it is applied to zhat, never to the previous z (digest 2.9).
-// A noisy update (eta != nil) goes through applyLattice; the sweep here is the noiseless one.
-func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
+// A noisy update (eta != nil) goes through applyLattice, which may refuse the token; the
+// sweep here is the noiseless one and never fails.
+func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) error {
 	if eta != nil {
-		m.applyLattice(g, a, s, sc, z, zhat, eta)
-		return
+		return m.applyLattice(g, a, s, sc, z, zhat, eta)
 	}
 	n := len(z)
 	u := m.u[:n]
@@ -277,7 +274,7 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
 			zhat[k] = h
 			z[k] = soft(h, t, sh)
 		}
-		return
+		return nil
 	}
 	a = a[:n]
 	kk := &m.kk
@@ -289,6 +286,7 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) {
 		zhat[k] = h
 		z[k] = soft(h, t, sh)
 	}
+	return nil
 }
 
 // soft returns prox_{gamma r}(h) for one coordinate: soft-thresholding at t, then shrinking by
