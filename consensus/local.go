@@ -24,8 +24,12 @@ type LocalLoss struct {
 	k1    float64   // gamma c / (1 + gamma c ||a||^2) for that row, valid when g1 == gamma
 	g1    float64   // the gamma of k1 (0: not yet computed)
 
+	// logistic loss: the Newton solver, and whether x holds the previous prox (warm start)
+	nt   *Newton
+	warm bool
+
 	// scratch
-	x, g, d, rhs, h, m []float64
+	x, rhs, h []float64
 }
 
 // NewLocalLoss builds node i's local loss over shard with the given weight (> 0).
@@ -54,10 +58,9 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 	l := &LocalLoss{
 		shard: shard, loss: loss, weight: weight,
 		c: weight / float64(shard.Rows),
-		x: make([]float64, p), g: make([]float64, p), d: make([]float64, p), rhs: make([]float64, p),
-		m: make([]float64, shard.Rows),
+		x: make([]float64, p), rhs: make([]float64, p),
 	}
-	if shard.Rows > 1 || loss == Logistic {
+	if shard.Rows > 1 && loss == Squared {
 		l.chol = make([]float64, p*p)
 		l.h = make([]float64, p*p)
 	}
@@ -210,76 +213,29 @@ func dot4(a, b []float64) float64 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// proxLogistic minimizes F(x) = f_i(x) + ||x-v||^2/(2 gamma) by Newton's method.
+// proxLogistic minimizes F(x) = f_i(x) + ||x-v||^2/(2 gamma) by Newton's method (Newton with
+// Mu = 1/gamma and B = -v/gamma), to a gradient norm of 1e-10 in at most 200 steps; a line
+// search that finds no decrease ends the solve. The first call starts at v; later calls start
+// at whichever of v and the previous solution has the smaller F, so a node whose prox inputs
+// move little between visits needs few Newton steps.
 func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
-	p := l.shard.Cols
-	x, g, d := l.x, l.g, l.d
-	copy(x, v)
-	objective := func(x []float64) float64 {
-		s := 0.0
-		for j := range x {
-			t := x[j] - v[j]
-			s += t * t
-		}
-		return l.Value(x) + s/(2*gamma)
+	if l.nt == nil {
+		l.nt = NewNewton(l.shard, Logistic)
 	}
-	fx := objective(x)
-	for iter := 0; iter < 200; iter++ {
-		// gradient and Hessian
-		clear(g)
-		clear(l.h)
-		for r := 0; r < l.shard.Rows; r++ {
-			a := l.shard.Row(r)
-			m := dot(a, x)
-			y := l.shard.Y[r]
-			c := -y * sigmoid(-y*m) * l.c
-			s := sigmoid(m)
-			hw := s * (1 - s) * l.c
-			for i, ai := range a {
-				g[i] += c * ai
-				if hw != 0 && ai != 0 {
-					t := hw * ai
-					for j := 0; j <= i; j++ {
-						l.h[i*p+j] += t * a[j]
-					}
-				}
-			}
-		}
-		for i := range g {
-			g[i] += (x[i] - v[i]) / gamma
-			l.h[i*p+i] += 1 / gamma
-		}
-		gn := norm2(g)
-		if gn <= 1e-10 {
-			break
-		}
-		if !cholesky(l.chol, l.h, p) {
-			return fmt.Errorf("consensus: prox: Hessian not positive definite")
-		}
-		cholSolve(d, l.chol, g, p) // d = H^{-1} g; step is -d
-		slope := dot(g, d)
-		t := 1.0
-		improved := false
-		for ls := 0; ls < 60; ls++ {
-			for i := range x {
-				l.rhs[i] = x[i] - t*d[i]
-			}
-			fn := objective(l.rhs)
-			if fn <= fx-1e-4*t*slope {
-				copy(x, l.rhs)
-				fx = fn
-				improved = true
-				break
-			}
-			t *= 0.5
-		}
-		if !improved {
-			break // at machine precision
-		}
-		if math.IsNaN(fx) {
-			return fmt.Errorf("consensus: prox: non-finite objective")
-		}
+	b, x := l.rhs, l.x
+	for j, vj := range v {
+		b[j] = -vj / gamma
 	}
+	mu := 1 / gamma
+	if !l.warm || l.nt.Value(v, b, l.c, mu) <= l.nt.Value(x, b, l.c, mu) {
+		copy(x, v)
+	}
+	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200})
+	if res.Failed {
+		l.warm = false
+		return fmt.Errorf("consensus: prox: Hessian not positive definite or objective not finite")
+	}
+	l.warm = true
 	copy(dst, x)
 	return nil
 }

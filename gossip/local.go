@@ -18,8 +18,7 @@ type Objective struct {
 	loss      consensus.Loss
 	RowWeight float64
 	RegOverN  float64
-	h, chol   []float64
-	g, d, y   []float64
+	nt        *consensus.Newton
 }
 
 // NewObjective builds O(., D_i). The logistic loss needs labels in {-1, +1}.
@@ -46,12 +45,7 @@ func NewObjective(shard *consensus.Dataset, loss consensus.Loss, rowWeight, regO
 			}
 		}
 	}
-	p := shard.Cols
-	return &Objective{
-		shard: shard, loss: loss, RowWeight: rowWeight, RegOverN: regOverN,
-		h: make([]float64, p*p), chol: make([]float64, p*p),
-		g: make([]float64, p), d: make([]float64, p), y: make([]float64, p),
-	}, nil
+	return &Objective{shard: shard, loss: loss, RowWeight: rowWeight, RegOverN: regOverN}, nil
 }
 
 // Dim returns the model dimension.
@@ -112,95 +106,15 @@ type SolveResult struct {
 }
 
 // Solve sets dst to argmin_f O(f, D_i) + b.f + (q/2)||f||^2 (q >= 0) by damped Newton with
-// backtracking, starting from start, to a gradient norm of 1e-11 * (1 + ||b|| + C_i). The
-// objective is (rho/N + q)-strongly convex. dst may alias start but not b.
+// backtracking (consensus.Newton), starting from start, to a gradient norm of
+// 1e-11 * (1 + ||b|| + C_i) in at most 100 steps. The objective is (rho/N + q)-strongly
+// convex. dst may alias start but not b. Callers warm-start from the node's previous solution.
 func (o *Objective) Solve(dst, b, start []float64, q float64) SolveResult {
-	p := o.shard.Cols
-	x, g, d, y := dst, o.g, o.d, o.y
-	copy(x, start)
-	res := SolveResult{Tolerance: 1e-11 * (1 + math.Sqrt(dot(b, b)) + o.RowWeight*float64(o.shard.Rows))}
-	total := func(f []float64) float64 { return o.Value(f) + dot(b, f) + 0.5*q*dot(f, f) }
-	fx := total(x)
-	mu := o.RegOverN + q
-	for it := 0; it < 100; it++ {
-		for j := range g {
-			g[j] = mu*x[j] + b[j]
-		}
-		clear(o.h)
-		for r := 0; r < o.shard.Rows; r++ {
-			a := o.shard.Row(r)
-			_, d1, d2 := o.lossTerms(dot(a, x), o.shard.Y[r])
-			c, hw := o.RowWeight*d1, o.RowWeight*d2
-			for i, ai := range a {
-				g[i] += c * ai
-				if hw != 0 && ai != 0 {
-					t := hw * ai
-					for j := 0; j <= i; j++ {
-						o.h[i*p+j] += t * a[j]
-					}
-				}
-			}
-		}
-		res.Residual = math.Sqrt(dot(g, g))
-		if res.Residual <= res.Tolerance {
-			res.Converged = true
-			return res
-		}
-		for i := 0; i < p; i++ {
-			o.h[i*p+i] += mu
-		}
-		if !consensus.Cholesky(o.chol, o.h, p) {
-			return res
-		}
-		consensus.CholSolve(d, o.chol, g, p)
-		slope := dot(g, d)
-		res.Newton++
-		if slope <= 1e-10*(1+math.Abs(fx)) {
-			// The predicted decrease is at the objective's rounding level, where a line
-			// search cannot tell better from worse: take the full Newton step, which is
-			// quadratically convergent this close to the minimiser.
-			for i := range x {
-				x[i] -= d[i]
-			}
-			fx = total(x)
-			continue
-		}
-		t := 1.0
-		moved := false
-		for ls := 0; ls < 60; ls++ {
-			for i := range y {
-				y[i] = x[i] - t*d[i]
-			}
-			fn := total(y)
-			if fn <= fx-1e-4*t*slope {
-				copy(x, y)
-				fx = fn
-				moved = true
-				break
-			}
-			t *= 0.5
-		}
-		if !moved {
-			// At machine precision the objective no longer decreases: take the full
-			// Newton step, which is locally quadratically convergent.
-			for i := range x {
-				x[i] -= d[i]
-			}
-			fx = total(x)
-		}
+	if o.nt == nil {
+		o.nt = consensus.NewNewton(o.shard, o.loss)
 	}
-	for j := range g {
-		g[j] = mu*x[j] + b[j]
-	}
-	for r := 0; r < o.shard.Rows; r++ {
-		a := o.shard.Row(r)
-		_, d1, _ := o.lossTerms(dot(a, x), o.shard.Y[r])
-		c := o.RowWeight * d1
-		for i, ai := range a {
-			g[i] += c * ai
-		}
-	}
-	res.Residual = math.Sqrt(dot(g, g))
-	res.Converged = res.Residual <= res.Tolerance
-	return res
+	tol := 1e-11 * (1 + math.Sqrt(dot(b, b)) + o.RowWeight*float64(o.shard.Rows))
+	r := o.nt.Solve(dst, b, start, o.RowWeight, o.RegOverN+q,
+		consensus.NewtonOptions{Tol: tol, MaxIter: 100, FullStep: true, Final: true})
+	return SolveResult{Residual: r.Residual, Tolerance: tol, Newton: r.Newton, Converged: r.Converged}
 }
