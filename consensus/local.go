@@ -24,9 +24,8 @@ type LocalLoss struct {
 	k1    float64   // gamma c / (1 + gamma c ||a||^2) for that row, valid when g1 == gamma
 	g1    float64   // the gamma of k1 (0: not yet computed)
 
-	// logistic loss: the Newton solver, and whether x holds the previous prox (warm start)
-	nt   *Newton
-	warm bool
+	// logistic loss: the Newton solver
+	nt *Newton
 
 	// scratch
 	x, rhs, h []float64
@@ -215,9 +214,11 @@ func dot4(a, b []float64) float64 {
 
 // proxLogistic minimizes F(x) = f_i(x) + ||x-v||^2/(2 gamma) by Newton's method (Newton with
 // Mu = 1/gamma and B = -v/gamma), to a gradient norm of 1e-10 in at most 200 steps; a line
-// search that finds no decrease ends the solve. The first call starts at v; later calls start
-// at whichever of v and the previous solution has the smaller F, so a node whose prox inputs
-// move little between visits needs few Newton steps.
+// search that finds no decrease ends the solve. Every call starts at v: the prox is then a
+// function of its inputs alone, so a node restarted from its checkpoint computes the same
+// bits as one that never stopped (a warm start from the previous solution, which the
+// checkpoint does not hold, measured slower on the walk's inputs anyway: they move about as
+// far between visits as v is from the solution).
 func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
 	if l.nt == nil {
 		l.nt = NewNewton(l.shard, Logistic)
@@ -227,15 +228,11 @@ func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
 		b[j] = -vj / gamma
 	}
 	mu := 1 / gamma
-	if !l.warm || l.nt.Value(v, b, l.c, mu) <= l.nt.Value(x, b, l.c, mu) {
-		copy(x, v)
-	}
+	copy(x, v)
 	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200})
 	if res.Failed {
-		l.warm = false
 		return fmt.Errorf("consensus: prox: Hessian not positive definite or objective not finite")
 	}
-	l.warm = true
 	copy(dst, x)
 	return nil
 }

@@ -191,8 +191,8 @@ func TestNewtonProxAllocs(t *testing.T) {
 
 // proxBench runs the logistic prox of a rows x p shard at gamma 1 over a sequence of inputs
 // v_k = v_0 + 0.3 xi_k (fresh Gaussian xi_k): a node's successive prox inputs, different at
-// every call. cold: the solver starts at v every call (no warm start), as the old solver did.
-func proxBench(b *testing.B, rows, p int, old, cold bool, cg ...bool) {
+// every call; the solver starts at v every call.
+func proxBench(b *testing.B, rows, p int, old bool, cg ...bool) {
 	d, _ := SyntheticLogistic(rows, p, 8, 1)
 	l, err := NewLocalLoss(d, Logistic, 1)
 	if err != nil {
@@ -217,9 +217,6 @@ func proxBench(b *testing.B, rows, p int, old, cold bool, cg ...bool) {
 	for b.Loop() {
 		v := vs[k%seq]
 		k++
-		if cold {
-			l.warm = false
-		}
 		if old {
 			err = oldProxLogistic(l, x, v, 1)
 		} else {
@@ -232,15 +229,13 @@ func proxBench(b *testing.B, rows, p int, old, cold bool, cg ...bool) {
 }
 
 // BenchmarkProxLogistic180: one node's logistic prox, 180 rows, p = 64, gamma 1. Old is the
-// reference copy of the previous solver; Cold is Newton without the warm start.
-func BenchmarkProxLogistic180Old(b *testing.B)  { proxBench(b, 180, 64, true, true) }
-func BenchmarkProxLogistic180Cold(b *testing.B) { proxBench(b, 180, 64, false, true) }
-func BenchmarkProxLogistic180(b *testing.B)     { proxBench(b, 180, 64, false, false) }
+// reference copy of the previous solver.
+func BenchmarkProxLogistic180Old(b *testing.B) { proxBench(b, 180, 64, true) }
+func BenchmarkProxLogistic180(b *testing.B)    { proxBench(b, 180, 64, false) }
 
 // BenchmarkProxLogistic10k: a node with 10,000 rows and p = 100.
-func BenchmarkProxLogistic10kCold(b *testing.B) { proxBench(b, 10000, 100, false, true) }
-func BenchmarkProxLogistic10k(b *testing.B)     { proxBench(b, 10000, 100, false, false) }
+func BenchmarkProxLogistic10k(b *testing.B) { proxBench(b, 10000, 100, false) }
 
-func BenchmarkProxLogistic180CGCold(b *testing.B) { proxBench(b, 180, 64, false, true, true) }
-func BenchmarkProxLogistic10kCGCold(b *testing.B) { proxBench(b, 10000, 100, false, true, true) }
-func BenchmarkProxLogistic10kCG(b *testing.B)     { proxBench(b, 10000, 100, false, false, true) }
+// The same with Newton-CG forced (no dense Hessian).
+func BenchmarkProxLogistic180CG(b *testing.B) { proxBench(b, 180, 64, false, true) }
+func BenchmarkProxLogistic10kCG(b *testing.B) { proxBench(b, 10000, 100, false, true) }
