@@ -56,6 +56,7 @@ type memHosts struct {
 	mn        mocknet.Mocknet
 	mu        sync.Mutex // serialises link creation; guards use
 	use       map[[2]peer.ID]*pairUse
+	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
 }
 
 // pairUse is the activity of the streams between two mock hosts, whichever opened them.
@@ -69,7 +70,8 @@ func newMemHosts(transport string) (*memHosts, error) {
 	case "", TransportTCP:
 		return &memHosts{transport: TransportTCP}, nil
 	case TransportMock:
-		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{}}, nil
+		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{},
+			streams: map[[2]peer.ID]map[*mockStream]struct{}{}}, nil
 	}
 	return nil, fmt.Errorf("testnet: mem: unknown transport %q (tcp or mock)", transport)
 }
@@ -153,7 +155,7 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 	if !slices.ContainsFunc(pids, func(id protocol.ID) bool { return strings.HasPrefix(string(id), "/dpadmm/") }) {
 		return s, nil
 	}
-	return &mockStream{Stream: s, m: h.m, key: k}, nil
+	return newMockStream(h, p, k, s), nil
 }
 
 // trim closes h's least recently used idle connections while it has more than
@@ -200,6 +202,10 @@ func (h *mockHost) trim() {
 			h.m.mn.Unlink(l)
 		}
 		delete(h.m.use, k)
+		for ms := range h.m.streams[k] {
+			ms.detach()
+		}
+		delete(h.m.streams, k)
 	}
 }
 
@@ -237,32 +243,213 @@ func (m *memHosts) touchLocked(k [2]peer.ID, s *mockStream, pending bool) {
 }
 
 // mockStream is a stream of this program's protocols on a mock host: it is pending from
-// a write until the next read returns or the stream ends.
+// a write until the next read returns or the stream ends. When trim closes its
+// connection it lets go of the stream (detach): a node keeps its last stream to each
+// peer it sent to, and a closed stream holds its connection and buffers. The next write
+// on a detached stream opens a new stream to the same peer and protocol, as a
+// connection manager's closed connection costs only a new dial; a read before that
+// write, and any use after Close or Reset, fails with network.ErrReset.
 type mockStream struct {
-	network.Stream
-	m   *memHosts
-	key [2]peer.ID
+	h     *mockHost
+	p     peer.ID
+	key   [2]peer.ID
+	id    string
+	proto protocol.ID
+	mu    sync.Mutex
+	s     network.Stream // nil once detached
+	ended bool
+	dl    [2]time.Time // read and write deadlines, for a reopened stream
 }
 
-func (s *mockStream) Write(b []byte) (int, error) {
-	s.m.touch(s.key, s, true)
-	return s.Stream.Write(b)
+func newMockStream(h *mockHost, p peer.ID, k [2]peer.ID, s network.Stream) *mockStream {
+	ms := &mockStream{h: h, p: p, key: k, id: s.ID(), proto: s.Protocol(), s: s}
+	ms.register()
+	return ms
+}
+
+func (s *mockStream) register() {
+	m := s.h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.streams[s.key] == nil {
+		m.streams[s.key] = map[*mockStream]struct{}{}
+	}
+	m.streams[s.key][s] = struct{}{}
+}
+
+// inner returns the stream, or nil once detached.
+func (s *mockStream) inner() network.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s
+}
+
+// detach lets go of the stream (trim closed its connection).
+func (s *mockStream) detach() {
+	s.mu.Lock()
+	s.s = nil
+	s.mu.Unlock()
+}
+
+// end ends s: it no longer waits, is no longer to be detached nor reopened.
+func (s *mockStream) end() network.Stream {
+	m := s.h.m
+	m.mu.Lock()
+	m.touchLocked(s.key, s, false)
+	delete(m.streams[s.key], s)
+	m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	return s.s
+}
+
+// writer returns the stream to write to, reopening a detached one. No lock of s is held
+// while the pair is linked and dialled (trim holds the hosts' lock while it detaches).
+func (s *mockStream) writer() (network.Stream, error) {
+	s.mu.Lock()
+	in, ended, dl := s.s, s.ended, s.dl
+	s.mu.Unlock()
+	switch {
+	case in != nil:
+		return in, nil
+	case ended:
+		return nil, network.ErrReset
+	}
+	if err := s.h.m.link(s.key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := s.h.Host.NewStream(ctx, s.p, s.proto)
+	if err != nil {
+		return nil, err
+	}
+	ns.SetReadDeadline(dl[0])
+	ns.SetWriteDeadline(dl[1])
+	s.mu.Lock()
+	if s.s != nil || s.ended {
+		s.mu.Unlock()
+		ns.Reset()
+		return nil, network.ErrReset
+	}
+	s.s = ns
+	s.mu.Unlock()
+	s.register()
+	return ns, nil
 }
 
 func (s *mockStream) Read(b []byte) (int, error) {
-	n, err := s.Stream.Read(b)
-	s.m.touch(s.key, s, false)
+	in := s.inner()
+	if in == nil {
+		return 0, network.ErrReset
+	}
+	n, err := in.Read(b)
+	s.h.m.touch(s.key, s, false)
 	return n, err
 }
 
+// Write marks the pair busy first, so that trim either sees it busy or has detached s
+// before writer looks.
+func (s *mockStream) Write(b []byte) (int, error) {
+	s.h.m.touch(s.key, s, true)
+	in, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	return in.Write(b)
+}
+
 func (s *mockStream) Close() error {
-	s.m.touch(s.key, s, false)
-	return s.Stream.Close()
+	if in := s.end(); in != nil {
+		return in.Close()
+	}
+	return nil
 }
 
 func (s *mockStream) Reset() error {
-	s.m.touch(s.key, s, false)
-	return s.Stream.Reset()
+	if in := s.end(); in != nil {
+		return in.Reset()
+	}
+	return nil
+}
+
+func (s *mockStream) ResetWithError(code network.StreamErrorCode) error {
+	if in := s.end(); in != nil {
+		return in.ResetWithError(code)
+	}
+	return nil
+}
+
+func (s *mockStream) CloseWrite() error {
+	if in := s.inner(); in != nil {
+		return in.CloseWrite()
+	}
+	return network.ErrReset
+}
+
+func (s *mockStream) CloseRead() error {
+	if in := s.inner(); in != nil {
+		return in.CloseRead()
+	}
+	return network.ErrReset
+}
+
+// setDeadline records deadline k (0 read, 1 write) for a reopened stream and sets it.
+func (s *mockStream) setDeadline(t time.Time, read, write bool) error {
+	s.mu.Lock()
+	if read {
+		s.dl[0] = t
+	}
+	if write {
+		s.dl[1] = t
+	}
+	in := s.s
+	s.mu.Unlock()
+	switch {
+	case in == nil:
+		return nil
+	case read && write:
+		return in.SetDeadline(t)
+	case read:
+		return in.SetReadDeadline(t)
+	}
+	return in.SetWriteDeadline(t)
+}
+
+func (s *mockStream) SetDeadline(t time.Time) error      { return s.setDeadline(t, true, true) }
+func (s *mockStream) SetReadDeadline(t time.Time) error  { return s.setDeadline(t, true, false) }
+func (s *mockStream) SetWriteDeadline(t time.Time) error { return s.setDeadline(t, false, true) }
+func (s *mockStream) ID() string                         { return s.id }
+func (s *mockStream) Protocol() protocol.ID              { return s.proto }
+
+func (s *mockStream) SetProtocol(id protocol.ID) error {
+	if in := s.inner(); in != nil {
+		return in.SetProtocol(id)
+	}
+	return network.ErrReset
+}
+
+func (s *mockStream) Stat() network.Stats {
+	if in := s.inner(); in != nil {
+		return in.Stat()
+	}
+	return network.Stats{}
+}
+
+// Conn is the stream's connection; nil while detached (the connection is closed).
+func (s *mockStream) Conn() network.Conn {
+	if in := s.inner(); in != nil {
+		return in.Conn()
+	}
+	return nil
+}
+
+func (s *mockStream) Scope() network.StreamScope {
+	if in := s.inner(); in != nil {
+		return in.Scope()
+	}
+	return &network.NullScope{}
 }
 
 // memStats returns the process's peak resident set (VmHWM of /proc/self/status; 0 where
