@@ -28,7 +28,7 @@ func sparseAdj(n int, seed uint64) [][]int {
 }
 
 func BenchmarkScalingPlannedSparse(b *testing.B) {
-	for _, n := range []int{250, 500, 1000, 2000} {
+	for _, n := range []int{250, 500, 1000, 2000, 10000} {
 		adj := sparseAdj(n, 9)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			for b.Loop() {

@@ -116,3 +116,33 @@ func TestPlannedPairwiseParallelSame(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlannedPairwiseParallel: the planned matrix of a sparse graph (ring plus
+// chords, degree 6) at n = 4,000 with 50 first-passage steps per target, computed in one
+// goroutine (privacy) and spread over GOMAXPROCS (testnet):
+//
+//	go test -run x -bench PlannedPairwiseParallel -benchtime 1x ./testnet/
+func BenchmarkPlannedPairwiseParallel(b *testing.B) {
+	const n = 4000
+	adj := make([][]int, n)
+	for i := range n {
+		for _, d := range []int{1, 7, 31} {
+			adj[i] = append(adj[i], (i+d)%n, (i+n-d)%n)
+		}
+	}
+	opt := privacy.PlanOptions{Clip: 0.1, Sigma: 5, Updates: 10, Horizon: 50, MaxWork: 1e15}
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := privacy.PlannedPairwise(n, adj, false, opt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := PlannedPairwise(n, adj, false, opt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
