@@ -64,6 +64,9 @@ type MemConfig struct {
 	// Progress, when set, is called about once a second with the ledger entries written
 	// so far (hops, plus any redirections) and cfg.Hops.
 	Progress func(entries, hops uint64)
+	// mockIdle, when > 0, replaces how long a mock pair must be idle before its
+	// connection may be closed (tests: exercise the limit in a short run).
+	mockIdle time.Duration
 }
 
 // MemResult is the outcome of RunMem.
@@ -91,6 +94,8 @@ type MemResult struct {
 	// collection, both in bytes and read when the walk ended, with every host still up.
 	Transport     string
 	PeakRSS, Heap uint64
+	// Trimmed is the number of connections closed by the mock hosts' connection limit.
+	Trimmed int
 }
 
 // RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) libp2p hosts in this
@@ -147,6 +152,9 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	hosts, err := newMemHosts(cfg.Transport)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.mockIdle > 0 {
+		hosts.idle = cfg.mockIdle
 	}
 	defer hosts.Close() // after the nodes (deferred below, run first)
 	beat := cfg.Heartbeat
@@ -221,6 +229,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Hops: cfg.Hops,
 		Transport: hosts.transport}
 	res.PeakRSS, res.Heap = memStats()
+	res.Trimmed = int(hosts.closed.Load())
 	for i := range ids {
 		res.Peers[i] = ids[i].String()
 	}

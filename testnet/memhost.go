@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -44,6 +45,7 @@ const (
 // reset retries the same peer on a new stream before it tries any other.
 const (
 	mockMaxConns = 8
+	mockSlack    = 4
 	mockIdle     = time.Second
 	// mockStale: a stream that wrote and never read or closed for this long (a
 	// protocol that only writes) no longer holds its pair busy.
@@ -57,6 +59,8 @@ type memHosts struct {
 	mu        sync.Mutex // serialises link creation; guards use
 	use       map[[2]peer.ID]*pairUse
 	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
+	closed    atomic.Int64                            // connections closed by trim
+	idle      time.Duration                           // mockIdle, shorter in tests
 }
 
 // pairUse is the activity of the streams between two mock hosts, whichever opened them.
@@ -70,7 +74,7 @@ func newMemHosts(transport string) (*memHosts, error) {
 	case "", TransportTCP:
 		return &memHosts{transport: TransportTCP}, nil
 	case TransportMock:
-		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{},
+		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{}, idle: mockIdle,
 			streams: map[[2]peer.ID]map[*mockStream]struct{}{}}, nil
 	}
 	return nil, fmt.Errorf("testnet: mem: unknown transport %q (tcp or mock)", transport)
@@ -95,7 +99,12 @@ func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &mockHost{Host: h, m: m}, nil
+		mh := &mockHost{Host: h, m: m}
+		h.Network().Notify(&network.NotifyBundle{
+			ConnectedF:    func(network.Network, network.Conn) { mh.conns.Add(1) },
+			DisconnectedF: func(network.Network, network.Conn) { mh.conns.Add(-1) },
+		})
+		return mh, nil
 	}
 }
 
@@ -125,7 +134,8 @@ func (m *memHosts) Close() {
 // mockHost is a mocknet host that links itself to a peer before dialling it.
 type mockHost struct {
 	host.Host
-	m *memHosts
+	m     *memHosts
+	conns atomic.Int64 // open connections (notifications)
 }
 
 // Connect links h and ai.ID, then connects them.
@@ -158,13 +168,17 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 	return newMockStream(h, p, k, s), nil
 }
 
-// trim closes h's least recently used idle connections while it has more than
-// mockMaxConns, and forgets their pairs: link, activity, and what h's peerstore
+// trim closes h's least recently used idle connections down to mockMaxConns once it
+// has more than mockMaxConns + mockSlack (listing the connections costs time that grows
+// with the peers a mock network has ever connected to), and forgets their pairs: link, activity, and what h's peerstore
 // learnt of the peer (identify, protocols; learnt again on the next connection, and
 // otherwise kept for every peer ever met). The decision and the closing are one step
 // under the lock that link takes, so a pair that a stream is about to use is either busy
 // or closed and unlinked before that stream dials.
 func (h *mockHost) trim() {
+	if h.conns.Load() <= mockMaxConns+mockSlack {
+		return
+	}
 	conns := h.Network().Conns()
 	if len(conns) <= mockMaxConns {
 		return
@@ -183,7 +197,7 @@ func (h *mockHost) trim() {
 			idle = append(idle, cand{c: c})
 			continue
 		}
-		busy := now.Sub(u.last) < mockIdle
+		busy := now.Sub(u.last) < h.m.idle
 		for _, since := range u.pending {
 			busy = busy || now.Sub(since) < mockStale
 		}
@@ -194,6 +208,7 @@ func (h *mockHost) trim() {
 	slices.SortFunc(idle, func(a, b cand) int { return a.last.Compare(b.last) })
 	for _, c := range idle[:min(len(idle), len(conns)-mockMaxConns)] {
 		c.c.Close()
+		h.m.closed.Add(1)
 		p := c.c.RemotePeer()
 		h.Peerstore().RemovePeer(p)
 		h.Peerstore().ClearAddrs(p)

@@ -13,7 +13,7 @@ import (
 // lassoMemVsSim runs an n-node one-row lasso walk (p features, 8 active) of hops hops
 // on RunMem over transport and in the simulator with the same seed, and requires the
 // same final model bit for bit, the same path (trace hash) and the same update counts.
-func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, timeout time.Duration) *MemResult {
+func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, timeout time.Duration) *MemResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -25,7 +25,7 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, timeou
 	}
 	prob := consensus.Problem{Loss: consensus.Squared, Reg: consensus.Regularizer{L1: 0.01}}
 	res, err := RunMem(ctx, MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5,
-		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport})
+		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport, mockIdle: idle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +67,17 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, timeou
 	return res
 }
 
-// TestMemMockMatchesSim: 20 hosts on the mock transport give the simulator's model and
-// path bit for bit.
+// TestMemMockMatchesSim: 40 hosts on the mock transport give the simulator's model and
+// path bit for bit, with connections closed by the hosts' limit on the way (their
+// cached streams reopened).
 func TestMemMockMatchesSim(t *testing.T) {
-	const n, hops = 20, 600
-	res := lassoMemVsSim(t, n, 10, hops, TransportMock, time.Minute)
-	t.Logf("mock: %d hops over %d hosts in %v (%.0f hops/s), heap %.1f MB", hops, n, res.Wall, hops/res.Wall.Seconds(), float64(res.Heap)/1e6)
+	const n, hops = 40, 1000
+	res := lassoMemVsSim(t, n, 10, hops, TransportMock, time.Millisecond, time.Minute)
+	t.Logf("mock: %d hops over %d hosts in %v (%.0f hops/s), heap %.1f MB, %d connections closed by the limit",
+		hops, n, res.Wall, hops/res.Wall.Seconds(), float64(res.Heap)/1e6, res.Trimmed)
+	if res.Trimmed == 0 {
+		t.Fatal("no connection was closed: the connection limit is not exercised")
+	}
 }
 
 // TestMemTransportUnknown: an unknown transport is refused before any host starts.

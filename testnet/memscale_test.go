@@ -59,10 +59,10 @@ func TestMemScale(t *testing.T) {
 //	go test -tags scale -run MemScaleMock -v ./testnet/
 func TestMemScaleMock(t *testing.T) {
 	hosts, hops := envInt(t, "DPADMM_MEM_HOSTS", 1000), envInt(t, "DPADMM_MEM_HOPS", 100000)
-	res := lassoMemVsSim(t, hosts, 100, uint64(hops), TransportMock, 10*time.Minute)
-	t.Logf("mock: %d hosts, p = 100, %d hops in %v (%.0f hops/s); peak RSS %.0f MB (%.2f MB per host), heap %.0f MB (%.2f MB per host)",
+	res := lassoMemVsSim(t, hosts, 100, uint64(hops), TransportMock, 0, 10*time.Minute)
+	t.Logf("mock: %d hosts, p = 100, %d hops in %v (%.0f hops/s); peak RSS %.0f MB (%.2f MB per host), heap %.0f MB (%.2f MB per host); %d connections closed by the limit",
 		hosts, hops, res.Wall, float64(hops)/res.Wall.Seconds(), float64(res.PeakRSS)/1e6, float64(res.PeakRSS)/1e6/float64(hosts),
-		float64(res.Heap)/1e6, float64(res.Heap)/1e6/float64(hosts))
+		float64(res.Heap)/1e6, float64(res.Heap)/1e6/float64(hosts), res.Trimmed)
 }
 
 // envInt reads an integer >= 2 from the environment variable name, or returns def.
