@@ -72,7 +72,7 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 // cached streams reopened).
 func TestMemMockMatchesSim(t *testing.T) {
 	const n, hops = 40, 1000
-	res := lassoMemVsSim(t, n, 10, hops, TransportMock, time.Millisecond, time.Minute)
+	res := lassoMemVsSim(t, n, 10, hops, TransportMock, 50*time.Millisecond, time.Minute)
 	t.Logf("mock: %d hops over %d hosts in %v (%.0f hops/s), heap %.1f MB, %d connections closed by the limit",
 		hops, n, res.Wall, hops/res.Wall.Seconds(), float64(res.Heap)/1e6, res.Trimmed)
 	if res.Trimmed == 0 {
