@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
@@ -88,6 +90,10 @@ type Config struct {
 
 	// Listen are libp2p listen multiaddrs; default /ip4/0.0.0.0/tcp/0 and QUIC.
 	Listen []string
+	// NewHost, when set, builds the libp2p host from the node's identity key instead of
+	// libp2p.New on Listen (testnets: an in-process mock network, or hosts sharing one
+	// lighter configuration). Listen is then ignored; the node closes the host.
+	NewHost func(key crypto.PrivKey) (host.Host, error)
 	// Peers are multiaddrs (with /p2p/ID) dialled at start.
 	Peers []string
 	// Bootstrap are multiaddrs of an existing libp2p/DHT network; the node then advertises

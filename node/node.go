@@ -195,18 +195,25 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
-	listen := cfg.Listen
-	if len(listen) == 0 {
-		listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
-	}
-	if err := checkPorts(listen); err != nil {
-		st.Close()
-		return nil, err
-	}
-	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen...))
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
+	var h host.Host
+	if cfg.NewHost != nil {
+		if h, err = cfg.NewHost(key); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("node: libp2p host: %w", err)
+		}
+	} else {
+		listen := cfg.Listen
+		if len(listen) == 0 {
+			listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		}
+		if err := checkPorts(listen); err != nil {
+			st.Close()
+			return nil, err
+		}
+		if h, err = libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen...)); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
+		}
 	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),

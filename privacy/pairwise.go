@@ -584,6 +584,50 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 			Conditions: Theorem4Conditions,
 		}, nil
 	}
+	b, err := NewPlanBuilder(n, adj, opt)
+	if err != nil {
+		return nil, err
+	}
+	b.Columns(0, n)
+	return b.Plan(), nil
+}
+
+// PlanBuilder computes the planned matrix of a general graph (PlannedPairwise) one
+// range of targets j (columns) at a time, so that a caller can spread the targets over
+// goroutines: Columns calls on disjoint ranges touch disjoint memory and may run
+// concurrently; Plan, after every column is done, returns what PlannedPairwise would.
+// The cost is O(edges * T_j) per target j, T_j <= the step cap that MaxWork sets.
+type PlanBuilder struct {
+	n      int
+	opt    PlanOptions
+	off    []int32
+	col    []int32
+	invDeg []float64
+	tcap   int
+	w      []float64
+	hops   []int32 // steps computed per target
+	tail   []bool  // per target: the recursion stopped at the step cap
+	plan   *Plan
+}
+
+// NewPlanBuilder checks the graph and options as PlannedPairwise does (general graph)
+// and allocates the n x n matrix.
+func NewPlanBuilder(n int, adj [][]int, opt PlanOptions) (*PlanBuilder, error) {
+	if n < 2 {
+		return nil, fmt.Errorf("privacy: plan: nodes must be >= 2, got %d", n)
+	}
+	if !(opt.Clip > 0) || math.IsInf(opt.Clip, 0) {
+		return nil, fmt.Errorf("privacy: plan: clip must be finite and > 0, got %v", opt.Clip)
+	}
+	if !(opt.Sigma > 0) || math.IsInf(opt.Sigma, 0) {
+		return nil, fmt.Errorf("privacy: plan: sigma must be finite and > 0, got %v", opt.Sigma)
+	}
+	if opt.Updates < 1 {
+		return nil, fmt.Errorf("privacy: plan: updates must be >= 1, got %d", opt.Updates)
+	}
+	if opt.Horizon < 0 {
+		return nil, fmt.Errorf("privacy: plan: horizon must be >= 0, got %d", opt.Horizon)
+	}
 	if len(adj) != n {
 		return nil, fmt.Errorf("privacy: plan: adjacency has %d lists, want %d", len(adj), n)
 	}
@@ -619,18 +663,26 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 	if tcap < 1 {
 		tcap = 1
 	}
-	horizon := opt.Horizon
+	return &PlanBuilder{n: n, opt: opt, off: off, col: col, invDeg: invDeg, tcap: tcap,
+		w: make([]float64, n*n), hops: make([]int32, n), tail: make([]bool, n)}, nil
+}
+
+// Columns computes the weights w[i][j] of the targets j in [lo, hi) (clamped to
+// [0, n)): per target, the taboo recursion q_t = P_{-j} q_{t-1}, stopped once every
+// start has first-passage mass 1 - 1e-12, at the horizon, or at the step cap (the rest
+// then charged R/(T+1)).
+func (b *PlanBuilder) Columns(lo, hi int) {
+	n, off, col, invDeg := b.n, b.off, b.col, b.invDeg
+	lo, hi = max(lo, 0), min(hi, n)
+	horizon := b.opt.Horizon
 	if horizon == 0 {
 		horizon = math.MaxInt32
 	}
-	w := make([]float64, n*n)
 	prev := make([]float64, n)
 	next := make([]float64, n)
 	mass := make([]float64, n)
 	expInv := make([]float64, n)
-	maxHops := 0
-	tail := false
-	for j := 0; j < n; j++ {
+	for j := lo; j < hi; j++ {
 		// q_1(i) = P(i, j).
 		for i := 0; i < n; i++ {
 			s := 0.0
@@ -654,8 +706,8 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 			if rem < 1e-12 || t >= horizon {
 				break
 			}
-			if t >= tcap {
-				tail = true
+			if t >= b.tcap {
+				b.tail[j] = true
 				for i := 0; i < n; i++ {
 					if r := 1 - mass[i]; r > 0 {
 						expInv[i] += r / float64(t+1)
@@ -678,14 +730,26 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 			}
 			prev, next = next, prev
 		}
-		if t > maxHops {
-			maxHops = t
-		}
+		b.hops[j] = int32(t)
 		for i := 0; i < n; i++ {
 			if i != j {
-				w[i*n+j] = expInv[i]
+				b.w[i*n+j] = expInv[i]
 			}
 		}
+	}
+}
+
+// Plan returns the plan once Columns has covered every target (it owns the matrix;
+// later calls return the same plan).
+func (b *PlanBuilder) Plan() *Plan {
+	if b.plan != nil {
+		return b.plan
+	}
+	n, off, col, invDeg, opt, w := b.n, b.off, b.col, b.invDeg, b.opt, b.w
+	maxHops, tail := 0, false
+	for j := range n {
+		maxHops = max(maxHops, int(b.hops[j]))
+		tail = tail || b.tail[j]
 	}
 	conditions := "walk uniform over neighbours; path secret from j; every hop a noisy update; each node makes at most K_i noisy updates; c=(alpha-1)e1 <= 1 at the order used; only j's first view after each update is charged"
 	if opt.Horizon > 0 {
@@ -707,12 +771,13 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 		}
 		conditions += "; the final model is released to every node"
 	}
-	return &Plan{
+	b.plan = &Plan{
 		Pairs:        &PairwiseMatrix{N: n, W: w, Unit: amplifiedUnit(opt.Clip, opt.Sigma, opt.Updates)},
 		Hops:         maxHops,
 		TailBounded:  tail,
 		FinalCharged: opt.Horizon > 0,
 		Theorem:      TheoremPlannedGraph,
 		Conditions:   conditions,
-	}, nil
+	}
+	return b.plan
 }

@@ -714,3 +714,65 @@ func TestPairwiseRealisedLongPathsMatchReference(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanBuilderColumns: on the 3-cycle the first passage from i to j != i is
+// geometric with p = 1/2 (each step hits j with probability 1/2, else the third node),
+// so E_i[1/m_j] = sum_t 2^-t / t = ln 2 for every pair, whichever order the columns are
+// computed in; and on a sparse graph, columns computed in ranges (in any order, as
+// goroutines of a caller would) give PlannedPairwise's plan bit for bit.
+func TestPlanBuilderColumns(t *testing.T) {
+	b, err := NewPlanBuilder(3, ringAdj(3), PlanOptions{Clip: 0.1, Sigma: 3, Updates: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Columns(2, 3)
+	b.Columns(0, 2)
+	p := b.Plan()
+	for i := range 3 {
+		for j := range 3 {
+			want := math.Ln2
+			if i == j {
+				want = 0
+			}
+			if got := p.Pairs.Weight(i, j); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("3-cycle weight (%d,%d) = %v, want %v", i, j, got, want)
+			}
+		}
+	}
+	if b.Plan() != p {
+		t.Fatal("a second Plan call built another plan")
+	}
+	const n = 60
+	adj := sparseAdj(n, 3)
+	for _, opt := range []PlanOptions{
+		{Clip: 0.1, Sigma: 3, Updates: 4},
+		{Clip: 0.1, Sigma: 3, Updates: 4, Horizon: 500, MaxWork: n * 9 * n * 15},
+	} {
+		whole, err := PlannedPairwise(n, adj, false, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opt.MaxWork > 0 && !whole.TailBounded {
+			t.Fatal("the small work budget did not truncate the recursion: the tail is not exercised")
+		}
+		b, err := NewPlanBuilder(n, adj, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Columns(41, 1000)
+		b.Columns(0, 17)
+		b.Columns(17, 41)
+		parts := b.Plan()
+		if parts.Hops != whole.Hops || parts.TailBounded != whole.TailBounded || parts.FinalCharged != whole.FinalCharged {
+			t.Fatalf("%+v: ranges give hops %d tail %v final %v, whole %d %v %v", opt, parts.Hops, parts.TailBounded,
+				parts.FinalCharged, whole.Hops, whole.TailBounded, whole.FinalCharged)
+		}
+		for i := range n {
+			for j := range n {
+				if math.Float64bits(parts.Pairs.Weight(i, j)) != math.Float64bits(whole.Pairs.Weight(i, j)) {
+					t.Fatalf("%+v: weight (%d,%d): ranges %v, whole %v", opt, i, j, parts.Pairs.Weight(i, j), whole.Pairs.Weight(i, j))
+				}
+			}
+		}
+	}
+}

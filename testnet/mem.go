@@ -20,8 +20,8 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// MemConfig configures an in-process network of real libp2p hosts (loopback TCP), one
-// node.Node per shard. Per-node randomness, shards, weights and the initial holder are
+// MemConfig configures an in-process network of libp2p hosts (loopback TCP, or
+// go-libp2p's in-memory mock network), one node.Node per shard. Per-node randomness, shards, weights and the initial holder are
 // those of NewSim for the same seed, so the final model is bit-identical to the
 // simulator's after the same number of hops.
 type MemConfig struct {
@@ -37,7 +37,10 @@ type MemConfig struct {
 	Hops       uint64
 	Delta      float64 // for model.json; 0 = 1e-5
 	// Dir is the parent of the per-node data directories (node-<i>); "" uses a temporary
-	// directory that is removed afterwards.
+	// directory that is removed afterwards, in memory (/dev/shm) where there is one: each
+	// hop replaces checkpoint files by rename, which a disk file system such as ext4
+	// flushes even without fsync (about 2 ms of system time per hop, several times the
+	// rest of a hop).
 	Dir string
 	// Sync makes ledger and checkpoint writes fsync (off by default: testnets).
 	Sync bool
@@ -52,9 +55,18 @@ type MemConfig struct {
 	// redirected and seen by two peers. None of them may be the initial holder.
 	Withhold []int
 	Logger   zerolog.Logger
+	// Transport is TransportTCP ("" = tcp) or TransportMock.
+	Transport string
+	// Heartbeat is the nodes' heartbeat interval (node.Config.Heartbeat); 0 = the node
+	// default up to 64 hosts, off (negative) above: every node beats to every member,
+	// n(n-1) streams, and a run without faults does not need them.
+	Heartbeat time.Duration
 	// Progress, when set, is called about once a second with the ledger entries written
 	// so far (hops, plus any redirections) and cfg.Hops.
 	Progress func(entries, hops uint64)
+	// mockIdle, when > 0, replaces how long a mock pair must be idle before its
+	// connection may be closed (tests: exercise the limit in a short run).
+	mockIdle time.Duration
 }
 
 // MemResult is the outcome of RunMem.
@@ -77,9 +89,16 @@ type MemResult struct {
 	// and Models is empty.
 	Interrupted bool
 	Hops        uint64
+	// Transport is the transport used; PeakRSS is the process's peak resident set
+	// (VmHWM, whole process; 0 where unavailable) and Heap the live Go heap after a
+	// collection, both in bytes and read when the walk ended, with every host still up.
+	Transport     string
+	PeakRSS, Heap uint64
+	// Trimmed is the number of connections closed by the mock hosts' connection limit.
+	Trimmed int
 }
 
-// RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) real libp2p hosts in this
+// RunMem runs a walk of cfg.Hops hops over len(cfg.Shards) libp2p hosts in this
 // process and returns when every node has the final model, or, when ctx is canceled
 // first, the state reached (MemResult.Interrupted).
 func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
@@ -95,7 +114,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	}
 	dir := cfg.Dir
 	if dir == "" {
-		d, err := os.MkdirTemp("", "dpadmm-mem-")
+		d, err := os.MkdirTemp(memTempRoot(), "dpadmm-mem-")
 		if err != nil {
 			return nil, err
 		}
@@ -130,6 +149,18 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		}
 		withhold[w] = true
 	}
+	hosts, err := newMemHosts(cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.mockIdle > 0 {
+		hosts.idle = cfg.mockIdle
+	}
+	defer hosts.Close() // after the nodes (deferred below, run first)
+	beat := cfg.Heartbeat
+	if beat == 0 && n > 64 {
+		beat = -1
+	}
 	nodes := make([]*node.Node, n)
 	defer func() {
 		for _, nd := range nodes {
@@ -144,8 +175,8 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			Clip: cfg.Clip, Sigma: cfg.Sigma, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
 			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
-			AllowSeededNoise: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync,
-			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i],
+			AllowSeededNoise: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
+			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i], Heartbeat: beat,
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}
 		nd, err := node.New(ctx, c)
@@ -163,7 +194,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	}
 	for i, a := range nodes {
 		for j, b := range nodes {
-			if i != j {
+			if i != j && hosts.needsAddrs() {
 				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
 			}
 		}
@@ -195,7 +226,10 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	} else {
 		wg.Wait()
 	}
-	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Hops: cfg.Hops}
+	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Hops: cfg.Hops,
+		Transport: hosts.transport}
+	res.PeakRSS, res.Heap = memStats()
+	res.Trimmed = int(hosts.closed.Load())
 	for i := range ids {
 		res.Peers[i] = ids[i].String()
 	}

@@ -51,3 +51,29 @@ func TestMemScale(t *testing.T) {
 	}
 	t.Logf("%d hosts, %d hops in %v: %.0f hops/s; peak %s", hosts, hops, res.Wall, hops/res.Wall.Seconds(), rss)
 }
+
+// TestMemScaleMock runs DPADMM_MEM_HOSTS (default 1000) hosts on the mock transport, p =
+// 100, DPADMM_MEM_HOPS (default 100000) hops of the one-row lasso walk, and requires the
+// simulator's model and path bit for bit; it logs the wall time, peak RSS and heap:
+//
+//	go test -tags scale -run MemScaleMock -v ./testnet/
+func TestMemScaleMock(t *testing.T) {
+	hosts, hops := envInt(t, "DPADMM_MEM_HOSTS", 1000), envInt(t, "DPADMM_MEM_HOPS", 100000)
+	res := lassoMemVsSim(t, hosts, 100, uint64(hops), TransportMock, 0, 10*time.Minute)
+	t.Logf("mock: %d hosts, p = 100, %d hops in %v (%.0f hops/s); peak RSS %.0f MB (%.2f MB per host), heap %.0f MB (%.2f MB per host); %d connections closed by the limit",
+		hosts, hops, res.Wall, float64(hops)/res.Wall.Seconds(), float64(res.PeakRSS)/1e6, float64(res.PeakRSS)/1e6/float64(hosts),
+		float64(res.Heap)/1e6, float64(res.Heap)/1e6/float64(hosts), res.Trimmed)
+}
+
+// envInt reads an integer >= 2 from the environment variable name, or returns def.
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 2 {
+		t.Fatalf("%s=%q: want an integer >= 2", name, v)
+	}
+	return n
+}

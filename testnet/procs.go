@@ -42,6 +42,14 @@ type NetworkReport struct {
 	HopsPerSecond float64 `json:"hops_per_second"`
 	Kills         []Kill  `json:"kills,omitempty"`
 	Dir           string  `json:"dir,omitempty"` // kept data directories and logs
+	// Transport ("mem": tcp or mock), PeakRSSBytes (the process's peak resident set,
+	// VmHWM, everything in it included), HeapBytes (live Go heap when the walk ended)
+	// and their shares per host (divided by Hosts): "mem" only.
+	Transport        string  `json:"transport,omitempty"`
+	PeakRSSBytes     uint64  `json:"peak_rss_bytes,omitempty"`
+	HeapBytes        uint64  `json:"heap_bytes,omitempty"`
+	PeakRSSPerHost   float64 `json:"peak_rss_per_host_bytes,omitempty"`
+	HeapPerHostBytes float64 `json:"heap_per_host_bytes,omitempty"`
 }
 
 // Kill records a token holder killed with SIGKILL and restarted by RunProcs.
@@ -631,6 +639,8 @@ type NetOptions struct {
 	KillPhase    string
 	// Sync makes the nodes fsync their ledgers and checkpoints.
 	Sync bool
+	// Transport ("mem" only): TransportTCP ("" = tcp) or TransportMock.
+	Transport string
 	// AckTimeout and Withhold: see MemConfig (0 = the mode's default ack timeout).
 	AckTimeout time.Duration
 	Withhold   []int
@@ -658,6 +668,8 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		return nil, fmt.Errorf("testnet: %s: the curve and the ledger directory are simulator-only (the nodes' ledgers are in their data directories)", no.Mode)
 	case no.Mode != "mem" && no.Mode != "procs":
 		return nil, fmt.Errorf("testnet: unknown network mode %q (mem or procs)", no.Mode)
+	case no.Mode != "mem" && no.Transport != "" && no.Transport != TransportTCP:
+		return nil, fmt.Errorf("testnet: %s: transport %q is for in-process hosts (mem)", no.Mode, no.Transport)
 	case no.Mode == "mem" && no.KillHolderAt > 0:
 		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
 	}
@@ -679,12 +691,14 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		r, err := RunMem(ctx, MemConfig{
 			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
 			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
-			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
+			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress, Transport: no.Transport,
 		})
 		if err != nil {
 			return nil, err
 		}
 		z, updates, wall, hops, interrupted = r.Model, r.Updates, r.Wall, r.Hops, r.Interrupted
+		nr.Transport, nr.PeakRSSBytes, nr.HeapBytes = r.Transport, r.PeakRSS, r.Heap
+		nr.PeakRSSPerHost, nr.HeapPerHostBytes = float64(r.PeakRSS)/float64(o.Nodes), float64(r.Heap)/float64(o.Nodes)
 		lp = &PathFromLedgers{Path: r.Path, Redirects: r.Redirects, Views: r.Views}
 		for _, e := range r.Ledger {
 			lp.Entries += e

@@ -383,7 +383,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		adj = in.Graph.Adj
 	}
 	reasons, notes := verdict.Reasons, append([]string(nil), verdict.Warnings...)
-	plan, err := privacy.PlannedPairwise(n, adj, complete, privacy.PlanOptions{
+	plan, err := PlannedPairwise(n, adj, complete, privacy.PlanOptions{
 		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
 	var pw Pairwise
 	if err != nil {

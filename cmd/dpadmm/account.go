@@ -205,7 +205,7 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	if calibrate {
 		s0 = 1
 	}
-	plan, err := privacy.PlannedPairwise(n, g.Adj, g.Complete, privacy.PlanOptions{
+	plan, err := testnet.PlannedPairwise(n, g.Adj, g.Complete, privacy.PlanOptions{
 		Clip: *clip, Sigma: s0, Updates: updates, Horizon: *hops})
 	if err != nil {
 		return err

@@ -37,6 +37,10 @@ with --pause-at-hop H, which makes that holder stop, acked token stored, until k
 and restarts it on the same data directory; the run completes and, since the nodes
 checkpoint their seeded generators, still gives the simulator's model. --dir keeps the
 data directories, ledgers and logs. Complete graph only; no budget, curve or ledger-dir.
+--transport mock (with --mem, the walk) puts the hosts on go-libp2p's in-memory mock
+network instead of loopback TCP: same hosts and streams, no sockets or encryption, for
+runs of thousands of hosts (above 64 hosts --mem turns the heartbeats off). The report's
+"network" section gives the peak resident set and heap, in all and per host.
   dpadmm testnet --procs --nodes 3 --hops 2000 --kill-holder-at 1000 --dir /tmp/tn
 
 Noise convention: --sigma S is the std of eta in eq. (7); the noise added to a node's u
@@ -119,6 +123,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("testnet", testnetHelp, stdout)
 	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
 	mem := fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
+	transport := fs.String("transport", testnet.TransportTCP, "with --mem and the walk: tcp (loopback TCP) or mock (go-libp2p's in-memory mock network, for thousands of hosts)")
 	var procs procsFlag
 	fs.Var(&procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
 	killAt := fs.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
@@ -182,8 +187,14 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if *killPhase != "received" && *killPhase != "custody" {
 			return testnetUsage(stderr, "--kill-phase must be received or custody, got %q", *killPhase)
 		}
-	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] {
-		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir and --fsync apply to --mem/--procs")
+	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] || set["transport"] {
+		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir, --fsync and --transport apply to --mem/--procs")
+	}
+	switch {
+	case set["transport"] && (!*mem || *algo != "walk"):
+		return testnetUsage(stderr, "--transport applies to the walk with --mem")
+	case *transport != testnet.TransportTCP && *transport != testnet.TransportMock:
+		return testnetUsage(stderr, "--transport must be tcp or mock, got %q", *transport)
 	}
 	switch {
 	case (set["kill-at-iter"] || set["kill-node"]) && (!procs.on || *algo == "walk"):
@@ -349,7 +360,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var rep *testnet.Report
 	if network {
-		rep, err = runNetwork(ctx, opt, *mem, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
+		rep, err = runNetwork(ctx, opt, *mem, *transport, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
 	} else {
 		rep, err = testnet.RunContext(ctx, opt)
 	}
@@ -643,14 +654,16 @@ func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *in
 
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
-func runNetwork(ctx context.Context, opt testnet.Options, mem bool, killAt uint64, killPhase, dir string, fsync bool,
+func runNetwork(ctx context.Context, opt testnet.Options, mem bool, transport string, killAt uint64, killPhase, dir string, fsync bool,
 	progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
 	}
 	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress}
-	if !mem {
+	if mem {
+		no.Transport = transport
+	} else {
 		no.Mode = "procs"
 		if no.Binary, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("cannot find this executable to start the nodes: %w", err)

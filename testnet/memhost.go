@@ -1,0 +1,508 @@
+package testnet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// The transports of RunMem (MemConfig.Transport).
+const (
+	// TransportTCP: real libp2p hosts on loopback TCP (security, stream multiplexer,
+	// kernel sockets), one lean configuration shared by every host: TCP only, no relay,
+	// no metrics and no resource limits (the process is the limit).
+	TransportTCP = "tcp"
+	// TransportMock: libp2p hosts on go-libp2p's in-memory mock network (mocknet):
+	// the same host, identify, streams and gossipsub, without sockets, encryption or
+	// multiplexer. Links between hosts are made on the first dial of a pair, and a host
+	// with more than mockMaxConns connections closes its least recently used idle ones
+	// (a connection manager), so memory does not grow with the pairs the walk has used.
+	TransportMock = "mock"
+)
+
+// mockMaxConns is how many connections a mock host keeps before it closes idle ones;
+// mockIdle is how long a pair must have been without a stream of this program's
+// protocols waiting for an answer, and without any use, before its connection may be
+// closed. A closed connection only costs a new dial: a hand-off whose cached stream was
+// reset retries the same peer on a new stream before it tries any other.
+const (
+	mockMaxConns = 8
+	mockSlack    = 4
+	mockIdle     = time.Second
+	// mockStale: a stream that wrote and never read or closed for this long (a
+	// protocol that only writes) no longer holds its pair busy.
+	mockStale = 30 * time.Second
+)
+
+// memHosts builds the hosts of one RunMem network.
+type memHosts struct {
+	transport string
+	mn        mocknet.Mocknet
+	mu        sync.Mutex // serialises link creation; guards use
+	use       map[[2]peer.ID]*pairUse
+	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
+	closed    atomic.Int64                            // connections closed by trim
+	idle      time.Duration                           // mockIdle, shorter in tests
+}
+
+// pairUse is the activity of the streams between two mock hosts, whichever opened them.
+type pairUse struct {
+	last    time.Time                 // last write, read or close of a tracked stream
+	pending map[*mockStream]time.Time // tracked streams that wrote and await an answer, since
+}
+
+func newMemHosts(transport string) (*memHosts, error) {
+	switch transport {
+	case "", TransportTCP:
+		return &memHosts{transport: TransportTCP}, nil
+	case TransportMock:
+		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{}, idle: mockIdle,
+			streams: map[[2]peer.ID]map[*mockStream]struct{}{}}, nil
+	}
+	return nil, fmt.Errorf("testnet: mem: unknown transport %q (tcp or mock)", transport)
+}
+
+// newHost returns node i's host constructor (node.Config.NewHost).
+func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
+	if m.transport == TransportTCP {
+		return func(key crypto.PrivKey) (host.Host, error) {
+			return libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
+				libp2p.Transport(tcp.NewTCPTransport), libp2p.DisableRelay(), libp2p.DisableMetrics(),
+				libp2p.ResourceManager(&network.NullResourceManager{}))
+		}
+	}
+	return func(key crypto.PrivKey) (host.Host, error) {
+		// A distinct address per host (10.0.0.0/8); nothing listens on it.
+		a, err := ma.NewMultiaddr(fmt.Sprintf("/ip4/10.%d.%d.%d/tcp/4001", (i>>16)&255, (i>>8)&255, i&255))
+		if err != nil {
+			return nil, err
+		}
+		h, err := m.mn.AddPeer(key, a)
+		if err != nil {
+			return nil, err
+		}
+		mh := &mockHost{Host: h, m: m}
+		h.Network().Notify(&network.NotifyBundle{
+			ConnectedF:    func(network.Network, network.Conn) { mh.conns.Add(1) },
+			DisconnectedF: func(network.Network, network.Conn) { mh.conns.Add(-1) },
+		})
+		return mh, nil
+	}
+}
+
+// needsAddrs reports whether hosts must know each other's addresses to dial.
+func (m *memHosts) needsAddrs() bool { return m.transport == TransportTCP }
+
+// link records a use of the pair k and makes sure a mock link joins it (a mocknet dial
+// needs one), in one step: trim, which unlinks idle pairs, then sees the pair busy.
+func (m *memHosts) link(k [2]peer.ID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.touchLocked(k, nil, false)
+	if len(m.mn.LinksBetweenPeers(k[0], k[1])) > 0 {
+		return nil
+	}
+	_, err := m.mn.LinkPeers(k[0], k[1])
+	return err
+}
+
+// Close closes the mock network, if any.
+func (m *memHosts) Close() {
+	if m.mn != nil {
+		m.mn.Close()
+	}
+}
+
+// mockHost is a mocknet host that links itself to a peer before dialling it.
+type mockHost struct {
+	host.Host
+	m     *memHosts
+	conns atomic.Int64 // open connections (notifications)
+}
+
+// Connect links h and ai.ID, then connects them.
+func (h *mockHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
+	if err := h.m.link(pairKey(h.ID(), ai.ID)); err != nil {
+		return err
+	}
+	return h.Host.Connect(ctx, ai)
+}
+
+// NewStream links h and p, then opens a stream; the streams of this program's
+// protocols (/dpadmm/...) are tracked so that a connection with an exchange under way
+// is never closed; then h closes idle connections beyond mockMaxConns.
+func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	if p == h.ID() {
+		return h.Host.NewStream(ctx, p, pids...)
+	}
+	k := pairKey(h.ID(), p)
+	if err := h.m.link(k); err != nil {
+		return nil, err
+	}
+	s, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil {
+		return nil, err
+	}
+	h.trim()
+	if !slices.ContainsFunc(pids, func(id protocol.ID) bool { return strings.HasPrefix(string(id), "/dpadmm/") }) {
+		return s, nil
+	}
+	return newMockStream(h, p, k, s), nil
+}
+
+// trim closes h's least recently used idle connections down to mockMaxConns once it
+// has more than mockMaxConns + mockSlack (listing the connections costs time that grows
+// with the peers a mock network has ever connected to), and forgets their pairs: link, activity, and what h's peerstore
+// learnt of the peer (identify, protocols; learnt again on the next connection, and
+// otherwise kept for every peer ever met). The decision and the closing are one step
+// under the lock that link takes, so a pair that a stream is about to use is either busy
+// or closed and unlinked before that stream dials.
+func (h *mockHost) trim() {
+	if h.conns.Load() <= mockMaxConns+mockSlack {
+		return
+	}
+	conns := h.Network().Conns()
+	if len(conns) <= mockMaxConns {
+		return
+	}
+	now := time.Now()
+	type cand struct {
+		c    network.Conn
+		last time.Time
+	}
+	var idle []cand
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	for _, c := range conns {
+		u := h.m.use[pairKey(h.ID(), c.RemotePeer())]
+		if u == nil {
+			idle = append(idle, cand{c: c})
+			continue
+		}
+		busy := now.Sub(u.last) < h.m.idle
+		for _, since := range u.pending {
+			busy = busy || now.Sub(since) < mockStale
+		}
+		if !busy {
+			idle = append(idle, cand{c: c, last: u.last})
+		}
+	}
+	slices.SortFunc(idle, func(a, b cand) int { return a.last.Compare(b.last) })
+	for _, c := range idle[:min(len(idle), len(conns)-mockMaxConns)] {
+		c.c.Close()
+		h.m.closed.Add(1)
+		p := c.c.RemotePeer()
+		h.Peerstore().RemovePeer(p)
+		h.Peerstore().ClearAddrs(p)
+		k := pairKey(h.ID(), p)
+		for _, l := range h.m.mn.LinksBetweenPeers(k[0], k[1]) {
+			h.m.mn.Unlink(l)
+		}
+		delete(h.m.use, k)
+		for ms := range h.m.streams[k] {
+			ms.detach()
+		}
+		delete(h.m.streams, k)
+	}
+}
+
+// pairKey is the unordered pair {a, b}.
+func pairKey(a, b peer.ID) [2]peer.ID {
+	if b < a {
+		a, b = b, a
+	}
+	return [2]peer.ID{a, b}
+}
+
+// touch records a use of pair k: s (when not nil) starts (pending) or ends waiting.
+func (m *memHosts) touch(k [2]peer.ID, s *mockStream, pending bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.touchLocked(k, s, pending)
+}
+
+func (m *memHosts) touchLocked(k [2]peer.ID, s *mockStream, pending bool) {
+	u := m.use[k]
+	if u == nil {
+		u = &pairUse{pending: map[*mockStream]time.Time{}}
+		m.use[k] = u
+	}
+	u.last = time.Now()
+	switch {
+	case s == nil:
+	case pending:
+		if _, ok := u.pending[s]; !ok {
+			u.pending[s] = u.last
+		}
+	default:
+		delete(u.pending, s)
+	}
+}
+
+// mockStream is a stream of this program's protocols on a mock host: it is pending from
+// a write until the next read returns or the stream ends. When trim closes its
+// connection it lets go of the stream (detach): a node keeps its last stream to each
+// peer it sent to, and a closed stream holds its connection and buffers. The next write
+// on a detached stream opens a new stream to the same peer and protocol, as a
+// connection manager's closed connection costs only a new dial; a read before that
+// write, and any use after Close or Reset, fails with network.ErrReset.
+type mockStream struct {
+	h     *mockHost
+	p     peer.ID
+	key   [2]peer.ID
+	id    string
+	proto protocol.ID
+	mu    sync.Mutex
+	s     network.Stream // nil once detached
+	ended bool
+	dl    [2]time.Time // read and write deadlines, for a reopened stream
+}
+
+func newMockStream(h *mockHost, p peer.ID, k [2]peer.ID, s network.Stream) *mockStream {
+	ms := &mockStream{h: h, p: p, key: k, id: s.ID(), proto: s.Protocol(), s: s}
+	ms.register()
+	return ms
+}
+
+func (s *mockStream) register() {
+	m := s.h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.streams[s.key] == nil {
+		m.streams[s.key] = map[*mockStream]struct{}{}
+	}
+	m.streams[s.key][s] = struct{}{}
+}
+
+// inner returns the stream, or nil once detached.
+func (s *mockStream) inner() network.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.s
+}
+
+// detach lets go of the stream (trim closed its connection).
+func (s *mockStream) detach() {
+	s.mu.Lock()
+	s.s = nil
+	s.mu.Unlock()
+}
+
+// end ends s: it no longer waits, is no longer to be detached nor reopened.
+func (s *mockStream) end() network.Stream {
+	m := s.h.m
+	m.mu.Lock()
+	m.touchLocked(s.key, s, false)
+	delete(m.streams[s.key], s)
+	m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	return s.s
+}
+
+// writer returns the stream to write to, reopening a detached one. No lock of s is held
+// while the pair is linked and dialled (trim holds the hosts' lock while it detaches).
+func (s *mockStream) writer() (network.Stream, error) {
+	s.mu.Lock()
+	in, ended, dl := s.s, s.ended, s.dl
+	s.mu.Unlock()
+	switch {
+	case in != nil:
+		return in, nil
+	case ended:
+		return nil, network.ErrReset
+	}
+	if err := s.h.m.link(s.key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := s.h.Host.NewStream(ctx, s.p, s.proto)
+	if err != nil {
+		return nil, err
+	}
+	ns.SetReadDeadline(dl[0])
+	ns.SetWriteDeadline(dl[1])
+	s.mu.Lock()
+	if s.s != nil || s.ended {
+		s.mu.Unlock()
+		ns.Reset()
+		return nil, network.ErrReset
+	}
+	s.s = ns
+	s.mu.Unlock()
+	s.register()
+	return ns, nil
+}
+
+func (s *mockStream) Read(b []byte) (int, error) {
+	in := s.inner()
+	if in == nil {
+		return 0, network.ErrReset
+	}
+	n, err := in.Read(b)
+	s.h.m.touch(s.key, s, false)
+	return n, err
+}
+
+// Write marks the pair busy first, so that trim either sees it busy or has detached s
+// before writer looks.
+func (s *mockStream) Write(b []byte) (int, error) {
+	s.h.m.touch(s.key, s, true)
+	in, err := s.writer()
+	if err != nil {
+		return 0, err
+	}
+	return in.Write(b)
+}
+
+func (s *mockStream) Close() error {
+	if in := s.end(); in != nil {
+		return in.Close()
+	}
+	return nil
+}
+
+func (s *mockStream) Reset() error {
+	if in := s.end(); in != nil {
+		return in.Reset()
+	}
+	return nil
+}
+
+func (s *mockStream) ResetWithError(code network.StreamErrorCode) error {
+	if in := s.end(); in != nil {
+		return in.ResetWithError(code)
+	}
+	return nil
+}
+
+func (s *mockStream) CloseWrite() error {
+	if in := s.inner(); in != nil {
+		return in.CloseWrite()
+	}
+	return network.ErrReset
+}
+
+func (s *mockStream) CloseRead() error {
+	if in := s.inner(); in != nil {
+		return in.CloseRead()
+	}
+	return network.ErrReset
+}
+
+// setDeadline records deadline k (0 read, 1 write) for a reopened stream and sets it.
+func (s *mockStream) setDeadline(t time.Time, read, write bool) error {
+	s.mu.Lock()
+	if read {
+		s.dl[0] = t
+	}
+	if write {
+		s.dl[1] = t
+	}
+	in := s.s
+	s.mu.Unlock()
+	switch {
+	case in == nil:
+		return nil
+	case read && write:
+		return in.SetDeadline(t)
+	case read:
+		return in.SetReadDeadline(t)
+	}
+	return in.SetWriteDeadline(t)
+}
+
+func (s *mockStream) SetDeadline(t time.Time) error      { return s.setDeadline(t, true, true) }
+func (s *mockStream) SetReadDeadline(t time.Time) error  { return s.setDeadline(t, true, false) }
+func (s *mockStream) SetWriteDeadline(t time.Time) error { return s.setDeadline(t, false, true) }
+func (s *mockStream) ID() string                         { return s.id }
+func (s *mockStream) Protocol() protocol.ID              { return s.proto }
+
+func (s *mockStream) SetProtocol(id protocol.ID) error {
+	if in := s.inner(); in != nil {
+		return in.SetProtocol(id)
+	}
+	return network.ErrReset
+}
+
+func (s *mockStream) Stat() network.Stats {
+	if in := s.inner(); in != nil {
+		return in.Stat()
+	}
+	return network.Stats{}
+}
+
+// Conn is the stream's connection; nil while detached (the connection is closed).
+func (s *mockStream) Conn() network.Conn {
+	if in := s.inner(); in != nil {
+		return in.Conn()
+	}
+	return nil
+}
+
+func (s *mockStream) Scope() network.StreamScope {
+	if in := s.inner(); in != nil {
+		return in.Scope()
+	}
+	return &network.NullScope{}
+}
+
+// memStats returns the process's peak resident set (VmHWM of /proc/self/status; 0 where
+// unavailable) and the live heap after a garbage collection, in bytes.
+func memStats() (peakRSS, heap uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap = ms.HeapAlloc
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, heap
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			fs := strings.Fields(v) // "123456 kB"
+			if len(fs) == 2 && fs[1] == "kB" {
+				if kb, err := strconv.ParseUint(fs[0], 10, 64); err == nil {
+					peakRSS = kb << 10
+				}
+			}
+		}
+	}
+	return peakRSS, heap
+}
+
+// memTempRoot is where RunMem puts its temporary data directories: /dev/shm when it is
+// a writable directory (memory-backed on Linux), else the default temporary directory.
+func memTempRoot() string {
+	const shm = "/dev/shm"
+	if st, err := os.Stat(shm); err == nil && st.IsDir() {
+		if f, err := os.CreateTemp(shm, "dpadmm-probe-"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return shm
+		}
+	}
+	return ""
+}
