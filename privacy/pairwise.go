@@ -554,20 +554,8 @@ func amplifiedUnit(clip, sigma float64, updates int) Curve {
 // time from i to j (every hop is taken to be a noisy update), computed per target j
 // by the taboo recursion q_t = P_{-j} q_{t-1}.
 func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan, error) {
-	if n < 2 {
-		return nil, fmt.Errorf("privacy: plan: nodes must be >= 2, got %d", n)
-	}
-	if !(opt.Clip > 0) || math.IsInf(opt.Clip, 0) {
-		return nil, fmt.Errorf("privacy: plan: clip must be finite and > 0, got %v", opt.Clip)
-	}
-	if !(opt.Sigma > 0) || math.IsInf(opt.Sigma, 0) {
-		return nil, fmt.Errorf("privacy: plan: sigma must be finite and > 0, got %v", opt.Sigma)
-	}
-	if opt.Updates < 1 {
-		return nil, fmt.Errorf("privacy: plan: updates must be >= 1, got %d", opt.Updates)
-	}
-	if opt.Horizon < 0 {
-		return nil, fmt.Errorf("privacy: plan: horizon must be >= 0, got %d", opt.Horizon)
+	if err := validatePlan(n, opt); err != nil {
+		return nil, err
 	}
 	if complete {
 		if opt.Horizon > 0 {
@@ -592,6 +580,23 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 	return b.Plan(), nil
 }
 
+// validatePlan checks the arguments shared by PlannedPairwise and NewPlanBuilder.
+func validatePlan(n int, opt PlanOptions) error {
+	switch {
+	case n < 2:
+		return fmt.Errorf("privacy: plan: nodes must be >= 2, got %d", n)
+	case !(opt.Clip > 0) || math.IsInf(opt.Clip, 0):
+		return fmt.Errorf("privacy: plan: clip must be finite and > 0, got %v", opt.Clip)
+	case !(opt.Sigma > 0) || math.IsInf(opt.Sigma, 0):
+		return fmt.Errorf("privacy: plan: sigma must be finite and > 0, got %v", opt.Sigma)
+	case opt.Updates < 1:
+		return fmt.Errorf("privacy: plan: updates must be >= 1, got %d", opt.Updates)
+	case opt.Horizon < 0:
+		return fmt.Errorf("privacy: plan: horizon must be >= 0, got %d", opt.Horizon)
+	}
+	return nil
+}
+
 // PlanBuilder computes the planned matrix of a general graph (PlannedPairwise) one
 // range of targets j (columns) at a time, so that a caller can spread the targets over
 // goroutines: Columns calls on disjoint ranges touch disjoint memory and may run
@@ -613,20 +618,8 @@ type PlanBuilder struct {
 // NewPlanBuilder checks the graph and options as PlannedPairwise does (general graph)
 // and allocates the n x n matrix.
 func NewPlanBuilder(n int, adj [][]int, opt PlanOptions) (*PlanBuilder, error) {
-	if n < 2 {
-		return nil, fmt.Errorf("privacy: plan: nodes must be >= 2, got %d", n)
-	}
-	if !(opt.Clip > 0) || math.IsInf(opt.Clip, 0) {
-		return nil, fmt.Errorf("privacy: plan: clip must be finite and > 0, got %v", opt.Clip)
-	}
-	if !(opt.Sigma > 0) || math.IsInf(opt.Sigma, 0) {
-		return nil, fmt.Errorf("privacy: plan: sigma must be finite and > 0, got %v", opt.Sigma)
-	}
-	if opt.Updates < 1 {
-		return nil, fmt.Errorf("privacy: plan: updates must be >= 1, got %d", opt.Updates)
-	}
-	if opt.Horizon < 0 {
-		return nil, fmt.Errorf("privacy: plan: horizon must be >= 0, got %d", opt.Horizon)
+	if err := validatePlan(n, opt); err != nil {
+		return nil, err
 	}
 	if len(adj) != n {
 		return nil, fmt.Errorf("privacy: plan: adjacency has %d lists, want %d", len(adj), n)
