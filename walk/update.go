@@ -30,6 +30,9 @@ func (m *Machine) update(z, zhat []float64) error {
 	c := &m.cfg
 	n := m.dim
 	z, zhat = z[:n], zhat[:n]
+	if m.cfg.Step.Kind != StepProx {
+		return m.updateStep(z, zhat)
+	}
 	if m.rankOne {
 		return m.updateRankOne(m.r1, z, zhat)
 	}

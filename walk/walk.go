@@ -78,6 +78,9 @@ type Config struct {
 	// Names optionally gives the ledger name of every node (len Nodes), shared between
 	// machines so that the hot path does not format integers. nil means decimal indices.
 	Names []string
+	// Step selects the local step and its parameters; the zero value is StepProx
+	// (Algorithm 4).
+	Step StepParams
 }
 
 // Scratch holds the transient vectors of one update (x, clipped x - z, noise). It may be
@@ -129,7 +132,7 @@ func (c Config) Validate() error {
 	case c.Graph != nil && c.Graph.N != c.Nodes:
 		return fmt.Errorf("walk: graph has %d nodes, want %d", c.Graph.N, c.Nodes)
 	}
-	return nil
+	return c.validateStep()
 }
 
 // Token is the walk's model token, the only thing that travels. It carries the
@@ -269,7 +272,7 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	m.u, m.x, m.g, m.eta = make([]float64, dim), sc.x, sc.g, sc.eta
 	m.name = m.nodeName(cfg.Node)
 	m.r1, m.rankOne = loss.RankOne(cfg.Gamma)
-	m.rankOne = m.rankOne && len(m.r1.A) == dim
+	m.rankOne = m.rankOne && len(m.r1.A) == dim && cfg.Step.Kind == StepProx
 	m.anorm = math.Sqrt(m.r1.Norm2)
 	m.inv, m.t, m.sh = 1/float64(cfg.Nodes), cfg.Gamma*cfg.Reg.L1, 1/(1+cfg.Gamma*cfg.Reg.L2)
 	m.clip = cfg.Clip
@@ -392,6 +395,9 @@ func (m *Machine) Step(msg Message) error {
 		e.Sensitivity = 4 * c.Lambda * c.Clip
 		e.Sigma = c.Lambda * c.Sigma
 		kind = EventUpdate
+		if c.Step.Kind != StepProx {
+			m.stepEntry(e)
+		}
 	}
 	m.ckpt.Updates = m.upd
 	// The envelope and the event are written field by field (plain word stores and loads,
