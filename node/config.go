@@ -44,6 +44,9 @@ type Config struct {
 	Clip       float64
 	Sigma      float64
 	MaxUpdates int
+	// Step is the walk's local step and its parameters (zero value: the exact prox of
+	// Algorithm 4). It enters the config hash.
+	Step walk.StepParams
 	// Hops is K, the total number of hops of the walk; the node receiving hop K releases
 	// the final model.
 	Hops uint64
@@ -409,6 +412,15 @@ type RunConfig struct {
 	Hops       uint64  `json:"hops"`
 	Noise      string  `json:"noise"` // "gaussian"; neighbour exchange: "objective-perturbation"
 
+	// The walk's local step other than the exact prox (all empty for the prox step, so
+	// those hashes are unchanged): its name and parameters (walk.StepParams).
+	Step     string  `json:"step,omitempty"`
+	StepSize float64 `json:"step_size,omitempty"`
+	Beta     float64 `json:"beta,omitempty"`
+	Nu       float64 `json:"nu,omitempty"`
+	Rate     float64 `json:"sample_rate,omitempty"`
+	Strong   bool    `json:"strongly_convex,omitempty"`
+
 	// Neighbour-exchange runs only (empty for the walk, so walk hashes are unchanged).
 	Graph     string  `json:"graph,omitempty"`
 	GraphSeed uint64  `json:"graph_seed,omitempty"`
@@ -459,11 +471,15 @@ func (c *Config) runConfig() RunConfig {
 			Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, PaperC: p.PaperC,
 		}
 	}
-	return RunConfig{
+	rc := RunConfig{
 		Run: c.Run, Algorithm: "walk", Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
 		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,
 		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian",
 	}
+	if s := c.Step; s.Kind != walk.StepProx {
+		rc.Step, rc.StepSize, rc.Beta, rc.Nu, rc.Rate, rc.Strong = s.Kind.String(), s.Eta, s.Beta, s.Nu, s.Rate, s.Strong
+	}
+	return rc
 }
 
 // Hash returns the hex SHA-256 of the canonical JSON encoding.

@@ -392,7 +392,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	}
 	wc := walk.Config{
 		Node: idx, Nodes: len(ms), Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
-		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names,
+		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names, Step: c.Step,
 	}
 	if c.Sigma > 0 {
 		if noise != nil {

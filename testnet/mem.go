@@ -18,6 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // MemConfig configures an in-process network of libp2p hosts (loopback TCP, or
@@ -31,6 +32,7 @@ type MemConfig struct {
 	Lambda     float64
 	Clip       float64
 	Sigma      float64
+	Step       walk.StepParams // the local step (zero value: prox)
 	MaxUpdates int
 	Seed       uint64
 	Run        string // "" = "mem"
@@ -172,7 +174,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	for i, sh := range cfg.Shards {
 		c := node.Config{
 			Run: cfg.Run, DataDir: dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
-			Clip: cfg.Clip, Sigma: cfg.Sigma, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
+			Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
 			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
 			AllowSeededNoise: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,

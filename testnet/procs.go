@@ -24,6 +24,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // NetworkReport is the part of a report specific to a run on real libp2p hosts. In such
@@ -77,6 +78,7 @@ type ProcsConfig struct {
 	Lambda     float64
 	Clip       float64
 	Sigma      float64
+	Step       walk.StepParams // the local step (zero value: prox)
 	MaxUpdates int
 	Seed       uint64
 	Run        string // "" = "procs"
@@ -252,6 +254,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 			// The shard's labels are -1/+1 already; a shard may hold one class only.
 			a = append(a, "--positive", "1")
 		}
+		a = append(a, StepArgs(cfg.Step)...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
 		}
@@ -689,7 +692,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	)
 	if no.Mode == "mem" {
 		r, err := RunMem(ctx, MemConfig{
-			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
+			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step,
 			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress, Transport: no.Transport,
 		})
@@ -706,7 +709,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	} else {
 		r, err := RunProcs(ctx, ProcsConfig{
 			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
-			Clip: o.Clip, Sigma: o.Sigma, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
+			Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
 		})
@@ -763,4 +766,27 @@ func killAll(procs []*proc) {
 			}
 		}
 	}
+}
+
+// StepArgs returns the 'dpadmm node' flags that select the walk's local step p: none for
+// the exact prox, so that the prox step's command lines are unchanged.
+func StepArgs(p walk.StepParams) []string {
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	var a []string
+	switch p.Kind {
+	case walk.StepProx:
+		return nil
+	case walk.StepGADMM:
+		a = []string{"--algo", "walk-gadmm", "--beta", f(p.Beta)}
+		if p.Strong {
+			a = append(a, "--strongly-convex")
+		}
+	case walk.StepSGD:
+		a = []string{"--algo", "walk-sgd", "--sample-rate", f(p.Rate)}
+	case walk.StepLSSGD:
+		a = []string{"--local-step", p.Kind.String(), "--nu", f(p.Nu), "--sample-rate", f(p.Rate)}
+	default:
+		a = []string{"--local-step", p.Kind.String()}
+	}
+	return append(a, "--step-size", f(p.Eta))
 }

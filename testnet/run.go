@@ -12,6 +12,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // Options configures a complete simulated run: data preparation, the walk, the reference
@@ -22,14 +23,17 @@ type Options struct {
 	Scaling     string             // scaling used, for the report
 	// Scaler is the scaling with its parameters, recorded in the report so that its model
 	// can be scored on new data (dpadmm eval); nil: not recorded.
-	Scaler     *consensus.Scaler
-	Nodes      int
-	Split      string
-	Problem    consensus.Problem
-	Gamma      float64
-	Lambda     float64
-	Clip       float64
-	Sigma      float64
+	Scaler  *consensus.Scaler
+	Nodes   int
+	Split   string
+	Problem consensus.Problem
+	Gamma   float64
+	Lambda  float64
+	Clip    float64
+	Sigma   float64
+	// Step is the walk's local step and its parameters (zero value: the exact prox of
+	// Algorithm 4).
+	Step       walk.StepParams
 	Hops       uint64
 	Seed       uint64
 	Graph      string
@@ -84,8 +88,16 @@ type Report struct {
 	Lambda             float64  `json:"lambda"`
 	Clip               float64  `json:"clip"`
 	Sigma              float64  `json:"sigma"`
-	MaxUpdates         int      `json:"max_updates"`
-	Scale              string   `json:"scale"`
+	// LocalStep names the walk's local step (walk.StepKind: prox, linearized, ls-sgd,
+	// gadmm, sgd); the step's parameters follow, absent where the step has none.
+	LocalStep      string  `json:"local_step"`
+	StepSize       float64 `json:"step_size,omitempty"`
+	Beta           float64 `json:"beta,omitempty"`
+	Nu             float64 `json:"nu,omitempty"`
+	SampleRate     float64 `json:"sample_rate,omitempty"`
+	StronglyConvex bool    `json:"strongly_convex,omitempty"`
+	MaxUpdates     int     `json:"max_updates"`
+	Scale          string  `json:"scale"`
 	// Scaling is the feature scaling with its parameters (a simulator's data is not
 	// private), which inputs of Model must get first.
 	Scaling   *consensus.Scaler `json:"scaling,omitempty"`
@@ -621,7 +633,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	z := w.z
 	obj := o.Problem.Objective(o.Train, z)
 	r := &Report{
-		Algo: "walk", Objective: obj, ReferenceObjective: p.refObj, Gap: p.gap(obj),
+		Algo: WalkAlgo(o.Step), Objective: obj, ReferenceObjective: p.refObj, Gap: p.gap(obj),
 		Hops: w.hops, Nodes: o.Nodes, Dims: w.dim, TrainRows: o.Train.Rows,
 		WallSeconds: w.wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
 		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Lambda: o.Lambda,
@@ -629,6 +641,8 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 		Graph: graphName(o.Graph), Data: o.Data, TraceHash: fmt.Sprintf("%016x", w.traceHash), Model: z,
 		Ended: "hops", Budget: w.budget,
 	}
+	s := o.Step
+	r.LocalStep, r.StepSize, r.Beta, r.Nu, r.SampleRate, r.StronglyConvex = s.Kind.String(), s.Eta, s.Beta, s.Nu, s.Rate, s.Strong
 	if o.KeepTrace {
 		r.Trace = w.trace
 	}
@@ -710,7 +724,7 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	sim, err := NewSim(SimConfig{
 		Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
-		Sigma: o.Sigma, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
+		Sigma: o.Sigma, Step: o.Step, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
 		Budget: budget, LedgerDir: o.LedgerDir,
 	})
 	if err != nil {
@@ -849,4 +863,17 @@ func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Datas
 	}
 	set(train, &r.TrainRMSE, &r.TrainR2)
 	set(test, &r.RMSE, &r.R2)
+}
+
+// WalkAlgo returns the algorithm name of a walk with local step p: "walk-gadmm" and
+// "walk-sgd" for gradient ADMM and the DP-SGD walk, "walk" for the ADMM steps (prox,
+// linearized, ls-sgd).
+func WalkAlgo(p walk.StepParams) string {
+	switch p.Kind {
+	case walk.StepGADMM:
+		return "walk-gadmm"
+	case walk.StepSGD:
+		return "walk-sgd"
+	}
+	return "walk"
 }

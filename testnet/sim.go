@@ -22,7 +22,8 @@ type SimConfig struct {
 	Lambda     float64
 	Clip       float64
 	Sigma      float64
-	Graph      string // graph spec, "" = complete
+	Step       walk.StepParams // the local step (zero value: prox)
+	Graph      string          // graph spec, "" = complete
 	MaxUpdates int
 	Seed       uint64
 	Run        string
@@ -169,7 +170,7 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 		wc := walk.Config{
 			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
 			Reg: cfg.Problem.Reg, Graph: g, Rand: NodeRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
-			Run: cfg.Run, Names: names, Scratch: scratch,
+			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
 		}
 		if plan != nil {
 			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]

@@ -18,6 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 const nodeHelp = `Usage: dpadmm node --run NAME --data FILE --datadir DIR [flags]
@@ -151,7 +152,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
 	gossipPlan := fs.String("gossip-plan", "", "testnets: run one node of a neighbour-exchange run from this plan file (written by 'dpadmm testnet --procs --algo radmm|...'); see above")
-	algo := fs.String("algo", "walk", "algorithm: walk (random walk), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp")
+	algo := fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp")
+	sf := addStepFlags(fs)
 	graphSpec := fs.String("graph", "ring", "neighbour exchange: graph over the members in membership order: ring|complete|grid|regular:d|er:p")
 	graphSeed := fs.Uint64("graph-seed", 1, "neighbour exchange: seed of a random graph (announced)")
 	iters := fs.Int("iters", 100, "neighbour exchange: number of iterations T (fixed in advance)")
@@ -181,10 +183,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var gp *node.GossipParams
-	if *algo != "walk" {
+	var step walk.StepParams
+	if _, isWalk := walkAlgos[*algo]; !isWalk {
 		var walkOnly []string
 		for _, f := range []string{"hops", "lambda", "clip", "sigma", "max-updates", "pause-at-hop",
-			"pause-phase", "withhold-acks", "ack-timeout", "heartbeat", "heartbeat-misses", "fallback-timeout", "custody-depth", "delta", "budget-epsilon", "budget-kind"} {
+			"pause-phase", "withhold-acks", "ack-timeout", "heartbeat", "heartbeat-misses", "fallback-timeout", "custody-depth", "delta", "budget-epsilon", "budget-kind",
+			"local-step", "step-size", "beta", "nu", "sample-rate", "strongly-convex"} {
 			if set[f] {
 				walkOnly = append(walkOnly, "--"+f)
 			}
@@ -208,7 +212,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return bad("--barrier-timeout must be > 0 and --max-wait 0 or >= it")
 		}
 		if _, err := gossip.ParseAlgo(*algo); err != nil {
-			return bad("unknown --algo %q (available: walk, radmm, mradmm, madmm, admm, admm-dvp, admm-pvp)", *algo)
+			return bad("unknown --algo %q (available: walk, walk-gadmm, walk-sgd, radmm, mradmm, madmm, admm, admm-dvp, admm-pvp)", *algo)
 		}
 		switch {
 		case *iters < 1:
@@ -241,6 +245,10 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if set[f] {
 				return bad("--%s applies to the neighbour-exchange algorithms (--algo radmm|...), not to the walk", f)
 			}
+		}
+		var err error
+		if step, err = sf.params(*algo, set); err != nil {
+			return bad("%v", err)
 		}
 	}
 	switch {
@@ -294,7 +302,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
-		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, MaxUpdates: *maxUpd, Delta: *delta,
+		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, MaxUpdates: *maxUpd, Delta: *delta,
 		BudgetEpsilon: *budgetEps, BudgetKind: *budgetKind,
 		Peers: peers, Bootstrap: bootstrap, HTTP: *httpAddr, NoSync: *noSync}
 	switch *profile {

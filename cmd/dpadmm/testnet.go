@@ -17,6 +17,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 const testnetHelp = `Usage: dpadmm testnet [--sim | --mem --nodes N | --procs --nodes N] [flags]
@@ -141,6 +142,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file, one line per k = 1..K holding eta(k) for every node, or one comma-separated eta_i(k) per node (overrides --eta, --eta-growth)")
 	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	nodes := fs.Int("nodes", 50, "number of nodes n")
+	sf := addStepFlags(fs)
 	df := addDataFlags(fs, testnetData)
 	split := fs.String("split", "iid", "how rows are split over nodes: iid|contiguous|label")
 	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
@@ -263,12 +265,22 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return testnetUsage(stderr, "--sim=false needs --mem or --procs")
 	}
 	gossipAlgo := false
+	var step walk.StepParams
 	switch *algo {
-	case "walk":
+	case "walk", "walk-gadmm", "walk-sgd":
+		var err error
+		if step, err = sf.params(*algo, set); err != nil {
+			return testnetUsage(stderr, "%v", err)
+		}
 	case "admm", "radmm", "mradmm", "madmm", "admm-dvp", "admm-pvp":
 		gossipAlgo = true
+		for _, f := range []string{"local-step", "step-size", "beta", "nu", "sample-rate", "strongly-convex"} {
+			if set[f] {
+				return testnetUsage(stderr, "--%s applies to the walk algorithms, not to --algo %s", f, *algo)
+			}
+		}
 	default:
-		return testnetUsage(stderr, "unknown --algo %q (available: walk, admm, radmm, mradmm, madmm, admm-dvp, admm-pvp)", *algo)
+		return testnetUsage(stderr, "unknown --algo %q (available: walk, walk-gadmm, walk-sgd, admm, radmm, mradmm, madmm, admm-dvp, admm-pvp)", *algo)
 	}
 	alpha := math.Inf(1)
 	if gossipAlgo {
@@ -327,7 +339,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	opt := testnet.Options{
 		Train: train, Test: test, Data: dataName, Scaling: scaling, Scaler: ld.scaler, Nodes: *nodes, Split: *split,
-		Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Hops: *hops,
+		Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, Hops: *hops,
 		Seed: *seed, Graph: *graphSpec, MaxUpdates: *maxUpd, Delta: *delta,
 		LedgerDir: *ledgerDir, Coalition: members,
 	}

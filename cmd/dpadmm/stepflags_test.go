@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestStepFlagErrors: a flag the chosen step does not read, a missing or invalid step
+// parameter, or a step given twice is a usage error (exit 2) that names the flag.
+func TestStepFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--local-step", "linearized"}, "needs --step-size"},
+		{[]string{"--local-step", "newton"}, "--local-step must be prox, linearized or ls-sgd"},
+		{[]string{"--local-step", "gadmm"}, "--algo walk-gadmm"},
+		{[]string{"--step-size", "0.1"}, "--step-size does not apply to the prox step"},
+		{[]string{"--local-step", "linearized", "--step-size", "0.1", "--beta", "2"}, "--beta does not apply"},
+		{[]string{"--local-step", "ls-sgd", "--step-size", "0.1", "--nu", "-1"}, "--nu must be"},
+		{[]string{"--local-step", "ls-sgd", "--step-size", "0.1", "--sample-rate", "1.5"}, "--sample-rate must be in (0,1]"},
+		{[]string{"--local-step", "linearized", "--step-size", "NaN"}, "--step-size must be"},
+		{[]string{"--algo", "walk-gadmm", "--step-size", "0.1", "--beta", "0"}, "--beta must be"},
+		{[]string{"--algo", "walk-gadmm", "--local-step", "prox", "--step-size", "0.1"}, "--local-step applies to --algo walk"},
+		{[]string{"--algo", "walk-sgd", "--step-size", "0.1", "--nu", "2"}, "--nu does not apply"},
+		{[]string{"--algo", "radmm", "--step-size", "0.1"}, "--step-size applies to the walk"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"testnet", "--nodes", "3", "--hops", "5"}, c.args...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errb.String(), c.want)
+		}
+		out.Reset()
+		errb.Reset()
+		code = run(append([]string{"node", "--run", "r", "--data", "embedded", "--datadir", t.TempDir()}, c.args...), &out, &errb)
+		if c.args[0] == "--algo" && c.args[1] == "radmm" {
+			continue // a node's neighbour-exchange flags are checked elsewhere
+		}
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("node %v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
