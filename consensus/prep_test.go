@@ -173,3 +173,33 @@ func TestTrainTest(t *testing.T) {
 		t.Fatalf("zero fraction: %d/%d", tr.Rows, te.Rows)
 	}
 }
+
+// TestSyntheticLassoSphere: unit rows, the support's size and range, and the noise level
+// of the residual y - X w*.
+func TestSyntheticLassoSphere(t *testing.T) {
+	d, w := SyntheticLassoSphere(2000, 64, 8, 0.1, 18)
+	nz := 0
+	for _, v := range w {
+		if v != 0 {
+			nz++
+			if v < 0 || v >= 1 {
+				t.Fatalf("support value %v outside [0,1)", v)
+			}
+		}
+	}
+	if nz != 8 {
+		t.Fatalf("support size %d, want 8", nz)
+	}
+	var ss float64
+	for i := 0; i < d.Rows; i++ {
+		a := d.Row(i)
+		if n := math.Sqrt(dot(a, a)); math.Abs(n-1) > 1e-12 {
+			t.Fatalf("row %d norm %v", i, n)
+		}
+		r := d.Y[i] - dot(a, w)
+		ss += r * r
+	}
+	if sd := math.Sqrt(ss / float64(d.Rows)); sd < 0.09 || sd > 0.11 {
+		t.Fatalf("noise std %v, want about 0.1", sd)
+	}
+}

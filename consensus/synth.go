@@ -68,3 +68,30 @@ func SyntheticLogistic(rows, p, active int, seed uint64) (*Dataset, []float64) {
 	}
 	return d, w
 }
+
+// SyntheticLassoSphere returns the lasso data of the random-walk ADMM paper's experiment
+// (Cyffers, Bellet, Basu, App. E): rows drawn uniformly from the unit sphere of R^p (a
+// standard Gaussian vector divided by its norm), a ground truth with min(support, p)
+// nonzero coordinates uniform in [0, 1), and y = X w* + noise*N(0,1) (the paper: noise
+// variance 0.01, noise 0.1). It returns the data and w*.
+func SyntheticLassoSphere(rows, p, support int, noise float64, seed uint64) (*Dataset, []float64) {
+	r := newRand(seed)
+	d := gaussianDesign(r, fmt.Sprintf("synthetic:lasso-sphere:%d", seed), rows, p)
+	for i := 0; i < d.Rows; i++ {
+		row := d.Row(i)
+		if nn := math.Sqrt(dot(row, row)); nn > 0 {
+			for j := range row {
+				row[j] /= nn
+			}
+		}
+	}
+	w := make([]float64, d.Cols)
+	support = min(max(support, 0), d.Cols)
+	for _, j := range r.Perm(d.Cols)[:support] {
+		w[j] = r.Float64()
+	}
+	for i := 0; i < d.Rows; i++ {
+		d.Y[i] = dot(d.Row(i), w) + noise*r.NormFloat64()
+	}
+	return d, w
+}
