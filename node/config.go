@@ -143,6 +143,10 @@ type Config struct {
 	// starts, so that no first hand-off is redirected because a member was still starting
 	// (a redirection changes the path). 0 = no wait. Used by the multi-process testnet.
 	WaitMembers time.Duration
+	// Insecure marks a test-harness node (dpadmm node --insecure-testnet: seeded noise,
+	// fixed membership or fault injection, loopback only): model.json then carries
+	// InsecureGuarantee.
+	Insecure bool
 	// PauseAtHop is fault injection for test harnesses: the node that receives the token
 	// of this hop (PauseAtHop hops done) stores and acks it as usual, then stops
 	// processing and reports "paused" on /status until it is killed. On restart without

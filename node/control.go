@@ -297,6 +297,9 @@ func jsonNum(x float64) float64 {
 
 // Model is the content of model.json.
 type Model struct {
+	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure), absent
+	// otherwise.
+	Guarantee  string       `json:"guarantee,omitempty"`
 	Run        string       `json:"run"`
 	ConfigHash string       `json:"config_hash"`
 	Peer       string       `json:"peer"`
@@ -327,8 +330,12 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 	nodes, idx := len(n.members), n.index
 	n.mu.Unlock()
 	up := n.ckpt.Updates
+	g := ""
+	if n.cfg.Insecure {
+		g = InsecureGuarantee
+	}
 	return &Model{
-		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
+		Guarantee: g, Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
@@ -648,3 +655,6 @@ func (n *Node) addAddrs(p peer.ID, addrs []string) {
 		}
 	}
 }
+
+// InsecureGuarantee is what model.json says of a node started with --insecure-testnet.
+const InsecureGuarantee = "NO guarantee: test-harness node (--insecure-testnet: seeded noise, fixed membership or fault injection); the privacy figures describe the mechanism, not this run"

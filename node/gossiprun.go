@@ -32,6 +32,8 @@ const GossipModelNote = "model is this node's own f_i(T); the network average is
 
 // GossipModel is model.json of a neighbour-exchange run (RunGossip).
 type GossipModel struct {
+	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure).
+	Guarantee  string    `json:"guarantee,omitempty"`
 	Run        string    `json:"run"`
 	ConfigHash string    `json:"config_hash"`
 	Peer       string    `json:"peer"`
@@ -282,6 +284,9 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	}
 	if out.Stale == nil {
 		out.Stale = []StaleUse{}
+	}
+	if n.cfg.Insecure {
+		out.Guarantee = InsecureGuarantee
 	}
 	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
 		return nil, err

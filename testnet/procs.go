@@ -242,7 +242,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		}
 		res.Logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
 		f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-		a := []string{"node", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", dirs[i],
+		a := []string{"node", "--insecure-testnet", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", dirs[i],
 			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10),
 			"--hops", strconv.FormatUint(cfg.Hops, 10), "--profile", "test",
 			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",

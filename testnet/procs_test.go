@@ -3,6 +3,7 @@ package testnet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -126,6 +127,16 @@ func TestProcs(t *testing.T) {
 			t1.Sub(t0), mem.Network.HopsPerSecond, time.Since(t1), procs.Network.HopsPerSecond)
 		sameReport(t, "mem", mem, sim)
 		sameReport(t, "procs", procs, sim)
+		// The nodes ran with --insecure-testnet (seeded noise, fixed membership): their
+		// model.json says there is no guarantee.
+		b, err := os.ReadFile(filepath.Join(dir, "node-0", node.ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m node.Model
+		if err := json.Unmarshal(b, &m); err != nil || m.Guarantee != node.InsecureGuarantee {
+			t.Errorf("model.json guarantee %q (%v), want %q", m.Guarantee, err, node.InsecureGuarantee)
+		}
 		for _, r := range []*Report{mem, procs} {
 			if nw := r.Network; nw == nil || nw.Hosts != n || nw.LedgerEntries != hops || nw.Redirects != 0 || nw.Repeats != 0 {
 				t.Errorf("network section: %+v", r.Network)

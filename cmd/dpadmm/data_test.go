@@ -403,7 +403,7 @@ func TestDataNodeModels(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		args := []string{"node", "--run", "gdata", "--algo", "radmm", "--data", shards[i], "--scale-file", scaleFile,
-			"--iters", "6", "--alpha", "2", "--paper-c", "1", "--l2", "0.01", "--profile", "test", "--no-fsync", "--seed", "5",
+			"--iters", "6", "--alpha", "2", "--paper-c", "1", "--l2", "0.01", "--profile", "test", "--no-fsync", "--insecure-testnet", "--seed", "5",
 			"--barrier-timeout", "20s", "--datadir", dirs[i], "--static", static, "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}
 		wg.Add(1)
 		go func() { defer wg.Done(); codes[i] = run(args, &outs[i], &errs[i]) }()

@@ -144,7 +144,7 @@ func TestRunName(t *testing.T) {
 	}
 	// With --gossip-plan the name is checked too.
 	var out, errb bytes.Buffer
-	if code := run([]string{"node", "--gossip-plan", "p.json", "--run", "x/y", "--data", "d", "--datadir", dir}, &out, &errb); code != 2 ||
+	if code := run([]string{"node", "--insecure-testnet", "--gossip-plan", "p.json", "--run", "x/y", "--data", "d", "--datadir", dir}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "--run must be") {
 		t.Errorf("--gossip-plan with --run x/y: exit %d, stderr %q", code, errb.String())
 	}

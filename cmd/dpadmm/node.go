@@ -19,6 +19,8 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
+	"github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 )
 
 const nodeHelp = `Usage: dpadmm node --run NAME --data FILE --datadir DIR [flags]
@@ -168,10 +170,20 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxWait := fs.Duration("max-wait", 0, "neighbour exchange: longest wait for a still-connected neighbour; 0 = 10 x --barrier-timeout")
 	withhold := fs.Bool("withhold-acks", false, "fault injection for test harnesses: read every token hand-off sent to this node and never ack it (the sender redirects the release to another member)")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
+	insecure := fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --gossip-plan, --pause-at-hop, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	bad := func(format string, a ...any) error { return usagef("node", format, a...) }
+	var harness []string
+	fs.Visit(func(f *flag.Flag) {
+		if harnessFlags[f.Name] {
+			harness = append(harness, "--"+f.Name)
+		}
+	})
+	if len(harness) > 0 && !*insecure {
+		return bad("%s: test-harness flag(s) (seeded noise, fixed membership, fault injection) that void every guarantee; they need --insecure-testnet, which allows loopback addresses only", strings.Join(harness, ", "))
+	}
 	if *run != "" {
 		if err := checkRunName("node", *run); err != nil {
 			return err
@@ -321,6 +333,14 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(listen) > 0 {
 		cfg.Listen = listen
 	}
+	if *insecure {
+		for _, a := range append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...) {
+			if !loopbackAddr(a) {
+				return bad("--insecure-testnet allows loopback addresses only, got %s (use --profile test or --listen /ip4/127.0.0.1/tcp/0)", a)
+			}
+		}
+		cfg.Insecure = true
+	}
 	cfg.Heartbeat, cfg.HeartbeatMisses, cfg.Depth = *heartbeat, *heartbeatMisses, *custodyDepth
 	cfg.FallbackTimeout = *fallbackTimeout
 	if *ackTimeout > 0 {
@@ -390,6 +410,11 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if sf.Run != *run {
 			return fmt.Errorf("%s is for run %q, not %q", *static, sf.Run, *run)
+		}
+		for _, a := range sf.PeerAddrs() {
+			if !loopbackAddr(a) {
+				return fmt.Errorf("%s: member address %s is not loopback (--insecure-testnet)", *static, a)
+			}
 		}
 		n := len(sf.Members)
 		cfg.Members, cfg.Holder = sf.IDs(), sf.Holder
@@ -513,7 +538,7 @@ func parseShard(s string) (i, n int, ok bool) {
 // (testnet.GossipPlan, written by 'dpadmm testnet --procs').
 func runGossipNode(ctx context.Context, fs *flag.FlagSet, planPath, run, data, label, datadir string, noSync bool, logFormat, logLevel string,
 	stdout, stderr io.Writer, bad func(string, ...any) error) error {
-	allowed := map[string]bool{"gossip-plan": true, "data": true, "datadir": true, "label": true, "no-fsync": true,
+	allowed := map[string]bool{"gossip-plan": true, "insecure-testnet": true, "data": true, "datadir": true, "label": true, "no-fsync": true,
 		"log-format": true, "log-level": true, "run": true}
 	var other []string
 	fs.Visit(func(f *flag.Flag) {
@@ -541,6 +566,13 @@ func runGossipNode(ctx context.Context, fs *flag.FlagSet, planPath, run, data, l
 	if err != nil {
 		return fmt.Errorf("%s: %w", planPath, err)
 	}
+	for _, m := range plan.Members {
+		for _, a := range m.Addrs {
+			if !loopbackAddr(a) {
+				return fmt.Errorf("%s: member address %s is not loopback (--insecure-testnet)", planPath, a)
+			}
+		}
+	}
 	if run != "" && run != plan.Run {
 		return fmt.Errorf("%s is for run %q, not %q", planPath, plan.Run, run)
 	}
@@ -563,4 +595,23 @@ func runGossipNode(ctx context.Context, fs *flag.FlagSet, planPath, run, data, l
 	fmt.Fprintf(stdout, "run %q node %d (%s): %d iterations done, model written to %s; %d stale uses, %d frames rejected\n",
 		out.Run, out.Self, out.Peer, out.Iter, filepath.Join(datadir, testnet.GossipOutputFile), len(out.Stale), out.Rejected)
 	return nil
+}
+
+// harnessFlags are the flags of 'dpadmm node' that only test harnesses may use: each needs
+// --insecure-testnet.
+var harnessFlags = map[string]bool{"seed": true, "static": true, "gossip-plan": true, "pause-at-hop": true,
+	"pause-phase": true, "withhold-acks": true}
+
+// loopbackAddr reports whether the multiaddr s is on a loopback interface (/ip4/127.0.0.0/8,
+// /ip6/::1, /dns/localhost).
+func loopbackAddr(s string) bool {
+	m, err := multiaddr.NewMultiaddr(s)
+	if err != nil {
+		return false
+	}
+	if ip, err := manet.ToIP(m); err == nil {
+		return ip.IsLoopback()
+	}
+	v, err := m.ValueForProtocol(multiaddr.P_DNS)
+	return err == nil && v == "localhost"
 }

@@ -42,7 +42,7 @@ func TestNodeGossipCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"node", "--run", "gcli", "--algo", "mradmm", "--data", "embedded", "--iters", "6", "--alpha", "2",
-		"--paper-c", "10", "--l2", "0.01", "--profile", "test", "--no-fsync", "--seed", "3", "--barrier-timeout", "20s",
+		"--paper-c", "10", "--l2", "0.01", "--profile", "test", "--no-fsync", "--insecure-testnet", "--seed", "3", "--barrier-timeout", "20s",
 		"--eta-file", etaFile}
 	outs := make([]bytes.Buffer, 3)
 	errs := make([]syncBuf, 3)
@@ -182,7 +182,7 @@ func TestNodeGossipStaticCLI(t *testing.T) {
 		sf.Members = append(sf.Members, node.StaticMember{ID: id.String(), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}})
 	}
 	common := []string{"node", "--run", "gstatic", "--algo", "radmm", "--data", "embedded", "--iters", "6", "--alpha", "2",
-		"--paper-c", "10", "--l2", "0.01", "--profile", "test", "--no-fsync", "--seed", "3", "--barrier-timeout", "20s"}
+		"--paper-c", "10", "--l2", "0.01", "--profile", "test", "--no-fsync", "--insecure-testnet", "--seed", "3", "--barrier-timeout", "20s"}
 	// M: the embedded set has the rows the three shards split.
 	total := 0
 	for i := 0; i < n; i++ {

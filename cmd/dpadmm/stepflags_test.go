@@ -42,3 +42,36 @@ func TestStepFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestInsecureTestnetGate: every test-harness flag of 'dpadmm node' is refused without
+// --insecure-testnet, and --insecure-testnet refuses addresses that are not loopback.
+func TestInsecureTestnetGate(t *testing.T) {
+	base := []string{"node", "--run", "r", "--data", "embedded", "--datadir", t.TempDir(), "--profile", "test"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--seed", "3", "--algo", "radmm"}, "--seed: test-harness flag(s)"},
+		{[]string{"--static", "s.json"}, "--static: test-harness flag(s)"},
+		{[]string{"--pause-at-hop", "4"}, "--pause-at-hop: test-harness flag(s)"},
+		{[]string{"--withhold-acks"}, "--withhold-acks: test-harness flag(s)"},
+		{[]string{"--gossip-plan", "p.json"}, "--gossip-plan: test-harness flag(s)"},
+		{[]string{"--insecure-testnet", "--listen", "/ip4/0.0.0.0/tcp/0"}, "loopback addresses only, got /ip4/0.0.0.0/tcp/0"},
+		{[]string{"--insecure-testnet", "--peer", "/ip4/10.1.2.3/tcp/4001/p2p/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"}, "loopback addresses only"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append(append([]string(nil), base...), c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	for _, a := range []string{"/ip4/127.0.0.1/tcp/0", "/ip6/::1/udp/0/quic-v1", "/dns/localhost/tcp/1"} {
+		if !loopbackAddr(a) {
+			t.Errorf("%s not taken for loopback", a)
+		}
+	}
+	for _, a := range []string{"/ip4/0.0.0.0/tcp/0", "/ip4/192.168.1.2/tcp/1", "/dns/example.com/tcp/1", "junk"} {
+		if loopbackAddr(a) {
+			t.Errorf("%s taken for loopback", a)
+		}
+	}
+}
