@@ -106,6 +106,16 @@ type Config struct {
 	MDNS bool
 	// HTTP is the address of the /status and /metrics endpoint; "" disables it.
 	HTTP string
+	// DebugStatus serves the per-hop counters on /status (hops_seen, ledger_entries,
+	// model_age_seconds, hop, holding, paused, the live counts) and /metrics (hops,
+	// hand-offs, custody events, Go and process collectors). Polled on several nodes they
+	// reconstruct the secret path of the token, which the network figures assume secret;
+	// without it /status is a snapshot refreshed every StatusPeriod with those keys
+	// removed, and /metrics carries only the rejection counters.
+	DebugStatus bool
+	// StatusPeriod is the refresh period of the public /status snapshot; 0 means
+	// DefaultStatusPeriod.
+	StatusPeriod time.Duration
 
 	// AckTimeout bounds the wait for a hand-off ack before the sender retries (first the
 	// same peer, then another). Default 10 s.

@@ -166,7 +166,7 @@ func holderCrash(t *testing.T, afterStep bool) {
 		c.DataDir, c.Members, c.Holder, c.Weight = dirs[i], ids, 0, 1
 		c.AckTimeout, c.FinalWait = 3*time.Second, 3*time.Second
 		c.Heartbeat, c.HeartbeatMisses = 100*time.Millisecond, 20
-		c.PauseAtHop, c.PauseAfterStep = pause, afterStep
+		c.PauseAtHop, c.PauseAfterStep, c.DebugStatus = pause, afterStep, true
 		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Int("i", i).Logger()
 		nd, err := New(ctx, c)
 		if err != nil {

@@ -52,7 +52,7 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 		c.AckTimeout, c.FinalWait = time.Second, 3*time.Second
 		c.Heartbeat, c.HeartbeatMisses = 100*time.Millisecond, 5
 		c.Depth, c.FallbackTimeout = 2, 1500*time.Millisecond
-		c.PauseAtHop = pause
+		c.PauseAtHop, c.DebugStatus = pause, true
 		c.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Int("i", i).Logger()
 		nd, err := New(ctx, c)
 		if err != nil {

@@ -166,7 +166,7 @@ func (m *metrics) registerGossip() {
 
 // enableGossip registers the neighbour-exchange metrics (once; walk nodes do not show them).
 func (m *metrics) enableGossip() {
-	m.gOnce.Do(func() { m.reg.MustRegister(m.gCollectors...) })
+	m.gOnce.Do(func() { m.reg.MustRegister(m.gCollectors...); m.pub.MustRegister(m.gCollectors...) })
 }
 
 // conditions reports whether the Theorem V.1 conditions hold as far as known, and why not.

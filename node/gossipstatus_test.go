@@ -167,14 +167,18 @@ func TestGossipStatusHTTP(t *testing.T) {
 	if got := metricValue(t, text, "dpadmm_gossip_epsilon_spent"); math.Abs(got-want) > 1e-9*want {
 		t.Errorf("dpadmm_gossip_epsilon_spent = %v, want %v", got, want)
 	}
-	if !strings.Contains(text, "dpadmm_hops_processed_total") {
-		t.Error("walk metric names disappeared")
+	if strings.Contains(text, "dpadmm_hops_processed_total") {
+		t.Error("the walk's per-hop metrics are served without DebugStatus")
 	}
-	// A walk node does not expose the neighbour-exchange metrics.
+	// A walk node does not expose the neighbour-exchange metrics, and its per-hop metrics
+	// only with DebugStatus.
 	rec := httptest.NewRecorder()
 	(&Node{metrics: newMetrics()}).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if strings.Contains(rec.Body.String(), "dpadmm_gossip_") || !strings.Contains(rec.Body.String(), "dpadmm_hops_processed_total") {
-		t.Error("walk node metrics: gossip metrics shown or walk metrics missing")
+	dbg := httptest.NewRecorder()
+	(&Node{metrics: newMetrics(), cfg: Config{DebugStatus: true}}).Handler().ServeHTTP(dbg, httptest.NewRequest("GET", "/metrics", nil))
+	if strings.Contains(rec.Body.String(), "dpadmm_gossip_") || strings.Contains(rec.Body.String(), "dpadmm_hops_processed_total") ||
+		!strings.Contains(dbg.Body.String(), "dpadmm_hops_processed_total") {
+		t.Error("walk node metrics: gossip metrics shown, or per-hop metrics public or missing with DebugStatus")
 	}
 }
 

@@ -15,7 +15,11 @@ import (
 )
 
 type metrics struct {
+	// reg holds every collector (tests and DebugStatus read it); pub only those that say
+	// nothing of when this node holds the token (rejections), served on /metrics without
+	// DebugStatus.
 	reg      *prometheus.Registry
+	pub      *prometheus.Registry
 	hops     prometheus.Counter
 	updates  prometheus.Counter
 	sent     prometheus.Counter
@@ -38,7 +42,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+	m := &metrics{reg: prometheus.NewRegistry(), pub: prometheus.NewRegistry()}
 	m.hops = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_hops_processed_total", Help: "Tokens processed (one ledger entry each)."})
 	m.updates = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_noisy_updates_total", Help: "Noisy updates made by this node."})
 	m.sent = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_handoffs_acked_total", Help: "Token hand-offs acknowledged by the receiver."})
@@ -48,6 +52,7 @@ func newMetrics() *metrics {
 	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_control_rejected_total", Help: "Control-topic messages rejected by the GossipSub validator before relaying, by reason (oversized, malformed, foreign run, unknown type)."}, []string{"reason"})
 	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.pub.MustRegister(m.ignored, m.rejected, m.control)
 	m.registerGossip()
 	return m
 }
@@ -65,10 +70,55 @@ func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(n.Status())
+		json.NewEncoder(w).Encode(n.PublicStatus())
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	reg := n.metrics.pub
+	if n.cfg.DebugStatus {
+		reg = n.metrics.reg
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// DefaultStatusPeriod is the default refresh period of the public /status snapshot.
+const DefaultStatusPeriod = time.Minute
+
+// perHopKeys are the /status keys that change with every hop seen here; they are served
+// only with Config.DebugStatus.
+var perHopKeys = []string{"hops_seen", "ledger_entries", "model_age_seconds", "hop", "holding", "paused"}
+
+// PublicStatus is what /status serves: Status itself with Config.DebugStatus; otherwise a
+// snapshot of it refreshed at most every StatusPeriod (live while the node waits for its
+// run to start, when there is no path yet, and for R-ADMM, whose iterations follow a public
+// schedule), without perHopKeys, with status_period_seconds
+// saying how old it may be. Polling it on every node then tells at most how many noisy
+// updates each node made per period, not the order of the hops.
+func (n *Node) PublicStatus() any {
+	if n.cfg.DebugStatus {
+		return n.Status()
+	}
+	period := n.cfg.StatusPeriod
+	if period <= 0 {
+		period = DefaultStatusPeriod
+	}
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	now := time.Now()
+	// R-ADMM (Gossip) iterations follow a public schedule: its status is served live.
+	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.Gossip != nil {
+		n.pubSnap, n.pubAt = n.Status(), now
+	}
+	var m map[string]any
+	if err := json.Unmarshal(marshal(n.pubSnap), &m); err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	for _, k := range perHopKeys {
+		delete(m, k)
+	}
+	m["uptime_seconds"] = time.Since(n.started).Seconds()
+	m["status_period_seconds"] = period.Seconds()
+	m["snapshot_age_seconds"] = now.Sub(n.pubAt).Seconds()
+	return m
 }
 
 func (n *Node) serveHTTP(addr string) error {

@@ -122,6 +122,10 @@ type Node struct {
 	join       joinState    // while the membership is being fixed (Status.Join)
 	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery
 	httpSrv    *http.Server
+	// pubSnap is the public /status snapshot taken at pubAt (PublicStatus).
+	pubMu   sync.Mutex
+	pubSnap Status
+	pubAt   time.Time
 	// HTTPAddr is the bound address of the status endpoint ("" when disabled).
 	HTTPAddr string
 	closers  []func() error
@@ -1085,9 +1089,9 @@ type Status struct {
 	// Hop is the hop of the last token stored or processed here, Holding whether the
 	// token is here now (received, or sent and not yet acked) and Paused whether
 	// Config.PauseAtHop was reached (Hop is then PauseAtHop). They are reported only by
-	// nodes started with PauseAtHop (test harnesses, which use them to find the holder):
-	// on other nodes they would tell whoever can read /status where the token is, and
-	// the network-DP guarantee assumes the path is secret.
+	// nodes started with DebugStatus (test harnesses use them to find the holder): on
+	// other nodes they would tell whoever can read /status where the token is, and the
+	// network-DP guarantee assumes the path is secret.
 	Hop     uint64 `json:"hop,omitempty"`
 	Holding bool   `json:"holding,omitempty"`
 	Paused  bool   `json:"paused,omitempty"`
@@ -1132,7 +1136,7 @@ func (n *Node) Status() Status {
 		st.BudgetEpsilon = n.cfg.BudgetEpsilon
 		st.BudgetLeft = math.Max(n.cfg.BudgetEpsilon-b.Epsilon, 0)
 	}
-	if n.cfg.PauseAtHop > 0 {
+	if n.cfg.DebugStatus {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
 	st.Join = n.join.snapshot(st.Peers)

@@ -481,7 +481,7 @@ func TestHTTPStatusAndMetrics(t *testing.T) {
 	defer cancel()
 	sh := shards(t, 1)
 	c := baseConfig("http", sh[0], 8)
-	c.DataDir, c.HTTP = t.TempDir(), "127.0.0.1:0"
+	c.DataDir, c.HTTP, c.DebugStatus = t.TempDir(), "127.0.0.1:0", true // the per-hop counters
 	id, _ := DataDirPeerID(c.DataDir)
 	c.Members, c.Weight = []peer.ID{id}, 1
 	nd, err := New(ctx, c)

@@ -49,7 +49,7 @@ func newPaused(t *testing.T, ctx context.Context, run string, sh []*consensus.Da
 	c.DataDir, c.Members, c.Holder = dir, ids, 1
 	c.Weight = float64(len(sh)) * float64(sh[i].Rows) / float64(total)
 	c.Rand, c.Noise, c.Sources = nil, nil, testSources(21)
-	c.PauseAtHop, c.PauseAfterStep = pause, afterStep
+	c.PauseAtHop, c.PauseAfterStep, c.DebugStatus = pause, afterStep, pause > 0
 	c.Logger = failureLog(t, run, i)
 	if peers != nil {
 		c.Peers, c.WaitMembers = peers, 20*time.Second
@@ -75,7 +75,7 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 	refNodes := pausedCluster(t, ctx, "pref", sh, hops, 0, false, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	ref := runAll(t, ctx, refNodes)
 	for i, nd := range refNodes {
-		// Without PauseAtHop /status says nothing of where the token is or was.
+		// Without DebugStatus /status says nothing of where the token is or was.
 		if st := nd.Status(); st.Hop != 0 || st.Holding || st.Paused || nd.lastHop.Load() == 0 && i == 1 {
 			t.Fatalf("node %d status reports the token: %+v", i, st)
 		}

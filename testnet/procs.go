@@ -276,7 +276,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	for i := range procs {
 		a := args[i]
 		if cfg.KillHolderAt > 0 {
-			a = append(append([]string(nil), a...), "--pause-at-hop", strconv.FormatUint(cfg.KillHolderAt, 10), "--pause-phase", cfg.KillPhase)
+			a = append(append([]string(nil), a...), "--pause-at-hop", strconv.FormatUint(cfg.KillHolderAt, 10), "--pause-phase", cfg.KillPhase, "--debug-status")
 		}
 		if procs[i], err = startProc(ctx, cfg, a, dir, i); err != nil {
 			return nil, err

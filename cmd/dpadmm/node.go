@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,7 +130,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&listen, "listen", "listen multiaddr (repeatable; default: profile)")
 	fs.Var(&peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
 	fs.Var(&bootstrap, "bootstrap", "bootstrap multiaddr of an existing libp2p network; enables the Kademlia DHT rendezvous on the run name (repeatable)")
-	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090")
+	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090 (a port alone, :9090, means loopback)")
+	debugStatus := fs.Bool("debug-status", false, "serve the per-hop counters on /status (hops_seen, ledger_entries, model_age_seconds, hop, holding, paused, live counts) and /metrics (hops, hand-offs, custody events, Go and process collectors); polled on several nodes they reveal the secret path of the token, which the network figures assume secret")
+	statusPeriod := fs.Duration("status-period", node.DefaultStatusPeriod, "without --debug-status: /status is a snapshot refreshed this often")
 	logFormat := fs.String("log-format", "text", "log format: text|json")
 	logLevel := fs.String("log-level", "warn", "log level: debug|info|warn|error")
 	quiet := fs.Bool("quiet", false, "no progress lines on stdout (waiting for peers; hops, updates and epsilon during the run)")
@@ -316,7 +319,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
 		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, MaxUpdates: *maxUpd, Delta: *delta,
 		BudgetEpsilon: *budgetEps, BudgetKind: *budgetKind,
-		Peers: peers, Bootstrap: bootstrap, HTTP: *httpAddr, NoSync: *noSync}
+		Peers: peers, Bootstrap: bootstrap, HTTP: httpListen(*httpAddr), NoSync: *noSync,
+		DebugStatus: *debugStatus, StatusPeriod: *statusPeriod}
 	switch *profile {
 	case "test":
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
@@ -377,6 +381,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
+	if cfg.HTTP != "" && publicHTTP(cfg.HTTP) {
+		log.Warn().Str("http", cfg.HTTP).Msg("--http listens beyond loopback: anyone who can reach it reads this node's /status and /metrics")
+	}
+	if cfg.DebugStatus {
+		log.Warn().Msg("--debug-status: /status and /metrics show per-hop counters; polled on several nodes they reveal the token's path, which the network privacy figures assume secret")
+	}
 
 	// One public scaling for the run: unitball (no parameters), --scale-file, or fitted on
 	// the whole public embedded data before the shard is taken; its fingerprint enters the
@@ -614,4 +624,32 @@ func loopbackAddr(s string) bool {
 	}
 	v, err := m.ValueForProtocol(multiaddr.P_DNS)
 	return err == nil && v == "localhost"
+}
+
+// httpListen returns the listen address of --http: a port alone (":9090" or "9090") is
+// on loopback, so that /status and /metrics are never public by accident.
+func httpListen(s string) string {
+	if s == "" {
+		return ""
+	}
+	if !strings.Contains(s, ":") {
+		return "127.0.0.1:" + s
+	}
+	if strings.HasPrefix(s, ":") {
+		return "127.0.0.1" + s
+	}
+	return s
+}
+
+// publicHTTP reports whether the --http address s listens beyond loopback.
+func publicHTTP(s string) bool {
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }

@@ -75,3 +75,19 @@ func TestInsecureTestnetGate(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPListen: a port alone listens on loopback; a public address is flagged.
+func TestHTTPListen(t *testing.T) {
+	for in, want := range map[string]string{"9090": "127.0.0.1:9090", ":9090": "127.0.0.1:9090",
+		"0.0.0.0:9090": "0.0.0.0:9090", "127.0.0.1:0": "127.0.0.1:0", "": ""} {
+		if got := httpListen(in); got != want {
+			t.Errorf("httpListen(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]bool{"127.0.0.1:9090": false, "localhost:1": false, "[::1]:2": false,
+		"0.0.0.0:9090": true, "192.168.1.4:80": true, "[::]:1": true} {
+		if got := publicHTTP(in); got != want {
+			t.Errorf("publicHTTP(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
