@@ -153,6 +153,20 @@ type Config struct {
 	// starts, so that no first hand-off is redirected because a member was still starting
 	// (a redirection changes the path). 0 = no wait. Used by the multi-process testnet.
 	WaitMembers time.Duration
+	// SwarmKey, when set, makes the host join the libp2p private network of that
+	// pre-shared key (ParseSwarmKey): peers without it cannot connect. QUIC does not
+	// support private networks, so only TCP addresses are listened on and dialled.
+	SwarmKey []byte
+	// Allow, when set, closes the run to the peers it lists, with their row bounds; its
+	// owner is the only peer whose announcement and start message are accepted, and the
+	// starter (Start) must be the owner.
+	Allow *AllowList
+	// Starter, when set, pins the starter: announcements and start messages of any other
+	// peer are ignored.
+	Starter peer.ID
+	// MaxRows, when > 0, bounds the rows any member may claim (it sets the weights
+	// n*rows_i/N); it enters the config hash.
+	MaxRows int
 	// Insecure marks a test-harness node (dpadmm node --insecure-testnet: seeded noise,
 	// fixed membership or fault injection, loopback only): model.json then carries
 	// InsecureGuarantee.
@@ -368,6 +382,15 @@ func maxRowNorm(d *consensus.Dataset) (int, float64) {
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
+	if c.MaxRows < 0 {
+		return fmt.Errorf("node: max rows must be >= 0, got %d", c.MaxRows)
+	}
+	if c.MaxRows > 0 && c.Data != nil && c.Data.Rows > c.MaxRows {
+		return fmt.Errorf("node: this node has %d rows, more than the run's max rows %d", c.Data.Rows, c.MaxRows)
+	}
+	if c.Allow != nil && c.Allow.Run != c.Run {
+		return fmt.Errorf("node: the allow-list is for run %q, not %q", c.Allow.Run, c.Run)
+	}
 	switch {
 	case c.Run == "" || len(c.Run) > MaxRunName:
 		return fmt.Errorf("node: run name must have 1..%d bytes", MaxRunName)
@@ -435,6 +458,9 @@ type RunConfig struct {
 	Rate     float64 `json:"sample_rate,omitempty"`
 	Strong   bool    `json:"strongly_convex,omitempty"`
 
+	// MaxRows bounds the rows a member may claim (Config.MaxRows; 0: none).
+	MaxRows int `json:"max_rows,omitempty"`
+
 	// Neighbour-exchange runs only (empty for the walk, so walk hashes are unchanged).
 	Graph     string  `json:"graph,omitempty"`
 	GraphSeed uint64  `json:"graph_seed,omitempty"`
@@ -456,6 +482,7 @@ type RunConfig struct {
 func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()
 	rc.Scaling = c.Scaling.Fingerprint()
+	rc.MaxRows = c.MaxRows
 	return rc
 }
 

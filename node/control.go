@@ -118,6 +118,11 @@ func (n *Node) runStarter(ctx context.Context) error {
 					Msg("refusing join: config hash mismatch (different data dimensions or hyperparameters)")
 				continue
 			}
+			if why := n.refuseJoin(j.from, j.m.Rows); why != "" {
+				n.metrics.control.WithLabelValues("refused join").Inc()
+				n.log.Warn().Str("from", shortID(j.from)).Int("rows", j.m.Rows).Msg("refusing join: " + why)
+				continue
+			}
 			if _, ok := rows[j.from]; !ok && j.m.Rows > 0 {
 				rows[j.from] = j.m.Rows
 				if len(j.m.Addrs) == 1 {
@@ -176,6 +181,7 @@ func (n *Node) runStarter(ctx context.Context) error {
 // the weight n*rows_i/N, or, for a neighbour-exchange run, only the member list (RunGossip
 // builds the machine from it and total).
 func (n *Node) fixMembers(ctx context.Context, ms []peer.ID, total int) error {
+	n.closeToMembers(ms)
 	if n.cfg.Gossip != nil {
 		if ctx.Value(gossipRunKey{}) == nil {
 			return errors.New("node: a neighbour-exchange run (Config.Gossip) is driven by RunGossip, not Run")
@@ -200,6 +206,11 @@ func (n *Node) runJoiner(ctx context.Context) error {
 			if a.m.Hash != n.hash {
 				n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).
 					Interface("their_config", a.m.Config).Msg("refusing run announcement: config hash mismatch (different data dimensions or hyperparameters)")
+				continue
+			}
+			if p := n.pinnedStarter(); p != "" && a.from != p {
+				n.metrics.control.WithLabelValues("unpinned starter").Inc()
+				n.log.Warn().Str("from", shortID(a.from)).Str("starter", shortID(p)).Msg("run announcement from a peer other than the pinned starter: ignored")
 				continue
 			}
 			starters[a.from] = true
@@ -233,6 +244,11 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				}
 			}
 			if bad {
+				continue
+			}
+			if why := n.refuseStart(s.from, ms, s.m.Total); why != "" {
+				n.metrics.control.WithLabelValues("refused start").Inc()
+				n.log.Warn().Str("from", shortID(s.from)).Msg("refusing start message: " + why)
 				continue
 			}
 			if !in {
@@ -299,7 +315,10 @@ func jsonNum(x float64) float64 {
 type Model struct {
 	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure), absent
 	// otherwise.
-	Guarantee  string       `json:"guarantee,omitempty"`
+	Guarantee string `json:"guarantee,omitempty"`
+	// Membership says how the run was closed to outsiders ("open", or a "+"-joined list
+	// of swarm-key, allow-list, pinned-starter, static; Config.Membership).
+	Membership string       `json:"membership"`
 	Run        string       `json:"run"`
 	ConfigHash string       `json:"config_hash"`
 	Peer       string       `json:"peer"`
@@ -335,7 +354,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 		g = InsecureGuarantee
 	}
 	return &Model{
-		Guarantee: g, Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
+		Guarantee: g, Membership: n.cfg.Membership(), Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
@@ -658,3 +677,83 @@ func (n *Node) addAddrs(p peer.ID, addrs []string) {
 
 // InsecureGuarantee is what model.json says of a node started with --insecure-testnet.
 const InsecureGuarantee = "NO guarantee: test-harness node (--insecure-testnet: seeded noise, fixed membership or fault injection); the privacy figures describe the mechanism, not this run"
+
+// pinnedStarter is the only peer whose announcement and start message a joiner accepts:
+// Config.Starter, else the allow-list's owner; "" when the run is open.
+func (n *Node) pinnedStarter() peer.ID {
+	if n.cfg.Starter != "" {
+		return n.cfg.Starter
+	}
+	if n.cfg.Allow != nil {
+		p, _ := peer.Decode(n.cfg.Allow.Owner)
+		return p
+	}
+	return ""
+}
+
+// rowBound is the most rows p may claim: the smaller of the allow-list's max_rows and
+// Config.MaxRows (0: no bound), or -1 when the allow-list does not list p.
+func (n *Node) rowBound(p peer.ID) int {
+	b := n.cfg.MaxRows
+	if a := n.cfg.Allow; a != nil {
+		ab := a.bound(p)
+		if ab < 0 {
+			return -1
+		}
+		if ab > 0 && (b == 0 || ab < b) {
+			b = ab
+		}
+	}
+	return b
+}
+
+// refuseJoin says why the starter refuses a join from p claiming rows ("" to admit it).
+func (n *Node) refuseJoin(p peer.ID, rows int) string {
+	switch b := n.rowBound(p); {
+	case b < 0:
+		return "the peer is not on the run's allow-list"
+	case b > 0 && rows > b:
+		return fmt.Sprintf("the peer claims %d rows, more than the %d it may (max_rows)", rows, b)
+	}
+	return ""
+}
+
+// refuseStart says why a joiner refuses a start message from `from` fixing members ms
+// with total rows ("" to accept it): a start from anyone but the pinned starter, a member
+// not on the allow-list, or a total larger than the members may claim together.
+func (n *Node) refuseStart(from peer.ID, ms []peer.ID, total int) string {
+	if p := n.pinnedStarter(); p != "" && from != p {
+		return "it does not come from the pinned starter " + p.String()
+	}
+	most, bounded := 0, true
+	for _, p := range ms {
+		b := n.rowBound(p)
+		if b < 0 {
+			return "member " + p.String() + " is not on the run's allow-list"
+		}
+		bounded = bounded && b > 0
+		most += b
+	}
+	if bounded && total > most {
+		return fmt.Sprintf("its total of %d rows exceeds the %d its members may claim together", total, most)
+	}
+	return ""
+}
+
+// closeToMembers makes the membership final at the transport: the gater refuses new
+// connections from non-members, and open connections to non-members are closed.
+func (n *Node) closeToMembers(ms []peer.ID) {
+	if n.gater == nil {
+		return
+	}
+	n.gater.fix(ms)
+	in := map[peer.ID]bool{}
+	for _, p := range ms {
+		in[p] = true
+	}
+	for _, p := range n.Host.Network().Peers() {
+		if !in[p] {
+			n.Host.Network().ClosePeer(p)
+		}
+	}
+}

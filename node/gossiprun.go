@@ -33,7 +33,9 @@ const GossipModelNote = "model is this node's own f_i(T); the network average is
 // GossipModel is model.json of a neighbour-exchange run (RunGossip).
 type GossipModel struct {
 	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure).
-	Guarantee  string    `json:"guarantee,omitempty"`
+	Guarantee string `json:"guarantee,omitempty"`
+	// Membership says how the run was closed to outsiders (Config.Membership).
+	Membership string    `json:"membership"`
 	Run        string    `json:"run"`
 	ConfigHash string    `json:"config_hash"`
 	Peer       string    `json:"peer"`
@@ -141,6 +143,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		if err != nil {
 			return nil, err
 		}
+		n.closeToMembers(ms)
 		if err := n.setGossipMembers(ms); err != nil {
 			return nil, err
 		}
@@ -155,6 +158,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		n.log.Warn().Int("releases", journal.Releases).Msg("resuming the neighbour-exchange run from the journal")
 	case static:
 		// A fixed membership (StaticFile): no announce/join; M comes with it.
+		n.closeToMembers(n.cfg.Members)
 		if err := n.setGossipMembers(n.cfg.Members); err != nil {
 			return nil, err
 		}
@@ -288,6 +292,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	if n.cfg.Insecure {
 		out.Guarantee = InsecureGuarantee
 	}
+	out.Membership = n.cfg.Membership()
 	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
 		return nil, err
 	}

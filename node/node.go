@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -122,6 +124,9 @@ type Node struct {
 	join       joinState    // while the membership is being fixed (Status.Join)
 	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery
 	httpSrv    *http.Server
+	// gater refuses connections from non-members once the membership is fixed (hosts
+	// built by New; a Config.NewHost host has none).
+	gater *memberGater
 	// pubSnap is the public /status snapshot taken at pubAt (PublicStatus).
 	pubMu   sync.Mutex
 	pubSnap Status
@@ -200,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	var h host.Host
+	gater := &memberGater{}
 	if cfg.NewHost != nil {
 		if h, err = cfg.NewHost(key); err != nil {
 			st.Close()
@@ -214,7 +220,24 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			st.Close()
 			return nil, err
 		}
-		if h, err = libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen...)); err != nil {
+		opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater)}
+		if cfg.SwarmKey != nil {
+			// go-libp2p refuses private networks with QUIC and WebTransport: TCP only.
+			var tcpAddrs []string
+			for _, a := range listen {
+				if !strings.Contains(a, "/quic") && !strings.Contains(a, "/webtransport") && !strings.Contains(a, "/udp/") {
+					tcpAddrs = append(tcpAddrs, a)
+				}
+			}
+			if len(tcpAddrs) == 0 {
+				st.Close()
+				return nil, fmt.Errorf("node: a swarm key needs a TCP listen address (QUIC does not support private networks), got %v", listen)
+			}
+			listen = tcpAddrs
+			opts = append(opts, libp2p.PrivateNetwork(cfg.SwarmKey), libp2p.Transport(tcp.NewTCPTransport))
+		}
+		opts = append(opts, libp2p.ListenAddrStrings(listen...))
+		if h, err = libp2p.New(opts...); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
 		}
@@ -226,9 +249,23 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
-		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery),
+		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
+	}
+	gater.onDeny = func(p peer.ID) {
+		n.metrics.rejected.WithLabelValues("non-member").Inc()
+		n.limitedLog(zerolog.WarnLevel, "gater").Str("from", shortID(p)).Msg("connection refused: the peer is not a member of the run")
 	}
 	n.budgetCap.Store(-1)
+	if cfg.Start && cfg.Allow != nil && cfg.Allow.Owner != h.ID().String() {
+		h.Close()
+		st.Close()
+		return nil, fmt.Errorf("node: only the allow-list's owner %s may start the run, this node is %s", cfg.Allow.Owner, h.ID())
+	}
+	if cfg.Start && cfg.Starter != "" && cfg.Starter != h.ID() {
+		h.Close()
+		st.Close()
+		return nil, fmt.Errorf("node: --starter %s pins another peer as the starter, this node is %s", cfg.Starter, h.ID())
+	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
 	n.limit = TokenSize(cfg.Run, cfg.Data.Cols)
@@ -282,7 +319,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return fail(err)
 		}
 	}
-	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Msg("node up")
+	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Str("membership", cfg.Membership()).Msg("node up")
+	if cfg.Membership() == "open" {
+		n.log.Warn().Msg("open run: any peer with this configuration that joins in the join window becomes a member (close it with --swarm-key, --allow, --starter, --max-rows)")
+	}
 	return n, nil
 }
 
@@ -353,6 +393,7 @@ func (n *Node) membership(ctx context.Context) error {
 		n.join.begin("joiner", 0)
 	}
 	if n.cfg.Members != nil {
+		n.closeToMembers(n.cfg.Members)
 		if err := n.setMembers(n.cfg.Members, n.cfg.Weight); err != nil {
 			return err
 		}

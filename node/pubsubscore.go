@@ -7,6 +7,7 @@ import (
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
 )
 
 // The control topic is protected at the GossipSub level, before a message is relayed:
@@ -88,5 +89,34 @@ func (n *Node) validateControl(_ context.Context, from peer.ID, msg *pubsub.Mess
 		n.metrics.control.WithLabelValues(why).Inc()
 		return pubsub.ValidationReject
 	}
+	if why := n.memberVerdict(msg.GetFrom(), msg.Data); why != "" {
+		n.limitedLog(zerolog.WarnLevel, "control-member").Str("from", shortID(msg.GetFrom())).Str("via", shortID(from)).Str("reason", why).
+			Msg("control message rejected before relaying (the delivering peer's score is charged)")
+		n.metrics.control.WithLabelValues(why).Inc()
+		return pubsub.ValidationReject
+	}
 	return pubsub.ValidationAccept
+}
+
+// memberVerdict rejects, once the membership is fixed, a final model published by a
+// non-member, and at any time a start message or announcement published by a peer other
+// than the pinned starter (Config.Starter or the allow-list's owner).
+func (n *Node) memberVerdict(publisher peer.ID, data []byte) string {
+	var m struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &m) != nil {
+		return ""
+	}
+	switch m.Type {
+	case "final":
+		if fixed, in := n.gater.member(publisher); fixed && !in {
+			return "final from a non-member"
+		}
+	case "start", "announce":
+		if p := n.pinnedStarter(); p != "" && publisher != p {
+			return m.Type + " from a peer other than the pinned starter"
+		}
+	}
+	return ""
 }

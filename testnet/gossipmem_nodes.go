@@ -108,7 +108,7 @@ func RunGossipNodes(ctx context.Context, o GossipOptions, run, dir string, barri
 		q := p
 		c := node.Config{
 			Run: run, DataDir: dirs[i], Data: sim.Shards[i], Problem: o.Problem, Members: ids, Gossip: &q,
-			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: true, AllowSeededNoise: true,
+			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: true, AllowSeededNoise: true, Insecure: true,
 			Rand:  func(i int) *rand.Rand { return GossipInitRand(seed, i) },
 			Noise: func(i int) privacy.Noise { return NodeNoise(seed, i) },
 		}

@@ -177,7 +177,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
 			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
-			AllowSeededNoise: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
+			AllowSeededNoise: true, Insecure: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
 			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i], Heartbeat: beat,
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}

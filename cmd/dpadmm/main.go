@@ -1,6 +1,6 @@
 // Command dpadmm is a peer-to-peer node for differentially private decentralized
-// training. It has one subcommand per task: node, testnet, account, experiment, audit,
-// eval and version.
+// training. It has one subcommand per task: node, testnet, account, keys, experiment,
+// audit, eval and version.
 package main
 
 import (
@@ -22,6 +22,7 @@ Commands:
   testnet     run a local testnet (deterministic simulator, in-process or multi-process)
   account     privacy accounting: plan a run, or recompute figures from a trace
   node        run one node on a LAN or an existing libp2p network
+  keys        swarm keys, signed allow-lists and peer IDs that close a run to outsiders
   experiment  reproduce the papers' comparisons (CSV and PNG output)
   audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
   eval        score a model.json (or a testnet report's model) on a dataset
@@ -41,7 +42,7 @@ var version = "0.1.0-dev"
 var errUsage = errors.New("usage")
 
 // commands are the subcommand names, for suggestions.
-var commands = []string{"testnet", "account", "node", "experiment", "audit", "eval", "version", "help"}
+var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -70,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runAccount(args[1:], stdout, stderr)
 	case "node":
 		err = runNode(ctx, args[1:], stdout, stderr)
+	case "keys":
+		err = runKeys(args[1:], stdout, stderr)
 	case "experiment":
 		err = runExperiment(ctx, args[1:], stdout, stderr)
 	case "audit":

@@ -20,6 +20,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 )
@@ -173,6 +174,10 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxWait := fs.Duration("max-wait", 0, "neighbour exchange: longest wait for a still-connected neighbour; 0 = 10 x --barrier-timeout")
 	withhold := fs.Bool("withhold-acks", false, "fault injection for test harnesses: read every token hand-off sent to this node and never ack it (the sender redirects the release to another member)")
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
+	swarmKey := fs.String("swarm-key", "", "pre-shared key file (Kubo's swarm.key format; 'dpadmm keys swarm-key'): only peers with the key can connect (libp2p private network, TCP only)")
+	allowFile := fs.String("allow", "", "allow-list signed by the run's owner ('dpadmm keys allow'): only listed peers are admitted, with their max rows; the owner is the only accepted starter")
+	starterID := fs.String("starter", "", "pin the starter's peer ID: announcements and start messages of any other peer are ignored")
+	maxRows := fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = no bound")
 	insecure := fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --gossip-plan, --pause-at-hop, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -336,6 +341,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if len(listen) > 0 {
 		cfg.Listen = listen
+	}
+	if err := membershipFlags(&cfg, *swarmKey, *allowFile, *starterID, *maxRows); err != nil {
+		return bad("%v", err)
 	}
 	if *insecure {
 		for _, a := range append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...) {
@@ -652,4 +660,46 @@ func publicHTTP(s string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip == nil || !ip.IsLoopback()
+}
+
+// membershipFlags sets the run's closing options from --swarm-key, --allow, --starter and
+// --max-rows.
+func membershipFlags(cfg *node.Config, swarmKey, allowFile, starter string, maxRows int) error {
+	if swarmKey != "" {
+		b, err := os.ReadFile(swarmKey)
+		if err != nil {
+			return fmt.Errorf("--swarm-key: %v", err)
+		}
+		psk, err := node.ParseSwarmKey(b)
+		if err != nil {
+			return fmt.Errorf("--swarm-key %s: %v", swarmKey, err)
+		}
+		cfg.SwarmKey = psk
+	}
+	if allowFile != "" {
+		b, err := os.ReadFile(allowFile)
+		if err != nil {
+			return fmt.Errorf("--allow: %v", err)
+		}
+		a, err := node.ParseAllowList(b, cfg.Run)
+		if err != nil {
+			return fmt.Errorf("--allow %s: %v", allowFile, err)
+		}
+		cfg.Allow = a
+	}
+	if starter != "" {
+		p, err := peer.Decode(starter)
+		if err != nil {
+			return fmt.Errorf("--starter: %v", err)
+		}
+		if cfg.Allow != nil && cfg.Allow.Owner != p.String() {
+			return fmt.Errorf("--starter %s is not the allow-list's owner %s", p, cfg.Allow.Owner)
+		}
+		cfg.Starter = p
+	}
+	if maxRows < 0 {
+		return fmt.Errorf("--max-rows must be >= 0, got %d", maxRows)
+	}
+	cfg.MaxRows = maxRows
+	return nil
 }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/node"
+)
+
+const keysHelp = `Usage:
+  dpadmm keys swarm-key [--out FILE]
+  dpadmm keys allow --datadir OWNER_DIR --run NAME [--out FILE] PEER_ID[:MAX_ROWS] ...
+  dpadmm keys id --datadir DIR
+
+Keys that close a run to outsiders (see 'dpadmm node --help': --swarm-key, --allow,
+--starter, --max-rows).
+
+swarm-key  writes a new pre-shared key in Kubo's swarm.key format (the libp2p private
+           network of a run: peers without the key cannot connect at all). Hand it to the
+           members over a secure channel; it is a secret.
+allow      writes an allow-list of the run, signed with the identity key in OWNER_DIR (the
+           data directory of the node that starts the run, which is always admitted): the
+           starter admits only these peers, each with at most MAX_ROWS rows when given
+           (a member's weight is n*rows_i/N, so an unbounded claim can drown the others),
+           and joiners accept the run only from the owner and only with listed members.
+           The list is public; the signature makes it tamper-evident.
+id         prints the peer ID of the identity in DIR (creating it if missing), to put on
+           an allow-list or in --starter.
+`
+
+func runKeys(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, keysHelp)
+		return nil
+	}
+	switch args[0] {
+	case "swarm-key":
+		fs := newFlagSet("keys swarm-key", keysHelp, stdout)
+		out := fs.String("out", "", "write the key to this file (mode 0600) instead of stdout")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		var k [32]byte
+		if _, err := rand.Read(k[:]); err != nil {
+			return err
+		}
+		s := "/key/swarm/psk/1.0.0/\n/base16/\n" + hex.EncodeToString(k[:]) + "\n"
+		if *out == "" {
+			_, err := io.WriteString(stdout, s)
+			return err
+		}
+		return os.WriteFile(*out, []byte(s), 0o600)
+	case "allow":
+		fs := newFlagSet("keys allow", keysHelp, stdout)
+		datadir := fs.String("datadir", "", "data directory of the run's owner (the starter): its identity key signs the list")
+		run := fs.String("run", "", "the run the list is for")
+		out := fs.String("out", "", "write the list to this file instead of stdout")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		if *datadir == "" || *run == "" {
+			return usagef("keys", "allow needs --datadir and --run")
+		}
+		if err := checkRunName("keys", *run); err != nil {
+			return err
+		}
+		var entries []node.AllowEntry
+		for _, a := range fs.Args() {
+			id, rows, _ := strings.Cut(a, ":")
+			if _, err := peer.Decode(id); err != nil {
+				return usagef("keys", "allow: %q is not a peer ID: %v", id, err)
+			}
+			e := node.AllowEntry{ID: id}
+			if rows != "" {
+				r, err := strconv.Atoi(rows)
+				if err != nil || r < 1 {
+					return usagef("keys", "allow: max rows of %s must be an integer >= 1, got %q", id, rows)
+				}
+				e.MaxRows = r
+			}
+			entries = append(entries, e)
+		}
+		st, err := node.OpenStore(*datadir)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		key, err := st.Identity()
+		if err != nil {
+			return err
+		}
+		a, err := node.SignAllowList(key, *run, entries)
+		if err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(a, "", "  ")
+		b = append(b, '\n')
+		if *out == "" {
+			_, err := stdout.Write(b)
+			return err
+		}
+		return os.WriteFile(*out, b, 0o644)
+	case "id":
+		fs := newFlagSet("keys id", keysHelp, stdout)
+		datadir := fs.String("datadir", "", "data directory")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		if *datadir == "" {
+			return usagef("keys", "id needs --datadir")
+		}
+		id, err := node.DataDirPeerID(*datadir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, id)
+		return nil
+	}
+	return unknownCommand("keys", "keys command", args[0], []string{"swarm-key", "allow", "id"})
+}
