@@ -94,10 +94,12 @@ func ValidateGradStep(rate, clip, sigma, nu, eta float64, rows int) error {
 }
 
 // SGDLocalCurve is the local RDP curve of `updates` ls-sgd or sgd updates of one node:
-// SubsampledGaussianCurve(rate, sigma/clip, updates). Invalid input gives +Inf; sigma 0 (no
-// noise) gives +Inf unless updates is 0.
+// SubsampledGaussianCurve(rate, sigma/clip, updates). Invalid input (a rate outside (0,1]
+// included) gives +Inf; sigma 0 (no noise) gives +Inf unless updates is 0.
 func SGDLocalCurve(rate, clip, sigma float64, updates int) Curve {
 	switch {
+	case !(rate > 0 && rate <= 1):
+		return InfCurve()
 	case updates == 0:
 		return ZeroCurve()
 	case updates < 0 || !(clip > 0) || math.IsInf(clip, 0) || !(sigma > 0) || math.IsInf(sigma, 0):
@@ -257,7 +259,11 @@ func gradPlannedBound(r WalkRun, delta float64) Bound {
 		b.Epsilon, b.ConditionsHold, b.Note = math.Inf(1), false, err.Error()
 		return b
 	}
-	if v.K == 0 && v.Noisy && r.Own {
+	if !v.Noisy {
+		b.Epsilon, b.ConditionsHold, b.Note = math.Inf(1), false, "no finite figure: "+joinReasons(v.Reasons)
+		return b
+	}
+	if v.K == 0 && r.Own {
 		b.ConditionsHold, b.Note = true, "no noisy update: nothing of this node's data was released"
 		return b
 	}
