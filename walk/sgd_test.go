@@ -77,12 +77,12 @@ func TestSGDConverges(t *testing.T) {
 	}
 }
 
-// TestSGDNoisyLattice: with noise every update is a lattice-exact subsampled entry and the
-// model stays finite.
+// TestSGDNoisyLattice: with the secure sampler (crypto-backed Poisson sampling and
+// discrete Gaussian noise) the private walk makes progress and stays finite.
 func TestSGDNoisyLattice(t *testing.T) {
 	reg := consensus.Regularizer{L2: 0.01}
 	ms, d, prob, tok := logisticNet(t, 4, 400, 5, reg, StepParams{Kind: StepSGD, Eta: 0.5, Rate: 0.5}, 1, 1,
-		func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) })
+		func(int) privacy.Noise { return privacy.NewSecureNoise() })
 	start := prob.Objective(d, tok.Z)
 	tok = runNet(t, ms, tok, 2000)
 	if end := prob.Objective(d, tok.Z); !(end < start) || !AllFinite(tok.Z) {
@@ -110,5 +110,34 @@ func TestSGDNonExpansive(t *testing.T) {
 		if m.SGDNonExpansive() != c.want {
 			t.Errorf("eta %v: non-expansive %v, want %v", c.eta, !c.want, c.want)
 		}
+	}
+}
+
+// TestGradBudgetCap: the cap is the largest K whose epsilon is within the budget (checked
+// at K and K+1), and the network kind allows more sgd updates than the local kind.
+func TestGradBudgetCap(t *testing.T) {
+	b := Budget{Kind: BudgetLocal, Epsilon: 2, Delta: 1e-5}
+	for _, step := range []StepKind{StepLSSGD, StepSGD} {
+		k, name, err := GradBudgetCap(b, 20, step, 0.1, 1, 1.5, true)
+		if err != nil || k < 1 || name != privacy.SGDLocalName {
+			t.Fatalf("%s: cap %d %q %v", step, k, name, err)
+		}
+		e1, _ := privacy.ToDP(privacy.SubsampledGaussianCurve(0.1, 1.5, k), 1e-5)
+		e2, _ := privacy.ToDP(privacy.SubsampledGaussianCurve(0.1, 1.5, k+1), 1e-5)
+		if !(e1 <= 2) || !(e2 > 2) {
+			t.Errorf("%s: cap %d: eps %v, next %v", step, k, e1, e2)
+		}
+	}
+	loc, _, _ := GradBudgetCap(b, 200, StepSGD, 1, 1, 4, true)
+	b.Kind, b.Hops = BudgetNetwork, 1000
+	net, name, _ := GradBudgetCap(b, 200, StepSGD, 1, 1, 4, true)
+	if !(net > loc) || name != privacy.SGDNetworkName {
+		t.Errorf("network cap %d (%s), local %d", net, name, loc)
+	}
+	if ls, _, _ := GradBudgetCap(b, 200, StepLSSGD, 1, 1, 4, true); ls != loc {
+		t.Errorf("ls-sgd network cap %d, want the local %d", ls, loc)
+	}
+	if _, _, err := GradBudgetCap(b, 20, StepSGD, 0, 1, 4, true); err == nil {
+		t.Error("rate 0 accepted")
 	}
 }
