@@ -280,3 +280,12 @@ func gradPlannedBound(r WalkRun, delta float64) Bound {
 		"guarantee that holds unconditionally"
 	return b
 }
+
+// SGDTraceClip returns the clip to record in a Trace (RealisedPairwise) or in PlanOptions
+// (PlannedPairwise) of an "sgd" run: C/4. Those accountants charge one update the unit
+// WalkUpdateCurve(clip, sigma) = 8 alpha clip^2/sigma^2 (sensitivity 4 lambda C against noise
+// lambda sigma); one sgd update is alpha C^2/(2 sigma^2) (sensitivity eta c_q C against noise
+// eta c_q sigma), which is that unit at clip C/4. The realised and planned figures then hold
+// under the sgd conditions of WalkDecide (non-expansive steps); for "ls-sgd" no pairwise
+// accountant applies and the local figure is the pairwise one.
+func SGDTraceClip(clip float64) float64 { return clip / 4 }

@@ -227,3 +227,20 @@ func TestSigmaRecipes(t *testing.T) {
 		t.Errorf("recipe C calibration: z %v (eps %v) err %v", z, e2, err)
 	}
 }
+
+// TestSGDTraceClip: with the sgd clip, the realised accountant charges an update of i seen
+// by j at the next hop exactly one sgd update, alpha C^2/(2 sigma^2).
+func TestSGDTraceClip(t *testing.T) {
+	const C, sigma = 0.6, 2.0
+	tr := &Trace{Nodes: 3, Clip: SGDTraceClip(C), Sigma: sigma, Steps: []TraceStep{{0, true}, {1, true}, {2, true}}}
+	re, err := RealisedPairwise(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := re.Pairs.Curve(0, 1)
+	for _, a := range []float64{2, 10} {
+		if got, want := c[orderIndex(t, a)], a*C*C/(2*sigma*sigma); math.Abs(got-want) > 1e-12*want {
+			t.Errorf("order %v: %v want %v", a, got, want)
+		}
+	}
+}
