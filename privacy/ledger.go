@@ -16,6 +16,10 @@ const (
 	MechGaussian = "gaussian" // Gaussian mechanism: Sensitivity and Sigma in the same units
 	MechPure     = "pure"     // pure Epsilon-DP release
 	MechForward  = "forward"  // forwarding without new data use: no privacy cost
+	// MechSubsampled is the Poisson-subsampled Gaussian mechanism: each record included
+	// with probability Rate, noise std Sigma on a sum of L2 sensitivity Sensitivity
+	// (add/remove one record). See SubsampledEntryNote.
+	MechSubsampled = "subsampled"
 )
 
 // Entry is one ledger record: a privacy event, stored so that accounting can be recomputed.
@@ -35,6 +39,9 @@ type Entry struct {
 	Lambda      float64 `json:"lambda"`
 	Epsilon     float64 `json:"eps,omitempty"`
 	Recipient   string  `json:"to"`
+	// Rate is the Poisson sampling rate q in (0,1] of a "subsampled" entry (0, omitted,
+	// for every other mechanism).
+	Rate float64 `json:"q,omitempty"`
 }
 
 // Validate checks that the numeric fields are finite and non-negative and the mechanism is
@@ -50,13 +57,18 @@ func (e Entry) Validate() error {
 	}
 	switch e.Mechanism {
 	case MechGaussian, MechPure, MechForward:
+		if e.Rate != 0 {
+			return fmt.Errorf("privacy: ledger entry %d: field q = %v is only valid for mechanism %q", e.Seq, e.Rate, MechSubsampled)
+		}
 		return nil
+	case MechSubsampled:
+		return validateSubsampledEntry(e)
 	}
 	return fmt.Errorf("privacy: ledger entry %d: unknown mechanism %q", e.Seq, e.Mechanism)
 }
 
 // Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian",
-// PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
+// SubsampledGaussianCurve(Rate, Sigma/Sensitivity, 1) for "subsampled", PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
 func (e Entry) Curve() Curve {
 	if e.Validate() != nil {
 		return InfCurve()
@@ -66,6 +78,8 @@ func (e Entry) Curve() Curve {
 		return GaussianCurve(e.Sensitivity, e.Sigma)
 	case MechPure:
 		return PureDPCurve(e.Epsilon)
+	case MechSubsampled:
+		return subsampledEntryCurve(e)
 	default:
 		return ZeroCurve()
 	}

@@ -39,6 +39,17 @@ type WalkRun struct {
 	// Own is true for one node's own report after (or during) the run: K_i is then the
 	// node's realised count Updates, which it knows exactly, and no cap is needed.
 	Own bool
+	// Step names the local step (walk.StepKind.String()): "" (prox) and "linearized" keep
+	// the walk's figures (Clip and Sigma as above); "ls-sgd" and "sgd" use the figures of
+	// lssgd.go, with Clip the per-example gradient clip C, Sigma the std of the noise on the
+	// clipped gradient sum and Rate the sampling rate.
+	Step string
+	// Rate is the Poisson sampling rate q in (0,1] of "ls-sgd" and "sgd".
+	Rate float64
+	// SGDNonExpansive is true for "sgd" when EVERY node's step is certified non-expansive
+	// (walk.Machine.SGDNonExpansive: convex generalized linear loss, eta <= 2/beta); the
+	// pairwise figure needs it.
+	SGDNonExpansive bool
 }
 
 // WalkVerdict says which walk figure holds for a WalkRun.
@@ -65,6 +76,9 @@ type WalkVerdict struct {
 // plan itself fails; one where some node is likely to reach its cap gets a warning. The
 // local figure holds whenever Noisy.
 func WalkDecide(r WalkRun) WalkVerdict {
+	if gradStep(r) {
+		return gradDecide(r)
+	}
 	v := WalkVerdict{Noisy: r.Sigma > 0 && r.Clip > 0 && !math.IsInf(r.Clip, 0) && !math.IsInf(r.Sigma, 0)}
 	switch {
 	case r.Own:
@@ -194,6 +208,9 @@ const Theorem4FinalName = Theorem4Name + ", plus the final model as a view of ev
 // the local bound at K (which holds regardless) with the reasons in Note. A node with no
 // noisy update has epsilon 0.
 func WalkPlannedBound(r WalkRun, delta float64) Bound {
+	if gradStep(r) {
+		return gradPlannedBound(r, delta)
+	}
 	v := WalkDecide(r)
 	b := Bound{Theorem: Theorem4FinalName, Conditions: Theorem4Conditions + "; the final model is released to every node",
 		ConditionsHold: v.PlannedHolds}

@@ -5,4 +5,13 @@
 // The machine does no I/O. Time is ticks, randomness and noise are injected through the
 // configuration, and every effect is returned in a Ready value that the driver must apply
 // in order: persist the ledger, then send, then Advance.
+//
+// The local step is configurable (Config.Step): Algorithm 4's exact prox (the default), its
+// linearized form (linear.go), the Laplacian-smoothed DP-SADMM step of Liu et al. 2022
+// ("ls-sgd", linear.go, lsop.go) and the random-walk DP-SGD baseline ("sgd", sgd.go); the
+// gradient steps share gradstep.go. The variance-reduced DP-VRADMM of Liu et al. 2022 is
+// not provided: its snapshot gradient uses all of a node's data without noise and its
+// strongly convex variant re-initialises the dual from it (the paper's accounting covers
+// neither, and its Theorem 1 has unspecified constants); see the privacy package's
+// lssgd.go.
 package walk

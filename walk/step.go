@@ -87,14 +87,38 @@ func (c Config) validateStep() error {
 			return fmt.Errorf("walk: step parameter %s must be finite and >= 0, got %v", f.name, f.v)
 		}
 	}
+	switch s.Kind {
+	case StepLinearized, StepLSSGD, StepSGD:
+		return c.validateGradStep()
+	}
 	return nil
 }
 
 // updateStep performs one local step of a kind other than StepProx.
 func (m *Machine) updateStep(z, zhat []float64) error {
+	switch m.cfg.Step.Kind {
+	case StepLinearized, StepLSSGD:
+		return m.updateLinear(z, zhat)
+	case StepSGD:
+		return m.updateSGD(z, zhat)
+	}
 	return fmt.Errorf("%w: %s", ErrStepNotImplemented, m.cfg.Step.Kind)
+}
+
+// newStep builds the state of a step other than StepProx (called by New).
+func (m *Machine) newStep() error {
+	switch m.cfg.Step.Kind {
+	case StepLinearized, StepLSSGD, StepSGD:
+		return m.newGradStep()
+	}
+	return nil
 }
 
 // stepEntry writes the mechanism fields (Mechanism, Sensitivity, Sigma, Clip, Lambda) of the
 // ledger entry of one noisy update made by a step other than StepProx.
-func (m *Machine) stepEntry(e *privacy.Entry) {}
+func (m *Machine) stepEntry(e *privacy.Entry) {
+	switch m.cfg.Step.Kind {
+	case StepLSSGD, StepSGD:
+		m.gradEntry(e)
+	}
+}

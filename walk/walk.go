@@ -251,6 +251,8 @@ type Machine struct {
 	x    []float64 // scratch: x = prox_{gamma f_i}(2z - u)
 	g    []float64 // scratch: clipped x - z, then du
 	eta  []float64 // scratch: noise
+	// st is the state of the gradient-based steps (linearized, ls-sgd, sgd); nil otherwise.
+	st *gradState
 }
 
 // New returns a machine for node cfg.Node with local loss f_i and model dimension dim.
@@ -287,6 +289,11 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 		float64(dim+8) * sumMargin, termMargin, cmpMargin, math.Float64frombits(1<<63 - 1), 0, 0}
 	if 2*cfg.Lambda == 1 && m.sh == 1 {
 		m.p1[15] = math.Float64frombits(1) // flag read as an integer by the kernel
+	}
+	if cfg.Step.Kind != StepProx {
+		if err := m.newStep(); err != nil {
+			return nil, err
+		}
 	}
 	m.rd = Ready{Ledger: m.ledgerBuf[:], State: &m.ckpt, Outbox: m.outboxBuf[:], Events: m.eventBuf[:]}
 	m.ckpt = Checkpoint{Node: cfg.Node, U: m.u}
@@ -389,7 +396,7 @@ func (m *Machine) Step(msg Message) error {
 	e := &m.ledgerBuf[0]
 	e.Seq, e.Node, e.Run, e.Walk, e.Epoch, e.Hop = m.seq, m.name, c.Run, t.Walk, t.Epoch, hop
 	e.Mechanism, e.Clip, e.Lambda, e.Epsilon, e.Recipient = mech, c.Clip, c.Lambda, 0, m.nodeName(next)
-	e.Sensitivity, e.Sigma = 0, 0
+	e.Sensitivity, e.Sigma, e.Rate = 0, 0, 0
 	kind := m.fwd
 	if mech == MechGaussian {
 		e.Sensitivity = 4 * c.Lambda * c.Clip
