@@ -16,6 +16,9 @@ const (
 	MechGaussian = "gaussian" // Gaussian mechanism: Sensitivity and Sigma in the same units
 	MechPure     = "pure"     // pure Epsilon-DP release
 	MechForward  = "forward"  // forwarding without new data use: no privacy cost
+	// MechGADMM is one noisy gradient-ADMM iteration (gadmm.go): a Gaussian mechanism on
+	// the x-step, Sensitivity = eta*Delta and Sigma the noise std on x, in x units.
+	MechGADMM = "gadmm"
 )
 
 // Entry is one ledger record: a privacy event, stored so that accounting can be recomputed.
@@ -28,7 +31,7 @@ type Entry struct {
 	Walk        uint64  `json:"walk"`
 	Epoch       uint64  `json:"epoch"`
 	Hop         uint64  `json:"hop"`
-	Mechanism   string  `json:"mech"` // "gaussian" | "pure" | "forward"
+	Mechanism   string  `json:"mech"` // "gaussian" | "pure" | "forward" | "gadmm"
 	Sensitivity float64 `json:"sens"`
 	Sigma       float64 `json:"sigma"`
 	Clip        float64 `json:"clip"`
@@ -49,20 +52,21 @@ func (e Entry) Validate() error {
 		}
 	}
 	switch e.Mechanism {
-	case MechGaussian, MechPure, MechForward:
+	case MechGaussian, MechPure, MechForward, MechGADMM:
 		return nil
 	}
 	return fmt.Errorf("privacy: ledger entry %d: unknown mechanism %q", e.Seq, e.Mechanism)
 }
 
-// Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian",
+// Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian" and
+// "gadmm",
 // PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
 func (e Entry) Curve() Curve {
 	if e.Validate() != nil {
 		return InfCurve()
 	}
 	switch e.Mechanism {
-	case MechGaussian:
+	case MechGaussian, MechGADMM:
 		return GaussianCurve(e.Sensitivity, e.Sigma)
 	case MechPure:
 		return PureDPCurve(e.Epsilon)

@@ -39,7 +39,17 @@ type WalkRun struct {
 	// Own is true for one node's own report after (or during) the run: K_i is then the
 	// node's realised count Updates, which it knows exactly, and no cap is needed.
 	Own bool
+	// Step names the local step: "" (or "prox") for Algorithm 4, StepGADMM for gradient
+	// ADMM, whose figures are those of gadmm.go.
+	Step string
+	// GADMM are the parameters of the gradient-ADMM step (Step == StepGADMM). Its Sigma
+	// is ignored: Sigma above is the noise std on x; Clip above is the per-example
+	// gradient clip (the sensitivity is GADMM.Sensitivity).
+	GADMM GADMMParams
 }
+
+// StepGADMM is the WalkRun.Step of gradient ADMM with amplification by iteration.
+const StepGADMM = "gadmm"
 
 // WalkVerdict says which walk figure holds for a WalkRun.
 type WalkVerdict struct {
@@ -64,7 +74,12 @@ type WalkVerdict struct {
 // figure averages over); and every release seen by one peer (no re-sends). A plan whose length exceeds n K_i makes forwards certain, so the
 // plan itself fails; one where some node is likely to reach its cap gets a warning. The
 // local figure holds whenever Noisy.
+//
+// For Step == StepGADMM the decision is gadmmDecide's.
 func WalkDecide(r WalkRun) WalkVerdict {
+	if r.Step == StepGADMM {
+		return gadmmDecide(r)
+	}
 	v := WalkVerdict{Noisy: r.Sigma > 0 && r.Clip > 0 && !math.IsInf(r.Clip, 0) && !math.IsInf(r.Sigma, 0)}
 	switch {
 	case r.Own:
@@ -193,7 +208,12 @@ const Theorem4FinalName = Theorem4Name + ", plus the final model as a view of ev
 // its verdict: Theorem4FinalCurve at K = WalkDecide(r).K when the conditions hold, else
 // the local bound at K (which holds regardless) with the reasons in Note. A node with no
 // noisy update has epsilon 0.
+//
+// For Step == StepGADMM it is GADMMPlannedBound.
 func WalkPlannedBound(r WalkRun, delta float64) Bound {
+	if r.Step == StepGADMM {
+		return GADMMPlannedBound(r, delta)
+	}
 	v := WalkDecide(r)
 	b := Bound{Theorem: Theorem4FinalName, Conditions: Theorem4Conditions + "; the final model is released to every node",
 		ConditionsHold: v.PlannedHolds}

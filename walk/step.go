@@ -87,14 +87,27 @@ func (c Config) validateStep() error {
 			return fmt.Errorf("walk: step parameter %s must be finite and >= 0, got %v", f.name, f.v)
 		}
 	}
+	switch s.Kind {
+	case StepGADMM:
+		return c.validateGADMM()
+	}
 	return nil
 }
 
 // updateStep performs one local step of a kind other than StepProx.
 func (m *Machine) updateStep(z, zhat []float64) error {
+	switch m.cfg.Step.Kind {
+	case StepGADMM:
+		return m.updateGADMM(z, zhat)
+	}
 	return fmt.Errorf("%w: %s", ErrStepNotImplemented, m.cfg.Step.Kind)
 }
 
 // stepEntry writes the mechanism fields (Mechanism, Sensitivity, Sigma, Clip, Lambda) of the
 // ledger entry of one noisy update made by a step other than StepProx.
-func (m *Machine) stepEntry(e *privacy.Entry) {}
+func (m *Machine) stepEntry(e *privacy.Entry) {
+	switch m.cfg.Step.Kind {
+	case StepGADMM:
+		m.gadmmEntry(e)
+	}
+}
