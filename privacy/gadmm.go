@@ -287,14 +287,33 @@ func GADMMLocalCurve(p GADMMParams, updates int) Curve {
 // contribution, handed to j by the hybrid argument); when j receives no state from k_r on,
 // it costs 0. t counts the noisy steps in (k_r, s]. Forwards add no iteration. A weight 1
 // is one full update (alpha eps_loc at order alpha). i == j gives 0.
+//
+// Why the first view: everything j receives later is a function of that view, of j's own
+// data and noise and of the other nodes' later steps, none of which depends on i's data
+// before i's next contribution; and the t iterations before the first view are all made by
+// nodes other than j (j iterates only after receiving), whose noise j does not know.
 func GADMMPathWeight(steps []TraceStep, i, j int, final bool, p GADMMParams) float64 {
-	if i == j {
+	return gadmmSetWeight(steps, i, []int{j}, final, p)
+}
+
+// gadmmSetWeight is GADMMPathWeight against a coalition of observers pooled as one: a view
+// is any state a member receives; a member's own data gets 0.
+func gadmmSetWeight(steps []TraceStep, i int, obs []int, final bool, p GADMMParams) float64 {
+	in := func(v int) bool {
+		for _, o := range obs {
+			if o == v {
+				return true
+			}
+		}
+		return false
+	}
+	if in(i) {
 		return 0
 	}
 	K := len(steps)
-	sees := func(s int) bool { // j receives state s
+	sees := func(s int) bool { // a member receives state s
 		if s+1 < K {
-			return steps[s+1].Node == j
+			return in(steps[s+1].Node)
 		}
 		return s == K-1 && final
 	}
@@ -351,9 +370,10 @@ func GADMMPathWeight(steps []TraceStep, i, j int, final bool, p GADMMParams) flo
 // are in p). It holds for the given path, hence also against an observer who knows the path,
 // under GADMMRealisedConditions; when p fails Validate every Factor is 1 and the figure is
 // the local one charged only for contributions that some view depends on. Local is the
-// local curve of the node with most updates. The cost is O(n K) time and O(n^2 + K) memory
-// for K steps.
-func GADMMRealisedPairwise(tr *Trace, p GADMMParams) (*Realised, error) {
+// local curve of the node with most updates. Each coalition is a set of observers pooled
+// as one (a view is any state a member receives; members get weight 0), reported in
+// Coalitions. The cost is O(n K) time and O(n^2 + K) memory for K steps.
+func GADMMRealisedPairwise(tr *Trace, p GADMMParams, coalitions ...[]int) (*Realised, error) {
 	if tr == nil {
 		return nil, errors.New("privacy: gadmm realised pairwise: nil trace")
 	}
@@ -364,9 +384,22 @@ func GADMMRealisedPairwise(tr *Trace, p GADMMParams) (*Realised, error) {
 	if int64(n)*int64(n) > 1<<27 {
 		return nil, fmt.Errorf("privacy: gadmm realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
 	}
+	if int64(len(tr.Steps)) >= 1<<31 {
+		return nil, fmt.Errorf("privacy: gadmm realised pairwise: %d steps, at most %d", len(tr.Steps), 1<<31-1)
+	}
 	for k, s := range tr.Steps {
 		if s.Node < 0 || s.Node >= n {
 			return nil, fmt.Errorf("privacy: gadmm realised pairwise: step %d: node %d outside [0, %d)", k, s.Node, n)
+		}
+	}
+	for c, members := range coalitions {
+		if len(members) == 0 {
+			return nil, fmt.Errorf("privacy: gadmm realised pairwise: coalition %d is empty", c)
+		}
+		for _, v := range members {
+			if v < 0 || v >= n {
+				return nil, fmt.Errorf("privacy: gadmm realised pairwise: coalition %d: node %d outside [0, %d)", c, v, n)
+			}
 		}
 	}
 	K := len(tr.Steps)
@@ -381,52 +414,84 @@ func GADMMRealisedPairwise(tr *Trace, p GADMMParams) (*Realised, error) {
 		}
 		cnt[k] = c
 	}
-	// Per observer j one backward sweep keeps the first state at or after the current step
-	// that j receives (view) and, per node i, the end of the segment of i's contribution
-	// at the current step (the state before i's next contribution, or the last state).
-	w := make([]float64, n*n)
-	last := make([]int, n)         // per i: the state index its pending (later) contribution sees as segment end
 	factor := make([]float64, K+1) // Factor(t) for t <= K, computed once
 	for t := range factor {
 		factor[t] = p.Factor(t)
 	}
-	f := func(t int) float64 { return factor[t] }
-	for j := 0; j < n; j++ {
-		// Backward: view = first state >= s that j receives (-1 if none).
+	last := make([]int, n)
+	// sweep adds to out[i] the weight of every node i outside the observer set: one
+	// backward pass keeps the first state at or after the current step that the observer
+	// receives (view) and, per node i, the end of the segment of i's contribution at the
+	// current step (the state before i's next contribution, or the last state).
+	sweep := func(member []bool, out []float64) {
 		view := -1
 		for i := range last {
-			last[i] = K - 1 // end of the segment of i's last contribution
+			last[i] = K - 1
 		}
 		for s := K - 1; s >= 0; s-- {
-			if s+1 < K && tr.Steps[s+1].Node == j || s == K-1 && tr.FinalReleasedToAll {
+			if s+1 < K && member[tr.Steps[s+1].Node] || s == K-1 && tr.FinalReleasedToAll {
 				view = s
 			}
 			st := tr.Steps[s]
 			i := st.Node
-			if !st.Noisy || i == j {
+			if !st.Noisy || member[i] {
 				continue
 			}
 			end := last[i]
 			last[i] = s - 1
 			if view < 0 {
-				continue // j receives nothing from here on
+				continue // the observer receives nothing from here on
 			}
 			at := view
 			if view > end {
-				at = end // j's first view lies beyond i's next contribution: charge the handed state
+				at = end // the first view lies beyond i's next contribution: charge the handed state
 			}
-			w[i*n+j] += f(cnt[at] - cnt[s])
+			out[i] += factor[cnt[at]-cnt[s]]
 		}
+	}
+	w := make([]float64, n*n)
+	col := make([]float64, n)
+	member := make([]bool, n)
+	for j := 0; j < n; j++ {
+		member[j] = true
+		clear(col)
+		sweep(member, col)
+		for i, v := range col {
+			w[i*n+j] = v
+		}
+		member[j] = false
+	}
+	var coal []CoalitionWeights
+	for _, members := range coalitions {
+		for _, v := range members {
+			member[v] = true
+		}
+		cw := CoalitionWeights{Members: append([]int(nil), members...), Weight: make([]float64, n)}
+		sweep(member, cw.Weight)
+		coal = append(coal, cw)
+		clear(member)
 	}
 	mx := 0
 	for _, u := range upd {
 		mx = max(mx, u)
 	}
 	return &Realised{
-		Pairs:   &PairwiseMatrix{N: n, W: w, Unit: p.Unit()},
-		Updates: upd,
-		Local:   GADMMLocalCurve(p, mx),
+		Pairs:      &PairwiseMatrix{N: n, W: w, Unit: p.Unit()},
+		Coalitions: coal,
+		Updates:    upd,
+		Local:      GADMMLocalCurve(p, mx),
 	}, nil
+}
+
+// GADMMLocalBound is the local (eps, delta) bound of `updates` gradient-ADMM updates: the
+// curve updates alpha eta^2 Delta^2/(2 sigma^2) converted at delta (GADMMLocalName).
+func GADMMLocalBound(p GADMMParams, updates int, delta float64) Bound {
+	eps, order := ToDP(GADMMLocalCurve(p, updates), delta)
+	b := Bound{Epsilon: eps, Order: order, Theorem: GADMMLocalName, Conditions: GADMMLocalConditions, ConditionsHold: true}
+	if err := validateDelta(delta); err != nil {
+		b.ConditionsHold, b.Note = false, err.Error()
+	}
+	return b
 }
 
 // gadmmDecide is WalkDecide for gradient ADMM. The planned figure is the local one at K

@@ -230,9 +230,22 @@ func TestGADMMRealisedMatchesBruteForce(t *testing.T) {
 		final := r.IntN(2) == 0
 		p := ps[it%len(ps)]
 		tr := &Trace{Nodes: n, Clip: 1, Sigma: 1, Steps: steps, FinalReleasedToAll: final}
-		re, err := GADMMRealisedPairwise(tr, p)
+		coal := []int{r.IntN(n), r.IntN(n)}
+		re, err := GADMMRealisedPairwise(tr, p, coal)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			want := gadmmSetWeight(steps, i, coal, final, p)
+			if got := re.Coalitions[0].Weight[i]; !gnear(got, want, 1e-12) && !(got == 0 && want == 0) {
+				t.Fatalf("iteration %d coalition %v node %d: sweep %v, direct %v", it, coal, i, got, want)
+			}
+			// Pooling observers never charges less than any one member alone.
+			for _, j := range coal {
+				if re.Coalitions[0].Weight[i] < re.Pairs.Weight(i, j)-1e-12 && i != j && i != coal[0] && i != coal[1] {
+					t.Fatalf("iteration %d: coalition weight %v below member %d's %v", it, re.Coalitions[0].Weight[i], j, re.Pairs.Weight(i, j))
+				}
+			}
 		}
 		for i := 0; i < n; i++ {
 			for j := 0; j < n; j++ {
