@@ -67,71 +67,41 @@ var GADMMTable1 = []GADMMTableRow{
 	{Mu: 0.01, Beta: 0.15, PrintedEta: 43.30, PrintedL: 0.80, PrintedIters: 6},
 }
 
-// GADMMExperimentOptions configures RunGADMMExperiment. Zero values take the paper's
-// settings.
+// GADMMExperimentOptions configures RunGADMMExperiment; DefaultGADMMExperimentOptions gives
+// the paper's settings.
 type GADMMExperimentOptions struct {
-	Dim, Rows   int     // n = 64 features, N = 1000 samples
-	Iters, Runs int     // 100 iterations, 100 runs per curve
+	Dim, Rows   int     // n features, N samples (64, 1000)
+	Iters, Runs int     // iterations per run, runs per curve (100, 100)
 	Seed        uint64  // data seed (18, the notebook's); run r uses seed Seed + 1 + r for path and noise
-	C1, C2      float64 // elastic net weights 0.01, 0.1
-	NoiseB      float64 // sigma_b = 0.01, the label noise
-	X0          float64 // x0 = X0 * 1, default 3
-	// Table lists the Table 1 rows (default GADMMTable1); TableSigma is the noise std of
-	// their runs (default 0.01).
+	C1, C2      float64 // elastic net weights (0.01, 0.1)
+	NoiseB      float64 // sigma_b, the label noise (0.01)
+	X0          float64 // x0 = X0 * 1 (3)
+	// Table lists the Table 1 rows (GADMMTable1); TableSigma is the noise std of their
+	// runs (0.01).
 	Table      []GADMMTableRow
 	TableSigma float64
-	// Sigmas are the noise levels of Fig. 1b (default 0.05, 0.1, 0.2, 0.5, 0.7), run at
-	// SigmaRow (default the first row of Table).
+	// Sigmas are the noise levels of Fig. 1b (0.05, 0.1, 0.2, 0.5, 0.7), run at the Table
+	// row SigmaRow (0).
 	Sigmas   []float64
 	SigmaRow int
 	// Progress, if set, is called after each curve with the number done and the total.
 	Progress func(done, total int)
 }
 
-func (o *GADMMExperimentOptions) defaults() error {
-	if o.Dim == 0 {
-		o.Dim = 64
-	}
-	if o.Rows == 0 {
-		o.Rows = 1000
-	}
-	if o.Iters == 0 {
-		o.Iters = 100
-	}
-	if o.Runs == 0 {
-		o.Runs = 100
-	}
-	if o.Seed == 0 {
-		o.Seed = 18
-	}
-	if o.C1 == 0 {
-		o.C1 = 0.01
-	}
-	if o.C2 == 0 {
-		o.C2 = 0.1
-	}
-	if o.NoiseB == 0 {
-		o.NoiseB = 0.01
-	}
-	if o.X0 == 0 {
-		o.X0 = 3
-	}
-	if o.Table == nil {
-		o.Table = GADMMTable1
-	}
-	if o.TableSigma == 0 {
-		o.TableSigma = 0.01
-	}
-	if o.Sigmas == nil {
-		o.Sigmas = []float64{0.05, 0.1, 0.2, 0.5, 0.7}
-	}
+// DefaultGADMMExperimentOptions returns the settings of the paper's Sec. 10.
+func DefaultGADMMExperimentOptions() GADMMExperimentOptions {
+	return GADMMExperimentOptions{Dim: 64, Rows: 1000, Iters: 100, Runs: 100, Seed: 18, C1: 0.01, C2: 0.1,
+		NoiseB: 0.01, X0: 3, Table: GADMMTable1, TableSigma: 0.01, Sigmas: []float64{0.05, 0.1, 0.2, 0.5, 0.7}}
+}
+
+func (o *GADMMExperimentOptions) validate() error {
 	switch {
 	case o.Dim < 1 || o.Rows < 2 || o.Iters < 1 || o.Runs < 1:
 		return fmt.Errorf("testnet: gadmm experiment: need dim >= 1, rows >= 2, iters >= 1, runs >= 1, got %d, %d, %d, %d", o.Dim, o.Rows, o.Iters, o.Runs)
 	case !(o.C1 >= 0) || !(o.C2 > 0) || !(o.NoiseB >= 0) || math.IsInf(o.C1+o.C2+o.NoiseB+o.X0, 0) || math.IsNaN(o.X0):
 		return fmt.Errorf("testnet: gadmm experiment: need c1 >= 0, c2 > 0 (g strongly convex), sigma_b >= 0, finite x0")
-	case len(o.Table) == 0:
-		return errors.New("testnet: gadmm experiment: empty table")
+	case len(o.Table) == 0 || len(o.Sigmas) == 0:
+		return errors.New("testnet: gadmm experiment: empty table or sigma list")
 	case o.SigmaRow < 0 || o.SigmaRow >= len(o.Table):
 		return fmt.Errorf("testnet: gadmm experiment: sigma row %d outside the table", o.SigmaRow)
 	case !(o.TableSigma >= 0) || math.IsInf(o.TableSigma, 0):
@@ -211,7 +181,7 @@ func gadmmData(o GADMMExperimentOptions, mu float64) *consensus.Dataset {
 
 // RunGADMMExperiment runs the Table 1 rows and the sigma curves of Fig. 1b.
 func RunGADMMExperiment(ctx context.Context, o GADMMExperimentOptions) (*GADMMExperimentResult, error) {
-	if err := o.defaults(); err != nil {
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	type job struct {

@@ -13,7 +13,8 @@ import (
 // eta and L = max{R/P, S/Q}; L at the printed eta 1.95 of row 1 is 0.989), that the gap
 // falls from x0, that a large sigma stagnates higher than a small one, and the outputs.
 func TestGADMMExperiment(t *testing.T) {
-	o := GADMMExperimentOptions{Dim: 16, Rows: 120, Iters: 60, Runs: 6, Sigmas: []float64{0.05, 0.7}}
+	o := DefaultGADMMExperimentOptions()
+	o.Dim, o.Rows, o.Iters, o.Runs, o.Sigmas = 16, 120, 60, 6, []float64{0.05, 0.7}
 	res, err := RunGADMMExperiment(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

@@ -88,10 +88,13 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return runExperiment(ctx, []string{"radmm", "--help"}, stdout, stderr)
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM)")
+		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM), gadmm (Sec. 10 of the gradient-ADMM amplification paper)")
+	}
+	if args[0] == "gadmm" {
+		return runExperimentGADMM(ctx, args[1:], stdout, stderr)
 	}
 	if args[0] != "radmm" {
-		return unknownCommand("experiment", "experiment", args[0], []string{"radmm"})
+		return unknownCommand("experiment", "experiment", args[0], []string{"radmm", "gadmm"})
 	}
 	fs := newFlagSet("experiment radmm", experimentHelp, stdout)
 	df := addDataFlags(fs, experimentData)

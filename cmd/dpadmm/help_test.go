@@ -22,6 +22,7 @@ var helpCases = []struct {
 	{"testnet", []string{"testnet", "--help"}},
 	{"node", []string{"node", "--help"}},
 	{"experiment", []string{"experiment", "--help"}},
+	{"experiment-gadmm", []string{"experiment", "gadmm", "--help"}},
 	{"account", []string{"account", "--help"}},
 	{"account-plan", []string{"account", "plan", "--help"}},
 	{"account-trace", []string{"account", "trace", "--help"}},
