@@ -390,3 +390,106 @@ func TestGADMMInvariants(t *testing.T) {
 
 // ulp returns the spacing of the floats at x.
 func ulp(x float64) float64 { return math.Nextafter(x, math.Inf(1)) - x }
+
+// TestGADMMNonExpansion checks the machine's step against the geometry of the paper's
+// analysis (digest 6, property (i)): one noiseless step with the same data on two tokens
+// does not expand ||(x, lambda)||_*^2 = ||x||^2 + (eta/beta) ||lambda - beta x||^2 in the
+// convex mode (Lemma 6.5), and contracts R ||x||^2 + (eta/beta) ||lambda - beta x||^2 by the
+// factor L in the strongly convex mode with half of L2 in the local function (Lemma 7.6),
+// while the Euclidean distance can grow.
+func TestGADMMNonExpansion(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	maxEuclid := 0.0
+	for it := 0; it < 400; it++ {
+		p, nr := 1+r.IntN(5), 1+r.IntN(4)
+		rows := make([][]float64, nr)
+		ys := make([]float64, nr)
+		for i := range rows {
+			rows[i] = make([]float64, p)
+			for k := range rows[i] {
+				rows[i][k] = r.NormFloat64()
+			}
+			ys[i] = r.NormFloat64() * 3
+		}
+		loss := consensus.Loss(r.IntN(2))
+		if loss == consensus.Logistic {
+			for i := range ys {
+				ys[i] = float64(2*r.IntN(2) - 1)
+			}
+		}
+		ll, err := consensus.NewLocalLoss(shard(rows, ys), loss, math.Exp(r.NormFloat64()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		strong := it%2 == 1
+		reg := consensus.Regularizer{L1: 0.1 * r.Float64(), L2: r.Float64()}
+		beta := math.Exp(r.NormFloat64())
+		nu := ll.Smoothness()
+		eta := r.Float64() / nu
+		var k privacy.GADMMStrongConstants
+		if strong {
+			lo, hi, err := privacy.GADMMInterval(nu+reg.L2/2, reg.L2/2, reg.L2/2, beta, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eta = lo + (hi-lo)*(0.05+0.9*r.Float64())
+		}
+		cfg := gadmmCfg(0, 2, eta, beta, []float64{math.Inf(1), 0.5}[r.IntN(2)], 0, reg, 1)
+		cfg.Step.Strong = strong
+		m, err := New(cfg, ll, p)
+		if err != nil {
+			t.Fatalf("iteration %d: %v", it, err)
+		}
+		if strong {
+			k = m.gd.Strong
+		}
+		step := func(x, l []float64) ([]float64, []float64) {
+			tok := Token{Run: "run", Z: append([]float64(nil), x...), Zhat: append([]float64(nil), l...)}
+			if err := m.Step(Message{Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+			rd := m.Ready()
+			m.Advance(rd)
+			return rd.Outbox[0].Token.Z, rd.Outbox[0].Token.Zhat
+		}
+		vec := func() []float64 {
+			v := make([]float64, p)
+			for j := range v {
+				v[j] = r.NormFloat64() * 2
+			}
+			return v
+		}
+		x1, l1, x2, l2 := vec(), vec(), vec(), vec()
+		if r.IntN(2) == 0 {
+			copy(l2, l1) // same lambda (Thm 6.1's inputs)
+		}
+		wR := 1.0
+		if strong {
+			wR = k.R
+		}
+		norm := func(x1, l1, x2, l2 []float64) (star, euclid float64) {
+			for j := range x1 {
+				dx, dl := x1[j]-x2[j], l1[j]-l2[j]
+				star += wR*dx*dx + eta/beta*(dl-beta*dx)*(dl-beta*dx)
+				euclid += dx*dx + dl*dl
+			}
+			return
+		}
+		s0, e0 := norm(x1, l1, x2, l2)
+		y1, m1 := step(x1, l1)
+		y2, m2 := step(x2, l2)
+		s1, e1 := norm(y1, m1, y2, m2)
+		bound := 1.0
+		if strong {
+			bound = k.Contraction
+		}
+		if s1 > bound*s0*(1+1e-9)+1e-12 {
+			t.Fatalf("iteration %d (strong %v, loss %v): ||.||_*^2 went from %v to %v, factor %v > %v", it, strong, loss, s0, s1, s1/s0, bound)
+		}
+		maxEuclid = math.Max(maxEuclid, e1/e0)
+	}
+	if !(maxEuclid > 1) {
+		t.Errorf("the Euclidean distance never grew (max ratio %v): the custom norm test is vacuous", maxEuclid)
+	}
+	t.Logf("largest Euclidean ratio %v", maxEuclid)
+}
