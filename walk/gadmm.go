@@ -26,7 +26,9 @@ import (
 //	6-7. x~'     = x + N,  N ~ N(0, sigma^2 I) on all of x
 //
 // and hands (x~', lambda') on. With g = 0 and lambda = 0 this is noisy gradient descent with
-// step eta/(1 + eta beta) (digest 2.3).
+// step eta/(1 + eta beta) (digest 2.3). NewToken gives the public initial state x~0 = 0,
+// lambda0 = 0 (prox_{gamma r}(0) = 0); a node's u_i stays 0 and its checkpoint carries only
+// K_i.
 //
 // The gradient oracle. F_i is f_i with every row's gradient clipped to norm Clip
 // (consensus.LocalLoss.ClippedRowGrad). For these generalised linear losses the clipped
@@ -267,4 +269,24 @@ func (m *Machine) gadmmEntry(e *privacy.Entry) {
 	if m.gd != nil {
 		e.Sensitivity = m.gd.Sensitivity
 	}
+}
+
+// GADMMBudgetCap returns the most noisy gradient-ADMM updates a node may make under budget
+// b: the largest K with the planned figure privacy.GADMMPlannedBound, i.e. the local curve
+// K alpha eta^2 Delta^2/(2 sigma^2) converted at b.Delta, at most b.Epsilon (capped at
+// MaxCap). Both budget kinds give this cap: a plan cannot promise amplification (see
+// privacy.GADMMPlannedBound), so the network figure a plan can state is the local one.
+// p is the run's privacy.GADMMParams (GADMMRunParams). Without noise the cap is 0.
+func GADMMBudgetCap(b Budget, p privacy.GADMMParams) (int, error) {
+	if err := b.Validate(); err != nil {
+		return 0, err
+	}
+	if !(p.Sigma > 0) || !(p.Sensitivity > 0) || math.IsInf(p.Sensitivity, 0) {
+		return 0, nil
+	}
+	unit := p.Unit()
+	return capOf(func(k int) float64 {
+		e, _ := privacy.ToDP(unit.Scale(float64(k)), b.Delta)
+		return e
+	}, b.Epsilon), nil
 }

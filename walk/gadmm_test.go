@@ -493,3 +493,23 @@ func TestGADMMNonExpansion(t *testing.T) {
 	}
 	t.Logf("largest Euclidean ratio %v", maxEuclid)
 }
+
+// TestGADMMBudgetCap: the cap is the largest K whose local figure fits the budget, checked
+// by evaluating K and K+1 directly.
+func TestGADMMBudgetCap(t *testing.T) {
+	p := privacy.GADMMParams{Eta: 0.25, Beta: 6, Sigma: 0.5, Sensitivity: 0.5, Nu: 4}
+	for _, eps := range []float64{0.5, 2, 10, 100} {
+		b := Budget{Kind: BudgetNetwork, Epsilon: eps, Delta: 1e-5}
+		k, err := GADMMBudgetCap(b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := func(k int) float64 { e, _ := privacy.ToDP(privacy.GADMMLocalCurve(p, k), 1e-5); return e }
+		if k > 0 && at(k) > eps || at(k+1) <= eps {
+			t.Errorf("eps %v: cap %d, figures %v at K and %v at K+1", eps, k, at(k), at(k+1))
+		}
+	}
+	if k, _ := GADMMBudgetCap(Budget{Kind: BudgetLocal, Epsilon: 1, Delta: 1e-5}, privacy.GADMMParams{Sensitivity: 1}); k != 0 {
+		t.Errorf("sigma 0: cap %d", k)
+	}
+}
