@@ -180,7 +180,7 @@ func GADMMRunParams(cfg Config, losses []*consensus.LocalLoss, dim int) (privacy
 	for i, l := range losses {
 		st, err := GADMMCheck(cfg, l, dim)
 		if err != nil {
-			return p, fmt.Errorf("node %d: %w", i, err)
+			return p, fmt.Errorf("%w (node %d)", err, i)
 		}
 		p.Nu = math.Max(p.Nu, st.Nu)
 		p.Sensitivity = math.Max(p.Sensitivity, st.Sensitivity)
