@@ -20,6 +20,9 @@ const (
 	// with probability Rate, noise std Sigma on a sum of L2 sensitivity Sensitivity
 	// (add/remove one record). See SubsampledEntryNote.
 	MechSubsampled = "subsampled"
+	// MechGADMM is one noisy gradient-ADMM iteration (gadmm.go): a Gaussian mechanism on
+	// the x-step, Sensitivity = eta*Delta and Sigma the noise std on x, in x units.
+	MechGADMM = "gadmm"
 )
 
 // Entry is one ledger record: a privacy event, stored so that accounting can be recomputed.
@@ -32,7 +35,7 @@ type Entry struct {
 	Walk        uint64  `json:"walk"`
 	Epoch       uint64  `json:"epoch"`
 	Hop         uint64  `json:"hop"`
-	Mechanism   string  `json:"mech"` // "gaussian" | "pure" | "forward"
+	Mechanism   string  `json:"mech"` // "gaussian" | "pure" | "forward" | "gadmm"
 	Sensitivity float64 `json:"sens"`
 	Sigma       float64 `json:"sigma"`
 	Clip        float64 `json:"clip"`
@@ -56,7 +59,7 @@ func (e Entry) Validate() error {
 		}
 	}
 	switch e.Mechanism {
-	case MechGaussian, MechPure, MechForward:
+	case MechGaussian, MechPure, MechForward, MechGADMM:
 		if e.Rate != 0 {
 			return fmt.Errorf("privacy: ledger entry %d: field q = %v is only valid for mechanism %q", e.Seq, e.Rate, MechSubsampled)
 		}
@@ -67,14 +70,15 @@ func (e Entry) Validate() error {
 	return fmt.Errorf("privacy: ledger entry %d: unknown mechanism %q", e.Seq, e.Mechanism)
 }
 
-// Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian",
-// SubsampledGaussianCurve(Rate, Sigma/Sensitivity, 1) for "subsampled", PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
+// Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian" and
+// "gadmm", SubsampledGaussianCurve(Rate, Sigma/Sensitivity, 1) for "subsampled",
+// PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
 func (e Entry) Curve() Curve {
 	if e.Validate() != nil {
 		return InfCurve()
 	}
 	switch e.Mechanism {
-	case MechGaussian:
+	case MechGaussian, MechGADMM:
 		return GaussianCurve(e.Sensitivity, e.Sigma)
 	case MechPure:
 		return PureDPCurve(e.Epsilon)

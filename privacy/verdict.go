@@ -39,10 +39,11 @@ type WalkRun struct {
 	// Own is true for one node's own report after (or during) the run: K_i is then the
 	// node's realised count Updates, which it knows exactly, and no cap is needed.
 	Own bool
-	// Step names the local step (walk.StepKind.String()): "" (prox) and "linearized" keep
-	// the walk's figures (Clip and Sigma as above); "ls-sgd" and "sgd" use the figures of
-	// lssgd.go, with Clip the per-example gradient clip C, Sigma the std of the noise on the
-	// clipped gradient sum and Rate the sampling rate.
+	// Step names the local step (walk.StepKind.String()): "" (or "prox") and "linearized"
+	// keep the walk's figures (Clip and Sigma as above); "ls-sgd" and "sgd" use the figures
+	// of lssgd.go, with Clip the per-example gradient clip C, Sigma the std of the noise on
+	// the clipped gradient sum and Rate the sampling rate; StepGADMM ("gadmm") uses those
+	// of gadmm.go.
 	Step string
 	// Rate is the Poisson sampling rate q in (0,1] of "ls-sgd" and "sgd".
 	Rate float64
@@ -50,7 +51,14 @@ type WalkRun struct {
 	// (walk.Machine.SGDNonExpansive: convex generalized linear loss, eta <= 2/beta); the
 	// pairwise figure needs it.
 	SGDNonExpansive bool
+	// GADMM are the parameters of the gradient-ADMM step (Step == StepGADMM). Its Sigma
+	// is ignored: Sigma above is the noise std on x; Clip above is the per-example
+	// gradient clip (the sensitivity is GADMM.Sensitivity).
+	GADMM GADMMParams
 }
+
+// StepGADMM is the WalkRun.Step of gradient ADMM with amplification by iteration.
+const StepGADMM = "gadmm"
 
 // WalkVerdict says which walk figure holds for a WalkRun.
 type WalkVerdict struct {
@@ -75,7 +83,12 @@ type WalkVerdict struct {
 // figure averages over); and every release seen by one peer (no re-sends). A plan whose length exceeds n K_i makes forwards certain, so the
 // plan itself fails; one where some node is likely to reach its cap gets a warning. The
 // local figure holds whenever Noisy.
+//
+// For Step == StepGADMM the decision is gadmmDecide's.
 func WalkDecide(r WalkRun) WalkVerdict {
+	if r.Step == StepGADMM {
+		return gadmmDecide(r)
+	}
 	if gradStep(r) {
 		return gradDecide(r)
 	}
@@ -207,7 +220,12 @@ const Theorem4FinalName = Theorem4Name + ", plus the final model as a view of ev
 // its verdict: Theorem4FinalCurve at K = WalkDecide(r).K when the conditions hold, else
 // the local bound at K (which holds regardless) with the reasons in Note. A node with no
 // noisy update has epsilon 0.
+//
+// For Step == StepGADMM it is GADMMPlannedBound.
 func WalkPlannedBound(r WalkRun, delta float64) Bound {
+	if r.Step == StepGADMM {
+		return GADMMPlannedBound(r, delta)
+	}
 	if gradStep(r) {
 		return gradPlannedBound(r, delta)
 	}

@@ -90,6 +90,8 @@ func (c Config) validateStep() error {
 	switch s.Kind {
 	case StepLinearized, StepLSSGD, StepSGD:
 		return c.validateGradStep()
+	case StepGADMM:
+		return c.validateGADMM()
 	}
 	return nil
 }
@@ -101,6 +103,8 @@ func (m *Machine) updateStep(z, zhat []float64) error {
 		return m.updateLinear(z, zhat)
 	case StepSGD:
 		return m.updateSGD(z, zhat)
+	case StepGADMM:
+		return m.updateGADMM(z, zhat)
 	}
 	return fmt.Errorf("%w: %s", ErrStepNotImplemented, m.cfg.Step.Kind)
 }
@@ -120,5 +124,7 @@ func (m *Machine) stepEntry(e *privacy.Entry) {
 	switch m.cfg.Step.Kind {
 	case StepLSSGD, StepSGD:
 		m.gradEntry(e)
+	case StepGADMM:
+		m.gadmmEntry(e)
 	}
 }

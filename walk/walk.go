@@ -246,6 +246,8 @@ type Machine struct {
 	ledgerBuf [1]privacy.Entry
 	outboxBuf [1]Envelope
 	eventBuf  [1]Event
+	// gd is the setting of the gradient-ADMM step (nil for other steps).
+	gd *GADMMSetting
 	// Not touched by a one-row update.
 	loss *consensus.LocalLoss
 	x    []float64 // scratch: x = prox_{gamma f_i}(2z - u)
@@ -278,7 +280,14 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	m.anorm = math.Sqrt(m.r1.Norm2)
 	m.inv, m.t, m.sh = 1/float64(cfg.Nodes), cfg.Gamma*cfg.Reg.L1, 1/(1+cfg.Gamma*cfg.Reg.L2)
 	m.clip = cfg.Clip
-	if cfg.Sigma > 0 {
+	if cfg.Step.Kind == StepGADMM {
+		st, err := GADMMCheck(cfg, loss, dim)
+		if err != nil {
+			return nil, err
+		}
+		m.gd = &st
+	}
+	if cfg.Sigma > 0 && cfg.Step.Kind != StepGADMM {
 		var err error
 		if m.h, m.clip, err = LatticeClip(cfg.Clip, cfg.Lambda, cfg.Sigma, dim); err != nil {
 			return nil, err

@@ -23,6 +23,7 @@ var helpCases = []struct {
 	{"node", []string{"node", "--help"}},
 	{"experiment", []string{"experiment", "--help"}},
 	{"experiment-walk", []string{"experiment", "walk", "--help"}},
+	{"experiment-gadmm", []string{"experiment", "gadmm", "--help"}},
 	{"account", []string{"account", "--help"}},
 	{"account-plan", []string{"account", "plan", "--help"}},
 	{"account-trace", []string{"account", "trace", "--help"}},
