@@ -358,7 +358,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
-			Local:   boundJSON(privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)),
+			Local:   boundJSON(privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta)),
 			Network: boundJSON(n.plannedBound(up)),
 		},
 	}
@@ -376,8 +376,10 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 	if bc := int(n.budgetCap.Load()); bc >= 0 && (hardCap == 0 || bc < hardCap) {
 		hardCap = bc
 	}
-	return privacy.WalkPlannedBound(privacy.WalkRun{Nodes: nodes, Complete: true, Clip: n.cfg.Clip, Sigma: n.cfg.Sigma,
-		Cap: hardCap, Hops: n.cfg.Hops, Updates: up, Forwards: n.ownForwards.Load(), Resends: n.ownResends.Load(), Own: true}, n.cfg.Delta)
+	r := n.stepRun()
+	r.Nodes, r.Complete, r.Cap, r.Hops, r.Updates = nodes, true, hardCap, n.cfg.Hops, up
+	r.Forwards, r.Resends, r.Own = n.ownForwards.Load(), n.ownResends.Load(), true
+	return privacy.WalkPlannedBound(r, n.cfg.Delta)
 }
 
 // finalMark orders final models as the fence orders tokens: (epoch, hop, digest). The

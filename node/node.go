@@ -124,6 +124,9 @@ type Node struct {
 	join       joinState    // while the membership is being fixed (Status.Join)
 	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery
 	httpSrv    *http.Server
+	// step holds the local step's fields of this node's privacy.WalkRun (walk.StepRun
+	// over its own loss), with Clip and Sigma; set with the membership, under mu.
+	step privacy.WalkRun
 	// gater refuses connections from non-members once the membership is fixed (hosts
 	// built by New; a Config.NewHost host has none).
 	gater *memberGater
@@ -451,6 +454,21 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 			return errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
 		}
 	}
+	ll, err := consensus.NewLocalLoss(c.Data, c.Problem.Loss, weight)
+	if err != nil {
+		return err
+	}
+	// The step's figures from this node's own loss (walk.StepRun): its sensitivity and
+	// smoothness; it cannot certify the others' sgd steps, so its network figure for sgd
+	// is the local one.
+	var step privacy.WalkRun
+	if err := walk.StepRun(wc, []*consensus.LocalLoss{ll}, c.Data.Cols, len(ms), &step); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	step.Clip, step.Sigma = c.Clip, c.Sigma
+	n.mu.Lock()
+	n.step = step
+	n.mu.Unlock()
 	if c.BudgetEpsilon > 0 {
 		kind := c.BudgetKind
 		if kind == "" {
@@ -460,7 +478,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		if delta == 0 {
 			delta = 1e-5
 		}
-		plan, err := walk.BudgetCaps(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, len(ms), nil, c.Clip, c.Sigma)
+		plan, err := walk.BudgetCapsStep(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, len(ms), nil, step)
 		if err != nil {
 			return err
 		}
@@ -468,10 +486,6 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		n.budgetCap.Store(int64(plan.Caps[idx]))
 		n.log.Info().Float64("budget_epsilon", c.BudgetEpsilon).Str("kind", kind).Int("cap", plan.Caps[idx]).
 			Str("theorem", plan.Theorem).Bool("conditions_hold", plan.ConditionsHold).Msg("privacy budget: noisy updates allowed")
-	}
-	ll, err := consensus.NewLocalLoss(c.Data, c.Problem.Loss, weight)
-	if err != nil {
-		return err
 	}
 	m, err := walk.New(wc, ll, c.Data.Cols)
 	if err != nil {
@@ -1153,7 +1167,7 @@ func (n *Node) Status() Status {
 	members, idx := len(n.members), n.index
 	n.mu.Unlock()
 	up := n.metrics.updatesValue()
-	b := privacy.LocalBound(n.cfg.Clip, n.cfg.Sigma, up, n.cfg.Delta)
+	b := privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta)
 	left, age := -1, -1.0
 	if n.cfg.MaxUpdates > 0 {
 		left = max(n.cfg.MaxUpdates-up, 0)
@@ -1188,3 +1202,13 @@ func (n *Node) Status() Status {
 }
 
 func marshal(v any) []byte { b, _ := json.Marshal(v); return b }
+
+// stepRun returns the step fields of this node's privacy.WalkRun (the prox step, with the
+// run's clip and noise, before the membership is fixed).
+func (n *Node) stepRun() privacy.WalkRun {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r := n.step
+	r.Clip, r.Sigma = n.cfg.Clip, n.cfg.Sigma
+	return r
+}

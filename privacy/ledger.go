@@ -180,3 +180,13 @@ func parseLine(b []byte) (Entry, error) {
 	}
 	return e, nil
 }
+
+// Noisy reports whether the entry records a noisy update (a release that used the node's
+// data): the Gaussian, subsampled Gaussian and gradient-ADMM mechanisms.
+func (e Entry) Noisy() bool {
+	switch e.Mechanism {
+	case MechGaussian, MechSubsampled, MechGADMM:
+		return true
+	}
+	return false
+}

@@ -55,12 +55,12 @@ type BudgetReport struct {
 var ErrExhausted = errors.New("testnet: every node has exhausted its privacy budget")
 
 // budgetCaps computes the per-node caps of cfg.Budget (nil without a budget).
-func budgetCaps(cfg *SimConfig, n int, g *graph.Graph) (*walk.BudgetPlan, error) {
+func budgetCaps(cfg *SimConfig, n int, g *graph.Graph, step privacy.WalkRun) (*walk.BudgetPlan, error) {
 	if cfg.Budget == nil {
 		return nil, nil
 	}
 	b := walk.Budget{Kind: cfg.Budget.Kind, Epsilon: cfg.Budget.Epsilon, Delta: cfg.Budget.Delta, Hops: cfg.Budget.Hops}
-	p, err := walk.BudgetCaps(b, n, g, cfg.Clip, cfg.Sigma)
+	p, err := walk.BudgetCapsStep(b, n, g, step)
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -91,7 +91,7 @@ func (s *Sim) Budget() *BudgetReport {
 		}
 		r.Forwards += s.Store.Entries[i] - k
 		if k > 0 {
-			loc, _ := privacy.ToDP(privacy.WalkLocalCurve(s.cfg.Clip, s.cfg.Sigma, k), p.Budget.Delta)
+			loc, _ := privacy.ToDP(privacy.StepLocalCurve(s.step, k), p.Budget.Delta)
 			r.MaxLocal = math.Max(r.MaxLocal, loc)
 		}
 		e := p.Epsilon(i, k)
@@ -111,7 +111,7 @@ func (s *Sim) Budget() *BudgetReport {
 		for i, k := range s.Store.Noisy {
 			e := 0.0
 			if k > 0 {
-				e, _ = privacy.ToDP(privacy.WalkLocalCurve(s.cfg.Clip, s.cfg.Sigma, k), p.Budget.Delta)
+				e, _ = privacy.ToDP(privacy.StepLocalCurve(s.step, k), p.Budget.Delta)
 			}
 			r.Spent[i] = e
 			r.MaxSpent = math.Max(r.MaxSpent, e)

@@ -211,17 +211,16 @@ func (m WalkMethod) grid(o *WalkExperimentOptions) []walkSetting {
 }
 
 // StepEpsilon is the figure the experiment calibrates to, for one node that makes at most
-// cap noisy updates of step s with noise sigma, in a walk of n nodes and hops hops on the
-// complete graph: the planned network figure of the worst pair (WalkPlannedBound, which
-// falls back to the local figure where its conditions fail) or the local figure. It is
-// +Inf when the figure does not exist.
-func StepEpsilon(s walk.StepParams, figure string, n, cap int, hops uint64, clip, sigma, delta float64) float64 {
-	r := privacy.WalkRun{Nodes: n, Complete: true, Clip: clip, Sigma: sigma, Cap: cap, Hops: hops, Planning: true}
-	if err := setWalkRunStep(&r, s); err != nil {
-		return math.Inf(1)
-	}
+// cap noisy updates with noise sigma, in a walk of n nodes and hops hops on the complete
+// graph, whose step and clip are step's (StepRun): the planned network figure of the worst
+// pair (privacy.WalkPlannedBound, which falls back to the local figure where its
+// conditions fail) or the local figure (privacy.StepLocalBound). It is +Inf when the figure
+// does not exist.
+func StepEpsilon(step privacy.WalkRun, figure string, n, cap int, hops uint64, sigma, delta float64) float64 {
+	r := step
+	r.Nodes, r.Complete, r.Sigma, r.Cap, r.Hops, r.Planning = n, true, sigma, cap, hops, true
 	if figure == "local" {
-		return privacy.LocalBound(clip, sigma, cap, delta).Epsilon
+		return privacy.StepLocalBound(r, cap, delta).Epsilon
 	}
 	return privacy.WalkPlannedBound(r, delta).Epsilon
 }
@@ -361,8 +360,13 @@ func RunWalkExperiment(ctx context.Context, o WalkExperimentOptions) (*WalkExper
 		if len(m.Etas) > 0 {
 			step.Eta = st.eta
 		}
+		r, err := StepRun(step, o.Problem, st.clip, 1, shards)
+		if err != nil {
+			return 0, err
+		}
+		r.Clip = st.clip
 		return calibrate(eps, func(s float64) float64 {
-			return StepEpsilon(step, o.Figure, n, o.Cap, o.Hops, st.clip, s, o.Delta)
+			return StepEpsilon(r, o.Figure, n, o.Cap, o.Hops, s, o.Delta)
 		})
 	}
 	epsMin := slices.Min(o.Epsilons)
@@ -561,10 +565,3 @@ func (e *plotErrBars) Len() int                        { return len(e.xys) }
 func (e *plotErrBars) XY(i int) (float64, float64)     { return e.xys[i].X, e.xys[i].Y }
 func (e *plotErrBars) YError(i int) (float64, float64) { return e.errs[i].Low, e.errs[i].High }
 
-// setWalkRunStep describes the local step s in r for the verdict.
-func setWalkRunStep(r *privacy.WalkRun, s walk.StepParams) error {
-	if s.Kind != walk.StepProx && s.Kind != walk.StepLinearized {
-		return fmt.Errorf("testnet: no accountant for the %s step", s.Kind)
-	}
-	return nil
-}

@@ -32,11 +32,12 @@ func TestWalkExperimentSmall(t *testing.T) {
 	}
 	ro := res.Options
 	for k, p := range res.Points {
-		got := StepEpsilon(ro.Methods[0].Step, ro.Figure, train.Rows, ro.Cap, ro.Hops, p.Clip, p.Sigma, ro.Delta)
+		step := privacy.WalkRun{Clip: p.Clip}
+		got := StepEpsilon(step, ro.Figure, train.Rows, ro.Cap, ro.Hops, p.Sigma, ro.Delta)
 		// The figure is a step function of sigma (orders on a grid, the verdict's
 		// conditions): the calibrated sigma meets the target and a slightly smaller one
 		// does not.
-		less := StepEpsilon(ro.Methods[0].Step, ro.Figure, train.Rows, ro.Cap, ro.Hops, p.Clip, p.Sigma*(1-1e-5), ro.Delta)
+		less := StepEpsilon(step, ro.Figure, train.Rows, ro.Cap, ro.Hops, p.Sigma*(1-1e-5), ro.Delta)
 		if got > p.Epsilon || !(less > p.Epsilon) {
 			t.Errorf("eps %v: calibrated sigma %v gives %v, sigma*(1-1e-5) gives %v", p.Epsilon, p.Sigma, got, less)
 		}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -420,7 +419,7 @@ func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
 		}
 		f.ledger[i][ledKey{e.Epoch, e.Hop, to}]++
 		f.rep.LedgerEntries++
-		if e.Mechanism == privacy.MechGaussian {
+		if e.Noisy() {
 			f.noisy[i]++
 		}
 	}

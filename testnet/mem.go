@@ -412,7 +412,7 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final st
 				}
 				first[e.Hop] = e.Epoch
 				owner[h] = i
-				noisy := e.Mechanism == privacy.MechGaussian
+				noisy := e.Noisy()
 				steps[h] = TraceStep{Hop: h, Node: i, Noisy: noisy}
 				if noisy {
 					out.Updates[i]++

@@ -227,6 +227,16 @@ type AccountInput struct {
 	FinalReleasedToAll bool
 	// Coalition, when non-empty, lists observers that pool their views.
 	Coalition []int
+	// Step carries the local step's fields of a privacy.WalkRun (Step, Rate,
+	// SGDNonExpansive, GADMM; walk.StepRun); the zero value is the prox step.
+	Step privacy.WalkRun
+}
+
+// walkRun returns r with in's clip, noise and step fields.
+func (in AccountInput) walkRun(r privacy.WalkRun) privacy.WalkRun {
+	r.Clip, r.Sigma = in.Clip, in.Sigma
+	r.Step, r.Rate, r.SGDNonExpansive, r.GADMM = in.Step.Step, in.Step.Rate, in.Step.SGDNonExpansive, in.Step.GADMM
+	return r
 }
 
 // Short labels of the pairwise figures' theorems, for plot titles.
@@ -292,7 +302,7 @@ func Account(in AccountInput) (Privacy, *PairMatrices, error) {
 		}
 	}
 	pr := Privacy{Delta: in.Delta, Conversion: privacy.Conversion, Updates: append([]int(nil), in.Updates...)}
-	pr.Local = localSection(in.Updates, in.Clip, in.Sigma, in.Delta)
+	pr.Local = localSection(in)
 	if n < 2 {
 		pr.PairwisePlanned = Pairwise{Note: "one node: no pairwise figure"}
 		pr.PairwiseRealised = &Pairwise{Note: "one node: no pairwise figure"}
@@ -305,18 +315,20 @@ func Account(in AccountInput) (Privacy, *PairMatrices, error) {
 }
 
 // localSection is the local figure per node, composed over its realised updates.
-func localSection(updates []int, clip, sigma, delta float64) Local {
+func localSection(in AccountInput) Local {
+	updates, delta := in.Updates, in.Delta
+	r := in.walkRun(privacy.WalkRun{})
 	loc := Local{
 		PerNodeEpsilon: make([]float64, len(updates)),
-		Theorem:        privacy.LocalName,
-		Conditions:     privacy.LocalConditions,
-		ConditionsHold: noisy(clip, sigma),
+		Theorem:        privacy.StepLocalName(r),
+		Conditions:     privacy.StepLocalConditions(r),
+		ConditionsHold: privacy.StepNoisy(r),
 	}
 	if !loc.ConditionsHold {
-		loc.Note = noPrivacyNote(clip, sigma)
+		loc.Note = noPrivacyNote(in.Clip, in.Sigma)
 	}
 	for i, k := range updates {
-		eps, ord := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
+		eps, ord := privacy.ToDP(privacy.StepLocalCurve(r, k), delta)
 		loc.PerNodeEpsilon[i] = jsonNum(eps)
 		if eps > loc.Epsilon || i == 0 {
 			loc.Epsilon, loc.Order = eps, ord
@@ -363,7 +375,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	if !complete {
 		theorem, conditions, label = privacy.TheoremPlannedGraph, "", LabelFirstPassage
 	}
-	if !noisy(in.Clip, in.Sigma) {
+	if !privacy.StepNoisy(in.walkRun(privacy.WalkRun{})) {
 		return noPrivacy(theorem, conditions, noPrivacyNote(in.Clip, in.Sigma))
 	}
 	kmax, busiest, noisyHops := 0, 0, uint64(0)
@@ -383,9 +395,19 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 			hard = kb
 		}
 	}
-	verdict := privacy.WalkDecide(privacy.WalkRun{Nodes: n, Complete: complete, Clip: in.Clip, Sigma: in.Sigma,
+	wr := in.walkRun(privacy.WalkRun{Nodes: n, Complete: complete,
 		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops), Resends: uint64(in.Views)})
+	verdict := privacy.WalkDecide(wr)
 	K := max(verdict.K, 1)
+	if wr.Step == privacy.StepGADMM || wr.Step == "ls-sgd" {
+		// No pairwise matrix: the planned figure of these steps is one number for every
+		// pair (the local figure; see privacy.WalkPlannedBound).
+		return uniformPlanned(in, wr, verdict, busiest, pm)
+	}
+	planClip := in.Clip
+	if wr.Step == "sgd" {
+		planClip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/4
+	}
 	horizon := 0
 	if in.Hops > 0 {
 		horizon = int(min(in.Hops, uint64(math.MaxInt)))
@@ -396,7 +418,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	}
 	reasons, notes := verdict.Reasons, append([]string(nil), verdict.Warnings...)
 	plan, err := PlannedPairwise(n, adj, complete, privacy.PlanOptions{
-		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
+		Clip: planClip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
 	var pw Pairwise
 	if err != nil {
 		reasons = append(reasons, "not computed: "+err.Error())
@@ -410,7 +432,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	}
 	pw.Theorem, pw.Conditions = theorem, conditions
 	if len(reasons) > 0 {
-		loc := privacy.LocalBound(in.Clip, in.Sigma, K, in.Delta)
+		loc := privacy.StepLocalBound(wr, K, in.Delta)
 		e := jsonNum(loc.Epsilon)
 		if pw.Worst.I == pw.Worst.J {
 			pw.Worst.I, pw.Worst.J = busiest, (busiest+1)%n
@@ -420,7 +442,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		pw.Mean, pw.P50, pw.P90, pw.P99 = e, e, e, e
 		pw.ConditionsHold = false
 		msg := "conditions fail: " + strings.Join(reasons, "; ") +
-			fmt.Sprintf(". The figures shown are the local bound at K_i = %d (%s), which holds regardless", K, privacy.LocalName)
+			fmt.Sprintf(". The figures shown are the local bound at K_i = %d (%s), which holds regardless", K, loc.Theorem)
 		if pm.Planned != nil && pairEps < math.MaxFloat64 {
 			msg += fmt.Sprintf("; the pairwise form would give %.4g for the worst pair", pairEps)
 		}
@@ -444,7 +466,8 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 // realisedSection is the realised-path pairwise figure from the run's own path.
 func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	n := len(in.Updates)
-	if !noisy(in.Clip, in.Sigma) {
+	wr := in.walkRun(privacy.WalkRun{Nodes: n, Complete: in.Graph == nil || in.Graph.Complete})
+	if !privacy.StepNoisy(wr) {
 		pw := noPrivacy(privacy.TheoremRealised, realisedConditions, noPrivacyNote(in.Clip, in.Sigma))
 		return &pw
 	}
@@ -455,11 +478,17 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		}
 	}
 	fallback := func(reason string) *Pairwise {
-		loc := privacy.LocalBound(in.Clip, in.Sigma, kmax, in.Delta)
+		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
 		e := jsonNum(loc.Epsilon)
 		return &Pairwise{Worst: Worst{Epsilon: e, Order: loc.Order, I: busiest, J: (busiest + 1) % n},
 			Mean: e, P50: e, P90: e, P99: e, Theorem: privacy.TheoremRealised, Conditions: realisedConditions,
-			Note: "realised figure not computed: " + reason + fmt.Sprintf(". The figures shown are the local bound of the busiest node (%d updates, %s), which holds regardless", kmax, privacy.LocalName)}
+			Note: "realised figure not computed: " + reason + fmt.Sprintf(". The figures shown are the local bound of the busiest node (%d updates, %s), which holds regardless", kmax, loc.Theorem)}
+	}
+	switch {
+	case wr.Step == "ls-sgd":
+		return fallback("no network amplification theorem covers the ls-sgd step (its noise is on a subsampled gradient, not on a contraction the walk's proofs apply to)")
+	case wr.Step == "sgd" && !(wr.SGDNonExpansive && wr.Complete):
+		return fallback("the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both")
 	}
 	if in.Path == nil {
 		reason := in.RealisedNote
@@ -473,7 +502,22 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if len(in.Coalition) > 0 {
 		coal = [][]int{in.Coalition}
 	}
-	res, err := privacy.RealisedPairwise(tr, coal...)
+	theorem, conditions, gaps := privacy.TheoremRealised, realisedConditions, privacy.RealisedGaps
+	var res *privacy.Realised
+	var err error
+	switch wr.Step {
+	case privacy.StepGADMM:
+		p := wr.GADMM
+		p.Sigma = in.Sigma
+		res, err = privacy.GADMMRealisedPairwise(tr, p, coal...)
+		theorem, conditions, gaps = privacy.GADMMRealisedName, privacy.GADMMRealisedConditions, "the strongly convex exponent and the composition over several contributions are conservative derivations, not the paper's statements"
+	case "sgd":
+		tr.Clip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/4
+		res, err = privacy.RealisedPairwise(tr, coal...)
+		theorem = privacy.TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/4)"
+	default:
+		res, err = privacy.RealisedPairwise(tr, coal...)
+	}
 	if err != nil {
 		return fallback(err.Error())
 	}
@@ -483,7 +527,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		}
 	}
 	pw := fromSummary(res.Pairs.Summarize(in.Delta))
-	pw.Theorem, pw.Conditions, pw.ConditionsHold = privacy.TheoremRealised, realisedConditions, true
+	pw.Theorem, pw.Conditions, pw.ConditionsHold = theorem, conditions, true
 	pw.Note = "computed from this run's own path: the bound holds even for an observer who knows the path; " +
 		"it is the realisation, the planned figure the expectation over a secret path"
 	if in.Views > 0 {
@@ -493,14 +537,24 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if in.FinalReleasedToAll {
 		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
 	}
-	pw.Note += "; " + privacy.RealisedGaps
+	pw.Note += "; " + gaps
+	if wr.Step == "sgd" {
+		// The local figure bounds every observer too (privacy.SGDNetworkCurve is capped by
+		// it in the same way): each pair gets the smaller of the two.
+		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
+		if e := jsonNum(loc.Epsilon); pw.Worst.Epsilon > e {
+			pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
+			pw.Mean, pw.P50, pw.P90, pw.P99 = min(pw.Mean, e), min(pw.P50, e), min(pw.P90, e), min(pw.P99, e)
+			pw.Note += fmt.Sprintf("; capped at the local figure of the busiest node (%s, %d updates), which bounds every observer", loc.Theorem, kmax)
+		}
+	}
 	pm.Realised, pm.RealisedLabel = res.Pairs, LabelRealised
 	if len(res.Coalitions) == 1 {
 		c := res.Coalitions[0]
 		epsOf := unitEpsilon(res.Pairs.Unit, in.Delta)
 		cr := &Coalition{Members: c.Members, PerNodeEpsilon: make([]float64, n), I: -1,
-			Theorem:    privacy.TheoremRealised + ", coalition: the members' views pooled as one observer",
-			Conditions: realisedConditions, ConditionsHold: true}
+			Theorem:    theorem + ", coalition: the members' views pooled as one observer",
+			Conditions: conditions, ConditionsHold: true}
 		member := make([]bool, n)
 		for _, v := range c.Members {
 			member[v] = true
@@ -558,6 +612,8 @@ type prepared struct {
 	split  string
 	shards []*consensus.Dataset
 	refObj float64
+	// step holds the local step's fields of the run's privacy.WalkRun (StepRun).
+	step privacy.WalkRun
 }
 
 // prepare checks o, splits the training set and solves the reference problem.
@@ -595,10 +651,43 @@ func prepare(o Options) (*prepared, error) {
 	if p.shards, err = consensus.Split(o.Train, o.Nodes, p.split, o.Seed); err != nil {
 		return nil, err
 	}
+	if p.step, err = StepRun(o.Step, o.Problem, o.Clip, o.Sigma, p.shards); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
 	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
 		return nil, fmt.Errorf("testnet: reference solve: %w", err)
 	}
 	return p, nil
+}
+
+// StepRun returns the step fields of a privacy.WalkRun (walk.StepRun) for a walk with
+// local step s, problem prob, clip and sigma over shards (one per node, weights
+// n*rows_i/N as in the simulator): what every figure of the run needs to know of its step.
+func StepRun(s walk.StepParams, prob consensus.Problem, clip, sigma float64, shards []*consensus.Dataset) (privacy.WalkRun, error) {
+	var r privacy.WalkRun
+	if s.Kind == walk.StepProx {
+		return r, nil
+	}
+	total := 0
+	for _, sh := range shards {
+		total += sh.Rows
+	}
+	n := len(shards)
+	losses := make([]*consensus.LocalLoss, n)
+	for i, sh := range shards {
+		l, err := consensus.NewLocalLoss(sh, prob.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		if err != nil {
+			return r, err
+		}
+		losses[i] = l
+	}
+	cfg := walk.Config{Clip: clip, Sigma: sigma, Reg: prob.Reg, Step: s}
+	dim := 0
+	if n > 0 {
+		dim = shards[0].Cols
+	}
+	err := walk.StepRun(cfg, losses, dim, n, &r)
+	return r, err
 }
 
 func (p *prepared) gap(obj float64) float64 {
@@ -672,7 +761,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
 		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
-		FinalReleasedToAll: true, Coalition: o.Coalition,
+		FinalReleasedToAll: true, Coalition: o.Coalition, Step: p.step,
 	}
 	if r.Budget != nil {
 		in.Caps = r.Budget.Caps
@@ -695,7 +784,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 // warnPlan returns the warnings about the plan of o (planWarnings) and passes each to
 // o.Warn.
 func warnPlan(o Options, p *prepared, caps, budgetCaps []int) []string {
-	ws := planWarnings(o, p.g == nil || p.g.Complete, caps, budgetCaps)
+	ws := planWarnings(o, p.g == nil || p.g.Complete, caps, budgetCaps, p.step)
 	if o.Warn != nil {
 		for _, m := range ws {
 			o.Warn(m)
@@ -876,4 +965,21 @@ func WalkAlgo(p walk.StepParams) string {
 		return "walk-sgd"
 	}
 	return "walk"
+}
+
+// uniformPlanned is the planned section of the steps whose planned figure is one number
+// for every pair (gradient ADMM and ls-sgd: privacy.WalkPlannedBound, the local figure at
+// K_i with the verdict's reasons).
+func uniformPlanned(in AccountInput, wr privacy.WalkRun, v privacy.WalkVerdict, busiest int, pm *PairMatrices) Pairwise {
+	n := len(in.Updates)
+	b := privacy.WalkPlannedBound(wr, in.Delta)
+	e := jsonNum(b.Epsilon)
+	pw := Pairwise{Worst: Worst{Epsilon: e, Order: b.Order, I: busiest, J: (busiest + 1) % n},
+		Mean: e, P50: e, P90: e, P99: e, Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
+	if len(v.Reasons) > 0 && b.ConditionsHold {
+		pw.ConditionsHold = false
+		pw.Note = "conditions fail: " + strings.Join(v.Reasons, "; ") + "; " + pw.Note
+	}
+	pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, e, LabelLocal
+	return pw
 }

@@ -95,11 +95,13 @@ type Sim struct {
 	hops     uint64
 	// caps[i] is node i's effective cap on noisy updates (min of MaxUpdates and the
 	// budget's cap; math.MaxInt when neither applies), checked on every step.
-	caps   []int
-	plan   *walk.BudgetPlan // nil without a budget
-	atCap  int              // nodes whose noisy updates reached their cap (budget runs)
-	done   bool             // budget run with every node at its cap: no more hops
-	ledger LedgerSink       // nil without a ledger
+	caps []int
+	plan *walk.BudgetPlan // nil without a budget
+	// step holds the local step's fields of the run's privacy.WalkRun (StepRun), with Clip and Sigma.
+	step   privacy.WalkRun
+	atCap  int        // nodes whose noisy updates reached their cap (budget runs)
+	done   bool       // budget run with every node at its cap: no more hops
+	ledger LedgerSink // nil without a ledger
 	closed bool
 }
 
@@ -142,7 +144,12 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	if cfg.Ledger != nil && cfg.LedgerDir != "" {
 		return nil, errors.New("testnet: set at most one of Ledger and LedgerDir")
 	}
-	plan, err := budgetCaps(&cfg, n, g)
+	step, err := StepRun(cfg.Step, cfg.Problem, cfg.Clip, cfg.Sigma, cfg.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	step.Clip, step.Sigma = cfg.Clip, cfg.Sigma
+	plan, err := budgetCaps(&cfg, n, g, step)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +167,7 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n), caps: caps, plan: plan}
+	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n), caps: caps, plan: plan, step: step}
 	scratch := walk.NewScratch(dim) // one goroutine drives all machines
 	for i, sh := range cfg.Shards {
 		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
@@ -244,7 +251,7 @@ func (s *Sim) Step() error {
 		return fmt.Errorf("testnet: invariant: hop %d node %d: %d ledger entries for %d envelopes", s.hops, i, len(rd.Ledger), len(rd.Outbox))
 	}
 	e := &rd.Ledger[0]
-	noisy := e.Mechanism == walk.MechGaussian
+	noisy := e.Noisy()
 	st.Entries[i]++
 	if noisy {
 		st.Noisy[i]++

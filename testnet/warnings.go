@@ -61,7 +61,7 @@ func planCaps(o Options, budgetCaps []int) []int {
 //     not change the model.
 //   - privacy.WalkDecide with Planning: every reason it gives voids the planned pairwise
 //     figure for this run, every warning puts it at risk.
-func planWarnings(o Options, complete bool, caps, budgetCaps []int) []string {
+func planWarnings(o Options, complete bool, caps, budgetCaps []int, step privacy.WalkRun) []string {
 	var out []string
 	if total, ok := updateCapacity(caps); ok && o.Hops > total {
 		src := fmt.Sprintf("%d nodes x at most %d noisy updates (--max-updates)", o.Nodes, o.MaxUpdates)
@@ -84,8 +84,9 @@ func planWarnings(o Options, complete bool, caps, budgetCaps []int) []string {
 			hard = kb
 		}
 	}
-	v := privacy.WalkDecide(privacy.WalkRun{Nodes: o.Nodes, Complete: complete, Clip: o.Clip, Sigma: o.Sigma,
-		Cap: hard, Hops: o.Hops, Planning: true})
+	r := step
+	r.Nodes, r.Complete, r.Clip, r.Sigma, r.Cap, r.Hops, r.Planning = o.Nodes, complete, o.Clip, o.Sigma, hard, o.Hops, true
+	v := privacy.WalkDecide(r)
 	for _, r := range v.Reasons {
 		out = append(out, "the planned pairwise privacy figure will not hold for this run: "+r)
 	}

@@ -77,6 +77,8 @@ type BudgetPlan struct {
 	complete bool      // network kind on the complete graph (Theorem 4)
 	weight   []float64 // network kind on a general graph: node i's worst row weight
 	unit     privacy.Curve
+	// eps, when set (BudgetCapsStep), is the figure of k updates of every node.
+	eps func(k int) float64
 }
 
 // Epsilon returns node i's epsilon after k noisy updates, of the plan's kind at the
@@ -88,6 +90,9 @@ func (p *BudgetPlan) Epsilon(i, k int) float64 {
 	}
 	if k <= 0 {
 		return 0
+	}
+	if p.eps != nil {
+		return p.eps(k)
 	}
 	d := p.Budget.Delta
 	loc, _ := privacy.ToDP(privacy.WalkLocalCurve(p.clip, p.sigma, k), d)

@@ -1,0 +1,64 @@
+package privacy
+
+import "math"
+
+// The local figure of one node, for every walk step: which curve and bound apply is
+// decided here and nowhere else (the simulator's report, budgets, a node's /status and
+// model.json, 'dpadmm account' all call StepLocalCurve or StepLocalBound), as WalkDecide
+// decides the pairwise verdict.
+
+// gadmmParams returns r.GADMM with the noise std of the run (WalkRun.Sigma is the one
+// used; GADMMParams.Sigma is ignored in a WalkRun).
+func (r WalkRun) gadmmParams() GADMMParams {
+	p := r.GADMM
+	p.Sigma = r.Sigma
+	return p
+}
+
+// StepLocalCurve is the local RDP curve of k noisy updates of one node with the step of
+// r: GADMMLocalCurve for gradient ADMM, SGDLocalCurve for ls-sgd and sgd, WalkLocalCurve
+// (Algorithm 4's clipped u-update) for the prox and linearized steps. k = 0 gives the zero
+// curve.
+func StepLocalCurve(r WalkRun, k int) Curve {
+	switch {
+	case k == 0:
+		return ZeroCurve()
+	case r.Step == StepGADMM:
+		return GADMMLocalCurve(r.gadmmParams(), k)
+	case gradStep(r):
+		return SGDLocalCurve(r.Rate, r.Clip, r.Sigma, k)
+	}
+	return WalkLocalCurve(r.Clip, r.Sigma, k)
+}
+
+// StepLocalBound is StepLocalCurve converted at delta, with its theorem and conditions.
+func StepLocalBound(r WalkRun, k int, delta float64) Bound {
+	switch {
+	case r.Step == StepGADMM:
+		return GADMMLocalBound(r.gadmmParams(), k, delta)
+	case gradStep(r):
+		return SGDLocalBound(r.Rate, r.Clip, r.Sigma, k, delta)
+	}
+	return LocalBound(r.Clip, r.Sigma, k, delta)
+}
+
+// StepLocalName names the theorem of StepLocalBound for r's step, and
+// StepLocalConditions its conditions.
+func StepLocalName(r WalkRun) string { return StepLocalBound(r, 0, 1e-5).Theorem }
+
+// StepLocalConditions returns the conditions of StepLocalBound for r's step.
+func StepLocalConditions(r WalkRun) string { return StepLocalBound(r, 0, 1e-5).Conditions }
+
+// StepNoisy reports whether r's updates carry a finite figure at all: noise, a finite
+// clip (and for gradient ADMM a finite sensitivity, for ls-sgd and sgd a valid rate).
+func StepNoisy(r WalkRun) bool {
+	ok := r.Sigma > 0 && !math.IsInf(r.Sigma, 0) && r.Clip > 0 && !math.IsInf(r.Clip, 0)
+	switch {
+	case r.Step == StepGADMM:
+		s := r.GADMM.Sensitivity
+		return ok && s > 0 && !math.IsInf(s, 0)
+	case gradStep(r):
+		return ok && r.Rate > 0 && r.Rate <= 1
+	}
+	return ok
+}

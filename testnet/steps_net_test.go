@@ -1,0 +1,47 @@
+package testnet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// TestStepsSameModelInEveryMode: every local step other than the exact prox gives the
+// simulator's report (model bit for bit, path, privacy section) on real libp2p hosts in
+// one process (--mem) and as separate 'dpadmm node' processes (--procs), for one seed.
+func TestStepsSameModelInEveryMode(t *testing.T) {
+	bin := buildDpadmm(t)
+	const n, hops, seed = 3, 60, 5
+	for _, st := range []walk.StepParams{
+		{Kind: walk.StepLinearized, Eta: 0.5},
+		{Kind: walk.StepLSSGD, Eta: 0.5, Nu: 2, Rate: 0.5},
+		{Kind: walk.StepGADMM, Eta: 0.5, Beta: 1},
+		{Kind: walk.StepSGD, Eta: 0.5, Rate: 0.5},
+	} {
+		t.Run(st.Kind.String(), func(t *testing.T) {
+			o := netOptions(t, n, hops, seed)
+			o.Step = st
+			sim, err := Run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sim.LocalStep != st.Kind.String() {
+				t.Fatalf("report local_step %q, want %q", sim.LocalStep, st.Kind)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			mem, err := RunNet(ctx, o, NetOptions{Mode: "mem"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameReport(t, "mem", mem, sim)
+			procs, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameReport(t, "procs", procs, sim)
+		})
+	}
+}
