@@ -564,4 +564,3 @@ type plotErrBars struct {
 func (e *plotErrBars) Len() int                        { return len(e.xys) }
 func (e *plotErrBars) XY(i int) (float64, float64)     { return e.xys[i].X, e.xys[i].Y }
 func (e *plotErrBars) YError(i int) (float64, float64) { return e.errs[i].Low, e.errs[i].High }
-
