@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"image/color"
@@ -47,7 +48,7 @@ type WalkExperimentOptions struct {
 	Train, Test *consensus.Dataset
 	Data        string            // name of the data, for the CSV
 	Problem     consensus.Problem // the reported objective (loss and regularizer)
-	Hops        uint64            // hops of every run (default 20 x nodes)
+	Hops        uint64            // hops of every run (default 100 x nodes)
 	Epsilons    []float64         // the epsilon grid (default the authors': geomspace(0.01, 5, 7))
 	Delta       float64           // default 1e-6
 	// Figure is what the noise is calibrated to: "pairwise" (the planned network figure of
@@ -65,6 +66,9 @@ type WalkExperimentOptions struct {
 	Workers    int // runs in parallel (default 1); the results do not depend on it
 	Progress   func(done, total int)
 	NonPrivate bool // also run every tuned method without noise (a reference line per method)
+	// TuneEach tunes every method at every epsilon instead of once at the smallest (the
+	// paper's protocol); the non-private runs then use the setting tuned at the largest.
+	TuneEach bool
 }
 
 // WalkExperimentPoint is one method at one epsilon.
@@ -97,7 +101,7 @@ type WalkExperimentResult struct {
 // gradient ADMM, the Laplacian-smoothed SGD step with nu = 0, 2, 3, and the DP-SGD walk,
 // with their tuning grids.
 func DefaultWalkMethods() []WalkMethod {
-	clips := []float64{0.01, 0.1, 1}
+	clips := []float64{0.001, 0.01, 0.1, 1}
 	etas := []float64{0.03, 0.1, 0.3, 1}
 	ls := func(nu float64) WalkMethod {
 		return WalkMethod{Name: "walk ls-sgd nu=" + strconv.FormatFloat(nu, 'g', -1, 64),
@@ -105,7 +109,7 @@ func DefaultWalkMethods() []WalkMethod {
 	}
 	return []WalkMethod{
 		{Name: "walk ADMM", Step: walk.StepParams{Kind: walk.StepProx}, Gammas: []float64{0.3, 1, 3, 10}, Clips: clips},
-		{Name: "walk gradient ADMM", Step: walk.StepParams{Kind: walk.StepGADMM, Beta: 1}, Etas: []float64{0.1, 0.3, 1}, Clips: clips},
+		{Name: "walk gradient ADMM", Step: walk.StepParams{Kind: walk.StepGADMM, Beta: 1}, Etas: []float64{0.1, 0.3, 0.9}, Clips: clips},
 		ls(0), ls(2), ls(3),
 		{Name: "walk DP-SGD", Step: walk.StepParams{Kind: walk.StepSGD, Rate: 1}, Etas: etas, Clips: clips},
 	}
@@ -117,7 +121,7 @@ func (o *WalkExperimentOptions) defaults() error {
 	}
 	n := o.Train.Rows
 	if o.Hops == 0 {
-		o.Hops = 20 * uint64(n)
+		o.Hops = 100 * uint64(n)
 	}
 	if o.Epsilons == nil {
 		o.Epsilons = Geomspace(0.01, 5, 7)
@@ -301,7 +305,11 @@ func RunWalkExperiment(ctx context.Context, o WalkExperimentOptions) (*WalkExper
 	}
 	total := 0
 	for _, m := range o.Methods {
-		total += len(m.grid(&o))*o.TuneSeeds + len(o.Epsilons)*o.Seeds
+		tunings := 1
+		if o.TuneEach {
+			tunings = len(o.Epsilons)
+		}
+		total += tunings*len(m.grid(&o))*o.TuneSeeds + len(o.Epsilons)*o.Seeds
 		if o.NonPrivate {
 			total += o.Seeds
 		}
@@ -369,37 +377,66 @@ func RunWalkExperiment(ctx context.Context, o WalkExperimentOptions) (*WalkExper
 			return StepEpsilon(r, o.Figure, n, o.Cap, o.Hops, s, o.Delta)
 		})
 	}
-	epsMin := slices.Min(o.Epsilons)
-	for _, m := range o.Methods {
+	// tune returns m's grid point with the smallest mean training objective at eps.
+	tune := func(m WalkMethod, eps float64) (walkSetting, error) {
 		grid := m.grid(&o)
 		scores := make([]float64, len(grid)*o.TuneSeeds)
 		sigmas := make([]float64, len(grid))
+		// A grid point the step refuses (a step size above 1/nu for gradient ADMM, say) is
+		// left out of the tuning; a method with no valid point is an error.
+		invalid := make([]error, len(grid))
 		for g, st := range grid {
-			if sigmas[g], err = sigmaFor(m, st, epsMin); err != nil {
-				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-			}
+			sigmas[g], invalid[g] = sigmaFor(m, st, eps)
 		}
 		err := runs(len(scores), func(k int) error {
 			g, s := k/o.TuneSeeds, k%o.TuneSeeds
+			if invalid[g] != nil {
+				scores[k] = math.Inf(1)
+				return nil
+			}
 			r, err := o.runWalkOnce(ctx, shards, m, grid[g], sigmas[g], o.Seed+1000+uint64(s))
+			if err != nil && ctx.Err() == nil {
+				invalid[g], scores[k] = err, math.Inf(1)
+				return nil
+			}
 			scores[k] = r.train
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
+			return walkSetting{}, err
 		}
-		best, bestScore := 0, math.Inf(1)
+		best, bestScore := -1, math.Inf(1)
 		for g := range grid {
+			if invalid[g] != nil {
+				continue
+			}
 			mean := 0.0
 			for s := 0; s < o.TuneSeeds; s++ {
 				mean += scores[g*o.TuneSeeds+s] / float64(o.TuneSeeds)
 			}
-			if mean < bestScore || (math.IsNaN(bestScore) && !math.IsNaN(mean)) {
+			if best < 0 || mean < bestScore || (math.IsNaN(bestScore) && !math.IsNaN(mean)) {
 				best, bestScore = g, mean
 			}
 		}
-		st := grid[best]
+		if best < 0 {
+			return walkSetting{}, fmt.Errorf("no valid point in the tuning grid: %w", invalid[0])
+		}
+		return grid[best], nil
+	}
+	epsMin := slices.Min(o.Epsilons)
+	for _, m := range o.Methods {
+		var st walkSetting
+		if !o.TuneEach {
+			if st, err = tune(m, epsMin); err != nil {
+				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
+			}
+		}
 		for _, eps := range o.Epsilons {
+			if o.TuneEach {
+				if st, err = tune(m, eps); err != nil {
+					return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
+				}
+			}
 			sigma, err := sigmaFor(m, st, eps)
 			if err != nil {
 				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
@@ -460,9 +497,9 @@ func pointOf(m WalkMethod, st walkSetting, eps, sigma float64, out []walkRunResu
 
 // WriteCSV writes one line per method and epsilon.
 func (r *WalkExperimentResult) WriteCSV(w io.Writer) error {
-	if _, err := fmt.Fprintln(w, "data,method,figure,epsilon,delta,sigma,gamma,step_size,clip,hops,cap,seeds,test_mean,test_min,test_max,test_std,train_mean,reference_test,zero_model_test,nonprivate_test"); err != nil {
-		return err
-	}
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"data", "method", "figure", "epsilon", "delta", "sigma", "gamma", "step_size", "clip", "hops", "cap", "seeds",
+		"test_mean", "test_min", "test_max", "test_std", "train_mean", "reference_test", "zero_model_test", "nonprivate_test", "tuning"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
 	o := r.Options
 	for _, p := range r.Points {
@@ -470,13 +507,12 @@ func (r *WalkExperimentResult) WriteCSV(w io.Writer) error {
 		if v, ok := r.NonPrivate[p.Method]; ok {
 			np = f(v)
 		}
-		if _, err := fmt.Fprintf(w, "%s,%s,%s,%s,%s,%s,%s,%s,%s,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s\n", o.Data, p.Method, o.Figure,
-			f(p.Epsilon), f(o.Delta), f(p.Sigma), f(p.Gamma), f(p.Eta), f(p.Clip), o.Hops, o.Cap, o.Seeds,
-			f(p.Mean), f(p.Min), f(p.Max), f(p.Std), f(p.TrainMean), f(r.Reference), f(r.Zero), np); err != nil {
-			return err
-		}
+		cw.Write([]string{o.Data, p.Method, o.Figure, f(p.Epsilon), f(o.Delta), f(p.Sigma), f(p.Gamma), f(p.Eta), f(p.Clip),
+			strconv.FormatUint(o.Hops, 10), strconv.Itoa(o.Cap), strconv.Itoa(o.Seeds),
+			f(p.Mean), f(p.Min), f(p.Max), f(p.Std), f(p.TrainMean), f(r.Reference), f(r.Zero), np, r.tuning()})
 	}
-	return nil
+	cw.Flush()
+	return cw.Error()
 }
 
 // walkPalette are the curve colours, in method order.
@@ -488,7 +524,7 @@ var walkPalette = []color.RGBA{{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160
 func (r *WalkExperimentResult) WritePNG(w io.Writer) error {
 	p := plot.New()
 	o := r.Options
-	p.Title.Text = fmt.Sprintf("%s: test objective vs epsilon (delta %g, %s figure, %d hops, %d seeds)", o.Data, o.Delta, o.Figure, o.Hops, o.Seeds)
+	p.Title.Text = fmt.Sprintf("%s: test objective vs epsilon\n(delta %g, %s figure, %d hops, %d seeds, tuned at %s)", o.Data, o.Delta, o.Figure, o.Hops, o.Seeds, r.tuning())
 	p.X.Label.Text = "epsilon"
 	p.Y.Label.Text = "test objective (mean, min-max over seeds)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
@@ -564,3 +600,11 @@ type plotErrBars struct {
 func (e *plotErrBars) Len() int                        { return len(e.xys) }
 func (e *plotErrBars) XY(i int) (float64, float64)     { return e.xys[i].X, e.xys[i].Y }
 func (e *plotErrBars) YError(i int) (float64, float64) { return e.errs[i].Low, e.errs[i].High }
+
+// tuning names how the methods were tuned.
+func (r *WalkExperimentResult) tuning() string {
+	if r.Options.TuneEach {
+		return "each epsilon"
+	}
+	return "smallest epsilon"
+}

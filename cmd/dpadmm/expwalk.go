@@ -30,7 +30,11 @@ calibrated by dpadmm's accountant to that epsilon at --delta. Methods:
 All run the same number of hops (--hops) with the same cap K_i on every node's noisy
 updates. Each method's gamma or step size and its clip are tuned once by grid search on the
 smallest epsilon (mean training objective over --tune-seeds runs) and kept for every
-epsilon. The metric is the test objective of the final model, mean and min-max over --seeds
+epsilon, as the paper does (--tune each tunes at every epsilon instead). Grids: walk ADMM
+gamma in {0.3, 1, 3, 10}; gradient ADMM step in {0.1, 0.3, 0.9} (beta 1; a step above 1/nu
+is left out); ls-sgd and DP-SGD step in {0.03, 0.1, 0.3, 1} (decaying as step/sqrt(k) with
+the node's update count k, sampling rate 1: one row per node); clip in {0.001, 0.01, 0.1, 1}
+for all. The metric is the test objective of the final model, mean and min-max over --seeds
 runs.
 
 --figure says what the noise is calibrated to: pairwise (default: the planned network
@@ -41,7 +45,9 @@ observer of every message).
 Data: the paper's synthetic lasso by default (--data synthetic: 1,000 rows drawn uniformly
 on the unit sphere of R^64, a ground truth with 8 nonzero coordinates uniform in [0,1),
 noise std 0.1, 800 training rows = 800 nodes, 200 test rows), or any regression CSV or
-LIBSVM file (squared loss, scaled to rows of norm <= 1).
+LIBSVM file (squared loss; features scaled to rows of norm <= 1, the target standardized
+by the training rows' mean and standard deviation), e.g.
+  dpadmm experiment walk --data ../shared/data/diabetes.csv --label target
 
 Outputs: OUT/NAME.csv (one line per method and epsilon: sigma, tuned parameters, test
 objective mean/min/max/std) and OUT/NAME.png (log-log), and a table on stdout.
@@ -51,8 +57,8 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs := newFlagSet("experiment walk", experimentWalkHelp, stdout)
 	df := addDataFlags(fs, dataFlagConfig{dataUsage: "data: synthetic (the paper's lasso, the default) or a regression CSV or LIBSVM file",
 		test: true, scale: consensus.ScaleStandardizeNorm, fit: true})
-	l1 := fs.Float64("l1", 0.01, "lasso weight kappa: the objective is mean (1/2)(a.w - y)^2 + kappa ||w||_1")
-	hops := fs.Uint64("hops", 0, "hops of every run (0 = 20 x nodes)")
+	l1 := fs.Float64("l1", 1e-3, "lasso weight kappa: the objective is mean (1/2)(a.w - y)^2 + kappa ||w||_1")
+	hops := fs.Uint64("hops", 0, "hops of every run (0 = 100 x nodes)")
 	epsStr := fs.String("epsilons", "0.01,0.028173,0.07937,0.22361,0.62996,1.7748,5", "comma-separated epsilons (default: the authors' geomspace(0.01, 5, 7))")
 	delta := fs.Float64("delta", 1e-6, "delta of every figure")
 	figure := fs.String("figure", "pairwise", "what the noise is calibrated to: pairwise or local")
@@ -61,6 +67,7 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 	tuneSeeds := fs.Int("tune-seeds", 3, "runs per grid point when tuning")
 	seed := fs.Uint64("seed", 1, "first seed (runs use seed, seed+1, ...); also the data and the train/test split")
 	methods := fs.String("methods", "", "comma-separated subset of the methods by index (0 walk ADMM, 1 gradient ADMM, 2-4 ls-sgd nu=0,2,3, 5 DP-SGD); empty = all")
+	tuneAt := fs.String("tune", "smallest", "when to tune each method's grid: smallest (once, at the smallest epsilon, the paper's protocol) or each (at every epsilon)")
 	nonPriv := fs.Bool("nonprivate", true, "also run every tuned method without noise (the CSV's nonprivate_test)")
 	outDir := fs.String("out", "walk-experiment", "output directory (created if missing)")
 	name := fs.String("name", "walk", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")
@@ -91,6 +98,8 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		return bad("--seeds and --tune-seeds must be >= 1")
 	case *capK < 0 || *workers < 0:
 		return bad("--cap and --workers must be >= 0")
+	case *tuneAt != "smallest" && *tuneAt != "each":
+		return bad("--tune must be smallest or each, got %q", *tuneAt)
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return bad("--name must be a plain file name, got %q", *name)
 	}
@@ -110,7 +119,7 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		*workers = runtime.GOMAXPROCS(0)
 	}
 	var train, test *consensus.Dataset
-	dataName := "synthetic lasso (unit sphere, p=64, support 8)"
+	dataName := "synthetic lasso: unit sphere, p=64, support 8"
 	if *df.path == "" || *df.path == "synthetic" {
 		full, _ := consensus.SyntheticLassoSphere(1000, 64, 8, 0.1, *seed)
 		train, test = consensus.TrainTest(full, 0.2, *seed)
@@ -123,11 +132,13 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 			return err
 		}
 		train, test, dataName = ld.train, ld.test, ld.name
+		standardizeTarget(train, test)
+		dataName += " (target standardized)"
 	}
 	opt := testnet.WalkExperimentOptions{Train: train, Test: test, Data: dataName,
 		Problem: consensus.Problem{Loss: consensus.Squared, Reg: consensus.Regularizer{L1: *l1}},
 		Hops:    *hops, Epsilons: eps, Delta: *delta, Figure: *figure, Cap: *capK, Seeds: *seeds, TuneSeeds: *tuneSeeds,
-		Seed: *seed, Methods: ms, Workers: *workers, NonPrivate: *nonPriv}
+		Seed: *seed, Methods: ms, Workers: *workers, NonPrivate: *nonPriv, TuneEach: *tuneAt == "each"}
 	prog := newProgress(stderr, *quiet)
 	if prog != nil {
 		opt.Progress = func(done, total int) { prog.Printf("experiment walk: run %d/%d", done, total) }
@@ -171,4 +182,30 @@ func rowsOf(d *consensus.Dataset) int {
 		return 0
 	}
 	return d.Rows
+}
+
+// standardizeTarget centers and scales the regression target by the training rows' mean
+// and standard deviation (train and test alike), so that a clipped update can reach the
+// model: the experiment's rows have norm <= 1 and its clip grid is made for targets of
+// order one.
+func standardizeTarget(train, test *consensus.Dataset) {
+	mean, sd := 0.0, 0.0
+	for _, y := range train.Y {
+		mean += y / float64(len(train.Y))
+	}
+	for _, y := range train.Y {
+		sd += (y - mean) * (y - mean) / float64(len(train.Y))
+	}
+	sd = math.Sqrt(sd)
+	if !(sd > 0) {
+		sd = 1
+	}
+	for _, d := range []*consensus.Dataset{train, test} {
+		if d == nil {
+			continue
+		}
+		for i, y := range d.Y {
+			d.Y[i] = (y - mean) / sd
+		}
+	}
 }
