@@ -53,6 +53,7 @@ var gradSteps = []struct {
 	{"linearized", StepParams{Kind: StepLinearized, Eta: 1}},
 	{"ls-sgd", StepParams{Kind: StepLSSGD, Eta: 1, Nu: 2, Rate: 1}},
 	{"sgd", StepParams{Kind: StepSGD, Eta: 0.1, Rate: 1}},
+	{"gadmm", StepParams{Kind: StepGADMM, Eta: 1e-3, Beta: 1}}, // eta <= 1/nu at p = 1000
 }
 
 // TestGradHopAllocationFree: a hop of each gradient step allocates nothing, with and
