@@ -417,7 +417,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 			return nil, err
 		}
 		logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
-		a := []string{"node", "--insecure-testnet", "--gossip-plan", planPath, "--data", csv, "--datadir", dirs[i],
+		a := []string{"node", "--gossip-plan", planPath, "--insecure-testnet", "--data", csv, "--datadir", dirs[i],
 			"--log-format", "json", "--log-level", "warn"}
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
@@ -425,7 +425,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		args[i] = a
 		if restartPlan != "" {
 			restartArgs = append([]string(nil), a...)
-			restartArgs[2] = restartPlan
+			restartArgs[2] = restartPlan // the value of --gossip-plan
 		}
 	}
 

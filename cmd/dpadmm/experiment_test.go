@@ -122,7 +122,7 @@ func TestExperimentCLIErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"experiment"}, 2, "which experiment"},
-		{[]string{"experiment", "walk"}, 2, "unknown experiment"},
+		{[]string{"experiment", "walks"}, 2, "unknown experiment"},
 		{[]string{"experiment", "radmm", "--alphas", "2,0"}, 2, "alpha must be"},
 		{[]string{"experiment", "radmm", "--alphas", "-1"}, 2, "alpha must be"},
 		{[]string{"experiment", "radmm", "--alphas", "x"}, 2, "alpha must be"},

@@ -43,7 +43,8 @@ import (
 //   - --hops at most 60, --iters at most 10, --nodes at most 20, --trials at most 200,
 //     --steps at most 1000, --seeds at most 1; --kill-holder-at below the hops (half of
 //     them when it was not);
-//   - added when absent: 'audit --trials 200', 'experiment --seeds 1 --iters 10', and
+//   - added when absent: 'audit --trials 200', 'experiment radmm --seeds 1 --iters 10',
+//     'experiment walk --seeds 1', 'experiment gadmm --iters 10', and
 //     '--hops 60' for a walk 'node' (whose default is 1,000 hops);
 //   - '/tmp/...' becomes a directory shared by all the commands of one test (the README's
 //     commands share /tmp as one shell would), '../shared/data/FILE' the first
@@ -622,7 +623,15 @@ func (e *readmeEnv) rewrite(args []string) []string {
 			out = append(out, "--trials", strconv.Itoa(readmeCaps["trials"]))
 		}
 	case "experiment":
-		for _, f := range []string{"seeds", "iters"} {
+		// The flags each experiment has: radmm --seeds and --iters, walk --seeds (its
+		// length is --hops, capped above), gadmm --iters.
+		fs := []string{"seeds", "iters"}
+		if len(out) > 1 && out[1] == "walk" {
+			fs = []string{"seeds"}
+		} else if len(out) > 1 && out[1] == "gadmm" {
+			fs = []string{"iters"}
+		}
+		for _, f := range fs {
 			if !hasFlag(out, f) {
 				out = append(out, "--"+f, strconv.Itoa(readmeCaps[f]))
 			}
