@@ -59,26 +59,28 @@ const (
 // GADMMParams are the public parameters of a gradient-ADMM walk that the accountant needs.
 type GADMMParams struct {
 	// Eta is the x-step size eta > 0, Beta the ADMM penalty beta > 0.
-	Eta, Beta float64
+	Eta  float64 `json:"eta"`
+	Beta float64 `json:"beta"`
 	// Sigma is the std of the noise on x (>= 0; 0 gives no finite figure).
-	Sigma float64
+	Sigma float64 `json:"sigma"`
 	// Sensitivity is eta*Delta, the bound on ||x - x'|| of one update of any node (the
 	// largest over the nodes when their weights differ); the ledger's Sensitivity field.
-	Sensitivity float64
+	Sensitivity float64 `json:"sensitivity"`
 	// NormA2 is ||A||^2 (spectral norm squared); 0 means 1, the consensus form.
-	NormA2 float64
+	NormA2 float64 `json:"norm_a2,omitempty"`
 	// NormAB is ||A^T B||; 0 means 1, the consensus form.
-	NormAB float64
+	NormAB float64 `json:"norm_ab,omitempty"`
 	// Nu is the smoothness bound of every node's f (the largest over the nodes).
-	Nu float64
+	Nu float64 `json:"nu"`
 	// Strong selects the strongly convex mode; Mu is the strong convexity of every f
 	// (the smallest over the nodes) and MuG that of g.
-	Strong  bool
-	Mu, MuG float64
+	Strong bool    `json:"strongly_convex,omitempty"`
+	Mu     float64 `json:"mu,omitempty"`
+	MuG    float64 `json:"mu_g,omitempty"`
 	// Printed selects, in the strongly convex mode, the exponent as printed in Cor. 7.3
 	// (C L^(2T-1)/T), which the paper's own lemmas do not support; the default is the
 	// conservative form.
-	Printed bool
+	Printed bool `json:"printed,omitempty"`
 }
 
 func (p GADMMParams) normA2() float64 {

@@ -1,6 +1,10 @@
 package privacy
 
-import "math"
+import (
+	"errors"
+	"fmt"
+	"math"
+)
 
 // The local figure of one node, for every walk step: which curve and bound apply is
 // decided here and nowhere else (the simulator's report, budgets, a node's /status and
@@ -61,4 +65,49 @@ func StepNoisy(r WalkRun) bool {
 		return ok && r.Rate > 0 && r.Rate <= 1
 	}
 	return ok
+}
+
+// ErrNoNetworkFigure is returned by StepRealisedPairwise for a step that no network
+// amplification theorem covers in this run; the local figure is then the pairwise one.
+var ErrNoNetworkFigure = errors.New("privacy: no network figure")
+
+// StepRealised names the realised figure StepRealisedPairwise computed.
+type StepRealised struct {
+	Theorem, Conditions, Gaps string
+	// CapAtLocal: the local figure also bounds every pair (the DP-SGD walk), so each pair
+	// may be reported as the smaller of the two.
+	CapAtLocal bool
+}
+
+// StepRealisedPairwise is the realised pairwise accountant of r's step over the trace tr
+// (tr's Clip, Sigma and Nodes must be r's): RealisedPairwise for the prox and linearized
+// steps; GADMMRealisedPairwise for gradient ADMM; for the DP-SGD walk RealisedPairwise with
+// each update charged as a walk update of clip SGDTraceClip(C), when every node's step is
+// non-expansive on the complete graph (r.SGDNonExpansive, r.Complete); ErrNoNetworkFigure
+// (wrapped, with the reason) for ls-sgd and an uncertified sgd run.
+func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised, StepRealised, error) {
+	info := StepRealised{Theorem: TheoremRealised, Conditions: RealisedConditions, Gaps: RealisedGaps}
+	switch {
+	case r.Step == StepGADMM:
+		p := r.GADMM
+		p.Sigma = r.Sigma
+		res, err := GADMMRealisedPairwise(tr, p, coalitions...)
+		info.Theorem, info.Conditions = GADMMRealisedName, GADMMRealisedConditions
+		info.Gaps = "the strongly convex exponent and the composition over several contributions are conservative derivations, not the paper's statements"
+		return res, info, err
+	case r.Step == "ls-sgd":
+		return nil, info, fmt.Errorf("%w: no network amplification theorem covers the ls-sgd step (its noise is on a subsampled gradient, not on a contraction the walk's proofs apply to)", ErrNoNetworkFigure)
+	case r.Step == "sgd":
+		if !(r.SGDNonExpansive && r.Complete) {
+			return nil, info, fmt.Errorf("%w: the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both", ErrNoNetworkFigure)
+		}
+		t := *tr
+		t.Clip = SGDTraceClip(tr.Clip) // one sgd update charged as one walk update of clip C/4
+		res, err := RealisedPairwise(&t, coalitions...)
+		info.Theorem = TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/4)"
+		info.CapAtLocal = true
+		return res, info, err
+	}
+	res, err := RealisedPairwise(tr, coalitions...)
+	return res, info, err
 }

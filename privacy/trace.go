@@ -32,6 +32,43 @@ type Trace struct {
 	Sigma              float64     // noise parameter sigma of every noisy update
 	Steps              []TraceStep // hop k is Steps[k]
 	FinalReleasedToAll bool        // the final model is published to every node
+	// Step names the local step of the noisy updates and its accounting parameters; nil
+	// is Algorithm 4's prox step (and the linearized step, which the same figures cover).
+	Step *TraceStepInfo
+}
+
+// TraceStepInfo is the local step of a trace's noisy updates (the step fields of a
+// WalkRun).
+type TraceStepInfo struct {
+	Step            string       `json:"step"`
+	Rate            float64      `json:"sample_rate,omitempty"`
+	SGDNonExpansive bool         `json:"sgd_non_expansive,omitempty"`
+	GADMM           *GADMMParams `json:"gadmm,omitempty"`
+}
+
+// WalkRun returns the WalkRun fields of the trace: its nodes, clip, noise and step.
+func (tr *Trace) WalkRun() WalkRun {
+	r := WalkRun{Nodes: tr.Nodes, Complete: true, Clip: tr.Clip, Sigma: tr.Sigma}
+	if s := tr.Step; s != nil {
+		r.Step, r.Rate, r.SGDNonExpansive = s.Step, s.Rate, s.SGDNonExpansive
+		if s.GADMM != nil {
+			r.GADMM = *s.GADMM
+		}
+	}
+	return r
+}
+
+// TraceStepOf returns the TraceStepInfo of r's step (nil for the prox step).
+func TraceStepOf(r WalkRun) *TraceStepInfo {
+	if r.Step == "" || r.Step == "prox" {
+		return nil
+	}
+	s := &TraceStepInfo{Step: r.Step, Rate: r.Rate, SGDNonExpansive: r.SGDNonExpansive}
+	if r.Step == StepGADMM {
+		p := r.GADMM
+		s.GADMM = &p
+	}
+	return s
 }
 
 // traceHeader is the first line of an encoded trace.
@@ -42,6 +79,8 @@ type traceHeader struct {
 	Sigma              float64 `json:"sigma"`
 	Steps              int     `json:"steps"`
 	FinalReleasedToAll bool    `json:"final_released_to_all"`
+	// LocalStep is Trace.Step; absent for the prox step (older traces have none).
+	LocalStep *TraceStepInfo `json:"local_step,omitempty"`
 }
 
 // Validate reports whether the trace is well formed.
@@ -80,7 +119,7 @@ func WriteTrace(w io.Writer, tr *Trace) error {
 		return err
 	}
 	h := traceHeader{Format: TraceFormat, Nodes: tr.Nodes, Clip: tr.Clip, Sigma: tr.Sigma,
-		Steps: len(tr.Steps), FinalReleasedToAll: tr.FinalReleasedToAll}
+		Steps: len(tr.Steps), FinalReleasedToAll: tr.FinalReleasedToAll, LocalStep: tr.Step}
 	b, err := json.Marshal(h)
 	if err != nil {
 		return fmt.Errorf("privacy: trace: %w", err)
@@ -130,7 +169,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 			if h.Steps < 0 {
 				return nil, fmt.Errorf("privacy: trace: line %d: steps must be >= 0, got %d", lineNo, h.Steps)
 			}
-			tr = &Trace{Nodes: h.Nodes, Clip: h.Clip, Sigma: h.Sigma, FinalReleasedToAll: h.FinalReleasedToAll}
+			tr = &Trace{Nodes: h.Nodes, Clip: h.Clip, Sigma: h.Sigma, FinalReleasedToAll: h.FinalReleasedToAll, Step: h.LocalStep}
 			if err := tr.validateHeader(); err != nil {
 				return nil, fmt.Errorf("privacy: trace: line %d: header: %v", lineNo, err)
 			}

@@ -125,6 +125,9 @@ type Report struct {
 	Network *NetworkReport `json:"network,omitempty"`
 	// Pairs holds the pairwise matrices for WritePairsCSV and WritePairsPNG (nil for one node).
 	Pairs *PairMatrices `json:"-"`
+	// StepRun holds the local step's fields of the run's privacy.WalkRun (StepRun), for
+	// a trace of the run.
+	StepRun privacy.WalkRun `json:"-"`
 }
 
 // Privacy holds the privacy figures of a run. Every epsilon is an (epsilon, Delta)-DP
@@ -484,12 +487,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 			Mean: e, P50: e, P90: e, P99: e, Theorem: privacy.TheoremRealised, Conditions: realisedConditions,
 			Note: "realised figure not computed: " + reason + fmt.Sprintf(". The figures shown are the local bound of the busiest node (%d updates, %s), which holds regardless", kmax, loc.Theorem)}
 	}
-	switch {
-	case wr.Step == "ls-sgd":
-		return fallback("no network amplification theorem covers the ls-sgd step (its noise is on a subsampled gradient, not on a contraction the walk's proofs apply to)")
-	case wr.Step == "sgd" && !(wr.SGDNonExpansive && wr.Complete):
-		return fallback("the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both")
-	}
+
 	if in.Path == nil {
 		reason := in.RealisedNote
 		if reason == "" {
@@ -502,25 +500,14 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if len(in.Coalition) > 0 {
 		coal = [][]int{in.Coalition}
 	}
-	theorem, conditions, gaps := privacy.TheoremRealised, realisedConditions, privacy.RealisedGaps
-	var res *privacy.Realised
-	var err error
-	switch wr.Step {
-	case privacy.StepGADMM:
-		p := wr.GADMM
-		p.Sigma = in.Sigma
-		res, err = privacy.GADMMRealisedPairwise(tr, p, coal...)
-		theorem, conditions, gaps = privacy.GADMMRealisedName, privacy.GADMMRealisedConditions, "the strongly convex exponent and the composition over several contributions are conservative derivations, not the paper's statements"
-	case "sgd":
-		tr.Clip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/4
-		res, err = privacy.RealisedPairwise(tr, coal...)
-		theorem = privacy.TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/4)"
-	default:
-		res, err = privacy.RealisedPairwise(tr, coal...)
+	res, info, err := privacy.StepRealisedPairwise(tr, wr, coal...)
+	if errors.Is(err, privacy.ErrNoNetworkFigure) {
+		return fallback(strings.TrimPrefix(err.Error(), privacy.ErrNoNetworkFigure.Error()+": "))
 	}
 	if err != nil {
 		return fallback(err.Error())
 	}
+	theorem, conditions, gaps := info.Theorem, info.Conditions, info.Gaps
 	for i, u := range res.Updates {
 		if u != in.Updates[i] {
 			return fallback(fmt.Sprintf("the path has %d noisy updates of node %d, the counters %d", u, i, in.Updates[i]))
@@ -538,7 +525,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
 	}
 	pw.Note += "; " + gaps
-	if wr.Step == "sgd" {
+	if info.CapAtLocal {
 		// The local figure bounds every observer too (privacy.SGDNetworkCurve is capped by
 		// it in the same way): each pair gets the smaller of the two.
 		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
@@ -770,7 +757,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Privacy, r.Pairs = pr, pm
+	r.Privacy, r.Pairs, r.StepRun = pr, pm, p.step
 	r.Warnings = append([]string{}, w.planWarnings...)
 	if msg := trailingWarning(w.hops, w.lastNoisy, o.Nodes); msg != "" {
 		r.Warnings = append(r.Warnings, msg)

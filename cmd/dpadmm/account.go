@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -360,15 +361,19 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if tr.Nodes < 2 && (*pairsPath != "" || *plotPath != "") {
 		return usageErr(stderr, "trace: --pairs and --plot need at least 2 nodes, the trace has %d", tr.Nodes)
 	}
-	res, err := privacy.RealisedPairwise(tr, coal...)
+	wr := tr.WalkRun()
+	res, info, err := privacy.StepRealisedPairwise(tr, wr, coal...)
+	if errors.Is(err, privacy.ErrNoNetworkFigure) {
+		return fmt.Errorf("%v: 'account trace' computes realised network figures only; the trace's local figure is the one that holds", err)
+	}
 	if err != nil {
 		return err
 	}
 	sum := res.Pairs.Summarize(*delta)
-	sum.Theorem = privacy.TheoremRealised
-	sum.Conditions = privacy.RealisedConditions
+	sum.Theorem = info.Theorem
+	sum.Conditions = info.Conditions
 	sum.ConditionsHold = true
-	sum.Note = privacy.RealisedGaps
+	sum.Note = info.Gaps
 	if tr.FinalReleasedToAll {
 		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
 	}
@@ -378,15 +383,21 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 			maxU = u
 		}
 	}
-	loc := privacy.LocalBound(tr.Clip, tr.Sigma, maxU, *delta)
+	loc := privacy.StepLocalBound(wr, maxU, *delta)
+	if info.CapAtLocal && sum.Worst.Epsilon > loc.Epsilon {
+		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
+		sum.Mean, sum.P50, sum.P90, sum.P99 = min(sum.Mean, loc.Epsilon), min(sum.P50, loc.Epsilon), min(sum.P90, loc.Epsilon), min(sum.P99, loc.Epsilon)
+		sum.Note += "; capped at the local figure of the busiest node, which bounds every observer"
+	}
 	fwd := uint64(0)
 	for _, st := range tr.Steps {
 		if !st.Noisy {
 			fwd++
 		}
 	}
-	v := privacy.WalkDecide(privacy.WalkRun{Nodes: tr.Nodes, Complete: true, Clip: tr.Clip, Sigma: tr.Sigma,
-		Cap: *maxUpd, Hops: uint64(len(tr.Steps)), Updates: maxU, Forwards: fwd})
+	vr := wr
+	vr.Cap, vr.Hops, vr.Updates, vr.Forwards = *maxUpd, uint64(len(tr.Steps)), maxU, fwd
+	v := privacy.WalkDecide(vr)
 	rep := traceReport{
 		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
 		Delta:   *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),

@@ -582,7 +582,7 @@ func writeTrace(path string, rep *testnet.Report) error {
 	// The report publishes the final model, so the trace says so: 'account trace' then
 	// charges updates an observer never saw during the run, as the report does.
 	tr := &privacy.Trace{Nodes: rep.Nodes, Clip: rep.Clip, Sigma: rep.Sigma, Steps: make([]privacy.TraceStep, len(rep.Trace)),
-		FinalReleasedToAll: true}
+		FinalReleasedToAll: true, Step: privacy.TraceStepOf(rep.StepRun)}
 	for k, st := range rep.Trace {
 		tr.Steps[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
 	}
