@@ -1,11 +1,13 @@
 package node
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -183,4 +185,271 @@ func (v Validator) Check(t walk.Token, seenEpoch, seenHop uint64, seen bool) (Ve
 		return Ignore, fmt.Sprintf("stale token (epoch %d, hop %d) <= seen (epoch %d, hop %d)", t.Epoch, t.Hop, seenEpoch, seenHop)
 	}
 	return Accept, ""
+}
+
+// ckBinary starts a checkpoint record in the binary encoding (a JSON record starts with
+// '{'). The encoding, little-endian, with uvarint lengths and counts:
+//
+//	0x02 | version uvarint | run str | node uvarint | updates uvarint |
+//	u: 0, n, n float64 | or 1 (the u of the previous record) |
+//	epoch u64 | hop u64 | hop_source bytes | noise_source bytes |
+//	fence: 0, or 1 and epoch u64 hop u64 digest u64 | max_epoch u64 | recent: n, n marks |
+//	backups: n, each token tok | to str | pred str | pred_epoch u64 | pred_hop u64 |
+//	acked u8 | dist uvarint |
+//	out tok | out_to str
+//
+// where str and bytes are a uvarint length and the bytes, and tok is 0 and bytes (a
+// literal token) or 1 and k: the k-th token of the table made of the previous record's
+// tokens (its out, then its backups' tokens, as decoded) followed by the tokens of this
+// record decoded so far. A token is thus written once and referred to while it stays
+// in custody; the first record of a journal has no previous record (nor references).
+const ckBinary = 0x02
+
+// ckTable holds the tokens and u of the last checkpoint record, for references.
+type ckTable struct {
+	tok [][]byte
+	u   []float64
+	ok  bool // a previous record exists
+}
+
+// next returns the table for the record after c. Its tokens are private copies (the
+// caller may reuse its buffers), shared with t where equal.
+func (t *ckTable) next(c *Checkpoint) ckTable {
+	nt := ckTable{ok: true, u: slices.Clone(c.U)}
+	add := func(b []byte) {
+		for _, tab := range [][][]byte{t.tok, nt.tok} {
+			for _, o := range tab {
+				if len(b) > 0 && bytes.Equal(o, b) {
+					nt.tok = append(nt.tok, o)
+					return
+				}
+			}
+		}
+		nt.tok = append(nt.tok, bytes.Clone(b))
+	}
+	add(c.Out)
+	for i := range c.Backups {
+		add(c.Backups[i].Token)
+	}
+	return nt
+}
+
+// equalBits reports whether a and b hold the same float64 bit patterns.
+func equalBits(a, b []float64) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendCheckpoint appends the binary encoding of c to b, with references to prev (the
+// table of the previous record; nil or empty for the first record of a journal).
+func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
+	str := func(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+	byt := func(b, s []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+	mark := func(b []byte, m Mark) []byte {
+		b = binary.LittleEndian.AppendUint64(b, m.Epoch)
+		b = binary.LittleEndian.AppendUint64(b, m.Hop)
+		return binary.LittleEndian.AppendUint64(b, m.Digest)
+	}
+	var tab [][]byte
+	if prev != nil && prev.ok {
+		tab = append(tab, prev.tok...)
+	}
+	tok := func(b, t []byte) []byte {
+		if len(t) > 0 {
+			for k, o := range tab {
+				if bytes.Equal(o, t) {
+					tab = append(tab, o)
+					return binary.AppendUvarint(append(b, 1), uint64(k))
+				}
+			}
+		}
+		tab = append(tab, t)
+		return byt(append(b, 0), t)
+	}
+	b = append(b, ckBinary)
+	b = binary.AppendUvarint(b, uint64(c.Version))
+	b = str(b, c.Run)
+	b = binary.AppendUvarint(b, uint64(c.Node))
+	b = binary.AppendUvarint(b, uint64(c.Updates))
+	if prev != nil && prev.ok && equalBits(prev.u, c.U) {
+		b = append(b, 1)
+	} else {
+		b = binary.AppendUvarint(append(b, 0), uint64(len(c.U)))
+		for _, v := range c.U {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+	}
+	b = binary.LittleEndian.AppendUint64(b, c.Epoch)
+	b = binary.LittleEndian.AppendUint64(b, c.Hop)
+	b = byt(b, c.HopSource)
+	b = byt(b, c.NoiseSource)
+	if c.Fence == nil {
+		b = append(b, 0)
+	} else {
+		b = mark(append(b, 1), *c.Fence)
+	}
+	b = binary.LittleEndian.AppendUint64(b, c.MaxEpoch)
+	b = binary.AppendUvarint(b, uint64(len(c.Recent)))
+	for _, m := range c.Recent {
+		b = mark(b, m)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Backups)))
+	for i := range c.Backups {
+		k := &c.Backups[i]
+		b = tok(b, k.Token)
+		b = str(b, k.To)
+		b = str(b, k.Pred)
+		b = binary.LittleEndian.AppendUint64(b, k.PredEpoch)
+		b = binary.LittleEndian.AppendUint64(b, k.PredHop)
+		acked := byte(0)
+		if k.Acked {
+			acked = 1
+		}
+		b = append(b, acked)
+		b = binary.AppendUvarint(b, uint64(k.Dist))
+	}
+	b = tok(b, c.Out)
+	return str(b, c.OutTo)
+}
+
+// ckReader reads the binary checkpoint encoding; the first error sticks.
+type ckReader struct {
+	b   []byte
+	err error
+}
+
+func (r *ckReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: checkpoint %s", ErrMalformed, what)
+	}
+	r.b = nil
+}
+
+func (r *ckReader) uvarint(what string, max uint64) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > max {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *ckReader) u64(what string) uint64 {
+	if len(r.b) < 8 {
+		r.fail(what)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *ckReader) bytes(what string) []byte {
+	n := r.uvarint(what, uint64(len(r.b)))
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+	}
+	if r.err != nil || n == 0 {
+		return nil
+	}
+	v := append([]byte(nil), r.b[:n]...)
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *ckReader) mark(what string) Mark {
+	return Mark{Epoch: r.u64(what), Hop: r.u64(what), Digest: r.u64(what)}
+}
+
+// decodeCheckpointBinary decodes the binary encoding (appendCheckpoint) of a checkpoint
+// whose previous record has the table prev (nil or empty for the first record).
+func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
+	if len(b) == 0 || b[0] != ckBinary {
+		return nil, fmt.Errorf("%w: not a binary checkpoint", ErrMalformed)
+	}
+	var tab [][]byte
+	if prev != nil && prev.ok {
+		tab = append(tab, prev.tok...)
+	}
+	r := &ckReader{b: b[1:]}
+	tok := func(what string) []byte {
+		var t []byte
+		switch r.uvarint(what, 1) {
+		case 0:
+			t = r.bytes(what)
+		case 1:
+			k := r.uvarint(what, uint64(len(tab)))
+			if k >= uint64(len(tab)) {
+				r.fail(what + " (a reference to no token)")
+				return nil
+			}
+			t = tab[k]
+		}
+		tab = append(tab, t)
+		return t
+	}
+	const maxInt = uint64(math.MaxInt32)
+	c := &Checkpoint{}
+	c.Version = int(r.uvarint("version", maxInt))
+	c.Run = string(r.bytes("run"))
+	c.Node = int(r.uvarint("node", maxInt))
+	c.Updates = int(r.uvarint("updates", maxInt))
+	switch r.uvarint("u", 1) {
+	case 0:
+		if n := r.uvarint("u", uint64(len(r.b))/8); n > 0 {
+			c.U = make([]float64, n)
+			for i := range c.U {
+				c.U[i] = math.Float64frombits(r.u64("u"))
+			}
+		}
+	case 1:
+		if prev == nil || !prev.ok {
+			r.fail("u (a reference to no previous record)")
+		} else {
+			c.U = slices.Clone(prev.u)
+		}
+	}
+	c.Epoch, c.Hop = r.u64("epoch"), r.u64("hop")
+	c.HopSource, c.NoiseSource = r.bytes("hop_source"), r.bytes("noise_source")
+	switch f := r.uvarint("fence", 1); {
+	case r.err != nil:
+	case f == 1:
+		m := r.mark("fence")
+		c.Fence = &m
+	}
+	c.MaxEpoch = r.u64("max_epoch")
+	if n := r.uvarint("recent", uint64(len(r.b))/24); n > 0 {
+		c.Recent = make([]Mark, n)
+		for i := range c.Recent {
+			c.Recent[i] = r.mark("recent")
+		}
+	}
+	if n := r.uvarint("backups", uint64(len(r.b))/(1+1+1+1+8+8+1+1)); n > 0 {
+		c.Backups = make([]Backup, n)
+		for i := range c.Backups {
+			k := &c.Backups[i]
+			k.Token = tok("backup token")
+			k.To, k.Pred = string(r.bytes("backup to")), string(r.bytes("backup pred"))
+			k.PredEpoch, k.PredHop = r.u64("backup pred_epoch"), r.u64("backup pred_hop")
+			k.Acked = r.uvarint("backup acked", 1) == 1
+			k.Dist = int(r.uvarint("backup dist", MaxDepth))
+		}
+	}
+	c.Out = tok("out")
+	c.OutTo = string(r.bytes("out_to"))
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: checkpoint has %d trailing bytes", ErrMalformed, len(r.b))
+	}
+	return c, nil
 }

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -321,8 +324,49 @@ func (n *Node) pickPeer(avoid peer.ID) peer.ID {
 	return cand[rand.IntN(len(cand))]
 }
 
+// releaseBatch is how long releases to one peer are gathered before they go out in one
+// write. A wave reaching a backup is superseded by the next one for the same backup
+// (its distance is higher), so gathering sends each backup's latest wave once; the delay
+// only keeps backups a little longer, far below the heartbeat time that decides a
+// regeneration.
+const releaseBatch = 2 * time.Millisecond
+
+// relStream is the release stream to one predecessor with the releases waiting for it;
+// mu guards pending and running. The one goroutine that runs (running) owns s.
+type relStream struct {
+	mu      sync.Mutex
+	pending []Release
+	running bool
+	s       network.Stream
+}
+
+// add queues r, merging it with a queued release of the same backup: a retirement
+// replaces any release, a release is dropped after a retirement, and the higher
+// distance is kept.
+func (rs *relStream) add(r Release) {
+	for i := range rs.pending {
+		q := &rs.pending[i]
+		if q.Epoch != r.Epoch || q.Hop != r.Hop {
+			continue
+		}
+		switch {
+		case q.Retire:
+		case r.Retire:
+			*q = r
+		case r.Dist > q.Dist:
+			q.Dist = r.Dist
+		}
+		return
+	}
+	rs.pending = append(rs.pending, r)
+}
+
 // sendRelease sends r to the predecessor pred in the background (best effort: a lost
 // release leaves a backup that a later wave, a retirement or the bound on backups drops).
+// Releases to one peer are gathered for releaseBatch and go out on a long-lived stream,
+// one frame and one ack byte each; a stream that fails (a peer restarted, or one that
+// closes the stream after one frame) is replaced once. A release delivered twice is
+// ignored by its receiver (its distance is not above the backup's).
 func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
 	if pred == "" {
 		return
@@ -331,28 +375,74 @@ func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
 	if err != nil || p == n.ID() || n.isDown(p) {
 		return
 	}
+	v, _ := n.relStreams.LoadOrStore(p, &relStream{})
+	rs := v.(*relStream)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.add(r)
+	if rs.running {
+		return
+	}
+	rs.running = true
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
-		defer cancel()
-		s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
-		if err != nil {
-			n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")
-			return
+		for {
+			select {
+			case <-time.After(releaseBatch):
+			case <-ctx.Done():
+			}
+			rs.mu.Lock()
+			batch := rs.pending
+			rs.pending = nil
+			if len(batch) == 0 || ctx.Err() != nil {
+				rs.running = false
+				rs.mu.Unlock()
+				return
+			}
+			rs.mu.Unlock()
+			n.writeReleases(ctx, p, rs, batch)
 		}
-		s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
-		if err := WriteFrame(s, EncodeRelease(r)); err != nil {
-			s.Reset()
-			return
-		}
-		var ack [1]byte
-		s.Read(ack[:])
-		s.Close()
 	}()
 }
 
-// handleRelease reads one release from a member and passes it to the loop.
+// writeReleases sends batch on rs's stream and reads one ack byte per frame.
+func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []Release) {
+	buf := make([]byte, 0, len(batch)*(4+ReleaseSize))
+	for _, r := range batch {
+		buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
+		buf = append(buf, EncodeRelease(r)...)
+	}
+	acks := make([]byte, len(batch))
+	for range 2 {
+		if rs.s == nil {
+			sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
+			s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
+			cancel()
+			if err != nil {
+				n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")
+				return
+			}
+			rs.s = s
+		}
+		rs.s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
+		_, err := rs.s.Write(buf)
+		if err == nil {
+			_, err = io.ReadFull(rs.s, acks)
+		}
+		if err == nil {
+			return
+		}
+		rs.s.Reset()
+		rs.s = nil
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// handleRelease reads releases from a member, one frame each, passes them to the loop
+// and acks each with one byte.
 func (n *Node) handleRelease(s network.Stream) {
 	defer s.Close()
 	from := s.Conn().RemotePeer()
@@ -369,21 +459,35 @@ func (n *Node) handleRelease(s network.Stream) {
 		s.Reset()
 		return
 	}
-	s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
-	b, err := ReadFrame(s, ReleaseSize)
-	if err == nil {
+	br := bufio.NewReaderSize(s, 16*(4+ReleaseSize))
+	unacked := 0
+	for {
+		b, err := ReadFrame(br, ReleaseSize)
 		var r Release
-		if r, err = DecodeRelease(b); err == nil {
-			select {
-			case n.rel <- relMsg{from: from, r: r}:
-				s.Write([]byte{1})
-			case <-time.After(n.cfg.AckTimeout / 2):
+		if err == nil {
+			r, err = DecodeRelease(b)
+		}
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+				n.reject(lg, "release", err.Error())
+				s.Reset()
 			}
 			return
 		}
+		select {
+		case n.rel <- relMsg{from: from, r: r}:
+		case <-time.After(n.cfg.AckTimeout / 2):
+			s.Reset()
+			return
+		}
+		// The acks of the frames of one write go back together.
+		if unacked++; br.Buffered() > 0 {
+			continue
+		}
+		s.SetWriteDeadline(time.Now().Add(n.cfg.AckTimeout))
+		if _, err := s.Write(bytes.Repeat([]byte{1}, unacked)); err != nil {
+			return
+		}
+		unacked = 0
 	}
-	if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
-		n.reject(lg, "release", err.Error())
-	}
-	s.Reset()
 }

@@ -83,6 +83,9 @@ type Node struct {
 	members []peer.ID
 	index   int
 	streams map[peer.ID]network.Stream
+	// relStreams holds one *relStream per predecessor: the long-lived stream on which
+	// releases go to it.
+	relStreams sync.Map
 	// liveness: last heartbeat received per member, members declared down, and the
 	// start of the observation (a member never heard from counts from there)
 	alive     map[peer.ID]time.Time
@@ -680,7 +683,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	if n.busy || n.model != nil {
 		return AckBusy, false
 	}
-	if err := n.store.WriteAtomic(InboxFile, msg.raw); err != nil {
+	if err := n.store.SaveInbox(msg.raw); err != nil {
 		n.log.Error().Err(err).Msg("cannot store the received token")
 		return AckBusy, false
 	}
@@ -701,7 +704,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 	// (it arrived, was acked, and the node stopped before stepping it); otherwise a token
 	// still in custody is resent byte for byte (a receiver that already has it answers
 	// duplicate or stale).
-	if raw, err := readFile(n.store, InboxFile); err == nil {
+	if raw, err := n.store.LoadInbox(); err == nil {
 		if tok, err := DecodeToken(raw); err == nil && (!n.seen || tok.Epoch > n.ckpt.Epoch || tok.Epoch == n.ckpt.Epoch && tok.Hop > n.ckpt.Hop) {
 			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
 			n.seen, n.seenE, n.seenH = true, tok.Epoch, tok.Hop
@@ -864,8 +867,6 @@ func (n *Node) limitedLog(lvl zerolog.Level, key string) *zerolog.Event {
 	return ev
 }
 
-func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
-
 func (n *Node) initialToken() walk.Token {
 	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.Cols, n.cfg.Problem.Reg, n.cfg.Gamma)
 }
@@ -941,7 +942,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		// Self-hand-off: the decoded copy is the token; store it as the inbox and go on.
 		t, _ := DecodeToken(raw)
 		n.m.Advance(rd)
-		if err := n.store.WriteAtomic(InboxFile, raw); err != nil {
+		if err := n.store.SaveInbox(raw); err != nil {
 			return nil, err
 		}
 		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop
