@@ -248,8 +248,9 @@ func equalBits(a, b []float64) bool {
 }
 
 // appendCheckpoint appends the binary encoding of c to b, with references to prev (the
-// table of the previous record; nil or empty for the first record of a journal).
-func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
+// table of the previous record; nil or empty for the first record of a journal), and
+// returns it with the table of this record (c.next(prev) without comparing again).
+func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) {
 	str := func(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
 	byt := func(b, s []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
 	mark := func(b []byte, m Mark) []byte {
@@ -257,7 +258,7 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
 		b = binary.LittleEndian.AppendUint64(b, m.Hop)
 		return binary.LittleEndian.AppendUint64(b, m.Digest)
 	}
-	var tab [][]byte
+	var tab [][]byte // private copies: the previous record's tokens, then this one's
 	if prev != nil && prev.ok {
 		tab = append(tab, prev.tok...)
 	}
@@ -270,9 +271,10 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
 				}
 			}
 		}
-		tab = append(tab, t)
+		tab = append(tab, bytes.Clone(t))
 		return byt(append(b, 0), t)
 	}
+	next := ckTable{ok: true}
 	b = append(b, ckBinary)
 	b = binary.AppendUvarint(b, uint64(c.Version))
 	b = str(b, c.Run)
@@ -280,7 +282,9 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
 	b = binary.AppendUvarint(b, uint64(c.Updates))
 	if prev != nil && prev.ok && equalBits(prev.u, c.U) {
 		b = append(b, 1)
+		next.u = prev.u
 	} else {
+		next.u = slices.Clone(c.U)
 		b = binary.AppendUvarint(append(b, 0), uint64(len(c.U)))
 		for _, v := range c.U {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
@@ -316,7 +320,11 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) []byte {
 		b = binary.AppendUvarint(b, uint64(k.Dist))
 	}
 	b = tok(b, c.Out)
-	return str(b, c.OutTo)
+	// The table lists out first, then the backups' tokens: this record wrote them in the
+	// other order.
+	cur := tab[len(tab)-len(c.Backups)-1:]
+	next.tok = append(append(make([][]byte, 0, len(cur)), cur[len(cur)-1]), cur[:len(cur)-1]...)
+	return str(b, c.OutTo), next
 }
 
 // ckReader reads the binary checkpoint encoding; the first error sticks.

@@ -110,6 +110,9 @@ type journal struct {
 	size int64
 	buf  []byte
 	tab  ckTable // CheckpointLog: the tokens and u of the last record
+	// InboxLog: InboxFile, open, and its size (-1 unknown)
+	copy     *os.File
+	copySize int64
 }
 
 // OpenStore opens (creating if needed) a data directory and checks the ledger: if a
@@ -161,6 +164,10 @@ func (s *Store) Close() error {
 		if j.f != nil {
 			j.f.Close()
 			j.f = nil
+		}
+		if j.copy != nil {
+			j.copy.Close()
+			j.copy = nil
 		}
 		j.mu.Unlock()
 	}
@@ -387,16 +394,19 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
 	first := s.ck.f == nil
+	var next ckTable
 	err := s.appendRecord(&s.ck, CheckpointLog, func(b []byte, fresh bool) ([]byte, error) {
+		prev := &s.ck.tab
 		if fresh {
-			return appendCheckpoint(b, c, nil), nil
+			prev = nil
 		}
-		return appendCheckpoint(b, c, &s.ck.tab), nil
+		b, next = appendCheckpoint(b, c, prev)
+		return b, nil
 	})
 	if err != nil {
 		return err
 	}
-	s.ck.tab = s.ck.tab.next(c)
+	s.ck.tab = next
 	if first {
 		if err := os.Remove(filepath.Join(s.Dir, CheckpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("node: checkpoint: %w", err)
@@ -408,20 +418,29 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 // SaveInbox makes raw, a token about to be acked, durable as the last record of
 // InboxLog, then copies it to InboxFile.
 func (s *Store) SaveInbox(raw []byte) error {
-	s.inbox.mu.Lock()
-	err := s.appendRecord(&s.inbox, InboxLog, func(b []byte, _ bool) ([]byte, error) { return append(b, raw...), nil })
-	s.inbox.mu.Unlock()
-	if err != nil {
+	j := &s.inbox
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := s.appendRecord(j, InboxLog, func(b []byte, _ bool) ([]byte, error) { return append(b, raw...), nil }); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(s.Dir, InboxFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	var err error
+	if j.copy == nil {
+		j.copy, err = os.OpenFile(filepath.Join(s.Dir, InboxFile), os.O_WRONLY|os.O_CREATE, 0o600)
+		j.copySize = -1
+	}
 	if err == nil {
-		if _, err = f.WriteAt(raw, 0); err == nil {
-			err = f.Truncate(int64(len(raw)))
-		}
-		f.Close()
+		_, err = j.copy.WriteAt(raw, 0)
+	}
+	if err == nil && j.copySize != int64(len(raw)) {
+		err = j.copy.Truncate(int64(len(raw)))
+		j.copySize = int64(len(raw))
 	}
 	if err != nil {
+		if j.copy != nil {
+			j.copy.Close()
+			j.copy = nil
+		}
 		return fmt.Errorf("node: %s: %w", InboxFile, err)
 	}
 	return nil

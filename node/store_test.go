@@ -55,7 +55,7 @@ func fullCheckpoint() *Checkpoint {
 
 func TestCheckpointBinaryRoundTrip(t *testing.T) {
 	c := fullCheckpoint()
-	b := appendCheckpoint(nil, c, nil)
+	b, next := appendCheckpoint(nil, c, nil)
 	got, err := decodeCheckpointBinary(b, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +76,9 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 	// (the oldest goes, a new one comes and becomes Out), u is unchanged except in one
 	// case where it changes only in the sign of a zero (bits count, not ==).
 	tab := (&ckTable{}).next(c)
+	if !reflect.DeepEqual(next, tab) {
+		t.Fatalf("table of the encoder %+v, of the decoder %+v", next, tab)
+	}
 	for _, negZero := range []bool{false, true} {
 		d := fullCheckpoint()
 		d.Hop++
@@ -86,7 +89,7 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 			c.U[0] = 0
 			tab = (&ckTable{}).next(c)
 		}
-		db := appendCheckpoint(nil, d, &tab)
+		db, dnext := appendCheckpoint(nil, d, &tab)
 		got, err := decodeCheckpointBinary(db, &tab)
 		if err != nil {
 			t.Fatal(err)
@@ -94,10 +97,13 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, d) || math.Signbit(got.U[0]) != math.Signbit(d.U[0]) {
 			t.Fatalf("record with references:\n got %+v\nwant %+v", got, d)
 		}
+		if want := tab.next(got); !reflect.DeepEqual(dnext, want) {
+			t.Fatalf("table of the encoder %+v, of the decoder %+v", dnext, want)
+		}
 		// A reference (flag, index) replaces a literal (flag, length, bytes): it saves the
 		// token's length (one-byte varints here); the u reference saves its count and
 		// floats. Out is the new backup's token: a reference in both encodings.
-		full := appendCheckpoint(nil, d, nil)
+		full, _ := appendCheckpoint(nil, d, nil)
 		saved := 0
 		for _, k := range d.Backups[:len(d.Backups)-1] {
 			saved += len(k.Token)
