@@ -406,15 +406,14 @@ func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
 	}()
 }
 
-// writeReleases sends batch on rs's stream and reads one ack byte per frame.
+// writeReleases sends batch on rs's stream and reads one ack byte per frame. Frames
+// acked before a failure are done; the others go again on a new stream, as long as each
+// attempt gets at least one of them through (a receiver that closes the stream after one
+// frame thus gets one per stream).
 func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []Release) {
 	buf := make([]byte, 0, len(batch)*(4+ReleaseSize))
-	for _, r := range batch {
-		buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
-		buf = append(buf, EncodeRelease(r)...)
-	}
 	acks := make([]byte, len(batch))
-	for range 2 {
+	for fails := 0; len(batch) > 0 && fails < 2; {
 		if rs.s == nil {
 			sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
 			s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
@@ -425,13 +424,23 @@ func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batc
 			}
 			rs.s = s
 		}
+		buf = buf[:0]
+		for _, r := range batch {
+			buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
+			buf = append(buf, EncodeRelease(r)...)
+		}
 		rs.s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
 		_, err := rs.s.Write(buf)
+		k := 0
 		if err == nil {
-			_, err = io.ReadFull(rs.s, acks)
+			k, err = io.ReadFull(rs.s, acks[:len(batch)])
 		}
+		batch = batch[k:]
 		if err == nil {
 			return
+		}
+		if k == 0 {
+			fails++
 		}
 		rs.s.Reset()
 		rs.s = nil
