@@ -143,10 +143,14 @@ func (n *Node) removeBackup(i int) {
 	n.ckpt.Backups = append(n.ckpt.Backups[:i], n.ckpt.Backups[i+1:]...)
 }
 
-func (n *Node) saveCustody() {
-	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+// saveCustody saves the checkpoint after a change of the custody state; an error is
+// logged and returned (a caller about to send must not send without it).
+func (n *Node) saveCustody() error {
+	err := n.store.SaveCheckpoint(&n.ckpt)
+	if err != nil {
 		n.log.Error().Err(err).Msg("cannot write the checkpoint with the custody state")
 	}
+	return err
 }
 
 // onHandoff updates the backup of a finished hand-off: acked (the release wave starts
@@ -300,7 +304,12 @@ func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
 	}
 	n.ownResends.Add(1)
 	n.ckpt.Backups[i].To = to.String()
-	n.saveCustody()
+	if n.saveCustody() != nil {
+		// Not sent without a durable checkpoint naming it: retryPending tries again (with
+		// a new forward entry, a safe over-count).
+		n.ckpt.Backups[i].To = ""
+		return
+	}
 	n.startSend(ctx, to, raw, false, 0)
 }
 

@@ -273,9 +273,12 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 // (little-endian). A save appends one record (and fsyncs it unless NoSync): one write on
 // an open file instead of a temporary file, a rename and two fsyncs. The first save of a
 // process and every save that would take the journal past journalCompact rewrite it
-// atomically (WriteAtomic) with that one record. A crash during an append leaves a torn
-// last record, which is skipped: the previous record is then the current one, as with
-// the old or new content of an atomic rename; a record that is not last and does not
+// atomically (WriteAtomic) with that one record, so a journal always starts with a
+// complete record. A crash during an append leaves a torn last record (cut short, failing
+// its CRC, or zero bytes where the file grew before its data was written), which is
+// skipped: the previous record is then the current one, as with the old or new content
+// of an atomic rename. Nothing is sent on the strength of a record before its append
+// returned, so a torn record was never acted on. A record that is not last and does not
 // check is corruption.
 const (
 	journalMagic   = "DPCK"
@@ -357,6 +360,9 @@ func (s *Store) records(name string, fn func([]byte) error) error {
 	var last []byte
 	for off := 0; off < len(b); {
 		r := b[off:]
+		if last != nil && allZero(r) {
+			break // torn last record whose bytes never reached the disk (a file extended with zeros)
+		}
 		if len(r) < journalHeader || string(r[:4]) != journalMagic {
 			if k := min(len(r), 4); last != nil && len(r) < journalHeader && string(r[:k]) == journalMagic[:k] {
 				break // torn last record: the previous one is current
@@ -383,6 +389,16 @@ func (s *Store) records(name string, fn func([]byte) error) error {
 		return fmt.Errorf("node: %s is corrupt: no complete record", p)
 	}
 	return nil
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // SaveCheckpoint makes the checkpoint durable: one record of CheckpointLog, the
@@ -415,8 +431,13 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	return nil
 }
 
+// errInboxCopy marks an error of SaveInbox that concerns InboxFile alone: the record
+// of InboxLog, which is what a restart reads, is durable.
+var errInboxCopy = errors.New("node: the copy of the inbox was not written")
+
 // SaveInbox makes raw, a token about to be acked, durable as the last record of
-// InboxLog, then copies it to InboxFile.
+// InboxLog, then copies it to InboxFile. An error wrapping errInboxCopy means that the
+// record is durable and only the copy failed: the token may be acked.
 func (s *Store) SaveInbox(raw []byte) error {
 	j := &s.inbox
 	j.mu.Lock()
@@ -433,15 +454,16 @@ func (s *Store) SaveInbox(raw []byte) error {
 		_, err = j.copy.WriteAt(raw, 0)
 	}
 	if err == nil && j.copySize != int64(len(raw)) {
-		err = j.copy.Truncate(int64(len(raw)))
-		j.copySize = int64(len(raw))
+		if err = j.copy.Truncate(int64(len(raw))); err == nil {
+			j.copySize = int64(len(raw))
+		}
 	}
 	if err != nil {
 		if j.copy != nil {
 			j.copy.Close()
 			j.copy = nil
 		}
-		return fmt.Errorf("node: %s: %w", InboxFile, err)
+		return fmt.Errorf("%w: %s: %w", errInboxCopy, InboxFile, err)
 	}
 	return nil
 }

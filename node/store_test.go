@@ -170,6 +170,18 @@ func TestCheckpointJournal(t *testing.T) {
 			t.Fatalf("torn last record (%d bytes): %+v, %v", cut, c, err)
 		}
 	}
+	// Zeros where the file grew before the record's data reached the disk: skipped too;
+	// zeros followed by a record are corruption.
+	for _, z := range []int{1, journalHeader, int(delta) + 7} {
+		os.WriteFile(p, append(bytes.Clone(full[:sizes[2]]), make([]byte, z)...), 0o600)
+		if c, err := st.LoadCheckpoint(); err != nil || c.Hop != 10 {
+			t.Fatalf("zero tail of %d bytes: %+v, %v", z, c, err)
+		}
+	}
+	os.WriteFile(p, append(append(bytes.Clone(full[:sizes[1]]), make([]byte, 20)...), full[sizes[1]:]...), 0o600)
+	if _, err := st.LoadCheckpoint(); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("zeros between records: %v", err)
+	}
 	// A damaged record followed by others, a damaged only record, a record that refers
 	// to a missing previous one, or another file: errors.
 	bad := bytes.Clone(full)
