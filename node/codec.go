@@ -193,43 +193,52 @@ func (v Validator) Check(t walk.Token, seenEpoch, seenHop uint64, seen bool) (Ve
 //	0x02 | version uvarint | run str | node uvarint | updates uvarint |
 //	u: 0, n, n float64 | or 1 (the u of the previous record) |
 //	epoch u64 | hop u64 | hop_source bytes | noise_source bytes |
-//	fence: 0, or 1 and epoch u64 hop u64 digest u64 | max_epoch u64 | recent: n, n marks |
-//	backups: n, each token tok | to str | pred str | pred_epoch u64 | pred_hop u64 |
-//	acked u8 | dist uvarint |
+//	fence: 0, or 1 and epoch u64 hop u64 digest u64 | max_epoch u64 |
+//	recent: keep, n, n marks |
+//	backups: n, each 0 and tok | to str | pred str | pred_epoch u64 | pred_hop u64 |
+//	  acked u8 | dist uvarint, or 1 and k (the k-th backup of the previous record) |
 //	out tok | out_to str
 //
-// where str and bytes are a uvarint length and the bytes, and tok is 0 and bytes (a
-// literal token) or 1 and k: the k-th token of the table made of the previous record's
-// tokens (its out, then its backups' tokens, as decoded) followed by the tokens of this
-// record decoded so far. A token is thus written once and referred to while it stays
-// in custody; the first record of a journal has no previous record (nor references).
+// where str and bytes are a uvarint length and the bytes. tok is 0 and bytes (a literal
+// token) or 1 and k: the k-th token of the table made of the previous record's tokens
+// (its out, then its backups' tokens, as decoded) followed by the tokens of this record
+// decoded so far (a backup given by reference adds its token). recent is the last keep
+// marks of the previous record's recent followed by n marks. A backup or a token is thus
+// written once and referred to while it stays in custody unchanged, and a record's size
+// does not grow with the number of backups held; the first record of a journal has no
+// previous record (nor references).
 const ckBinary = 0x02
 
-// ckTable holds the tokens and u of the last checkpoint record, for references.
+// ckTable holds what a checkpoint record may refer to in the previous one: its tokens
+// (out, then the backups'), u, backups and recent marks.
 type ckTable struct {
-	tok [][]byte
-	u   []float64
-	ok  bool // a previous record exists
+	tok     [][]byte
+	u       []float64
+	backups []Backup
+	recent  []Mark
+	ok      bool // a previous record exists
 }
 
-// next returns the table for the record after c. Its tokens are private copies (the
-// caller may reuse its buffers), shared with t where equal.
+// next returns the table for the record after c (the decoder's side; the encoder builds
+// it as it goes). Its tokens are private copies, shared with t where equal.
 func (t *ckTable) next(c *Checkpoint) ckTable {
-	nt := ckTable{ok: true, u: slices.Clone(c.U)}
-	add := func(b []byte) {
+	nt := ckTable{ok: true, u: slices.Clone(c.U), recent: slices.Clone(c.Recent)}
+	add := func(b []byte) []byte {
 		for _, tab := range [][][]byte{t.tok, nt.tok} {
 			for _, o := range tab {
 				if len(b) > 0 && bytes.Equal(o, b) {
 					nt.tok = append(nt.tok, o)
-					return
+					return o
 				}
 			}
 		}
 		nt.tok = append(nt.tok, bytes.Clone(b))
+		return nt.tok[len(nt.tok)-1]
 	}
 	add(c.Out)
-	for i := range c.Backups {
-		add(c.Backups[i].Token)
+	for _, b := range c.Backups {
+		b.Token = add(b.Token)
+		nt.backups = append(nt.backups, b)
 	}
 	return nt
 }
@@ -247,10 +256,31 @@ func equalBits(a, b []float64) bool {
 	return true
 }
 
+// sameBackup reports whether a and b are the same backup in the same state.
+func sameBackup(a, b *Backup) bool {
+	return a.PredHop == b.PredHop && a.PredEpoch == b.PredEpoch && a.Dist == b.Dist && a.Acked == b.Acked &&
+		a.To == b.To && a.Pred == b.Pred && bytes.Equal(a.Token, b.Token) && (a.Token == nil) == (b.Token == nil)
+}
+
+// recentKeep returns the largest k such that the last k marks of prev are the first k
+// of cur.
+func recentKeep(prev, cur []Mark) int {
+	for k := min(len(prev), len(cur)); k > 0; k-- {
+		if slices.Equal(prev[len(prev)-k:], cur[:k]) {
+			return k
+		}
+	}
+	return 0
+}
+
 // appendCheckpoint appends the binary encoding of c to b, with references to prev (the
 // table of the previous record; nil or empty for the first record of a journal), and
-// returns it with the table of this record (c.next(prev) without comparing again).
+// returns it with the table of this record (what prev.next(c) returns, without comparing
+// again).
 func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) {
+	if prev == nil || !prev.ok {
+		prev = &ckTable{}
+	}
 	str := func(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
 	byt := func(b, s []byte) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
 	mark := func(b []byte, m Mark) []byte {
@@ -258,10 +288,9 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 		b = binary.LittleEndian.AppendUint64(b, m.Hop)
 		return binary.LittleEndian.AppendUint64(b, m.Digest)
 	}
-	var tab [][]byte // private copies: the previous record's tokens, then this one's
-	if prev != nil && prev.ok {
-		tab = append(tab, prev.tok...)
-	}
+	// tab holds private copies: the previous record's tokens, then this one's.
+	tab := make([][]byte, len(prev.tok), len(prev.tok)+len(c.Backups)+1)
+	copy(tab, prev.tok)
 	tok := func(b, t []byte) []byte {
 		if len(t) > 0 {
 			for k, o := range tab {
@@ -274,13 +303,13 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 		tab = append(tab, bytes.Clone(t))
 		return byt(append(b, 0), t)
 	}
-	next := ckTable{ok: true}
+	next := ckTable{ok: true, recent: slices.Clone(c.Recent)}
 	b = append(b, ckBinary)
 	b = binary.AppendUvarint(b, uint64(c.Version))
 	b = str(b, c.Run)
 	b = binary.AppendUvarint(b, uint64(c.Node))
 	b = binary.AppendUvarint(b, uint64(c.Updates))
-	if prev != nil && prev.ok && equalBits(prev.u, c.U) {
+	if prev.ok && equalBits(prev.u, c.U) {
 		b = append(b, 1)
 		next.u = prev.u
 	} else {
@@ -300,14 +329,34 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 		b = mark(append(b, 1), *c.Fence)
 	}
 	b = binary.LittleEndian.AppendUint64(b, c.MaxEpoch)
-	b = binary.AppendUvarint(b, uint64(len(c.Recent)))
-	for _, m := range c.Recent {
+	keep := recentKeep(prev.recent, c.Recent)
+	b = binary.AppendUvarint(b, uint64(keep))
+	b = binary.AppendUvarint(b, uint64(len(c.Recent)-keep))
+	for _, m := range c.Recent[keep:] {
 		b = mark(b, m)
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.Backups)))
+	j := 0 // the previous record's backups are searched from the last one referred to
 	for i := range c.Backups {
 		k := &c.Backups[i]
-		b = tok(b, k.Token)
+		ref := -1
+		for x := j; x < len(prev.backups); x++ {
+			if sameBackup(&prev.backups[x], k) {
+				ref = x
+				break
+			}
+		}
+		if ref >= 0 {
+			j = ref + 1
+			b = binary.AppendUvarint(append(b, 1), uint64(ref))
+			tab = append(tab, prev.backups[ref].Token)
+			next.backups = append(next.backups, prev.backups[ref])
+			continue
+		}
+		b = tok(append(b, 0), k.Token)
+		nb := *k
+		nb.Token = tab[len(tab)-1]
+		next.backups = append(next.backups, nb)
 		b = str(b, k.To)
 		b = str(b, k.Pred)
 		b = binary.LittleEndian.AppendUint64(b, k.PredEpoch)
@@ -383,10 +432,10 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 	if len(b) == 0 || b[0] != ckBinary {
 		return nil, fmt.Errorf("%w: not a binary checkpoint", ErrMalformed)
 	}
-	var tab [][]byte
-	if prev != nil && prev.ok {
-		tab = append(tab, prev.tok...)
+	if prev == nil || !prev.ok {
+		prev = &ckTable{}
 	}
+	tab := slices.Clone(prev.tok)
 	r := &ckReader{b: b[1:]}
 	tok := func(what string) []byte {
 		var t []byte
@@ -419,7 +468,7 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 			}
 		}
 	case 1:
-		if prev == nil || !prev.ok {
+		if !prev.ok {
 			r.fail("u (a reference to no previous record)")
 		} else {
 			c.U = slices.Clone(prev.u)
@@ -434,16 +483,28 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 		c.Fence = &m
 	}
 	c.MaxEpoch = r.u64("max_epoch")
-	if n := r.uvarint("recent", uint64(len(r.b))/24); n > 0 {
-		c.Recent = make([]Mark, n)
-		for i := range c.Recent {
-			c.Recent[i] = r.mark("recent")
+	keep := r.uvarint("recent", uint64(len(prev.recent)))
+	if n := r.uvarint("recent", uint64(len(r.b))/24); keep+n > 0 && r.err == nil {
+		c.Recent = make([]Mark, 0, keep+n)
+		c.Recent = append(c.Recent, prev.recent[uint64(len(prev.recent))-keep:]...)
+		for range n {
+			c.Recent = append(c.Recent, r.mark("recent"))
 		}
 	}
-	if n := r.uvarint("backups", uint64(len(r.b))/(1+1+1+1+8+8+1+1)); n > 0 {
+	if n := r.uvarint("backups", uint64(len(r.b))/2); n > 0 {
 		c.Backups = make([]Backup, n)
 		for i := range c.Backups {
 			k := &c.Backups[i]
+			if r.uvarint("backup", 1) == 1 {
+				x := r.uvarint("backup reference", uint64(len(prev.backups)))
+				if x >= uint64(len(prev.backups)) {
+					r.fail("backup (a reference to no backup)")
+					break
+				}
+				*k = prev.backups[x]
+				tab = append(tab, k.Token)
+				continue
+			}
 			k.Token = tok("backup token")
 			k.To, k.Pred = string(r.bytes("backup to")), string(r.bytes("backup pred"))
 			k.PredEpoch, k.PredHop = r.u64("backup pred_epoch"), r.u64("backup pred_hop")

@@ -115,11 +115,22 @@ func rawID(raw []byte) (uint64, uint64) {
 	return binary.LittleEndian.Uint64(raw[9:]), binary.LittleEndian.Uint64(raw[17:])
 }
 
+// pid returns p.String(), remembered: the peer IDs of a run are few and their base58
+// form is written into every checkpoint.
+func (n *Node) pid(p peer.ID) string {
+	if v, ok := n.pidStr.Load(p); ok {
+		return v.(string)
+	}
+	s := p.String()
+	n.pidStr.Store(p, s)
+	return s
+}
+
 // addBackup keeps a fresh release (before it is sent; the caller saves the checkpoint).
 func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
-	b := Backup{Token: raw, To: to.String(), PredEpoch: q.predE, PredHop: q.predH}
+	b := Backup{Token: raw, To: n.pid(to), PredEpoch: q.predE, PredHop: q.predH}
 	if q.from != "" {
-		b.Pred = q.from.String()
+		b.Pred = n.pid(q.from)
 	}
 	n.ckpt.Backups = append(n.ckpt.Backups, b)
 	n.progressed(rawID(raw))
@@ -166,13 +177,22 @@ func (n *Node) onHandoff(ctx context.Context, r sendResult) {
 	case AckOK, AckDuplicate:
 		n.touch()
 		n.progressed(rawID(b.Token))
-		b.Acked, b.To = true, r.to.String()
+		to := n.pid(r.to)
+		// The ack of the node's own hand-off to the recipient named in the checkpoint
+		// changes only Acked and Dist, which the next save carries: a restart before it
+		// resends the custody copy (Out) anyway, and the recipient answers duplicate or
+		// stale. A redirected or re-sent backup, or one dropped here, is saved now.
+		save := !r.main || b.To != to || !bytes.Equal(b.Token, n.ckpt.Out)
+		b.Acked, b.To = true, to
 		b.Dist = max(b.Dist, 1)
 		if b.Dist >= n.cfg.Depth {
 			n.removeBackup(i)
 			n.metrics.custody.WithLabelValues("released").Inc()
+			save = true
 		}
-		n.saveCustody()
+		if save {
+			n.saveCustody()
+		}
 		if n.cfg.Depth >= 2 {
 			rel.Dist = 2
 			n.sendRelease(ctx, pred, rel)
@@ -188,9 +208,9 @@ func (n *Node) onHandoff(ctx context.Context, r sendResult) {
 
 // onRelease applies a release from the recipient of one of this node's backups.
 func (n *Node) onRelease(ctx context.Context, m relMsg) {
-	i := -1
+	i, from := -1, n.pid(m.from)
 	for k, b := range n.ckpt.Backups {
-		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == m.from.String() {
+		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == from {
 			i = k
 			break
 		}
@@ -303,7 +323,7 @@ func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
 		return
 	}
 	n.ownResends.Add(1)
-	n.ckpt.Backups[i].To = to.String()
+	n.ckpt.Backups[i].To = n.pid(to)
 	if n.saveCustody() != nil {
 		// Not sent without a durable checkpoint naming it: retryPending tries again (with
 		// a new forward entry, a safe over-count).

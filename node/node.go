@@ -86,6 +86,7 @@ type Node struct {
 	// relStreams holds one *relStream per predecessor: the long-lived stream on which
 	// releases go to it.
 	relStreams sync.Map
+	pidStr     sync.Map // peer.ID -> its String(), see pid
 	// liveness: last heartbeat received per member, members declared down, and the
 	// start of the observation (a member never heard from counts from there)
 	alive     map[peer.ID]time.Time
@@ -717,6 +718,15 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			// The sender is not stored with the inbox: this hop starts no release wave
 			// (its sender's backup is dropped by a later wave, a retirement or the bound).
 			queue = append(queue, queued{tok: tok})
+			// The token was admitted after the checkpoint was saved, which this node does
+			// only once its own last hand-off (Out) is finished. onHandoff saves at once a
+			// redirection, a fenced copy and a dropped backup, so a backup of Out still
+			// unacked here was acked by the recipient it names (an ack the next save would
+			// have carried).
+			if i := n.findRaw(n.ckpt.Out); i >= 0 && len(n.ckpt.Out) > 0 && !n.ckpt.Backups[i].Acked {
+				b := &n.ckpt.Backups[i]
+				b.Acked, b.Dist = true, max(b.Dist, 1)
+			}
 		}
 	}
 	if len(queue) == 0 && len(n.ckpt.Out) > 0 {
@@ -931,7 +941,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 	// The release is part of the fence: this node never releases two different tokens
 	// under one (epoch, hop).
 	n.raise(markOf(env.Token))
-	n.ckpt.Out, n.ckpt.OutTo = raw, to.String()
+	n.ckpt.Out, n.ckpt.OutTo = raw, n.pid(to)
 	if to == n.ID() {
 		n.ckpt.Out, n.ckpt.OutTo = nil, ""
 	} else {

@@ -100,19 +100,27 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 		if want := tab.next(got); !reflect.DeepEqual(dnext, want) {
 			t.Fatalf("table of the encoder %+v, of the decoder %+v", dnext, want)
 		}
-		// A reference (flag, index) replaces a literal (flag, length, bytes): it saves the
-		// token's length (one-byte varints here); the u reference saves its count and
-		// floats. Out is the new backup's token: a reference in both encodings.
+		// A backup kept unchanged is a reference (flag, index: two bytes, the varints being
+		// of one byte here) instead of its literal (flag, token as flag, length and bytes,
+		// to and pred as length and bytes, two u64, acked, dist); the recent marks,
+		// unchanged, are the three kept (keep, n = 0) instead of three literal marks; the u
+		// reference saves its count and floats. Out is the new backup's token: a reference
+		// in both encodings.
 		full, _ := appendCheckpoint(nil, d, nil)
-		saved := 0
+		saved := 3 * 24
 		for _, k := range d.Backups[:len(d.Backups)-1] {
-			saved += len(k.Token)
+			saved += 1 + (1 + 1 + len(k.Token)) + (1 + len(k.To)) + (1 + len(k.Pred)) + 16 + 1 + 1 - 2
 		}
 		if !negZero {
 			saved += 1 + 8*len(d.U)
 		}
 		if len(full)-len(db) != saved {
 			t.Fatalf("record with references of %d bytes, full %d: want %d bytes fewer", len(db), len(full), saved)
+		}
+		for i := 0; i < len(db); i++ {
+			if _, err := decodeCheckpointBinary(db[:i], &tab); err == nil {
+				t.Fatalf("record with references truncated to %d of %d bytes: no error", i, len(db))
+			}
 		}
 		// Without the previous record the references do not resolve.
 		if _, err := decodeCheckpointBinary(db, nil); err == nil {
