@@ -276,7 +276,7 @@ func recentKeep(prev, cur []Mark) int {
 // appendCheckpoint appends the binary encoding of c to b, with references to prev (the
 // table of the previous record; nil or empty for the first record of a journal), and
 // returns it with the table of this record (what prev.next(c) returns, without comparing
-// again).
+// again). The table refers to c's tokens: the caller must not modify their bytes.
 func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) {
 	if prev == nil || !prev.ok {
 		prev = &ckTable{}
@@ -288,7 +288,10 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 		b = binary.LittleEndian.AppendUint64(b, m.Hop)
 		return binary.LittleEndian.AppendUint64(b, m.Digest)
 	}
-	// tab holds private copies: the previous record's tokens, then this one's.
+	// tab holds the previous record's tokens, then this one's. Encoded tokens are never
+	// modified once made (background senders hold them too), so the table keeps the
+	// caller's slices: a token still in custody is then the same slice as its entry, and
+	// comparing them costs nothing.
 	tab := make([][]byte, len(prev.tok), len(prev.tok)+len(c.Backups)+1)
 	copy(tab, prev.tok)
 	tok := func(b, t []byte) []byte {
@@ -300,10 +303,10 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 				}
 			}
 		}
-		tab = append(tab, bytes.Clone(t))
+		tab = append(tab, t)
 		return byt(append(b, 0), t)
 	}
-	next := ckTable{ok: true, recent: slices.Clone(c.Recent)}
+	next := ckTable{ok: true, recent: slices.Clone(c.Recent), backups: make([]Backup, 0, len(c.Backups))}
 	b = append(b, ckBinary)
 	b = binary.AppendUvarint(b, uint64(c.Version))
 	b = str(b, c.Run)

@@ -126,6 +126,20 @@ func (n *Node) pid(p peer.ID) string {
 	return s
 }
 
+// peerOf returns peer.Decode(s), remembered for the IDs this node wrote itself (pid).
+func (n *Node) peerOf(s string) (peer.ID, error) {
+	if v, ok := n.strPid.Load(s); ok {
+		return v.(peer.ID), nil
+	}
+	p, err := peer.Decode(s)
+	if err == nil {
+		if _, known := n.pidStr.Load(p); known {
+			n.strPid.Store(s, p)
+		}
+	}
+	return p, err
+}
+
 // addBackup keeps a fresh release (before it is sent; the caller saves the checkpoint).
 func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
 	b := Backup{Token: raw, To: n.pid(to), PredEpoch: q.predE, PredHop: q.predH}
@@ -400,7 +414,7 @@ func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
 	if pred == "" {
 		return
 	}
-	p, err := peer.Decode(pred)
+	p, err := n.peerOf(pred)
 	if err != nil || p == n.ID() || n.isDown(p) {
 		return
 	}

@@ -116,9 +116,10 @@
 // lines with a CRC, Seq renumbered monotonically across restarts), checkpoint.log and
 // inbox.log (journals of checked records, the last complete record being current; a
 // torn last record, left by a crash during its write, is skipped; rewritten with their
-// last record when they reach 1 MiB; see CheckpointLog), inbox.token (a plain copy of
-// the last inbox record, for tools; checkpoint.json and inbox.token alone are the first
-// format, still read) and model.json (released model with the node's privacy report: the local
+// last record when they reach 1 MiB; see CheckpointLog; Store.LoadInbox and
+// Store.LoadCheckpoint read them; checkpoint.json and inbox.token are the first format,
+// still read, and removed by the first save of their journal) and model.json (released
+// model with the node's privacy report: the local
 // bound of Theorem 3 and the planned network bound of Theorem 4, each with its
 // conditions and whether they hold). A checkpoint whose ledger is missing, corrupt or
 // truncated makes New fail with ErrLedger.

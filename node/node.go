@@ -87,6 +87,7 @@ type Node struct {
 	// releases go to it.
 	relStreams sync.Map
 	pidStr     sync.Map // peer.ID -> its String(), see pid
+	strPid     sync.Map // the inverse of pidStr, see peerOf
 	// liveness: last heartbeat received per member, members declared down, and the
 	// start of the observation (a member never heard from counts from there)
 	alive     map[peer.ID]time.Time
@@ -684,9 +685,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	if n.busy || n.model != nil {
 		return AckBusy, false
 	}
-	if err := n.store.SaveInbox(msg.raw); errors.Is(err, errInboxCopy) {
-		n.log.Warn().Err(err).Msg("the token is stored; its plain copy for tools is not")
-	} else if err != nil {
+	if err := n.store.SaveInbox(msg.raw); err != nil {
 		n.log.Error().Err(err).Msg("cannot store the received token")
 		return AckBusy, false
 	}
@@ -954,9 +953,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		// Self-hand-off: the decoded copy is the token; store it as the inbox and go on.
 		t, _ := DecodeToken(raw)
 		n.m.Advance(rd)
-		if err := n.store.SaveInbox(raw); errors.Is(err, errInboxCopy) {
-			n.log.Warn().Err(err).Msg("the token is stored; its plain copy for tools is not")
-		} else if err != nil {
+		if err := n.store.SaveInbox(raw); err != nil {
 			return nil, err
 		}
 		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop

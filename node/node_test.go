@@ -664,7 +664,7 @@ func TestRestartResendsCustody(t *testing.T) {
 	}
 	connectAll(t, ctx, nodes)
 	models := runAll(t, ctx, nodes)
-	in, err := os.ReadFile(filepath.Join(dirs[1], InboxFile))
+	in, err := nodes[1].Store().LoadInbox()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,9 +689,9 @@ func TestRestartResendsCustody(t *testing.T) {
 	}
 }
 
-// TestRestartProcessesStoredInbox: a node that acked a token (inbox.token) and stopped
-// before stepping it processes it after a restart, instead of resending its older
-// custody copy.
+// TestRestartProcessesStoredInbox: a node that acked a token (inbox.token, the first
+// format) and stopped before stepping it processes it after a restart, instead of
+// resending its older custody copy.
 func TestRestartProcessesStoredInbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -28,10 +28,8 @@ const (
 	// InboxLog holds the last token received and acked, as a journal like CheckpointLog
 	// whose records are encoded tokens.
 	InboxLog = "inbox.log"
-	// InboxFile is a plain copy of the last record of InboxLog, overwritten in place
-	// after it (not fsynced, and torn by a crash during the write) for tools that read
-	// the token directly; a node reads it only where there is no InboxLog (the first
-	// format, in which it was written atomically).
+	// InboxFile held the last token received in the first format (written atomically);
+	// it is read where there is no InboxLog, and removed by the first save of InboxLog.
 	InboxFile = "inbox.token"
 	ModelFile = "model.json" // final released model and privacy report
 )
@@ -109,10 +107,7 @@ type journal struct {
 	f    *os.File   // nil until the first append of this process
 	size int64
 	buf  []byte
-	tab  ckTable // CheckpointLog: the tokens and u of the last record
-	// InboxLog: InboxFile, open, and its size (-1 unknown)
-	copy     *os.File
-	copySize int64
+	tab  ckTable // CheckpointLog: what the next record may refer to
 }
 
 // OpenStore opens (creating if needed) a data directory and checks the ledger: if a
@@ -164,10 +159,6 @@ func (s *Store) Close() error {
 		if j.f != nil {
 			j.f.Close()
 			j.f = nil
-		}
-		if j.copy != nil {
-			j.copy.Close()
-			j.copy = nil
 		}
 		j.mu.Unlock()
 	}
@@ -431,39 +422,21 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	return nil
 }
 
-// errInboxCopy marks an error of SaveInbox that concerns InboxFile alone: the record
-// of InboxLog, which is what a restart reads, is durable.
-var errInboxCopy = errors.New("node: the copy of the inbox was not written")
-
 // SaveInbox makes raw, a token about to be acked, durable as the last record of
-// InboxLog, then copies it to InboxFile. An error wrapping errInboxCopy means that the
-// record is durable and only the copy failed: the token may be acked.
+// InboxLog. The first save of a process removes InboxFile (the first format) once the
+// journal is durable.
 func (s *Store) SaveInbox(raw []byte) error {
 	j := &s.inbox
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	first := j.f == nil
 	if err := s.appendRecord(j, InboxLog, func(b []byte, _ bool) ([]byte, error) { return append(b, raw...), nil }); err != nil {
 		return err
 	}
-	var err error
-	if j.copy == nil {
-		j.copy, err = os.OpenFile(filepath.Join(s.Dir, InboxFile), os.O_WRONLY|os.O_CREATE, 0o600)
-		j.copySize = -1
-	}
-	if err == nil {
-		_, err = j.copy.WriteAt(raw, 0)
-	}
-	if err == nil && j.copySize != int64(len(raw)) {
-		if err = j.copy.Truncate(int64(len(raw))); err == nil {
-			j.copySize = int64(len(raw))
+	if first {
+		if err := os.Remove(filepath.Join(s.Dir, InboxFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("node: inbox: %w", err)
 		}
-	}
-	if err != nil {
-		if j.copy != nil {
-			j.copy.Close()
-			j.copy = nil
-		}
-		return fmt.Errorf("%w: %s: %w", errInboxCopy, InboxFile, err)
 	}
 	return nil
 }
