@@ -47,6 +47,7 @@ func EncodeToken(dst []byte, t walk.Token) ([]byte, error) {
 	if len(t.Z) != len(t.Zhat) || len(t.Z) > MaxDim {
 		return dst, fmt.Errorf("node: token vectors have lengths %d and %d", len(t.Z), len(t.Zhat))
 	}
+	dst = slices.Grow(dst, TokenSize(t.Run, len(t.Z)))
 	dst = append(dst, WireVersion)
 	dst = binary.LittleEndian.AppendUint64(dst, t.Walk)
 	dst = binary.LittleEndian.AppendUint64(dst, t.Epoch)
@@ -216,7 +217,8 @@ type ckTable struct {
 	u       []float64
 	backups []Backup
 	recent  []Mark
-	ok      bool // a previous record exists
+	ok      bool     // a previous record exists
+	scratch [][]byte // appendCheckpoint's token table, kept for its storage
 }
 
 // next returns the table for the record after c (the decoder's side; the encoder builds
@@ -278,6 +280,15 @@ func recentKeep(prev, cur []Mark) int {
 // returns it with the table of this record (what prev.next(c) returns, without comparing
 // again). The table refers to c's tokens: the caller must not modify their bytes.
 func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) {
+	var next ckTable
+	b = appendCheckpointInto(b, c, prev, &next)
+	next.scratch = nil
+	return b, next
+}
+
+// appendCheckpointInto is appendCheckpoint writing the table of this record to next,
+// whose storage it reuses (next must share none with prev: a store alternates two).
+func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	if prev == nil || !prev.ok {
 		prev = &ckTable{}
 	}
@@ -292,8 +303,7 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 	// modified once made (background senders hold them too), so the table keeps the
 	// caller's slices: a token still in custody is then the same slice as its entry, and
 	// comparing them costs nothing.
-	tab := make([][]byte, len(prev.tok), len(prev.tok)+len(c.Backups)+1)
-	copy(tab, prev.tok)
+	tab := append(next.scratch[:0], prev.tok...)
 	tok := func(b, t []byte) []byte {
 		if len(t) > 0 {
 			for k, o := range tab {
@@ -306,7 +316,9 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 		tab = append(tab, t)
 		return byt(append(b, 0), t)
 	}
-	next := ckTable{ok: true, recent: slices.Clone(c.Recent), backups: make([]Backup, 0, len(c.Backups))}
+	next.ok, next.u = true, nil
+	next.recent = append(next.recent[:0], c.Recent...)
+	next.backups = next.backups[:0]
 	b = append(b, ckBinary)
 	b = binary.AppendUvarint(b, uint64(c.Version))
 	b = str(b, c.Run)
@@ -375,8 +387,9 @@ func appendCheckpoint(b []byte, c *Checkpoint, prev *ckTable) ([]byte, ckTable) 
 	// The table lists out first, then the backups' tokens: this record wrote them in the
 	// other order.
 	cur := tab[len(tab)-len(c.Backups)-1:]
-	next.tok = append(append(make([][]byte, 0, len(cur)), cur[len(cur)-1]), cur[:len(cur)-1]...)
-	return str(b, c.OutTo), next
+	next.tok = append(append(next.tok[:0], cur[len(cur)-1]), cur[:len(cur)-1]...)
+	next.scratch = tab
+	return str(b, c.OutTo)
 }
 
 // ckReader reads the binary checkpoint encoding; the first error sticks.

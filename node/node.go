@@ -655,10 +655,17 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	reply, written := make(chan byte, 1), make(chan struct{})
+	msg := inbound{tok: tok, raw: b, from: from, reply: reply, written: written}
 	select {
-	case n.in <- inbound{tok: tok, raw: b, from: from, reply: reply, written: written}:
-	case <-time.After(n.cfg.AckTimeout / 2):
-		return AckBusy, nil
+	case n.in <- msg:
+	default:
+		t := time.NewTimer(n.cfg.AckTimeout / 2)
+		select {
+		case n.in <- msg:
+			t.Stop()
+		case <-t.C:
+			return AckBusy, nil
+		}
 	}
 	return <-reply, written
 }

@@ -108,6 +108,8 @@ type journal struct {
 	size int64
 	buf  []byte
 	tab  ckTable // CheckpointLog: what the next record may refer to
+	// spare is the storage of the table being built (the one before tab).
+	spare ckTable
 }
 
 // OpenStore opens (creating if needed) a data directory and checks the ledger: if a
@@ -401,19 +403,17 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
 	first := s.ck.f == nil
-	var next ckTable
 	err := s.appendRecord(&s.ck, CheckpointLog, func(b []byte, fresh bool) ([]byte, error) {
 		prev := &s.ck.tab
 		if fresh {
 			prev = nil
 		}
-		b, next = appendCheckpoint(b, c, prev)
-		return b, nil
+		return appendCheckpointInto(b, c, prev, &s.ck.spare), nil
 	})
 	if err != nil {
 		return err
 	}
-	s.ck.tab = next
+	s.ck.tab, s.ck.spare = s.ck.spare, s.ck.tab
 	if first {
 		if err := os.Remove(filepath.Join(s.Dir, CheckpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("node: checkpoint: %w", err)
