@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -105,12 +106,19 @@ func DecodeToken(b []byte) (walk.Token, error) {
 	return t, nil
 }
 
-// WriteFrame writes a 4-byte little-endian length followed by payload.
+// frameBufs holds the buffers of WriteFrame (a Writer does not retain what it is given).
+var frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// WriteFrame writes a 4-byte little-endian length followed by payload, in one Write.
 func WriteFrame(w io.Writer, payload []byte) error {
-	buf := make([]byte, 4, 4+len(payload))
-	binary.LittleEndian.PutUint32(buf, uint32(len(payload)))
+	bp := frameBufs.Get().(*[]byte)
+	buf := binary.LittleEndian.AppendUint32((*bp)[:0], uint32(len(payload)))
 	buf = append(buf, payload...)
 	_, err := w.Write(buf)
+	if cap(buf) <= 1<<20 { // a pool of large buffers would keep their memory
+		*bp = buf
+		frameBufs.Put(bp)
+	}
 	return err
 }
 
