@@ -250,9 +250,12 @@ func (n *Node) onRelease(ctx context.Context, m relMsg) {
 	old := b.Dist
 	b.Dist = m.r.Dist
 	if b.Dist >= n.cfg.Depth {
+		// The drop is written with the next checkpoint, like the distances a wave brings
+		// (no fsync of its own: nothing is sent on the strength of it). A crash before
+		// then brings the backup back with its last saved distance: one more copy kept,
+		// as after a lost wave.
 		n.removeBackup(i)
 		n.metrics.custody.WithLabelValues("released").Inc()
-		n.saveCustody()
 	}
 	// Pass the wave back unless the predecessor was already told it is Depth behind.
 	if old < n.cfg.Depth-1 {
