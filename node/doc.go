@@ -60,7 +60,12 @@
 //     version, flags, epoch, hop, distance; acked with one byte); each node passes the
 //     wave back with Dist+1 and drops a backup whose distance reaches Depth. Releases to
 //     one peer are gathered for 2 ms (the highest distance per backup is kept) and go
-//     out together on one long-lived stream; a receiver acks each frame.
+//     out together on one long-lived stream; a receiver acks each frame. Acks of a
+//     node's own hand-off to the recipient it named, distances and drops reach the disk
+//     with the next checkpoint (nothing is sent on the strength of them; a crash before
+//     it leaves a backup kept longer, and a restart that finds a newer stored token
+//     marks the custody copy acked); redirections, re-sends and retirements are
+//     checkpointed at once. A hop thus costs three fsyncs: inbox, ledger, checkpoint.
 //   - Regeneration: when the recipient of an acked, unreleased backup is declared down,
 //     the node re-releases its newest such backup under epoch max(seen, backup)+1 to a
 //     uniformly chosen live member, after appending (fsync) a forward entry naming it;
