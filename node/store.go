@@ -424,7 +424,7 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 
 // SaveInbox makes raw, a token about to be acked, durable as the last record of
 // InboxLog. The first save of a process removes InboxFile (the first format) once the
-// journal is durable.
+// journal is durable, if it can.
 func (s *Store) SaveInbox(raw []byte) error {
 	j := &s.inbox
 	j.mu.Lock()
@@ -434,9 +434,9 @@ func (s *Store) SaveInbox(raw []byte) error {
 		return err
 	}
 	if first {
-		if err := os.Remove(filepath.Join(s.Dir, InboxFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("node: inbox: %w", err)
-		}
+		// Best effort: the record is durable (the token may be acked), and a file of the
+		// first format left behind is not read while the journal exists.
+		os.Remove(filepath.Join(s.Dir, InboxFile))
 	}
 	return nil
 }
