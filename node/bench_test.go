@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -107,8 +110,9 @@ func BenchmarkHandoff(b *testing.B) {
 	}
 }
 
-// BenchmarkDurableHop measures the per-hop store cost: one ledger line and one checkpoint
-// (p = 1000), with fsync and with NoSync (the testnet/tmpfs option).
+// BenchmarkDurableHop measures the per-hop store cost of a noisy update: one ledger line
+// and one checkpoint (p = 1000) whose u and outgoing token are new (both are written out;
+// nothing of them is referred to), with fsync and with NoSync (the testnet/tmpfs option).
 func BenchmarkDurableHop(b *testing.B) {
 	for _, sync := range []bool{true, false} {
 		b.Run(fmt.Sprintf("fsync=%v", sync), func(b *testing.B) {
@@ -126,10 +130,151 @@ func BenchmarkDurableHop(b *testing.B) {
 					b.Fatal(err)
 				}
 				ck.Hop = e.Hop
+				ck.U[e.Hop%1000]++
+				ck.Out = make([]byte, TokenSize("bench", 1000)) // a token is never modified once made
+				ck.Out[17] = byte(e.Hop)
 				if err := st.SaveCheckpoint(ck); err != nil {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// fixedSource is a rand.Source that always returns v: with two members, IntN(2) = v&1,
+// so node i always hands the token to node v&1 (no self-hand-offs in the benchmark).
+type fixedSource uint64
+
+func (s fixedSource) Uint64() uint64 { return uint64(s) }
+
+// rawHandoff returns the mean time of one raw libp2p hand-off (frame out, decode and
+// validate, ack back) of tok over n round trips, as BenchmarkHandoff measures it.
+func rawHandoff(b *testing.B, tok walk.Token, n int) time.Duration {
+	raw, _ := EncodeToken(nil, tok)
+	dim := len(tok.Z)
+	limit := TokenSize(tok.Run, dim)
+	ctx := context.Background()
+	h1, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h1.Close()
+	h2, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h2.Close()
+	h2.SetStreamHandler("/dpadmm/bench/walk/1", func(s network.Stream) { serveFrames(s, limit, dim); s.Close() })
+	if err := h1.Connect(ctx, peer.AddrInfo{ID: h2.ID(), Addrs: h2.Addrs()}); err != nil {
+		b.Fatal(err)
+	}
+	s, err := h1.NewStream(ctx, h2.ID(), "/dpadmm/bench/walk/1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var ack [1]byte
+	for range 50 { // warm-up
+		WriteFrame(s, raw)
+		io.ReadFull(s, ack[:])
+	}
+	start := time.Now()
+	for range n {
+		if err := WriteFrame(s, raw); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, ack[:]); err != nil || ack[0] != AckOK {
+			b.Fatalf("ack %d, %v", ack[0], err)
+		}
+	}
+	return time.Since(start) / time.Duration(n)
+}
+
+// BenchmarkRuntimeHop measures one walk hop through the full runtime between two
+// libp2p hosts on loopback (checkpoint and ledger with NoSync, or with fsync: the
+// sub-benchmark's name says which): inbox write, step, ledger entry, checkpoint,
+// hand-off with its ack, custody bookkeeping and release waves. The local step is
+// trivial (MaxUpdates 1: after its first update a node only forwards the token) and the
+// token always goes to the other node. One iteration is one hop; the figures are
+// us/hop over the hops after the first, and the ratio to the raw libp2p hand-off of
+// the same token measured in the same run (BenchmarkHandoff's exchange):
+//
+//	go test -run XXX -bench RuntimeHop -benchtime 2000x ./node/
+func BenchmarkRuntimeHop(b *testing.B) {
+	const dim = 64
+	for _, fsync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("p=%d/fsync=%v", dim, fsync), func(b *testing.B) {
+			hops := uint64(max(b.N, 20)) + 1
+			d, _ := consensus.SyntheticLogistic(40, dim, 3, 5)
+			sh, err := consensus.Split(d, 2, "iid", 5)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			ids := make([]peer.ID, 2)
+			dirs := []string{b.TempDir(), b.TempDir()}
+			for i := range ids {
+				if ids[i], err = DataDirPeerID(dirs[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			// The first frame of each hop (a frame answered busy is sent again).
+			var first, last time.Time
+			var firstHop, lastHop uint64
+			seen := false
+			nodes := make([]*Node, 2)
+			for i := range nodes {
+				c := Config{
+					Run: "bench", Data: sh[i], Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+					Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, MaxUpdates: 1, Hops: hops, Listen: loopback, NoSync: !fsync,
+					AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second, AllowSeededNoise: true,
+					Rand:    func(i int) *rand.Rand { return rand.New(fixedSource(1 - i)) },
+					Noise:   func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) },
+					DataDir: dirs[i], Members: ids, Holder: 0, Weight: 1,
+				}
+				nd, err := New(ctx, c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer nd.Close()
+				nd.sendHook = func(_ peer.ID, raw []byte) {
+					t := time.Now()
+					_, h := rawID(raw)
+					mu.Lock()
+					switch {
+					case !seen:
+						first, last, firstHop, lastHop, seen = t, t, h, h, true
+					case h > lastHop:
+						last, lastHop = t, h
+					}
+					mu.Unlock()
+				}
+				nodes[i] = nd
+			}
+			if err := nodes[0].Host.Connect(ctx, peer.AddrInfo{ID: nodes[1].ID(), Addrs: nodes[1].Host.Addrs()}); err != nil {
+				b.Fatal(err)
+			}
+			errs := make(chan error, 2)
+			b.ResetTimer()
+			for _, nd := range nodes {
+				go func() { _, err := nd.Run(ctx); errs <- err }()
+			}
+			for range nodes {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if firstHop != 1 || lastHop != hops {
+				b.Fatalf("frames of hops %d..%d, want 1..%d", firstHop, lastHop, hops)
+			}
+			hop := last.Sub(first) / time.Duration(lastHop-firstHop)
+			raw := rawHandoff(b, walk.NewToken("bench", 0, dim, consensus.Regularizer{}, 1), 2000)
+			b.ReportMetric(float64(hop.Nanoseconds())/1e3, "us/hop")
+			b.ReportMetric(float64(raw.Nanoseconds())/1e3, "us/raw-handoff")
+			b.ReportMetric(float64(hop)/float64(raw), "hop/raw")
 		})
 	}
 }

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -112,11 +115,36 @@ func rawID(raw []byte) (uint64, uint64) {
 	return binary.LittleEndian.Uint64(raw[9:]), binary.LittleEndian.Uint64(raw[17:])
 }
 
+// pid returns p.String(), remembered: the peer IDs of a run are few and their base58
+// form is written into every checkpoint.
+func (n *Node) pid(p peer.ID) string {
+	if v, ok := n.pidStr.Load(p); ok {
+		return v.(string)
+	}
+	s := p.String()
+	n.pidStr.Store(p, s)
+	return s
+}
+
+// peerOf returns peer.Decode(s), remembered for the IDs this node wrote itself (pid).
+func (n *Node) peerOf(s string) (peer.ID, error) {
+	if v, ok := n.strPid.Load(s); ok {
+		return v.(peer.ID), nil
+	}
+	p, err := peer.Decode(s)
+	if err == nil {
+		if _, known := n.pidStr.Load(p); known {
+			n.strPid.Store(s, p)
+		}
+	}
+	return p, err
+}
+
 // addBackup keeps a fresh release (before it is sent; the caller saves the checkpoint).
 func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
-	b := Backup{Token: raw, To: to.String(), PredEpoch: q.predE, PredHop: q.predH}
+	b := Backup{Token: raw, To: n.pid(to), PredEpoch: q.predE, PredHop: q.predH}
 	if q.from != "" {
-		b.Pred = q.from.String()
+		b.Pred = n.pid(q.from)
 	}
 	n.ckpt.Backups = append(n.ckpt.Backups, b)
 	n.progressed(rawID(raw))
@@ -140,10 +168,14 @@ func (n *Node) removeBackup(i int) {
 	n.ckpt.Backups = append(n.ckpt.Backups[:i], n.ckpt.Backups[i+1:]...)
 }
 
-func (n *Node) saveCustody() {
-	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+// saveCustody saves the checkpoint after a change of the custody state; an error is
+// logged and returned (a caller about to send must not send without it).
+func (n *Node) saveCustody() error {
+	err := n.store.SaveCheckpoint(&n.ckpt)
+	if err != nil {
 		n.log.Error().Err(err).Msg("cannot write the checkpoint with the custody state")
 	}
+	return err
 }
 
 // onHandoff updates the backup of a finished hand-off: acked (the release wave starts
@@ -159,13 +191,22 @@ func (n *Node) onHandoff(ctx context.Context, r sendResult) {
 	case AckOK, AckDuplicate:
 		n.touch()
 		n.progressed(rawID(b.Token))
-		b.Acked, b.To = true, r.to.String()
+		to := n.pid(r.to)
+		// The ack of the node's own hand-off to the recipient named in the checkpoint
+		// changes only Acked and Dist, which the next save carries: a restart before it
+		// resends the custody copy (Out) anyway, and the recipient answers duplicate or
+		// stale. A redirected or re-sent backup, or one dropped here, is saved now.
+		save := !r.main || b.To != to || !bytes.Equal(b.Token, n.ckpt.Out)
+		b.Acked, b.To = true, to
 		b.Dist = max(b.Dist, 1)
 		if b.Dist >= n.cfg.Depth {
 			n.removeBackup(i)
 			n.metrics.custody.WithLabelValues("released").Inc()
+			save = true
 		}
-		n.saveCustody()
+		if save {
+			n.saveCustody()
+		}
 		if n.cfg.Depth >= 2 {
 			rel.Dist = 2
 			n.sendRelease(ctx, pred, rel)
@@ -181,9 +222,9 @@ func (n *Node) onHandoff(ctx context.Context, r sendResult) {
 
 // onRelease applies a release from the recipient of one of this node's backups.
 func (n *Node) onRelease(ctx context.Context, m relMsg) {
-	i := -1
+	i, from := -1, n.pid(m.from)
 	for k, b := range n.ckpt.Backups {
-		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == m.from.String() {
+		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == from {
 			i = k
 			break
 		}
@@ -209,9 +250,12 @@ func (n *Node) onRelease(ctx context.Context, m relMsg) {
 	old := b.Dist
 	b.Dist = m.r.Dist
 	if b.Dist >= n.cfg.Depth {
+		// The drop is written with the next checkpoint, like the distances a wave brings
+		// (no fsync of its own: nothing is sent on the strength of it). A crash before
+		// then brings the backup back with its last saved distance: one more copy kept,
+		// as after a lost wave.
 		n.removeBackup(i)
 		n.metrics.custody.WithLabelValues("released").Inc()
-		n.saveCustody()
 	}
 	// Pass the wave back unless the predecessor was already told it is Depth behind.
 	if old < n.cfg.Depth-1 {
@@ -296,8 +340,13 @@ func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
 		return
 	}
 	n.ownResends.Add(1)
-	n.ckpt.Backups[i].To = to.String()
-	n.saveCustody()
+	n.ckpt.Backups[i].To = n.pid(to)
+	if n.saveCustody() != nil {
+		// Not sent without a durable checkpoint naming it: retryPending tries again (with
+		// a new forward entry, a safe over-count).
+		n.ckpt.Backups[i].To = ""
+		return
+	}
 	n.startSend(ctx, to, raw, false, 0)
 }
 
@@ -321,38 +370,134 @@ func (n *Node) pickPeer(avoid peer.ID) peer.ID {
 	return cand[rand.IntN(len(cand))]
 }
 
+// releaseBatch is how long releases to one peer are gathered before they go out in one
+// write. A wave reaching a backup is superseded by the next one for the same backup
+// (its distance is higher), so gathering sends each backup's latest wave once; the delay
+// only keeps backups a little longer, far below the heartbeat time that decides a
+// regeneration.
+const releaseBatch = 2 * time.Millisecond
+
+// relStream is the release stream to one predecessor with the releases waiting for it;
+// mu guards pending and running. The one goroutine that runs (running) owns s.
+type relStream struct {
+	mu      sync.Mutex
+	pending []Release
+	running bool
+	s       network.Stream
+}
+
+// add queues r, merging it with a queued release of the same backup: a retirement
+// replaces any release, a release is dropped after a retirement, and the higher
+// distance is kept.
+func (rs *relStream) add(r Release) {
+	for i := range rs.pending {
+		q := &rs.pending[i]
+		if q.Epoch != r.Epoch || q.Hop != r.Hop {
+			continue
+		}
+		switch {
+		case q.Retire:
+		case r.Retire:
+			*q = r
+		case r.Dist > q.Dist:
+			q.Dist = r.Dist
+		}
+		return
+	}
+	rs.pending = append(rs.pending, r)
+}
+
 // sendRelease sends r to the predecessor pred in the background (best effort: a lost
 // release leaves a backup that a later wave, a retirement or the bound on backups drops).
+// Releases to one peer are gathered for releaseBatch and go out on a long-lived stream,
+// one frame and one ack byte each; a stream that fails (a peer restarted, or one that
+// closes the stream after one frame) is replaced once. A release delivered twice is
+// ignored by its receiver (its distance is not above the backup's).
 func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
 	if pred == "" {
 		return
 	}
-	p, err := peer.Decode(pred)
+	p, err := n.peerOf(pred)
 	if err != nil || p == n.ID() || n.isDown(p) {
 		return
 	}
+	v, _ := n.relStreams.LoadOrStore(p, &relStream{})
+	rs := v.(*relStream)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.add(r)
+	if rs.running {
+		return
+	}
+	rs.running = true
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
-		defer cancel()
-		s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
-		if err != nil {
-			n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")
-			return
+		for {
+			select {
+			case <-time.After(releaseBatch):
+			case <-ctx.Done():
+			}
+			rs.mu.Lock()
+			batch := rs.pending
+			rs.pending = nil
+			if len(batch) == 0 || ctx.Err() != nil {
+				rs.running = false
+				rs.mu.Unlock()
+				return
+			}
+			rs.mu.Unlock()
+			n.writeReleases(ctx, p, rs, batch)
 		}
-		s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
-		if err := WriteFrame(s, EncodeRelease(r)); err != nil {
-			s.Reset()
-			return
-		}
-		var ack [1]byte
-		s.Read(ack[:])
-		s.Close()
 	}()
 }
 
-// handleRelease reads one release from a member and passes it to the loop.
+// writeReleases sends batch on rs's stream and reads one ack byte per frame. Frames
+// acked before a failure are done; the others go again on a new stream, as long as each
+// attempt gets at least one of them through (a receiver that closes the stream after one
+// frame thus gets one per stream).
+func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []Release) {
+	buf := make([]byte, 0, len(batch)*(4+ReleaseSize))
+	acks := make([]byte, len(batch))
+	for fails := 0; len(batch) > 0 && fails < 2; {
+		if rs.s == nil {
+			sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
+			s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
+			cancel()
+			if err != nil {
+				n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")
+				return
+			}
+			rs.s = s
+		}
+		buf = buf[:0]
+		for _, r := range batch {
+			buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
+			buf = append(buf, EncodeRelease(r)...)
+		}
+		rs.s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
+		_, err := rs.s.Write(buf)
+		k := 0
+		if err == nil {
+			k, err = io.ReadFull(rs.s, acks[:len(batch)])
+		}
+		batch = batch[k:]
+		if err == nil {
+			return
+		}
+		if k == 0 {
+			fails++
+		}
+		rs.s.Reset()
+		rs.s = nil
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// handleRelease reads releases from a member, one frame each, passes them to the loop
+// and acks each with one byte.
 func (n *Node) handleRelease(s network.Stream) {
 	defer s.Close()
 	from := s.Conn().RemotePeer()
@@ -369,21 +514,35 @@ func (n *Node) handleRelease(s network.Stream) {
 		s.Reset()
 		return
 	}
-	s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
-	b, err := ReadFrame(s, ReleaseSize)
-	if err == nil {
+	br := bufio.NewReaderSize(s, 16*(4+ReleaseSize))
+	unacked := 0
+	for {
+		b, err := ReadFrame(br, ReleaseSize)
 		var r Release
-		if r, err = DecodeRelease(b); err == nil {
-			select {
-			case n.rel <- relMsg{from: from, r: r}:
-				s.Write([]byte{1})
-			case <-time.After(n.cfg.AckTimeout / 2):
+		if err == nil {
+			r, err = DecodeRelease(b)
+		}
+		if err != nil {
+			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+				n.reject(lg, "release", err.Error())
+				s.Reset()
 			}
 			return
 		}
+		select {
+		case n.rel <- relMsg{from: from, r: r}:
+		case <-time.After(n.cfg.AckTimeout / 2):
+			s.Reset()
+			return
+		}
+		// The acks of the frames of one write go back together.
+		if unacked++; br.Buffered() > 0 {
+			continue
+		}
+		s.SetWriteDeadline(time.Now().Add(n.cfg.AckTimeout))
+		if _, err := s.Write(bytes.Repeat([]byte{1}, unacked)); err != nil {
+			return
+		}
+		unacked = 0
 	}
-	if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
-		n.reject(lg, "release", err.Error())
-	}
-	s.Reset()
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
@@ -438,5 +441,69 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	n.onHandoff(context.Background(), sendResult{to: to, raw: rel.raw, code: AckStale})
 	if len(n.ckpt.Backups) != 0 {
 		t.Fatal("fenced release kept")
+	}
+}
+
+// TestWriteReleasesBatch: a batch of releases reaches a receiver that reads frames in a
+// loop (one write) and one that closes its stream after each frame, as receivers of the
+// first release protocol do (one stream per frame), each release exactly once and in order.
+func TestWriteReleasesBatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h1, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Close()
+	h2, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if err := h1.Connect(ctx, peer.AddrInfo{ID: h2.ID(), Addrs: h2.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	batch := []Release{{Epoch: 0, Hop: 3, Dist: 2}, {Epoch: 0, Hop: 5, Dist: 4}, {Epoch: 1, Hop: 7, Retire: true}}
+	for _, perStream := range []bool{false, true} {
+		run := fmt.Sprintf("batch%v", perStream)
+		var mu sync.Mutex
+		var got []Release
+		streams := 0
+		h2.SetStreamHandler(ReleaseProtocol(run), func(s network.Stream) {
+			defer s.Close()
+			mu.Lock()
+			streams++
+			mu.Unlock()
+			for {
+				b, err := ReadFrame(s, ReleaseSize)
+				if err != nil {
+					return
+				}
+				r, err := DecodeRelease(b)
+				if err != nil {
+					t.Errorf("release frame: %v", err)
+					return
+				}
+				mu.Lock()
+				got = append(got, r)
+				mu.Unlock()
+				if _, err := s.Write([]byte{1}); err != nil || perStream {
+					return
+				}
+			}
+		})
+		n := &Node{Host: h1, cfg: Config{Run: run, AckTimeout: 5 * time.Second}, log: zerolog.Nop()}
+		rs := &relStream{}
+		n.writeReleases(ctx, h2.ID(), rs, batch)
+		n.writeReleases(ctx, h2.ID(), rs, batch[:1]) // the stream is reused (or replaced)
+		mu.Lock()
+		want := append(append([]Release(nil), batch...), batch[0])
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("one stream per frame %v: received %+v, want %+v", perStream, got, want)
+		}
+		if wantStreams := map[bool]int{false: 1, true: 4}[perStream]; streams != wantStreams {
+			t.Fatalf("one stream per frame %v: %d streams, want %d", perStream, streams, wantStreams)
+		}
+		mu.Unlock()
 	}
 }

@@ -12,8 +12,9 @@
 //  1. Step the machine;
 //  2. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
 //     before anything is sent);
-//  3. write <datadir>/checkpoint.json atomically (temp file, fsync, rename, fsync of the
-//     directory): u_i, K_i, the (epoch, hop) processed, the encoded outgoing token
+//  3. append the checkpoint to <datadir>/checkpoint.log and fsync (one checked binary
+//     record; a token still in custody from the previous record is referred to, not
+//     written again): u_i, K_i, the (epoch, hop) processed, the encoded outgoing token
 //     with its recipient ("custody"), the fence and the backups;
 //  4. send the token (in the background, so the loop keeps answering);
 //  5. Advance once the receiver acked.
@@ -23,7 +24,7 @@
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
 // before any allocation when larger than the encoded size of a token of the run's
 // dimension, then the token (see EncodeToken). The receiver answers one byte per frame:
-// AckOK after it has written the token to <datadir>/inbox.token atomically, AckDuplicate
+// AckOK after it has appended the token to <datadir>/inbox.log and fsynced it, AckDuplicate
 // for a retransmission of one of the last 16 tokens it accepted, AckStale for a token not
 // above its fence (the sender drops its copy: fencing, see below), AckReject for anything
 // malformed, foreign or from a peer outside the membership, and AckBusy when it cannot
@@ -57,7 +58,14 @@
 //     acked hand-offs further on. When a hand-off is acked the sender sends a Release
 //     {Dist: 2} to its own predecessor on /dpadmm/<run>/release/1 (a 22-byte frame:
 //     version, flags, epoch, hop, distance; acked with one byte); each node passes the
-//     wave back with Dist+1 and drops a backup whose distance reaches Depth.
+//     wave back with Dist+1 and drops a backup whose distance reaches Depth. Releases to
+//     one peer are gathered for 2 ms (the highest distance per backup is kept) and go
+//     out together on one long-lived stream; a receiver acks each frame. Acks of a
+//     node's own hand-off to the recipient it named, distances and drops reach the disk
+//     with the next checkpoint (nothing is sent on the strength of them; a crash before
+//     it leaves a backup kept longer, and a restart that finds a newer stored token
+//     marks the custody copy acked); redirections, re-sends and retirements are
+//     checkpointed at once. A hop thus costs three fsyncs: inbox, ledger, checkpoint.
 //   - Regeneration: when the recipient of an acked, unreleased backup is declared down,
 //     the node re-releases its newest such backup under epoch max(seen, backup)+1 to a
 //     uniformly chosen live member, after appending (fsync) a forward entry naming it;
@@ -110,8 +118,13 @@
 // # Data directory
 //
 // identity.key (the libp2p key; the peer ID survives restarts), ledger (privacy.Entry
-// lines with a CRC, Seq renumbered monotonically across restarts), checkpoint.json,
-// inbox.token and model.json (released model with the node's privacy report: the local
+// lines with a CRC, Seq renumbered monotonically across restarts), checkpoint.log and
+// inbox.log (journals of checked records, the last complete record being current; a
+// torn last record, left by a crash during its write, is skipped; rewritten with their
+// last record when they reach 1 MiB; see CheckpointLog; Store.LoadInbox and
+// Store.LoadCheckpoint read them; checkpoint.json and inbox.token are the first format,
+// still read, and removed by the first save of their journal) and model.json (released
+// model with the node's privacy report: the local
 // bound of Theorem 3 and the planned network bound of Theorem 4, each with its
 // conditions and whether they hold). A checkpoint whose ledger is missing, corrupt or
 // truncated makes New fail with ErrLedger.

@@ -83,6 +83,11 @@ type Node struct {
 	members []peer.ID
 	index   int
 	streams map[peer.ID]network.Stream
+	// relStreams holds one *relStream per predecessor: the long-lived stream on which
+	// releases go to it.
+	relStreams sync.Map
+	pidStr     sync.Map // peer.ID -> its String(), see pid
+	strPid     sync.Map // the inverse of pidStr, see peerOf
 	// liveness: last heartbeat received per member, members declared down, and the
 	// start of the observation (a member never heard from counts from there)
 	alive     map[peer.ID]time.Time
@@ -650,10 +655,17 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	reply, written := make(chan byte, 1), make(chan struct{})
+	msg := inbound{tok: tok, raw: b, from: from, reply: reply, written: written}
 	select {
-	case n.in <- inbound{tok: tok, raw: b, from: from, reply: reply, written: written}:
-	case <-time.After(n.cfg.AckTimeout / 2):
-		return AckBusy, nil
+	case n.in <- msg:
+	default:
+		t := time.NewTimer(n.cfg.AckTimeout / 2)
+		select {
+		case n.in <- msg:
+			t.Stop()
+		case <-t.C:
+			return AckBusy, nil
+		}
 	}
 	return <-reply, written
 }
@@ -680,7 +692,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	if n.busy || n.model != nil {
 		return AckBusy, false
 	}
-	if err := n.store.WriteAtomic(InboxFile, msg.raw); err != nil {
+	if err := n.store.SaveInbox(msg.raw); err != nil {
 		n.log.Error().Err(err).Msg("cannot store the received token")
 		return AckBusy, false
 	}
@@ -701,7 +713,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 	// (it arrived, was acked, and the node stopped before stepping it); otherwise a token
 	// still in custody is resent byte for byte (a receiver that already has it answers
 	// duplicate or stale).
-	if raw, err := readFile(n.store, InboxFile); err == nil {
+	if raw, err := n.store.LoadInbox(); err == nil {
 		if tok, err := DecodeToken(raw); err == nil && (!n.seen || tok.Epoch > n.ckpt.Epoch || tok.Epoch == n.ckpt.Epoch && tok.Hop > n.ckpt.Hop) {
 			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
 			n.seen, n.seenE, n.seenH = true, tok.Epoch, tok.Hop
@@ -712,6 +724,15 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			// The sender is not stored with the inbox: this hop starts no release wave
 			// (its sender's backup is dropped by a later wave, a retirement or the bound).
 			queue = append(queue, queued{tok: tok})
+			// The token was admitted after the checkpoint was saved, which this node does
+			// only once its own last hand-off (Out) is finished. onHandoff saves at once a
+			// redirection, a fenced copy and a dropped backup, so a backup of Out still
+			// unacked here was acked by the recipient it names (an ack the next save would
+			// have carried).
+			if i := n.findRaw(n.ckpt.Out); i >= 0 && len(n.ckpt.Out) > 0 && !n.ckpt.Backups[i].Acked {
+				b := &n.ckpt.Backups[i]
+				b.Acked, b.Dist = true, max(b.Dist, 1)
+			}
 		}
 	}
 	if len(queue) == 0 && len(n.ckpt.Out) > 0 {
@@ -864,8 +885,6 @@ func (n *Node) limitedLog(lvl zerolog.Level, key string) *zerolog.Event {
 	return ev
 }
 
-func readFile(s *Store, name string) ([]byte, error) { return osReadFile(s.Dir, name) }
-
 func (n *Node) initialToken() walk.Token {
 	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.Cols, n.cfg.Problem.Reg, n.cfg.Gamma)
 }
@@ -928,7 +947,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 	// The release is part of the fence: this node never releases two different tokens
 	// under one (epoch, hop).
 	n.raise(markOf(env.Token))
-	n.ckpt.Out, n.ckpt.OutTo = raw, to.String()
+	n.ckpt.Out, n.ckpt.OutTo = raw, n.pid(to)
 	if to == n.ID() {
 		n.ckpt.Out, n.ckpt.OutTo = nil, ""
 	} else {
@@ -941,7 +960,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		// Self-hand-off: the decoded copy is the token; store it as the inbox and go on.
 		t, _ := DecodeToken(raw)
 		n.m.Advance(rd)
-		if err := n.store.WriteAtomic(InboxFile, raw); err != nil {
+		if err := n.store.SaveInbox(raw); err != nil {
 			return nil, err
 		}
 		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop

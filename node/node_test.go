@@ -664,7 +664,7 @@ func TestRestartResendsCustody(t *testing.T) {
 	}
 	connectAll(t, ctx, nodes)
 	models := runAll(t, ctx, nodes)
-	in, err := os.ReadFile(filepath.Join(dirs[1], InboxFile))
+	in, err := nodes[1].Store().LoadInbox()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,9 +689,9 @@ func TestRestartResendsCustody(t *testing.T) {
 	}
 }
 
-// TestRestartProcessesStoredInbox: a node that acked a token (inbox.token) and stopped
-// before stepping it processes it after a restart, instead of resending its older
-// custody copy.
+// TestRestartProcessesStoredInbox: a node that acked a token (inbox.token, the first
+// format) and stopped before stepping it processes it after a restart, instead of
+// resending its older custody copy.
 func TestRestartProcessesStoredInbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -714,7 +714,11 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	}
 	e := privacy.Entry{Node: ids[0].String(), Run: "inbox", Hop: 3, Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 0.25, Clip: 1, Lambda: 0.5, Recipient: ids[1].String()}
 	st.AppendLedger([]privacy.Entry{e})
-	st.SaveCheckpoint(&Checkpoint{Run: "inbox", Node: 0, Updates: 1, U: make([]float64, sh[0].Cols), Hop: 2, Out: oldRaw, OutTo: ids[1].String()})
+	// The custody copy's backup is saved unacked, as a node leaves it when it stops
+	// before the checkpoint after the ack; the stored newer token shows the hand-off was
+	// finished, so the restart marks it acked.
+	st.SaveCheckpoint(&Checkpoint{Run: "inbox", Node: 0, Updates: 1, U: make([]float64, sh[0].Cols), Hop: 2, Out: oldRaw, OutTo: ids[1].String(),
+		Backups: []Backup{{Token: oldRaw, To: ids[1].String()}}})
 	st.WriteAtomic(InboxFile, inRaw)
 	st.Close()
 	nodes := make([]*Node, 2)
@@ -736,6 +740,22 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	}
 	if nodes[1].Store().Entries() != 0 {
 		t.Fatalf("node 1 made %d entries; the stale custody copy must not be processed", nodes[1].Store().Entries())
+	}
+	ck, err := nodes[0].Store().LoadCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, b := range ck.Backups {
+		if bytes.Equal(b.Token, oldRaw) {
+			found = true
+			if !b.Acked || b.Dist < 1 || b.To != ids[1].String() {
+				t.Fatalf("backup of the custody copy after the restart: acked %v, distance %d, to %s", b.Acked, b.Dist, b.To)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("backup of the custody copy missing from %d backups", len(ck.Backups))
 	}
 }
 

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 func testSources(seed uint64) func(int) (*rand.PCG, *rand.PCG) {
@@ -72,6 +75,142 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 	sh := shards(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	ref := pauseReference(t, ctx, sh, hops)
+	for _, afterStep := range []bool{false, true} {
+		run := "prx"
+		if afterStep {
+			run = "pcx"
+		}
+		hopsSeen, _ := pauseCrashRestart(t, ctx, sh, run, hops, pause, afterStep, ref, nil)
+		for h := uint64(1); h <= hops; h++ {
+			if hopsSeen[h] != 1 {
+				t.Fatalf("after-step %v: hop %d logged %d times", afterStep, h, hopsSeen[h])
+			}
+		}
+	}
+}
+
+// TestJournalCrashRestart: crashes that damage the end of a journal, on a node killed
+// between its journal appends and the send, or between receiving (inbox record durable,
+// acked) and its step.
+//
+//   - torn checkpoint record: the crash comes during the append of the checkpoint that
+//     holds the paused hop's release (its ledger entry is durable, nothing was sent). The
+//     restart takes the previous record, steps the stored inbound token again with the
+//     generators' state of that record, and releases the same bits: the model is the
+//     uninterrupted run's, and that one hop is charged twice (a safe over-count, both
+//     entries naming the same recipient), every other hop once.
+//   - zero tail after the last checkpoint record (the file grew, its data never reached
+//     the disk) and a torn inbox record after the stored token: skipped, the run goes on
+//     as without the damage, every hop charged once.
+func TestJournalCrashRestart(t *testing.T) {
+	const hops, pause = 40, 17
+	sh := shards(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ref := pauseReference(t, ctx, sh, hops)
+	// offsets returns the start of each record of a journal (read here from the format,
+	// not with the store's reader).
+	offsets := func(b []byte) []int {
+		var offs []int
+		for off := 0; off+journalHeader <= len(b) && string(b[off:off+4]) == journalMagic; {
+			offs = append(offs, off)
+			off += journalHeader + int(binary.LittleEndian.Uint32(b[off+5:]))
+		}
+		return offs
+	}
+	var lastEntry privacy.Entry
+	cases := []struct {
+		name      string
+		afterStep bool
+		damage    func(t *testing.T, dir string)
+		twice     bool // the paused hop's entry is made again
+	}{
+		{"torn-checkpoint", true, func(t *testing.T, dir string) {
+			p := filepath.Join(dir, CheckpointLog)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offs := offsets(b)
+			if len(offs) < 2 {
+				t.Fatalf("checkpoint journal with %d records, want a previous one to fall back on", len(offs))
+			}
+			last := offs[len(offs)-1]
+			if err := os.WriteFile(p, b[:last+journalHeader+(len(b)-last-journalHeader)/2], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, err := OpenStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			es, err := st.Ledger()
+			if err != nil || len(es) == 0 {
+				t.Fatalf("ledger of the paused node: %d entries, %v", len(es), err)
+			}
+			lastEntry = es[len(es)-1]
+		}, true},
+		{"zero-tail", true, func(t *testing.T, dir string) {
+			f, err := os.OpenFile(filepath.Join(dir, CheckpointLog), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Write(make([]byte, 700)); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"torn-inbox", false, func(t *testing.T, dir string) {
+			p := filepath.Join(dir, InboxLog)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offs := offsets(b)
+			if len(offs) == 0 || offs[len(offs)-1]+journalHeader >= len(b) {
+				t.Fatalf("inbox journal of %d bytes, records at %v", len(b), offs)
+			}
+			rec := b[offs[len(offs)-1]:]
+			if err := os.WriteFile(p, append(b, rec[:journalHeader+20]...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	}
+	for k, c := range cases {
+		run := fmt.Sprintf("jc%d", k)
+		hopsSeen, paused := pauseCrashRestart(t, ctx, sh, run, hops, pause, c.afterStep, ref, c.damage)
+		for h := uint64(1); h <= hops; h++ {
+			want := 1
+			if c.twice && h == lastEntry.Hop {
+				want = 2
+			}
+			if hopsSeen[h] != want {
+				t.Fatalf("%s: hop %d logged %d times, want %d", c.name, h, hopsSeen[h], want)
+			}
+		}
+		if c.twice {
+			es, err := paused.Ledger()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var again []privacy.Entry
+			for _, e := range es {
+				if e.Hop == lastEntry.Hop && e.Epoch == lastEntry.Epoch {
+					again = append(again, e)
+				}
+			}
+			if len(again) != 2 || again[0].Recipient != again[1].Recipient || again[0].Sigma != again[1].Sigma || again[0].Mechanism != again[1].Mechanism {
+				t.Fatalf("%s: entries of the re-made hop %d: %+v", c.name, lastEntry.Hop, again)
+			}
+		}
+	}
+}
+
+// pauseReference runs the 3-node cluster of the pause tests without a pause and returns
+// its model.
+func pauseReference(t *testing.T, ctx context.Context, sh []*consensus.Dataset, hops uint64) *Model {
+	t.Helper()
 	refNodes := pausedCluster(t, ctx, "pref", sh, hops, 0, false, []string{t.TempDir(), t.TempDir(), t.TempDir()})
 	ref := runAll(t, ctx, refNodes)
 	for i, nd := range refNodes {
@@ -80,107 +219,110 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 			t.Fatalf("node %d status reports the token: %+v", i, st)
 		}
 	}
-	for _, afterStep := range []bool{false, true} {
-		run := "prx"
-		if afterStep {
-			run = "pcx"
+	return ref[0]
+}
+
+// pauseCrashRestart runs the cluster of run until one node pauses at hop pause (before or
+// after its step), closes that node as if it crashed, applies damage (if not nil) to its
+// data directory, restarts it and runs to the end. Every node's model must equal ref bit
+// for bit. It returns how many ledger entries each hop has over all nodes, and the
+// restarted node's store.
+func pauseCrashRestart(t *testing.T, ctx context.Context, sh []*consensus.Dataset, run string, hops, pause uint64, afterStep bool, ref *Model, damage func(*testing.T, string)) (map[uint64]int, *Store) {
+	t.Helper()
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes := pausedCluster(t, ctx, run, sh, hops, pause, afterStep, dirs)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	type result struct {
+		i   int
+		m   *Model
+		err error
+	}
+	done := make(chan result, 4)
+	for i, nd := range nodes {
+		go func() { m, err := nd.Run(rctx); done <- result{i, m, err} }()
+	}
+	// Wait for the pause: exactly one node reports it, at the pause hop, holding.
+	paused := -1
+	for paused < 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("%s: node %d ended before the pause: %v", run, r.i, r.err)
+		case <-ctx.Done():
+			t.Fatalf("%s: no node paused", run)
+		case <-time.After(10 * time.Millisecond):
 		}
-		dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-		nodes := pausedCluster(t, ctx, run, sh, hops, pause, afterStep, dirs)
-		rctx, rcancel := context.WithCancel(ctx)
-		type result struct {
-			i   int
-			m   *Model
-			err error
-		}
-		done := make(chan result, 4)
 		for i, nd := range nodes {
-			go func() { m, err := nd.Run(rctx); done <- result{i, m, err} }()
-		}
-		// Wait for the pause: exactly one node reports it, at the pause hop, holding.
-		paused := -1
-		for paused < 0 {
-			select {
-			case r := <-done:
-				t.Fatalf("node %d ended before the pause: %v", r.i, r.err)
-			case <-ctx.Done():
-				t.Fatal("no node paused")
-			case <-time.After(10 * time.Millisecond):
-			}
-			for i, nd := range nodes {
-				if st := nd.Status(); st.Paused {
-					if st.Hop != pause || !st.Holding {
-						t.Fatalf("node %d paused with hop %d holding %v", i, st.Hop, st.Holding)
-					}
-					paused = i
+			if st := nd.Status(); st.Paused {
+				if st.Hop != pause || !st.Holding {
+					t.Fatalf("%s: node %d paused with hop %d holding %v", run, i, st.Hop, st.Holding)
 				}
+				paused = i
 			}
-		}
-		// The crash comes once the sender has the holder's ack: closing the holder with
-		// the ack still unread by the sender would reset the connection, lose the ack and
-		// make the sender redirect a duplicate of the token (correct fault tolerance, but
-		// no longer the uninterrupted run this test compares with).
-		waitAcked(t, ctx, nodes, paused)
-		nodes[paused].Close() // the crash: nothing more is written
-		var peers []string
-		for i, nd := range nodes {
-			if i != paused {
-				for _, a := range nd.Host.Addrs() {
-					peers = append(peers, a.String()+"/p2p/"+nd.ID().String())
-				}
-			}
-		}
-		ids := make([]peer.ID, len(nodes))
-		for i, nd := range nodes {
-			ids[i] = nd.ID()
-		}
-		again := newPaused(t, ctx, run, sh, paused, ids, hops, 0, false, dirs[paused], peers)
-		if again.ID() != ids[paused] {
-			t.Fatal("identity changed")
-		}
-		go func() { m, err := again.Run(rctx); done <- result{paused, m, err} }()
-		models := make([]*Model, len(nodes))
-		closed := false
-		for k := 0; k < len(nodes)+1; k++ {
-			r := <-done
-			if r.err != nil {
-				if r.i == paused && !closed {
-					closed = true // the closed instance's Run; its restart reports the model
-					continue
-				}
-				t.Fatalf("after-step %v: node %d: %v", afterStep, r.i, r.err)
-			}
-			models[r.i] = r.m
-		}
-		rcancel()
-		for i, m := range models {
-			if m == nil || !sameBits(m.Model, ref[0].Model) {
-				t.Fatalf("after-step %v: node %d's model differs from the uninterrupted run", afterStep, i)
-			}
-		}
-		hopsSeen := map[uint64]int{}
-		for i, nd := range nodes {
-			st := nd.Store()
-			if i == paused {
-				st = again.Store()
-			}
-			es, err := st.Ledger()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range es {
-				hopsSeen[e.Hop]++
-			}
-		}
-		for h := uint64(1); h <= hops; h++ {
-			if hopsSeen[h] != 1 {
-				t.Fatalf("after-step %v: hop %d logged %d times", afterStep, h, hopsSeen[h])
-			}
-		}
-		if _, err := os.Stat(filepath.Join(dirs[paused], ModelFile)); err != nil {
-			t.Fatal(err)
 		}
 	}
+	// The crash comes once the sender has the holder's ack: closing the holder with
+	// the ack still unread by the sender would reset the connection, lose the ack and
+	// make the sender redirect a duplicate of the token (correct fault tolerance, but
+	// no longer the uninterrupted run this test compares with).
+	waitAcked(t, ctx, nodes, paused)
+	nodes[paused].Close() // the crash: nothing more is written
+	if damage != nil {
+		damage(t, dirs[paused])
+	}
+	var peers []string
+	for i, nd := range nodes {
+		if i != paused {
+			for _, a := range nd.Host.Addrs() {
+				peers = append(peers, a.String()+"/p2p/"+nd.ID().String())
+			}
+		}
+	}
+	ids := make([]peer.ID, len(nodes))
+	for i, nd := range nodes {
+		ids[i] = nd.ID()
+	}
+	again := newPaused(t, ctx, run, sh, paused, ids, hops, 0, false, dirs[paused], peers)
+	if again.ID() != ids[paused] {
+		t.Fatal("identity changed")
+	}
+	go func() { m, err := again.Run(rctx); done <- result{paused, m, err} }()
+	models := make([]*Model, len(nodes))
+	closed := false
+	for k := 0; k < len(nodes)+1; k++ {
+		r := <-done
+		if r.err != nil {
+			if r.i == paused && !closed {
+				closed = true // the closed instance's Run; its restart reports the model
+				continue
+			}
+			t.Fatalf("%s: node %d: %v", run, r.i, r.err)
+		}
+		models[r.i] = r.m
+	}
+	for i, m := range models {
+		if m == nil || !sameBits(m.Model, ref.Model) {
+			t.Fatalf("%s: node %d's model differs from the uninterrupted run", run, i)
+		}
+	}
+	hopsSeen := map[uint64]int{}
+	for i, nd := range nodes {
+		st := nd.Store()
+		if i == paused {
+			st = again.Store()
+		}
+		es, err := st.Ledger()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			hopsSeen[e.Hop]++
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dirs[paused], ModelFile)); err != nil {
+		t.Fatal(err)
+	}
+	return hopsSeen, again.Store()
 }
 
 // failureLog returns a debug logger for node i of a run whose output is printed only if

@@ -2,9 +2,11 @@ package node
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,9 +21,17 @@ import (
 const (
 	IdentityFile   = "identity.key"    // libp2p private key (protobuf), mode 0600
 	LedgerFile     = "ledger"          // append-only privacy ledger, one checked JSON line per entry
-	CheckpointFile = "checkpoint.json" // private state, written atomically
-	InboxFile      = "inbox.token"     // last token received and acked, written atomically
-	ModelFile      = "model.json"      // final released model and privacy report
+	CheckpointFile = "checkpoint.json" // private state, written atomically (the first format; still read)
+	// CheckpointLog holds the private state as a journal of checked records, appended
+	// once per save; the last valid record is the checkpoint (see SaveCheckpoint).
+	CheckpointLog = "checkpoint.log"
+	// InboxLog holds the last token received and acked, as a journal like CheckpointLog
+	// whose records are encoded tokens.
+	InboxLog = "inbox.log"
+	// InboxFile held the last token received in the first format (written atomically);
+	// it is read where there is no InboxLog, and removed by the first save of InboxLog.
+	InboxFile = "inbox.token"
+	ModelFile = "model.json" // final released model and privacy report
 )
 
 // ErrLedger is returned when a data directory has a checkpoint but its ledger is missing
@@ -87,6 +97,19 @@ type Store struct {
 	ledger  *os.File
 	entries int
 	seq     uint64
+	ck      journal // CheckpointLog
+	inbox   journal // InboxLog
+}
+
+// journal is a record file opened for appending (see CheckpointLog).
+type journal struct {
+	mu   sync.Mutex // guards the fields below
+	f    *os.File   // nil until the first append of this process
+	size int64
+	buf  []byte
+	tab  ckTable // CheckpointLog: what the next record may refer to
+	// spare is the storage of the table being built (the one before tab).
+	spare ckTable
 }
 
 // OpenStore opens (creating if needed) a data directory and checks the ledger: if a
@@ -101,7 +124,8 @@ func OpenStore(dir string) (*Store, error) {
 	s := &Store{Dir: dir}
 	lp := filepath.Join(dir, LedgerFile)
 	_, cerr := os.Stat(filepath.Join(dir, CheckpointFile))
-	hasCkpt := cerr == nil
+	_, lerr := os.Stat(filepath.Join(dir, CheckpointLog))
+	hasCkpt := cerr == nil || lerr == nil
 	b, err := os.ReadFile(lp)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && hasCkpt:
@@ -130,8 +154,16 @@ func OpenStore(dir string) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the ledger file.
+// Close closes the ledger file and the checkpoint journal.
 func (s *Store) Close() error {
+	for _, j := range []*journal{&s.ck, &s.inbox} {
+		j.mu.Lock()
+		if j.f != nil {
+			j.f.Close()
+			j.f = nil
+		}
+		j.mu.Unlock()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ledger == nil {
@@ -227,33 +259,255 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 	return nil
 }
 
-// SaveCheckpoint writes the checkpoint atomically.
-func (s *Store) SaveCheckpoint(c *Checkpoint) error {
-	c.Version = 1
-	b, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("node: checkpoint: %w", err)
-	}
-	return s.WriteAtomic(CheckpointFile, b)
+// A journal (CheckpointLog, InboxLog) is a sequence of records, each
+//
+//	magic "DPCK" | version u8 | length u32 | CRC-32C u32 of the payload | payload
+//
+// (little-endian). A save appends one record (and fsyncs it unless NoSync): one write on
+// an open file instead of a temporary file, a rename and two fsyncs. The first save of a
+// process and every save that would take the journal past journalCompact rewrite it
+// atomically (WriteAtomic) with that one record, so a journal always starts with a
+// complete record. A crash during an append leaves a torn last record (cut short, failing
+// its CRC, or zero bytes where the file grew before its data was written), which is
+// skipped: the previous record is then the current one, as with the old or new content
+// of an atomic rename. Nothing is sent on the strength of a record before its append
+// returned, so a torn record was never acted on. A record that is not last and does not
+// check is corruption.
+const (
+	journalMagic   = "DPCK"
+	journalVersion = 1
+	journalHeader  = 4 + 1 + 4 + 4
+	journalCompact = 1 << 20
+)
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// frameRecord writes the header of the record b, whose payload follows journalHeader
+// bytes reserved for it.
+func frameRecord(b []byte) {
+	copy(b, journalMagic)
+	b[4] = journalVersion
+	binary.LittleEndian.PutUint32(b[5:], uint32(len(b)-journalHeader))
+	binary.LittleEndian.PutUint32(b[9:], crc32.Checksum(b[journalHeader:], crc32c))
 }
 
-// LoadCheckpoint returns the checkpoint, or nil if there is none.
+// appendRecord appends the record whose payload fill appends to its argument; fresh
+// tells fill that the record starts a new file (the journal is rewritten: the first
+// save of the process, or the journal reached journalCompact). j.mu is held.
+func (s *Store) appendRecord(j *journal, name string, fill func(b []byte, fresh bool) ([]byte, error)) error {
+	fresh := j.f == nil || j.size >= journalCompact
+	b := append(j.buf[:0], make([]byte, journalHeader)...)
+	b, err := fill(b, fresh)
+	if err != nil {
+		return fmt.Errorf("node: %s: %w", name, err)
+	}
+	frameRecord(b)
+	j.buf = b
+	if fresh {
+		if j.f != nil {
+			j.f.Close()
+			j.f = nil
+		}
+		if err := s.WriteAtomic(name, b); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(filepath.Join(s.Dir, name), os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("node: %s: %w", name, err)
+		}
+		j.f, j.size = f, int64(len(b))
+		return nil
+	}
+	if _, err := j.f.Write(b); err != nil {
+		j.f.Close()
+		j.f = nil // the next save rewrites the journal
+		return fmt.Errorf("node: %s write: %w", name, err)
+	}
+	if !s.NoSync {
+		if err := j.f.Sync(); err != nil {
+			j.f.Close()
+			j.f = nil
+			return fmt.Errorf("node: %s fsync: %w", name, err)
+		}
+	}
+	j.size += int64(len(b))
+	return nil
+}
+
+// lastRecord returns the payload of the last complete record of the journal name
+// (os.ErrNotExist when there is no such file).
+func (s *Store) lastRecord(name string) ([]byte, error) {
+	var last []byte
+	err := s.records(name, func(r []byte) error { last = r; return nil })
+	return last, err
+}
+
+// records calls fn with the payload of every complete record of the journal name, in
+// order (os.ErrNotExist when there is no such file).
+func (s *Store) records(name string, fn func([]byte) error) error {
+	p := filepath.Join(s.Dir, name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var last []byte
+	for off := 0; off < len(b); {
+		r := b[off:]
+		if last != nil && allZero(r) {
+			break // torn last record whose bytes never reached the disk (a file extended with zeros)
+		}
+		if len(r) < journalHeader || string(r[:4]) != journalMagic {
+			if k := min(len(r), 4); last != nil && len(r) < journalHeader && string(r[:k]) == journalMagic[:k] {
+				break // torn last record: the previous one is current
+			}
+			return fmt.Errorf("node: %s is corrupt: no record at byte %d", p, off)
+		}
+		if r[4] != journalVersion {
+			return fmt.Errorf("node: %s: record version %d not supported", p, r[4])
+		}
+		n := int(binary.LittleEndian.Uint32(r[5:]))
+		if n > len(r)-journalHeader || crc32.Checksum(r[journalHeader:journalHeader+n], crc32c) != binary.LittleEndian.Uint32(r[9:]) {
+			if last != nil && n >= len(r)-journalHeader {
+				break // torn last record
+			}
+			return fmt.Errorf("node: %s is corrupt: record at byte %d does not check", p, off)
+		}
+		last = r[journalHeader : journalHeader+n]
+		if err := fn(last); err != nil {
+			return fmt.Errorf("node: %s: record at byte %d: %w", p, off, err)
+		}
+		off += journalHeader + n
+	}
+	if last == nil {
+		return fmt.Errorf("node: %s is corrupt: no complete record", p)
+	}
+	return nil
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// SaveCheckpoint makes the checkpoint durable: one record of CheckpointLog, the
+// checkpoint in its binary encoding (appendCheckpoint; LoadCheckpoint also reads JSON
+// records, which start with '{'). The first save of a process removes checkpoint.json (the first
+// format) once the journal is durable.
+func (s *Store) SaveCheckpoint(c *Checkpoint) error {
+	c.Version = 1
+	s.ck.mu.Lock()
+	defer s.ck.mu.Unlock()
+	first := s.ck.f == nil
+	err := s.appendRecord(&s.ck, CheckpointLog, func(b []byte, fresh bool) ([]byte, error) {
+		prev := &s.ck.tab
+		if fresh {
+			prev = nil
+		}
+		return appendCheckpointInto(b, c, prev, &s.ck.spare), nil
+	})
+	if err != nil {
+		return err
+	}
+	s.ck.tab, s.ck.spare = s.ck.spare, s.ck.tab
+	if first {
+		if err := os.Remove(filepath.Join(s.Dir, CheckpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("node: checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// SaveInbox makes raw, a token about to be acked, durable as the last record of
+// InboxLog. The first save of a process removes InboxFile (the first format) once the
+// journal is durable, if it can.
+func (s *Store) SaveInbox(raw []byte) error {
+	j := &s.inbox
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	first := j.f == nil
+	if err := s.appendRecord(j, InboxLog, func(b []byte, _ bool) ([]byte, error) { return append(b, raw...), nil }); err != nil {
+		return err
+	}
+	if first {
+		// Best effort: the record is durable (the token may be acked), and a file of the
+		// first format left behind is not read while the journal exists.
+		os.Remove(filepath.Join(s.Dir, InboxFile))
+	}
+	return nil
+}
+
+// LoadInbox returns the last token stored by SaveInbox (InboxFile where there is no
+// InboxLog), or os.ErrNotExist.
+func (s *Store) LoadInbox() ([]byte, error) {
+	b, err := s.lastRecord(InboxLog)
+	if errors.Is(err, os.ErrNotExist) {
+		return os.ReadFile(filepath.Join(s.Dir, InboxFile))
+	}
+	return b, err
+}
+
+// LoadCheckpoint returns the checkpoint, or nil if there is none: the last record of
+// CheckpointLog, else checkpoint.json (the first format).
 func (s *Store) LoadCheckpoint() (*Checkpoint, error) {
-	b, err := os.ReadFile(filepath.Join(s.Dir, CheckpointFile))
+	var c *Checkpoint
+	var tab ckTable
+	err := s.records(CheckpointLog, func(b []byte) error {
+		var err error
+		if c, err = decodeCheckpoint(b, &tab); err != nil {
+			return err
+		}
+		tab = tab.next(c)
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return s.loadCheckpointJSON()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *Store) loadCheckpointJSON() (*Checkpoint, error) {
+	p := filepath.Join(s.Dir, CheckpointFile)
+	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	c, err := decodeCheckpoint(b, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node: %s: %w", p, err)
+	}
+	return c, nil
+}
+
+// decodeCheckpoint decodes a checkpoint: JSON (checkpoint.json, or a JSON record) or the
+// binary encoding, whose references go to prev.
+func decodeCheckpoint(b []byte, prev *ckTable) (*Checkpoint, error) {
 	var c Checkpoint
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("node: checkpoint %s is corrupt: %v", filepath.Join(s.Dir, CheckpointFile), err)
+	if len(b) > 0 && b[0] == ckBinary {
+		bc, err := decodeCheckpointBinary(b, prev)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint is corrupt: %v", err)
+		}
+		c = *bc
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return nil, fmt.Errorf("checkpoint is corrupt: %v", err)
+		}
 	}
 	if c.Version != 1 {
-		return nil, fmt.Errorf("node: checkpoint version %d not supported", c.Version)
+		return nil, fmt.Errorf("checkpoint version %d not supported (this build reads version 1)", c.Version)
 	}
 	return &c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -425,7 +426,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		args[i] = a
 		if restartPlan != "" {
 			restartArgs = append([]string(nil), a...)
-			restartArgs[2] = restartPlan // the value of --gossip-plan
+			restartArgs[slices.Index(a, "--gossip-plan")+1] = restartPlan
 		}
 	}
 

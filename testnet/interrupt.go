@@ -70,7 +70,7 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 				pw.z, pw.zHop = tok.Z, tok.Hop
 			}
 		}
-		if raw, err := os.ReadFile(filepath.Join(d, node.InboxFile)); err == nil {
+		if raw, err := (&node.Store{Dir: d}).LoadInbox(); err == nil {
 			consider(raw)
 		}
 		if ck, err := (&node.Store{Dir: d}).LoadCheckpoint(); err == nil && ck != nil {
