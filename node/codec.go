@@ -206,7 +206,7 @@ func (v Validator) Check(t walk.Token, seenEpoch, seenHop uint64, seen bool) (Ve
 //	recent: keep, n, n marks |
 //	backups: n, each 0 and tok | to str | pred str | pred_epoch u64 | pred_hop u64 |
 //	  acked u8 | dist uvarint, or 1 and k (the k-th backup of the previous record) |
-//	out tok | out_to str
+//	out tok | out_to str | ledger_seq u64 | ledger_hash u64
 //
 // where str and bytes are a uvarint length and the bytes. tok is 0 and bytes (a literal
 // token) or 1 and k: the k-th token of the table made of the previous record's tokens
@@ -397,7 +397,9 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	cur := tab[len(tab)-len(c.Backups)-1:]
 	next.tok = append(append(next.tok[:0], cur[len(cur)-1]), cur[:len(cur)-1]...)
 	next.scratch = tab
-	return str(b, c.OutTo)
+	b = str(b, c.OutTo)
+	b = binary.LittleEndian.AppendUint64(b, c.LedgerSeq)
+	return binary.LittleEndian.AppendUint64(b, c.LedgerHash)
 }
 
 // ckReader reads the binary checkpoint encoding; the first error sticks.
@@ -538,6 +540,7 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 	}
 	c.Out = tok("out")
 	c.OutTo = string(r.bytes("out_to"))
+	c.LedgerSeq, c.LedgerHash = r.u64("ledger seq"), r.u64("ledger hash")
 	if r.err != nil {
 		return nil, r.err
 	}

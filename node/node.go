@@ -11,6 +11,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,6 +377,9 @@ func (n *Node) Close() error {
 // Run takes part in the run until the final model is known, writes model.json and
 // returns it.
 func (n *Node) Run(ctx context.Context) (*Model, error) {
+	if m, err := n.finishedModel(); m != nil || err != nil {
+		return m, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n.mu.Lock()
@@ -1230,4 +1235,33 @@ func (n *Node) stepRun() privacy.WalkRun {
 	r := n.step
 	r.Clip, r.Sigma = n.cfg.Clip, n.cfg.Sigma
 	return r
+}
+
+// ErrRunOver is returned by Run when the data directory holds the final model of another
+// run (or another configuration) than the node's: the directory belongs to that run.
+var ErrRunOver = errors.New("node: the data directory holds the final model of another run")
+
+// finishedModel returns the model.json of this run when the data directory already holds
+// it: the run is over, and a node restarted after it (a service manager's restart, say)
+// must not take part again nor re-send its custody token. It returns nil, nil when there
+// is no model yet.
+func (n *Node) finishedModel() (*Model, error) {
+	b, err := os.ReadFile(filepath.Join(n.store.Dir, ModelFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: %s: %w", ModelFile, err)
+	}
+	var m Model
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("node: %s is corrupt: %v (move it away to take part in the run again)", ModelFile, err)
+	}
+	if m.Run != n.cfg.Run || m.ConfigHash != n.hash {
+		return nil, fmt.Errorf("%w: %s is for run %q (config %.12s), this node runs %q (config %.12s); use another --datadir",
+			ErrRunOver, ModelFile, m.Run, m.ConfigHash, n.cfg.Run, n.hash)
+	}
+	n.metrics.done.Store(true)
+	n.log.Warn().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("the run is over: this data directory already holds its final model; not taking part again")
+	return &m, nil
 }

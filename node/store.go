@@ -55,6 +55,12 @@ type Checkpoint struct {
 	// after the last step, so that a restarted testnet node continues their sequences.
 	HopSource   []byte `json:"hop_source,omitempty"`
 	NoiseSource []byte `json:"noise_source,omitempty"`
+	// LedgerSeq and LedgerHash are the sequence number and chain hash of the last ledger
+	// line when the record was written (Store.SaveCheckpoint sets them): a ledger that
+	// lost lines, or whose lines were rewritten, no longer holds them, and LoadCheckpoint
+	// refuses it. 0 in records of earlier builds.
+	LedgerSeq  uint64 `json:"ledger_seq,omitempty"`
+	LedgerHash uint64 `json:"ledger_hash,omitempty"`
 	// Fence is the highest token this node accepted or released, ordered by (epoch, hop,
 	// digest); MaxEpoch the highest epoch it accepted or created (regeneration). A token
 	// not above both is refused with AckStale.
@@ -93,10 +99,15 @@ type Store struct {
 	Dir string
 	// NoSync skips fsync (for testnets on tmpfs); the write order is unchanged.
 	NoSync  bool
-	mu      sync.Mutex // guards ledger, entries, seq
+	mu      sync.Mutex // guards ledger, entries, seq, last, hashes, noisy
 	ledger  *os.File
 	entries int
 	seq     uint64
+	// last is the chain hash (privacy.LineHash) of the last ledger line; hashes the hash
+	// of every line by sequence number; noisy the number of noisy-update entries.
+	last   uint64
+	hashes map[uint64]uint64
+	noisy  int
 	ck      journal // CheckpointLog
 	inbox   journal // InboxLog
 }
@@ -141,9 +152,36 @@ func OpenStore(dir string) (*Store, error) {
 		return nil, fmt.Errorf("%w: %s: last line is truncated", ErrLedger, lp)
 	}
 	s.entries = len(es)
-	for _, e := range es {
+	s.hashes = make(map[uint64]uint64, len(es))
+	chained := false
+	rest := b
+	for k, e := range es {
+		var line []byte
+		for len(line) == 0 && len(rest) > 0 {
+			i := bytes.IndexByte(rest, '\n')
+			line, rest = rest[:i+1], rest[i+1:]
+			if len(bytes.TrimSpace(line)) == 0 {
+				line = nil
+			}
+		}
+		// Every line after the first chains to the one before it; a ledger of an earlier
+		// build (no links) may be continued by chained lines, never the other way round.
+		if e.Prev != "" {
+			if want := fmt.Sprintf("%016x", s.last); k == 0 || e.Prev != want {
+				return nil, fmt.Errorf("%w: %s: the line of entry %d does not chain to the line before it: lines were removed or changed",
+					ErrLedger, lp, e.Seq)
+			}
+		} else if chained {
+			return nil, fmt.Errorf("%w: %s: the line of entry %d has no chain link after chained lines", ErrLedger, lp, e.Seq)
+		}
+		chained = chained || e.Prev != ""
+		s.last = privacy.LineHash(line)
+		s.hashes[e.Seq] = s.last
 		if e.Seq > s.seq {
 			s.seq = e.Seq
+		}
+		if e.Noisy() {
+			s.noisy++
 		}
 	}
 	f, err := os.OpenFile(lp, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -202,13 +240,23 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 		return errors.New("node: ledger is closed")
 	}
 	var buf []byte
-	seq := s.seq
+	seq, last, noisy := s.seq, s.last, 0
+	type mark struct{ seq, hash uint64 }
+	var marks []mark
 	for _, e := range es {
 		seq++
 		e.Seq = seq
+		if s.entries > 0 || len(marks) > 0 {
+			e.Prev = fmt.Sprintf("%016x", last)
+		}
 		line, err := e.MarshalLineChecked()
 		if err != nil {
 			return err
+		}
+		last = privacy.LineHash(line)
+		marks = append(marks, mark{seq, last})
+		if e.Noisy() {
+			noisy++
 		}
 		buf = append(buf, line...)
 	}
@@ -220,8 +268,49 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 			return fmt.Errorf("node: ledger fsync: %w", err)
 		}
 	}
-	s.seq = seq
+	s.seq, s.last = seq, last
 	s.entries += len(es)
+	s.noisy += noisy
+	if s.hashes == nil {
+		s.hashes = map[uint64]uint64{}
+	}
+	for _, m := range marks {
+		s.hashes[m.seq] = m.hash
+	}
+	return nil
+}
+
+// NoisyEntries returns the number of noisy-update entries in the ledger: the privacy this
+// node has spent, whatever its checkpoint says.
+func (s *Store) NoisyEntries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.noisy
+}
+
+// ledgerMark returns the sequence number and chain hash of the last ledger line.
+func (s *Store) ledgerMark() (uint64, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq, s.last
+}
+
+// checkLedgerMark refuses a checkpoint record whose ledger mark the ledger no longer
+// holds: a shortened ledger (fewer lines than when the record was written) or a rewritten
+// one (the line of that sequence number hashes differently).
+func (s *Store) checkLedgerMark(c *Checkpoint) error {
+	if c == nil || c.LedgerSeq == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.hashes[c.LedgerSeq]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: the checkpoint was written after ledger entry %d, but the ledger ends at %d: ledger lines were removed", ErrLedger, c.LedgerSeq, s.seq)
+	case h != c.LedgerHash:
+		return fmt.Errorf("%w: ledger entry %d is not the one the checkpoint was written after: the ledger was rewritten", ErrLedger, c.LedgerSeq)
+	}
 	return nil
 }
 
@@ -400,6 +489,7 @@ func allZero(b []byte) bool {
 // format) once the journal is durable.
 func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	c.Version = 1
+	c.LedgerSeq, c.LedgerHash = s.ledgerMark()
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
 	first := s.ck.f == nil
@@ -465,10 +555,23 @@ func (s *Store) LoadCheckpoint() (*Checkpoint, error) {
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return s.loadCheckpointJSON()
-	}
-	if err != nil {
+		if c, err = s.loadCheckpointJSON(); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
+	}
+	if err := s.checkLedgerMark(c); err != nil {
+		return nil, err
+	}
+	if c == nil && s.NoisyEntries() > 0 {
+		return nil, fmt.Errorf("%w: the ledger holds %d noisy updates but there is no checkpoint: the node's private state is lost, "+
+			"and starting it again would spend its privacy budget a second time; start a new run with a new data directory",
+			ErrLedger, s.NoisyEntries())
+	}
+	if c != nil && c.Updates > s.NoisyEntries() {
+		return nil, fmt.Errorf("%w: the checkpoint counts %d noisy updates, the ledger %d: ledger lines were removed",
+			ErrLedger, c.Updates, s.NoisyEntries())
 	}
 	return c, nil
 }
@@ -520,6 +623,17 @@ func (s *Store) Identity() (crypto.PrivKey, error) {
 		k, err := crypto.UnmarshalPrivateKey(b)
 		if err != nil {
 			return nil, fmt.Errorf("node: identity key %s is corrupt: %v", p, err)
+		}
+		// The key's parts must agree: an Ed25519 key whose seed was damaged still names
+		// the old peer ID (from its public half) but signs for another key, and every
+		// handshake would fail.
+		msg := []byte("dpadmm identity check")
+		sig, err := k.Sign(msg)
+		if err != nil {
+			return nil, fmt.Errorf("node: identity key %s is corrupt: %v", p, err)
+		}
+		if ok, err := k.GetPublic().Verify(msg, sig); err != nil || !ok {
+			return nil, fmt.Errorf("node: identity key %s is corrupt: its private and public parts do not match (restore it from a backup, or start with a fresh --datadir and a new peer ID)", p)
 		}
 		return k, nil
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"errors"
+	"github.com/dpadmm/dpadmm/privacy"
 	"math"
 	"os"
 	"path/filepath"
@@ -136,6 +137,13 @@ func TestCheckpointJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// The ledger of the 3 noisy updates the checkpoint counts (a checkpoint counting more
+	// than its ledger holds is refused).
+	for h := uint64(1); h <= 3; h++ {
+		if err := st.AppendLedger([]privacy.Entry{{Node: "2", Run: "r", Hop: h, Mechanism: privacy.MechGaussian, Sensitivity: 1, Sigma: 1, Clip: 1, Lambda: 0.5, Recipient: "1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The first format is still read, and replaced by the journal at the first save.
 	old := []byte(`{"version":1,"run":"r","node":2,"updates":3,"u":[0.5],"epoch":0,"hop":7}`)
 	if err := os.WriteFile(filepath.Join(dir, CheckpointFile), old, 0o600); err != nil {

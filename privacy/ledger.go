@@ -3,6 +3,8 @@ package privacy
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
@@ -45,6 +47,18 @@ type Entry struct {
 	// Rate is the Poisson sampling rate q in (0,1] of a "subsampled" entry (0, omitted,
 	// for every other mechanism).
 	Rate float64 `json:"q,omitempty"`
+	// Prev chains a node's ledger: the hex of LineHash of the previous line ("" on the
+	// first line, and in ledgers that are not chained). A line removed or rewritten in
+	// the middle breaks the chain; the last line's hash, recorded in the checkpoint,
+	// catches a shortened tail.
+	Prev string `json:"prev,omitempty"`
+}
+
+// LineHash is the chain hash of one encoded ledger line (with its newline): the first 8
+// bytes of its SHA-256, big-endian.
+func LineHash(line []byte) uint64 {
+	s := sha256.Sum256(line)
+	return binary.BigEndian.Uint64(s[:8])
 }
 
 // Validate checks that the numeric fields are finite and non-negative and the mechanism is

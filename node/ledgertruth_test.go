@@ -1,0 +1,187 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// ledgerStore opens a store in a new directory with k noisy ledger entries and a
+// checkpoint counting them, and closes it.
+func ledgerStore(t *testing.T, k int) string {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := 1; h <= k; h++ {
+		e := privacy.Entry{Node: "0", Run: "r", Hop: uint64(h), Mechanism: privacy.MechGaussian, Sensitivity: 1, Sigma: 1, Clip: 1, Lambda: 0.5, Recipient: "1"}
+		if err := st.AppendLedger([]privacy.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.SaveCheckpoint(&Checkpoint{Run: "r", Updates: k, U: []float64{0.25}, Hop: uint64(k)}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return dir
+}
+
+// openCheckpoint opens dir and loads its checkpoint, returning the first error.
+func openCheckpoint(dir string) (*Checkpoint, error) {
+	st, err := OpenStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.LoadCheckpoint()
+}
+
+// TestLedgerIsTheTruth: the ledger cannot silently shrink or change, and the update count
+// cannot silently go back: a ledger whose tail was cut, a line removed or rewritten in the
+// middle (with a valid checksum), a checkpoint deleted while the ledger holds noisy updates,
+// a checkpoint counting more updates than the ledger holds, and a corrupt checkpoint record
+// are all refused with ErrLedger or a corruption error; the intact directory opens.
+func TestLedgerIsTheTruth(t *testing.T) {
+	lines := func(dir string) [][]byte {
+		b, err := os.ReadFile(filepath.Join(dir, LedgerFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.SplitAfter(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	}
+	write := func(dir string, ls [][]byte) {
+		if err := os.WriteFile(filepath.Join(dir, LedgerFile), bytes.Join(ls, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	intact := ledgerStore(t, 6)
+	if c, err := openCheckpoint(intact); err != nil || c.Updates != 6 || c.LedgerSeq != 6 {
+		t.Fatalf("intact: %+v %v", c, err)
+	}
+	cases := map[string]func(dir string){
+		"tail cut": func(dir string) { write(dir, lines(dir)[:4]) },
+		"middle line removed": func(dir string) {
+			ls := lines(dir)
+			write(dir, append(ls[:2:2], ls[3:]...))
+		},
+		"middle line rewritten": func(dir string) {
+			ls := lines(dir)
+			es, err := privacy.ParseLedger(bytes.NewReader(ls[2]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := es[0]
+			e.Mechanism, e.Sensitivity, e.Sigma = privacy.MechForward, 0, 0 // a noisy update made to look free
+			ls[2] = e.MarshalLine()
+			write(dir, ls)
+		},
+		"checkpoint deleted": func(dir string) {
+			if err := os.Remove(filepath.Join(dir, CheckpointLog)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"checkpoint record corrupt": func(dir string) {
+			p := filepath.Join(dir, CheckpointLog)
+			b, _ := os.ReadFile(p)
+			b[len(b)/2] ^= 0x10
+			os.WriteFile(p, b, 0o600)
+		},
+	}
+	for name, damage := range cases {
+		dir := ledgerStore(t, 6)
+		damage(dir)
+		if c, err := openCheckpoint(dir); err == nil {
+			t.Errorf("%s: opened with checkpoint %+v", name, c)
+		} else if name != "checkpoint record corrupt" && !errors.Is(err, ErrLedger) {
+			t.Errorf("%s: %v, want ErrLedger", name, err)
+		}
+	}
+	// A checkpoint that counts more noisy updates than the ledger holds.
+	dir := ledgerStore(t, 3)
+	st, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveCheckpoint(&Checkpoint{Run: "r", Updates: 5, U: []float64{0.25}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := openCheckpoint(dir); !errors.Is(err, ErrLedger) || !strings.Contains(err.Error(), "counts 5 noisy updates, the ledger 3") {
+		t.Errorf("checkpoint ahead of the ledger: %v", err)
+	}
+}
+
+// TestIdentityKeyPartsMustMatch: an identity key whose private half was damaged (it still
+// names the old peer ID) is refused at load instead of failing every handshake.
+func TestIdentityKeyPartsMustMatch(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := DataDirPeerID(dir); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, IdentityFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-40] ^= 0x01 // inside the 32-byte seed of the 64-byte Ed25519 key
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Identity(); err == nil || !strings.Contains(err.Error(), "do not match") {
+		t.Fatalf("damaged identity key: %v", err)
+	}
+}
+
+// TestFinishedRunExits: a node restarted on the data directory of a run that is over
+// returns its model.json at once (no membership, no token re-sent); a directory holding
+// another run's model is refused.
+func TestFinishedRunExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	nodes := staticCluster(t, ctx, "over", sh, 10, 0, dirs)
+	models := runAll(t, ctx, nodes)
+	for _, nd := range nodes {
+		nd.Close()
+	}
+	c := nodes[0].cfg
+	again, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	m, err := again.Run(rctx)
+	if err != nil || !sameBits(m.Model, models[0].Model) {
+		t.Fatalf("restart after the end: %v", err)
+	}
+	if again.Store().Entries() != nodes[0].Store().Entries() {
+		t.Error("the restarted node wrote ledger entries")
+	}
+	other := c
+	other.Run = "another"
+	o, err := New(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := o.Run(rctx); !errors.Is(err, ErrRunOver) {
+		t.Fatalf("another run on a finished directory: %v", err)
+	}
+}
