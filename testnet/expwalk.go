@@ -229,8 +229,15 @@ func StepEpsilon(step privacy.WalkRun, figure string, n, cap int, hops uint64, s
 	return privacy.WalkPlannedBound(r, delta).Epsilon
 }
 
-// calibrate returns the smallest sigma (relative precision 1e-6) whose figure is at most
-// eps, by bisection on log2(sigma).
+// CalibrateFigure returns the smallest sigma (relative precision 1e-6) whose figure is at
+// most eps, by bisection on log2(sigma) in [2^-60, 2^60]; figure must be non-increasing
+// in sigma (every figure of the verdict is). It is how 'dpadmm account plan' and the
+// walk experiment calibrate the noise of any step.
+func CalibrateFigure(eps float64, figure func(sigma float64) float64) (float64, error) {
+	return calibrate(eps, figure)
+}
+
+// calibrate is CalibrateFigure.
 func calibrate(eps float64, figure func(sigma float64) float64) (float64, error) {
 	ok := func(l float64) bool { return figure(math.Exp2(l)) <= eps }
 	lo, hi := -60.0, 60.0

@@ -14,6 +14,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 const accountHelp = `Usage:
@@ -77,6 +78,8 @@ type planReport struct {
 	Pairwise        privacy.PairwiseSummary `json:"pairwise_planned"`
 	PassageHops     int                     `json:"first_passage_hops,omitempty"`
 	TailBounded     bool                    `json:"first_passage_tail_bounded,omitempty"`
+	// LocalStep names the walk's local step when it is not the exact prox.
+	LocalStep string `json:"local_step,omitempty"`
 }
 
 // traceReport is the JSON output of "account trace".
@@ -160,11 +163,32 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	seed := fs.Uint64("seed", 1, "seed of random graphs (er, regular)")
+	algo := fs.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
+	sf := addStepFlags(fs)
+	nonExp := fs.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
+	weight := fs.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "plan: unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if _, ok := walkAlgos[*algo]; !ok {
+		return usageErr(stderr, "plan: --algo must be walk, walk-gadmm or walk-sgd, got %q", *algo)
+	}
+	step, err := sf.params(*algo, set)
+	if err != nil {
+		return usageErr(stderr, "plan: %v", err)
+	}
+	if step.Kind != walk.StepProx && step.Kind != walk.StepLinearized {
+		if !finitePositive(*weight) {
+			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *weight)
+		}
+		return planStep(stdout, stderr, step, planStepArgs{nodes: *nodes, hops: *hops, graph: *graphSpec, clip: *clip,
+			sigma: *sigma, maxUpd: *maxUpd, target: *target, calibrate: set["target-epsilon"], kind: *budgetKind,
+			delta: *delta, json: *asJSON, nonExp: *nonExp, weight: *weight})
 	}
 	switch {
 	case *nodes < 2:
@@ -465,4 +489,89 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+}
+
+// planStepArgs are the flags of 'account plan' for a step other than the prox step.
+type planStepArgs struct {
+	nodes, hops, maxUpd     int
+	graph                   string
+	clip, sigma, target     float64
+	delta, weight           float64
+	calibrate, json, nonExp bool
+	kind                    string
+}
+
+// planStep is 'account plan' for the ls-sgd, gradient-ADMM and DP-SGD steps: the local
+// figure (privacy.StepLocalBound) and the planned pairwise figure with its verdict
+// (privacy.WalkPlannedBound), both one number for every pair on the complete graph, the
+// same functions every other output uses; --target-epsilon calibrates sigma on either.
+func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) error {
+	switch {
+	case a.nodes < 2 || a.hops < 1 || !finitePositive(a.clip) || a.maxUpd < 0 || !(a.delta > 0 && a.delta < 1):
+		return usageErr(stderr, "plan: --nodes >= 2, --hops >= 1, --clip > 0, --max-updates >= 0 and --delta in (0,1) are required")
+	case a.graph != "complete":
+		return usageErr(stderr, "plan: the %s step is planned on the complete graph only (its figures have no first-passage form); got --graph %s", step.Kind, a.graph)
+	case !a.calibrate && !finitePositive(a.sigma):
+		return usageErr(stderr, "plan: --sigma must be finite and > 0, got %v", a.sigma)
+	}
+	updates := a.maxUpd
+	if updates == 0 {
+		updates = (a.hops + a.nodes - 1) / a.nodes
+	}
+	r := privacy.WalkRun{Nodes: a.nodes, Complete: true, Clip: a.clip, Cap: a.maxUpd, Hops: uint64(a.hops), Planning: true,
+		Step: step.Kind.String(), Rate: step.Rate, SGDNonExpansive: a.nonExp}
+	if step.Kind == walk.StepGADMM {
+		r.Step = privacy.StepGADMM
+		// Without the data the smoothness bound is unknown: the plan assumes eta <= 1/nu
+		// (which 'dpadmm testnet' and every node check on the data), so that the verdict
+		// covers the other conditions.
+		r.GADMM = privacy.GADMMParams{Eta: step.Eta, Beta: step.Beta, Sensitivity: step.Eta * 2 * a.weight * a.clip, Nu: 1 / step.Eta}
+	}
+	figure := func(s float64) float64 {
+		q := r
+		q.Sigma = s
+		if a.kind == "local" {
+			return privacy.StepLocalBound(q, updates, a.delta).Epsilon
+		}
+		return privacy.WalkPlannedBound(q, a.delta).Epsilon
+	}
+	sg := a.sigma
+	if a.calibrate {
+		if !finitePositive(a.target) {
+			return usageErr(stderr, "plan: --target-epsilon must be finite and > 0, got %v", a.target)
+		}
+		var err error
+		if sg, err = testnet.CalibrateFigure(a.target, figure); err != nil {
+			return err
+		}
+	}
+	r.Sigma = sg
+	loc := privacy.StepLocalBound(r, updates, a.delta)
+	pb := privacy.WalkPlannedBound(r, a.delta)
+	v := privacy.WalkDecide(r)
+	sum := privacy.PairwiseSummary{Theorem: pb.Theorem, Conditions: pb.Conditions, ConditionsHold: pb.ConditionsHold && v.PlannedHolds, Note: pb.Note}
+	sum.Worst.Epsilon, sum.Worst.Order, sum.Worst.I, sum.Worst.J = pb.Epsilon, pb.Order, 0, 1
+	sum.Mean, sum.P50, sum.P90, sum.P99 = pb.Epsilon, pb.Epsilon, pb.Epsilon, pb.Epsilon
+	rep := planReport{
+		Delta: a.delta, Conversion: privacy.Conversion, Graph: a.graph, Nodes: a.nodes, Hops: a.hops,
+		Clip: a.clip, Sigma: sg, SigmaCalibrated: a.calibrate, UpdatesCapped: a.maxUpd > 0,
+		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
+		Pairwise: sum, LocalStep: step.Kind.String(),
+	}
+	if a.json {
+		return writeJSON(stdout, rep)
+	}
+	w := stdout
+	fmt.Fprintf(w, "plan: %s step, %d nodes, complete graph, %d hops, clip %g, sigma %g", step.Kind, a.nodes, a.hops, a.clip, sg)
+	if a.calibrate {
+		fmt.Fprintf(w, " (calibrated for %s epsilon %g)", a.kind, a.target)
+	}
+	fmt.Fprintf(w, "\n(epsilon, delta=%g) via %s\n\n", a.delta, privacy.Conversion)
+	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), K_i = %d updates\n", loc.Epsilon, loc.Order, updates)
+	fmt.Fprintf(w, "          theorem: %s\n          conditions: %s\n\n", loc.Theorem, loc.Conditions)
+	printPairwise(w, "pairwise (planned, every pair)", sum)
+	if len(v.Reasons) > 0 {
+		fmt.Fprintf(w, "\nWARNING: %s\n", strings.Join(v.Reasons, "; "))
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -89,5 +91,56 @@ func TestHTTPListen(t *testing.T) {
 		if got := publicHTTP(in); got != want {
 			t.Errorf("publicHTTP(%q) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// TestAccountPlanSteps: 'account plan' for the other steps uses the same figures as every
+// output: a calibrated sigma meets the target (and 1% less noise does not); ls-sgd's
+// pairwise figure is its local one; the DP-SGD walk's pairwise figure needs the
+// non-expansive certificate (else it is the local one) and never exceeds the local one;
+// other graphs are refused.
+func TestAccountPlanSteps(t *testing.T) {
+	plan := func(args ...string) map[string]any {
+		t.Helper()
+		var out, errb bytes.Buffer
+		a := append([]string{"account", "plan", "--nodes", "100", "--hops", "10000", "--clip", "0.1", "--max-updates", "150", "--json"}, args...)
+		if code := run(a, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	eps := func(m map[string]any, sec string) float64 {
+		if sec == "local" {
+			return m["local"].(map[string]any)["epsilon"].(float64)
+		}
+		return m["pairwise_planned"].(map[string]any)["worst"].(map[string]any)["epsilon"].(float64)
+	}
+	ls := plan("--local-step", "ls-sgd", "--step-size", "1", "--sample-rate", "0.1", "--target-epsilon", "2")
+	s := ls["sigma"].(float64)
+	if e := eps(ls, "pairwise"); e > 2 || e != eps(ls, "local") || ls["local_step"] != "ls-sgd" {
+		t.Errorf("ls-sgd: pairwise %v, local %v", e, eps(ls, "local"))
+	}
+	less := plan("--local-step", "ls-sgd", "--step-size", "1", "--sample-rate", "0.1", "--sigma", strconv.FormatFloat(s*0.99, 'g', -1, 64))
+	if eps(less, "pairwise") <= 2 {
+		t.Errorf("sigma %v x 0.99 still meets epsilon 2", s)
+	}
+	sgd := plan("--algo", "walk-sgd", "--step-size", "0.1", "--sigma", "1")
+	cert := plan("--algo", "walk-sgd", "--step-size", "0.1", "--sigma", "1", "--sgd-non-expansive")
+	if eps(sgd, "pairwise") != eps(sgd, "local") || !(eps(cert, "pairwise") < eps(cert, "local")) {
+		t.Errorf("sgd: uncertified pairwise %v local %v; certified pairwise %v local %v",
+			eps(sgd, "pairwise"), eps(sgd, "local"), eps(cert, "pairwise"), eps(cert, "local"))
+	}
+	g := plan("--algo", "walk-gadmm", "--step-size", "0.1", "--beta", "1", "--sigma", "0.5")
+	if !(eps(g, "local") > 0) || eps(g, "pairwise") != eps(g, "local") {
+		t.Errorf("gadmm: pairwise %v local %v", eps(g, "pairwise"), eps(g, "local"))
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"account", "plan", "--nodes", "10", "--hops", "100", "--clip", "1", "--sigma", "1", "--graph", "ring",
+		"--algo", "walk-sgd", "--step-size", "0.1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "complete graph only") {
+		t.Errorf("ring: exit %d, %s", code, errb.String())
 	}
 }
