@@ -28,7 +28,11 @@
 // for a retransmission of one of the last 16 tokens it accepted, AckStale for a token not
 // above its fence (the sender drops its copy: fencing, see below), AckReject for anything
 // malformed, foreign or from a peer outside the membership, and AckBusy when it cannot
-// take the token yet.
+// take the token yet, or any more: a node whose run is stopped (SIGTERM) answers AckBusy,
+// resets its own hand-off streams and keeps its host up while members still have a
+// hand-off stream open to it, at most min(AckTimeout, 2 s) (Node.quiesce). Members
+// stopped with it then keep the token in custody instead of redirecting it to a peer
+// that is itself stopping; members that go on running redirect after AckTimeout.
 //
 // Validation runs cheapest first: frame size, decode (version, exact length), sender in
 // the membership, run and walk, dimension, finiteness, hop within the run, then

@@ -145,7 +145,12 @@ type Node struct {
 	HTTPAddr string
 	closers  []func() error
 	cancel   context.CancelFunc
-	bg       sync.WaitGroup
+	// halt is the Done channel of the running walk's context (nil before Run): once it
+	// is closed the node takes no token any more (see quiesce).
+	halt <-chan struct{}
+	// inWalk counts the inbound hand-off streams being served (handleWalk).
+	inWalk atomic.Int64
+	bg     sync.WaitGroup
 }
 
 type inbound struct {
@@ -383,7 +388,7 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n.mu.Lock()
-	n.cancel = cancel
+	n.cancel, n.halt = cancel, ctx.Done()
 	n.mu.Unlock()
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); n.readControl(ctx) }()
@@ -597,6 +602,8 @@ func (n *Node) isMember(p peer.ID) bool {
 // handleWalk serves one long-lived inbound hand-off stream: frames in, one ack byte out
 // per frame.
 func (n *Node) handleWalk(s network.Stream) {
+	n.inWalk.Add(1)
+	defer n.inWalk.Add(-1)
 	defer s.Close()
 	from := s.Conn().RemotePeer()
 	lg := n.log.With().Str("from", shortID(from)).Logger()
@@ -645,10 +652,10 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	n.mu.Lock()
-	ready := n.m != nil
+	ready, halt := n.m != nil, n.halt
 	n.mu.Unlock()
-	if !ready {
-		return AckBusy, nil
+	if !ready || isClosed(halt) {
+		return AckBusy, nil // not started, or stopping (see quiesce)
 	}
 	if !n.isMember(from) {
 		n.reject(lg, "non-member", "sender is not a member of the run")
@@ -670,9 +677,22 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 			t.Stop()
 		case <-t.C:
 			return AckBusy, nil
+		case <-halt:
+			t.Stop()
+			return AckBusy, nil // the loop has stopped: the token was not taken
 		}
 	}
 	return <-reply, written
+}
+
+// isClosed reports whether c is a closed channel (false for nil).
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // admit runs in the loop: duplicate and fence checks, durable inbox write, ack code.
@@ -814,6 +834,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		}
 		select {
 		case <-ctx.Done():
+			n.quiesce()
 			return nil, ctx.Err()
 		case msg := <-n.in:
 			if n.busy {
@@ -849,6 +870,40 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 				n.publish(ctx, n.startMsg) // a late joiner may have missed the start
 			}
 		}
+	}
+}
+
+// stopDrain bounds how long a stopping node keeps its host up for the members that
+// still have a hand-off stream open to it (see quiesce).
+const stopDrain = 2 * time.Second
+
+// quiesce ends the node's part in the hand-offs when its run is stopped (the walk's
+// context ended: SIGTERM, Ctrl-C, a canceled testnet), before the host is closed.
+//
+// Its own hand-off in flight ends without a redirection: it was started with the
+// stopped context, so a failure is not charged to the peer, and the token stays in
+// custody (durable, resent on restart). Its outbound hand-off streams are reset, which
+// also tells the members that this node sends nothing more. From the moment the context
+// ended the node answers AckBusy to every hand-off (receive): it takes no token it
+// would not process. It then keeps the host up while members still have a hand-off
+// stream open to it, at most min(AckTimeout, stopDrain). A member that is still
+// running meanwhile sees a busy peer, not a failed one: it keeps custody and retries
+// the same peer until AckTimeout, so a member stopped at the same time (every node of
+// a testnet) ends with its token in custody instead of redirecting it. A redirection
+// at that moment would name in the ledger a peer that is itself stopping, charged as a
+// view of the release (a safe over-count, but a path that is not the walk's). Members
+// that go on running redirect after AckTimeout, as from any peer that stays busy.
+func (n *Node) quiesce() {
+	n.mu.Lock()
+	out := n.streams
+	n.streams = map[peer.ID]network.Stream{}
+	n.mu.Unlock()
+	for _, s := range out {
+		s.Reset()
+	}
+	deadline := time.Now().Add(min(n.cfg.AckTimeout, stopDrain))
+	for n.inWalk.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -785,3 +785,95 @@ func TestGoLogRouted(t *testing.T) {
 		t.Fatalf("record %v", rec)
 	}
 }
+
+// TestStopKeepsCustody: the members of a walk are stopped one after the other (member
+// 1 first, the others 100 ms later, as after signals that reach processes at different
+// times; each closes its host as soon as its Run returns). A member still running hands
+// the token to the stopped one meanwhile: it must see a busy peer and keep custody, not
+// redirect the release to another member (one ledger entry per hop and node), and the
+// stopped member must stay up until the others stopped, well within its ack timeout.
+// Without the stopped member's wait, its host closes at once and the next hand-off to
+// it fails and is redirected.
+func TestStopKeepsCustody(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	dirs := make([]string, 3)
+	var logs syncBuffer
+	nodes := staticClusterWith(t, ctx, "stop", sh, 1<<40, 0, dirs, func(i int, c *Config) {
+		c.AckTimeout = 5 * time.Second
+		c.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel).With().Int("i", i).Logger()
+	})
+	ctxs := make([]context.Context, 3)
+	stops := make([]context.CancelFunc, 3)
+	for i := range nodes {
+		ctxs[i], stops[i] = context.WithCancel(ctx)
+	}
+	type result struct {
+		i    int
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 3)
+	var stopAt time.Time
+	var mu sync.Mutex
+	for i, nd := range nodes {
+		go func() {
+			_, err := nd.Run(ctxs[i])
+			nd.Close() // as the node command does on return
+			mu.Lock()
+			took := time.Since(stopAt)
+			mu.Unlock()
+			done <- result{i, err, took}
+		}()
+	}
+	// Let the walk run past its first hops on every member.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		k := 0
+		for _, nd := range nodes {
+			if nd.Store().Entries() > 20 {
+				k++
+			}
+		}
+		if k == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the walk made no progress")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	stopAt = time.Now()
+	mu.Unlock()
+	stops[1]()
+	time.Sleep(100 * time.Millisecond)
+	stops[0]()
+	stops[2]()
+	for range nodes {
+		r := <-done
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("node %d: Run returned %v, want context.Canceled", r.i, r.err)
+		}
+		t.Logf("node %d stopped %v after the first stop", r.i, r.took)
+		if r.took > 3*time.Second {
+			t.Errorf("node %d stopped %v after the first stop", r.i, r.took)
+		}
+	}
+	for i, nd := range nodes {
+		es, err := nd.Store().Ledger()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint64]bool{}
+		for _, e := range es {
+			if seen[e.Hop] {
+				t.Errorf("node %d: a second entry for hop %d (redirected): %+v", i, e.Hop, e)
+			}
+			seen[e.Hop] = true
+		}
+	}
+	if s := logs.String(); strings.Contains(s, "redirecting") || strings.Contains(s, "hand-off failed") {
+		t.Errorf("a hand-off failed while the members stopped:\n%s", s)
+	}
+}

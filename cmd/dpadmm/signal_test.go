@@ -95,6 +95,28 @@ func (c *child) waitFor(t *testing.T, out *syncBuffer, s string, timeout time.Du
 	}
 }
 
+// waitForLedger waits until the ledger of one of the node data directories in dirs has
+// an entry (the walk made a hop), failing the test after timeout.
+func (c *child) waitForLedger(t *testing.T, dirs []string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, d := range dirs {
+			if fi, err := os.Stat(filepath.Join(d, node.LedgerFile)); err == nil && fi.Size() > 0 {
+				return
+			}
+		}
+		select {
+		case <-c.done:
+			t.Fatalf("exited (%v) before a ledger entry was written\nstdout:\n%s\nstderr:\n%s", c.err, c.stdout, c.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ledger entry after %v\nstdout:\n%s\nstderr:\n%s", timeout, c.stdout, c.stderr)
+		}
+	}
+}
+
 // stop sends sig and returns the exit code and how long the process took to exit; it
 // fails the test if that takes longer than within.
 func (c *child) stop(t *testing.T, sig syscall.Signal, within time.Duration) (int, time.Duration) {
@@ -313,6 +335,13 @@ func TestInterruptProcsSIGINT(t *testing.T) {
 	nodes := filepath.Join(dir, "nodes")
 	c := startChild(t, "testnet", "--procs", "--nodes", "3", "--hops", "1000000", "--dir", nodes, "--report", rep)
 	c.waitFor(t, c.stderr, "ledger entries ", 60*time.Second)
+	// The progress of node processes counts no entries (their /status hides the
+	// per-hop figures): wait for the walk's first hop in the ledgers themselves.
+	var dirs []string
+	for i := 0; i < 3; i++ {
+		dirs = append(dirs, filepath.Join(nodes, "node-"+strconv.Itoa(i)))
+	}
+	c.waitForLedger(t, dirs, 60*time.Second)
 	code, _ := c.stop(t, syscall.SIGINT, 15*time.Second)
 	if code != 130 {
 		t.Fatalf("exit %d, want 130\n%s", code, c.stderr)
