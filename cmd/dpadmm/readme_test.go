@@ -637,7 +637,7 @@ func (e *readmeEnv) rewrite(args []string) []string {
 			}
 		}
 	case "node":
-		if a, _ := flagValue(out, "algo"); (a == "" || a == "walk") && !hasFlag(out, "hops") {
+		if a, _ := flagValue(out, "algo"); (a == "" || a == "walk" || strings.HasPrefix(a, "walk-")) && !hasFlag(out, "hops") {
 			out = append(out, "--hops", strconv.Itoa(readmeCaps["hops"]))
 		}
 	}
