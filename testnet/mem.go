@@ -66,6 +66,9 @@ type MemConfig struct {
 	// Progress, when set, is called about once a second with the ledger entries written
 	// so far (hops, plus any redirections) and cfg.Hops.
 	Progress func(entries, hops uint64)
+	// atEnd, when set, is called when the walk has ended, before the hosts close (tests:
+	// a heap profile of the running network).
+	atEnd func()
 	// mockIdle, when > 0, replaces how long a mock pair must be idle before its
 	// connection may be closed (tests: exercise the limit in a short run).
 	mockIdle time.Duration
@@ -231,6 +234,9 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	res := &MemResult{Wall: time.Since(start), Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Hops: cfg.Hops,
 		Transport: hosts.transport}
 	res.PeakRSS, res.Heap = memStats()
+	if cfg.atEnd != nil {
+		cfg.atEnd()
+	}
 	res.Trimmed = int(hosts.closed.Load())
 	for i := range ids {
 		res.Peers[i] = ids[i].String()

@@ -3,6 +3,9 @@ package testnet
 import (
 	"context"
 	"math"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -25,7 +28,7 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 	}
 	prob := consensus.Problem{Loss: consensus.Squared, Reg: consensus.Regularizer{L1: 0.01}}
 	res, err := RunMem(ctx, MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5,
-		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport, mockIdle: idle})
+		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport, mockIdle: idle, atEnd: heapProfileAtEnd(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,4 +153,26 @@ func BenchmarkPlannedPairwiseParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// heapProfileAtEnd returns a hook that writes a heap profile (after a collection) to the
+// file named by DPADMM_HEAP_PROFILE when the walk has ended and the hosts are still up:
+// where the per-host memory of a large --mem run goes. nil without the variable.
+func heapProfileAtEnd(t *testing.T) func() {
+	p := os.Getenv("DPADMM_HEAP_PROFILE")
+	if p == "" {
+		return nil
+	}
+	return func() {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Error(err)
+		}
+	}
 }
