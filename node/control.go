@@ -410,6 +410,12 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
 	case f.m.Hop != n.cfg.Hops:
 		return false, fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
+	case n.evicted(f.from):
+		return false, fmt.Errorf("node: final model from %s, evicted for implausible epochs", shortID(f.from))
+	}
+	if why := n.epochJump(f.m.Epoch); why != "" {
+		n.strike(f.from)
+		return false, fmt.Errorf("node: final model refused: %s", why)
 	}
 	for _, v := range f.m.Model {
 		if math.IsNaN(v) || math.IsInf(v, 0) {

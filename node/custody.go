@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -60,6 +61,63 @@ func cmpU(a, b uint64) int {
 // on, then the higher digest; a higher epoch beats any hop.
 func (n *Node) accepts(m Mark) bool {
 	return m.Epoch >= n.ckpt.MaxEpoch && (n.ckpt.Fence == nil || m.cmp(*n.ckpt.Fence) > 0)
+}
+
+// Epoch bounds. Epochs grow by one per regeneration or fallback re-send, so a run's
+// epochs stay small; a peer that sends a token or a final model whose epoch jumps far
+// above everything this node has seen is refused (an epoch of 2^64-1 would otherwise fence
+// every honest token and make the next regeneration wrap to 0), and after
+// maxEpochStrikes such refusals it is evicted: nothing of it is accepted for the rest of
+// the run.
+const (
+	// MaxEpoch is the largest epoch any token or final model may carry; regeneration
+	// stops there instead of wrapping.
+	MaxEpoch uint64 = 1 << 48
+	// maxEpochStrikes is how many refused epoch jumps evict a member.
+	maxEpochStrikes = 3
+)
+
+// epochWindow is how far above the highest epoch seen here a token may be: 64, or 4 per
+// member if more (every member may regenerate a few times between two of this node's
+// visits, and a partition that heals may bring as many). A lineage regenerated more often
+// than that while this node was cut off is refused and recovered by the fallback.
+func (n *Node) epochWindow() uint64 {
+	n.mu.Lock()
+	m := len(n.members)
+	n.mu.Unlock()
+	return max(64, 4*uint64(m))
+}
+
+// epochJump says why epoch e is refused ("" when it is within bounds).
+func (n *Node) epochJump(e uint64) string {
+	switch w := n.epochWindow(); {
+	case e > MaxEpoch:
+		return fmt.Sprintf("epoch %d exceeds the largest a run may reach (%d)", e, MaxEpoch)
+	case e > n.ckpt.MaxEpoch+w:
+		return fmt.Sprintf("epoch %d jumps more than %d above the highest epoch seen here (%d)", e, w, n.ckpt.MaxEpoch)
+	}
+	return ""
+}
+
+// strike records a refused epoch jump of p; the maxEpochStrikes-th evicts p.
+func (n *Node) strike(p peer.ID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.strikes == nil {
+		n.strikes = map[peer.ID]int{}
+	}
+	n.strikes[p]++
+	if n.strikes[p] == maxEpochStrikes {
+		n.log.Warn().Str("peer", shortID(p)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
+		n.metrics.rejected.WithLabelValues("evicted").Inc()
+	}
+}
+
+// evicted reports whether p was evicted for implausible epochs.
+func (n *Node) evicted(p peer.ID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.strikes[p] >= maxEpochStrikes
 }
 
 // raise lifts the fence to m (a token accepted or released here).
@@ -282,7 +340,7 @@ func (n *Node) peerDown(ctx context.Context, p peer.ID) {
 			n.removeBackup(i)
 			continue
 		}
-		tok.Epoch = max(n.ckpt.MaxEpoch, tok.Epoch) + 1
+		tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
 		raw, err := EncodeToken(nil, tok)
 		if err != nil {
 			n.removeBackup(i)

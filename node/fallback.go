@@ -174,7 +174,7 @@ func (n *Node) checkFallback(ctx context.Context, idle bool) {
 		return // never released: nothing to fall back on
 	}
 	n.fb.active = now
-	tok.Epoch = max(n.ckpt.MaxEpoch, tok.Epoch) + 1
+	tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
 	raw, err := EncodeToken(nil, tok)
 	if err != nil {
 		n.log.Error().Err(err).Msg("cannot encode the fallback token")

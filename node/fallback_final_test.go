@@ -111,6 +111,10 @@ func TestFinalKeepsHighest(t *testing.T) {
 		"non-finite":   fin(p2, 9, nan),
 		"non-member":   fin(peer.ID("not a member"), 9, vec(2)),
 		"empty member": fin("", 9, vec(2)),
+		// A forged final far above every epoch seen (2^62), and the epoch that used to
+		// wrap the next regeneration to 0.
+		"epoch 2^62": fin(p2, 1<<62, vec(2)),
+		"epoch max":  fin(p2, math.MaxUint64, vec(2)),
 	}
 	for name, f := range bad {
 		if ok, err := n.acceptFinal(f); ok || err == nil {

@@ -134,6 +134,8 @@ type Node struct {
 	// step holds the local step's fields of this node's privacy.WalkRun (walk.StepRun
 	// over its own loss), with Clip and Sigma; set with the membership, under mu.
 	step privacy.WalkRun
+	// strikes counts each member's refused epoch jumps (under mu); maxEpochStrikes evict.
+	strikes map[peer.ID]int
 	// gater refuses connections from non-members once the membership is fixed (hosts
 	// built by New; a Config.NewHost host has none).
 	gater *memberGater
@@ -661,6 +663,10 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "non-member", "sender is not a member of the run")
 		return AckReject, nil
 	}
+	if n.evicted(from) {
+		n.reject(lg, "evicted", "sender was evicted for implausible epochs")
+		return AckReject, nil
+	}
 	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
 	if vd, reason := v.Check(tok, 0, 0, false); vd != Accept {
 		n.reject(lg, "invalid", reason)
@@ -698,6 +704,12 @@ func isClosed(c <-chan struct{}) bool {
 // admit runs in the loop: duplicate and fence checks, durable inbox write, ack code.
 func (n *Node) admit(msg inbound) (byte, bool) {
 	mk := markOf(msg.tok)
+	if why := n.epochJump(mk.Epoch); why != "" {
+		n.metrics.rejected.WithLabelValues("epoch").Inc()
+		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", shortID(msg.from)).Msg("hand-off refused: " + why)
+		n.strike(msg.from)
+		return AckReject, false
+	}
 	if n.isRecent(mk) {
 		n.log.Debug().Uint64("hop", msg.tok.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		return AckDuplicate, false
