@@ -108,8 +108,8 @@ type Store struct {
 	last   uint64
 	hashes map[uint64]uint64
 	noisy  int
-	ck      journal // CheckpointLog
-	inbox   journal // InboxLog
+	ck     journal // CheckpointLog
+	inbox  journal // InboxLog
 }
 
 // journal is a record file opened for appending (see CheckpointLog).
