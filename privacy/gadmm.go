@@ -506,16 +506,7 @@ func gadmmDecide(r WalkRun) WalkVerdict {
 	p := r.GADMM
 	p.Sigma = r.Sigma
 	v := WalkVerdict{Noisy: r.Sigma > 0 && !math.IsInf(r.Sigma, 0) && p.Sensitivity > 0 && !math.IsInf(p.Sensitivity, 0)}
-	switch {
-	case r.Own:
-		v.K = r.Updates
-	case r.Cap > 0:
-		v.K = max(r.Cap, r.Updates)
-	case r.Planning && r.Nodes > 0:
-		v.K = int((r.Hops + uint64(r.Nodes) - 1) / uint64(r.Nodes))
-	default:
-		v.K = r.Updates
-	}
+	v.K = verdictK(r)
 	if !v.Noisy {
 		if r.Sigma == 0 {
 			v.Reasons = append(v.Reasons, "sigma 0: no noise, no privacy")

@@ -183,16 +183,7 @@ func gradStep(r WalkRun) bool { return r.Step == "ls-sgd" || r.Step == "sgd" }
 func gradDecide(r WalkRun) WalkVerdict {
 	v := WalkVerdict{Noisy: r.Sigma > 0 && !math.IsInf(r.Sigma, 0) && r.Clip > 0 && !math.IsInf(r.Clip, 0) &&
 		r.Rate > 0 && r.Rate <= 1}
-	switch {
-	case r.Own:
-		v.K = r.Updates
-	case r.Cap > 0:
-		v.K = max(r.Cap, r.Updates)
-	case r.Planning && r.Nodes > 0:
-		v.K = int((r.Hops + uint64(r.Nodes) - 1) / uint64(r.Nodes))
-	default:
-		v.K = r.Updates
-	}
+	v.K = verdictK(r)
 	if !v.Noisy {
 		switch {
 		case !(r.Rate > 0 && r.Rate <= 1):

@@ -93,16 +93,7 @@ func WalkDecide(r WalkRun) WalkVerdict {
 		return gradDecide(r)
 	}
 	v := WalkVerdict{Noisy: r.Sigma > 0 && r.Clip > 0 && !math.IsInf(r.Clip, 0) && !math.IsInf(r.Sigma, 0)}
-	switch {
-	case r.Own:
-		v.K = r.Updates
-	case r.Cap > 0:
-		v.K = max(r.Cap, r.Updates)
-	case r.Planning && r.Nodes > 0:
-		v.K = int((r.Hops + uint64(r.Nodes) - 1) / uint64(r.Nodes))
-	default:
-		v.K = r.Updates
-	}
+	v.K = verdictK(r)
 	if !v.Noisy {
 		if r.Sigma == 0 {
 			v.Reasons = append(v.Reasons, "sigma 0: no noise, no privacy")
@@ -266,4 +257,19 @@ func joinReasons(rs []string) string {
 		s += r
 	}
 	return s
+}
+
+// verdictK is the K_i a WalkVerdict's figures use: the node's realised count for its own
+// report (Own); otherwise the hard cap (at least the realised count), or without one the
+// realised count of the busiest node (after the run) or ceil(Hops/Nodes) (a plan).
+func verdictK(r WalkRun) int {
+	switch {
+	case r.Own:
+		return r.Updates
+	case r.Cap > 0:
+		return max(r.Cap, r.Updates)
+	case r.Planning && r.Nodes > 0:
+		return int((r.Hops + uint64(r.Nodes) - 1) / uint64(r.Nodes))
+	}
+	return r.Updates
 }
