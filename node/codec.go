@@ -135,7 +135,10 @@ func ReadFrame(r io.Reader, limit int) ([]byte, error) {
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // a header without its body is a truncated frame
+		}
+		return nil, fmt.Errorf("%w: %w", errPartialFrame, err)
 	}
 	return b, nil
 }

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -100,5 +102,75 @@ func TestEpochJumpsRefused(t *testing.T) {
 	// The honest member's token of epoch 0 is not fenced by the refused epochs.
 	if code := send(honest, frame(0, 1)); code != AckOK {
 		t.Fatalf("honest token after the jumps: ack %d, want ok", code)
+	}
+}
+
+// TestStreamLimitsAndTruncation: a member that opens more walk streams than the per-peer
+// limit gets the extra ones refused by the resource manager, and a frame cut off inside
+// its body is counted as truncated.
+func TestStreamLimitsAndTruncation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dir := t.TempDir()
+	vid, err := DataDirPeerID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atk, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	c := baseConfig("limits", sh[0], 5)
+	c.DataDir, c.Members, c.Holder, c.Weight = dir, []peer.ID{vid, atk.ID()}, 1, 1
+	c.Logger = zerolog.Nop()
+	v, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := atk.Connect(ctx, peer.AddrInfo{ID: v.ID(), Addrs: v.Host.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	go v.Run(ctx)
+	// A header announcing 100 bytes, then 10 bytes and the end of the stream.
+	s, err := atk.NewStream(ctx, v.ID(), WalkProtocol("limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	s.CloseWrite()
+	for i := 0; i < 200 && v.Rejected("truncated") == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v.Rejected("truncated") != 1 {
+		t.Fatalf("rejected{truncated} = %v, want 1", v.Rejected("truncated"))
+	}
+	s.Close()
+	// Streams held open beyond the per-peer limit: the extra ones are refused.
+	refused := 0
+	for i := 0; i < 3*streamsPerPeer; i++ {
+		st, err := atk.NewStream(ctx, v.ID(), WalkProtocol("limits"))
+		if err != nil {
+			refused++
+			continue
+		}
+		defer st.Reset()
+		// A stream is only accounted on the receiver once it is negotiated: write a
+		// partial header and see whether the stream survives.
+		st.Write([]byte{1})
+		st.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		var b [1]byte
+		var ne net.Error
+		if _, err := st.Read(b[:]); err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			refused++
+			if refused == 1 {
+				t.Logf("stream %d: %v", i, err)
+			}
+		}
+	}
+	if refused < streamsPerPeer || refused >= 3*streamsPerPeer {
+		t.Fatalf("%d of %d streams refused, want the ones above the limit of %d", refused, 3*streamsPerPeer, streamsPerPeer)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -237,7 +239,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			st.Close()
 			return nil, err
 		}
-		opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater)}
+		rm, err := resourceManager(cfg.Run)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater), libp2p.ResourceManager(rm)}
 		if cfg.SwarmKey != nil {
 			// go-libp2p refuses private networks with QUIC and WebTransport: TCP only.
 			var tcpAddrs []string
@@ -610,12 +617,19 @@ func (n *Node) handleWalk(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	lg := n.log.With().Str("from", shortID(from)).Logger()
 	for {
+		// An idle stream is closed after StreamIdle (the sender opens a new one at its next
+		// hand-off), and a frame must arrive whole within it: a peer cannot hold a stream
+		// and its reader forever.
+		s.SetReadDeadline(time.Now().Add(StreamIdle))
 		b, err := ReadFrame(s, n.limit)
 		if err != nil {
-			if errors.Is(err, ErrTooLarge) {
+			switch {
+			case errors.Is(err, ErrTooLarge):
 				n.reject(lg, "oversized", err.Error())
 				s.Write([]byte{AckReject})
 				s.Reset()
+			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, errPartialFrame)):
+				n.reject(lg, "truncated", "the stream ended inside a frame")
 			}
 			return
 		}
@@ -1331,4 +1345,34 @@ func (n *Node) finishedModel() (*Model, error) {
 	n.metrics.done.Store(true)
 	n.log.Warn().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("the run is over: this data directory already holds its final model; not taking part again")
 	return &m, nil
+}
+
+// StreamIdle is how long an inbound walk stream may stay without a frame before the node
+// closes it.
+const StreamIdle = 10 * time.Minute
+
+// errPartialFrame marks a frame whose read stopped after its header.
+var errPartialFrame = errors.New("node: partial frame")
+
+// Per-peer limits of the resource manager on the run's protocols: a member keeps one
+// long-lived stream per protocol and opens a few short ones (heartbeats, final pushes), so
+// streamsPerPeer is ample for the protocol and blocks a peer that opens streams to exhaust
+// the node.
+const streamsPerPeer = 8
+
+// resourceManager returns go-libp2p's resource manager with its default scaled limits and
+// per-peer stream limits on the run's protocols.
+func resourceManager(run string) (network.ResourceManager, error) {
+	scaling := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&scaling)
+	for _, p := range []protocol.ID{WalkProtocol(run), ReleaseProtocol(run), AliveProtocol(run), FinalProtocol(run),
+		DoneProtocol(run), GossipProtocol(run)} {
+		scaling.AddProtocolPeerLimit(p, rcmgr.BaseLimit{Streams: 2 * streamsPerPeer, StreamsInbound: streamsPerPeer,
+			StreamsOutbound: streamsPerPeer, Memory: 16 << 20}, rcmgr.BaseLimitIncrease{})
+	}
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(scaling.AutoScale()))
+	if err != nil {
+		return nil, fmt.Errorf("node: resource manager: %w", err)
+	}
+	return rm, nil
 }
