@@ -217,6 +217,8 @@ func TestSchemaKeys(t *testing.T) {
 		"testnet-walk-squared":  squared,
 		"testnet-walk-budget":   budget,
 		"testnet-walk-network":  mem,
+		"testnet-walk-ls-sgd":   runJSON(t, with("--loss", "squared", "--local-step", "ls-sgd", "--step-size", "0.5", "--nu", "2", "--sample-rate", "0.5")...),
+		"testnet-walk-gadmm":    runJSON(t, with("--loss", "squared", "--algo", "walk-gadmm", "--step-size", "0.05", "--beta", "1")...),
 		"testnet-radmm":         radmm,
 		"account-plan":          runJSON(t, "account", "plan", "--nodes", "10", "--hops", "100", "--clip", "0.1", "--sigma", "1", "--json"),
 		"account-trace":         runJSON(t, "account", "trace", tracePath, "--json"),
