@@ -102,6 +102,9 @@ type Config struct {
 	// Bootstrap are multiaddrs of an existing libp2p/DHT network; the node then advertises
 	// and looks up the run name on the Kademlia DHT.
 	Bootstrap []string
+	// NAT turns on the host's NAT traversal: UPnP/NAT-PMP port mapping, the AutoNAT
+	// service for others and hole punching (the internet profile).
+	NAT bool
 	// MDNS enables LAN discovery.
 	MDNS bool
 	// HTTP is the address of the /status and /metrics endpoint; "" disables it.

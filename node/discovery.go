@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/libp2p/go-libp2p/core/network"
+	madns "github.com/multiformats/go-multiaddr-dns"
+	"github.com/rs/zerolog"
 	"net"
 	"strings"
 	"sync"
@@ -12,7 +15,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
-	dutil "github.com/libp2p/go-libp2p/p2p/discovery/util"
 	"github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 )
@@ -136,8 +138,12 @@ func (n *Node) startMDNS() error {
 // it as a rendezvous: the node advertises the key dpadmm/<run> and connects to every
 // peer found under it, repeating every few seconds.
 func (n *Node) startDHT(ctx context.Context) error {
+	addrs, err := bootstrapAddrs(ctx, n.cfg.Bootstrap)
+	if err != nil {
+		return err
+	}
 	ok := 0
-	for _, a := range n.cfg.Bootstrap {
+	for _, a := range addrs {
 		if err := n.dial(ctx, a); err != nil {
 			n.log.Warn().Err(err).Str("addr", a).Msg("bootstrap peer unreachable")
 			continue
@@ -145,9 +151,11 @@ func (n *Node) startDHT(ctx context.Context) error {
 		ok++
 	}
 	if ok == 0 {
-		return fmt.Errorf("node: none of the %d bootstrap peers is reachable", len(n.cfg.Bootstrap))
+		return fmt.Errorf("node: none of the %d bootstrap peers is reachable", len(addrs))
 	}
-	kad, err := dht.New(ctx, n.Host, dht.Mode(dht.ModeAutoServer))
+	// ModeAuto: a DHT client until AutoNAT finds the node publicly reachable, so that a
+	// node behind NAT never announces itself as a server it cannot be.
+	kad, err := dht.New(ctx, n.Host, dht.Mode(dht.ModeAuto))
 	if err != nil {
 		return fmt.Errorf("node: dht: %w", err)
 	}
@@ -159,19 +167,28 @@ func (n *Node) startDHT(ctx context.Context) error {
 	ns := "dpadmm/" + n.cfg.Run
 	dctx, cancel := context.WithCancel(ctx)
 	n.closers = append(n.closers, func() error { cancel(); return nil })
-	dutil.Advertise(dctx, rd, ns) // re-advertises in the background until dctx ends
-	n.bg.Add(1)
+	n.bg.Add(2)
+	go func() { defer n.bg.Done(); n.advertise(dctx, kad, rd, ns) }()
 	go func() {
 		defer n.bg.Done()
 		for dctx.Err() == nil {
 			peers, err := rd.FindPeers(dctx, ns)
 			if err == nil {
 				for ai := range peers {
-					if ai.ID == n.ID() || len(ai.Addrs) == 0 {
+					if ai.ID == n.ID() || n.Host.Network().Connectedness(ai.ID) == network.Connected {
 						continue
 					}
 					cctx, c := context.WithTimeout(dctx, 5*time.Second)
-					n.Host.Connect(cctx, ai)
+					if len(ai.Addrs) == 0 {
+						// Public DHT servers drop non-public addresses from provider
+						// records: look the peer up instead of skipping it.
+						if found, err := kad.FindPeer(cctx, ai.ID); err == nil {
+							ai = found
+						}
+					}
+					if len(ai.Addrs) > 0 {
+						n.Host.Connect(cctx, ai)
+					}
 					c()
 				}
 			}
@@ -216,4 +233,86 @@ func checkPorts(listen []string) error {
 		}
 	}
 	return nil
+}
+
+// advertise announces the node under the rendezvous key ns: once the routing table holds a
+// peer (an advertisement into an empty table fails, and go-libp2p's helper then waits two
+// minutes before trying again), then again before the record expires; a failure is retried
+// after a few seconds, backing off to a minute.
+func (n *Node) advertise(ctx context.Context, kad *dht.IpfsDHT, rd *drouting.RoutingDiscovery, ns string) {
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	backoff := 2 * time.Second
+	for ctx.Err() == nil {
+		if kad.RoutingTable().Size() == 0 {
+			if !wait(500 * time.Millisecond) {
+				return
+			}
+			continue
+		}
+		ttl, err := rd.Advertise(ctx, ns)
+		if err != nil {
+			n.limitedLog(zerolog.DebugLevel, "advertise").Err(err).Msg("rendezvous advertisement failed; retrying")
+			if !wait(backoff) {
+				return
+			}
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = 2 * time.Second
+		next := ttl * 7 / 8
+		if next <= 0 || next > 10*time.Minute {
+			next = 10 * time.Minute
+		}
+		if !wait(next) {
+			return
+		}
+	}
+}
+
+// DefaultBootstrap is the --bootstrap value that names the public libp2p network's
+// default bootstrap peers (go-libp2p-kad-dht's DefaultBootstrapPeers).
+const DefaultBootstrap = "default"
+
+// bootstrapAddrs expands the --bootstrap values: DefaultBootstrap becomes the public
+// network's bootstrap peers, and a /dnsaddr without /p2p is resolved to the peers it names.
+func bootstrapAddrs(ctx context.Context, in []string) ([]string, error) {
+	var out []string
+	for _, a := range in {
+		if a == DefaultBootstrap {
+			for _, m := range dht.DefaultBootstrapPeers {
+				out = append(out, m.String())
+			}
+			continue
+		}
+		m, err := multiaddr.NewMultiaddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("node: bad bootstrap multiaddr %q: %w", a, err)
+		}
+		if _, err := m.ValueForProtocol(multiaddr.P_P2P); err == nil {
+			out = append(out, a)
+			continue
+		}
+		if _, err := m.ValueForProtocol(multiaddr.P_DNSADDR); err != nil {
+			return nil, fmt.Errorf("node: bootstrap %q must end in /p2p/<peer ID> (or be a /dnsaddr name, or %q)", a, DefaultBootstrap)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := madns.DefaultResolver.Resolve(rctx, m)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("node: cannot resolve bootstrap %s: %w", a, err)
+		}
+		for _, r := range res {
+			if _, err := r.ValueForProtocol(multiaddr.P_P2P); err == nil {
+				out = append(out, r.String())
+			}
+		}
+	}
+	return out, nil
 }

@@ -102,3 +102,26 @@ func TestPortInUse(t *testing.T) {
 		t.Fatalf("unclear error: %v", err)
 	}
 }
+
+// TestBootstrapAddrs: 'default' expands to the public network's bootstrap peers, a full
+// /p2p address is kept, and an address that names no peer (and is not a /dnsaddr) is
+// refused with a clear error.
+func TestBootstrapAddrs(t *testing.T) {
+	ctx := context.Background()
+	out, err := bootstrapAddrs(ctx, []string{DefaultBootstrap})
+	if err != nil || len(out) < 4 {
+		t.Fatalf("default: %v %v", out, err)
+	}
+	for _, a := range out {
+		if _, err := addrInfo(a); err != nil {
+			t.Errorf("default peer %s: %v", a, err)
+		}
+	}
+	full := "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"
+	if out, err := bootstrapAddrs(ctx, []string{full}); err != nil || len(out) != 1 || out[0] != full {
+		t.Fatalf("full address: %v %v", out, err)
+	}
+	if _, err := bootstrapAddrs(ctx, []string{"/ip4/127.0.0.1/tcp/4001"}); err == nil || !strings.Contains(err.Error(), "/p2p/<peer ID>") {
+		t.Fatalf("address without a peer: %v", err)
+	}
+}

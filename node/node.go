@@ -261,6 +261,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			opts = append(opts, libp2p.PrivateNetwork(cfg.SwarmKey), libp2p.Transport(tcp.NewTCPTransport))
 		}
 		opts = append(opts, libp2p.ListenAddrStrings(listen...))
+		if cfg.NAT {
+			opts = append(opts, libp2p.NATPortMap(), libp2p.EnableNATService(), libp2p.EnableHolePunching())
+		}
 		if h, err = libp2p.New(opts...); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)

@@ -90,7 +90,8 @@ than the restart).
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
   lan       listen all interfaces TCP+QUIC, mDNS discovery (ack 10s, join window 5s)
-  internet  listen all interfaces TCP+QUIC, no mDNS, use --bootstrap/--peer (ack 30s, join window 30s)
+  internet  listen all interfaces TCP+QUIC, no mDNS, NAT port mapping, AutoNAT service and
+            hole punching, use --bootstrap/--peer (ack 30s, join window 30s)
 
 Examples:
   dpadmm node --run demo --data embedded --shard 0/3 --datadir /tmp/n0 --start --min-peers 3 --profile lan
@@ -130,7 +131,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var listen, peers, bootstrap multiFlag
 	fs.Var(&listen, "listen", "listen multiaddr (repeatable; default: profile)")
 	fs.Var(&peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
-	fs.Var(&bootstrap, "bootstrap", "bootstrap multiaddr of an existing libp2p network; enables the Kademlia DHT rendezvous on the run name (repeatable)")
+	fs.Var(&bootstrap, "bootstrap", "bootstrap peer of an existing libp2p network: a multiaddr ending in /p2p/<peer ID>, a /dnsaddr name (resolved to the peers it lists), or 'default' for the public network's bootstrap peers; enables the Kademlia DHT rendezvous on the run name (repeatable)")
 	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090 (a port alone, :9090, means loopback)")
 	debugStatus := fs.Bool("debug-status", false, "serve the per-hop counters on /status (hops_seen, ledger_entries, model_age_seconds, hop, holding, paused, live counts) and /metrics (hops, hand-offs, custody events, Go and process collectors); polled on several nodes they reveal the secret path of the token, which the network figures assume secret")
 	statusPeriod := fs.Duration("status-period", node.DefaultStatusPeriod, "without --debug-status: /status is a snapshot refreshed this often")
@@ -335,6 +336,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cfg.MDNS, cfg.AckTimeout, cfg.JoinWindow = true, 10*time.Second, 5*time.Second
 	case "internet":
 		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		cfg.NAT = true
 		cfg.AckTimeout, cfg.JoinWindow = 30*time.Second, 30*time.Second
 	default:
 		return bad("--profile must be test, lan or internet, got %q", *profile)
