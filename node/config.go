@@ -102,6 +102,9 @@ type Config struct {
 	// Bootstrap are multiaddrs of an existing libp2p/DHT network; the node then advertises
 	// and looks up the run name on the Kademlia DHT.
 	Bootstrap []string
+	// RendezvousSecret, when set, derives the DHT rendezvous key from the run name and
+	// this secret (RendezvousKey), so that the run name is not published on the DHT.
+	RendezvousSecret string
 	// NAT turns on the host's NAT traversal: UPnP/NAT-PMP port mapping, the AutoNAT
 	// service for others and hole punching (the internet profile).
 	NAT bool

@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"github.com/libp2p/go-libp2p/core/network"
 	madns "github.com/multiformats/go-multiaddr-dns"
@@ -164,7 +167,7 @@ func (n *Node) startDHT(ctx context.Context) error {
 		return fmt.Errorf("node: dht bootstrap: %w", err)
 	}
 	rd := drouting.NewRoutingDiscovery(kad)
-	ns := "dpadmm/" + n.cfg.Run
+	ns := RendezvousKey(n.cfg.Run, n.cfg.RendezvousSecret)
 	dctx, cancel := context.WithCancel(ctx)
 	n.closers = append(n.closers, func() error { cancel(); return nil })
 	n.bg.Add(2)
@@ -315,4 +318,17 @@ func bootstrapAddrs(ctx context.Context, in []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// RendezvousKey is the DHT key under which the members of a run find each other:
+// "dpadmm/<run>", or with a secret "dpadmm/" and the hex of HMAC-SHA256(secret, run) cut
+// to 128 bits, so that the public DHT does not learn the run's name (only peers that know
+// the secret can compute the key).
+func RendezvousKey(run, secret string) string {
+	if secret == "" {
+		return "dpadmm/" + run
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(run))
+	return "dpadmm/" + hex.EncodeToString(m.Sum(nil)[:16])
 }

@@ -125,3 +125,15 @@ func TestBootstrapAddrs(t *testing.T) {
 		t.Fatalf("address without a peer: %v", err)
 	}
 }
+
+// TestRendezvousKey: without a secret the key names the run; with one it is a keyed hash
+// that hides the name, differs per secret and per run, and is the same for every member.
+func TestRendezvousKey(t *testing.T) {
+	if k := RendezvousKey("demo", ""); k != "dpadmm/demo" {
+		t.Fatalf("open key %q", k)
+	}
+	a, b, c := RendezvousKey("demo", "s1"), RendezvousKey("demo", "s2"), RendezvousKey("demo2", "s1")
+	if strings.Contains(a, "demo") || a == b || a == c || a != RendezvousKey("demo", "s1") || len(a) != len("dpadmm/")+32 {
+		t.Fatalf("keys %q %q %q", a, b, c)
+	}
+}

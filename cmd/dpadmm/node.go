@@ -177,6 +177,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	pausePhase := fs.String("pause-phase", "received", "with --pause-at-hop: received (token stored and acked, not stepped) or custody (stepped, ledger and custody durable, not sent)")
 	swarmKey := fs.String("swarm-key", "", "pre-shared key file (Kubo's swarm.key format; 'dpadmm keys swarm-key'): only peers with the key can connect (libp2p private network, TCP only)")
 	allowFile := fs.String("allow", "", "allow-list signed by the run's owner ('dpadmm keys allow'): only listed peers are admitted, with their max rows; the owner is the only accepted starter")
+	rvSecret := fs.String("rendezvous-secret", "", "with --bootstrap: derive the DHT rendezvous key from the run name and this secret (HMAC-SHA256), so that the public DHT does not learn the run name; every member must give the same secret")
 	starterID := fs.String("starter", "", "pin the starter's peer ID: announcements and start messages of any other peer are ignored")
 	maxRows := fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = no bound")
 	insecure := fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --gossip-plan, --pause-at-hop, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
@@ -326,7 +327,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, MaxUpdates: *maxUpd, Delta: *delta,
 		BudgetEpsilon: *budgetEps, BudgetKind: *budgetKind,
 		Peers: peers, Bootstrap: bootstrap, HTTP: httpListen(*httpAddr), NoSync: *noSync,
-		DebugStatus: *debugStatus, StatusPeriod: *statusPeriod}
+		DebugStatus: *debugStatus, StatusPeriod: *statusPeriod, RendezvousSecret: *rvSecret}
 	switch *profile {
 	case "test":
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
