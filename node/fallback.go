@@ -26,7 +26,16 @@ type fallback struct {
 	lastE    uint64
 	lastH    uint64
 	hop      time.Duration // slowest hop time observed between two visits of one lineage
+	// sent counts the fallback re-sends since the last activity (touch resets it): each
+	// waits twice as long as the one before (up to 8 timeouts), and after MaxFallbacks the
+	// node stops re-sending.
+	sent   int
+	gaveUp bool
 }
+
+// MaxFallbacks is how many fallback re-sends a node makes without any token, ack or
+// release in between before it stops (a run whose other members are gone).
+const MaxFallbacks = 8
 
 // fallbackFloor is the shortest derived fallback timeout: twice the time a regeneration
 // needs (the down declaration plus an ack timeout), so that the fallback never pre-empts
@@ -67,7 +76,7 @@ func (n *Node) fallbackEvery() time.Duration {
 }
 
 // touch records token, ack or release activity.
-func (n *Node) touch() { n.fb.active = time.Now() }
+func (n *Node) touch() { n.fb.active, n.fb.sent, n.fb.gaveUp = time.Now(), 0, false }
 
 // observeHop records the arrival of token (epoch, hop) here: the time per hop since the
 // previous visit of the same lineage raises the observed hop time.
@@ -161,7 +170,14 @@ func (n *Node) checkFallback(ctx context.Context, idle bool) {
 		}
 		n.fb.progress = keep
 	}
-	if !idle || now.Sub(n.fb.active) < to {
+	if n.fb.sent >= MaxFallbacks {
+		if !n.fb.gaveUp {
+			n.fb.gaveUp = true
+			n.log.Error().Int("re_sends", n.fb.sent).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
+		}
+		return
+	}
+	if !idle || now.Sub(n.fb.active) < to<<min(n.fb.sent, 3) {
 		return
 	}
 	for _, b := range n.ckpt.Backups {
@@ -174,6 +190,7 @@ func (n *Node) checkFallback(ctx context.Context, idle bool) {
 		return // never released: nothing to fall back on
 	}
 	n.fb.active = now
+	n.fb.sent++
 	tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
 	raw, err := EncodeToken(nil, tok)
 	if err != nil {

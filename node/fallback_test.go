@@ -357,8 +357,34 @@ func TestFallbackCharges(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if e, h := rawID(sent[0]); e != 5 || h != 7 {
+		mu.Unlock()
 		t.Fatalf("frame (epoch %d, hop %d)", e, h)
+	}
+	mu.Unlock()
+	// Re-sends back off: with no activity since, the next one waits twice the timeout,
+	// and after MaxFallbacks the node stops; any activity starts over.
+	n.ckpt.Backups[0].Acked = true
+	entries := n.store.Entries()
+	n.fb.active = time.Now().Add(-7 * time.Second) // one timeout, not two
+	n.checkFallback(ctx, true)
+	if n.store.Entries() != entries {
+		t.Fatal("second fallback after one timeout: no backoff")
+	}
+	n.fb.active = time.Now().Add(-13 * time.Second)
+	n.checkFallback(ctx, true)
+	if n.store.Entries() != entries+1 || n.fb.sent != 2 {
+		t.Fatalf("second fallback after two timeouts: %d entries, %d sent", n.store.Entries()-entries, n.fb.sent)
+	}
+	n.ckpt.Backups[0].Acked = true
+	n.fb.sent = MaxFallbacks
+	n.fb.active = time.Now().Add(-time.Hour)
+	n.checkFallback(ctx, true)
+	if n.store.Entries() != entries+1 || !n.fb.gaveUp {
+		t.Fatal("re-sent beyond MaxFallbacks")
+	}
+	n.touch()
+	if n.fb.sent != 0 || n.fb.gaveUp {
+		t.Fatal("activity does not reset the backoff")
 	}
 }
