@@ -469,9 +469,19 @@ func fmtEps(x float64) string {
 
 func printSummary(w io.Writer, r *testnet.Report) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "walk on %s: %d nodes, %d train rows, p=%d, %s loss, l1=%g l2=%g, scale %s, graph %s\n",
-		r.Data, r.Nodes, r.TrainRows, r.Dims, r.Loss, r.L1, r.L2, r.Scale, r.Graph)
-	fmt.Fprintf(&b, "  gamma=%g lambda=%g clip=%g sigma=%g hops=%d seed=%d\n", r.Gamma, r.Lambda, r.Clip, r.Sigma, r.Hops, r.Seed)
+	fmt.Fprintf(&b, "%s on %s: %d nodes, %d train rows, p=%d, %s loss, l1=%g l2=%g, scale %s, graph %s\n",
+		r.Algo, r.Data, r.Nodes, r.TrainRows, r.Dims, r.Loss, r.L1, r.L2, r.Scale, r.Graph)
+	switch r.LocalStep {
+	case "", "prox":
+		fmt.Fprintf(&b, "  gamma=%g lambda=%g clip=%g sigma=%g hops=%d seed=%d\n", r.Gamma, r.Lambda, r.Clip, r.Sigma, r.Hops, r.Seed)
+	case "gadmm":
+		fmt.Fprintf(&b, "  gradient ADMM: step-size=%g beta=%g clip=%g sigma=%g hops=%d seed=%d\n", r.StepSize, r.Beta, r.Clip, r.Sigma, r.Hops, r.Seed)
+	case "sgd":
+		fmt.Fprintf(&b, "  DP-SGD walk: step-size=%g sample-rate=%g clip=%g sigma=%g hops=%d seed=%d\n", r.StepSize, r.SampleRate, r.Clip, r.Sigma, r.Hops, r.Seed)
+	default:
+		fmt.Fprintf(&b, "  local step %s: step-size=%g nu=%g sample-rate=%g gamma=%g lambda=%g clip=%g sigma=%g hops=%d seed=%d\n",
+			r.LocalStep, r.StepSize, r.Nu, r.SampleRate, r.Gamma, r.Lambda, r.Clip, r.Sigma, r.Hops, r.Seed)
+	}
 	fmt.Fprintf(&b, "objective  %.6g   reference %.6g   gap %.3g%%\n", r.Objective, r.ReferenceObjective, 100*r.Gap)
 	if r.TrainAccuracy != nil {
 		fmt.Fprintf(&b, "accuracy   train %.4f", *r.TrainAccuracy)
