@@ -195,12 +195,8 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return interrupted("stopped after %d of %d runs (%.1f s); the %d series whose runs all completed are in %s (no plot)",
 			res.Runs, res.Total, wall.Seconds(), len(res.Series), csvPath)
 	}
-	csvPath := filepath.Join(*outDir, *name+".csv")
-	pngPath := filepath.Join(*outDir, *name+".png")
-	if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
-		return err
-	}
-	if err := writeFileWith(pngPath, res.WritePNG); err != nil {
+	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	if err != nil {
 		return err
 	}
 	printExperimentSummary(stdout, res, ld, wall)
@@ -254,4 +250,18 @@ func printExperimentSummary(w io.Writer, r *testnet.ExperimentResult, ld *loaded
 		fmt.Fprintf(w, "  alpha %g: R-ADMM %.4f vs DVP %.4f: %s; MR-ADMM %.4f: %s (M-ADMM-style %.4f)\n", s.Alpha,
 			s.Loss[testnet.ExpRADMM], s.Loss[testnet.ExpDVP], yes(s.RBeatsDVP), s.Loss[testnet.ExpMRADMM], yes(s.MRBeatsDVP), s.Loss[testnet.ExpMADMM])
 	}
+}
+
+// writeCSVAndPNG writes an experiment's outputs, OUT/NAME.csv and OUT/NAME.png, and
+// returns their paths.
+func writeCSVAndPNG(outDir, name string, csv, png func(io.Writer) error) (string, string, error) {
+	csvPath := filepath.Join(outDir, name+".csv")
+	pngPath := filepath.Join(outDir, name+".png")
+	if err := writeFileWith(csvPath, csv); err != nil {
+		return "", "", err
+	}
+	if err := writeFileWith(pngPath, png); err != nil {
+		return "", "", err
+	}
+	return csvPath, pngPath, nil
 }

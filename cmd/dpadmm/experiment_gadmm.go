@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -123,12 +122,8 @@ func runExperimentGADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 		return err
 	}
-	csvPath := filepath.Join(*outDir, *name+".csv")
-	pngPath := filepath.Join(*outDir, *name+".png")
-	if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
-		return err
-	}
-	if err := writeFileWith(pngPath, res.WritePNG); err != nil {
+	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	if err != nil {
 		return err
 	}
 	printGADMMSummary(stdout, res, time.Since(start))

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -155,12 +154,8 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		return err
 	}
-	csvPath := filepath.Join(*outDir, *name+".csv")
-	pngPath := filepath.Join(*outDir, *name+".png")
-	if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
-		return err
-	}
-	if err := writeFileWith(pngPath, res.WritePNG); err != nil {
+	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	if err != nil {
 		return err
 	}
 	o := res.Options
