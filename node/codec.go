@@ -66,7 +66,8 @@ func EncodeToken(dst []byte, t walk.Token) ([]byte, error) {
 }
 
 // DecodeToken decodes a token. It checks the version and that the length matches the
-// declared dimension exactly before allocating; it does not judge run, dimension or
+// declared dimension before allocating, followed by nothing, or by well-formed evidence
+// and signature (handoffsig.go, which checks them); it does not judge run, dimension or
 // finiteness (see Validator).
 func DecodeToken(b []byte) (walk.Token, error) {
 	var t walk.Token
@@ -91,8 +92,16 @@ func DecodeToken(b []byte) (walk.Token, error) {
 		return t, fmt.Errorf("%w: run name of %d bytes", ErrMalformed, rl)
 	}
 	want := tokenHeader + rl + 16*int(dim)
-	if len(b) != want {
+	if len(b) < want {
 		return t, fmt.Errorf("%w: %d bytes, dimension %d needs %d", ErrMalformed, len(b), dim, want)
+	}
+	if len(b) > want {
+		// A held token's evidence or a frame's evidence and signature (handoffsig.go).
+		if _, err := parseCert(b[want:], false); err != nil {
+			if _, err2 := parseCert(b[want:], true); err2 != nil {
+				return t, fmt.Errorf("%w after a token of %d bytes: %w", ErrMalformed, want, err2)
+			}
+		}
 	}
 	p := tokenHeader
 	t.Run = string(b[p : p+rl])

@@ -52,8 +52,19 @@ func TestDecodeTokenErrors(t *testing.T) {
 	if _, err := DecodeToken(good[:len(good)-1]); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("truncated: %v", err)
 	}
-	if _, err := DecodeToken(append(good, 0)); !errors.Is(err, ErrMalformed) {
+	if _, err := DecodeToken(append(good, 7)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("trailing byte: %v", err)
+	}
+	// A held token's evidence "none" (0), and a frame's signature after it, are trailers
+	// DecodeToken accepts; a signature of the wrong length is not.
+	if _, err := DecodeToken(append(good, evNone)); err != nil {
+		t.Fatalf("evidence none: %v", err)
+	}
+	if _, err := DecodeToken(append(good, evNone, 2, 0, 9, 9)); err != nil {
+		t.Fatalf("evidence none and a signature: %v", err)
+	}
+	if _, err := DecodeToken(append(good, evNone, 3, 0, 9, 9)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("short signature: %v", err)
 	}
 	huge := append([]byte(nil), good[:tokenHeader]...)
 	huge[25], huge[26], huge[27], huge[28] = 0xff, 0xff, 0xff, 0x7f

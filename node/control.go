@@ -40,6 +40,10 @@ type ctlMsg struct {
 	Hop     uint64     `json:"hop,omitempty"`
 	Epoch   uint64     `json:"epoch,omitempty"` // final: the epoch of the token that reached hop K
 	Model   []float64  `json:"model,omitempty"`
+	// Cert is the evidence of a final model: the hand-off by which its releaser held hop
+	// K (handoffsig.go). By names the releaser when it is not the publisher.
+	Cert *FinalCert `json:"cert,omitempty"`
+	By   string     `json:"by,omitempty"`
 }
 
 type (
@@ -413,6 +417,22 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	case n.evicted(f.from):
 		return false, fmt.Errorf("node: final model from %s, evicted for implausible epochs", shortID(f.from))
 	}
+	by := f.from
+	if f.m.By != "" {
+		p, err := peer.Decode(f.m.By)
+		if err != nil || !n.isMember(p) {
+			return false, fmt.Errorf("node: final model released by %q, not a member", f.m.By)
+		}
+		by = p
+	}
+	n.mu.Lock()
+	members, origin := n.members, n.origin
+	n.mu.Unlock()
+	if err := verifyFinal(n.cfg.Run, f.m.Hop, f.m.Epoch, f.m.Model, f.m.Cert, by, members, origin, n.Host.Peerstore()); err != nil {
+		n.metrics.control.WithLabelValues("final without evidence").Inc()
+		return false, fmt.Errorf("node: final model from %s refused: %w", shortID(f.from), err)
+	}
+	f.from = by // the releaser, whoever relayed it
 	if why := n.epochJump(f.m.Epoch); why != "" {
 		n.strike(f.from)
 		return false, fmt.Errorf("node: final model refused: %s", why)
@@ -449,6 +469,7 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 			Msg("a second final model (a duplicate lineage reached hop K): replacing the kept one by this higher (epoch, hop, digest) one")
 	}
 	n.keepFinal(n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from), mk)
+	n.finalCert = f.m.Cert
 	return true, nil
 }
 
@@ -529,7 +550,7 @@ func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
 // it or FinalWait passed. It returns true when a higher final model arrived meanwhile
 // (it is then the kept model).
 func (n *Node) republishFinal(ctx context.Context) bool {
-	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model}
+	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model, Cert: n.finalCert, By: n.ID().String()}
 	raw := marshal(final)
 	deadline := time.Now().Add(n.cfg.FinalWait)
 	last, every := time.Now(), 100*time.Millisecond
@@ -732,6 +753,11 @@ func (n *Node) refuseJoin(p peer.ID, rows int) string {
 func (n *Node) refuseStart(from peer.ID, ms []peer.ID, total int) string {
 	if p := n.pinnedStarter(); p != "" && from != p {
 		return "it does not come from the pinned starter " + p.String()
+	}
+	if len(ms) == 0 || ms[0] != from {
+		// The starter is member 0: it creates the initial token (the origin of the
+		// hand-offs' evidence, walk.CheckLineage).
+		return "its sender is not its first member"
 	}
 	most, bounded := 0, true
 	for _, p := range ms {

@@ -341,11 +341,7 @@ func (n *Node) peerDown(ctx context.Context, p peer.ID) {
 			continue
 		}
 		tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
-		raw, err := EncodeToken(nil, tok)
-		if err != nil {
-			n.removeBackup(i)
-			continue
-		}
+		raw := reEpoch(b.Token, tok.Epoch) // the same release and evidence, a new epoch
 		b.Token, b.Acked, b.Dist = raw, false, 0
 		n.progressed(tok.Epoch, tok.Hop)
 		n.raise(markOf(tok))

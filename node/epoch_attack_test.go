@@ -56,14 +56,17 @@ func TestEpochJumpsRefused(t *testing.T) {
 	}
 	go v.Run(ctx)
 	dim := sh[0].Cols
-	frame := func(epoch, hop uint64) []byte {
+	// Tokens signed by their sender: the attacker is the origin (holder 1, no evidence
+	// needed for its first hops); the honest member shows the attacker's hand-off of hop 0.
+	frame := func(h host.Host, epoch, hop uint64) []byte {
 		tok := walk.NewToken("epochs", 0, dim, consensus.Regularizer{}, 1)
 		tok.Epoch, tok.Hop = epoch, hop
-		b, err := EncodeToken(nil, tok)
-		if err != nil {
-			t.Fatal(err)
+		var ev []byte
+		if h == honest {
+			prev := walk.NewToken("epochs", 0, dim, consensus.Regularizer{}, 1)
+			ev = evidenceOf(t, atk, 1, prev, honest.ID())
 		}
-		return b
+		return signedFrame(t, h, v.ID(), tok, ev)
 	}
 	send := func(h host.Host, b []byte) byte {
 		t.Helper()
@@ -86,7 +89,7 @@ func TestEpochJumpsRefused(t *testing.T) {
 		}
 	}
 	for k, e := range []uint64{math.MaxUint64, 1 << 62, 1000} {
-		if code := send(atk, frame(e, 1)); code != AckReject {
+		if code := send(atk, frame(atk, e, 1)); code != AckReject {
 			t.Fatalf("epoch %d: ack %d, want reject", e, code)
 		}
 		if got := v.Rejected("epoch"); got != float64(k+1) {
@@ -96,11 +99,11 @@ func TestEpochJumpsRefused(t *testing.T) {
 	if v.Rejected("evicted") != 1 {
 		t.Fatalf("rejected{evicted} = %v, want 1", v.Rejected("evicted"))
 	}
-	if code := send(atk, frame(0, 2)); code != AckReject {
+	if code := send(atk, frame(atk, 0, 2)); code != AckReject {
 		t.Fatalf("evicted member's plausible token: ack %d, want reject", code)
 	}
 	// The honest member's token of epoch 0 is not fenced by the refused epochs.
-	if code := send(honest, frame(0, 1)); code != AckOK {
+	if code := send(honest, frame(honest, 0, 1)); code != AckOK {
 		t.Fatalf("honest token after the jumps: ack %d, want ok", code)
 	}
 }

@@ -101,8 +101,9 @@ func (n *Node) progressed(epoch, hop uint64) {
 // (epoch, hop, digest) among the token in custody and the backups. Every new release of a
 // node is above all its earlier ones (fence), so this is the most recent; its z and zhat
 // are exactly what was released (a regeneration only changed the epoch).
-func (n *Node) lastRelease() (walk.Token, bool) {
+func (n *Node) lastRelease() (walk.Token, []byte, bool) {
 	var best walk.Token
+	var bestRaw []byte
 	var bm Mark
 	ok := false
 	consider := func(raw []byte) {
@@ -114,14 +115,14 @@ func (n *Node) lastRelease() (walk.Token, bool) {
 			return
 		}
 		if m := markOf(t); !ok || m.cmp(bm) > 0 {
-			best, bm, ok = t, m, true
+			best, bestRaw, bm, ok = t, raw, m, true
 		}
 	}
 	consider(n.ckpt.Out)
 	for _, b := range n.ckpt.Backups {
 		consider(b.Token)
 	}
-	return best, ok
+	return best, bestRaw, ok
 }
 
 // checkFallback runs in the loop. Acked backups without an ack or release for the timeout
@@ -185,18 +186,14 @@ func (n *Node) checkFallback(ctx context.Context, idle bool) {
 			return // a hand-off of this node is still in flight (or waits for a live peer)
 		}
 	}
-	tok, ok := n.lastRelease()
+	tok, last, ok := n.lastRelease()
 	if !ok {
 		return // never released: nothing to fall back on
 	}
 	n.fb.active = now
 	n.fb.sent++
 	tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
-	raw, err := EncodeToken(nil, tok)
-	if err != nil {
-		n.log.Error().Err(err).Msg("cannot encode the fallback token")
-		return
-	}
+	raw := reEpoch(last, tok.Epoch) // the same release and evidence, a new epoch
 	n.raise(markOf(tok))
 	n.newEpoch(tok.Epoch) // drops every older backup: the fallback lineage replaces them
 	n.ckpt.Backups = append(n.ckpt.Backups[:0], Backup{Token: raw})

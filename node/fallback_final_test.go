@@ -44,8 +44,14 @@ func TestFinalKeepsHighest(t *testing.T) {
 		}
 		return z
 	}
+	// Each final carries the other member's signed hand-off of hop K to its publisher.
 	fin := func(from peer.ID, epoch uint64, z []float64) finalMsg {
-		return finalMsg{from: from, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops, Epoch: epoch, Model: z}}
+		signer, idx := nodes[2], 2
+		if from == p2 {
+			signer, idx = nodes[1], 1
+		}
+		fc := certFor(t, signer, idx, "final", epoch, hops, z, from)
+		return finalMsg{from: from, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops, Epoch: epoch, Model: z, Cert: fc}}
 	}
 	reset := func() { n.model, n.finalMk = nil, Mark{} }
 	// Same epoch, different z: the winner is the higher digest of z.
@@ -169,7 +175,8 @@ func TestFinalPushedDirectly(t *testing.T) {
 	for i := range z {
 		z[i] = 0.25 * float64(i)
 	}
-	good := ctlMsg{Type: "final", Run: "push", Hash: recv.hash, Hop: hops, Epoch: 2, Model: z}
+	good := ctlMsg{Type: "final", Run: "push", Hash: recv.hash, Hop: hops, Epoch: 2, Model: z,
+		Cert: certFor(t, recv, 0, "push", 2, hops, z, send.ID())}
 	send.pushFinal(ctx, recv.ID(), marshal(good))
 	select {
 	case f := <-recv.final:

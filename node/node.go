@@ -22,6 +22,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -72,6 +73,17 @@ type Node struct {
 	rc    RunConfig
 	hash  string
 	limit int // frame size limit
+	key   crypto.PrivKey
+	// origin is the member index of the node that creates the initial token (the static
+	// holder, or the starter): its first hand-offs carry no evidence (walk.CheckLineage).
+	origin int
+	// evUsed maps the evidence of each token admitted here to that token's mark: a
+	// member cannot make this node spend an update twice on one hand-off it received
+	// (evOrder bounds the map, oldest first).
+	evUsed  map[string]Mark
+	evOrder []string
+	// finalCert is the evidence published with this node's final model.
+	finalCert *FinalCert
 
 	in        chan inbound
 	final     chan finalMsg
@@ -159,7 +171,8 @@ type Node struct {
 
 type inbound struct {
 	tok   walk.Token
-	raw   []byte
+	raw   []byte // the token held: body and the evidence for its next hand-off
+	evKey string // the evidence the sender showed (see Node.evUsed)
 	from  peer.ID
 	reply chan byte
 	// written is closed by the stream handler once the ack byte has been written.
@@ -178,6 +191,7 @@ type sendResult struct {
 // chain: the sender and the (epoch, hop) it sent).
 type queued struct {
 	tok          walk.Token
+	ev           []byte // the evidence held with tok, for its next hand-off
 	from         peer.ID
 	predE, predH uint64
 	written      <-chan struct{} // closed once the ack was written (nil: no ack)
@@ -277,6 +291,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
+		key: key, evUsed: map[string]Mark{},
 	}
 	gater.onDeny = func(p peer.ID) {
 		n.metrics.rejected.WithLabelValues("non-member").Inc()
@@ -295,7 +310,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
-	n.limit = TokenSize(cfg.Run, cfg.Data.Cols)
+	n.limit = TokenSize(cfg.Run, cfg.Data.Cols) + MaxCert
 	n.closers = append(n.closers, h.Close, st.Close)
 	fail := func(err error) (*Node, error) { n.Close(); return nil, err }
 	params, th := controlScoreParams(ControlTopic(cfg.Run))
@@ -423,6 +438,9 @@ func (n *Node) membership(ctx context.Context) error {
 		n.join.begin("joiner", 0)
 	}
 	if n.cfg.Members != nil {
+		n.mu.Lock()
+		n.origin = n.cfg.Holder // the static holder creates the initial token
+		n.mu.Unlock()
 		n.closeToMembers(n.cfg.Members)
 		if err := n.setMembers(n.cfg.Members, n.cfg.Weight); err != nil {
 			return err
@@ -689,8 +707,13 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
 	}
+	held, key, err := n.checkSigned(tok, b, from)
+	if err != nil {
+		n.reject(lg, "signature", err.Error())
+		return AckReject, nil
+	}
 	reply, written := make(chan byte, 1), make(chan struct{})
-	msg := inbound{tok: tok, raw: b, from: from, reply: reply, written: written}
+	msg := inbound{tok: tok, raw: held, evKey: key, from: from, reply: reply, written: written}
 	select {
 	case n.in <- msg:
 	default:
@@ -743,6 +766,15 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 			Msg("hand-off fenced: not above the highest token accepted or released here")
 		return AckStale, false
 	}
+	if prev, ok := n.evUsed[msg.evKey]; ok && prev != mk {
+		// The sender showed a hand-off it received, which this node already took another
+		// token on: a second token of the same lineage position (a member re-sending
+		// under new epochs to burn this node's updates), refused as stale.
+		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
+		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", shortID(msg.from)).Uint64("epoch", mk.Epoch).Uint64("hop", mk.Hop).
+			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+		return AckStale, false
+	}
 	if n.busy || n.model != nil {
 		return AckBusy, false
 	}
@@ -752,6 +784,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	}
 	n.raise(mk)
 	n.addRecent(mk)
+	n.useEvidence(msg.evKey, mk)
 	n.newEpoch(mk.Epoch)
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
 	n.observeHop(msg.tok.Epoch, msg.tok.Hop)
@@ -777,7 +810,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			n.newEpoch(mk.Epoch)
 			// The sender is not stored with the inbox: this hop starts no release wave
 			// (its sender's backup is dropped by a later wave, a retirement or the bound).
-			queue = append(queue, queued{tok: tok})
+			queue = append(queue, queued{tok: tok, ev: heldEvidence(raw)})
 			// The token was admitted after the checkpoint was saved, which this node does
 			// only once its own last hand-off (Out) is finished. onHandoff saves at once a
 			// redirection, a fenced copy and a dropped backup, so a backup of Out still
@@ -809,7 +842,8 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			queue = append(queue, queued{tok: n.initialToken()})
 			n.seen = true
 		} else {
-			raw, _ := EncodeToken(nil, n.initialToken())
+			body, _ := EncodeToken(nil, n.initialToken())
+			raw := hold(body, nil) // the origin's hand-off: no evidence
 			n.busy = true
 			n.startSend(ctx, n.initialTo, raw, true, 0)
 		}
@@ -879,7 +913,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			msg.reply <- code
 			if ok {
 				n.hopsIn.Add(1)
-				queue = append(queue, queued{tok: msg.tok, from: msg.from, predE: msg.tok.Epoch, predH: msg.tok.Hop, written: msg.written})
+				queue = append(queue, queued{tok: msg.tok, ev: heldEvidence(msg.raw), from: msg.from, predE: msg.tok.Epoch, predH: msg.tok.Hop, written: msg.written})
 			}
 		case r := <-n.sent:
 			n.sentDone(ctx, r)
@@ -990,7 +1024,12 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		// post-processing, covered by the accountant's final release to all.
 		n.keepFinal(n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID()), finalMark(tok.Epoch, tok.Hop, tok.Z))
 		n.holding.Store(false) // released: no token here any more
-		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z}); err != nil {
+		fc, err := finalCert(q.ev, tok.Hop, tok.Zhat)
+		if err != nil {
+			return nil, fmt.Errorf("node: the evidence held with hop %d: %w", tok.Hop, err)
+		}
+		n.finalCert = fc
+		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {
 			n.log.Warn().Err(err).Msg("cannot publish the final model")
 		}
 		return nil, nil
@@ -1019,10 +1058,13 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		return nil, fmt.Errorf("node: machine produced %d envelopes", len(rd.Outbox))
 	}
 	env := rd.Outbox[0]
-	raw, err := EncodeToken(nil, env.Token)
+	body, err := EncodeToken(nil, env.Token)
 	if err != nil {
 		return nil, err
 	}
+	// The release holds the evidence of the hand-off this node received (kept through
+	// its hand-offs to itself); it is signed for its recipient at each send.
+	raw := hold(body, q.ev)
 	to := n.members[env.To]
 	if rd.State != nil {
 		n.ckpt.Updates, n.ckpt.U = rd.State.Updates, append(n.ckpt.U[:0], rd.State.U...)
@@ -1057,7 +1099,7 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		if n.pauseAfter(in) {
 			return nil, nil // the stored inbox holds the token; a restart processes it
 		}
-		return &queued{tok: t, from: q.from, predE: q.predE, predH: q.predH}, nil
+		return &queued{tok: t, ev: q.ev, from: q.from, predE: q.predE, predH: q.predH}, nil
 	}
 	n.pending = &rd
 	n.busy = true
@@ -1170,6 +1212,10 @@ func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, p
 // handoff writes one frame on the cached stream to p and waits for the ack, retrying on
 // AckBusy until AckTimeout.
 func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error) {
+	frame, err := signFrame(n.key, raw, p)
+	if err != nil {
+		return 0, err
+	}
 	deadline := time.Now().Add(n.cfg.AckTimeout)
 	backoff := time.Millisecond
 	for {
@@ -1182,7 +1228,7 @@ func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error)
 		if n.sendHook != nil {
 			n.sendHook(p, raw)
 		}
-		if err = WriteFrame(s, raw); err == nil {
+		if err = WriteFrame(s, frame); err == nil {
 			_, err = s.Read(ack[:])
 		}
 		if err != nil {

@@ -1,0 +1,321 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// attackRig is one real node (the victim, member 0) and two raw libp2p hosts that are
+// members 1 (the attacker) and 2 (an honest member, the origin of the walk, whose key the
+// test uses to sign the hand-offs it would have made). Both raw hosts ack every hand-off
+// the victim makes to them and keep the frames.
+type attackRig struct {
+	ctx          context.Context
+	v            *Node
+	atk, honest  host.Host
+	dim          int
+	run          string
+	got          chan []byte // frames the victim handed to a raw host
+	dir          string
+	runErr       chan error
+	runModel     chan *Model
+}
+
+func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	sh := shards(t, 2)
+	r := &attackRig{ctx: ctx, run: run, dim: sh[0].Cols, dir: t.TempDir(), got: make(chan []byte, 64),
+		runErr: make(chan error, 1), runModel: make(chan *Model, 1)}
+	vid, err := DataDirPeerID(r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hp := range []*host.Host{&r.atk, &r.honest} {
+		h, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		h.SetStreamHandler(WalkProtocol(run), func(s network.Stream) {
+			defer s.Close()
+			for {
+				b, err := ReadFrame(s, 1<<24)
+				if err != nil {
+					return
+				}
+				select {
+				case r.got <- b:
+				default:
+				}
+				if _, err := s.Write([]byte{AckOK}); err != nil {
+					return
+				}
+			}
+		})
+		*hp = h
+	}
+	c := baseConfig(run, sh[0], hops)
+	c.DataDir, c.Members, c.Holder, c.Weight = r.dir, []peer.ID{vid, r.atk.ID(), r.honest.ID()}, 2, 1
+	c.Logger = zerolog.Nop()
+	c.FinalWait = time.Second
+	c.Heartbeat = time.Hour // the raw hosts send no heartbeats: nobody is declared down
+	if r.v, err = New(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.v.Close() })
+	for _, h := range []host.Host{r.atk, r.honest} {
+		if err := h.Connect(ctx, peer.AddrInfo{ID: r.v.ID(), Addrs: r.v.Host.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		m, err := r.v.Run(ctx)
+		r.runModel <- m
+		r.runErr <- err
+	}()
+	return r
+}
+
+// token returns a token of the run at (epoch, hop) with a recognisable z.
+func (r *attackRig) token(epoch, hop uint64, mark float64) walk.Token {
+	tok := walk.NewToken(r.run, 0, r.dim, consensus.Regularizer{}, 1)
+	tok.Epoch, tok.Hop = epoch, hop
+	for k := range tok.Z {
+		tok.Z[k], tok.Zhat[k] = mark+float64(k), mark-float64(k)
+	}
+	return tok
+}
+
+// send writes one frame from h to the victim and returns the ack, waiting out AckBusy
+// (membership not fixed yet, or the victim busy with its own hand-off).
+func (r *attackRig) send(t *testing.T, h host.Host, b []byte) byte {
+	t.Helper()
+	s, err := h.NewStream(r.ctx, r.v.ID(), WalkProtocol(r.run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(20 * time.Second))
+	for {
+		if err := WriteFrame(s, b); err != nil {
+			t.Fatal(err)
+		}
+		var ack [1]byte
+		if _, err := s.Read(ack[:]); err != nil {
+			t.Fatal(err)
+		}
+		if ack[0] != AckBusy {
+			return ack[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// idle waits until the victim holds no token (its hand-offs acked).
+func (r *attackRig) idle(t *testing.T) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if !r.v.holding.Load() {
+			time.Sleep(50 * time.Millisecond)
+			if !r.v.holding.Load() {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the victim kept the token")
+}
+
+// TestHandoffForgeriesRefused: a member cannot jump the hop counter, forge or replay a
+// signature, or vouch for itself; each forgery is refused with AckReject before any
+// update, and a correctly signed contiguous hand-off is then taken (the checks can pass).
+func TestHandoffForgeriesRefused(t *testing.T) {
+	const hops = 200 // K; MaxSelfHops(3) = 41
+	r := newAttackRig(t, "forge", hops)
+	atk, honest, vid := r.atk, r.honest, r.v.ID()
+	prev := r.token(0, 3, 7) // the honest member's hand-off of hop 3 to the attacker
+	ev := evidenceOf(t, honest, 2, prev, atk.ID())
+	body := func(tok walk.Token) []byte { b, _ := EncodeToken(nil, tok); return b }
+	flip := func(b []byte, at int) []byte { c := slices.Clone(b); c[at] ^= 1; return c }
+	bodyLen := len(body(r.token(0, 4, 1)))
+	for _, c := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"unsigned token (the first wire format)", body(r.token(0, 4, 1))},
+		{"hop K without evidence, not the origin", signedFrame(t, atk, vid, r.token(0, hops, 1), nil)},
+		{"hop K after a real hand-off of hop 3", signedFrame(t, atk, vid, r.token(0, hops, 1), ev)},
+		{"hop 46 after hop 3 (42 hand-offs to itself)", signedFrame(t, atk, vid, r.token(0, 46, 1), ev)},
+		{"evidence signed by the attacker itself", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, atk, 1, prev, atk.ID()))},
+		{"evidence naming the honest member, signed by the attacker", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, atk, 2, prev, atk.ID()))},
+		{"evidence of a hand-off to someone else", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, honest, 2, prev, vid))},
+		{"frame signed for another recipient", signedFrame(t, atk, honest.ID(), r.token(0, 4, 1), ev)},
+		{"z changed after signing", flip(signedFrame(t, atk, vid, r.token(0, 4, 1), ev), tokenHeader+len("forge")+3)},
+		{"signature damaged", flip(signedFrame(t, atk, vid, r.token(0, 4, 1), ev), bodyLen+len(ev)+5)},
+		{"evidence from a later epoch", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, honest, 2, r.token(1, 3, 7), atk.ID()))},
+	} {
+		before := r.v.metrics.updatesValue()
+		if code := r.send(t, atk, c.frame); code != AckReject {
+			t.Fatalf("%s: ack %d, want reject", c.name, code)
+		}
+		if r.v.metrics.updatesValue() != before {
+			t.Fatalf("%s: the victim made an update", c.name)
+		}
+	}
+	if got := r.v.Rejected("signature") + r.v.Rejected("malformed"); got != 11 {
+		t.Fatalf("rejected{signature}+{malformed} = %v, want 11", got)
+	}
+	// The honest continuation of the real hand-off is taken and stepped.
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+		t.Fatalf("contiguous signed hand-off: ack %d, want ok", code)
+	}
+	r.idle(t)
+	if r.v.metrics.updatesValue() < 1 {
+		t.Fatal("the victim made no update on the accepted hand-off")
+	}
+	// Its own hand-off onwards is signed for its recipient and shows the attacker's
+	// hand-off as evidence.
+	select {
+	case f := <-r.got:
+		tok, err := DecodeToken(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := parseCert(f[bodyLen:], true)
+		if err != nil || !c.ev.Present || c.ev.Signer != 1 || c.ev.Hop != 4 || tok.Hop < 5 {
+			t.Fatalf("victim's hand-off: hop %d, evidence %+v, err %v", tok.Hop, c.ev, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the victim handed nothing on")
+	}
+}
+
+// TestBudgetBurnRefused: a member that received one real hand-off re-sends its
+// continuation to the same node under 100 rising epochs (each a fresh lineage by the
+// fence's order); the node spends no second update on it.
+func TestBudgetBurnRefused(t *testing.T) {
+	r := newAttackRig(t, "burn", 200)
+	atk, honest, vid := r.atk, r.honest, r.v.ID()
+	ev := evidenceOf(t, honest, 2, r.token(0, 3, 7), atk.ID())
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+		t.Fatalf("first hand-off: ack %d, want ok", code)
+	}
+	r.idle(t)
+	spent := r.v.metrics.updatesValue()
+	ok := 0
+	for e := uint64(1); e <= 100; e++ {
+		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == AckOK {
+			ok++
+		}
+	}
+	r.idle(t)
+	if ok != 0 || r.v.metrics.updatesValue() != spent {
+		t.Fatalf("%d of 100 re-sent tokens taken; updates %d -> %d", ok, spent, r.v.metrics.updatesValue())
+	}
+	if r.v.Rejected("evidence-reused") < 1 {
+		t.Fatal("no re-send was refused for reusing its evidence")
+	}
+	// Epochs beyond the plausible window also evicted the attacker; an honest member's
+	// real hand-off (it received hop 9 from the attacker) is still taken.
+	if r.v.Rejected("epoch") < 1 || r.v.Rejected("evicted") < 1 {
+		t.Fatalf("rejected{epoch} = %v, {evicted} = %v: the implausible epochs were not refused", r.v.Rejected("epoch"), r.v.Rejected("evicted"))
+	}
+	ev2 := evidenceOf(t, atk, 1, r.token(0, 9, 5), honest.ID())
+	if code := r.send(t, honest, signedFrame(t, honest, vid, r.token(0, 10, 2), ev2)); code != AckOK {
+		t.Fatalf("next real hand-off: ack %d, want ok", code)
+	}
+}
+
+// TestForgedFinalRefused: final models pushed by a member without evidence of holding
+// hop K, with evidence it signed itself, or with a real hop-K signature over another
+// model are refused; the final it really received (the honest member's signed hand-off
+// of hop K) is kept and written to model.json.
+func TestForgedFinalRefused(t *testing.T) {
+	const k = 50
+	r := newAttackRig(t, "final", k)
+	atk, honest := r.atk, r.honest
+	tok := r.token(0, k, 3)
+	sig := func(h host.Host, tk walk.Token) []byte {
+		s, err := h.Peerstore().PrivKey(h.ID()).Sign(sigMsg(r.run, 0, tk.Epoch, tk.Hop, handoffDigest(tk.Z, tk.Zhat), atk.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	zh := vecDigest(tok.Zhat)
+	real := &FinalCert{Signer: 2, Epoch: 0, Hop: k, Digest: zh[:], Sig: sig(honest, tok)}
+	other := r.token(0, k, 9)
+	push := func(m ctlMsg) {
+		t.Helper()
+		m.Type, m.Run, m.Hash, m.Hop = "final", r.run, r.v.ConfigHash(), k
+		if m.Model == nil {
+			m.Model = tok.Z
+		}
+		s, err := atk.NewStream(r.ctx, r.v.ID(), FinalProtocol(r.run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(m)
+		s.Write(b)
+		s.CloseWrite()
+		io.ReadAll(s)
+		s.Close()
+	}
+	for i, c := range []struct {
+		name string
+		m    ctlMsg
+	}{
+		{"no evidence", ctlMsg{}},
+		{"claims to be the origin", ctlMsg{Cert: &FinalCert{Signer: -1}}},
+		{"signed by the releaser itself", ctlMsg{Cert: &FinalCert{Signer: 1, Hop: k, Digest: zh[:], Sig: sig(atk, tok)}}},
+		{"real signature, another model", ctlMsg{Cert: real, Model: other.Z}},
+		{"real signature, another epoch (2^62)", ctlMsg{Cert: real, Epoch: 1 << 62}},
+		{"evidence at hop 3 (47 hops short)", ctlMsg{Cert: &FinalCert{Signer: 2, Hop: 3, Digest: zh[:], Sig: sig(honest, r.token(0, 3, 3))}}},
+	} {
+		push(c.m)
+		refused := func() float64 {
+			return r.v.metrics.labelled("dpadmm_control_rejected_total", "reason", "final without evidence")
+		}
+		for j := 0; j < 300 && refused() < float64(i+1); j++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if refused() != float64(i+1) {
+			t.Fatalf("%s: not refused (%v refusals after %d pushes)", c.name, refused(), i+1)
+		}
+	}
+	time.Sleep(time.Second) // past the end window a kept final would have been written
+	if _, err := os.Stat(filepath.Join(r.dir, ModelFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("model.json written after forged finals only (%v)", err)
+	}
+	push(ctlMsg{Cert: real, By: atk.ID().String()})
+	var m *Model
+	select {
+	case m = <-r.runModel:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the real final model was not taken")
+	}
+	if err := <-r.runErr; err != nil {
+		t.Fatal(err)
+	}
+	if m == nil || !slices.Equal(m.Model, tok.Z) || m.ReleasedBy != atk.ID().String() {
+		t.Fatalf("kept model %+v, want the z of the real hop-K hand-off released by the attacker", m)
+	}
+}

@@ -1,0 +1,386 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// Signed hand-offs. Every hand-off of the walk token is signed by its sender over
+//
+//	"dpadmm/handoff/1" | run | walk | epoch | hop | digest(z, zhat) | recipient
+//
+// and carries the evidence that the sender holds the token legitimately: the signed
+// hand-off it received last from another member (walk.Evidence; the lineage rule is
+// walk.CheckLineage). Bytes after the token body (EncodeToken):
+//
+//	held  = body | evidence                  (inbox, custody, backups: as stored)
+//	frame = held | siglen u16 | sig          (on the wire, signed for one recipient)
+//	evidence = 0x00                                             (none: the origin's)
+//	         | 0x01 | signer u32 | epoch u64 | hop u64 | digest [32] | siglen u16 | sig
+//
+// little-endian. digest is sha256(sha256(z) | sha256(zhat)) over the float64 bits, so a
+// final model (z published, zhat not) can be checked against a hand-off signature from
+// z and sha256(zhat) alone. A node stores the evidence for its next hand-off with the
+// token it received (the sender's signature becomes that evidence), and keeps it
+// through hand-offs to itself and regenerations (which change only the epoch).
+
+const (
+	evNone    = 0x00
+	evPresent = 0x01
+	// maxSig bounds a signature's length (Ed25519: 64 bytes; RSA-4096: 512).
+	maxSig = 1024
+	// evFixed is the size of present evidence before its signature.
+	evFixed = 1 + 4 + 8 + 8 + 32 + 2
+	// MaxCert is the most bytes a frame carries after the token body.
+	MaxCert = evFixed + maxSig + 2 + maxSig
+)
+
+// ErrSignature marks a hand-off or final model whose signature or evidence does not
+// verify.
+var ErrSignature = errors.New("node: bad hand-off signature")
+
+// cert is the decoded trailer of a held token or a frame.
+type cert struct {
+	ev     walk.Evidence
+	evDig  [32]byte // digest of the evidence token
+	evSig  []byte
+	sig    []byte // the sender's signature (frames only)
+	evLen  int    // bytes of the evidence encoding
+	signed bool
+}
+
+// handoffDigest is the digest of a token's vectors as signed.
+func handoffDigest(z, zhat []float64) [32]byte {
+	return combineDigest(vecDigest(z), vecDigest(zhat))
+}
+
+func vecDigest(v []float64) [32]byte {
+	h := sha256.New()
+	var b [8]byte
+	for _, x := range v {
+		binary.LittleEndian.PutUint64(b[:], math.Float64bits(x))
+		h.Write(b[:])
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+func combineDigest(z, zhat [32]byte) [32]byte {
+	var b [64]byte
+	copy(b[:32], z[:])
+	copy(b[32:], zhat[:])
+	return sha256.Sum256(b[:])
+}
+
+// sigMsg is the signed statement "the token (run, walk, epoch, hop, digest) was handed
+// to recipient".
+func sigMsg(run string, wk, epoch, hop uint64, dig [32]byte, recipient peer.ID) []byte {
+	b := make([]byte, 0, 17+1+len(run)+24+32+2+len(recipient))
+	b = append(b, "dpadmm/handoff/1"...)
+	b = append(b, byte(len(run)))
+	b = append(b, run...)
+	b = binary.LittleEndian.AppendUint64(b, wk)
+	b = binary.LittleEndian.AppendUint64(b, epoch)
+	b = binary.LittleEndian.AppendUint64(b, hop)
+	b = append(b, dig[:]...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(recipient)))
+	return append(b, recipient...)
+}
+
+// bodyLen returns the length of the token body at the start of b (b is at least a
+// header; DecodeToken checked it).
+func bodyLen(b []byte) int {
+	return tokenHeader + int(b[29]) + 16*int(binary.LittleEndian.Uint32(b[25:]))
+}
+
+// parseCert decodes the bytes after a token body: evidence, then (frame) a signature.
+// An empty trailer is a held token of the first format: no evidence.
+func parseCert(tr []byte, frame bool) (cert, error) {
+	var c cert
+	bad := func(what string) (cert, error) { return c, fmt.Errorf("%w: %s", ErrMalformed, what) }
+	if len(tr) == 0 {
+		if frame {
+			return bad("hand-off without a signature")
+		}
+		return c, nil
+	}
+	switch tr[0] {
+	case evNone:
+		c.evLen = 1
+	case evPresent:
+		if len(tr) < evFixed {
+			return bad("short evidence")
+		}
+		c.ev = walk.Evidence{Present: true, Signer: int(binary.LittleEndian.Uint32(tr[1:])),
+			Epoch: binary.LittleEndian.Uint64(tr[5:]), Hop: binary.LittleEndian.Uint64(tr[13:])}
+		if c.ev.Signer < 0 || uint64(binary.LittleEndian.Uint32(tr[1:])) > math.MaxInt32 {
+			return bad("evidence signer out of range")
+		}
+		copy(c.evDig[:], tr[21:53])
+		n := int(binary.LittleEndian.Uint16(tr[53:]))
+		if n == 0 || n > maxSig || len(tr) < evFixed+n {
+			return bad("evidence signature length")
+		}
+		c.evSig = tr[evFixed : evFixed+n]
+		c.evLen = evFixed + n
+	default:
+		return bad(fmt.Sprintf("evidence tag %d", tr[0]))
+	}
+	rest := tr[c.evLen:]
+	if !frame {
+		if len(rest) != 0 {
+			return bad("bytes after the evidence")
+		}
+		return c, nil
+	}
+	if len(rest) < 2 {
+		return bad("hand-off without a signature")
+	}
+	n := int(binary.LittleEndian.Uint16(rest))
+	if n == 0 || n > maxSig || len(rest) != 2+n {
+		return bad("signature length")
+	}
+	c.sig, c.signed = rest[2:], true
+	return c, nil
+}
+
+// appendEvidence appends the evidence made of a received hand-off: the token tok signed
+// by member signer (index) with signature sig.
+func appendEvidence(b []byte, signer int, tok walk.Token, sig []byte) []byte {
+	d := handoffDigest(tok.Z, tok.Zhat)
+	b = append(b, evPresent)
+	b = binary.LittleEndian.AppendUint32(b, uint32(signer))
+	b = binary.LittleEndian.AppendUint64(b, tok.Epoch)
+	b = binary.LittleEndian.AppendUint64(b, tok.Hop)
+	b = append(b, d[:]...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(sig)))
+	return append(b, sig...)
+}
+
+// heldEvidence returns the evidence bytes of a held token (a token without a trailer,
+// of the first format or the origin's, has the evidence "none").
+func heldEvidence(held []byte) []byte {
+	if len(held) < tokenHeader {
+		return []byte{evNone}
+	}
+	tr := held[bodyLen(held):]
+	if len(tr) == 0 {
+		return []byte{evNone}
+	}
+	return tr
+}
+
+// hold returns body followed by the evidence ev (evNone when empty).
+func hold(body, ev []byte) []byte {
+	if len(ev) == 0 {
+		ev = []byte{evNone}
+	}
+	return append(body[:len(body):len(body)], ev...)
+}
+
+// reEpoch returns a copy of the held token raw with its epoch replaced (a regeneration
+// or fallback: same z, zhat and evidence).
+func reEpoch(raw []byte, epoch uint64) []byte {
+	out := append([]byte(nil), raw...)
+	binary.LittleEndian.PutUint64(out[9:], epoch)
+	return out
+}
+
+// signFrame returns the frame of the held token raw for recipient to, signed with key.
+func signFrame(key crypto.PrivKey, raw []byte, to peer.ID) ([]byte, error) {
+	tok, err := DecodeToken(raw)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := key.Sign(sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), to))
+	if err != nil {
+		return nil, fmt.Errorf("node: signing a hand-off: %w", err)
+	}
+	body := bodyLen(raw)
+	tr, err := parseCert(raw[body:], false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, body+max(tr.evLen, 1)+2+len(sig))
+	out = append(out, raw[:body]...)
+	out = append(out, heldEvidence(raw)...)
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(sig)))
+	return append(out, sig...), nil
+}
+
+// pubKey returns p's public key: from the peer ID (Ed25519 and other inlined keys) or
+// from the peerstore (learnt by identify).
+func pubKey(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }) (crypto.PubKey, error) {
+	if k, err := p.ExtractPublicKey(); err == nil && k != nil {
+		return k, nil
+	}
+	if ps != nil {
+		if k := ps.PubKey(p); k != nil {
+			return k, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no public key for %s", ErrSignature, shortID(p))
+}
+
+// verifySig checks that sig is p's signature of msg.
+func verifySig(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }, msg, sig []byte) error {
+	k, err := pubKey(p, ps)
+	if err != nil {
+		return err
+	}
+	ok, err := k.Verify(msg, sig)
+	if err != nil || !ok {
+		return fmt.Errorf("%w: signature of %s does not verify", ErrSignature, shortID(p))
+	}
+	return nil
+}
+
+// verifyHandoff checks a received frame: the sender's signature for this recipient, the
+// evidence's signature (the signer's hand-off of the evidence token to the sender) and
+// the lineage rule. members are in index order; origin is the member that created the
+// initial token. It returns the evidence to hold with the token for the next hand-off.
+func verifyHandoff(tok walk.Token, c cert, from, self peer.ID, members []peer.ID, origin int,
+	ps interface{ PubKey(peer.ID) crypto.PubKey }) ([]byte, error) {
+	if !c.signed {
+		return nil, fmt.Errorf("%w: unsigned hand-off", ErrSignature)
+	}
+	sender := -1
+	for i, m := range members {
+		if m == from {
+			sender = i
+		}
+	}
+	if sender < 0 {
+		return nil, fmt.Errorf("%w: sender is not a member", ErrSignature)
+	}
+	if err := verifySig(from, ps, sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), self), c.sig); err != nil {
+		return nil, err
+	}
+	if err := walk.CheckLineage(tok.Epoch, tok.Hop, c.ev, sender, origin, len(members)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	if c.ev.Present {
+		if err := verifySig(members[c.ev.Signer], ps, sigMsg(tok.Run, tok.Walk, c.ev.Epoch, c.ev.Hop, c.evDig, from), c.evSig); err != nil {
+			return nil, fmt.Errorf("%w (evidence)", err)
+		}
+	}
+	var ev []byte
+	return appendEvidence(ev, sender, tok, c.sig), nil
+}
+
+// FinalCert is the evidence published with a final model: the hand-off of the hop the
+// releaser held legitimately (walk.CheckFinalLineage), as walk.Evidence fields, its
+// signature and, when that hand-off was hop K itself, sha256 of zhat_K (so that the
+// signature can be checked against the published z_K; zhat_K itself is not published).
+type FinalCert struct {
+	Signer int    `json:"signer"` // -1: no evidence (the origin reached hop K alone)
+	Epoch  uint64 `json:"epoch"`
+	Hop    uint64 `json:"hop"`
+	Digest []byte `json:"digest"` // digest of the evidence token (hop < K) or sha256(zhat_K) (hop = K)
+	Sig    []byte `json:"sig"`
+}
+
+// finalCert builds the certificate of the final model from the evidence ev held with the
+// token of hop k (the evidence of its hand-off to this node) and zhat_K.
+func finalCert(ev []byte, k uint64, zhat []float64) (*FinalCert, error) {
+	if len(ev) == 0 {
+		ev = []byte{evNone}
+	}
+	c, err := parseCert(ev, false)
+	if err != nil {
+		return nil, err
+	}
+	if !c.ev.Present {
+		return &FinalCert{Signer: -1}, nil
+	}
+	fc := &FinalCert{Signer: c.ev.Signer, Epoch: c.ev.Epoch, Hop: c.ev.Hop, Digest: c.evDig[:], Sig: c.evSig}
+	if c.ev.Hop == k {
+		d := vecDigest(zhat)
+		fc.Digest = d[:]
+	}
+	return fc, nil
+}
+
+// verifyFinal checks a final model z at hop k and epoch released by member releaser.
+func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releaser peer.ID, members []peer.ID, origin int,
+	ps interface{ PubKey(peer.ID) crypto.PubKey }) error {
+	if fc == nil {
+		return fmt.Errorf("%w: final model without evidence", ErrSignature)
+	}
+	rel := -1
+	for i, m := range members {
+		if m == releaser {
+			rel = i
+		}
+	}
+	if rel < 0 {
+		return fmt.Errorf("%w: releaser is not a member", ErrSignature)
+	}
+	ev := walk.Evidence{Present: fc.Signer >= 0, Signer: fc.Signer, Epoch: fc.Epoch, Hop: fc.Hop}
+	if err := walk.CheckFinalLineage(epoch, k, ev, rel, origin, len(members)); err != nil {
+		return fmt.Errorf("%w: %w", ErrSignature, err)
+	}
+	if !ev.Present {
+		return nil
+	}
+	if len(fc.Digest) != 32 || len(fc.Sig) == 0 || len(fc.Sig) > maxSig {
+		return fmt.Errorf("%w: malformed final evidence", ErrSignature)
+	}
+	var dig [32]byte
+	copy(dig[:], fc.Digest)
+	if fc.Hop == k {
+		dig = combineDigest(vecDigest(z), dig) // the signature must cover the published z
+	}
+	return verifySig(members[fc.Signer], ps, sigMsg(run, 0, fc.Epoch, fc.Hop, dig, releaser), fc.Sig)
+}
+
+// checkSigned verifies the signature and evidence of frame b (decoded as tok) from
+// member from. It returns the token to hold (body and the evidence for its next
+// hand-off) and the key of the evidence shown (Node.evUsed).
+func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, string, error) {
+	body := bodyLen(b)
+	c, err := parseCert(b[body:], true)
+	if err != nil {
+		return nil, "", err
+	}
+	n.mu.Lock()
+	members, origin := n.members, n.origin
+	n.mu.Unlock()
+	ev, err := verifyHandoff(tok, c, from, n.ID(), members, origin, n.Host.Peerstore())
+	if err != nil {
+		return nil, "", err
+	}
+	key := "origin"
+	if c.ev.Present {
+		key = fmt.Sprintf("%d/%d/%d", c.ev.Signer, c.ev.Epoch, c.ev.Hop)
+	}
+	return hold(b[:body], ev), key, nil
+}
+
+// maxEvidenceKept bounds Node.evUsed: far more hand-offs than a node takes between two
+// visits of one lineage position.
+const maxEvidenceKept = 4096
+
+// useEvidence records that the token of mark mk was taken on evidence key.
+func (n *Node) useEvidence(key string, mk Mark) {
+	if key == "" {
+		return
+	}
+	if _, ok := n.evUsed[key]; !ok {
+		n.evOrder = append(n.evOrder, key)
+		if len(n.evOrder) > maxEvidenceKept {
+			delete(n.evUsed, n.evOrder[0])
+			n.evOrder = n.evOrder[1:]
+		}
+	}
+	n.evUsed[key] = mk
+}

@@ -1,0 +1,93 @@
+package walk
+
+import (
+	"fmt"
+	"math"
+)
+
+// Evidence is what a hand-off carries to show that its sender holds the token
+// legitimately: the hand-off the sender itself received last from another member (its
+// signer, and the epoch and hop of that token), checked by signature in the driver. A
+// hand-off without evidence is the origin's: the member that created the initial token
+// (the run's first holder in a static membership, the starter otherwise).
+type Evidence struct {
+	Present bool
+	Signer  int // member index of the signer (the sender of the hand-off the sender received)
+	Epoch   uint64
+	Hop     uint64
+}
+
+// SelfHopBound is the -log2 probability below which a run of consecutive self-hand-offs
+// is treated as impossible: 2^-64 per hand-off, so a run of 2^40 hops meets a refused
+// honest hand-off with probability at most 2^-24.
+const SelfHopBound = 64
+
+// MaxSelfHops returns the longest run of consecutive hops one member makes alone that a
+// receiver accepts: the smallest j with (1/n)^j <= 2^-SelfHopBound, for the uniform walk
+// on the complete graph of n members (which hands the token to its holder itself with
+// probability 1/n). For n <= 1 every hop is a self-hop and the bound is unlimited.
+func MaxSelfHops(n int) uint64 {
+	if n <= 1 {
+		return math.MaxUint64
+	}
+	return uint64(math.Ceil(SelfHopBound / math.Log2(float64(n))))
+}
+
+// CheckLineage is the contiguity rule for a hand-off of the token (epoch, hop) from member
+// sender, whose signature and evidence signature the driver has verified. A sender that
+// received hop h0 from another member and stepped j >= 1 times alone sends hop h0+j; the
+// receiver accepts j-1 <= MaxSelfHops(nodes) hand-offs to itself in a row. Evidence must be signed by another member
+// (a node's hand-offs to itself carry no signature) and at an epoch not above the token's
+// (regenerations raise the epoch, never lower it). Without evidence the sender must be
+// the origin, holding the initial token (hop 0) and sending hop j after j-1 <=
+// MaxSelfHops(nodes) hand-offs to itself.
+//
+// What it stops: a single member jumping the hop counter (a token at hop K made the
+// receiver release the attacker's model as the final). What it does not stop: two
+// colluding members signing evidence for each other.
+func CheckLineage(epoch, hop uint64, ev Evidence, sender, origin, nodes int) error {
+	limit := MaxSelfHops(nodes)
+	if !ev.Present {
+		if sender != origin {
+			return fmt.Errorf("walk: hand-off at hop %d without evidence from member %d, which did not create the initial token (member %d did)", hop, sender, origin)
+		}
+		if hop > limit+1 {
+			return fmt.Errorf("walk: hand-off at hop %d without evidence: the origin hands the token to itself at most %d times in a row", hop, limit)
+		}
+		return nil
+	}
+	switch {
+	case ev.Signer < 0 || ev.Signer >= nodes:
+		return fmt.Errorf("walk: evidence signed by member %d of %d", ev.Signer, nodes)
+	case ev.Signer == sender:
+		return fmt.Errorf("walk: evidence signed by the sender itself (member %d)", sender)
+	case ev.Hop >= hop:
+		return fmt.Errorf("walk: hand-off at hop %d with evidence at hop %d: hops must increase", hop, ev.Hop)
+	case hop-ev.Hop-1 > limit:
+		return fmt.Errorf("walk: hand-off at hop %d with evidence at hop %d: %d hand-offs to itself in a row, at most %d", hop, ev.Hop, hop-ev.Hop-1, limit)
+	case ev.Epoch > epoch:
+		return fmt.Errorf("walk: hand-off at epoch %d with evidence at the later epoch %d", epoch, ev.Epoch)
+	}
+	return nil
+}
+
+// CheckFinalLineage is the rule for a final model at hop K and epoch published by member
+// releaser: the releaser received hop K (evidence at hop K and the same epoch, whose
+// digest the driver matched to the published model), or received an earlier hop h0 and
+// handed hops h0+1..K to itself (at most MaxSelfHops), or is the origin and handed hops
+// 1..K to itself.
+func CheckFinalLineage(epoch, k uint64, ev Evidence, releaser, origin, nodes int) error {
+	if ev.Present && ev.Hop == k {
+		switch {
+		case ev.Signer < 0 || ev.Signer >= nodes || ev.Signer == releaser:
+			return fmt.Errorf("walk: final model with evidence signed by member %d (releaser %d)", ev.Signer, releaser)
+		case ev.Epoch != epoch:
+			return fmt.Errorf("walk: final model at epoch %d with evidence at epoch %d", epoch, ev.Epoch)
+		}
+		return nil
+	}
+	// Hop K reached alone: the releaser handed hops h0+1..K to itself (K-h0 self-hand-offs
+	// after the hand-off of hop h0 it received), the count CheckLineage makes for a
+	// hand-off of hop K+1.
+	return CheckLineage(epoch, k+1, ev, releaser, origin, nodes)
+}
