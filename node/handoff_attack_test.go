@@ -26,15 +26,15 @@ import (
 // test uses to sign the hand-offs it would have made). Both raw hosts ack every hand-off
 // the victim makes to them and keep the frames.
 type attackRig struct {
-	ctx          context.Context
-	v            *Node
-	atk, honest  host.Host
-	dim          int
-	run          string
-	got          chan []byte // frames the victim handed to a raw host
-	dir          string
-	runErr       chan error
-	runModel     chan *Model
+	ctx         context.Context
+	v           *Node
+	atk, honest host.Host
+	dim         int
+	run         string
+	got         chan []byte // frames the victim handed to a raw host
+	dir         string
+	runErr      chan error
+	runModel    chan *Model
 }
 
 func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {

@@ -46,13 +46,15 @@ func mulFull(a, b uint64) (hi, lo uint64) {
 func TestCheckLineageCases(t *testing.T) {
 	const n = 8
 	lim := MaxSelfHops(n) // 22
-	ev := func(signer int, e, h uint64) Evidence { return Evidence{Present: true, Signer: signer, Epoch: e, Hop: h} }
+	ev := func(signer int, e, h uint64) Evidence {
+		return Evidence{Present: true, Signer: signer, Epoch: e, Hop: h}
+	}
 	for _, c := range []struct {
-		name                 string
-		epoch, hop           uint64
-		ev                   Evidence
-		sender, origin       int
-		want                 string // "" = accepted, else a fragment of the error
+		name           string
+		epoch, hop     uint64
+		ev             Evidence
+		sender, origin int
+		want           string // "" = accepted, else a fragment of the error
 	}{
 		{"origin sends the initial token", 0, 0, Evidence{}, 0, 0, ""},
 		{"origin after one step", 0, 1, Evidence{}, 3, 3, ""},
