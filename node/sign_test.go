@@ -3,9 +3,11 @@ package node
 import (
 	"testing"
 
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -46,4 +48,46 @@ func certFor(t testing.TB, signer *Node, idx int, run string, epoch, k uint64, z
 	}
 	d := vecDigest(zhat)
 	return &FinalCert{Signer: idx, Epoch: epoch, Hop: k, Digest: d[:], Sig: sig}
+}
+
+// BenchmarkHandoffSignature: what signing adds to one hand-off at p = 64: the sender's
+// signature (signFrame) and the receiver's two verifications (verifyHandoff).
+func BenchmarkHandoffSignature(b *testing.B) {
+	var hs [3]host.Host
+	var ids []peer.ID
+	for i := range hs {
+		h, err := libp2p.New(libp2p.NoListenAddrs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Close()
+		hs[i], ids = h, append(ids, h.ID())
+	}
+	tok := walk.NewToken("bench", 0, 64, consensus.Regularizer{}, 1)
+	tok.Hop = 5
+	prev := tok
+	prev.Hop = 4
+	ev := evidenceOf(b, hs[0], 0, prev, ids[1])
+	body, _ := EncodeToken(nil, tok)
+	held := hold(body, ev)
+	key := hs[1].Peerstore().PrivKey(ids[1])
+	b.Run("sign", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := signFrame(key, held, ids[2]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	frame, _ := signFrame(key, held, ids[2])
+	c, err := parseCert(frame[len(body):], true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
