@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/libp2p/go-libp2p"
@@ -88,6 +89,63 @@ func BenchmarkHandoffSignature(b *testing.B) {
 			if _, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// FuzzHandoffFrame: any frame a peer sends is decoded and verified without a panic, and
+// every change of a correctly signed frame (any byte of body, evidence or signature,
+// a cut or an extension) is refused: what the receiver accepts is exactly what the
+// sender signed for it, on evidence its signer signed.
+func FuzzHandoffFrame(f *testing.F) {
+	var hs [3]host.Host
+	var ids []peer.ID
+	for i := range hs {
+		h, err := libp2p.New(libp2p.NoListenAddrs)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Cleanup(func() { h.Close() })
+		hs[i], ids = h, append(ids, h.ID())
+	}
+	tok := walk.NewToken("fuzz", 0, 3, consensus.Regularizer{}, 1)
+	tok.Epoch, tok.Hop, tok.Z[1], tok.Zhat[2] = 2, 7, 0.5, -1.25
+	prev := tok
+	prev.Hop = 6
+	good := signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[0], 0, prev, ids[1]))
+	accept := func(b []byte) bool {
+		t, err := DecodeToken(b)
+		if err != nil || len(b) < tokenHeader {
+			return false
+		}
+		c, err := parseCert(b[bodyLen(b):], true)
+		if err != nil {
+			return false
+		}
+		_, err = verifyHandoff(t, c, ids[1], ids[2], ids, 0, nil)
+		return err == nil
+	}
+	if !accept(good) {
+		f.Fatal("the correctly signed frame is refused")
+	}
+	f.Add(uint16(0), byte(1), int8(0))
+	f.Add(uint16(40), byte(0x80), int8(0))
+	f.Add(uint16(len(good)-1), byte(1), int8(0))
+	f.Add(uint16(0), byte(0), int8(-3))
+	f.Add(uint16(0), byte(0), int8(5))
+	f.Fuzz(func(t *testing.T, pos uint16, xor byte, cut int8) {
+		b := slices.Clone(good)
+		switch {
+		case cut < 0:
+			b = b[:max(0, len(b)+int(cut))]
+		case cut > 0:
+			b = append(b, make([]byte, cut)...)
+		}
+		if xor != 0 && len(b) > 0 {
+			b[int(pos)%len(b)] ^= xor
+		}
+		if (xor != 0 || cut != 0) && accept(b) {
+			t.Fatalf("a changed frame (pos %d xor %#x cut %d) was accepted", pos, xor, cut)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -92,5 +93,73 @@ func TestPurePackagesStartNoGoroutines(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestPurePackagesUseNoGlobalRand: math/rand/v2's top-level functions draw from a global,
+// unseeded source; pure packages may only build generators (rand.New, rand.NewPCG,
+// rand.NewChaCha8, rand.NewZipf) and use the types, so every draw comes from an injected
+// source. The check is syntactic: a selector on the name math/rand/v2 is imported as.
+func TestPurePackagesUseNoGlobalRand(t *testing.T) {
+	allowed := map[string]bool{"New": true, "NewPCG": true, "NewChaCha8": true, "NewZipf": true,
+		"Rand": true, "Source": true, "PCG": true, "ChaCha8": true, "Zipf": true}
+	bad := 0
+	for _, pkg := range []string{"consensus", "walk", "gossip", "privacy"} {
+		err := filepath.WalkDir(filepath.Join("..", pkg), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			name := ""
+			for _, imp := range f.Imports {
+				if p, _ := strconv.Unquote(imp.Path.Value); p == "math/rand/v2" {
+					name = "rand"
+					if imp.Name != nil {
+						name = imp.Name.Name
+					}
+				}
+			}
+			if name == "" {
+				return nil
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && id.Obj == nil && !allowed[sel.Sel.Name] {
+					t.Errorf("%s: %s.%s uses math/rand/v2's global source", fset.Position(sel.Pos()), name, sel.Sel.Name)
+					bad++
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The check finds a global draw when there is one.
+	src := "package p\nimport \"math/rand/v2\"\nfunc f() int { r := rand.New(rand.NewPCG(1, 2)); return r.IntN(3) + rand.IntN(3) }\n"
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "rand" && id.Obj == nil && !allowed[sel.Sel.Name] {
+				found++
+			}
+		}
+		return true
+	})
+	if found != 1 {
+		t.Fatalf("the check found %d global draws in a sample with one", found)
 	}
 }
