@@ -334,6 +334,9 @@ type Model struct {
 	Dims       int          `json:"dims"`
 	Model      []float64    `json:"model"`
 	Privacy    ModelPrivacy `json:"privacy"`
+	// Cert is the evidence that the releaser held hop K (FinalCert): with it any member
+	// can hand the final model on to one that missed it.
+	Cert *FinalCert `json:"final_cert,omitempty"`
 
 	// Scaling is the run's feature scaling (Config.Scaling); absent for none or unknown.
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
@@ -468,7 +471,9 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 			Uint64("old_epoch", n.finalMk.Epoch).Uint64("old_digest", n.finalMk.Digest).
 			Msg("a second final model (a duplicate lineage reached hop K): replacing the kept one by this higher (epoch, hop, digest) one")
 	}
-	n.keepFinal(n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from), mk)
+	m := n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from)
+	m.Cert = f.m.Cert
+	n.keepFinal(m, mk)
 	n.finalCert = f.m.Cert
 	return true, nil
 }

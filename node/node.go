@@ -1022,12 +1022,14 @@ func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
 		// The final model is the z of the token received at hop K: a release charged in the
 		// ledger of its sender (recipient: this node); publishing it to every member is
 		// post-processing, covered by the accountant's final release to all.
-		n.keepFinal(n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID()), finalMark(tok.Epoch, tok.Hop, tok.Z))
-		n.holding.Store(false) // released: no token here any more
 		fc, err := finalCert(q.ev, tok.Hop, tok.Zhat)
 		if err != nil {
 			return nil, fmt.Errorf("node: the evidence held with hop %d: %w", tok.Hop, err)
 		}
+		m := n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID())
+		m.Cert = fc
+		n.keepFinal(m, finalMark(tok.Epoch, tok.Hop, tok.Z))
+		n.holding.Store(false) // released: no token here any more
 		n.finalCert = fc
 		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {
 			n.log.Warn().Err(err).Msg("cannot publish the final model")
