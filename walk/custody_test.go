@@ -20,6 +20,7 @@ type custodyNet struct {
 	wire    []CustodyMsg
 	ledgers [][]privacy.Entry
 	events  [][]CustodyEvent
+	out     *[]string // transcript tests: each Ready is rendered here
 }
 
 func newCustodyNet(t *testing.T, n int, cc CustodyConfig) *custodyNet {
@@ -71,6 +72,9 @@ func (w *custodyNet) collect(i int) {
 		return
 	}
 	rd := c.Ready()
+	if w.out != nil {
+		*w.out = append(*w.out, readyLines(i, rd)...)
+	}
 	for _, e := range rd.Ledger {
 		if err := e.Validate(); err != nil {
 			w.t.Fatal(err)
