@@ -282,7 +282,12 @@ func readModelStatusRef(t *testing.T, dir string) int {
 // writes the same z as the others; the releaser then exits without waiting out the
 // linger.
 func TestNodeRejoinWalkAfterEnd(t *testing.T) {
-	const hops, pause = 90, 30
+	// The walk goes on long enough after the holder's restart (about 1 s of hops) for
+	// both running members to declare X down (Y restarts with 3 missed beats of 200 ms):
+	// the releaser, whichever it is, then waits for X only because of the linger and
+	// pushes nothing to it; X asks for the final model (it may also receive one of the
+	// releaser's control-topic republications).
+	const hops, pause = 15000, 30
 	cs, dirs, start := walkRejoinNet(t, "rejoin-end", hops, pause, "--final-linger", "40s")
 	y := pausedNode(t, cs, pause)
 	x := (y + 1) % 3
@@ -292,7 +297,7 @@ func TestNodeRejoinWalkAfterEnd(t *testing.T) {
 	if code, _ := cs[y].stop(t, syscall.SIGINT, 10*time.Second); code != 130 {
 		t.Fatalf("node %d: exit %d after SIGINT, want 130\n%s", y, code, cs[y].stderr)
 	}
-	cs[y] = start(y, false)
+	cs[y] = start(y, false, "--heartbeat-misses", "3")
 	// The run ends without X: wait for the other two nodes' model.json.
 	deadline := time.Now().Add(45 * time.Second)
 	for {
