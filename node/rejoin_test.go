@@ -130,3 +130,52 @@ func TestFinalRequest(t *testing.T) {
 		t.Fatal("a final-model request from a non-member was answered")
 	}
 }
+
+// TestRejoinFromStartFile: nodes whose data directories hold a start.json (as after a
+// stop between the start message and the first hop) skip announce/join, take the
+// recorded membership, the starter re-sends the initial token to the recorded holder,
+// and the walk ends with the model of a sequential reference run of that membership
+// and holder, bit for bit.
+func TestRejoinFromStartFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n, hops, holder = 3, 40, 2
+	sh := shards(t, n)
+	dirs := make([]string, n)
+	ids := make([]peer.ID, n)
+	names := make([]string, n)
+	total := 0
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+		id, err := DataDirPeerID(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i], names[i] = id, id.String()
+		total += sh[i].Rows
+	}
+	nodes := make([]*Node, n)
+	for i := range nodes {
+		c := baseConfig("sfrun", sh[i], hops)
+		c.DataDir, c.Start = dirs[i], i == 0
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nd.startMsg = ctlMsg{Type: "start", Run: "sfrun", Hash: nd.hash, Members: names, Total: total, Holder: holder}
+		if err := nd.saveStart(ids[0]); err != nil {
+			t.Fatal(err)
+		}
+		nd.startMsg = ctlMsg{} // Run must take it from the file
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	models := runAll(t, ctx, nodes)
+	want := reference(t, sh, hops, holder)
+	for i, m := range models {
+		if !sameBits(m.Model, want) || m.Index != i || m.Nodes != n {
+			t.Fatalf("node %d: index %d of %d, model %v; reference %v", i, m.Index, m.Nodes, m.Model, want)
+		}
+	}
+}
