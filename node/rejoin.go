@@ -39,6 +39,9 @@ type startRecord struct {
 	Addrs      [][]string `json:"addrs,omitempty"`
 	Total      int        `json:"total_rows"`
 	Holder     int        `json:"holder"`
+	// Rows is this node's row count when it accepted the membership (its weight is
+	// members*Rows/Total): a restart with other data is refused.
+	Rows int `json:"rows"`
 	// Checksum is the hex SHA-256 of the record's JSON encoding with Checksum empty.
 	Checksum string `json:"checksum"`
 }
@@ -53,7 +56,7 @@ func (r startRecord) sum() string {
 func (n *Node) saveStart(starter peer.ID) error {
 	m := n.startMsg
 	r := startRecord{Version: 1, Run: n.cfg.Run, ConfigHash: n.hash, Starter: starter.String(),
-		Members: m.Members, Addrs: m.Addrs, Total: m.Total, Holder: m.Holder}
+		Members: m.Members, Addrs: m.Addrs, Total: m.Total, Holder: m.Holder, Rows: n.cfg.Data.Rows}
 	r.Checksum = r.sum()
 	b, err := json.MarshalIndent(r, "", " ")
 	if err != nil {
@@ -105,6 +108,10 @@ func (n *Node) loadStart() (*startRecord, []peer.ID, error) {
 		return nil, nil, fmt.Errorf("%w: %s does not name this node (%s) as a member", ErrStartFile, p, n.ID())
 	case r.Total < len(ms) || len(ms) < 1 || r.Holder < 0 || r.Holder >= len(ms):
 		return nil, nil, fmt.Errorf("%w: %s records %d members, %d total rows and holder %d", ErrStartFile, p, len(ms), r.Total, r.Holder)
+	}
+	if r.Rows != n.cfg.Data.Rows {
+		return nil, nil, fmt.Errorf("%w: %s was written for %d rows of data, this node has %d: restart it with the data it took part with",
+			ErrStartFile, p, r.Rows, n.cfg.Data.Rows)
 	}
 	starter, err := peer.Decode(r.Starter)
 	if err != nil {

@@ -76,8 +76,9 @@ func TestStartFile(t *testing.T) {
 	refused("cut", good[:len(good)/2], nil, "corrupt")
 	refused("other config", good, func(c *Config) { c.Gamma = 2 }, "config")
 	refused("other run", good, func(c *Config) { c.Run = "sf2" }, "for run")
+	refused("other data", good, func(c *Config) { c.Data = shards(t, 3)[0] }, "rows of data")
 	// A record that names other members only, with a valid checksum.
-	other := startRecord{Version: 1, Run: "sf", ConfigHash: r.ConfigHash, Starter: ids[1].String(), Members: []string{ids[1].String(), ids[1].String()}, Total: 50}
+	other := startRecord{Version: 1, Run: "sf", ConfigHash: r.ConfigHash, Starter: ids[1].String(), Members: []string{ids[1].String(), ids[1].String()}, Total: 50, Rows: sh[0].Rows}
 	other.Checksum = other.sum()
 	refused("not a member", append(marshal(other), '\n'), nil, "does not name this node")
 	if !bytes.Contains(good, []byte(`"checksum"`)) {
