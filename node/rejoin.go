@@ -167,7 +167,8 @@ const FinalRequest = "final-request"
 
 // askFinal asks every other member for the final model, again every few seconds, until
 // the node has written model.json or ctx ends. The answers go to the loop like pushed
-// final models.
+// final models. The schedule is fixed (it does not stop when a token arrives), so that
+// the requests, like the heartbeats, say nothing about where the token is.
 func (n *Node) askFinal(ctx context.Context, ms []peer.ID) {
 	req := marshal(ctlMsg{Type: FinalRequest, Run: n.cfg.Run, Hash: n.hash})
 	every := 500 * time.Millisecond
