@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/consensus"
 )
 
 // TestStartFile: the start record written when the membership is fixed is read back as
@@ -177,6 +180,55 @@ func TestRejoinFromStartFile(t *testing.T) {
 	for i, m := range models {
 		if !sameBits(m.Model, want) || m.Index != i || m.Nodes != n {
 			t.Fatalf("node %d: index %d of %d, model %v; reference %v", i, m.Index, m.Nodes, m.Model, want)
+		}
+	}
+}
+
+// TestGossipRejoinFromStartFile: R-ADMM members whose data directories hold a start.json
+// but no journal yet (as after a stop between the start message and the first release)
+// skip announce/join, take the recorded membership and total rows, and end with the
+// models of an in-process run of the same machines, bit for bit.
+func TestGossipRejoinFromStartFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	d := gossipData(t)
+	sh, err := consensus.Split(d, 3, "iid", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 8, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	nodes, logs, _ := gossipCluster(t, ctx, "gsf", sh, p)
+	names := make([]string, len(nodes))
+	for i, nd := range nodes {
+		names[i] = nd.ID().String()
+	}
+	for _, nd := range nodes {
+		nd.startMsg = ctlMsg{Type: "start", Run: "gsf", Hash: nd.hash, Members: names, Total: d.Rows}
+		if err := nd.saveStart(nodes[0].ID()); err != nil {
+			t.Fatal(err)
+		}
+		nd.startMsg = ctlMsg{}
+	}
+	models := make([]*GossipModel, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v\n%s", i, err, logs[i].String())
+		}
+	}
+	ref := gossipReference(t, sh, p, d.Rows)
+	for i, m := range models {
+		if m.Index != i || m.TotalRows != d.Rows || !sameFloats(m.Model, ref[i]) {
+			t.Fatalf("node %d: index %d, total rows %d, model %v; reference %v", i, m.Index, m.TotalRows, m.Model, ref[i])
+		}
+		if !strings.Contains(logs[i].String(), "rejoining the run") {
+			t.Errorf("node %d did not take the membership from start.json:\n%s", i, logs[i].String())
 		}
 	}
 }
