@@ -155,7 +155,7 @@ func waitExit(t *testing.T, name string, c *child, within time.Duration) {
 	select {
 	case <-c.done:
 	case <-time.After(within):
-		c.cmd.Process.Signal(syscall.SIGQUIT)
+		c.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines go to stderr, shown below
 		time.Sleep(2 * time.Second)
 		t.Fatalf("%s still running after %v\nstdout:\n%s\nstderr:\n%s", name, within, c.stdout, c.stderr)
 	}
