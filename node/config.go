@@ -129,6 +129,11 @@ type Config struct {
 	// FinalWait bounds how long the node that releases the final model keeps
 	// republishing it while waiting for every member's confirmation. Default 30 s.
 	FinalWait time.Duration
+	// FinalLinger is how long the node that releases the final model keeps it available
+	// to members declared down that have not confirmed it: a member restarted with its
+	// data directory meanwhile asks the members for it (FinalProtocol) and confirms it.
+	// 0: down members are not waited for.
+	FinalLinger time.Duration
 	// Heartbeat is the interval at which the node sends a heartbeat to every member on
 	// /dpadmm/<run>/alive/1, whatever it holds (the beats carry no token information).
 	// Default 1 s; negative disables heartbeats and with them the regeneration of a token

@@ -170,6 +170,9 @@ func (n *Node) runStarter(ctx context.Context) error {
 	}
 	holder := r.IntN(len(order))
 	n.startMsg = ctlMsg{Type: "start", Run: n.cfg.Run, Hash: n.hash, Members: names, Addrs: addrs, Total: total, Holder: holder}
+	if err := n.saveStart(n.ID()); err != nil {
+		return err
+	}
 	if err := n.publish(ctx, n.startMsg); err != nil {
 		return err
 	}
@@ -261,6 +264,9 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				continue
 			}
 			n.startMsg = s.m
+			if err := n.saveStart(s.from); err != nil {
+				return err
+			}
 			return n.fixMembers(ctx, ms, s.m.Total)
 		}
 	}
@@ -557,7 +563,8 @@ func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
 func (n *Node) republishFinal(ctx context.Context) bool {
 	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model, Cert: n.finalCert, By: n.ID().String()}
 	raw := marshal(final)
-	deadline := time.Now().Add(n.cfg.FinalWait)
+	deadline := time.Now().Add(max(n.cfg.FinalWait, n.cfg.FinalLinger))
+	lingerEnd := time.Now().Add(n.cfg.FinalLinger) // down members are waited for until then
 	last, every := time.Now(), 100*time.Millisecond
 	var mu sync.Mutex // guards pushing against the push goroutines
 	pushing := map[peer.ID]bool{}
@@ -571,12 +578,15 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 			}
 		default:
 		}
-		// Members declared down by the heartbeats are not waited for: a crashed member
-		// would otherwise hold the run open for the whole FinalWait.
+		// Members declared down by the heartbeats are not waited for (a crashed member
+		// would otherwise hold the run open for the whole FinalWait), except during
+		// FinalLinger: a member that comes back meanwhile asks for the final model
+		// (rejoin.go) and confirms it.
+		lingering := time.Now().Before(lingerEnd)
 		n.mu.Lock()
 		got, want := 0, 0
 		for _, m := range n.members {
-			if m == n.ID() || n.down[m] {
+			if m == n.ID() || n.down[m] && !lingering {
 				continue
 			}
 			want++
@@ -662,7 +672,12 @@ func (n *Node) handleFinal(s network.Stream) {
 		return
 	}
 	var m ctlMsg
-	if err := json.Unmarshal(raw, &m); err != nil || m.Run != n.cfg.Run || m.Type != "final" {
+	err = json.Unmarshal(raw, &m)
+	if err == nil && m.Run == n.cfg.Run && m.Type == FinalRequest {
+		n.answerFinal(s, from) // rejoin.go
+		return
+	}
+	if err != nil || m.Run != n.cfg.Run || m.Type != "final" {
 		n.log.Warn().Str("from", shortID(from)).Msg("malformed or foreign pushed final model: ignored")
 		s.Reset()
 		return

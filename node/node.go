@@ -426,9 +426,15 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	return n.loop(ctx)
 }
 
-// membership fixes the member list (static, or via announce/join/start).
+// membership fixes the member list (static, from start.json on a restart, or via
+// announce/join/start).
 func (n *Node) membership(ctx context.Context) error {
 	defer n.join.end()
+	if n.cfg.Members == nil {
+		if ok, err := n.resumeMembership(ctx); ok || err != nil {
+			return err // rejoin.go: a restart during the run
+		}
+	}
 	switch {
 	case n.cfg.Members != nil:
 		n.join.begin("static", len(n.cfg.Members))

@@ -150,6 +150,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	budgetEps := fs.Float64("budget-epsilon", 0, "this node's privacy budget at --delta; 0 = none. Before a noisy update that would exceed it the node forwards the token unchanged (no data use, no cost)")
 	budgetKind := fs.String("budget-kind", "local", "what --budget-epsilon bounds: local (observer of every message) or network (planned worst pair on the complete graph, never above the local figure)")
 	noSync := fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
+	finalLinger := fs.Duration("final-linger", -1, "how long the node that releases the final model keeps it for members that are down (a member restarted with its --datadir meanwhile asks for it); negative = profile (test 0, lan 1m, internet 2m)")
 	ackTimeout := fs.Duration("ack-timeout", 0, "wait this long for a hand-off ack before retrying (default: profile)")
 	heartbeat := fs.Duration("heartbeat", time.Second, "interval of the fixed-schedule heartbeats to every member (they carry no token information); negative disables heartbeats and the regeneration of a token lost with a crashed holder")
 	heartbeatMisses := fs.Int("heartbeat-misses", 15, "a member silent for this many heartbeat intervals is declared down (its unreleased backups are regenerated with a new epoch)")
@@ -335,15 +336,20 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "lan":
 		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
 		cfg.MDNS, cfg.AckTimeout, cfg.JoinWindow = true, 10*time.Second, 5*time.Second
+		cfg.FinalLinger = time.Minute
 	case "internet":
 		cfg.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
 		cfg.NAT = true
 		cfg.AckTimeout, cfg.JoinWindow = 30*time.Second, 30*time.Second
+		cfg.FinalLinger = 2 * time.Minute
 	default:
 		return bad("--profile must be test, lan or internet, got %q", *profile)
 	}
 	if len(listen) > 0 {
 		cfg.Listen = listen
+	}
+	if *finalLinger >= 0 {
+		cfg.FinalLinger = *finalLinger
 	}
 	if err := membershipFlags(&cfg, *swarmKey, *allowFile, *starterID, *maxRows); err != nil {
 		return bad("%v", err)
