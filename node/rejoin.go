@@ -237,6 +237,8 @@ func (n *Node) answerFinal(s network.Stream, from peer.ID) {
 	if err := json.Unmarshal(b, &m); err != nil || m.Run != n.cfg.Run || m.ConfigHash != n.hash {
 		return
 	}
-	s.Write(marshal(ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: m.Hops, Epoch: m.Epoch, Model: m.Model}))
+	// With its certificate and releaser, the answer is checked like the releaser's own
+	// publication (acceptFinal): a member cannot pass off a model of its own.
+	s.Write(marshal(ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: m.Hops, Epoch: m.Epoch, Model: m.Model, Cert: m.Cert, By: m.ReleasedBy}))
 	n.log.Info().Str("to", shortID(from)).Msg("final model sent to a member that asked for it")
 }

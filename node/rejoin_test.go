@@ -112,7 +112,19 @@ func TestFinalRequest(t *testing.T) {
 	for i := range z {
 		z[i] = 0.5 - 0.125*float64(i)
 	}
-	m := Model{Run: "freq", ConfigHash: holder.hash, Hops: hops, Epoch: 3, Model: z}
+	// A model.json without the final's certificate: answered, but refused by the asker
+	// (a member cannot pass off a model without the hop-K hand-off to its releaser).
+	m := Model{Run: "freq", ConfigHash: holder.hash, Hops: hops, Epoch: 3, Model: z, ReleasedBy: holder.ID().String()}
+	if err := holder.store.WriteAtomic(ModelFile, marshal(m)); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := asker.requestFinal(ctx, holder.ID(), req); !ok {
+		t.Fatal("no answer")
+	} else if ok, err := asker.acceptFinal(f); ok || err == nil {
+		t.Fatal("a final without its certificate was accepted")
+	}
+	// With the certificate: the asker's own signed hand-off of hop K to the holder.
+	m.Cert = certFor(t, asker, 0, "freq", 3, hops, z, holder.ID())
 	if err := holder.store.WriteAtomic(ModelFile, marshal(m)); err != nil {
 		t.Fatal(err)
 	}
