@@ -141,6 +141,8 @@ type Node struct {
 	// gater refuses connections from non-members once the membership is fixed (hosts
 	// built by New; a Config.NewHost host has none).
 	gater *memberGater
+	// relaySrc feeds AutoRelay from the DHT routing table (nil unless used).
+	relaySrc *dhtRelaySource
 	// pubSnap is the public /status snapshot taken at pubAt (PublicStatus).
 	pubMu   sync.Mutex
 	pubSnap Status
@@ -224,6 +226,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	var h host.Host
+	var relaySrc *dhtRelaySource
 	gater := &memberGater{}
 	if cfg.NewHost != nil {
 		if h, err = cfg.NewHost(key); err != nil {
@@ -264,6 +267,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.NAT {
 			opts = append(opts, libp2p.NATPortMap(), libp2p.EnableNATService(), libp2p.EnableHolePunching())
 		}
+		ropts, src, err := relayOptions(cfg, gater)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		relaySrc = src
+		opts = append(opts, ropts...)
 		if h, err = libp2p.New(opts...); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
@@ -277,6 +287,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
+		relaySrc: relaySrc,
 	}
 	gater.onDeny = func(p peer.ID) {
 		n.metrics.rejected.WithLabelValues("non-member").Inc()
