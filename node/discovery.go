@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	"github.com/multiformats/go-multiaddr"
 	madns "github.com/multiformats/go-multiaddr-dns"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -185,8 +186,8 @@ func (n *Node) startDHT(ctx context.Context) error {
 			peers, err := rd.FindPeers(dctx, ns)
 			if err == nil {
 				for ai := range peers {
-					if ai.ID == n.ID() || n.Host.Network().Connectedness(ai.ID) == network.Connected {
-						continue
+					if c := n.Host.Network().Connectedness(ai.ID); ai.ID == n.ID() || c == network.Connected || c == network.Limited {
+						continue // a relayed (limited) connection is upgraded by hole punching, if at all
 					}
 					cctx, c := context.WithTimeout(dctx, 5*time.Second)
 					if len(ai.Addrs) == 0 {
@@ -403,7 +404,10 @@ func relayOptions(cfg Config, gater *memberGater) ([]libp2p.Option, *dhtRelaySou
 			keep[ai.ID] = true
 		}
 		gater.relays = keep
-		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithStaticRelays(static))
+		// The static relays are the run's own: a failed reservation (the relay not yet
+		// publicly reachable, or restarting) is retried after a minute rather than after
+		// go-libp2p's hour, which suits relays picked from a large public set.
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithStaticRelays(static, autorelay.WithBackoff(time.Minute)))
 	case cfg.NAT && len(cfg.Bootstrap) > 0:
 		src = &dhtRelaySource{}
 		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithPeerSource(src.peers))
@@ -428,4 +432,13 @@ func (n *Node) watchAddrs() {
 			n.log.Info().Interface("addrs", n.Host.Addrs()).Msg("published addresses changed")
 		}
 	}()
+}
+
+// allowRelayed lets the run's streams use limited connections: a member behind NAT that
+// no hole punch reaches is reachable only through a circuit relay, and go-libp2p opens no
+// stream over such a connection unless the context allows it. A relay limits each
+// relayed connection (go-libp2p's default: 2 minutes, 128 KiB); a stream cut by it fails
+// like any lost stream, and the hand-off is retried on a new connection.
+func allowRelayed(ctx context.Context) context.Context {
+	return network.WithAllowLimitedConn(ctx, "dpadmm run: members reached through a circuit relay")
 }

@@ -408,7 +408,7 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	if m, err := n.finishedModel(); m != nil || err != nil {
 		return m, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
 	n.mu.Lock()
 	n.cancel, n.halt = cancel, ctx.Done()
