@@ -101,7 +101,16 @@ func newLab(t *testing.T) *lab {
 		t.Skip("needs iproute2")
 	}
 	nodeBin, srvBin := labBinaries(t)
-	l := &lab{t: t, nodeBin: nodeBin, srvBin: srvBin, work: t.TempDir(), startedAt: time.Now()}
+	work := t.TempDir()
+	if keep := os.Getenv("DPADMM_NETNS_KEEP"); keep != "" {
+		// Keep the logs and data directories of the run (DPADMM_NETNS_KEEP=DIR).
+		work = filepath.Join(keep, t.Name())
+		os.RemoveAll(work)
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := &lab{t: t, nodeBin: nodeBin, srvBin: srvBin, work: work, startedAt: time.Now()}
 	l.clearStale()
 	t.Cleanup(l.cleanup)
 	l.addNS(labWAN)
@@ -201,10 +210,13 @@ func (l *lab) start(ns, name, bin string, args ...string) *labProc {
 }
 
 // server starts a public-style DHT server in ns, connected to the given servers, and
-// returns its TCP multiaddr.
+// returns its TCP multiaddr. A peer "-relay-service" makes it a relay too.
 func (l *lab) server(ns, name string, peers ...string) string {
 	file := filepath.Join(l.work, name+".addr")
 	args := []string{"-listen", "/ip4/0.0.0.0/tcp/4001", "-addr-file", file}
+	if len(peers) > 0 && peers[0] == "-relay-service" {
+		args, peers = append(args, peers[0]), peers[1:]
+	}
 	for _, p := range peers {
 		args = append(args, "-peer", p)
 	}
@@ -540,4 +552,78 @@ func peerIDFromLog(t *testing.T, file string) string {
 		t.Fatal("no node up line")
 	}
 	return ll.Self
+}
+
+// TestDHTNetnsPublicRelay: the relay is not a member but the DHT server itself, running
+// circuit-relay v2 as Kubo's servers do, and every member lists it with --relay. The
+// member behind NAT may open connections to the server and to member b only, so member
+// a reaches it only through the relay. When the run starts every member closes its
+// connections to non-members, the relay's included; the gater still admits the listed
+// relay, so the NAT'd member renews its reservation at once and a reconnects through the
+// relay: in a run of 15000 hops (20 s or more) a never declares the NAT'd member down
+// (--heartbeat-misses 10, 10 s without a heartbeat), which it does when the gater
+// refuses the relay or the reservation is renewed only after go-libp2p's 30 s. gossipsub uses no
+// relayed connection: the NAT'd member hears the control messages through b.
+func TestDHTNetnsPublicRelay(t *testing.T) {
+	l := newLab(t)
+	s := l.server(l.host("s1", "5.0.0.1"), "s1", "-relay-service")
+	ms := []*member{
+		{ns: l.host("a", "5.0.0.2"), name: "a", shard: "0/3", args: []string{"--start", "--min-peers", "3", "--join-window", "45s"}},
+		{ns: l.host("b", "5.0.0.3"), name: "b", shard: "1/3"},
+		{ns: l.natHost("d", "5.0.0.7", "5.0.0.1", "5.0.0.3"), name: "d", shard: "2/3"},
+	}
+	for _, m := range ms {
+		m.args = append(m.args, "--bootstrap", s, "--relay", s, "--hops", "15000", "--heartbeat-misses", "10")
+	}
+	l.runMembers(ms, 240*time.Second)
+	model := sameModel(t, ms)
+	a, d := ms[0], ms[2]
+	dID := peerIDFromLog(t, d.p.err)
+	var circuit logLine
+	var relayed []string
+	for _, ll := range logLines(t, d.p.err) {
+		if ll.Message != "published addresses changed" {
+			continue
+		}
+		for _, x := range ll.Addrs {
+			if strings.Contains(x, "/p2p-circuit") {
+				if circuit.Time == "" {
+					circuit = ll
+				}
+				relayed = append(relayed, ll.t.Sub(d.p.started).Round(100*time.Millisecond).String())
+			}
+		}
+	}
+	if circuit.Time == "" {
+		l.dump(ms)
+		t.Fatal("the NAT'd member never published a /p2p-circuit address")
+	}
+	via, failed := "", 0
+	for _, ll := range logLines(t, a.p.err) {
+		if ll.Message == "rendezvous peer connected" && ll.Peer == dID {
+			via = ll.Via
+		}
+		if ll.Message == "hand-off attempt failed" && ll.To == dID {
+			failed++
+		}
+		if ll.Message == "member declared down (no heartbeat)" && ll.Peer == dID {
+			l.dump(ms)
+			t.Fatalf("a lost the NAT'd member at %s", ll.Time)
+		}
+	}
+	if !strings.Contains(via, "/p2p-circuit") {
+		l.dump(ms)
+		t.Fatalf("a reached the NAT'd member via %q, not through the relay", via)
+	}
+	st, err := OpenStore(d.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := st.Entries()
+	st.Close()
+	if entries == 0 {
+		t.Fatal("the NAT'd member took no hop")
+	}
+	t.Logf("relayed address published at %v after start; a's failed hand-off attempts to the NAT'd member: %d (logged, rate-limited); it took %d of 15000 hops; wall %v; model %v",
+		relayed, failed, entries, time.Since(l.startedAt).Round(time.Second), model[:3])
 }

@@ -406,8 +406,13 @@ func relayOptions(cfg Config, gater *memberGater) ([]libp2p.Option, *dhtRelaySou
 		gater.relays = keep
 		// The static relays are the run's own: a failed reservation (the relay not yet
 		// publicly reachable, or restarting) is retried after a minute rather than after
-		// go-libp2p's hour, which suits relays picked from a large public set.
-		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithStaticRelays(static, autorelay.WithBackoff(time.Minute)))
+		// go-libp2p's hour, which suits relays picked from a large public set; and a lost
+		// one is renewed within seconds (asking the static list costs nothing, go-libp2p
+		// waits 30 s between asks): when the run starts every member closes its
+		// connections to non-members, a relay's included, and the gater then admits the
+		// relay again.
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithStaticRelays(static,
+			autorelay.WithBackoff(time.Minute), autorelay.WithMinInterval(2*time.Second)))
 	case cfg.NAT && len(cfg.Bootstrap) > 0:
 		src = &dhtRelaySource{}
 		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithPeerSource(src.peers))

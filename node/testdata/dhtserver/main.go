@@ -2,10 +2,11 @@
 // server of the public Amino network (Kubo's WAN DHT): protocol /ipfs/kad/1.0.0, server
 // mode, the public query and routing-table filters, and only public addresses kept in its
 // peerstore and provider records; it also serves AutoNAT dial-backs, as Kubo does. It
-// knows nothing of dpadmm. The network-namespace tests of package node run it as a
+// knows nothing of dpadmm. With -relay-service it also serves circuit-relay v2 (Kubo's
+// default) once AutoNAT finds it publicly reachable. The network-namespace tests of package node run it as a
 // bootstrap peer:
 //
-//	dhtserver -listen /ip4/0.0.0.0/tcp/4001 [-peer MULTIADDR]... [-addr-file FILE]
+//	dhtserver -listen /ip4/0.0.0.0/tcp/4001 [-peer MULTIADDR]... [-addr-file FILE] [-relay-service]
 //
 // It writes its dialable multiaddrs (with /p2p/<peer ID>), one per line, to -addr-file
 // and to stdout, then serves until killed.
@@ -38,20 +39,25 @@ func main() {
 	flag.Var(&listen, "listen", "listen multiaddr (repeatable)")
 	flag.Var(&peers, "peer", "DHT server to connect to at start, multiaddr with /p2p/<peer ID> (repeatable)")
 	addrFile := flag.String("addr-file", "", "write the dialable multiaddrs here once listening")
+	relay := flag.Bool("relay-service", false, "serve circuit-relay v2 (go-libp2p's default limits)")
 	flag.Parse()
-	if err := run(listen, peers, *addrFile); err != nil {
+	if err := run(listen, peers, *addrFile, *relay); err != nil {
 		fmt.Fprintln(os.Stderr, "dhtserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, peers []string, addrFile string) error {
+func run(listen, peers []string, addrFile string, relay bool) error {
 	if len(listen) == 0 {
 		listen = []string{"/ip4/0.0.0.0/tcp/4001"}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	h, err := libp2p.New(libp2p.ListenAddrStrings(listen...), libp2p.EnableNATService())
+	opts := []libp2p.Option{libp2p.ListenAddrStrings(listen...), libp2p.EnableNATService()}
+	if relay {
+		opts = append(opts, libp2p.EnableRelayService())
+	}
+	h, err := libp2p.New(opts...)
 	if err != nil {
 		return err
 	}
