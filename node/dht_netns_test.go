@@ -473,7 +473,7 @@ func TestDHTNetnsTwoServers(t *testing.T) {
 // traffic and lets it reach only the DHT server and the relay gets a circuit-relay v2
 // reservation on a member that runs --relay-service and publishes the /p2p-circuit
 // address; the two other members can reach it only through the relay. The starter's
-// join window (60 s) leaves time for AutoNAT to find the member unreachable (its first
+// join window (35 s) leaves time for AutoNAT to find the member unreachable (its first
 // probe comes 15 s after start, a dial-back fails after up to 15 s more) and for the
 // reservation. All four finish with the same model, the NAT'd member having taken hops.
 func TestDHTNetnsRelay(t *testing.T) {
@@ -486,7 +486,7 @@ func TestDHTNetnsRelay(t *testing.T) {
 	}
 	relay := "/ip4/5.0.0.6/tcp/4001/p2p/" + strings.TrimSpace(string(id))
 	ms := []*member{
-		{ns: l.host("a", "5.0.0.2"), name: "a", shard: "0/4", args: []string{"--start", "--min-peers", "4", "--join-window", "60s"}},
+		{ns: l.host("a", "5.0.0.2"), name: "a", shard: "0/4", args: []string{"--start", "--min-peers", "4", "--join-window", "35s"}},
 		{ns: l.host("b", "5.0.0.3"), name: "b", shard: "1/4"},
 		{ns: l.host("r", "5.0.0.6"), name: "r", shard: "2/4", dir: rdir, args: []string{"--relay-service", "--listen", "/ip4/0.0.0.0/tcp/4001"}},
 		{ns: l.natHost("d", "5.0.0.7", "5.0.0.1", "5.0.0.6"), name: "d", shard: "3/4", args: []string{"--relay", relay}},

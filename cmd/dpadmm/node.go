@@ -133,7 +133,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&listen, "listen", "listen multiaddr (repeatable; default: profile)")
 	fs.Var(&peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
 	fs.Var(&bootstrap, "bootstrap", "bootstrap peer of an existing libp2p network: a multiaddr ending in /p2p/<peer ID>, a /dnsaddr name (resolved to the peers it lists), or 'default' for the public network's bootstrap peers; enables the Kademlia DHT rendezvous on the run name (repeatable)")
-	fs.Var(&relays, "relay", "circuit-relay v2 relay, a multiaddr ending in /p2p/<peer ID> (repeatable): when AutoNAT finds this node unreachable it reserves a slot there and publishes the relayed address; every member should list the same relays (the gater admits them after the run starts). Default with --profile internet and --bootstrap: candidates from the DHT routing table")
+	fs.Var(&relays, "relay", "circuit-relay v2 relay, a multiaddr ending in /p2p/<peer ID> (repeatable): when AutoNAT finds this node unreachable it reserves a slot there and publishes the relayed address; every member should list the same relays (the gater admits them after the run starts); a relay sees when hops reach or leave the members it carries. Default with --profile internet and --bootstrap: candidates from the DHT routing table")
 	relayService := fs.Bool("relay-service", false, "serve as a circuit-relay v2 relay for others while AutoNAT finds this node publicly reachable (go-libp2p's default limits: 2 minutes and 128 KiB per relayed connection)")
 	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090 (a port alone, :9090, means loopback)")
 	debugStatus := fs.Bool("debug-status", false, "serve the per-hop counters on /status (hops_seen, ledger_entries, model_age_seconds, hop, holding, paused, live counts) and /metrics (hops, hand-offs, custody events, Go and process collectors); polled on several nodes they reveal the secret path of the token, which the network figures assume secret")
@@ -352,7 +352,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return bad("%v", err)
 	}
 	if *insecure {
-		for _, a := range append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...) {
+		for _, a := range append(append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...), relays...) {
 			if !loopbackAddr(a) {
 				return bad("--insecure-testnet allows loopback addresses only, got %s (use --profile test or --listen /ip4/127.0.0.1/tcp/0)", a)
 			}
