@@ -108,6 +108,16 @@ type Config struct {
 	// NAT turns on the host's NAT traversal: UPnP/NAT-PMP port mapping, the AutoNAT
 	// service for others and hole punching (the internet profile).
 	NAT bool
+	// Relays are circuit-relay v2 relays (multiaddrs ending in /p2p/<peer ID>). A node that
+	// AutoNAT finds unreachable reserves a slot on them and publishes the relayed address
+	// (AutoRelay with static relays); the connection gater admits them after the
+	// membership is fixed. Without Relays, a node with NAT and Bootstrap takes relay
+	// candidates from its DHT routing table.
+	Relays []string
+	// RelayService makes the node a circuit-relay v2 relay for others once AutoNAT finds
+	// it publicly reachable (go-libp2p's default limits: relayed connections are limited
+	// to 2 minutes and 128 KiB, at most 128 reservations, 8 per IP, and 16 circuits each).
+	RelayService bool
 	// MDNS enables LAN discovery.
 	MDNS bool
 	// HTTP is the address of the /status and /metrics endpoint; "" disables it.

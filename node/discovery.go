@@ -6,20 +6,24 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/libp2p/go-libp2p/core/network"
-	madns "github.com/multiformats/go-multiaddr-dns"
-	"github.com/rs/zerolog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	"github.com/multiformats/go-multiaddr"
+	madns "github.com/multiformats/go-multiaddr-dns"
 	manet "github.com/multiformats/go-multiaddr/net"
+	"github.com/rs/zerolog"
 )
 
 // addrInfo parses a multiaddr that ends in /p2p/<peer ID>.
@@ -163,6 +167,10 @@ func (n *Node) startDHT(ctx context.Context) error {
 		return fmt.Errorf("node: dht: %w", err)
 	}
 	n.closers = append(n.closers, kad.Close)
+	if n.relaySrc != nil {
+		n.relaySrc.kad.Store(kad)
+	}
+	n.watchAddrs()
 	if err := kad.Bootstrap(ctx); err != nil {
 		return fmt.Errorf("node: dht bootstrap: %w", err)
 	}
@@ -178,8 +186,8 @@ func (n *Node) startDHT(ctx context.Context) error {
 			peers, err := rd.FindPeers(dctx, ns)
 			if err == nil {
 				for ai := range peers {
-					if ai.ID == n.ID() || n.Host.Network().Connectedness(ai.ID) == network.Connected {
-						continue
+					if c := n.Host.Network().Connectedness(ai.ID); ai.ID == n.ID() || c == network.Connected || c == network.Limited {
+						continue // a relayed (limited) connection is upgraded by hole punching, if at all
 					}
 					cctx, c := context.WithTimeout(dctx, 5*time.Second)
 					if len(ai.Addrs) == 0 {
@@ -190,7 +198,11 @@ func (n *Node) startDHT(ctx context.Context) error {
 						}
 					}
 					if len(ai.Addrs) > 0 {
-						n.Host.Connect(cctx, ai)
+						if err := n.Host.Connect(cctx, ai); err != nil {
+							n.log.Debug().Err(err).Str("peer", shortID(ai.ID)).Msg("rendezvous peer unreachable")
+						} else if cs := n.Host.Network().ConnsToPeer(ai.ID); len(cs) > 0 {
+							n.log.Info().Str("peer", shortID(ai.ID)).Str("via", cs[0].RemoteMultiaddr().String()).Msg("rendezvous peer connected")
+						}
 					}
 					c()
 				}
@@ -252,12 +264,17 @@ func (n *Node) advertise(ctx context.Context, kad *dht.IpfsDHT, rd *drouting.Rou
 		}
 	}
 	backoff := 2 * time.Second
+	filled := false
 	for ctx.Err() == nil {
 		if kad.RoutingTable().Size() == 0 {
 			if !wait(500 * time.Millisecond) {
 				return
 			}
 			continue
+		}
+		if !filled {
+			filled = true
+			n.log.Info().Int("peers", kad.RoutingTable().Size()).Msg("dht routing table filled")
 		}
 		ttl, err := rd.Advertise(ctx, ns)
 		if err != nil {
@@ -331,4 +348,102 @@ func RendezvousKey(run, secret string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(run))
 	return "dpadmm/" + hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// dhtRelaySource feeds AutoRelay with relay candidates from the DHT routing table, as
+// Kubo does: on the public network most DHT servers also run a circuit-relay v2 service,
+// and AutoRelay keeps only the candidates that speak the relay protocol. It returns no
+// candidate until the DHT is up.
+type dhtRelaySource struct{ kad atomic.Pointer[dht.IpfsDHT] }
+
+func (s *dhtRelaySource) peers(ctx context.Context, num int) <-chan peer.AddrInfo {
+	var out []peer.AddrInfo
+	if kad := s.kad.Load(); kad != nil {
+		ps := kad.Host().Peerstore()
+		for _, p := range kad.RoutingTable().ListPeers() {
+			if len(out) >= num {
+				break
+			}
+			if ai := ps.PeerInfo(p); len(ai.Addrs) > 0 {
+				out = append(out, ai)
+			}
+		}
+	}
+	ch := make(chan peer.AddrInfo, len(out))
+	for _, ai := range out {
+		ch <- ai
+	}
+	close(ch)
+	return ch
+}
+
+// relayOptions are the host's circuit-relay v2 options:
+//   - with cfg.Relays: the relay client and AutoRelay on those static relays; the gater
+//     admits them after the membership is fixed, so that a member behind NAT keeps the
+//     relay its relayed address names;
+//   - else with cfg.NAT and cfg.Bootstrap: the relay client and AutoRelay with candidates
+//     from the DHT routing table (returned source; startDHT plugs the DHT into it);
+//   - with cfg.RelayService: a circuit-relay v2 service with go-libp2p's default limits,
+//     which go-libp2p runs only while AutoNAT finds the node publicly reachable.
+//
+// AutoRelay reserves slots only while AutoNAT finds the node unreachable (private or not
+// yet known): a publicly reachable node publishes its direct addresses alone.
+func relayOptions(cfg Config, gater *memberGater) ([]libp2p.Option, *dhtRelaySource, error) {
+	var opts []libp2p.Option
+	var src *dhtRelaySource
+	switch {
+	case len(cfg.Relays) > 0:
+		static := make([]peer.AddrInfo, 0, len(cfg.Relays))
+		keep := map[peer.ID]bool{}
+		for _, a := range cfg.Relays {
+			ai, err := addrInfo(a)
+			if err != nil {
+				return nil, nil, fmt.Errorf("node: relay: %w", err)
+			}
+			static = append(static, *ai)
+			keep[ai.ID] = true
+		}
+		gater.relays = keep
+		// The static relays are the run's own: a failed reservation (the relay not yet
+		// publicly reachable, or restarting) is retried after a minute rather than after
+		// go-libp2p's hour, which suits relays picked from a large public set; and a lost
+		// one is renewed within seconds (asking the static list costs nothing, go-libp2p
+		// waits 30 s between asks): when the run starts every member closes its
+		// connections to non-members, a relay's included, and the gater then admits the
+		// relay again.
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithStaticRelays(static,
+			autorelay.WithBackoff(time.Minute), autorelay.WithMinInterval(2*time.Second)))
+	case cfg.NAT && len(cfg.Bootstrap) > 0:
+		src = &dhtRelaySource{}
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithPeerSource(src.peers))
+	}
+	if cfg.RelayService {
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableRelayService())
+	}
+	return opts, src, nil
+}
+
+// watchAddrs logs the host's published addresses whenever they change (at info level): a
+// node behind NAT shows there the /p2p-circuit address AutoRelay obtained for it.
+func (n *Node) watchAddrs() {
+	sub, err := n.Host.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		n.log.Debug().Err(err).Msg("cannot watch the host's addresses")
+		return
+	}
+	n.closers = append(n.closers, sub.Close)
+	go func() {
+		for range sub.Out() {
+			n.log.Info().Interface("addrs", n.Host.Addrs()).Msg("published addresses changed")
+		}
+	}()
+}
+
+// allowRelayed lets the run's streams use limited connections: a member behind NAT that
+// no hole punch reaches is reachable only through a circuit relay, and go-libp2p opens no
+// stream over such a connection unless the context allows it. A relay limits each
+// relayed connection (go-libp2p's default: 2 minutes, 128 KiB); a stream cut by it fails
+// like any lost stream, and the hand-off is retried on a new connection.
+func allowRelayed(ctx context.Context) context.Context {
+	return network.WithAllowLimitedConn(ctx, "dpadmm run: members reached through a circuit relay")
 }

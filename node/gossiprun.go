@@ -117,7 +117,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	if p == nil {
 		return nil, errors.New("node: RunGossip needs Config.Gossip")
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
 	n.mu.Lock()
 	n.cancel = cancel

@@ -184,6 +184,7 @@ type memberGater struct {
 	members map[peer.ID]bool // nil: not fixed yet
 	refused atomic.Int64
 	onDeny  func(peer.ID)
+	relays  map[peer.ID]bool // static circuit relays, admitted even once fixed (set before use)
 }
 
 func (g *memberGater) fix(ms []peer.ID) {
@@ -206,7 +207,7 @@ func (g *memberGater) member(p peer.ID) (fixed, in bool) {
 func (g *memberGater) allowed(p peer.ID) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	if g.members == nil || g.members[p] {
+	if g.members == nil || g.members[p] || g.relays[p] {
 		return true
 	}
 	g.refused.Add(1)

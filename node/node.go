@@ -153,6 +153,8 @@ type Node struct {
 	// gater refuses connections from non-members once the membership is fixed (hosts
 	// built by New; a Config.NewHost host has none).
 	gater *memberGater
+	// relaySrc feeds AutoRelay from the DHT routing table (nil unless used).
+	relaySrc *dhtRelaySource
 	// pubSnap is the public /status snapshot taken at pubAt (PublicStatus).
 	pubMu   sync.Mutex
 	pubSnap Status
@@ -238,6 +240,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	var h host.Host
+	var relaySrc *dhtRelaySource
 	gater := &memberGater{}
 	if cfg.NewHost != nil {
 		if h, err = cfg.NewHost(key); err != nil {
@@ -278,6 +281,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.NAT {
 			opts = append(opts, libp2p.NATPortMap(), libp2p.EnableNATService(), libp2p.EnableHolePunching())
 		}
+		ropts, src, err := relayOptions(cfg, gater)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		relaySrc = src
+		opts = append(opts, ropts...)
 		if h, err = libp2p.New(opts...); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
@@ -291,7 +301,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
-		key: key, evUsed: map[string]Mark{},
+		key: key, evUsed: map[string]Mark{}, relaySrc: relaySrc,
 	}
 	gater.onDeny = func(p peer.ID) {
 		n.metrics.rejected.WithLabelValues("non-member").Inc()
@@ -412,7 +422,7 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	if m, err := n.finishedModel(); m != nil || err != nil {
 		return m, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
 	n.mu.Lock()
 	n.cancel, n.halt = cancel, ctx.Done()

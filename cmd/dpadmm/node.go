@@ -90,8 +90,9 @@ than the restart).
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)
   lan       listen all interfaces TCP+QUIC, mDNS discovery (ack 10s, join window 5s)
-  internet  listen all interfaces TCP+QUIC, no mDNS, NAT port mapping, AutoNAT service and
-            hole punching, use --bootstrap/--peer (ack 30s, join window 30s)
+  internet  listen all interfaces TCP+QUIC, no mDNS, NAT port mapping, AutoNAT service,
+            hole punching and AutoRelay (circuit-relay v2 on the --relay peers, or on relays
+            found in the DHT routing table), use --bootstrap/--peer (ack 30s, join window 30s)
 
 Examples:
   dpadmm node --run demo --data embedded --shard 0/3 --datadir /tmp/n0 --start --min-peers 3 --profile lan
@@ -128,10 +129,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	joinWindow := fs.Duration("join-window", 0, "with --start: how long joins stay open once --min-peers is reached (default: profile)")
 	hops := fs.Uint64("hops", 1000, "number of hops K of the walk")
 	profile := fs.String("profile", "lan", "test|lan|internet (listen addresses, discovery, timeouts)")
-	var listen, peers, bootstrap multiFlag
+	var listen, peers, bootstrap, relays multiFlag
 	fs.Var(&listen, "listen", "listen multiaddr (repeatable; default: profile)")
 	fs.Var(&peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
 	fs.Var(&bootstrap, "bootstrap", "bootstrap peer of an existing libp2p network: a multiaddr ending in /p2p/<peer ID>, a /dnsaddr name (resolved to the peers it lists), or 'default' for the public network's bootstrap peers; enables the Kademlia DHT rendezvous on the run name (repeatable)")
+	fs.Var(&relays, "relay", "circuit-relay v2 relay, a multiaddr ending in /p2p/<peer ID> (repeatable): when AutoNAT finds this node unreachable it reserves a slot there and publishes the relayed address; every member should list the same relays (the gater admits them after the run starts); a relay sees when hops reach or leave the members it carries. Default with --profile internet and --bootstrap: candidates from the DHT routing table")
+	relayService := fs.Bool("relay-service", false, "serve as a circuit-relay v2 relay for others while AutoNAT finds this node publicly reachable (go-libp2p's default limits: 2 minutes and 128 KiB per relayed connection)")
 	httpAddr := fs.String("http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. 127.0.0.1:9090 (a port alone, :9090, means loopback)")
 	debugStatus := fs.Bool("debug-status", false, "serve the per-hop counters on /status (hops_seen, ledger_entries, model_age_seconds, hop, holding, paused, live counts) and /metrics (hops, hand-offs, custody events, Go and process collectors); polled on several nodes they reveal the secret path of the token, which the network figures assume secret")
 	statusPeriod := fs.Duration("status-period", node.DefaultStatusPeriod, "without --debug-status: /status is a snapshot refreshed this often")
@@ -327,7 +330,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := node.Config{Run: *run, DataDir: *datadir, Start: *start, MinPeers: *minPeers, Hops: *hops,
 		Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, MaxUpdates: *maxUpd, Delta: *delta,
 		BudgetEpsilon: *budgetEps, BudgetKind: *budgetKind,
-		Peers: peers, Bootstrap: bootstrap, HTTP: httpListen(*httpAddr), NoSync: *noSync,
+		Peers: peers, Bootstrap: bootstrap, Relays: relays, RelayService: *relayService, HTTP: httpListen(*httpAddr), NoSync: *noSync,
 		DebugStatus: *debugStatus, StatusPeriod: *statusPeriod, RendezvousSecret: *rvSecret}
 	switch *profile {
 	case "test":
@@ -355,7 +358,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return bad("%v", err)
 	}
 	if *insecure {
-		for _, a := range append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...) {
+		for _, a := range append(append(append(append([]string(nil), cfg.Listen...), peers...), bootstrap...), relays...) {
 			if !loopbackAddr(a) {
 				return bad("--insecure-testnet allows loopback addresses only, got %s (use --profile test or --listen /ip4/127.0.0.1/tcp/0)", a)
 			}
