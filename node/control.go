@@ -806,8 +806,34 @@ func (n *Node) closeToMembers(ms []peer.ID) {
 		in[p] = true
 	}
 	for _, p := range n.Host.Network().Peers() {
-		if !in[p] {
+		if !in[p] && !n.relayInUse(p) {
 			n.Host.Network().ClosePeer(p)
 		}
 	}
+}
+
+// relayInUse reports whether p is a circuit relay that this node or a member publishes
+// an address through (/p2p/<p>/p2p-circuit): relays taken from the DHT stay reachable
+// once the membership is fixed, for the member behind them and for those dialing it.
+// Admitting them at the transport gives them nothing more: every stream of the run is
+// still refused to non-members.
+func (n *Node) relayInUse(p peer.ID) bool {
+	via := "/p2p/" + p.String() + "/p2p-circuit"
+	for _, a := range n.Host.Addrs() {
+		if strings.Contains(a.String(), via) {
+			return true
+		}
+	}
+	n.mu.Lock()
+	ms := n.members
+	n.mu.Unlock()
+	ps := n.Host.Peerstore()
+	for _, m := range ms {
+		for _, a := range ps.Addrs(m) {
+			if strings.Contains(a.String(), via) {
+				return true
+			}
+		}
+	}
+	return false
 }

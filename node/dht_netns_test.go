@@ -564,7 +564,15 @@ func peerIDFromLog(t *testing.T, file string) string {
 // (--heartbeat-misses 10, 10 s without a heartbeat), which it does when the gater
 // refuses the relay or the reservation is renewed only after go-libp2p's 30 s. gossipsub uses no
 // relayed connection: the NAT'd member hears the control messages through b.
-func TestDHTNetnsPublicRelay(t *testing.T) {
+func TestDHTNetnsPublicRelay(t *testing.T) { publicRelay(t, true) }
+
+// TestDHTNetnsRelayFromDHT is TestDHTNetnsPublicRelay without --relay: the NAT'd member
+// finds the relay among its DHT routing table's peers (the internet profile's AutoRelay
+// source), and once the run starts the relay stays admitted because a member's published
+// address names it (Node.relayInUse).
+func TestDHTNetnsRelayFromDHT(t *testing.T) { publicRelay(t, false) }
+
+func publicRelay(t *testing.T, static bool) {
 	l := newLab(t)
 	s := l.server(l.host("s1", "5.0.0.1"), "s1", "-relay-service")
 	ms := []*member{
@@ -573,7 +581,10 @@ func TestDHTNetnsPublicRelay(t *testing.T) {
 		{ns: l.natHost("d", "5.0.0.7", "5.0.0.1", "5.0.0.3"), name: "d", shard: "2/3"},
 	}
 	for _, m := range ms {
-		m.args = append(m.args, "--bootstrap", s, "--relay", s, "--hops", "15000", "--heartbeat-misses", "10")
+		m.args = append(m.args, "--bootstrap", s, "--hops", "15000", "--heartbeat-misses", "10")
+		if static {
+			m.args = append(m.args, "--relay", s)
+		}
 	}
 	l.runMembers(ms, 240*time.Second)
 	model := sameModel(t, ms)

@@ -415,7 +415,14 @@ func relayOptions(cfg Config, gater *memberGater) ([]libp2p.Option, *dhtRelaySou
 			autorelay.WithBackoff(time.Minute), autorelay.WithMinInterval(2*time.Second)))
 	case cfg.NAT && len(cfg.Bootstrap) > 0:
 		src = &dhtRelaySource{}
-		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithPeerSource(src.peers))
+		// go-libp2p's defaults wait for 4 candidates or 3 minutes before the first
+		// reservation and ask the source every 30 s: a node that knows one or two relay
+		// servers would publish no dialable address for minutes. One candidate is
+		// enough; the source is asked every 2 s; a failed candidate is retried after a
+		// minute (not an hour).
+		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableAutoRelayWithPeerSource(src.peers,
+			autorelay.WithMinCandidates(1), autorelay.WithBootDelay(0), autorelay.WithMinInterval(2*time.Second),
+			autorelay.WithBackoff(time.Minute)))
 	}
 	if cfg.RelayService {
 		opts = append(opts, libp2p.EnableRelay(), libp2p.EnableRelayService())

@@ -8,8 +8,10 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/rs/zerolog"
 )
 
@@ -178,5 +180,51 @@ func TestRelayOptions(t *testing.T) {
 	}
 	if opts, _, _ := relayOptions(Config{RelayService: true}, &memberGater{}); len(opts) != 2 {
 		t.Fatalf("relay service: %d options", len(opts))
+	}
+}
+
+// TestRelayInUseAdmitted: once the membership is fixed, a relay named in a member's
+// published circuit address is admitted by the gater and kept by closeToMembers (a relay
+// found through the DHT), while any other non-member is refused.
+func TestRelayInUseAdmitted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dir := t.TempDir()
+	self, err := DataDirPeerID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func() peer.ID {
+		k, _, err := crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := peer.IDFromPrivateKey(k)
+		return id
+	}
+	member, relay, other := mk(), mk(), mk()
+	c := baseConfig("relayuse", sh[0], 5)
+	c.DataDir, c.Members, c.Holder, c.Weight = dir, []peer.ID{self, member}, 0, 1
+	c.Logger = zerolog.Nop()
+	n, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.mu.Lock()
+	n.members = []peer.ID{self, member}
+	n.mu.Unlock()
+	circ, err := ma.NewMultiaddr("/ip4/5.0.0.9/tcp/4001/p2p/" + relay.String() + "/p2p-circuit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Host.Peerstore().AddAddr(member, circ, time.Hour)
+	n.gater.fix([]peer.ID{self, member})
+	if !n.relayInUse(relay) || n.relayInUse(other) || n.relayInUse(member) {
+		t.Fatalf("relayInUse: relay %v, other %v, member %v", n.relayInUse(relay), n.relayInUse(other), n.relayInUse(member))
+	}
+	if !n.gater.allowed(relay) || n.gater.allowed(other) || !n.gater.allowed(member) {
+		t.Fatalf("gater: relay %v, other %v, member %v", n.gater.allowed(relay), n.gater.allowed(other), n.gater.allowed(member))
 	}
 }

@@ -185,6 +185,9 @@ type memberGater struct {
 	refused atomic.Int64
 	onDeny  func(peer.ID)
 	relays  map[peer.ID]bool // static circuit relays, admitted even once fixed (set before use)
+	// inUse reports whether p is a circuit relay named in this node's or a member's
+	// addresses (a relay found through the DHT, set before use); nil: none.
+	inUse func(p peer.ID) bool
 }
 
 func (g *memberGater) fix(ms []peer.ID) {
@@ -206,8 +209,9 @@ func (g *memberGater) member(p peer.ID) (fixed, in bool) {
 
 func (g *memberGater) allowed(p peer.ID) bool {
 	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if g.members == nil || g.members[p] || g.relays[p] {
+	ok := g.members == nil || g.members[p] || g.relays[p]
+	g.mu.RUnlock()
+	if ok || g.inUse != nil && g.inUse(p) {
 		return true
 	}
 	g.refused.Add(1)

@@ -303,6 +303,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
 		key: key, evUsed: map[string]Mark{}, relaySrc: relaySrc,
 	}
+	gater.inUse = n.relayInUse
 	gater.onDeny = func(p peer.ID) {
 		n.metrics.rejected.WithLabelValues("non-member").Inc()
 		n.limitedLog(zerolog.WarnLevel, "gater").Str("from", shortID(p)).Msg("connection refused: the peer is not a member of the run")
