@@ -121,6 +121,8 @@ func FuzzDecodeToken(f *testing.F) {
 	f.Add([]byte{1})
 	f.Add(good[:tokenHeader])
 	f.Add(append([]byte{2}, good[1:]...))
+	f.Add(append(append([]byte(nil), good...), evNone))
+	f.Add(append(append([]byte(nil), good...), evNone, 2, 0, 9, 9))
 	v := Validator{Run: "r1", Walk: 3, Dim: 3}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tok, err := DecodeToken(b)
@@ -132,8 +134,17 @@ func FuzzDecodeToken(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded token does not re-encode: %v", err)
 		}
-		if !bytes.Equal(re, b) {
+		// The body re-encodes exactly; what follows it is well-formed evidence, alone (a
+		// held token) or with a signature (a frame).
+		if !bytes.Equal(re, b[:len(re)]) {
 			t.Fatalf("re-encoding differs")
+		}
+		if tr := b[len(re):]; len(tr) > 0 {
+			_, e1 := parseCert(tr, false)
+			_, e2 := parseCert(tr, true)
+			if e1 != nil && e2 != nil {
+				t.Fatalf("accepted trailer that is neither evidence nor a signed frame: %v / %v", e1, e2)
+			}
 		}
 	})
 }
