@@ -354,42 +354,19 @@ func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releas
 
 // checkSigned verifies the signature and evidence of frame b (decoded as tok) from
 // member from. It returns the token to hold (body and the evidence for its next
-// hand-off) and the key of the evidence shown (Node.evUsed).
-func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, string, error) {
+// hand-off) and the evidence the sender showed (Node.evUsed).
+func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk.Evidence, error) {
 	body := bodyLen(b)
 	c, err := parseCert(b[body:], true)
 	if err != nil {
-		return nil, "", err
+		return nil, walk.Evidence{}, err
 	}
 	n.mu.Lock()
 	members, origin := n.members, n.origin
 	n.mu.Unlock()
 	ev, err := verifyHandoff(tok, c, from, n.ID(), members, origin, n.Host.Peerstore())
 	if err != nil {
-		return nil, "", err
+		return nil, walk.Evidence{}, err
 	}
-	key := "origin"
-	if c.ev.Present {
-		key = fmt.Sprintf("%d/%d/%d", c.ev.Signer, c.ev.Epoch, c.ev.Hop)
-	}
-	return hold(b[:body], ev), key, nil
-}
-
-// maxEvidenceKept bounds Node.evUsed: far more hand-offs than a node takes between two
-// visits of one lineage position.
-const maxEvidenceKept = 4096
-
-// useEvidence records that the token of mark mk was taken on evidence key.
-func (n *Node) useEvidence(key string, mk Mark) {
-	if key == "" {
-		return
-	}
-	if _, ok := n.evUsed[key]; !ok {
-		n.evOrder = append(n.evOrder, key)
-		if len(n.evOrder) > maxEvidenceKept {
-			delete(n.evUsed, n.evOrder[0])
-			n.evOrder = n.evOrder[1:]
-		}
-	}
-	n.evUsed[key] = mk
+	return hold(b[:body], ev), c.ev, nil
 }

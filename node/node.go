@@ -77,11 +77,8 @@ type Node struct {
 	// origin is the member index of the node that creates the initial token (the static
 	// holder, or the starter): its first hand-offs carry no evidence (walk.CheckLineage).
 	origin int
-	// evUsed maps the evidence of each token admitted here to that token's mark: a
-	// member cannot make this node spend an update twice on one hand-off it received
-	// (evOrder bounds the map, oldest first).
-	evUsed  map[string]Mark
-	evOrder []string
+	// evUsed is the evidence each token admitted here was taken on (walk.EvidenceUse).
+	evUsed walk.EvidenceUse
 	// finalCert is the evidence published with this node's final model.
 	finalCert *FinalCert
 
@@ -174,7 +171,7 @@ type Node struct {
 type inbound struct {
 	tok   walk.Token
 	raw   []byte // the token held: body and the evidence for its next hand-off
-	evKey string // the evidence the sender showed (see Node.evUsed)
+	ev    walk.Evidence // the evidence the sender showed (see Node.evUsed)
 	from  peer.ID
 	reply chan byte
 	// written is closed by the stream handler once the ack byte has been written.
@@ -301,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
-		key: key, evUsed: map[string]Mark{}, relaySrc: relaySrc,
+		key: key, relaySrc: relaySrc,
 	}
 	gater.inUse = n.relayInUse
 	gater.onDeny = func(p peer.ID) {
@@ -724,13 +721,13 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
 	}
-	held, key, err := n.checkSigned(tok, b, from)
+	held, ev, err := n.checkSigned(tok, b, from)
 	if err != nil {
 		n.reject(lg, "signature", err.Error())
 		return AckReject, nil
 	}
 	reply, written := make(chan byte, 1), make(chan struct{})
-	msg := inbound{tok: tok, raw: held, evKey: key, from: from, reply: reply, written: written}
+	msg := inbound{tok: tok, raw: held, ev: ev, from: from, reply: reply, written: written}
 	select {
 	case n.in <- msg:
 	default:
@@ -783,7 +780,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 			Msg("hand-off fenced: not above the highest token accepted or released here")
 		return AckStale, false
 	}
-	if prev, ok := n.evUsed[msg.evKey]; ok && prev != mk {
+	if n.evUsed.Reused(msg.ev, walk.TokenID(mk)) {
 		// The sender showed a hand-off it received, which this node already took another
 		// token on: a second token of the same lineage position (a member re-sending
 		// under new epochs to burn this node's updates), refused as stale.
@@ -801,7 +798,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	}
 	n.raise(mk)
 	n.addRecent(mk)
-	n.useEvidence(msg.evKey, mk)
+	n.evUsed.Use(msg.ev, walk.TokenID(mk))
 	n.newEpoch(mk.Epoch)
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
 	n.observeHop(msg.tok.Epoch, msg.tok.Hop)

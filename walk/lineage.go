@@ -91,3 +91,46 @@ func CheckFinalLineage(epoch, k uint64, ev Evidence, releaser, origin, nodes int
 	// hand-off of hop K+1.
 	return CheckLineage(epoch, k+1, ev, releaser, origin, nodes)
 }
+
+// TokenID names one token by its epoch, hop and digest (TokenDigest or the driver's).
+type TokenID struct{ Epoch, Hop, Digest uint64 }
+
+// EvidenceUse records which token a node took on each evidence, so that a member cannot
+// make it spend an update twice on one hand-off it received (re-sending the continuation
+// under new epochs, each above the fence). It remembers the last Max evidences (0:
+// MaxEvidenceKept), oldest forgotten first.
+type EvidenceUse struct {
+	Max   int
+	used  map[Evidence]TokenID
+	order []Evidence
+}
+
+// MaxEvidenceKept is EvidenceUse's default memory: far more hand-offs than a node takes
+// between two visits of one lineage position.
+const MaxEvidenceKept = 4096
+
+// Reused reports whether ev was already used for a token other than id (a re-delivery of
+// the same token is not a reuse).
+func (u *EvidenceUse) Reused(ev Evidence, id TokenID) bool {
+	prev, ok := u.used[ev]
+	return ok && prev != id
+}
+
+// Use records that token id was taken on evidence ev.
+func (u *EvidenceUse) Use(ev Evidence, id TokenID) {
+	if u.used == nil {
+		u.used = map[Evidence]TokenID{}
+	}
+	limit := u.Max
+	if limit <= 0 {
+		limit = MaxEvidenceKept
+	}
+	if _, ok := u.used[ev]; !ok {
+		u.order = append(u.order, ev)
+		if len(u.order) > limit {
+			delete(u.used, u.order[0])
+			u.order = u.order[1:]
+		}
+	}
+	u.used[ev] = id
+}

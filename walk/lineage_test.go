@@ -133,3 +133,23 @@ func TestCheckLineageAcceptsHonestWalks(t *testing.T) {
 		}
 	}
 }
+
+func TestEvidenceUse(t *testing.T) {
+	u := EvidenceUse{Max: 2}
+	a := Evidence{Present: true, Signer: 1, Epoch: 0, Hop: 3}
+	b := Evidence{Present: true, Signer: 2, Epoch: 0, Hop: 5}
+	c := Evidence{}
+	t1, t2 := TokenID{0, 4, 9}, TokenID{1, 4, 9}
+	if u.Reused(a, t1) {
+		t.Fatal("fresh evidence reported reused")
+	}
+	u.Use(a, t1)
+	if u.Reused(a, t1) || !u.Reused(a, t2) {
+		t.Fatal("same token must pass, another token on the same evidence must not")
+	}
+	u.Use(b, t1)
+	u.Use(c, t1) // a is forgotten (Max 2)
+	if u.Reused(a, t2) || !u.Reused(b, t2) || !u.Reused(c, t2) {
+		t.Fatal("bounded memory: the oldest evidence is forgotten, the others kept")
+	}
+}
