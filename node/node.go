@@ -170,7 +170,7 @@ type Node struct {
 
 type inbound struct {
 	tok   walk.Token
-	raw   []byte // the token held: body and the evidence for its next hand-off
+	raw   []byte        // the token held: body and the evidence for its next hand-off
 	ev    walk.Evidence // the evidence the sender showed (see Node.evUsed)
 	from  peer.ID
 	reply chan byte
