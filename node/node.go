@@ -170,8 +170,8 @@ type Node struct {
 
 type inbound struct {
 	tok   walk.Token
-	raw   []byte        // the token held: body and the evidence for its next hand-off
-	ev    walk.Evidence // the evidence the sender showed (see Node.evUsed)
+	raw   []byte         // the token held: body and the evidence for its next hand-off
+	ev    *walk.Evidence // the evidence the sender showed (Node.evUsed); nil: none checked
 	from  peer.ID
 	reply chan byte
 	// written is closed by the stream handler once the ack byte has been written.
@@ -727,7 +727,7 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	reply, written := make(chan byte, 1), make(chan struct{})
-	msg := inbound{tok: tok, raw: held, ev: ev, from: from, reply: reply, written: written}
+	msg := inbound{tok: tok, raw: held, ev: &ev, from: from, reply: reply, written: written}
 	select {
 	case n.in <- msg:
 	default:
@@ -780,7 +780,7 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 			Msg("hand-off fenced: not above the highest token accepted or released here")
 		return AckStale, false
 	}
-	if n.evUsed.Reused(msg.ev, walk.TokenID(mk)) {
+	if msg.ev != nil && n.evUsed.Reused(*msg.ev, walk.TokenID(mk)) {
 		// The sender showed a hand-off it received, which this node already took another
 		// token on: a second token of the same lineage position (a member re-sending
 		// under new epochs to burn this node's updates), refused as stale.
@@ -798,7 +798,9 @@ func (n *Node) admit(msg inbound) (byte, bool) {
 	}
 	n.raise(mk)
 	n.addRecent(mk)
-	n.evUsed.Use(msg.ev, walk.TokenID(mk))
+	if msg.ev != nil {
+		n.evUsed.Use(*msg.ev, walk.TokenID(mk))
+	}
 	n.newEpoch(mk.Epoch)
 	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
 	n.observeHop(msg.tok.Epoch, msg.tok.Hop)
