@@ -261,6 +261,10 @@ type GossipParams struct {
 	// release of this iteration is durable, before sending it, until the context ends.
 	// 0 = off; not announced.
 	PauseAt int
+	// HaltAfter is fault injection for harnesses (GossipConfig.HaltAfter): RunGossip
+	// returns ErrHalted once the neighbours acknowledged the release of this iteration.
+	// 0 = off; not announced.
+	HaltAfter int
 }
 
 // validateGossip checks the neighbour-exchange part of c, including the normalised rows

@@ -165,6 +165,13 @@ func ReadGossipJournal(dir, run string) (*GossipJournal, error) {
 	return &GossipJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
 }
 
+// Last returns the last journaled release: its iteration and the vector f_i(iter) sent
+// to the neighbours (a copy).
+func (j *GossipJournal) Last() (int, []float64) {
+	r := j.recs[len(j.recs)-1]
+	return r.Iter, append([]float64(nil), r.Vec...)
+}
+
 // readJournal returns the records of run and the length of the file's complete lines.
 func readJournal(path, run string) ([]journalRec, int64, error) {
 	b, err := os.ReadFile(path)

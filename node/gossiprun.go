@@ -230,6 +230,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		Run: n.cfg.Run, DataDir: n.cfg.DataDir, NoSync: n.cfg.NoSync, Members: members, Self: self,
 		Neighbors: nbrs, Machine: m, Iters: p.Iters, Host: n.Host, Barrier: p.Barrier, MaxWait: p.MaxWait,
 		OnMissing: p.OnMissing, Logger: n.cfg.Logger, metrics: n.metrics, Noise: jn, TotalRows: total, PauseAt: p.PauseAt,
+		HaltAfter: p.HaltAfter,
 	})
 	if err != nil {
 		return nil, err

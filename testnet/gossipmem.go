@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,10 +17,11 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipMemConfig configures an in-process neighbour-exchange network of real libp2p hosts
-// (loopback TCP), one node.GossipNode per graph node. Graph, shards, initial vectors and
-// noise sources are those of NewGossipSim for the same options, so a fault-free run ends
-// with models bit-identical to the simulator's.
+// GossipMemConfig configures an in-process neighbour-exchange network of full nodes
+// (node.New and node.Node.RunGossip, the runtime of 'dpadmm node --algo radmm|...') on
+// loopback TCP, one per graph node, with a static membership in node-index order. Graph,
+// shards, initial vectors and noise sources are those of NewGossipSim for the same
+// options, so a fault-free run ends with models bit-identical to the simulator's.
 type GossipMemConfig struct {
 	Options GossipOptions
 	Run     string // "" = "gmem"
@@ -34,7 +36,8 @@ type GossipMemConfig struct {
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
 	// HaltNode, when HaltAfter > 0, is a node that stops (and closes its host) once its
-	// release of iteration HaltAfter is acknowledged: fault injection.
+	// release of iteration HaltAfter is acknowledged: fault injection
+	// (node.GossipParams.HaltAfter).
 	HaltNode  int
 	HaltAfter int
 	Logger    zerolog.Logger
@@ -42,27 +45,27 @@ type GossipMemConfig struct {
 
 // GossipMemResult is the outcome of a gossip run over real hosts.
 type GossipMemResult struct {
-	// Model is the average of the nodes' final models, computed as GossipSim.Average (a
-	// halted node contributes the vector it last released).
+	// Model is the average of the nodes' final models, computed as GossipSim.Average; a
+	// node that failed or halted contributes the vector it last released (its journal).
 	Model        []float64
 	MaxDeviation float64
-	Models       [][]float64       // per node; nil for a node that failed or halted
-	Stale        [][]node.StaleUse // per node
-	Ledger       [][]privacy.Entry // per node, as made durable
-	Errs         []error           // per node (node.ErrHalted for the halted node)
-	Rejected     []int             // per node: inbound frames rejected
-	Ignored      []int             // per node: inbound frames ignored (stale, duplicate)
-	Peers        []string          // peer IDs by node index
-	Sim          *GossipSim        // the machines after the run
-	Wall         time.Duration     // from the start of Run to the last node's end
+	Models       [][]float64         // per node; nil for a node that failed or halted
+	Outputs      []*node.GossipModel // per node, its model.json; nil for a node that failed or halted
+	Stale        [][]node.StaleUse   // per node (nil: none)
+	Ledger       [][]privacy.Entry   // per node, read back from its data directory; nil for a node that failed or halted
+	Errs         []error             // per node (node.ErrHalted for the halted node)
+	Rejected     []int               // per node: inbound frames rejected
+	Ignored      []int               // per node: inbound frames ignored (stale, duplicate)
+	Peers        []string            // peer IDs by node index
+	Wall         time.Duration       // from the start of Run to the last node's end
 	Iters        int
 }
 
 // GossipMem is a built, connected network ready to Run.
 type GossipMem struct {
 	cfg     GossipMemConfig
-	sim     *GossipSim
-	nodes   []*node.GossipNode
+	sim     *GossipSim // the run's setup (graph, shards, f_i(0), accountant inputs); its machines are not run
+	nodes   []*node.Node
 	ids     []peer.ID
 	dirs    []string // data directories by node index
 	cleanup func()
@@ -70,13 +73,17 @@ type GossipMem struct {
 	mu      sync.Mutex
 }
 
-// NewGossipMem builds the machines (NewGossipSim), creates one host per node with its data
-// directory and connects every pair of graph neighbours.
+// NewGossipMem builds the run's setup (NewGossipSim), starts one full node per graph node
+// with its data directory and connects every pair of graph neighbours.
 func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) {
 	if cfg.Run == "" {
 		cfg.Run = "gmem"
 	}
 	sim, err := NewGossipSim(&cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	p, err := gossipNetParams(&cfg.Options, cfg.Barrier, cfg.MaxWait, cfg.OnMissing)
 	if err != nil {
 		return nil, err
 	}
@@ -104,24 +111,27 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 			return fail(err)
 		}
 	}
-	gm.nodes = make([]*node.GossipNode, n)
+	gm.nodes = make([]*node.Node, n)
+	seed := cfg.Options.Seed
 	for i := 0; i < n; i++ {
-		c := node.GossipConfig{
-			Run: cfg.Run, DataDir: dirs[i], NoSync: !cfg.Sync, Members: gm.ids, Self: i,
-			Neighbors: sim.Graph.Neighbors(i), Machine: sim.Machines[i], Iters: cfg.Options.Iters,
-			Barrier: cfg.Barrier, MaxWait: cfg.MaxWait, OnMissing: cfg.OnMissing,
+		q := p
+		if cfg.HaltAfter > 0 && i == cfg.HaltNode {
+			q.HaltAfter = cfg.HaltAfter
+		}
+		c := node.Config{
+			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], Problem: cfg.Options.Problem, Members: gm.ids, Gossip: &q,
+			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync, AllowSeededNoise: true, Insecure: true,
+			Rand:   func(i int) *rand.Rand { return GossipInitRand(seed, i) },
+			Noise:  func(i int) privacy.Noise { return NodeNoise(seed, i) },
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}
-		if cfg.HaltAfter > 0 && i == cfg.HaltNode {
-			c.HaltAfter = cfg.HaltAfter
-		}
-		if gm.nodes[i], err = node.NewGossipNode(ctx, c); err != nil {
+		if gm.nodes[i], err = node.New(ctx, c); err != nil {
 			return fail(fmt.Errorf("testnet: gmem: node %d: %w", i, err))
 		}
 	}
-	for i, a := range gm.nodes {
-		for j, b := range gm.nodes {
-			if i != j {
+	for _, a := range gm.nodes {
+		for _, b := range gm.nodes {
+			if a != b {
 				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
 			}
 		}
@@ -139,6 +149,9 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 	}
 	return gm, nil
 }
+
+// Nodes returns the started nodes by index (tests watch their /status).
+func (gm *GossipMem) Nodes() []*node.Node { return gm.nodes }
 
 // Close closes every node and removes a temporary directory.
 func (gm *GossipMem) Close() error {
@@ -165,14 +178,15 @@ func (gm *GossipMem) closeNode(i int) error {
 	return nd.Close()
 }
 
-// Run runs every node to the end of the run. The host of a node that halts or fails is
-// closed at once (as its process would exit), so that its neighbours see it disconnect. It returns the result and, if any node other than the halted one failed,
-// the first such error (by node index); the result is returned in both cases.
+// Run runs every node to the end of the run. A node that halts or fails is closed at once
+// (as its process would exit), so that its neighbours see it disconnect. It returns the
+// result and, if any node other than the halted one failed, the first such error (by node
+// index); the result is returned in both cases.
 func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 	n := len(gm.nodes)
 	res := &GossipMemResult{
-		Models: make([][]float64, n), Stale: make([][]node.StaleUse, n), Ledger: make([][]privacy.Entry, n),
-		Errs: make([]error, n), Peers: make([]string, n), Sim: gm.sim, Iters: gm.cfg.Options.Iters,
+		Models: make([][]float64, n), Outputs: make([]*node.GossipModel, n), Stale: make([][]node.StaleUse, n),
+		Ledger: make([][]privacy.Entry, n), Errs: make([]error, n), Peers: make([]string, n), Iters: gm.cfg.Options.Iters,
 		Rejected: make([]int, n), Ignored: make([]int, n),
 	}
 	start := time.Now()
@@ -182,10 +196,12 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := nd.Run(ctx)
+			m, err := nd.RunGossip(ctx)
+			if err == nil && m.Index != i {
+				err = fmt.Errorf("testnet: gmem: node %d took index %d of the static membership", i, m.Index)
+			}
 			if err == nil {
-				res.Models[i], res.Stale[i], res.Ledger[i] = r.Model, r.Stale, r.Ledger
-				res.Rejected[i], res.Ignored[i] = r.Rejected, r.Ignored
+				res.Outputs[i] = m
 			}
 			res.Errs[i] = err
 			if err != nil {
@@ -204,7 +220,20 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 		wg.Wait()
 	}
 	res.Wall = time.Since(start)
-	res.Model, res.MaxDeviation = gm.sim.Average()
+	left, err := gm.left(res.Outputs)
+	if err != nil {
+		return res, err
+	}
+	all := make([][]float64, n)
+	for i, l := range left {
+		all[i] = l.Model
+		res.Stale[i] = l.Stale
+		if res.Outputs[i] != nil {
+			res.Models[i], res.Ledger[i] = l.Model, l.Ledger
+			res.Rejected[i], res.Ignored[i] = l.Rejected, l.Ignored
+		}
+	}
+	res.Model, res.MaxDeviation = averageModels(all, gm.sim.Objs[0].Dim())
 	var first error
 	for i, err := range res.Errs {
 		if err == nil || gm.cfg.HaltAfter > 0 && i == gm.cfg.HaltNode && errors.Is(err, node.ErrHalted) {
@@ -215,6 +244,19 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 		}
 	}
 	return res, first
+}
+
+// left reads what every node left in its data directory (outs[i]: its model.json, nil
+// when it did not complete the run).
+func (gm *GossipMem) left(outs []*node.GossipModel) ([]gossipLeft, error) {
+	left := make([]gossipLeft, len(gm.dirs))
+	for i, d := range gm.dirs {
+		var err error
+		if left[i], err = readGossipLeft(d, gm.cfg.Run, gm.sim.Configs[i].Init, outs[i]); err != nil {
+			return nil, fmt.Errorf("testnet: gmem: node %d: %w", i, err)
+		}
+	}
+	return left, nil
 }
 
 // RunGossipMem builds a GossipMem network, runs it and closes it.
@@ -316,8 +358,8 @@ func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexa
 // report RunGossip gives for cfg.Options (same keys; the same model and objective bit for
 // bit when no stale vector was used) with a "network" section. On a failed run it returns
 // the result and the error, and no report. When ctx is canceled first, it returns the
-// report of the state reached (the machines' models, the ledgers on disk), marked
-// interrupted.
+// report of the state reached (each node's last durable release, the ledgers on disk),
+// marked interrupted.
 func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport, *GossipMemResult, error) {
 	gm, err := NewGossipMem(ctx, cfg)
 	if err != nil {
@@ -329,16 +371,14 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 	if err != nil && !interrupted {
 		return nil, res, err
 	}
-	if interrupted {
-		// Stopped early: the ledgers on disk are what every node made durable.
-		for i, d := range gm.dirs {
-			if res.Ledger[i], err = readLedgerFile(d); err != nil {
-				return nil, res, fmt.Errorf("testnet: gmem: interrupted: node %d: ledger: %w", i, err)
-			}
-			if res.Ledger[i] == nil {
-				res.Ledger[i] = []privacy.Entry{}
-			}
+	for i, m := range res.Outputs {
+		if m == nil && !interrupted {
+			return nil, res, fmt.Errorf("testnet: node %d did not complete the run", i)
 		}
+	}
+	left, err := gm.left(res.Outputs)
+	if err != nil {
+		return nil, res, err
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
 	nw := GossipNetworkReport{
@@ -346,12 +386,24 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir,
 	}
 	o := gm.cfg.Options // as filled in by NewGossipSim
-	rep, err := gossipNetReport(&o, gm.sim, gm.sim.models(), gm.sim.inexact(), res.Ledger, res.Stale, res.Rejected, res.Ignored, res.Wall, nw)
+	rep, err := gossipLeftReport(&o, gm.sim, left, res.Wall, nw)
 	if err != nil {
 		return nil, res, err
 	}
 	if interrupted {
-		rep.markInterrupted(gm.sim.MinIter())
+		rep.markInterrupted(ledgerIters(gm.dirs))
 	}
 	return rep, res, nil
+}
+
+// gossipLeftReport is gossipNetReport on what the nodes left.
+func gossipLeftReport(o *GossipOptions, sim *GossipSim, left []gossipLeft, wall time.Duration, nw GossipNetworkReport) (*GossipReport, error) {
+	n := len(left)
+	models, inexact := make([][]float64, n), make([]bool, n)
+	ledgers, stale := make([][]privacy.Entry, n), make([][]node.StaleUse, n)
+	rejected, ignored := make([]int, n), make([]int, n)
+	for i, l := range left {
+		models[i], inexact[i], ledgers[i], stale[i], rejected[i], ignored[i] = l.Model, l.Inexact, l.Ledger, l.Stale, l.Rejected, l.Ignored
+	}
+	return gossipNetReport(o, sim, models, inexact, ledgers, stale, rejected, ignored, wall, nw)
 }

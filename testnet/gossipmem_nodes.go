@@ -2,19 +2,11 @@ package testnet
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"sync"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
-	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // GossipInitRand returns the source NewGossipSim draws node i's f_i(0) from for a run
@@ -59,88 +51,26 @@ func GossipParamsFor(o *GossipOptions) (node.GossipParams, error) {
 
 // RunGossipNodes runs the simulator's options o over full nodes (node.New and
 // node.Node.RunGossip, the runtime of 'dpadmm node --algo'), one per simulated node, in
-// this process on loopback, with a static membership in index order (no announce/join),
-// the simulator's shards, f_i(0) (GossipInitRand) and seeded noise (NodeNoise). Each
+// this process on loopback (GossipMem with the given run name and barrier timeout). Each
 // node's data directory is dir/node-<i> (dir "" = a temporary directory, removed
 // afterwards). It returns each node's model.json content by index; without stale uses
 // every model equals the simulator's machine's bit for bit. status, when set, is called
 // with the started nodes before the run begins (tests use it to watch /status).
 func RunGossipNodes(ctx context.Context, o GossipOptions, run, dir string, barrier time.Duration, status func([]*node.Node)) ([]*node.GossipModel, error) {
-	sim, err := NewGossipSim(&o)
-	if err != nil {
-		return nil, err
-	}
-	p, err := GossipParamsFor(&o)
-	if err != nil {
-		return nil, err
-	}
-	p.Barrier = barrier
 	if run == "" {
 		run = "gnodes"
 	}
-	if dir == "" {
-		d, err := os.MkdirTemp("", "dpadmm-gnodes-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	gm, err := NewGossipMem(ctx, GossipMemConfig{Options: o, Run: run, Dir: dir, Barrier: barrier})
+	if err != nil {
+		return nil, err
 	}
-	n := len(sim.Machines)
-	ids := make([]peer.ID, n)
-	dirs := make([]string, n)
-	for i := range ids {
-		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		if ids[i], err = node.DataDirPeerID(dirs[i]); err != nil {
-			return nil, err
-		}
-	}
-	nodes := make([]*node.Node, n)
-	defer func() {
-		for _, nd := range nodes {
-			if nd != nil {
-				nd.Close()
-			}
-		}
-	}()
-	seed := o.Seed
-	for i := range nodes {
-		q := p
-		c := node.Config{
-			Run: run, DataDir: dirs[i], Data: sim.Shards[i], Problem: o.Problem, Members: ids, Gossip: &q,
-			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: true, AllowSeededNoise: true, Insecure: true,
-			Rand:  func(i int) *rand.Rand { return GossipInitRand(seed, i) },
-			Noise: func(i int) privacy.Noise { return NodeNoise(seed, i) },
-		}
-		if nodes[i], err = node.New(ctx, c); err != nil {
-			return nil, fmt.Errorf("testnet: gnodes: node %d: %w", i, err)
-		}
-	}
-	for _, a := range nodes {
-		for _, b := range nodes {
-			if a != b {
-				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
-			}
-		}
-	}
+	defer gm.Close()
 	if status != nil {
-		status(nodes)
+		status(gm.Nodes())
 	}
-	models := make([]*node.GossipModel, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, nd := range nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+	res, err := gm.Run(ctx)
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	for i, m := range models {
-		if errs[i] != nil {
-			return nil, fmt.Errorf("testnet: gnodes: node %d: %w", i, errs[i])
-		}
-		if m.Index != i {
-			return nil, errors.New("testnet: gnodes: a node's index differs from the static order")
-		}
-	}
-	return models, nil
+	return res.Outputs, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,8 +96,17 @@ func TestGossipMemMatchesSim(t *testing.T) {
 		}
 		for k := range got {
 			g, w := got[k], want[k]
+			// The simulator names nodes by index, the nodes by peer ID.
+			var to []string
+			for _, r := range strings.Split(w.Recipient, ",") {
+				j, err := strconv.Atoi(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				to = append(to, res.Peers[j])
+			}
 			if g.Hop != w.Hop || g.Mechanism != w.Mechanism || g.Epsilon != w.Epsilon || g.Sigma != w.Sigma ||
-				g.Sensitivity != w.Sensitivity || g.Recipient != w.Recipient || g.Run != "gm-test" {
+				g.Sensitivity != w.Sensitivity || g.Recipient != strings.Join(to, ",") || g.Node != res.Peers[i] || g.Run != "gm-test" {
 				t.Fatalf("node %d entry %d: %+v, simulator %+v", i, k, g, w)
 			}
 		}
@@ -265,6 +275,16 @@ func TestGossipMemStale(t *testing.T) {
 			break
 		}
 	}
+	// The halted node contributes to the average the vector it last released (read back
+	// from its journal).
+	all := make([][]float64, len(ref.Machines))
+	for i, m := range ref.Machines {
+		all[i] = m.ModelView()
+	}
+	all[2] = frozen
+	if avg, _ := averageModels(all, o.Train.Cols); !gmemSameBits(res.Model, avg) {
+		t.Errorf("average %v, want %v (node 2 at its last release)", res.Model, avg)
+	}
 	clean := runSimLedgers(t, o)
 	for i, m := range ref.Machines {
 		if i == 2 {
@@ -282,16 +302,21 @@ func TestGossipMemStale(t *testing.T) {
 	}
 }
 
-// BenchmarkGossipMemIter16: one R-ADMM iteration (ns/op) of 16 real libp2p hosts on
-// loopback on a random 4-regular graph, p = 64 and p = 1000 (b.N iterations per run;
-// host set-up is not timed). Private R-ADMM alternates an exact Newton solve (odd) and a
+// BenchmarkGossipMemIter16: one R-ADMM iteration (ns/op) of 16 full nodes on loopback on
+// a random 4-regular graph, p = 64 and p = 1000, rows scaled to norm <= 1 (b.N iterations
+// per run; node set-up is not timed). Private R-ADMM alternates an exact Newton solve (odd) and a
 // closed-form step (even), so ns/op is the mean of the two.
 func BenchmarkGossipMemIter16(b *testing.B) {
 	for _, p := range []int{64, 1000} {
 		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
-			d, _ := consensus.SyntheticLogistic(16*50, p, 8, 3)
+			raw, _ := consensus.SyntheticLogistic(16*50, p, 8, 3)
+			// The nodes take part only with rows of norm <= 1 (Theorem V.1).
+			sc, err := consensus.FitScaler(raw, consensus.ScaleRowNorm)
+			if err != nil {
+				b.Fatal(err)
+			}
 			o := GossipOptions{
-				Train: d, Nodes: 16, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+				Train: sc.Apply(raw), Nodes: 16, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
 				Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
 			}
 			ctx := context.Background()
@@ -430,5 +455,77 @@ func TestGossipNetReportStale(t *testing.T) {
 	if _, err := gossipNetReport(&o, sim, sim.models(), sim.inexact(), ledgers, stale, make([]int, n), make([]int, n),
 		time.Second, GossipNetworkReport{Mode: "mem"}); err == nil || !strings.Contains(err.Error(), "node 2") {
 		t.Fatalf("missing ledger: %v", err)
+	}
+}
+
+// TestGossipMemReportInterrupted: a run over hosts canceled midway gives a report marked
+// interrupted whose iteration count is the least any node made durable and whose model is
+// the average of every node's last durable release, equal bit for bit to the simulator's
+// vectors of those iterations; the privacy figures stay those of the planned run.
+func TestGossipMemReportInterrupted(t *testing.T) {
+	const T = 100000
+	o := gmemOpts(t, T)
+	dir := t.TempDir()
+	dirs := make([]string, o.Nodes)
+	for i := range dirs {
+		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil && ledgerIters(dirs) < 10 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		cancel()
+	}()
+	rep, _, err := RunGossipMemReport(ctx, GossipMemConfig{Options: o, Dir: dir, Barrier: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := make([]int, o.Nodes)
+	least := T
+	for i, d := range dirs {
+		es, err := readLedgerFile(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last[i] = len(es) - 1
+		least = min(least, last[i])
+	}
+	if !rep.Interrupted || rep.Hops != uint64(least) || least < 10 || least >= T || rep.HopsPlanned != T {
+		t.Fatalf("interrupted %v after %d of %d iterations; least durable iteration %d", rep.Interrupted, rep.Hops, rep.HopsPlanned, least)
+	}
+
+	// The simulator's release of every node at its last durable iteration.
+	sim, err := NewGossipSim(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]float64, o.Nodes)
+	for done := 0; done < o.Nodes; {
+		for i, m := range sim.Machines {
+			if m.HasReady() {
+				if rd := m.Ready(); len(rd.Outbox) > 0 && rd.Outbox[0].Msg.Iter == last[i] {
+					want[i] = append([]float64(nil), rd.Outbox[0].Msg.Vec...)
+					done++
+				}
+			}
+		}
+		if _, err := sim.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if avg, _ := averageModels(want, o.Train.Cols); !gmemSameBits(rep.Model, avg) {
+		t.Fatalf("model %v, want the average of the last releases %v", rep.Model, avg)
+	}
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	cancel0()
+	plan, err := RunGossipContext(ctx0, o) // stopped before the first step: the planned figures
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, p := rep.Gossip, plan.Gossip
+	if g.Epsilon != p.Epsilon || g.Formula != p.Formula || !reflect.DeepEqual(g.PerNode, p.PerNode) || !g.ConditionsHold || g.Epsilon <= 0 {
+		t.Fatalf("privacy %+v, planned %+v", g, p)
 	}
 }
