@@ -83,6 +83,9 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNodeRows(sim); err != nil {
+		return nil, err
+	}
 	p, err := gossipNetParams(&cfg.Options, cfg.Barrier, cfg.MaxWait, cfg.OnMissing)
 	if err != nil {
 		return nil, err

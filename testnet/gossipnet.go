@@ -33,6 +33,18 @@ func gossipNetParams(o *GossipOptions, barrier, maxWait time.Duration, pol node.
 	return p, nil
 }
 
+// checkNodeRows refuses a run over hosts whose shards hold a row of norm > 1: a node takes
+// part only with normalised rows (Theorem V.1; node.Config.Validate refuses the others).
+func checkNodeRows(sim *GossipSim) error {
+	for i, a := range sim.Acc {
+		if a.MaxRowNorm > 1+1e-12 {
+			return fmt.Errorf("testnet: node %d's shard has a row of norm %.6g > 1, and a node takes part only with rows of norm <= 1 "+
+				"(Theorem V.1): scale with --scale unitball or standardize+unitball (the default)", i, a.MaxRowNorm)
+		}
+	}
+	return nil
+}
+
 // gossipLeft is what one node of a run over hosts left behind.
 type gossipLeft struct {
 	// Model is f_i(T) from model.json for a node that completed the run; otherwise the

@@ -1,10 +1,12 @@
 package testnet
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/node"
@@ -50,4 +52,39 @@ func TestReadStaleFile(t *testing.T) {
 	if _, err := readStaleFile(dir); err == nil {
 		t.Fatal("corrupt line accepted")
 	}
+}
+
+// TestGossipNetRefusesLongRows: a run over hosts whose data has a row of norm > 1 is
+// refused before any node starts, in both modes, naming the norm; rows of norm exactly 1
+// are accepted.
+func TestGossipNetRefusesLongRows(t *testing.T) {
+	train, _ := gossipData(t, 60)
+	o := gossipOpts(train, nil, "radmm", "ring", 2, 2)
+	o.Nodes = 3
+	long := *train
+	long.X = append([]float64(nil), train.X...)
+	for j := 0; j < long.Cols; j++ {
+		long.X[7*long.Cols+j] = 1 // row 7: norm sqrt(cols) > 1
+	}
+	o.Train = &long
+	ctx := context.Background()
+	if _, err := NewGossipMem(ctx, GossipMemConfig{Options: o}); err == nil || !strings.Contains(err.Error(), "norm") {
+		t.Errorf("mem: %v", err)
+	}
+	if _, err := RunGossipProcs(ctx, GossipProcsConfig{Options: o, Binary: filepath.Join(t.TempDir(), "none")}); err == nil ||
+		!strings.Contains(err.Error(), "norm") {
+		t.Errorf("procs: %v", err)
+	}
+	unit := *train
+	unit.X = append([]float64(nil), train.X...)
+	for j := 0; j < unit.Cols; j++ {
+		unit.X[7*unit.Cols+j] = 0
+	}
+	unit.X[7*unit.Cols] = 1
+	o.Train = &unit
+	gm, err := NewGossipMem(ctx, GossipMemConfig{Options: o})
+	if err != nil {
+		t.Fatalf("rows of norm <= 1 refused: %v", err)
+	}
+	gm.Close()
 }

@@ -142,11 +142,11 @@ func TestRunName(t *testing.T) {
 			t.Errorf("--run %q refused: %v", name, err)
 		}
 	}
-	// With --gossip-plan the name is checked too.
+	// With a static neighbour-exchange membership the name is checked too.
 	var out, errb bytes.Buffer
-	if code := run([]string{"node", "--insecure-testnet", "--gossip-plan", "p.json", "--run", "x/y", "--data", "d", "--datadir", dir}, &out, &errb); code != 2 ||
+	if code := run([]string{"node", "--insecure-testnet", "--algo", "radmm", "--static", "s.json", "--run", "x/y", "--data", "d", "--datadir", dir}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "--run must be") {
-		t.Errorf("--gossip-plan with --run x/y: exit %d, stderr %q", code, errb.String())
+		t.Errorf("--static with --run x/y: exit %d, stderr %q", code, errb.String())
 	}
 }
 

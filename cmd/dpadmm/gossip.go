@@ -185,9 +185,9 @@ func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Write
 	return nil
 }
 
-// runGossipNet runs o over one libp2p host per node: in this process (--mem,
-// testnet.RunGossipMemReport) or one 'dpadmm node --gossip-plan' process each (--procs,
-// testnet.RunGossipProcs, this executable run again).
+// runGossipNet runs o over one full node per graph node: in this process (--mem,
+// testnet.RunGossipMemReport) or one 'dpadmm node --algo ... --static' process each
+// (--procs, testnet.RunGossipProcs, this executable run again).
 func runGossipNet(ctx context.Context, o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*testnet.GossipReport, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {

@@ -43,17 +43,11 @@ checkpoints and model.json. A checkpoint without an intact ledger is refused.
 Testnets: 'dpadmm testnet --procs' starts nodes with --static FILE (fixed membership in
 node-index order, skipping announce/join; each node waits until it is connected to every
 member before the walk starts; with --algo radmm|... the file's total_rows is M, holder
-is ignored, and an optional config_hash must equal the node's) and --seed S (every random source seeded as in the
-simulator, so the model equals the simulator's for that seed; such noise is not secure).
-
-Neighbour exchange (testnets): 'dpadmm testnet --procs --algo radmm|mradmm|...' starts
-nodes with --gossip-plan FILE, which fixes the run, the membership (peer IDs and loopback
-addresses), this node's index, neighbours, algorithm, penalty schedule, constants, f_i(0)
-and the noise seed (NOT secure), with --data the node's shard (used as is, no scaling)
-and --datadir its data directory. The node exchanges its vector with its neighbours over
-/dpadmm/<run>/radmm/1, writes its ledger before every send and, at the end,
-DIR/gossip-model.json (model, solve residuals, stale uses). Only --data, --datadir,
---label, --no-fsync, --log-format, --log-level and --run (must match) apply then.
+is ignored, and an optional config_hash must equal the node's) and --seed S (every random
+source seeded as in the simulator, so the model equals the simulator's for that seed; such
+noise is not secure). With --algo radmm|... the hyperparameters come as the node's own
+flags, the shard as CSV with --scale none, and --pause-at-iter I (fault injection) stops
+the node once its release of iteration I is durable, before it is sent, until it is killed.
 
 Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with --algo
 radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-exchange
@@ -162,7 +156,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	static := fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
 	seed := fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")
 	pauseAt := fs.Uint64("pause-at-hop", 0, "fault injection for test harnesses: on receiving the token of this hop, store and ack it, then stop processing (status: paused) until killed; 0 = off")
-	gossipPlan := fs.String("gossip-plan", "", "testnets: run one node of a neighbour-exchange run from this plan file (written by 'dpadmm testnet --procs --algo radmm|...'); see above")
+	pauseIter := fs.Int("pause-at-iter", 0, "fault injection for test harnesses, neighbour exchange: once the release of this iteration is durable (journal and ledger), stop before sending it and wait until killed; 0 = off")
 	algo := fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp")
 	sf := addStepFlags(fs)
 	graphSpec := fs.String("graph", "ring", "neighbour exchange: graph over the members in membership order: ring|complete|grid|regular:d|er:p")
@@ -184,7 +178,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rvSecret := fs.String("rendezvous-secret", "", "with --bootstrap: derive the DHT rendezvous key from the run name and this secret (HMAC-SHA256), so that the public DHT does not learn the run name; every member must give the same secret")
 	starterID := fs.String("starter", "", "pin the starter's peer ID: announcements and start messages of any other peer are ignored")
 	maxRows := fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = no bound")
-	insecure := fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --gossip-plan, --pause-at-hop, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
+	insecure := fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --pause-at-hop, --pause-at-iter, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -202,9 +196,6 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := checkRunName("node", *run); err != nil {
 			return err
 		}
-	}
-	if *gossipPlan != "" {
-		return runGossipNode(ctx, fs, *gossipPlan, *run, *data, *df.label, *datadir, *noSync, *logFormat, *logLevel, stdout, stderr, bad)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -252,9 +243,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case !(*paperC > 0) || math.IsInf(*paperC, 0):
 			return bad("--paper-c must be finite and > 0, got %v", *paperC)
 		}
+		if *pauseIter < 0 || *pauseIter > *iters {
+			return bad("--pause-at-iter must be in [0, --iters], got %d", *pauseIter)
+		}
 		gp = &node.GossipParams{Algo: *algo, Graph: *graphSpec, GraphSeed: *graphSeed, Iters: *iters, Alpha: alpha,
 			Eta: *eta, EtaGrowth: *etaGrowth, EtaMax: *etaMax, Gamma: g, PaperC: *paperC,
-			Barrier: *barrier, MaxWait: *maxWait, OnMissing: pol}
+			Barrier: *barrier, MaxWait: *maxWait, OnMissing: pol, PauseAt: *pauseIter}
 		if *etaFile != "" {
 			if set["eta"] || set["eta-growth"] || set["eta-max"] {
 				return bad("--eta-file replaces --eta, --eta-growth and --eta-max; give one or the other")
@@ -267,7 +261,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	} else {
 		for _, f := range []string{"graph", "graph-seed", "iters", "alpha", "eta", "eta-growth", "eta-max", "eta-file", "paper-c",
-			"on-missing", "barrier-timeout", "max-wait"} {
+			"on-missing", "barrier-timeout", "max-wait", "pause-at-iter"} {
 			if set[f] {
 				return bad("--%s applies to the neighbour-exchange algorithms (--algo radmm|...), not to the walk", f)
 			}
@@ -564,72 +558,9 @@ func parseShard(s string) (i, n int, ok bool) {
 	return i, n, err1 == nil && err2 == nil && n >= 1 && i >= 0 && i < n
 }
 
-// runGossipNode runs one node of a neighbour-exchange testnet from a plan file
-// (testnet.GossipPlan, written by 'dpadmm testnet --procs').
-func runGossipNode(ctx context.Context, fs *flag.FlagSet, planPath, run, data, label, datadir string, noSync bool, logFormat, logLevel string,
-	stdout, stderr io.Writer, bad func(string, ...any) error) error {
-	allowed := map[string]bool{"gossip-plan": true, "insecure-testnet": true, "data": true, "datadir": true, "label": true, "no-fsync": true,
-		"log-format": true, "log-level": true, "run": true}
-	var other []string
-	fs.Visit(func(f *flag.Flag) {
-		if !allowed[f.Name] {
-			other = append(other, "--"+f.Name)
-		}
-	})
-	switch {
-	case fs.NArg() > 0:
-		return bad("unexpected argument %q", fs.Arg(0))
-	case len(other) > 0:
-		return bad("%s do(es) not apply with --gossip-plan (the plan fixes the run)", strings.Join(other, ", "))
-	case data == "":
-		return bad("--data is required")
-	case datadir == "":
-		return bad("--datadir is required")
-	case logFormat != "text" && logFormat != "json":
-		return bad("--log-format must be text or json, got %q", logFormat)
-	}
-	b, err := os.ReadFile(planPath)
-	if err != nil {
-		return err
-	}
-	plan, err := testnet.ParseGossipPlan(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", planPath, err)
-	}
-	for _, m := range plan.Members {
-		for _, a := range m.Addrs {
-			if !loopbackAddr(a) {
-				return fmt.Errorf("%s: member address %s is not loopback (--insecure-testnet)", planPath, a)
-			}
-		}
-	}
-	if run != "" && run != plan.Run {
-		return fmt.Errorf("%s is for run %q, not %q", planPath, plan.Run, run)
-	}
-	log, err := node.NewLogger(stderr, logFormat, logLevel)
-	if err != nil {
-		return bad("--log-level: %v", err)
-	}
-	node.RouteLibp2pLogs(log)
-	d, err := consensus.Load(data, consensus.LoadOptions{Label: label})
-	if err != nil {
-		return err
-	}
-	out, err := testnet.RunGossipPlanNode(ctx, plan, d, datadir, noSync, log.With().Int("node", plan.Self).Logger())
-	if err != nil {
-		if ctx.Err() != nil {
-			return interrupted("stopped before the run ended; the state reached is in %s", filepath.Join(datadir, testnet.GossipOutputFile))
-		}
-		return err
-	}
-	fmt.Fprintf(stdout, "run %q node %d (%s): %d iterations done, model written to %s; %d stale uses, %d frames rejected\n",
-		out.Run, out.Self, out.Peer, out.Iter, filepath.Join(datadir, testnet.GossipOutputFile), len(out.Stale), out.Rejected)
-	return nil
-}
-
 // harnessFlags are the flags of 'dpadmm node' that only test harnesses may use: each needs
 // --insecure-testnet.
-var harnessFlags = map[string]bool{"seed": true, "static": true, "gossip-plan": true, "pause-at-hop": true,
+var harnessFlags = map[string]bool{"seed": true, "static": true, "pause-at-hop": true, "pause-at-iter": true,
 	"pause-phase": true, "withhold-acks": true}
 
 // loopbackAddr reports whether the multiaddr s is on a loopback interface (/ip4/127.0.0.0/8,

@@ -123,6 +123,9 @@ func TestNodeGossipFlagErrors(t *testing.T) {
 		{"--eta-file", "x.csv"},
 		{"--algo", "mradmm", "--eta-file", "x.csv", "--eta", "2"},
 		{"--algo", "mradmm", "--eta-file", filepath.Join(t.TempDir(), "missing.csv")},
+		{"--insecure-testnet", "--pause-at-iter", "3"},
+		{"--insecure-testnet", "--algo", "radmm", "--iters", "5", "--pause-at-iter", "6"},
+		{"--insecure-testnet", "--algo", "radmm", "--pause-at-iter", "-1"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append(append([]string(nil), base...), extra...), &out, &errb); code != 2 {

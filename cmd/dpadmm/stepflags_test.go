@@ -57,7 +57,7 @@ func TestInsecureTestnetGate(t *testing.T) {
 		{[]string{"--static", "s.json"}, "--static: test-harness flag(s)"},
 		{[]string{"--pause-at-hop", "4"}, "--pause-at-hop: test-harness flag(s)"},
 		{[]string{"--withhold-acks"}, "--withhold-acks: test-harness flag(s)"},
-		{[]string{"--gossip-plan", "p.json"}, "--gossip-plan: test-harness flag(s)"},
+		{[]string{"--pause-at-iter", "3", "--algo", "radmm"}, "--pause-at-iter: test-harness flag(s)"},
 		{[]string{"--insecure-testnet", "--listen", "/ip4/0.0.0.0/tcp/0"}, "loopback addresses only, got /ip4/0.0.0.0/tcp/0"},
 		{[]string{"--insecure-testnet", "--peer", "/ip4/10.1.2.3/tcp/4001/p2p/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"}, "loopback addresses only"},
 	} {

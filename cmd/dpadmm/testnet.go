@@ -92,8 +92,9 @@ the mean loss plus the regularizer. The report gives the Theorem V.1 pure-DP fig
 and the network figure (max over nodes), or no guarantee with the failing condition.
 MR-ADMM with different schedules per node converges near, not exactly to, the optimum.
 
-The neighbour-exchange algorithms run over real libp2p hosts too (--mem: one host per node
-in this process; --procs: one 'dpadmm node --gossip-plan' process per node), with an
+The neighbour-exchange algorithms run over real libp2p hosts too, as the nodes of
+'dpadmm node --algo' with a static membership (--mem: one node per graph node in this
+process; --procs: one 'dpadmm node --algo ... --static FILE' process per node), with an
 explicit --nodes N. Each node sends its vector to its neighbours over a direct stream
 (/dpadmm/<run>/radmm/1) after writing its ledger entry, and waits at every iteration for
 its neighbours' vectors. --barrier-timeout is how long it waits before checking a missing
