@@ -104,8 +104,8 @@ type GossipConfig struct {
 	// neighbour's vector before it checks the neighbour. Once it has passed, a neighbour that
 	// is not connected is declared missing and OnMissing applies; the check is repeated
 	// every max(Barrier/4, 10 ms). Default 30 s (a local solve of a large dimension on a
-	// loaded machine can take seconds). The policy is gossip.Exchange's: the node maps
-	// these durations onto ticks of a 32nd of the check period's quadruple (see tickOf).
+	// loaded machine can take seconds). The policy is gossip.Exchange's: the node maps the
+	// durations onto ticks of an eighth of the check period, rounding up (exchangeConfig).
 	Barrier time.Duration
 	// MaxWait is how long a neighbour that is still connected (alive, but possibly waiting
 	// on its own barrier or paused) is waited for before it is declared missing too.
