@@ -19,11 +19,17 @@
 //
 // One Machine per node. It exchanges its primal vector f_i(t) with its graph neighbours every
 // iteration (Message{From, Iter, Vec}); it moves to iteration t+1 once it holds every
-// neighbour's f_j(t) (the barrier). Barrier timeouts and the policy for a missing neighbour
-// belong to the driver (Missing reports who is late and for how many ticks). The machine
-// follows the contract of package walk: Step/Tick/Ready/Advance, with the ledger entry of
-// every release durable before its Outbox is sent. It is pure and deterministic: noise comes
-// from an injected privacy.Noise, there is no I/O, clock or goroutine.
+// neighbour's f_j(t) (the barrier). An Exchange wraps the Machine with the barrier policy
+// that every driver applies: early frames held within a window, the barrier timeout in
+// ticks, the liveness of the neighbours as the driver observes it (PeerDown, PeerUp,
+// Reconnected), the missing-neighbour policy (MissingStop, MissingWait, MissingStale with
+// durable stale uses), re-sends of the last releases after a restart or a reconnection,
+// and the end of the run (Ready.Done or Ready.Stop). Both follow the contract of package
+// walk: Step/Tick/Ready/Advance, with the ledger entry of every release durable before its
+// Outbox is sent. They are pure and deterministic: noise comes from an injected
+// privacy.Noise, there is no I/O, clock or goroutine. node.GossipNode drives an Exchange
+// over libp2p, testnet.GossipFaultNet over a virtual clock with injected faults; the
+// transcripts in testdata/barrier show the policy step by step.
 //
 // The even step is computed the paper's way, (19): from the KKT-recovered noisy gradient
 // eps + grad O(f(2k-1)) = -2 lambda(2k-2) - eta sum_j (2 f_i(2k-1) - f_i(2k-2) - f_j(2k-2))

@@ -247,7 +247,28 @@ const (
 	EventSolve                      // a (possibly perturbed) exact local solve
 	EventEven                       // a recycled closed-form even step
 	EventDone                       // the last iteration completed
+
+	// Events of the Exchange (the barrier policy). Iter is the frame's iteration for the
+	// frame events and the barrier's iteration otherwise; Peers the neighbours concerned.
+	EventBuffered // a frame beyond the next iteration was held
+	EventDropped  // a frame beyond the window was dropped
+	EventIgnored  // a stale or duplicate frame, or one after the end, was ignored (Err says which)
+	EventWaiting  // barrier check: the missing neighbours are connected; still waiting
+	EventMissing  // barrier check: neighbours declared missing, policy wait: still waiting
+	EventStale    // policy stale: a missing neighbour's vector of UsedIter stands in
+	EventStopped  // the policy stopped the exchange
+	EventResent   // the last releases (up to Iter) were queued again to Peers
 )
+
+var eventNames = []string{"", "init", "solve", "even", "done", "buffered", "dropped", "ignored", "waiting", "missing", "stale", "stopped", "resent"}
+
+// String returns a short name of the event kind.
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k > 0 {
+		return eventNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Event reports what the machine did, for logs, metrics and tests. Never read back into state.
 type Event struct {
@@ -256,6 +277,10 @@ type Event struct {
 	Eta       float64
 	NoiseNorm float64     // ||eps|| of this iteration (0 without noise)
 	Solve     SolveResult // EventSolve only
+	Peers     []int       // Exchange events: the neighbours concerned
+	UsedIter  int         // EventStale: the iteration of the vector that stands in
+	Waited    int64       // barrier events: ticks waited at the iteration
+	Err       error       // EventIgnored: ErrStale, ErrDuplicate or ErrEnded
 }
 
 // Ready is what the driver must do now, in this order, before calling Advance.

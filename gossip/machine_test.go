@@ -308,21 +308,126 @@ func TestHeterogeneousPenaltyBias(t *testing.T) {
 	}
 }
 
-// FuzzStep: arbitrary messages never panic and never leave a non-finite state.
+// FuzzStep: arbitrary message sequences never panic and never leave a non-finite state,
+// and the machine behaves as a reference model of the barrier computed independently:
+// every Step verdict (not a neighbour, dimension, non-finite, stale, more than one ahead,
+// duplicate, accepted) is the model's; an iteration is computed exactly when the model's
+// barrier is complete and no Ready is pending; every Ready releases the next iteration
+// (never a decrease or a skip) with one ledger entry of that iteration (forward at epsilon
+// 0 for iteration 0 and even iterations, pure for odd ones) naming both neighbours, and
+// one message to each neighbour carrying that iteration.
 func FuzzStep(f *testing.F) {
-	f.Add(1, 0, 0.5, -0.25)
-	f.Add(2, 1, math.NaN(), 0.0)
-	f.Add(-1, -5, math.Inf(1), 1e308)
-	f.Add(1, 1<<40, 1e-300, -1e300)
-	f.Fuzz(func(t *testing.T, from, iter int, a, b float64) {
+	f.Add(1, 0, 0.5, -0.25, []byte{})
+	f.Add(2, 1, math.NaN(), 0.0, []byte{0, 1, 3, 2, 0, 1, 3, 2, 9})
+	f.Add(-1, -5, math.Inf(1), 1e308, []byte{7, 7, 7, 1, 2, 3})
+	f.Add(1, 1<<40, 1e-300, -1e300, []byte{5, 0, 0, 5, 1, 0, 9, 5, 2, 1, 5, 1, 1})
+	f.Fuzz(func(t *testing.T, from, iter int, a, b float64, ops []byte) {
 		m, err := oneMachine(t, func(*Config) {})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Advance(m.Ready())
-		_ = m.Step(Message{From: from, Iter: iter, Vec: []float64{a, b}})
-		_ = m.Step(Message{From: 2, Iter: 0, Vec: []float64{0.1, 0.1}})
-		_ = m.Step(Message{From: from, Iter: iter, Vec: []float64{a}})
+		const iters = 4 // oneMachine's T
+		nb := []int{1, 2}
+		cur := 0                  // the model's iteration: last computed
+		pending := true           // a Ready is pending (the initial release)
+		have := map[[2]int]bool{} // (from, iteration) held for iterations cur and cur+1
+		released := -1
+		apply := func() {
+			t.Helper()
+			if m.HasReady() != pending {
+				t.Fatalf("HasReady %v, model %v", m.HasReady(), pending)
+			}
+			if !pending {
+				return
+			}
+			rd := m.Ready()
+			if len(rd.Ledger) != 1 || rd.State == nil || len(rd.Outbox) != len(nb) {
+				t.Fatalf("release with %d entries, %d messages", len(rd.Ledger), len(rd.Outbox))
+			}
+			e := rd.Ledger[0]
+			if int(e.Hop) != released+1 || int(e.Hop) != cur || rd.State.Iter != cur {
+				t.Fatalf("release of iteration %d (state %d) after %d, model at %d", e.Hop, rd.State.Iter, released, cur)
+			}
+			released = cur
+			if wantPure := cur%2 == 1; (e.Mechanism == privacy.MechPure) != wantPure || (!wantPure && e.Epsilon != 0) {
+				t.Fatalf("iteration %d: entry %s eps %v", cur, e.Mechanism, e.Epsilon)
+			}
+			if e.Recipient != "1,2" {
+				t.Fatalf("entry names %q", e.Recipient)
+			}
+			for k, env := range rd.Outbox {
+				if env.To != nb[k] || env.Msg.Iter != cur || env.Msg.From != 0 {
+					t.Fatalf("message %+v of release %d", env, cur)
+				}
+			}
+			m.Advance(rd)
+			pending = false
+			if cur < iters && have[[2]int{1, cur}] && have[[2]int{2, cur}] {
+				delete(have, [2]int{1, cur})
+				delete(have, [2]int{2, cur})
+				cur++
+				pending = true
+			}
+		}
+		step := func(msg Message) {
+			t.Helper()
+			var want error
+			finite := true
+			for _, v := range msg.Vec {
+				finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
+			}
+			switch {
+			case msg.From != 1 && msg.From != 2:
+				want = ErrNotNeighbor
+			case len(msg.Vec) != 2:
+				want = ErrDim
+			case !finite:
+				want = ErrNotFinite
+			case msg.Iter < cur:
+				want = ErrStale
+			case msg.Iter > cur+1:
+				want = ErrFuture
+			case have[[2]int{msg.From, msg.Iter}]:
+				want = ErrDuplicate
+			}
+			if err := m.Step(msg); err != want {
+				t.Fatalf("Step(%+v) at iteration %d = %v, want %v", msg, cur, err, want)
+			}
+			if want != nil {
+				return
+			}
+			have[[2]int{msg.From, msg.Iter}] = true
+			if !pending && cur < iters && have[[2]int{1, cur}] && have[[2]int{2, cur}] {
+				delete(have, [2]int{1, cur})
+				delete(have, [2]int{2, cur})
+				cur++
+				pending = true
+			}
+		}
+		apply()
+		step(Message{From: from, Iter: iter, Vec: []float64{a, b}})
+		step(Message{From: 2, Iter: 0, Vec: []float64{0.1, 0.1}})
+		step(Message{From: from, Iter: iter, Vec: []float64{a}})
+		vals := []float64{a, b, 0.25, -1.5, math.NaN(), math.Inf(-1)}
+		for k := 0; k+2 < len(ops); k += 3 {
+			op, x, y := ops[k], ops[k+1], ops[k+2]
+			if op%4 == 0 {
+				apply()
+				continue
+			}
+			froms := []int{1, 2, 0, 3, -1}
+			msg := Message{From: froms[int(x)%len(froms)], Iter: cur + int(y%5) - 1, Vec: []float64{vals[int(x/5)%len(vals)], vals[int(y/5)%len(vals)]}}
+			if op%4 == 3 {
+				msg.Vec = msg.Vec[:int(op/4)%3]
+			}
+			step(msg)
+			if m.Iter() != cur {
+				t.Fatalf("machine at %d, model at %d", m.Iter(), cur)
+			}
+		}
+		for pending {
+			apply()
+		}
 		for _, v := range append(m.Model(), m.Dual()...) {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Fatalf("non-finite state after %d %d %v %v", from, iter, a, b)

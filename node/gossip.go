@@ -34,45 +34,31 @@ func GossipProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + ru
 const StaleFile = "gossip-stale"
 
 // MissingPolicy is what a node does when a neighbour's vector for the current iteration
-// has not arrived within the barrier timeout. See docs/radmm-network.md.
-type MissingPolicy uint8
+// has not arrived within the barrier timeout (gossip.MissingPolicy; the policy itself is
+// applied by gossip.Exchange). See docs/radmm-network.md.
+type MissingPolicy = gossip.MissingPolicy
 
 // Missing-neighbour policies.
 const (
 	// MissingStop ends the run with ErrNeighborMissing naming the neighbour(s) and the
 	// iteration (the default: a result is never silently computed from old values).
-	MissingStop MissingPolicy = iota
+	MissingStop = gossip.MissingStop
 	// MissingWait keeps waiting (logging a warning at every timeout) until the vector
 	// arrives or the context ends.
-	MissingWait
+	MissingWait = gossip.MissingWait
 	// MissingStale continues with the neighbour's last received vector in place of the
 	// missing one, after recording the substitution durably (StaleFile), logging it at
 	// warn level and reporting it in GossipResult.Stale.
-	MissingStale
+	MissingStale = gossip.MissingStale
 )
-
-var missingNames = []string{"stop", "wait", "stale"}
-
-// String returns the CLI name of the policy.
-func (p MissingPolicy) String() string {
-	if int(p) < len(missingNames) {
-		return missingNames[p]
-	}
-	return fmt.Sprintf("MissingPolicy(%d)", int(p))
-}
 
 // ParseMissingPolicy parses stop, wait or stale ("" = stop).
 func ParseMissingPolicy(s string) (MissingPolicy, error) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	if s == "" {
-		return MissingStop, nil
+	p, err := gossip.ParseMissingPolicy(s)
+	if err != nil {
+		return 0, fmt.Errorf("node: unknown --on-missing policy %q (want stop, wait or stale)", strings.ToLower(strings.TrimSpace(s)))
 	}
-	for i, n := range missingNames {
-		if s == n {
-			return MissingPolicy(i), nil
-		}
-	}
-	return 0, fmt.Errorf("node: unknown --on-missing policy %q (want stop, wait or stale)", s)
+	return p, nil
 }
 
 // Errors of the gossip runtime.
@@ -116,8 +102,10 @@ type GossipConfig struct {
 	Listen []string
 	// Barrier is the barrier timeout: how long the node waits at an iteration for a
 	// neighbour's vector before it checks the neighbour. Once it has passed, a neighbour that
-	// is not connected is declared missing and OnMissing applies. Default 30 s (a local
-	// solve of a large dimension on a loaded machine can take seconds).
+	// is not connected is declared missing and OnMissing applies; the check is repeated
+	// every max(Barrier/4, 10 ms). Default 30 s (a local solve of a large dimension on a
+	// loaded machine can take seconds). The policy is gossip.Exchange's: the node maps the
+	// durations onto ticks of an eighth of the check period, rounding up (exchangeConfig).
 	Barrier time.Duration
 	// MaxWait is how long a neighbour that is still connected (alive, but possibly waiting
 	// on its own barrier or paused) is waited for before it is declared missing too.
@@ -153,11 +141,7 @@ type GossipConfig struct {
 
 // StaleUse records that iteration Iter+1 was computed with neighbour Neighbor's vector of
 // iteration UsedIter in place of its (missing) vector of iteration Iter.
-type StaleUse struct {
-	Iter     int `json:"iter"`
-	Neighbor int `json:"neighbor"`
-	UsedIter int `json:"used_iter"`
-}
+type StaleUse = gossip.StaleUse
 
 // GossipResult is the outcome of a completed gossip run on one node.
 type GossipResult struct {
@@ -211,14 +195,15 @@ type GossipNode struct {
 	progMu sync.Mutex
 	prog   gossipProg
 
+	// The barrier policy around the machine, and the length of its tick; loop-owned.
+	ex   *gossip.Exchange
+	tick time.Duration
+
 	// Journal (GossipJournalFile) and resumption; loop-owned after NewGossipNode.
-	jfile    *os.File
-	inputs   map[int][]journalIn // iteration -> neighbour vectors consumed at its barrier
-	resend   [][]float64         // the last (at most two) vectors released, oldest first
-	restored map[int]journalIn   // after a restore: the last input of every neighbour
-	resumed  bool                // the machine was restored from the journal
-	reconn   chan int            // neighbours that reconnected after a disconnection
-	notifee  *network.NotifyBundle
+	jfile   *os.File
+	resumed bool     // the exchange was restored from the journal
+	reconn  chan int // neighbours that reconnected after a disconnection
+	notifee *network.NotifyBundle
 }
 
 // gossipProg is the part of GossipProgress the loop maintains.
@@ -263,6 +248,11 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 	if !cfg.Machine.HasReady() || cfg.Machine.Iter() != 0 {
 		return nil, errors.New("node: the gossip machine must be fresh (iteration 0 with its initial release pending)")
 	}
+	tick, xc := exchangeConfig(cfg)
+	ex, err := gossip.NewExchange(cfg.Machine, xc)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	index := make(map[peer.ID]int, len(cfg.Members))
 	for i, p := range cfg.Members {
 		if _, dup := index[p]; dup {
@@ -305,7 +295,7 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 			ErrRejoin, cfg.DataDir, cfg.Run)
 	}
 	g := &GossipNode{cfg: cfg, store: st, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
-		met: cfg.metrics, inputs: map[int][]journalIn{}, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
+		met: cfg.metrics, ex: ex, tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
 	g.prog.iter = -1
 	fail := func(err error) (*GossipNode, error) { g.Close(); return nil, err }
 	if g.jfile, err = os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
@@ -323,7 +313,7 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 			cfg.Noise = NewJournalNoise(noNoise{})
 			g.cfg.Noise = cfg.Noise
 		}
-		if g.restored, err = g.restore(recs, priorRun); err != nil {
+		if err := g.restore(recs, priorRun); err != nil {
 			return fail(err)
 		}
 		g.resumed = true
@@ -469,52 +459,44 @@ func (g *GossipNode) reject(lg zerolog.Logger, label, reason string) {
 	lg.Warn().Str("verdict", "reject").Msg("gossip frame rejected: " + reason)
 }
 
-// Run drives the machine until iteration T is computed (or the policy stops the run) and
-// returns the node's result. It applies the Ready contract for every release: ledger
-// entries appended and fsynced, then the frame queued to every neighbour, then Advance.
+// exchangeConfig maps cfg's durations onto the ticks of a gossip.Exchange. The check
+// period is max(Barrier/4, 10 ms) and a tick is an eighth of it (a 32nd of the barrier
+// timeout once it is at least 40 ms): the barrier timeout and the maximum wait are
+// rounded up to whole ticks, so a neighbour is never declared missing early.
+func exchangeConfig(cfg GossipConfig) (time.Duration, gossip.ExchangeConfig) {
+	recheck := max(cfg.Barrier/4, 10*time.Millisecond)
+	tick := recheck / 8
+	ticks := func(d time.Duration) int { return int((d + tick - 1) / tick) }
+	return tick, gossip.ExchangeConfig{Barrier: ticks(cfg.Barrier), MaxWait: ticks(cfg.MaxWait), Recheck: 8,
+		Window: cfg.Window, OnMissing: cfg.OnMissing}
+}
+
+// Run drives the exchange until iteration T is computed (or the policy stops the run) and
+// returns the node's result. The loop does I/O only: it applies every Ready in the
+// contract's order (stale records, journal and ledger fsynced, then the frames queued to
+// the neighbours, then Advance), hands validated frames to Step, reports reconnections,
+// observes the neighbours' connections when a barrier check is due and turns the time it
+// spent waiting for input into ticks (time spent computing is not waiting time). It sleeps
+// until the exchange's next deadline or the next input.
 func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	g.cancel = cancel
 	defer cancel()
 	defer g.finish()
 	start := time.Now()
-	m := g.cfg.Machine
+	x := g.ex
 	res := &GossipResult{}
 	for _, p := range g.peers {
 		g.bg.Add(1)
 		go func() { defer g.bg.Done(); g.sender(ctx, p) }()
 	}
-	type lastVec struct {
-		iter int
-		vec  []float64
+	if g.resumed {
+		// The neighbours may not have received the last releases before the crash: send
+		// them again, the same journaled vectors (duplicates are ignored).
+		g.log.Warn().Int("iter", x.Iter()).Msg("resumed from the journal: re-sending the last released vectors unchanged")
+		x.Resume()
 	}
-	last := map[int]lastVec{}
-	for j, in := range g.restored {
-		last[j] = lastVec{in.Iter, in.Vec}
-	}
-	early := map[int][]gossip.Message{} // iteration -> frames more than one ahead
-	note := func(from, iter int, vec []float64) {
-		if l, ok := last[from]; !ok || iter > l.iter {
-			last[from] = lastVec{iter, vec}
-		}
-	}
-	step := func(msg gossip.Message) {
-		switch err := m.Step(msg); {
-		case err == nil:
-			note(msg.From, msg.Iter, msg.Vec)
-			g.inputs[msg.Iter] = append(g.inputs[msg.Iter], journalIn{From: msg.From, Iter: msg.Iter, Vec: msg.Vec})
-		case errors.Is(err, gossip.ErrStale) || errors.Is(err, gossip.ErrDuplicate):
-			g.ignore()
-			g.log.Debug().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame ignored: " + err.Error())
-		default:
-			g.rejected.Add(1)
-			if g.met != nil {
-				g.met.gRejected.WithLabelValues("machine").Inc()
-			}
-			g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame rejected by the machine: " + err.Error())
-		}
-	}
-	timer := time.NewTimer(g.cfg.Barrier)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	rearm := func(d time.Duration) {
 		if !timer.Stop() {
@@ -523,22 +505,12 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 			default:
 			}
 		}
-		timer.Reset(d)
+		timer.Reset(max(d, 0))
 	}
-	recheck := max(g.cfg.Barrier/4, 10*time.Millisecond)
-	armedAt, waitStart := -1, time.Now()
-	if g.resumed {
-		// The neighbours may not have received the last releases before the crash: send
-		// them again, the same journaled vectors (duplicates are ignored).
-		t := m.Iter()
-		g.log.Warn().Int("iter", t).Msg("resumed from the journal: re-sending the last released vectors unchanged")
-		for _, p := range g.peers {
-			g.requeue(p, t)
-		}
-	}
+	var carry time.Duration // waiting time not yet delivered as a tick
 	for {
-		for m.HasReady() {
-			rd := m.Ready()
+		for x.HasReady() {
+			rd := x.Ready()
 			iter, err := g.apply(rd, res)
 			if errors.Is(err, errPaused) {
 				g.log.Warn().Int("iter", iter).Msg("paused after the release became durable, before sending it (fault injection)")
@@ -548,176 +520,210 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 			if err != nil {
 				return nil, err
 			}
-			m.Advance(rd)
-			if g.cfg.HaltAfter > 0 && iter >= g.cfg.HaltAfter {
+			x.Advance(rd)
+			if rd.Stop != nil {
+				return nil, g.stopError(rd.Stop)
+			}
+			if rd.State != nil && g.cfg.HaltAfter > 0 && iter >= g.cfg.HaltAfter {
 				g.flush(ctx, nil)
 				g.log.Warn().Int("iter", iter).Msg("halting on purpose (fault injection)")
 				return nil, fmt.Errorf("%w %d", ErrHalted, iter)
 			}
-			t := m.Iter()
-			for it := range early {
-				if it > t+1 {
-					continue
-				}
-				for _, msg := range early[it] {
-					step(msg)
-				}
-				delete(early, it)
+			if rd.Done && rd.State != nil {
+				g.progMu.Lock()
+				g.prog.done = true
+				g.progMu.Unlock()
+				g.flush(ctx, res)
+				res.Model, res.Iter = rd.Model, x.Iter()
+				res.Rejected, res.Ignored = int(g.rejected.Load()), int(g.ignored.Load())
+				res.Wall = time.Since(start)
+				return res, nil
 			}
 		}
-		if m.Done() {
-			g.progMu.Lock()
-			g.prog.done = true
-			g.progMu.Unlock()
-			g.flush(ctx, res)
-			res.Model, res.Iter = m.Model(), m.Iter()
-			res.Rejected, res.Ignored = int(g.rejected.Load()), int(g.ignored.Load())
-			res.Wall = time.Since(start)
-			return res, nil
-		}
-		if t := m.Iter(); t != armedAt {
-			armedAt, waitStart = t, time.Now()
-			rearm(g.cfg.Barrier)
-		}
+		due, _ := x.Deadline()
+		rearm(time.Duration(due-x.Now())*g.tick - carry)
+		blocked := time.Now()
+		var in *gossipIn
+		reconn := -1
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case j := <-g.reconn:
-			// A neighbour that comes back (a restart) may have lost vectors it acknowledged
-			// before it crashed: send it the last releases again.
-			if p := g.peerOf(j); p != nil {
-				g.log.Info().Int("neighbor", j).Msg("neighbour reconnected: re-sending the last released vectors")
-				g.requeue(p, m.Iter())
-			}
-		case in := <-g.in:
-			msg := gossip.Message{From: in.sender, Iter: int(in.f.Iter), Vec: in.f.Vec}
-			t := m.Iter()
-			switch {
-			case msg.Iter > t+1+g.cfg.Window:
-				g.ignore()
-				g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Int("at", t).Msg("gossip frame too far ahead: dropped")
-			case msg.Iter > t+1:
-				early[msg.Iter] = append(early[msg.Iter], msg)
-			default:
-				step(msg)
-			}
+			reconn = j
+		case f := <-g.in:
+			in = &f
 		case <-timer.C:
-			t := m.Iter()
-			waited := time.Since(waitStart)
-			missing, _ := m.Missing()
-			// A neighbour is declared missing once the barrier timeout has passed and it is
-			// not connected, or once MaxWait has passed: a connected neighbour is usually
-			// alive and waiting on its own barrier (missing vectors cascade along the graph).
-			var gone []int
-			for _, j := range missing {
-				if waited >= g.cfg.MaxWait || g.Host.Network().Connectedness(g.cfg.Members[j]) != network.Connected {
-					gone = append(gone, j)
-				}
+		}
+		carry += time.Since(blocked)
+		if k := int64(carry / g.tick); k > 0 {
+			carry -= time.Duration(k) * g.tick
+			if x.Now()+k >= due {
+				g.observeLiveness()
 			}
-			timer.Reset(recheck)
-			if len(gone) == 0 {
-				g.log.Debug().Int("iter", t).Ints("waiting_for", missing).Dur("waited", waited).Msg("barrier: neighbours connected, still waiting")
-				continue
+			for ; k > 0; k-- {
+				x.Tick()
 			}
-			switch g.cfg.OnMissing {
-			case MissingStop:
-				g.log.Error().Int("iter", t).Ints("missing", gone).Dur("waited", waited).Msg("neighbour missing at the barrier: stopping the run (policy stop)")
-				return nil, fmt.Errorf("%w: node %d waited %v at iteration %d for neighbour(s) %v (policy stop; use --on-missing wait or stale to continue)",
-					ErrNeighborMissing, g.cfg.Self, waited.Round(time.Millisecond), t, gone)
-			case MissingWait:
-				g.log.Warn().Int("iter", t).Ints("missing", gone).Dur("waited", waited).Msg("neighbour missing at the barrier: still waiting (policy wait)")
-			case MissingStale:
-				for _, j := range gone {
-					l, ok := last[j]
-					if !ok {
-						return nil, fmt.Errorf("%w: node %d at iteration %d: neighbour %d never sent a vector that could stand in (policy stale)",
-							ErrNeighborMissing, g.cfg.Self, t, j)
-					}
-					u := StaleUse{Iter: t, Neighbor: j, UsedIter: l.iter}
-					if err := g.recordStale(u); err != nil {
-						return nil, err
-					}
-					res.Stale = append(res.Stale, u)
-					g.progMu.Lock()
-					g.prog.stale++
-					g.progMu.Unlock()
-					if g.met != nil {
-						g.met.gStale.Inc()
-					}
-					g.log.Warn().Int("iter", t).Int("neighbor", j).Int("used_iter", l.iter).Msg("neighbour missing at the barrier: continuing with its last vector (policy stale)")
-					g.inputs[t] = append(g.inputs[t], journalIn{From: j, Iter: t, Vec: l.vec})
-					if err := m.Step(gossip.Message{From: j, Iter: t, Vec: l.vec}); err != nil {
-						return nil, fmt.Errorf("node: stale substitution for neighbour %d at iteration %d: %w", j, t, err)
-					}
-				}
-			}
+		}
+		switch {
+		case in != nil:
+			g.step(gossip.Message{From: in.sender, Iter: int(in.f.Iter), Vec: in.f.Vec})
+		case reconn >= 0:
+			// A neighbour that comes back (a restart) may have lost vectors it acknowledged
+			// before it crashed: the exchange sends it the last releases again.
+			g.log.Info().Int("neighbor", reconn).Msg("neighbour reconnected: re-sending the last released vectors")
+			x.Reconnected(reconn)
 		}
 	}
 }
 
-// apply makes the ledger entries of rd durable, then queues the encoded vector to every
-// neighbour. It returns the released iteration.
-func (g *GossipNode) apply(rd gossip.Ready, res *GossipResult) (int, error) {
-	if len(rd.Ledger) != 1 || len(rd.Outbox) == 0 {
-		return 0, fmt.Errorf("node: invariant: a gossip release carries %d ledger entries and %d messages", len(rd.Ledger), len(rd.Outbox))
+// step hands a validated frame to the exchange. Frames the exchange ignores are counted
+// from its events (apply); the ones it refuses are counted and logged here.
+func (g *GossipNode) step(msg gossip.Message) {
+	err := g.ex.Step(msg)
+	switch {
+	case err == nil, errors.Is(err, gossip.ErrStale), errors.Is(err, gossip.ErrDuplicate),
+		errors.Is(err, gossip.ErrTooFar), errors.Is(err, gossip.ErrEnded):
+	default:
+		g.rejected.Add(1)
+		if g.met != nil {
+			g.met.gRejected.WithLabelValues("machine").Inc()
+		}
+		g.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame rejected by the machine: " + err.Error())
 	}
+}
+
+// observeLiveness tells the exchange which neighbours the host is connected to.
+func (g *GossipNode) observeLiveness() {
+	for _, j := range g.cfg.Neighbors {
+		if g.Host.Network().Connectedness(g.cfg.Members[j]) == network.Connected {
+			g.ex.PeerUp(j)
+		} else {
+			g.ex.PeerDown(j)
+		}
+	}
+}
+
+// waited converts ticks of the exchange to a duration.
+func (g *GossipNode) waited(ticks int64) time.Duration {
+	return (time.Duration(ticks) * g.tick).Round(time.Millisecond)
+}
+
+// stopError is the error users see when the policy stopped the run.
+func (g *GossipNode) stopError(s *gossip.Stop) error {
+	if s.Reason == gossip.StopNoStandIn {
+		return fmt.Errorf("%w: node %d at iteration %d: neighbour %d never sent a vector that could stand in (policy stale)",
+			ErrNeighborMissing, g.cfg.Self, s.Iter, s.Neighbors[0])
+	}
+	return fmt.Errorf("%w: node %d waited %v at iteration %d for neighbour(s) %v (policy stop; use --on-missing wait or stale to continue)",
+		ErrNeighborMissing, g.cfg.Self, g.waited(s.Waited), s.Iter, s.Neighbors)
+}
+
+// apply carries out rd up to the sends: the stale uses are recorded and fsynced, then the
+// release is journaled and its ledger entry appended and fsynced, and only then are the
+// frames queued to the neighbours. Events become logs and counters. It returns the
+// released iteration (-1 when rd releases nothing).
+func (g *GossipNode) apply(rd gossip.ExchangeReady, res *GossipResult) (int, error) {
 	if g.cfg.Noise != nil && g.cfg.Noise.err != nil {
 		return 0, fmt.Errorf("node: noise source: %w", g.cfg.Noise.err)
 	}
-	es := make([]privacy.Entry, len(rd.Ledger))
-	for k, e := range rd.Ledger {
+	g.logEvents(rd.Events)
+	for _, u := range rd.StaleUses {
+		if err := g.recordStale(u); err != nil {
+			return 0, err
+		}
+		if res != nil {
+			res.Stale = append(res.Stale, u)
+		}
+		g.progMu.Lock()
+		g.prog.stale++
+		g.progMu.Unlock()
+		if g.met != nil {
+			g.met.gStale.Inc()
+		}
+	}
+	iter := -1
+	if rd.State != nil {
+		if len(rd.Ledger) != 1 || int(rd.Ledger[0].Hop) != rd.State.Iter {
+			return 0, fmt.Errorf("node: invariant: the release of iteration %d carries %d ledger entries", rd.State.Iter, len(rd.Ledger))
+		}
+		e := rd.Ledger[0]
 		e.Run = g.cfg.Run
 		if err := e.Validate(); err != nil {
 			return 0, fmt.Errorf("node: ledger entry: %w", err)
 		}
-		es[k] = e
+		es := []privacy.Entry{e}
+		// Journal first (release, inputs, noise), then the ledger, then the sends.
+		if err := g.journal(rd.State); err != nil {
+			return 0, fmt.Errorf("node: cannot make the journal durable, stopping before any send: %w", err)
+		}
+		if err := g.store.AppendLedger(es); err != nil {
+			return 0, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
+		}
+		if res != nil {
+			res.Ledger = append(res.Ledger, es...)
+		}
+		iter = rd.State.Iter
+		g.progress(es, iter)
+		if g.cfg.PauseAt > 0 && iter == g.cfg.PauseAt {
+			return iter, errPaused
+		}
+	} else if len(rd.Ledger) != 0 {
+		return 0, fmt.Errorf("node: invariant: %d ledger entries without a release", len(rd.Ledger))
 	}
-	// Journal first (release, inputs, noise), then the ledger, then the sends.
-	vec := rd.Outbox[0].Msg.Vec
-	if err := g.journal(int(es[0].Hop), vec); err != nil {
-		return 0, fmt.Errorf("node: cannot make the journal durable, stopping before any send: %w", err)
-	}
-	if err := g.store.AppendLedger(es); err != nil {
-		return 0, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
-	}
-	g.resend = append(g.resend, vec)
-	if len(g.resend) > 2 {
-		g.resend = g.resend[1:]
-	}
-	if res != nil {
-		res.Ledger = append(res.Ledger, es...)
-	}
-	iter := int(es[0].Hop)
-	g.progress(es, iter)
-	if g.cfg.PauseAt > 0 && iter == g.cfg.PauseAt {
-		return iter, errPaused
-	}
-	msg := rd.Outbox[0].Msg
-	if msg.Iter != iter {
-		return 0, fmt.Errorf("node: invariant: vector of iteration %d not covered by ledger iteration %d", msg.Iter, iter)
-	}
-	raw, err := EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(msg.Iter), From: uint32(g.cfg.Self), Vec: msg.Vec})
-	if err != nil {
-		return 0, err
-	}
+	// One encoding per iteration: the envelopes of a release share its vector.
+	enc := map[int][]byte{}
 	for _, env := range rd.Outbox {
+		msg := env.Msg
+		if rd.State != nil && msg.Iter == rd.State.Iter && !sameFloats(msg.Vec, rd.State.Vec) {
+			return 0, fmt.Errorf("node: invariant: vector of iteration %d differs from the journaled release", msg.Iter)
+		}
 		p := g.peerOf(env.To)
 		if p == nil {
 			return 0, fmt.Errorf("node: invariant: machine addressed node %d, not a neighbour", env.To)
+		}
+		raw, ok := enc[msg.Iter]
+		if !ok {
+			var err error
+			if raw, err = EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(msg.Iter), From: uint32(g.cfg.Self), Vec: msg.Vec}); err != nil {
+				return 0, err
+			}
+			enc[msg.Iter] = raw
 		}
 		select {
 		case p.q <- raw:
 			// f_i(T) is consumed by nobody (every neighbour computes f_j(T) from the
 			// vectors of iteration T-1): it is sent, but the end-of-run flush does not wait
 			// for a neighbour that may already have finished and gone.
-			if iter < g.cfg.Iters {
+			if msg.Iter < g.cfg.Iters {
 				p.queued++
 			}
 		default:
-			g.log.Error().Int("to", p.idx).Int("iter", iter).Msg("send queue full: vector dropped")
+			g.log.Error().Int("to", p.idx).Int("iter", msg.Iter).Msg("send queue full: vector dropped")
 		}
 	}
 	return iter, nil
+}
+
+// logEvents turns the exchange's events into log lines and counters.
+func (g *GossipNode) logEvents(evs []gossip.Event) {
+	for _, e := range evs {
+		switch e.Kind {
+		case gossip.EventDropped:
+			g.ignore()
+			g.log.Warn().Ints("from", e.Peers).Int("iter", e.Iter).Int("at", g.ex.Iter()).Msg("gossip frame too far ahead: dropped")
+		case gossip.EventIgnored:
+			g.ignore()
+			g.log.Debug().Ints("from", e.Peers).Int("iter", e.Iter).Msg("gossip frame ignored: " + e.Err.Error())
+		case gossip.EventWaiting:
+			g.log.Debug().Int("iter", e.Iter).Ints("waiting_for", e.Peers).Dur("waited", g.waited(e.Waited)).Msg("barrier: neighbours connected, still waiting")
+		case gossip.EventMissing:
+			g.log.Warn().Int("iter", e.Iter).Ints("missing", e.Peers).Dur("waited", g.waited(e.Waited)).Msg("neighbour missing at the barrier: still waiting (policy wait)")
+		case gossip.EventStale:
+			g.log.Warn().Int("iter", e.Iter).Ints("neighbor", e.Peers).Int("used_iter", e.UsedIter).Msg("neighbour missing at the barrier: continuing with its last vector (policy stale)")
+		case gossip.EventStopped:
+			g.log.Error().Int("iter", e.Iter).Ints("missing", e.Peers).Dur("waited", g.waited(e.Waited)).Msg("neighbour missing at the barrier: stopping the run (policy " + g.cfg.OnMissing.String() + ")")
+		}
+	}
 }
 
 func (g *GossipNode) peerOf(j int) *gossipPeer {
@@ -788,6 +794,16 @@ func (g *GossipNode) flush(ctx context.Context, res *GossipResult) {
 		select {
 		case <-ctx.Done():
 			return
+		case j := <-g.reconn:
+			// A neighbour that restarted meanwhile may need the last releases again.
+			g.ex.Reconnected(j)
+			for g.ex.HasReady() {
+				rd := g.ex.Ready()
+				if _, err := g.apply(rd, res); err != nil {
+					g.log.Warn().Err(err).Msg("cannot re-send the last vectors")
+				}
+				g.ex.Advance(rd)
+			}
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

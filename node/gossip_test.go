@@ -214,7 +214,8 @@ func pureRun(t *testing.T, ms []*gossip.Machine) {
 }
 
 // gossipNet creates one GossipNode per machine on loopback and fills the peerstores.
-func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy) []*GossipNode {
+// Each mod may change node i's configuration before the node is created.
+func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *GossipConfig)) []*GossipNode {
 	t.Helper()
 	n := len(ms)
 	ids := make([]peer.ID, n)
@@ -229,8 +230,12 @@ func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barr
 	}
 	nodes := make([]*GossipNode, n)
 	for i := range nodes {
-		g, err := NewGossipNode(context.Background(), GossipConfig{Run: "r", DataDir: dirs[i], NoSync: true, Members: ids, Self: i,
-			Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol})
+		c := GossipConfig{Run: "r", DataDir: dirs[i], NoSync: true, Members: ids, Self: i,
+			Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol}
+		for _, mod := range mods {
+			mod(i, &c)
+		}
+		g, err := NewGossipNode(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)
 		}

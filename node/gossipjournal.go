@@ -49,6 +49,11 @@ type journalIn struct {
 	From int       `json:"from"`
 	Iter int       `json:"iter"`
 	Vec  []float64 `json:"vec"`
+	// Stale marks a stale substitution; Used is then the iteration the vector was released
+	// for (journals written before these fields existed replay such an input as a vector
+	// of iteration Iter).
+	Stale bool `json:"stale,omitempty"`
+	Used  int  `json:"used_iter,omitempty"`
 }
 
 // noiseDraw is one call of the noise source: Normal (Sigma and the values filled) or
@@ -204,15 +209,15 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 	return out, good, nil
 }
 
-// restore replays the journal recs into the fresh machine m (noise from jn): every
+// restore replays the journal recs into the fresh exchange (noise from the journal): every
 // recomputed release must equal the journaled vector bit for bit and the ledger entries
 // prior of the run must be those of the journaled releases (a release journaled but not
 // yet in the ledger, from a crash between the two writes, gets its entry now, before
-// anything is sent). It returns the inputs last consumed from each neighbour.
-func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) (map[int]journalIn, error) {
-	m, jn := g.cfg.Machine, g.cfg.Noise
-	refuse := func(format string, a ...any) (map[int]journalIn, error) {
-		return nil, fmt.Errorf("%w: %s: %s", ErrRejoin, g.cfg.DataDir, fmt.Sprintf(format, a...))
+// anything is sent). Nothing is sent: Run re-sends the last releases (Exchange.Resume).
+func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
+	x, jn := g.ex, g.cfg.Noise
+	refuse := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrRejoin, g.cfg.DataDir, fmt.Sprintf(format, a...))
 	}
 	if len(prior) > len(recs) {
 		return refuse("the ledger holds %d entries of run %q but the journal only %d releases", len(prior), g.cfg.Run, len(recs))
@@ -220,25 +225,24 @@ func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) (map[int]
 	for _, r := range recs {
 		jn.replay = append(jn.replay, r.Noise...)
 	}
-	last := map[int]journalIn{}
 	for r, rec := range recs {
 		for _, in := range rec.In {
 			if in.Iter != r-1 {
 				return refuse("release %d lists an input of iteration %d", r, in.Iter)
 			}
-			if err := m.Step(gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}); err != nil {
+			msg := gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}
+			if err := x.Replay(gossip.Input{Message: msg, StandIn: in.Stale, UsedIter: in.Used}); err != nil {
 				return refuse("replaying the input of neighbour %d at iteration %d: %v", in.From, in.Iter, err)
 			}
-			last[in.From] = in
 		}
-		if !m.HasReady() {
+		if !x.HasReady() {
 			return refuse("the journaled inputs do not complete the barrier before release %d", r)
 		}
-		rd := m.Ready()
+		rd := x.Ready()
 		if jn.err != nil {
 			return refuse("%v", jn.err)
 		}
-		if len(rd.Outbox) == 0 || rd.Outbox[0].Msg.Iter != r || !sameFloats(rd.Outbox[0].Msg.Vec, rec.Vec) || len(rd.Ledger) != 1 {
+		if rd.State == nil || rd.State.Iter != r || !sameFloats(rd.State.Vec, rec.Vec) || len(rd.Ledger) != 1 {
 			return refuse("the machine does not reproduce release %d bit for bit (refusing to release it again differently)", r)
 		}
 		e := rd.Ledger[0]
@@ -249,30 +253,28 @@ func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) (map[int]
 				return refuse("ledger entry %d (%s, iteration %d) does not match the replayed release %d", r, p.Mechanism, p.Hop, r)
 			}
 		} else if err := g.store.AppendLedger([]privacy.Entry{e}); err != nil {
-			return nil, fmt.Errorf("node: cannot make the ledger durable: %w", err)
+			return fmt.Errorf("node: cannot make the ledger durable: %w", err)
 		}
 		g.progress([]privacy.Entry{e}, r)
-		g.resend = append(g.resend, rec.Vec)
-		if len(g.resend) > 2 {
-			g.resend = g.resend[1:]
-		}
-		m.Advance(rd)
+		x.Advance(rd)
 	}
 	if jn.pos != len(jn.replay) {
 		return refuse("%d journaled noise draws were not used by the replay", len(jn.replay)-jn.pos)
 	}
 	jn.replay, jn.pos, jn.rec = nil, 0, nil
-	return last, nil
+	return nil
 }
 
-// journal appends the record of release iter and fsyncs it (before the ledger entry).
-func (g *GossipNode) journal(iter int, vec []float64) error {
-	rec := journalRec{Run: g.cfg.Run, Iter: iter, Vec: vec, In: g.inputs[iter-1]}
-	delete(g.inputs, iter-1)
+// journal appends the record of the release st and fsyncs it (before the ledger entry).
+func (g *GossipNode) journal(st *gossip.ExchangeState) error {
+	rec := journalRec{Run: g.cfg.Run, Iter: st.Iter, Vec: st.Vec}
+	for _, in := range st.Inputs {
+		rec.In = append(rec.In, journalIn{From: in.From, Iter: in.Iter, Vec: in.Vec, Stale: in.StandIn, Used: in.UsedIter})
+	}
 	if g.cfg.Noise != nil {
 		rec.Noise = g.cfg.Noise.take()
 	}
-	if iter == 0 {
+	if st.Iter == 0 {
 		rec.Members = make([]string, len(g.cfg.Members))
 		rec.Addrs = make([][]string, len(g.cfg.Members))
 		for i, p := range g.cfg.Members {
@@ -313,27 +315,6 @@ func (noNoise) Normal(dst []float64, _ float64) {
 }
 func (noNoise) Uniform() float64 { return math.NaN() }
 func (noNoise) Secure() bool     { return true }
-
-// requeue queues the last released vectors (iterations t-1 and t, as journaled) to p
-// again. The receiver ignores the ones it already has.
-func (g *GossipNode) requeue(p *gossipPeer, t int) {
-	for k, vec := range g.resend {
-		iter := t - len(g.resend) + 1 + k
-		raw, err := EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(iter), From: uint32(g.cfg.Self), Vec: vec})
-		if err != nil {
-			g.log.Error().Err(err).Msg("cannot encode a re-sent vector")
-			return
-		}
-		select {
-		case p.q <- raw:
-			if iter < g.cfg.Iters {
-				p.queued++
-			}
-		default:
-			g.log.Warn().Int("to", p.idx).Int("iter", iter).Msg("send queue full: re-sent vector dropped")
-		}
-	}
-}
 
 // watchReconnects reports, on g.reconn, every neighbour that connects again after all
 // its connections had closed.

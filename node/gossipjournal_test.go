@@ -89,11 +89,9 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	ref, _ := noisyMachines(t, nbrs, T)
 	pureRun(t, ref)
 	ms, jns := noisyMachinesSecure(t, nbrs, T, sec)
-	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait)
-	for i, g := range nodes {
-		g.cfg.Noise = jns[i]
-		g.cfg.MaxWait = time.Hour
-	}
+	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *GossipConfig) {
+		c.Noise, c.MaxWait = jns[i], time.Hour
+	})
 	nodes[1].cfg.PauseAt = pause
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -253,7 +251,7 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd := ms[0].Ready()
+	rd := g.ex.Ready()
 	if _, err := g.apply(rd, nil); err != nil { // release f(0): journal, then ledger
 		t.Fatal(err)
 	}
@@ -402,7 +400,7 @@ func freePort(t *testing.T) int {
 }
 
 // FuzzGossipJournal: any journal file gives records or an error, never a panic, and
-// replaying parsed records into a fresh machine either restores it or refuses with
+// replaying parsed records into a fresh exchange either restores it or refuses with
 // ErrRejoin.
 func FuzzGossipJournal(f *testing.F) {
 	f.Add([]byte(`{"run":"r","iter":0,"members":["a","b"],"total_rows":40,"vec":[0,-0.2,0.05]}` + "\n"))
@@ -433,8 +431,12 @@ func FuzzGossipJournal(f *testing.F) {
 		}
 		defer st.Close()
 		st.NoSync = true
-		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st}
-		if _, err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
+		ex, err := gossip.NewExchange(ms[0], gossip.DefaultExchangeConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st, ex: ex}
+		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}
 	})

@@ -128,8 +128,12 @@ type GossipSim struct {
 	K        int    // charged iterations per node
 	// Acc holds each node's accountant inputs; ExactSolves is updated from the run by RunGossip.
 	Acc []privacy.ObjPertNode
-	// Configs are the machines' configurations (f_i(0) among them).
-	Configs []gossip.Config
+	// Configs are the machines' configurations (f_i(0) among them) and RowWeight,
+	// RegOverN and Loss the parameters of their objectives (gossip.NewObjective on
+	// Shards[i]): what is needed to build the same machine again (a restart).
+	Configs             []gossip.Config
+	RowWeight, RegOverN float64
+	Loss                consensus.Loss
 
 	queue []gossip.Envelope
 }
@@ -348,7 +352,8 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908}
+	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
+		RowWeight: rowWeight, RegOverN: regOverN, Loss: o.Problem.Loss}
 	for i := 0; i < n; i++ {
 		obj, err := gossip.NewObjective(shards[i], o.Problem.Loss, rowWeight, regOverN)
 		if err != nil {

@@ -258,8 +258,10 @@ func (m *Machine) clipBound(ww, aw, s float64, n int) float64 {
 //
 // prox_{gamma r} of r = L1 ||.||_1 + (L2/2) ||.||^2 is soft-thresholding at t = gamma L1 then
 // shrinking by 1/(1 + gamma L2); it is applied to zhat, never to the previous z (digest 2.9).
-// A noisy update (eta != nil) goes through applyLattice, which may refuse the token; the
-// sweep here is the noiseless one and never fails.
+// A noisy update (eta != nil) goes through applyLattice, which may refuse the token. The
+// sweep here is the noiseless one: with g it refuses (ErrNotFinite, nothing written) an
+// update whose result would not be finite; with a it is only called with a clipped d of
+// norm at most C (updateRankOne's bound), which cannot overflow, and never fails.
 func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) error {
 	if eta != nil {
 		return m.applyLattice(g, a, s, sc, z, zhat, eta)
@@ -270,6 +272,18 @@ func (m *Machine) apply(g, a []float64, s, sc float64, z, zhat, eta []float64) e
 	zhat = zhat[:n]
 	if g != nil {
 		g = g[:n]
+		// A token with huge finite coordinates can make d non-finite (a NaN or infinite
+		// norm leaves d unclipped), or u + du and zhat + du/n overflow (ls-sgd does not clip
+		// d): such a token is refused before anything is written, as in applyLattice, so
+		// that u_i stays finite and no non-finite model is released.
+		var chk float64
+		for k := range z {
+			du := sc * g[k]
+			chk += (u[k]+du)*0 + (zhat[k]+float64(du*inv))*0
+		}
+		if chk != 0 { // x*0 is 0 for finite x, NaN otherwise
+			return ErrNotFinite
+		}
 		for k := range z {
 			du := sc * g[k]
 			u[k] += du

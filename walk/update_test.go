@@ -1,11 +1,13 @@
 package walk
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // updatePair returns two machines for the same one-row squared loss (a, y) with weight 1:
@@ -170,6 +172,63 @@ func BenchmarkUpdateRankOne(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if err := ms[(i*7)%n].update(tok.Z, tok.Zhat); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestHugeFiniteTokenRefused: a token whose coordinates are finite but so large that the
+// update overflows is refused with ErrNotFinite before anything is written (u_i, K_i and
+// the token unchanged, no Ready), in the noiseless paths (prox general and rank-one,
+// linearized) and in ls-sgd, which does not clip its step, with and without noise; a
+// noisy prox update refuses it too (applyLattice). Whatever the path, a node never makes
+// u_i or a released model non-finite from a finite token.
+func TestHugeFiniteTokenRefused(t *testing.T) {
+	d := smallLogistic()
+	for _, c := range []struct {
+		name   string
+		data   *consensus.Dataset
+		loss   consensus.Loss
+		sigma  float64
+		lambda float64
+		step   StepParams
+		z      float64
+	}{
+		{"prox general", d, consensus.Squared, 0, 0.5, StepParams{}, -math.MaxFloat64},
+		{"prox rank-one", oneRow([]float64{1, 0.5, -0.5, 0}, 0.3), consensus.Squared, 0, 0.5, StepParams{}, -math.MaxFloat64},
+		{"prox rank-one noisy", oneRow([]float64{1, 0.5, -0.5, 0}, 0.3), consensus.Squared, 0.5, 0.5, StepParams{}, -math.MaxFloat64},
+		{"linearized", d, consensus.Squared, 0, 0.5, StepParams{Kind: StepLinearized, Eta: 1}, -math.MaxFloat64},
+		{"ls-sgd", d, consensus.Logistic, 0, 1, StepParams{Kind: StepLSSGD, Eta: 1e9, Rate: 1}, math.MaxFloat64},
+		{"ls-sgd noisy", d, consensus.Logistic, 0.5, 1, StepParams{Kind: StepLSSGD, Eta: 1e9, Nu: 0.1, Rate: 1}, math.MaxFloat64},
+	} {
+		ll, err := consensus.NewLocalLoss(c.data, c.loss, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Node: 0, Nodes: 3, Gamma: 1, Lambda: c.lambda, Clip: 1, Sigma: c.sigma, Rand: rand.New(rand.NewPCG(1, 2)),
+			Noise: privacy.NewSeededNoise(3), Run: "r", Step: c.step}
+		m, err := New(cfg, ll, 4)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		u0 := []float64{1, -2, 0.5, 0}
+		if err := m.Restore(Checkpoint{Updates: 2, U: u0}); err != nil {
+			t.Fatal(err)
+		}
+		z := []float64{c.z, 0.25, -0.5, 1}
+		zhat := []float64{0, 0.25, -0.5, 1}
+		tok := Token{Run: "r", Z: append([]float64(nil), z...), Zhat: append([]float64(nil), zhat...)}
+		err = m.Step(Message{Token: tok})
+		if !errors.Is(err, ErrNotFinite) {
+			if err == nil {
+				rd := m.Ready()
+				t.Errorf("%s: accepted: u %v, released z %v zhat %v", c.name, rd.State.U, rd.Outbox[0].Token.Z, rd.Outbox[0].Token.Zhat)
+			} else {
+				t.Errorf("%s: %v, want ErrNotFinite", c.name, err)
+			}
+			continue
+		}
+		if m.HasReady() || m.Updates() != 2 || !sameBits(m.U(), u0) || !sameBits(tok.Z, z) || !sameBits(tok.Zhat, zhat) {
+			t.Errorf("%s: a refused token changed the machine or the token: u %v, K_i %d", c.name, m.U(), m.Updates())
 		}
 	}
 }

@@ -31,6 +31,9 @@ var (
 	ErrForeign = errors.New("walk: token belongs to another run or walk")
 	// ErrBusy is returned when Step is called while a Ready is still pending.
 	ErrBusy = errors.New("walk: previous Ready not yet advanced")
+	// ErrHop is returned for a token beyond the walk's last hop (Config.Hops), or whose hop
+	// counter is at its largest value and cannot advance.
+	ErrHop = errors.New("walk: token hop beyond the end of the walk")
 )
 
 // Config is the configuration of one node's walk machine.
@@ -71,6 +74,11 @@ type Config struct {
 	Run string
 	// Walk is the walk id; tokens of other walks are refused.
 	Walk uint64
+	// Hops is K, the number of hops of the walk: the node that receives the token at hop K
+	// ends the walk (Ready.Final) instead of making a hop, so no hand-off goes beyond hop K,
+	// and a token beyond hop K is refused with ErrHop. 0 means no limit (the driver ends
+	// the walk).
+	Hops uint64
 	// Scratch optionally gives transient buffers shared by all machines driven from one
 	// goroutine (the simulator), which keeps the per-node footprint to u_i alone and the
 	// hot path in cache. nil means the machine allocates its own.
@@ -184,13 +192,15 @@ const (
 	// EventBudgetForward: the token was forwarded unchanged because the privacy budget
 	// allows no further update (BudgetCap reached, and it is the binding cap).
 	EventBudgetForward
+	// EventFinal: the token reached hop Config.Hops here; the walk is over (Ready.Final).
+	EventFinal
 )
 
 // Event reports what the machine did, for logs, metrics and tests. Never read back into state.
 type Event struct {
 	Kind EventKind
-	Hop  uint64 // hop of the outgoing token
-	To   int
+	Hop  uint64 // hop of the outgoing token (EventFinal: of the final token)
+	To   int    // recipient (EventFinal: this node)
 }
 
 // Ready is what the driver must do now, in this order, before calling Advance.
@@ -206,6 +216,13 @@ type Ready struct {
 	Outbox []Envelope
 	// Events: informational; may be consumed at any time.
 	Events []Event
+	// Final: when not nil, the token reached the walk's last hop (Config.Hops) at this node
+	// and the walk is over: Final.Z is the final model, for the driver to publish. A final
+	// Ready has no Ledger entry, no State and no Outbox (the release of that token was
+	// charged in its sender's ledger, naming this node; publishing it is post-processing)
+	// and one EventFinal. Final aliases the machine's buffer and the token's vectors; it is
+	// valid until the next Step.
+	Final *Token
 }
 
 // Machine is one node's random-walk private ADMM state machine. It is single-threaded
@@ -237,6 +254,7 @@ type Machine struct {
 	// rankOne: f_i is a squared loss over one row, whose prox has the closed form r1.
 	rankOne bool
 	dirty   bool
+	done    bool // the pending Ready is the final one (fin)
 	name    string
 	ckpt    Checkpoint
 	// rd is the Ready of a pending hop, one entry, one envelope and one event in the
@@ -248,6 +266,8 @@ type Machine struct {
 	eventBuf  [1]Event
 	// gd is the setting of the gradient-ADMM step (nil for other steps).
 	gd *GADMMSetting
+	// fin is the token of a final Ready (see Ready.Final).
+	fin Token
 	// Not touched by a one-row update.
 	loss *consensus.LocalLoss
 	x    []float64 // scratch: x = prox_{gamma f_i}(2z - u)
@@ -360,16 +380,21 @@ func (m *Machine) Ready() Ready {
 	if !m.dirty {
 		return Ready{}
 	}
+	if m.done {
+		return Ready{Events: m.eventBuf[:], Final: &m.fin}
+	}
 	return m.rd
 }
 
 // Advance tells the machine that the driver applied the Ready.
 func (m *Machine) Advance(Ready) {
-	m.dirty = false
+	m.dirty, m.done = false, false
 }
 
 // Step processes an inbound token. On success the machine takes ownership of the token's
-// vectors, updates them in place and queues the hand-off in Ready.
+// vectors, updates them in place and queues the hand-off in Ready; a token at the walk's
+// last hop (Config.Hops) is queued as Ready.Final instead. A refused token (an error) changes
+// nothing: no Ready, the same u_i and K_i, the token's vectors untouched.
 func (m *Machine) Step(msg Message) error {
 	if m.dirty {
 		return ErrBusy
@@ -382,6 +407,9 @@ func (m *Machine) Step(msg Message) error {
 		return ErrDim
 	}
 	c := &m.cfg
+	if c.Hops > 0 && t.Hop >= c.Hops || t.Hop == math.MaxUint64 {
+		return m.final(t)
+	}
 	mech := MechForward
 	if m.upd < m.cap {
 		// update refuses a non-finite token before writing anything.
@@ -425,5 +453,21 @@ func (m *Machine) Step(msg Message) error {
 	v := &m.eventBuf[0]
 	v.Kind, v.Hop, v.To = kind, hop, next
 	m.dirty = true
+	return nil
+}
+
+// final ends the walk with token t at hop Config.Hops, or refuses a token beyond it (and,
+// without a limit, one whose hop counter cannot advance) with ErrHop.
+func (m *Machine) final(t *Token) error {
+	if t.Hop != m.cfg.Hops || m.cfg.Hops == 0 {
+		return ErrHop
+	}
+	if !allFinite(t.Z, t.Zhat) {
+		return ErrNotFinite
+	}
+	m.fin = *t
+	v := &m.eventBuf[0]
+	v.Kind, v.Hop, v.To = EventFinal, t.Hop, m.cfg.Node
+	m.dirty, m.done = true, true
 	return nil
 }

@@ -3,6 +3,7 @@ package walk
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -261,6 +262,78 @@ func TestStepRejects(t *testing.T) {
 	}
 	if err := m.Step(Message{Token: good()}); err != ErrBusy {
 		t.Fatalf("second step before advance: %v", err)
+	}
+}
+
+// TestWalkEndsAtHops: with Config.Hops = K the walk of two machines hands the token on at
+// hops 1..K, each hand-off covered by its ledger entry, and the node receiving hop K ends
+// it: Ready.Final holds the token as received, one EventFinal, no ledger entry, no state,
+// no envelope, u_i and K_i untouched. A token beyond K is refused with ErrHop, as is one at
+// the largest hop value without K (the counter cannot advance); a non-finite token at hop K
+// is refused too.
+func TestWalkEndsAtHops(t *testing.T) {
+	const K = 5
+	ms := make([]*Machine, 2)
+	for i := range ms {
+		cfg := Config{Node: i, Nodes: 2, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 1, Rand: rand.New(rand.NewPCG(1, uint64(i))),
+			Noise: &fixedNoise{}, Run: "r", Hops: K}
+		ms[i] = newMachine(t, cfg, oneRow([]float64{1, -1}, 0.5), 1)
+	}
+	tok, at := NewToken("r", 0, 2, consensus.Regularizer{}, 1), 0
+	for hop := uint64(1); hop <= K; hop++ {
+		if err := ms[at].Step(Message{Token: tok}); err != nil {
+			t.Fatalf("hop %d: %v", hop, err)
+		}
+		rd := ms[at].Ready()
+		if rd.Final != nil || len(rd.Outbox) != 1 || len(rd.Ledger) != 1 || rd.Outbox[0].Token.Hop != hop || rd.Ledger[0].Hop != hop ||
+			rd.Ledger[0].Recipient != strconv.Itoa(rd.Outbox[0].To) {
+			t.Fatalf("hop %d: Ready %+v", hop, rd)
+		}
+		ms[at].Advance(rd)
+		tok, at = rd.Outbox[0].Token, rd.Outbox[0].To
+	}
+	m := ms[at]
+	u, k := m.U(), m.Updates()
+	z := append([]float64(nil), tok.Z...)
+	nan := Token{Run: "r", Hop: K, Z: []float64{math.NaN(), 0}, Zhat: []float64{0, 0}}
+	if err := m.Step(Message{Token: nan}); err != ErrNotFinite {
+		t.Fatalf("non-finite token at hop K: %v", err)
+	}
+	beyond := Token{Run: "r", Hop: K + 1, Z: []float64{0, 0}, Zhat: []float64{0, 0}}
+	if err := m.Step(Message{Token: beyond}); err != ErrHop || m.HasReady() {
+		t.Fatalf("token beyond K: %v", err)
+	}
+	if err := m.Step(Message{Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	rd := m.Ready()
+	if rd.Final == nil || rd.Final.Hop != K || rd.Final.Z[0] != z[0] || rd.Final.Z[1] != z[1] {
+		t.Fatalf("final %+v, want the token received at hop %d", rd.Final, K)
+	}
+	if rd.Ledger != nil || rd.State != nil || rd.Outbox != nil || len(rd.Events) != 1 || rd.Events[0] != (Event{Kind: EventFinal, Hop: K, To: at}) {
+		t.Fatalf("final Ready %+v", rd)
+	}
+	if m.Updates() != k || m.U()[0] != u[0] || m.U()[1] != u[1] {
+		t.Fatal("the final step changed u or K_i")
+	}
+	if err := m.Step(Message{Token: tok}); err != ErrBusy {
+		t.Fatalf("step with a pending final Ready: %v", err)
+	}
+	m.Advance(rd)
+	if m.HasReady() || m.Ready().Final != nil {
+		t.Fatal("final Ready still pending after Advance")
+	}
+
+	// Without K the hop counter's last value cannot be handed on; the one before can.
+	cfg := Config{Node: 0, Nodes: 1, Gamma: 1, Lambda: 0.5, Clip: 1, Rand: rand.New(rand.NewPCG(1, 1)), Run: "r"}
+	m = newMachine(t, cfg, oneRow([]float64{1, -1}, 0.5), 1)
+	last := Token{Run: "r", Hop: math.MaxUint64, Z: []float64{0, 0}, Zhat: []float64{0, 0}}
+	if err := m.Step(Message{Token: last}); err != ErrHop {
+		t.Fatalf("hop 2^64-1 without K: %v", err)
+	}
+	last.Hop--
+	if err := m.Step(Message{Token: last}); err != nil || m.Ready().Outbox[0].Token.Hop != math.MaxUint64 {
+		t.Fatalf("hop 2^64-2 without K: %v", err)
 	}
 }
 
