@@ -301,3 +301,106 @@ func TestTestnetGossipProcsEtaFileMatchesSim(t *testing.T) {
 		}
 	}
 }
+
+func TestTestnetGossipNetworkBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--algo", "radmm", "--mem"}, "explicit node count"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--on-missing", "retry"}, "--on-missing"},
+		{[]string{"--algo", "radmm", "--on-missing", "stale"}, "with --mem"},
+		{[]string{"--algo", "walk", "--mem", "--nodes", "3", "--max-wait", "1m"}, "with --mem"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--barrier-timeout", "0s"}, "--barrier-timeout"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--barrier-timeout", "2s", "--max-wait", "1s"}, "--max-wait"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--curve", "c.csv"}, "simulator-only"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--kill-holder-at", "2"}, "random walk"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--kill-at-iter", "2"}, "with --procs"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--iters", "10", "--kill-at-iter", "10"}, "--kill-at-iter must be in [1, --iters)"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--kill-at-iter", "2", "--kill-node", "3"}, "--kill-node must be in [0, 3)"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--kill-node", "1"}, "--kill-node needs --kill-at-iter"},
+		{[]string{"--algo", "radmm", "--mem", "--nodes", "3", "--scale", "standardize"}, "norm"},
+		{[]string{"--algo", "radmm", "--procs", "--nodes", "3", "--scale", "standardize"}, "norm"},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"testnet", "--quiet"}, c.args...), &out, &errb)
+		if code == 0 {
+			t.Fatalf("%v: no error", c.args)
+		}
+		if msg := errb.String(); !strings.Contains(msg, c.want) {
+			t.Fatalf("%v: error %q does not mention %q", c.args, msg, c.want)
+		}
+	}
+}
+
+// TestTestnetGossipPerNodeEtaFile: an eta file with one column per node gives every node
+// its own MR-ADMM schedule; the privacy figure of each node follows its own schedule
+// (a larger penalty gives a smaller Theorem V.1 term), and a file with the wrong number
+// of columns is refused with the file and line.
+func TestTestnetGossipPerNodeEtaFile(t *testing.T) {
+	dir := t.TempDir()
+	eta := filepath.Join(dir, "eta.csv")
+	var b strings.Builder
+	for k := 1; k <= 10; k++ {
+		// node 0 keeps eta = 1, node 4 grows fastest.
+		fmt.Fprintf(&b, "1, %g, %g, %g, %g\n", 1+0.1*float64(k), 1+0.2*float64(k), 1+0.3*float64(k), 1+0.4*float64(k))
+	}
+	if err := os.WriteFile(eta, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := filepath.Join(dir, "r.json")
+	var out, errb bytes.Buffer
+	if code := run([]string{"testnet", "--algo", "mradmm", "--iters", "20", "--eta-file", eta, "--quiet", "--report", rep}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	var r struct {
+		Gossip struct {
+			Formula []float64 `json:"per_node_formula"`
+		} `json:"gossip_privacy"`
+	}
+	raw, err := os.ReadFile(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Gossip.Formula) != 5 {
+		t.Fatalf("per-node figures: %v", r.Gossip.Formula)
+	}
+	// Nodes differ in their data (B_i, V_i) too, so compare a node with itself: rerun with a
+	// single constant column and check node 4's figure drops with its growing schedule.
+	flat := filepath.Join(dir, "flat.csv")
+	if err := os.WriteFile(flat, []byte(strings.Repeat("1\n", 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep2 := filepath.Join(dir, "r2.json")
+	if code := run([]string{"testnet", "--algo", "mradmm", "--iters", "20", "--eta-file", flat, "--quiet", "--report", rep2}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	var r2 struct {
+		Gossip struct {
+			Formula []float64 `json:"per_node_formula"`
+		} `json:"gossip_privacy"`
+	}
+	raw, _ = os.ReadFile(rep2)
+	if err := json.Unmarshal(raw, &r2); err != nil {
+		t.Fatal(err)
+	}
+	if r.Gossip.Formula[0] != r2.Gossip.Formula[0] {
+		t.Fatalf("node 0 has the same schedule in both files: %v vs %v", r.Gossip.Formula[0], r2.Gossip.Formula[0])
+	}
+	if !(r.Gossip.Formula[4] < r2.Gossip.Formula[4]) {
+		t.Fatalf("node 4's growing schedule should lower its bound: %v vs %v", r.Gossip.Formula[4], r2.Gossip.Formula[4])
+	}
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(bad, []byte("1,2\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"testnet", "--algo", "mradmm", "--iters", "4", "--eta-file", bad, "--quiet"}, &out, &errb); code == 0 ||
+		!strings.Contains(errb.String(), "2 values per line") {
+		t.Fatalf("bad eta file: exit %d, %q", code, errb.String())
+	}
+}
