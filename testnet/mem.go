@@ -143,7 +143,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		}
 		ids[i] = id
 	}
-	holder := NodeRand(cfg.Seed, -1).IntN(n)
+	holder := node.SeededHolder(cfg.Seed, n)
 	withhold := make([]bool, n)
 	for _, w := range cfg.Withhold {
 		switch {
@@ -179,7 +179,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			Run: cfg.Run, DataDir: dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
 			Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
 			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
-			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
+			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) },
 			AllowSeededNoise: true, Insecure: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
 			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i], Heartbeat: beat,
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
@@ -284,16 +284,6 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	res.Path, res.Redirects, res.Views = lp.Path, lp.Redirects, lp.Views
 	res.Model = models[0].Model
 	return res, nil
-}
-
-// NodeSources returns node i's next-hop and noise generators for a run seed: the
-// sources of NodeRand and NodeNoise as PCG generators whose state can be checkpointed
-// (node.Config.Sources). rand.New(hop) draws as NodeRand(seed, i) and
-// privacy.NewNoiseFromRand(rand.New(noise)) as NodeNoise(seed, i).
-func NodeSources(seed uint64, i int) (hop, noise *rand.PCG) {
-	s := mix(seed, i, 3)
-	// privacy.NewSeededNoise(s) is PCG(s, s^0x9e3779b97f4a7c15); TestNodeSources checks it.
-	return rand.NewPCG(mix(seed, i, 1), mix(seed, i, 2)), rand.NewPCG(s, s^0x9e3779b97f4a7c15)
 }
 
 // sameBits reports whether a and b are equal bit for bit.

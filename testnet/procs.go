@@ -211,7 +211,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: NodeRand(cfg.Seed, -1).IntN(n)}
+	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: node.SeededHolder(cfg.Seed, n)}
 	withhold := make([]bool, n)
 	for _, w := range cfg.Withhold {
 		switch {

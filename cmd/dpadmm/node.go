@@ -462,9 +462,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		} else if seedSet {
 			s := *seed
-			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return testnet.NodeSources(s, i) }
+			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(s, i) }
 			cfg.AllowSeededNoise = true
-			if want := testnet.NodeRand(s, -1).IntN(n); want != sf.Holder {
+			if want := node.SeededHolder(s, n); want != sf.Holder {
 				return fmt.Errorf("%s names holder %d, seed %d gives %d", *static, sf.Holder, s, want)
 			}
 		}
@@ -475,8 +475,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if seedSet {
 			// f_i(0) and the noise as the simulator draws them for node i and this seed.
 			s := *seed
-			cfg.Rand = func(i int) *rand.Rand { return testnet.GossipInitRand(s, i) }
-			cfg.Noise = func(i int) privacy.Noise { return testnet.NodeNoise(s, i) }
+			cfg.Rand = func(i int) *rand.Rand { return node.SeededGossipInit(s, i) }
+			cfg.Noise = func(i int) privacy.Noise { return node.SeededNoise(s, i) }
 			cfg.AllowSeededNoise = true
 		}
 		return runGossipMember(ctx, cfg, *datadir, stdout, *quiet)
