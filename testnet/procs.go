@@ -2,7 +2,6 @@ package testnet
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -351,7 +350,7 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
-		if ledgers[i], err = privacy.ParseLedger(bytes.NewReader(lb)); err != nil {
+		if ledgers[i], _, _, err = node.ReadLedgerChain(lb); err != nil {
 			return nil, fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
 		}
 		res.Ledger[i] = len(ledgers[i])
