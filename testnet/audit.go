@@ -50,21 +50,21 @@ type AuditResult struct {
 	Test     string `json:"test"`
 	// LowerEpsilon is the empirical lower bound: with probability at least Confidence, the
 	// mechanism is not (e, Delta)-DP for this observer for any e < LowerEpsilon.
-	LowerEpsilon float64 `json:"lower_epsilon"`
+	LowerEpsilon privacy.Epsilon `json:"lower_epsilon"`
 	// LowerTheorem is the result LowerEpsilon rests on (privacy.AuditTheorem).
 	LowerTheorem string `json:"lower_theorem"`
 	// LowerEpsilonCI is a two-sided Confidence interval for the epsilon implied by the test's
-	// true error rates (the lower end is at most LowerEpsilon). MaxFloat64 stands for +Inf.
-	LowerEpsilonCI [2]float64 `json:"lower_epsilon_ci"`
-	// Estimate is the epsilon implied by the observed error rates (MaxFloat64 for +Inf).
-	Estimate float64 `json:"estimate"`
-	// UpperEpsilon is the accountant's figure for this observer at Delta (MaxFloat64 when it
-	// gives no guarantee), resting on Theorem.
-	UpperEpsilon   float64 `json:"upper_epsilon"`
-	Theorem        string  `json:"theorem"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Delta          float64 `json:"delta"`
-	Confidence     float64 `json:"confidence"`
+	// true error rates (the lower end is at most LowerEpsilon); +Inf is JSON null.
+	LowerEpsilonCI [2]privacy.Epsilon `json:"lower_epsilon_ci"`
+	// Estimate is the epsilon implied by the observed error rates (+Inf: JSON null).
+	Estimate privacy.Epsilon `json:"estimate"`
+	// UpperEpsilon is the accountant's figure for this observer at Delta (unbounded, JSON
+	// null, when it gives no guarantee), resting on Theorem.
+	UpperEpsilon   privacy.Epsilon `json:"upper_epsilon"`
+	Theorem        string          `json:"theorem"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Delta          float64         `json:"delta"`
+	Confidence     float64         `json:"confidence"`
 	// Trials is the number of trials per dataset (calibration and evaluation); EvalTrials of
 	// them, per dataset, give the bound.
 	Trials     int                   `json:"trials"`
@@ -96,12 +96,12 @@ func (r *AuditResult) finish(est privacy.AuditEstimate, upper float64) {
 		r.Rule.Threshold = -math.MaxFloat64
 	}
 	r.LowerTheorem = privacy.AuditTheorem
-	r.LowerEpsilon = jsonNum(est.Epsilon)
-	r.LowerEpsilonCI = [2]float64{jsonNum(est.Lo), jsonNum(est.Hi)}
-	r.Estimate = jsonNum(est.Point)
+	r.LowerEpsilon = privacy.Eps(est.Epsilon)
+	r.LowerEpsilonCI = [2]privacy.Epsilon{privacy.Eps(est.Lo), privacy.Eps(est.Hi)}
+	r.Estimate = privacy.Eps(est.Point)
 	r.Counts = est.Counts
 	r.Violation = est.Epsilon > upper
-	r.UpperEpsilon = jsonNum(upper)
+	r.UpperEpsilon = privacy.Eps(upper)
 }
 
 // zeroNoise is a Noise that draws zeros: the noiseless run of a mechanism through its own code.

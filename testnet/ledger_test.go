@@ -123,7 +123,7 @@ func TestLedgerRecomputedEqualsLive(t *testing.T) {
 		if math.Abs(recomputed-live) > 1e-12*live || math.IsInf(live, 0) {
 			t.Errorf("node %d (K=%d): recomputed epsilon %v, live %v", i, k, recomputed, live)
 		}
-		if k > 0 && math.Abs(rep.Spent[i]-live) > 1e-12*live {
+		if k > 0 && math.Abs(float64(rep.Spent[i])-live) > 1e-12*live {
 			t.Errorf("node %d: report spent %v, live %v", i, rep.Spent[i], live)
 		}
 		if live > 30 {

@@ -56,43 +56,76 @@ path. Flags may come before or after FILE.
 
 // localReport is the local-DP part of the account output.
 type localReport struct {
-	Epsilon    float64 `json:"epsilon"`
-	Order      float64 `json:"order"`
-	Updates    int     `json:"updates"`
-	Theorem    string  `json:"theorem"`
-	Conditions string  `json:"conditions"`
+	Epsilon    privacy.Epsilon `json:"epsilon"`
+	Order      float64         `json:"order"`
+	Updates    int             `json:"updates"`
+	Theorem    string          `json:"theorem"`
+	Conditions string          `json:"conditions"`
+}
+
+// pairReport is privacy.PairEpsilon in the account output (an unbounded epsilon is null).
+type pairReport struct {
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	Order   float64         `json:"order"`
+	I       int             `json:"i"`
+	J       int             `json:"j"`
+}
+
+// pairwiseReport is privacy.PairwiseSummary in the account output, with the same keys.
+type pairwiseReport struct {
+	Worst          pairReport      `json:"worst"`
+	Mean           privacy.Epsilon `json:"mean"`
+	P50            privacy.Epsilon `json:"p50"`
+	P90            privacy.Epsilon `json:"p90"`
+	P99            privacy.Epsilon `json:"p99"`
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Note           string          `json:"note,omitempty"`
+}
+
+func pairwiseJSON(s privacy.PairwiseSummary) pairwiseReport {
+	return pairwiseReport{
+		Worst: pairReport{Epsilon: privacy.Eps(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
+		Mean:  privacy.Eps(s.Mean), P50: privacy.Eps(s.P50), P90: privacy.Eps(s.P90), P99: privacy.Eps(s.P99),
+		Theorem: s.Theorem, Conditions: s.Conditions, ConditionsHold: s.ConditionsHold, Note: s.Note,
+	}
+}
+
+func localJSON(b privacy.Bound, updates int) localReport {
+	return localReport{Epsilon: privacy.Eps(b.Epsilon), Order: b.Order, Updates: updates, Theorem: b.Theorem, Conditions: b.Conditions}
 }
 
 // planReport is the JSON output of "account plan".
 type planReport struct {
-	Delta           float64                 `json:"delta"`
-	Conversion      string                  `json:"conversion"`
-	Graph           string                  `json:"graph"`
-	Nodes           int                     `json:"nodes"`
-	Hops            int                     `json:"hops"`
-	Clip            float64                 `json:"clip"`
-	Sigma           float64                 `json:"sigma"`
-	SigmaCalibrated bool                    `json:"sigma_calibrated"`
-	UpdatesCapped   bool                    `json:"updates_capped"`
-	Local           localReport             `json:"local"`
-	Pairwise        privacy.PairwiseSummary `json:"pairwise_planned"`
-	PassageHops     int                     `json:"first_passage_hops,omitempty"`
-	TailBounded     bool                    `json:"first_passage_tail_bounded,omitempty"`
+	Delta           float64        `json:"delta"`
+	Conversion      string         `json:"conversion"`
+	Graph           string         `json:"graph"`
+	Nodes           int            `json:"nodes"`
+	Hops            int            `json:"hops"`
+	Clip            float64        `json:"clip"`
+	Sigma           float64        `json:"sigma"`
+	SigmaCalibrated bool           `json:"sigma_calibrated"`
+	UpdatesCapped   bool           `json:"updates_capped"`
+	Local           localReport    `json:"local"`
+	Pairwise        pairwiseReport `json:"pairwise_planned"`
+	PassageHops     int            `json:"first_passage_hops,omitempty"`
+	TailBounded     bool           `json:"first_passage_tail_bounded,omitempty"`
 	// LocalStep names the walk's local step when it is not the exact prox.
 	LocalStep string `json:"local_step,omitempty"`
 }
 
 // traceReport is the JSON output of "account trace".
 type traceReport struct {
-	Delta      float64                 `json:"delta"`
-	Conversion string                  `json:"conversion"`
-	Nodes      int                     `json:"nodes"`
-	Steps      int                     `json:"steps"`
-	Clip       float64                 `json:"clip"`
-	Sigma      float64                 `json:"sigma"`
-	Local      localReport             `json:"local"`
-	Pairwise   privacy.PairwiseSummary `json:"pairwise_realised"`
-	Coalition  *coalitionReport        `json:"coalition,omitempty"`
+	Delta      float64          `json:"delta"`
+	Conversion string           `json:"conversion"`
+	Nodes      int              `json:"nodes"`
+	Steps      int              `json:"steps"`
+	Clip       float64          `json:"clip"`
+	Sigma      float64          `json:"sigma"`
+	Local      localReport      `json:"local"`
+	Pairwise   pairwiseReport   `json:"pairwise_realised"`
+	Coalition  *coalitionReport `json:"coalition,omitempty"`
 	// Planned is the verdict on the planned (Theorem 4) figure for this path: the same
 	// decision the simulator's report and the nodes make (privacy.WalkDecide).
 	Planned plannedVerdict `json:"planned_verdict"`
@@ -108,10 +141,10 @@ type plannedVerdict struct {
 
 // coalitionReport is the worst node against a coalition of observers.
 type coalitionReport struct {
-	Members []int   `json:"members"`
-	Epsilon float64 `json:"epsilon"`
-	Order   float64 `json:"order"`
-	I       int     `json:"i"`
+	Members []int           `json:"members"`
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	Order   float64         `json:"order"`
+	I       int             `json:"i"`
 }
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
@@ -294,8 +327,8 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	rep := planReport{
 		Delta: *delta, Conversion: privacy.Conversion, Graph: *graphSpec, Nodes: n, Hops: *hops,
 		Clip: *clip, Sigma: sg, SigmaCalibrated: calibrate, UpdatesCapped: capped,
-		Local:       localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise:    sum,
+		Local:       localJSON(loc, updates),
+		Pairwise:    pairwiseJSON(sum),
 		PassageHops: plan.Hops, TailBounded: plan.TailBounded,
 	}
 	if *asJSON {
@@ -426,18 +459,20 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
 		Delta:   *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
 		Clip: tr.Clip, Sigma: tr.Sigma,
-		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: maxU, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise: sum,
+		Local:    localJSON(loc, maxU),
+		Pairwise: pairwiseJSON(sum),
 	}
 	if len(res.Coalitions) == 1 {
 		c := res.Coalitions[0]
-		cr := &coalitionReport{Members: c.Members, Epsilon: math.Inf(-1)}
+		cr := &coalitionReport{Members: c.Members}
+		worst := math.Inf(-1)
 		for i, wgt := range c.Weight {
 			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), *delta)
-			if e > cr.Epsilon {
-				cr.Epsilon, cr.Order, cr.I = e, o, i
+			if e > worst {
+				worst, cr.Order, cr.I = e, o, i
 			}
 		}
+		cr.Epsilon = privacy.Eps(worst)
 		rep.Coalition = cr
 	}
 	if *pairsPath != "" || *plotPath != "" {
@@ -468,7 +503,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(w, "\nplanned figure (complete graph, K_i = %d): conditions fail for this path: %s\n", v.K, strings.Join(v.Reasons, "; "))
 	}
 	if rep.Coalition != nil {
-		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon, rep.Coalition.Order)
+		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon.Float(), rep.Coalition.Order)
 	}
 	return nil
 }
@@ -555,8 +590,8 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 	rep := planReport{
 		Delta: a.delta, Conversion: privacy.Conversion, Graph: a.graph, Nodes: a.nodes, Hops: a.hops,
 		Clip: a.clip, Sigma: sg, SigmaCalibrated: a.calibrate, UpdatesCapped: a.maxUpd > 0,
-		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise: sum, LocalStep: step.Kind.String(),
+		Local:    localJSON(loc, updates),
+		Pairwise: pairwiseJSON(sum), LocalStep: step.Kind.String(),
 	}
 	if a.json {
 		return writeJSON(stdout, rep)

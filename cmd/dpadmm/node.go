@@ -506,11 +506,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "run %q done after %d hops: model written to %s\n", m.Run, m.Hops, filepath.Join(*datadir, node.ModelFile))
 	fmt.Fprintf(stdout, "  own noisy updates %d, ledger entries %d\n", m.Privacy.Updates, m.Privacy.LedgerEntries)
 	for _, b := range []node.BoundJSON{m.Privacy.Local, m.Privacy.Network} {
-		eps := "unbounded"
-		if b.Epsilon >= 0 {
-			eps = strconv.FormatFloat(b.Epsilon, 'g', 4, 64)
-		}
-		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", eps, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
+		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", b.Epsilon, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
 	}
 	return nil
 }
@@ -542,11 +538,7 @@ func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdou
 	fmt.Fprintf(stdout, "run %q node %d of %d (%s, neighbours %v): %d iterations done; this node's own model f_i(T) written to %s\n",
 		m.Run, m.Index, m.Nodes, m.Graph, m.Neighbors, m.Iters, filepath.Join(datadir, node.ModelFile))
 	fmt.Fprintf(stdout, "  %d stale uses, %d inexact solves, %d ledger entries\n", len(m.Stale), m.Inexact, m.Privacy.LedgerEntries)
-	eps := "unbounded"
-	if m.Privacy.Epsilon >= 0 {
-		eps = strconv.FormatFloat(m.Privacy.Epsilon, 'g', 4, 64)
-	}
-	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0): %s; conditions: %s (hold: %v", eps, m.Privacy.Theorem, m.Privacy.Conditions, m.Privacy.ConditionsHold)
+	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0): %s; conditions: %s (hold: %v", m.Privacy.Epsilon, m.Privacy.Theorem, m.Privacy.Conditions, m.Privacy.ConditionsHold)
 	if m.Privacy.Reason != "" {
 		fmt.Fprintf(stdout, "; %s", m.Privacy.Reason)
 	}

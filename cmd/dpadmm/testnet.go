@@ -460,11 +460,13 @@ func interruptedReport(done, planned uint64, what, report string) error {
 	return interrupted("%s", msg)
 }
 
-func fmtEps(x float64) string {
-	if x >= math.MaxFloat64 {
+// fmtEps formats an epsilon for the human summaries: 4 significant digits, or "inf"
+// when it is unbounded.
+func fmtEps(x privacy.Epsilon) string {
+	if !x.Bounded() {
 		return "inf"
 	}
-	return fmt.Sprintf("%.4g", x)
+	return fmt.Sprintf("%.4g", float64(x))
 }
 
 func printSummary(w io.Writer, r *testnet.Report) {
