@@ -183,46 +183,86 @@ func usageErr(_ io.Writer, format string, a ...any) error {
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 
+// sectionSteps is the help section of the local steps' flags of 'account plan'.
+const sectionSteps = "the walk's local steps (--algo, --local-step)"
+
+// planFlags are the flags of 'dpadmm account plan'.
+type planFlags struct {
+	m               *modeFlags
+	sf              *stepFlags
+	nodes, hops     *int
+	maxUpd          *int
+	graphSpec, algo *string
+	budgetKind      *string
+	clip, sigma     *float64
+	target, delta   *float64
+	weight          *float64
+	asJSON, nonExp  *bool
+	seed            *uint64
+}
+
+func newPlanFlags(stdout io.Writer) *planFlags {
+	m := newModeFlags("account plan", accountPlanHelp, stdout)
+	f := &planFlags{m: m}
+	f.nodes = m.Int("nodes", 0, "number of nodes n (>= 2)")
+	f.hops = m.Int("hops", 0, "number of hops of the run (>= 1)")
+	f.graphSpec = m.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
+	f.clip = m.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
+	f.sigma = m.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
+	f.maxUpd = m.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
+	f.target = m.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
+	f.budgetKind = m.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
+	f.delta = m.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	f.asJSON = m.Bool("json", false, "print JSON")
+	f.seed = m.Uint64("seed", 1, "seed of random graphs (er, regular)")
+	f.algo = m.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
+	f.sf = addStepFlags(m, sectionSteps, "")
+	m.in(sectionSteps, "--algo walk-sgd", "walk:sgd")
+	f.nonExp = m.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
+	m.in(sectionSteps, "--algo walk-gadmm", "walk:gadmm")
+	f.weight = m.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
+	return f
+}
+
 func runAccountPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("account plan", accountPlanHelp, stdout)
-	nodes := fs.Int("nodes", 0, "number of nodes n (>= 2)")
-	hops := fs.Int("hops", 0, "number of hops of the run (>= 1)")
-	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
-	clip := fs.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
-	sigma := fs.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
-	maxUpd := fs.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
-	target := fs.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
-	budgetKind := fs.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
-	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	seed := fs.Uint64("seed", 1, "seed of random graphs (er, regular)")
-	algo := fs.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
-	sf := addStepFlags(fs)
-	nonExp := fs.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
-	weight := fs.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
-	if err := parseFlags(fs, args); err != nil {
+	f := newPlanFlags(stdout)
+	if err := f.m.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErr(stderr, "plan: unexpected argument %q", fs.Arg(0))
+	if f.m.NArg() > 0 {
+		return usageErr(stderr, "plan: unexpected argument %q", f.m.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if _, ok := walkAlgos[*algo]; !ok {
-		return usageErr(stderr, "plan: --algo must be walk, walk-gadmm or walk-sgd, got %q", *algo)
+	if _, ok := walkAlgos[*f.algo]; !ok {
+		return usageErr(stderr, "plan: --algo must be walk, walk-gadmm or walk-sgd, got %q", *f.algo)
 	}
-	step, err := sf.params(*algo, set)
+	mode, what, err := algoMode(*f.algo, *f.sf.local, f.m.isSet("local-step"))
+	if err != nil {
+		return usageErr(stderr, "plan: %v", err)
+	}
+	if err := f.m.check(mode, what); err != nil {
+		return err
+	}
+	step, err := f.sf.params(stepKind(mode), f.m.isSet("step-size"))
 	if err != nil {
 		return usageErr(stderr, "plan: %v", err)
 	}
 	if step.Kind != walk.StepProx && step.Kind != walk.StepLinearized {
-		if !finitePositive(*weight) {
-			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *weight)
+		if !finitePositive(*f.weight) {
+			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *f.weight)
 		}
-		return planStep(stdout, stderr, step, planStepArgs{nodes: *nodes, hops: *hops, graph: *graphSpec, clip: *clip,
-			sigma: *sigma, maxUpd: *maxUpd, target: *target, calibrate: set["target-epsilon"], kind: *budgetKind,
-			delta: *delta, json: *asJSON, nonExp: *nonExp, weight: *weight})
+		return planStep(stdout, stderr, step, planStepArgs{nodes: *f.nodes, hops: *f.hops, graph: *f.graphSpec, clip: *f.clip,
+			sigma: *f.sigma, maxUpd: *f.maxUpd, target: *f.target, calibrate: f.m.isSet("target-epsilon"), kind: *f.budgetKind,
+			delta: *f.delta, json: *f.asJSON, nonExp: *f.nonExp, weight: *f.weight})
 	}
+	return f.planWalk(stdout, stderr)
+}
+
+// planWalk is 'account plan' for the prox and linearized steps: the local figure and the
+// planned pairwise figure of the graph (Theorem 4 or the first-passage law), with sigma
+// calibrated on --target-epsilon.
+func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
+	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
+	target, budgetKind, delta, asJSON, seed := f.target, f.budgetKind, f.delta, f.asJSON, f.seed
 	switch {
 	case *nodes < 2:
 		return usageErr(stderr, "plan: --nodes must be >= 2, got %d", *nodes)
@@ -237,12 +277,7 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	case *budgetKind != "pairwise" && *budgetKind != "local":
 		return usageErr(stderr, "plan: --budget-kind must be pairwise or local, got %q", *budgetKind)
 	}
-	calibrate := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "target-epsilon" {
-			calibrate = true
-		}
-	})
+	calibrate := f.m.isSet("target-epsilon")
 	if calibrate && !finitePositive(*target) {
 		return usageErr(stderr, "plan: --target-epsilon must be finite and > 0, got %v", *target)
 	}
