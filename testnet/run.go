@@ -822,79 +822,20 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	planWarned := warnPlan(o, p, sim.caps, budgetCaps)
 	keepPath, whyNot := realisedFeasible(o.Nodes, o.Hops)
 	sim.Store.KeepTrace = o.KeepTrace || keepPath
-	var path []privacy.TraceStep
+	r := &simRun{o: o, p: p, sim: sim, keepPath: keepPath}
 	if keepPath {
-		path = make([]privacy.TraceStep, 0, min(o.Hops, 1<<22))
-	}
-	drained := 0
-	drain := func() {
-		if keepPath {
-			for _, st := range sim.Store.Path[drained:] {
-				path = append(path, privacy.TraceStep{Node: st.Node, Noisy: st.Noisy})
-			}
-		}
-		if o.KeepTrace {
-			drained = len(sim.Store.Path)
-		} else {
-			sim.Store.Path = sim.Store.Path[:0]
-		}
-	}
-	// The curve has a point every CurveEvery hops and always the last hop made (the end
-	// of the run or of the budget), once.
-	curveAt := uint64(0)
-	writePoint := func() {
-		obj := o.Problem.Objective(o.Train, sim.Z())
-		fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
-		curveAt = sim.Hops()
+		r.path = make([]privacy.TraceStep, 0, min(o.Hops, 1<<22))
 	}
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
-		writePoint()
+		r.writePoint()
 	}
 	start := time.Now()
-	var simDur time.Duration
-	last := start
-	const chunk = 4096
-	stop := ctx.Done()
-	interrupted := false
-	for sim.Hops() < o.Hops && !sim.Exhausted() {
-		select {
-		case <-stop:
-			interrupted = true
-		default:
-		}
-		if interrupted {
-			break
-		}
-		before := sim.Hops()
-		k := min(uint64(chunk), o.Hops-before)
-		if o.Curve != nil && o.CurveEvery > 0 {
-			k = min(k, o.CurveEvery-before%o.CurveEvery)
-		}
-		t0 := time.Now()
-		err := sim.RunHops(k, 0, nil)
-		simDur += time.Since(t0)
-		drain()
-		if err != nil && !(errors.Is(err, ErrExhausted) && sim.Exhausted()) {
-			return nil, err
-		}
-		if sim.Hops() == before {
-			if sim.Exhausted() {
-				break
-			}
-			return nil, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
-		}
-		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
-			writePoint()
-		}
-		if o.Progress != nil && time.Since(last) >= time.Second {
-			last = time.Now()
-			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
-		}
+	interrupted, err := r.hops(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if o.Curve != nil && curveAt != sim.Hops() {
-		writePoint()
-	}
+	path, simDur := r.path, r.simDur
 	w := outcome{
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
 		path: path, realisedNote: whyNot, traceHash: sim.TraceHash(), wall: time.Since(start),
@@ -912,6 +853,89 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 		w.path = nil
 	}
 	return p.report(o, w)
+}
+
+// simRun drives the simulator of a run hop by hop: it keeps the path for the realised
+// figure, writes the curve and reports progress.
+type simRun struct {
+	o        Options
+	p        *prepared
+	sim      *Sim
+	keepPath bool                // keep the path for the realised figure
+	path     []privacy.TraceStep // the path kept
+	drained  int                 // steps of sim.Store.Path already kept (with KeepTrace)
+	curveAt  uint64              // hop of the last curve point
+	simDur   time.Duration       // time spent in the simulator
+}
+
+// drain moves the steps the simulator recorded into the path.
+func (r *simRun) drain() {
+	if r.keepPath {
+		for _, st := range r.sim.Store.Path[r.drained:] {
+			r.path = append(r.path, privacy.TraceStep{Node: st.Node, Noisy: st.Noisy})
+		}
+	}
+	if r.o.KeepTrace {
+		r.drained = len(r.sim.Store.Path)
+	} else {
+		r.sim.Store.Path = r.sim.Store.Path[:0]
+	}
+}
+
+// writePoint writes the curve point of the current hop. The curve has a point every
+// CurveEvery hops and always the last hop made (the end of the run or of the budget), once.
+func (r *simRun) writePoint() {
+	obj := r.o.Problem.Objective(r.o.Train, r.sim.Z())
+	fmt.Fprintf(r.o.Curve, "%d,%.10g,%.6g\n", r.sim.Hops(), obj, r.p.gap(obj))
+	r.curveAt = r.sim.Hops()
+}
+
+// hops runs the simulator until the hops are made, every node is out of budget or ctx
+// ends (interrupted).
+func (r *simRun) hops(ctx context.Context) (interrupted bool, err error) {
+	o, sim := r.o, r.sim
+	last := time.Now()
+	const chunk = 4096
+	stop := ctx.Done()
+	for sim.Hops() < o.Hops && !sim.Exhausted() {
+		select {
+		case <-stop:
+			interrupted = true
+		default:
+		}
+		if interrupted {
+			break
+		}
+		before := sim.Hops()
+		k := min(uint64(chunk), o.Hops-before)
+		if o.Curve != nil && o.CurveEvery > 0 {
+			k = min(k, o.CurveEvery-before%o.CurveEvery)
+		}
+		t0 := time.Now()
+		err := sim.RunHops(k, 0, nil)
+		r.simDur += time.Since(t0)
+		r.drain()
+		if err != nil && !(errors.Is(err, ErrExhausted) && sim.Exhausted()) {
+			return interrupted, err
+		}
+		if sim.Hops() == before {
+			if sim.Exhausted() {
+				break
+			}
+			return interrupted, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
+		}
+		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
+			r.writePoint()
+		}
+		if o.Progress != nil && time.Since(last) >= time.Second {
+			last = time.Now()
+			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
+		}
+	}
+	if o.Curve != nil && r.curveAt != sim.Hops() {
+		r.writePoint()
+	}
+	return interrupted, nil
 }
 
 // InterruptedMaxWork bounds the realised figure of an interrupted run (hops * nodes,

@@ -155,36 +155,9 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 			caps[i] = min(caps[i], plan.Caps[i])
 		}
 	}
-	names := make([]string, n)
-	for i := range names {
-		names[i] = strconv.Itoa(i)
-	}
 	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n), caps: caps, plan: plan, step: step}
-	scratch := walk.NewScratch(dim) // one goroutine drives all machines
-	for i, sh := range cfg.Shards {
-		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
-		if err != nil {
-			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
-		}
-		wc := walk.Config{
-			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
-			Reg: cfg.Problem.Reg, Graph: g, Rand: node.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
-			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
-		}
-		if plan != nil {
-			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
-		}
-		if cfg.Sigma > 0 {
-			wc.Noise = node.SeededNoise(cfg.Seed, i)
-		}
-		m, err := walk.New(wc, ll, dim)
-		if err != nil {
-			return nil, err
-		}
-		s.Machines[i] = m
-		if plan != nil && caps[i] == 0 {
-			s.atCap++
-		}
+	if err := s.newMachines(g, total); err != nil {
+		return nil, err
 	}
 	s.done = plan != nil && s.atCap == n
 	s.Store = &Store{Entries: make([]int, n), Noisy: make([]int, n), LastHop: make([]uint64, n), Trace: 0x6a09e667f3bcc908}
@@ -201,6 +174,43 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 		s.ledger = fl
 	}
 	return s, nil
+}
+
+// newMachines builds the walk machine of every node over the graph g (nil: complete),
+// each node's loss weighted n*rows_i/total.
+func (s *Sim) newMachines(g *graph.Graph, total int) error {
+	cfg, n, dim, plan, caps := s.cfg, s.N, s.Dim, s.plan, s.caps
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	scratch := walk.NewScratch(dim) // one goroutine drives all machines
+	for i, sh := range cfg.Shards {
+		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		if err != nil {
+			return fmt.Errorf("testnet: node %d: %w", i, err)
+		}
+		wc := walk.Config{
+			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
+			Reg: cfg.Problem.Reg, Graph: g, Rand: node.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
+			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
+		}
+		if plan != nil {
+			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
+		}
+		if cfg.Sigma > 0 {
+			wc.Noise = node.SeededNoise(cfg.Seed, i)
+		}
+		m, err := walk.New(wc, ll, dim)
+		if err != nil {
+			return err
+		}
+		s.Machines[i] = m
+		if plan != nil && caps[i] == 0 {
+			s.atCap++
+		}
+	}
+	return nil
 }
 
 // Z returns the current released model (aliases the token; copy to keep).

@@ -262,7 +262,7 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 // calibrated on --target-epsilon.
 func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
-	target, budgetKind, delta, asJSON, seed := f.target, f.budgetKind, f.delta, f.asJSON, f.seed
+	target, budgetKind, delta, seed := f.target, f.budgetKind, f.delta, f.seed
 	switch {
 	case *nodes < 2:
 		return usageErr(stderr, "plan: --nodes must be >= 2, got %d", *nodes)
@@ -288,6 +288,15 @@ func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(stderr, "plan: --graph: %v", err)
 	}
+	return f.planWalkFigures(stdout, g, calibrate)
+}
+
+// planWalkFigures computes and prints the figures of planWalk on the graph g, with sigma
+// calibrated on --target-epsilon when calibrate.
+func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate bool) error {
+	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
+	target, budgetKind, delta, asJSON := f.target, f.budgetKind, f.delta, f.asJSON
+	var err error
 	n := *nodes
 	updates, capped := *maxUpd, *maxUpd > 0
 	if !capped {
@@ -369,7 +378,14 @@ func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
-	w := stdout
+	f.printPlan(stdout, rep, sum, verdict, loc)
+	return nil
+}
+
+// printPlan prints the figures of planWalkFigures as text.
+func (f *planFlags) printPlan(w io.Writer, rep planReport, sum privacy.PairwiseSummary, verdict privacy.WalkVerdict, loc privacy.Bound) {
+	n, graphSpec, hops, clip, sg, updates := rep.Nodes, f.graphSpec, f.hops, f.clip, rep.Sigma, rep.Local.Updates
+	calibrate, budgetKind, target, delta := rep.SigmaCalibrated, f.budgetKind, f.target, f.delta
 	fmt.Fprintf(w, "plan: %d nodes, graph %s, %d hops, clip %g, sigma %g", n, *graphSpec, *hops, *clip, sg)
 	if calibrate {
 		fmt.Fprintf(w, " (calibrated for %s epsilon %g)", *budgetKind, *target)
@@ -383,7 +399,6 @@ func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	} else if len(verdict.Warnings) > 0 {
 		fmt.Fprintf(w, "\nWARNING: %s\n", strings.Join(verdict.Warnings, "; "))
 	}
-	return nil
 }
 
 func printPairwise(w io.Writer, title string, s privacy.PairwiseSummary) {
@@ -461,55 +476,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum := res.Pairs.Summarize(*delta)
-	sum.Theorem = info.Theorem
-	sum.Conditions = info.Conditions
-	sum.ConditionsHold = true
-	sum.Note = info.Gaps
-	if tr.FinalReleasedToAll {
-		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
-	}
-	maxU := 0
-	for _, u := range res.Updates {
-		if u > maxU {
-			maxU = u
-		}
-	}
-	loc := privacy.StepLocalBound(wr, maxU, *delta)
-	if info.CapAtLocal && sum.Worst.Epsilon > loc.Epsilon {
-		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
-		sum.Mean, sum.P50, sum.P90, sum.P99 = min(sum.Mean, loc.Epsilon), min(sum.P50, loc.Epsilon), min(sum.P90, loc.Epsilon), min(sum.P99, loc.Epsilon)
-		sum.Note += "; capped at the local figure of the busiest node, which bounds every observer"
-	}
-	fwd := uint64(0)
-	for _, st := range tr.Steps {
-		if !st.Noisy {
-			fwd++
-		}
-	}
-	vr := wr
-	vr.Cap, vr.Hops, vr.Updates, vr.Forwards = *maxUpd, uint64(len(tr.Steps)), maxU, fwd
-	v := privacy.WalkDecide(vr)
-	rep := traceReport{
-		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
-		Delta:   *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
-		Clip: tr.Clip, Sigma: tr.Sigma,
-		Local:    localJSON(loc, maxU),
-		Pairwise: pairwiseJSON(sum),
-	}
-	if len(res.Coalitions) == 1 {
-		c := res.Coalitions[0]
-		cr := &coalitionReport{Members: c.Members}
-		worst := math.Inf(-1)
-		for i, wgt := range c.Weight {
-			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), *delta)
-			if e > worst {
-				worst, cr.Order, cr.I = e, o, i
-			}
-		}
-		cr.Epsilon = privacy.Eps(worst)
-		rep.Coalition = cr
-	}
+	rep, sum, loc, v := traceFigures(tr, wr, res, info, *delta, *maxUpd)
 	if *pairsPath != "" || *plotPath != "" {
 		pm := &testnet.PairMatrices{N: tr.Nodes, Delta: *delta, Realised: res.Pairs, RealisedLabel: testnet.LabelRealised}
 		if *pairsPath != "" {
@@ -526,9 +493,72 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
-	w := stdout
-	fmt.Fprintf(w, "trace %s: %d nodes, %d steps, clip %g, sigma %g\n", files[0], tr.Nodes, len(tr.Steps), tr.Clip, tr.Sigma)
-	fmt.Fprintf(w, "(epsilon, delta=%g) via %s\n\n", *delta, privacy.Conversion)
+	printTrace(stdout, files[0], tr, rep, sum, loc, v)
+	return nil
+}
+
+// traceFigures computes the figures of 'account trace' from the realised pairwise result
+// of the trace: the local figure of the busiest node, the realised pairwise summary (capped
+// at the local figure where the step's figure is), the planned verdict and the coalition.
+func traceFigures(tr *privacy.Trace, wr privacy.WalkRun, res *privacy.Realised, info privacy.StepRealised, delta float64, maxUpd int) (
+	traceReport, privacy.PairwiseSummary, privacy.Bound, privacy.WalkVerdict) {
+	sum := res.Pairs.Summarize(delta)
+	sum.Theorem = info.Theorem
+	sum.Conditions = info.Conditions
+	sum.ConditionsHold = true
+	sum.Note = info.Gaps
+	if tr.FinalReleasedToAll {
+		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
+	}
+	maxU := 0
+	for _, u := range res.Updates {
+		if u > maxU {
+			maxU = u
+		}
+	}
+	loc := privacy.StepLocalBound(wr, maxU, delta)
+	if info.CapAtLocal && sum.Worst.Epsilon > loc.Epsilon {
+		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
+		sum.Mean, sum.P50, sum.P90, sum.P99 = min(sum.Mean, loc.Epsilon), min(sum.P50, loc.Epsilon), min(sum.P90, loc.Epsilon), min(sum.P99, loc.Epsilon)
+		sum.Note += "; capped at the local figure of the busiest node, which bounds every observer"
+	}
+	fwd := uint64(0)
+	for _, st := range tr.Steps {
+		if !st.Noisy {
+			fwd++
+		}
+	}
+	vr := wr
+	vr.Cap, vr.Hops, vr.Updates, vr.Forwards = maxUpd, uint64(len(tr.Steps)), maxU, fwd
+	v := privacy.WalkDecide(vr)
+	rep := traceReport{
+		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
+		Delta:   delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
+		Clip: tr.Clip, Sigma: tr.Sigma,
+		Local:    localJSON(loc, maxU),
+		Pairwise: pairwiseJSON(sum),
+	}
+	if len(res.Coalitions) == 1 {
+		c := res.Coalitions[0]
+		cr := &coalitionReport{Members: c.Members}
+		worst := math.Inf(-1)
+		for i, wgt := range c.Weight {
+			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), delta)
+			if e > worst {
+				worst, cr.Order, cr.I = e, o, i
+			}
+		}
+		cr.Epsilon = privacy.Eps(worst)
+		rep.Coalition = cr
+	}
+	return rep, sum, loc, v
+}
+
+// printTrace prints the figures of 'account trace' as text.
+func printTrace(w io.Writer, file string, tr *privacy.Trace, rep traceReport, sum privacy.PairwiseSummary, loc privacy.Bound, v privacy.WalkVerdict) {
+	delta, maxU := rep.Delta, rep.Local.Updates
+	fmt.Fprintf(w, "trace %s: %d nodes, %d steps, clip %g, sigma %g\n", file, tr.Nodes, len(tr.Steps), tr.Clip, tr.Sigma)
+	fmt.Fprintf(w, "(epsilon, delta=%g) via %s\n\n", delta, privacy.Conversion)
 	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), busiest node made %d noisy updates\n", loc.Epsilon, loc.Order, maxU)
 	fmt.Fprintf(w, "          theorem: %s\n\n", loc.Theorem)
 	printPairwise(w, "pairwise (realised)", sum)
@@ -540,7 +570,6 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if rep.Coalition != nil {
 		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon.Float(), rep.Coalition.Order)
 	}
-	return nil
 }
 
 // parseInterleaved parses fs from args with flags allowed before, between and after the

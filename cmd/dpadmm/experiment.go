@@ -100,6 +100,11 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if args[0] != "radmm" {
 		return unknownCommand("experiment", "experiment", args[0], []string{"radmm", "gadmm", "walk"})
 	}
+	return runExperimentRADMM(ctx, args[1:], stdout, stderr)
+}
+
+// runExperimentRADMM is 'dpadmm experiment radmm'.
+func runExperimentRADMM(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("experiment radmm", experimentHelp, stdout)
 	df := addDataFlags(fs, experimentData)
 	split := fs.String("split", "iid", "how training rows are split over nodes: iid|contiguous|label")
@@ -119,7 +124,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	name := fs.String("name", "fig5", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
 	workers := fs.Int("workers", 0, "runs in parallel (the results do not depend on it); 0 = GOMAXPROCS, the usable CPUs")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -179,6 +184,12 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
+	return runExperimentOutputs(ctx, opt, prog, *outDir, *name, ld, stdout)
+}
+
+// runExperimentOutputs runs the experiment of opt and writes OUT/NAME.csv and .png (a
+// partial CSV when interrupted) and the summary.
+func runExperimentOutputs(ctx context.Context, opt testnet.ExperimentOptions, prog *progress, outDir, name string, ld *loadedData, stdout io.Writer) error {
 	start := time.Now()
 	res, err := testnet.RunExperimentContext(ctx, opt)
 	prog.Done()
@@ -189,14 +200,14 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if res.Interrupted {
 		// The series whose every run completed, in a file of their own: a complete
 		// NAME.csv from an earlier run is not overwritten by a partial one.
-		csvPath := filepath.Join(*outDir, *name+".partial.csv")
+		csvPath := filepath.Join(outDir, name+".partial.csv")
 		if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
 			return err
 		}
 		return interrupted("stopped after %d of %d runs (%.1f s); the %d series whose runs all completed are in %s (no plot)",
 			res.Runs, res.Total, wall.Seconds(), len(res.Series), csvPath)
 	}
-	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	csvPath, pngPath, err := writeCSVAndPNG(outDir, name, res.WriteCSV, res.WritePNG)
 	if err != nil {
 		return err
 	}
