@@ -32,6 +32,9 @@ import (
 //     EpochWindow(n) above the highest epoch seen here is refused (RefuseEpoch), and the
 //     EpochStrikes-th such refusal of one sender evicts it: nothing of it is accepted for
 //     the rest of the run (RefuseEvicted, event CustodyEvicted);
+//   - one update per evidence: a token whose sender shows (CustodyMsg.Shown) a hand-off
+//     on which this node already took another token is refused with a stale ack
+//     (RefuseEvidence, EvidenceUse), after the epoch bounds and the fence;
 //   - every re-send goes to the same peer once (identical bytes, after an ack timeout),
 //     then to another live peer;
 //   - a slow fallback: a node that has released a token, holds nothing (no token waiting
@@ -71,6 +74,7 @@ type Custody struct {
 	backups []*backup
 	last    *release // last token this node released (its own release), for the fallback
 	held    *held    // accepted and not yet stepped
+	evUsed  EvidenceUse
 	fb      fallbackState
 	paused  bool
 	done    bool
@@ -214,10 +218,15 @@ const (
 	RefuseInvalid
 	// RefuseFailed: the hand-off got no answer (driver input).
 	RefuseFailed
+	// RefuseEvidence: the sender showed a hand-off it received on which this node already
+	// took another token (walk.EvidenceUse): a second token of one lineage position, as
+	// a member re-sending under new epochs to burn the node's updates would make. The ack
+	// is Stale: the sender drops its backup.
+	RefuseEvidence
 )
 
 var refusalNames = [...]string{RefuseNone: "none", RefuseBusy: "busy", RefuseEpoch: "epoch", RefuseEvicted: "evicted",
-	RefuseInvalid: "invalid", RefuseFailed: "failed"}
+	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence"}
 
 func (r CustodyRefusal) String() string {
 	if int(r) < len(refusalNames) {
@@ -240,6 +249,10 @@ type CustodyMsg struct {
 	// the release made from that token (through hand-offs to itself, re-sends,
 	// regenerations and the fallback), and in Ready.Final.
 	Evidence []byte
+	// Shown (CustodyToken only, optional) is the evidence the sender showed, as the driver
+	// verified it: a token taken here is recorded with it (EvidenceUse), and a later
+	// token showing the same evidence is refused (RefuseEvidence). nil: not checked.
+	Shown *Evidence
 	// Stale (CustodyAck): the receiver refused the token because it had accepted a higher
 	// one; the sender drops its backup.
 	Stale bool
@@ -606,7 +619,7 @@ func (c *Custody) Advance(CustodyReady) {
 
 // Start injects the initial token at this node (the origin): it is accepted as if
 // received, with no predecessor to ack, and stepped at Advance.
-func (c *Custody) Start(t Token) error { return c.onToken(-1, t, nil) }
+func (c *Custody) Start(t Token) error { return c.onToken(-1, t, nil, nil) }
 
 // Handover hands the initial token t, unstepped, to node to (an origin that is not the
 // walk's first holder). It carries no data (z0 = prox(0), zhat0 = 0), so its first send
@@ -661,9 +674,9 @@ func (c *Custody) Step(msg CustodyMsg) error {
 	}
 	switch msg.Kind {
 	case CustodyToken:
-		return c.onToken(msg.From, msg.Token, msg.Evidence)
+		return c.onToken(msg.From, msg.Token, msg.Evidence, msg.Shown)
 	case CustodyAck, CustodyRelease:
-		if msg.Token.Z != nil || msg.Token.Zhat != nil || msg.Evidence != nil {
+		if msg.Token.Z != nil || msg.Token.Zhat != nil || msg.Evidence != nil || msg.Shown != nil {
 			return ErrCustodyPayload
 		}
 		if c.done {
@@ -758,7 +771,7 @@ func (c *Custody) observe(epoch, hop uint64) {
 	f.observed, f.lastAt, f.lastE, f.lastH = true, c.now, epoch, hop
 }
 
-func (c *Custody) onToken(from int, t Token, ev []byte) error {
+func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 	if err := c.check(&t); err != nil {
 		return err
 	}
@@ -789,6 +802,14 @@ func (c *Custody) onToken(from int, t Token, ev []byte) error {
 		}
 		return nil
 	}
+	id := TokenID{Epoch: in.epoch, Hop: in.hop, Digest: in.digest}
+	if shown != nil && c.evUsed.Reused(*shown, id) {
+		c.events = append(c.events, CustodyEvent{Kind: CustodyRefused, Epoch: t.Epoch, Hop: t.Hop, Peer: from, Refusal: RefuseEvidence})
+		if from >= 0 {
+			c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Stale: true, Refused: RefuseEvidence})
+		}
+		return nil
+	}
 	if c.done || c.paused || c.held != nil || (from < 0 && c.epochRefused(t.Epoch)) {
 		c.refuse(from, &t, RefuseBusy)
 		return nil
@@ -796,6 +817,9 @@ func (c *Custody) onToken(from int, t Token, ev []byte) error {
 	c.touch()
 	if from >= 0 {
 		c.observe(t.Epoch, t.Hop)
+	}
+	if shown != nil {
+		c.evUsed.Use(*shown, id)
 	}
 	if t.Epoch > c.epoch {
 		c.epoch = t.Epoch
@@ -1332,8 +1356,9 @@ type CustodyFallbackState struct {
 }
 
 // CustodySnapshot is the whole custody state of one node: what a driver persists to
-// restart from (Restore). The walk machine's state (u_i, K_i) and the random sources are
-// not part of it. Tick values are those of the machine that took it; a driver that
+// restart from (Restore). The walk machine's state (u_i, K_i), the random sources and the
+// record of evidences used (EvidenceUse, rebuilt from the hand-offs taken after a
+// restart) are not part of it. Tick values are those of the machine that took it; a driver that
 // restarts with a new clock may set Now, the backups' Deadline and Progress and
 // Fallback.Active to 0 (a restart then retransmits its unacked releases at the first
 // Tick and waits a full fallback timeout).

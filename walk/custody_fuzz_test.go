@@ -166,7 +166,7 @@ func (w *fuzzNet) check(i int, rd CustodyReady) {
 			t.Fatalf("node %d sent a message from %d to %d", i, m.From, m.To)
 		}
 		if m.Kind != CustodyToken {
-			if m.Token.Z != nil || m.Token.Zhat != nil || m.Token.Run != "" || m.Evidence != nil {
+			if m.Token.Z != nil || m.Token.Zhat != nil || m.Token.Run != "" || m.Evidence != nil || m.Shown != nil {
 				t.Fatalf("node %d: a kind-%d message carries token data", i, m.Kind)
 			}
 			if m.Kind == CustodyRelease && !m.Retire && m.Dist < 2 {
@@ -297,6 +297,9 @@ func garbage(b []byte, n, to int) CustodyMsg {
 	if g(7)&16 == 16 {
 		m.Evidence = []byte{byte(g(9))}
 	}
+	if g(7)&32 == 32 {
+		m.Shown = &Evidence{Present: true, Signer: g(9) % n, Hop: uint64(g(9) % 3)}
+	}
 	return m
 }
 
@@ -403,7 +406,7 @@ func fuzzCustody(t *testing.T, b []byte) {
 				}
 				err := w.input(i, func(c *Custody, _ bool) error { return c.Step(m) })
 				if (m.Kind == CustodyAck || m.Kind == CustodyRelease) && m.From >= 0 && m.From < n && m.From != i &&
-					(m.Token.Z != nil || m.Token.Zhat != nil || m.Evidence != nil) && !errors.Is(err, ErrCustodyPayload) {
+					(m.Token.Z != nil || m.Token.Zhat != nil || m.Evidence != nil || m.Shown != nil) && !errors.Is(err, ErrCustodyPayload) {
 					t.Fatalf("an ack or release with token data was taken (%v)", err)
 				}
 			case 8: // start

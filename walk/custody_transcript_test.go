@@ -29,7 +29,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the tr
 //	crash node=I                 I stops: its messages in flight are lost, and every other
 //	                             node is told PeerDown(I) (the heartbeats' verdict)
 //	tick [n=K] [node=I]          every live node (or only I) ticks K times (1)
-//	inject from=I to=J epoch=E hop=H [v=V]   deliver a made-up token (z = zhat = V)
+//	inject from=I to=J epoch=E hop=H [v=V] [shown=S]   deliver a made-up token (z = zhat =
+//	                             V) showing as evidence a hand-off of hop S from node 0
 //	down node=I peer=J / up ...  I is told that J went down (came back)
 //	fallback node=I              I's fallback timeout, ticks per hop, next deadline
 //	final node=I from=J epoch=E hop=H   I learns of a final model released by J
@@ -194,6 +195,10 @@ func runTranscript(t *testing.T, path string) {
 				tk.Z[k], tk.Zhat[k] = float64(num("v", 1)), float64(num("v", 1))
 			}
 			m := CustodyMsg{Kind: CustodyToken, From: num("from", 0), To: num("to", 1), Epoch: tk.Epoch, Hop: tk.Hop, Token: tk}
+			if _, ok := args["shown"]; ok {
+				// The sender shows (as verified evidence) its receipt of hop `shown` from node 0.
+				m.Shown = &Evidence{Present: true, Signer: 0, Hop: uint64(num("shown", 0))}
+			}
 			out = append(out, "deliver "+msgString(m))
 			w.deliver(m)
 		case "down", "up":
