@@ -329,6 +329,7 @@ type CustodyReady struct {
 	Ledger []privacy.Entry
 	// Held: a token accepted here, to be stepped at Advance. Durable BEFORE the Outbox
 	// (its ack) is sent: a restart steps it (Restore with Snapshot.Held). nil: none new.
+	// Its vectors are the machine's, valid until Advance (the step updates them).
 	Held *CustodyHeld
 	// State: the walk machine's checkpoint (u_i, K_i); durable before sending. nil when
 	// unchanged.
@@ -599,8 +600,8 @@ func (c *Custody) stepDue() bool { return c.held != nil && !c.paused && !c.done 
 func (c *Custody) Ready() CustodyReady {
 	rd := CustodyReady{Ledger: c.ledger, State: c.state, Persist: c.persist, Outbox: c.outbox, Events: c.events, Final: c.final, Done: c.doneOut}
 	if c.heldOut && c.held != nil {
-		h := c.held.export()
-		rd.Held = &h
+		h := c.held
+		rd.Held = &CustodyHeld{Token: h.tok, Evidence: h.ev, Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
 	}
 	return rd
 }
@@ -930,7 +931,7 @@ func (c *Custody) keep(b *backup) {
 		}
 		c.backups = append(c.backups[:0], c.backups[len(c.backups)-lim:]...)
 	}
-	c.last = &release{tok: cloneToken(b.tok), ev: b.ev}
+	c.last = &release{tok: b.tok, ev: b.ev} // vectors shared: a release is never modified
 	c.persist = true
 }
 
@@ -938,7 +939,8 @@ func (c *Custody) keep(b *backup) {
 // entry) and keeps a backup. Unless send, the token is kept but not sent (PauseAfterStep:
 // a restart sends it at its first Tick).
 func (c *Custody) release(to int, t Token, h *held, send bool) {
-	b := &backup{tok: cloneToken(t), ev: h.ev, to: to, pred: h.pred, predE: h.predE, predH: h.predH, progress: c.now}
+	// t's vectors are the stepped held token's, which nothing else refers to any more.
+	b := &backup{tok: t, ev: h.ev, to: to, pred: h.pred, predE: h.predE, predH: h.predH, progress: c.now}
 	c.keep(b)
 	b.deadline = c.now
 	if !send {
@@ -1042,7 +1044,7 @@ func (c *Custody) regenerate(b *backup, why CustodyEventKind) {
 	c.epoch = b.tok.Epoch
 	c.raise(markOf(&b.tok))
 	c.dropBelow(b.tok.Epoch)
-	c.last = &release{tok: cloneToken(b.tok), ev: b.ev}
+	c.last = &release{tok: b.tok, ev: b.ev}
 	c.resend(b, why)
 }
 
@@ -1391,7 +1393,11 @@ func (h *held) export() CustodyHeld {
 	return CustodyHeld{Token: cloneToken(h.tok), Evidence: cloneBytes(h.ev), Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
 }
 
-// Snapshot returns a copy of the whole custody state.
+// Snapshot returns the whole custody state. The vectors of the backups' and the last
+// release's tokens, and evidence bytes, are shared with the machine, which never modifies
+// them (a release is immutable; a regeneration changes only the epoch, which the
+// snapshot holds by value); the caller must not modify them either. The held token is
+// copied.
 func (c *Custody) Snapshot() CustodySnapshot {
 	s := CustodySnapshot{Now: c.now, Epoch: c.epoch, Seq: c.seq, Paused: c.paused, Done: c.done,
 		Fallback: CustodyFallbackState{Active: c.fb.active, Sent: c.fb.sent, GaveUp: c.fb.gaveUp, HopTicks: c.fb.hop,
@@ -1404,13 +1410,13 @@ func (c *Custody) Snapshot() CustodySnapshot {
 		s.Recent = append(s.Recent, m.export())
 	}
 	for _, b := range c.backups {
-		s.Backups = append(s.Backups, CustodyBackup{Token: cloneToken(b.tok), Evidence: cloneBytes(b.ev), To: b.to,
+		s.Backups = append(s.Backups, CustodyBackup{Token: b.tok, Evidence: b.ev, To: b.to,
 			Acked: b.acked, Retried: b.retried, Pending: b.pending, Deadline: b.deadline, BusyAt: b.busyAt,
 			BusyWait: b.busyWait, Dist: b.dist, Progress: b.progress, Pred: b.pred, PredEpoch: b.predE, PredHop: b.predH})
 	}
 	if c.last != nil {
-		t := cloneToken(c.last.tok)
-		s.Last, s.LastEvidence = &t, cloneBytes(c.last.ev)
+		t := c.last.tok
+		s.Last, s.LastEvidence = &t, c.last.ev
 	}
 	if c.held != nil {
 		h := c.held.export()
@@ -1461,11 +1467,22 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 	c.held = nil
 	if h := s.Held; h != nil {
 		c.held = &held{tok: cloneToken(h.Token), ev: cloneBytes(h.Evidence), pred: h.Pred, predE: h.PredEpoch, predH: h.PredHop}
+		mk := markOf(&c.held.tok)
+		if mk.cmp(c.seen) > 0 {
+			// The held token is above the snapshot's fence: it was accepted after the rest
+			// of the snapshot was written (a driver that stores held tokens apart). The
+			// walk went on past this node's releases in it: an unacked one counts as acked
+			// (no retransmission; its backup is released by a wave or expires).
+			for _, b := range c.backups {
+				if !b.acked && !b.pending && markOf(&b.tok).cmp(mk) < 0 {
+					b.acked, b.dist = true, max(b.dist, 1)
+				}
+			}
+		}
 		// A held token is accepted: the fence and the epoch cover it, and the recent
 		// tokens a token received from a peer, so that its sender's retransmission is
 		// acked as a duplicate (a driver that stores it apart from the rest may not have
 		// saved them). A token handed to itself is not received again.
-		mk := markOf(&c.held.tok)
 		c.raise(mk)
 		if h.Pred >= 0 && h.Token.Epoch == h.PredEpoch && h.Token.Hop == h.PredHop {
 			c.addRecent(mk)
