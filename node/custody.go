@@ -180,14 +180,15 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 		c.Fence = &f
 	}
 	c.MaxEpoch = s.Epoch
-	c.Recent = make([]Mark, 0, len(s.Recent))
+	// The store keeps copies of what it wrote, so the slices are reused.
+	c.Recent = c.Recent[:0]
 	for _, m := range s.Recent {
 		c.Recent = append(c.Recent, Mark(m))
 	}
 	n.mu.Lock()
 	ms := n.members
 	n.mu.Unlock()
-	c.Backups = make([]Backup, 0, len(s.Backups))
+	c.Backups = c.Backups[:0]
 	c.Out, c.OutTo = nil, ""
 	if s.Last != nil {
 		c.Out = n.rawOf(*s.Last, s.LastEvidence)
@@ -603,11 +604,12 @@ func (n *Node) startSend(ctx context.Context, m walk.CustodyMsg) {
 		defer n.bg.Done()
 		mu := lk.(*sync.Mutex)
 		mu.Lock()
-		defer mu.Unlock()
 		if a.Load() != id || ctx.Err() != nil {
+			mu.Unlock()
 			return
 		}
 		code, err := n.handoff(ctx, to, raw)
+		mu.Unlock()
 		select {
 		case n.sent <- sendResult{to: to, idx: m.To, epoch: m.Epoch, hop: m.Hop, attempt: id, code: code, err: err}:
 		case <-ctx.Done():

@@ -283,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
 		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
-		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
+		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
