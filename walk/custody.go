@@ -247,7 +247,8 @@ type CustodyMsg struct {
 	// Evidence (CustodyToken only) is opaque to the machine: what a driver attaches to a
 	// token it delivers (the proof that its sender held it), handed back on every send of
 	// the release made from that token (through hand-offs to itself, re-sends,
-	// regenerations and the fallback), and in Ready.Final.
+	// regenerations and the fallback), and in Ready.Final. The machine copies what it is
+	// given and shares what it sends: neither side modifies the bytes.
 	Evidence []byte
 	// Shown (CustodyToken only, optional) is the evidence the sender showed, as the driver
 	// verified it: a token taken here is recorded with it (EvidenceUse), and a later
