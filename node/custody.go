@@ -326,19 +326,18 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 }
 
 // drain applies the machine's Readies until it has none (a token it holds is stepped at
-// Advance and makes the next one).
+// Advance and makes the next one), through the Walk adapter and the node's effects.
 func (n *Node) drain(ctx context.Context, in *CustodyInput) {
 	var rds []walk.CustodyReady
-	for n.fatal == nil && n.cust.HasReady() {
-		rd := n.cust.Ready()
+	fx := walkFx{n: n, ctx: ctx, in: in}
+	for n.fatal == nil && n.wk.HasReady() {
 		if n.custodyTrace != nil {
-			rds = append(rds, copyReady(rd))
+			rds = append(rds, copyReady(n.cust.Ready()))
 		}
-		if err := n.applyReady(ctx, rd, in); err != nil {
+		if err := n.wk.Apply(fx); err != nil {
 			n.fatal = err // nothing of this Ready was sent: the loop stops
 			break
 		}
-		n.cust.Advance(rd)
 	}
 	n.holding.Store(n.cust.Holding())
 	if n.custodyTrace != nil && in != nil {
@@ -369,24 +368,34 @@ func copyReady(rd walk.CustodyReady) walk.CustodyReady {
 	return c
 }
 
-// applyReady performs one Ready in the order it prescribes: the ledger (fsync), a held
-// token (the inbox journal, before its ack), the checkpoint (walk state and custody
+// walkFx is the node's WalkEffects: the ledger file, the inbox and checkpoint journals,
+// the wire and the control plane. The Walk adapter calls them in the Ready's order:
+// ledger (fsync), held token (inbox, before its ack), checkpoint (walk state and custody
 // snapshot), then the messages; events become metrics and log lines.
-func (n *Node) applyReady(ctx context.Context, rd walk.CustodyReady, in *CustodyInput) error {
-	if err := n.store.AppendLedger(rd.Ledger); err != nil {
+type walkFx struct {
+	n   *Node
+	ctx context.Context
+	in  *CustodyInput // the input being applied (nil: none)
+}
+
+func (f walkFx) AppendLedger(es []privacy.Entry) error {
+	if err := f.n.store.AppendLedger(es); err != nil {
 		return fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
 	}
-	if h := rd.Held; h != nil {
+	return nil
+}
+
+func (f walkFx) Persist(r WalkRecord) error {
+	n := f.n
+	if h := r.Held; h != nil {
 		if err := n.store.SaveInbox(n.rawOf(h.Token, h.Evidence)); err != nil {
 			return fmt.Errorf("node: cannot store the received token, stopping before its ack: %w", err)
 		}
 	}
-	for _, e := range rd.Events {
-		if e.Kind == walk.CustodyWalk {
-			n.ckpt.Epoch, n.ckpt.Hop = e.Epoch, e.Hop-1 // the token processed
-		}
+	if r.Stepped {
+		n.ckpt.Epoch, n.ckpt.Hop = r.Epoch, r.Hop // the token processed
 	}
-	if st := rd.State; st != nil {
+	if st := r.State; st != nil {
 		n.ckpt.Updates, n.ckpt.U = st.Updates, append(n.ckpt.U[:0], st.U...)
 		n.metrics.nupd.Store(int64(st.Updates))
 		if n.hopSrc != nil {
@@ -394,30 +403,33 @@ func (n *Node) applyReady(ctx context.Context, rd walk.CustodyReady, in *Custody
 			n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
 		}
 	}
-	if rd.Persist {
-		n.checkpointFrom(n.cust.Snapshot())
+	if r.Custody != nil {
+		n.checkpointFrom(*r.Custody)
 	}
-	if rd.State != nil || rd.Persist {
+	if r.State != nil || r.Custody != nil {
 		if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
 			return fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
 		}
 	}
-	n.noteEvents(rd.Events, in)
-	for _, m := range rd.Outbox {
-		switch m.Kind {
-		case walk.CustodyAck:
-			n.answer(m)
-		case walk.CustodyToken:
-			n.startSend(ctx, m)
-		case walk.CustodyRelease:
-			n.sendRelease(ctx, n.members[m.To], Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
-		}
-	}
-	if f := rd.Final; f != nil {
-		return n.releaseFinal(ctx, f)
+	return nil
+}
+
+func (f walkFx) Send(m walk.CustodyMsg) error {
+	n := f.n
+	switch m.Kind {
+	case walk.CustodyAck:
+		n.answer(m)
+	case walk.CustodyToken:
+		n.startSend(f.ctx, m)
+	case walk.CustodyRelease:
+		n.sendRelease(f.ctx, n.members[m.To], Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
 	}
 	return nil
 }
+
+func (f walkFx) Note(evs []walk.CustodyEvent) { f.n.noteEvents(evs, f.in) }
+
+func (f walkFx) Final(fin *walk.CustodyFinal) error { return f.n.releaseFinal(f.ctx, fin) }
 
 // answer maps the machine's ack of the hand-off being served to its one-byte code.
 func (n *Node) answer(m walk.CustodyMsg) {
@@ -464,12 +476,6 @@ func (n *Node) releaseFinal(ctx context.Context, f *walk.CustodyFinal) error {
 // noteEvents turns the machine's events into metrics and log lines.
 func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 	staleAck := in != nil && in.Kind == "step" && in.Msg.Kind == walk.CustodyAck && in.Msg.Stale
-	peer := func(j int) string {
-		if j < 0 || j >= len(n.members) {
-			return "-"
-		}
-		return shortID(n.members[j])
-	}
 	for _, e := range evs {
 		switch e.Kind {
 		case walk.CustodyAccepted:
@@ -500,75 +506,103 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 		case walk.CustodyDuplicate:
 			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		case walk.CustodyRefused:
-			switch e.Refusal {
-			case walk.RefuseEpoch:
-				n.metrics.rejected.WithLabelValues("epoch").Inc()
-				n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).
-					Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
-						MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
-			case walk.RefuseEvicted:
-				n.reject(n.log.With().Str("from", peer(e.Peer)).Logger(), "evicted", "sender was evicted for implausible epochs")
-			case walk.RefuseEvidence:
-				// The sender showed a hand-off it received, which this node already took
-				// another token on: a second token of the same lineage position (a member
-				// re-sending under new epochs to burn this node's updates), refused as stale.
-				n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
-				n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-					Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
-			}
+			n.noteRefused(e)
 		case walk.CustodyEvicted:
-			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
+			n.log.Warn().Str("peer", n.memberName(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
-		case walk.CustodyResent:
-			n.ownResends.Add(1)
-			n.limitedLog(zerolog.WarnLevel, "redirect").Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-				Msg("redirecting the token to another peer after failures")
-		case walk.CustodyRegenerated:
-			n.ownResends.Add(1)
-			n.metrics.custody.WithLabelValues("regenerated").Inc()
-			n.log.Warn().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-				Msg("regenerating the token from this node's backup: its recipient is down")
-		case walk.CustodyFallback:
-			n.ownResends.Add(1)
-			n.metrics.custody.WithLabelValues("fallback").Inc()
-			n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-				Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
-		case walk.CustodyDropped:
-			n.metrics.custody.WithLabelValues("released").Inc()
-		case walk.CustodyRetired:
-			if staleAck {
-				n.metrics.custody.WithLabelValues("fenced_out").Inc()
-				n.log.Warn().Str("to", peer(e.Peer)).Msg("receiver has a newer token: this copy is fenced and dropped")
-			} else {
-				n.metrics.custody.WithLabelValues("retired").Inc()
-			}
-		case walk.CustodyExpired:
-			n.metrics.custody.WithLabelValues("expired").Inc()
-		case walk.CustodyNoPeer:
-			n.metrics.custody.WithLabelValues("no_peer").Inc()
-		case walk.CustodyRetransmitted:
-			n.log.Debug().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).Msg("hand-off sent again to the same peer")
-		case walk.CustodyGaveUp:
-			n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
 		case walk.CustodyPaused:
-			if c := n.cur; c != nil && c.written != nil {
-				// Report the pause only once the ack is on its way, so that a harness that
-				// kills the node on seeing it does not make the sender redirect.
-				select {
-				case <-c.written:
-				case <-time.After(n.cfg.AckTimeout):
-				}
-			}
-			n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
-			n.paused.Store(true)
-			if n.cfg.PauseAfterStep {
-				n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
-			} else {
-				n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
-			}
+			n.notePaused(e)
 		case walk.CustodyStepFailed:
 			n.reject(n.log, "step", e.Err.Error())
+		default:
+			n.noteRecovery(e, staleAck)
 		}
+	}
+}
+
+// memberName returns the short peer ID of member j ("-" for none).
+func (n *Node) memberName(j int) string {
+	if j < 0 || j >= len(n.members) {
+		return "-"
+	}
+	return shortID(n.members[j])
+}
+
+// noteRefused logs and counts a token the machine refused.
+func (n *Node) noteRefused(e walk.CustodyEvent) {
+	switch e.Refusal {
+	case walk.RefuseEpoch:
+		n.metrics.rejected.WithLabelValues("epoch").Inc()
+		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).
+			Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
+				MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
+	case walk.RefuseEvicted:
+		n.reject(n.log.With().Str("from", n.memberName(e.Peer)).Logger(), "evicted", "sender was evicted for implausible epochs")
+	case walk.RefuseEvidence:
+		// The sender showed a hand-off it received, which this node already took
+		// another token on: a second token of the same lineage position (a member
+		// re-sending under new epochs to burn this node's updates), refused as stale.
+		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
+		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+	}
+}
+
+// notePaused reports the fault injection's pause (CustodyPaused).
+func (n *Node) notePaused(e walk.CustodyEvent) {
+	if c := n.cur; c != nil && c.written != nil {
+		// Report the pause only once the ack is on its way, so that a harness that
+		// kills the node on seeing it does not make the sender redirect.
+		select {
+		case <-c.written:
+		case <-time.After(n.cfg.AckTimeout):
+		}
+	}
+	n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
+	n.paused.Store(true)
+	if n.cfg.PauseAfterStep {
+		n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
+	} else {
+		n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
+	}
+}
+
+// noteRecovery turns the events of the custody's recovery (re-sends, regenerations, the
+// fallback, backups released or dropped) into metrics and log lines. staleAck: the input
+// was a stale ack (a backup retired by it was fenced out by its receiver).
+func (n *Node) noteRecovery(e walk.CustodyEvent, staleAck bool) {
+	switch e.Kind {
+	case walk.CustodyResent:
+		n.ownResends.Add(1)
+		n.limitedLog(zerolog.WarnLevel, "redirect").Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("redirecting the token to another peer after failures")
+	case walk.CustodyRegenerated:
+		n.ownResends.Add(1)
+		n.metrics.custody.WithLabelValues("regenerated").Inc()
+		n.log.Warn().Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("regenerating the token from this node's backup: its recipient is down")
+	case walk.CustodyFallback:
+		n.ownResends.Add(1)
+		n.metrics.custody.WithLabelValues("fallback").Inc()
+		n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
+	case walk.CustodyDropped:
+		n.metrics.custody.WithLabelValues("released").Inc()
+	case walk.CustodyRetired:
+		if staleAck {
+			n.metrics.custody.WithLabelValues("fenced_out").Inc()
+			n.log.Warn().Str("to", n.memberName(e.Peer)).Msg("receiver has a newer token: this copy is fenced and dropped")
+		} else {
+			n.metrics.custody.WithLabelValues("retired").Inc()
+		}
+	case walk.CustodyExpired:
+		n.metrics.custody.WithLabelValues("expired").Inc()
+	case walk.CustodyNoPeer:
+		n.metrics.custody.WithLabelValues("no_peer").Inc()
+	case walk.CustodyRetransmitted:
+		n.log.Debug().Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).Msg("hand-off sent again to the same peer")
+	case walk.CustodyGaveUp:
+		n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
 	}
 }
 

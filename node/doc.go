@@ -11,7 +11,8 @@
 // checkpoint and the ledger file. It has no custody rule of its own: it gives the machine
 // its inputs (hand-offs, the outcome of its own hand-offs, releases, PeerDown/PeerUp from
 // the heartbeats, ticks of its clock, final models) and applies each Ready in order
-// (custody.go, applyReady):
+// through the Walk adapter (runtime.go; the node's effects are custody.go's walkFx), the
+// code the fault studies of testnet apply their Readies with:
 //
 //  1. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
 //     before anything is sent);
@@ -24,7 +25,8 @@
 //     the recent tokens and the backups;
 //  4. the messages: the ack byte of the hand-off being served, token frames (in the
 //     background, signed for their recipient, one at a time per peer) and releases;
-//  5. Advance, after which the machine steps a token it took.
+//  5. the events (metrics and log lines) and, at hop K, the final model;
+//  6. Advance, after which the machine steps a token it took.
 //
 // Time reaches the machine in ticks of AckTimeout/100 (1 to 100 ms, fallback.go): the
 // loop sleeps until the machine's next deadline or an input and then catches up, so an

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -197,6 +198,7 @@ type GossipNode struct {
 
 	// The barrier policy around the machine, and the length of its tick; loop-owned.
 	ex   *gossip.Exchange
+	ad   *Gossip // ex's adapter: applies its Readies through gossipFx
 	tick time.Duration
 
 	// Journal (GossipJournalFile) and resumption; loop-owned after NewGossipNode.
@@ -295,7 +297,7 @@ func NewGossipNode(ctx context.Context, cfg GossipConfig) (*GossipNode, error) {
 			ErrRejoin, cfg.DataDir, cfg.Run)
 	}
 	g := &GossipNode{cfg: cfg, store: st, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
-		met: cfg.metrics, ex: ex, tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
+		met: cfg.metrics, ex: ex, ad: NewGossip(ex), tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
 	g.prog.iter = -1
 	fail := func(err error) (*GossipNode, error) { g.Close(); return nil, err }
 	if g.jfile, err = os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
@@ -484,7 +486,7 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 	defer cancel()
 	defer g.finish()
 	start := time.Now()
-	x := g.ex
+	x, ad := g.ex, g.ad
 	res := &GossipResult{}
 	for _, p := range g.peers {
 		g.bg.Add(1)
@@ -509,32 +511,30 @@ func (g *GossipNode) Run(ctx context.Context) (*GossipResult, error) {
 	}
 	var carry time.Duration // waiting time not yet delivered as a tick
 	for {
-		for x.HasReady() {
-			rd := x.Ready()
-			iter, err := g.apply(rd, res)
+		for ad.HasReady() {
+			err := ad.Apply(g.effects(res))
 			if errors.Is(err, errPaused) {
-				g.log.Warn().Int("iter", iter).Msg("paused after the release became durable, before sending it (fault injection)")
+				g.log.Warn().Int("iter", g.cfg.PauseAt).Msg("paused after the release became durable, before sending it (fault injection)")
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}
 			if err != nil {
 				return nil, err
 			}
-			x.Advance(rd)
-			if rd.Stop != nil {
-				return nil, g.stopError(rd.Stop)
+			if s := ad.Stopped(); s != nil {
+				return nil, g.stopError(s)
 			}
-			if rd.State != nil && g.cfg.HaltAfter > 0 && iter >= g.cfg.HaltAfter {
+			if iter := ad.Released(); iter >= 0 && g.cfg.HaltAfter > 0 && iter >= g.cfg.HaltAfter {
 				g.flush(ctx, nil)
 				g.log.Warn().Int("iter", iter).Msg("halting on purpose (fault injection)")
 				return nil, fmt.Errorf("%w %d", ErrHalted, iter)
 			}
-			if rd.Done && rd.State != nil {
+			if ad.Done() {
 				g.progMu.Lock()
 				g.prog.done = true
 				g.progMu.Unlock()
 				g.flush(ctx, res)
-				res.Model, res.Iter = rd.Model, x.Iter()
+				res.Model, res.Iter = ad.Model(), x.Iter()
 				res.Rejected, res.Ignored = int(g.rejected.Load()), int(g.ignored.Load())
 				res.Wall = time.Since(start)
 				return res, nil
@@ -618,21 +618,31 @@ func (g *GossipNode) stopError(s *gossip.Stop) error {
 		ErrNeighborMissing, g.cfg.Self, g.waited(s.Waited), s.Iter, s.Neighbors)
 }
 
-// apply carries out rd up to the sends: the stale uses are recorded and fsynced, then the
-// release is journaled and its ledger entry appended and fsynced, and only then are the
-// frames queued to the neighbours. Events become logs and counters. It returns the
-// released iteration (-1 when rd releases nothing).
-func (g *GossipNode) apply(rd gossip.ExchangeReady, res *GossipResult) (int, error) {
+// gossipFx is the GossipNode's GossipEffects for one Ready: the stale records, the
+// journal and the ledger, fsynced in the adapter's order (node.Gossip), then the frames
+// queued to the neighbours' senders; events become logs and counters. res, when set,
+// collects the stale uses and ledger entries of the run.
+type gossipFx struct {
+	g   *GossipNode
+	res *GossipResult
+	enc map[int][]byte // one encoding per iteration: the envelopes of a release share its vector
+}
+
+func (g *GossipNode) effects(res *GossipResult) *gossipFx {
+	return &gossipFx{g: g, res: res, enc: map[int][]byte{}}
+}
+
+func (f *gossipFx) Persist(r GossipRecord) error {
+	g := f.g
 	if g.cfg.Noise != nil && g.cfg.Noise.err != nil {
-		return 0, fmt.Errorf("node: noise source: %w", g.cfg.Noise.err)
+		return fmt.Errorf("node: noise source: %w", g.cfg.Noise.err)
 	}
-	g.logEvents(rd.Events)
-	for _, u := range rd.StaleUses {
+	for _, u := range r.Stale {
 		if err := g.recordStale(u); err != nil {
-			return 0, err
+			return err
 		}
-		if res != nil {
-			res.Stale = append(res.Stale, u)
+		if f.res != nil {
+			f.res.Stale = append(f.res.Stale, u)
 		}
 		g.progMu.Lock()
 		g.prog.stale++
@@ -641,68 +651,67 @@ func (g *GossipNode) apply(rd gossip.ExchangeReady, res *GossipResult) (int, err
 			g.met.gStale.Inc()
 		}
 	}
-	iter := -1
-	if rd.State != nil {
-		if len(rd.Ledger) != 1 || int(rd.Ledger[0].Hop) != rd.State.Iter {
-			return 0, fmt.Errorf("node: invariant: the release of iteration %d carries %d ledger entries", rd.State.Iter, len(rd.Ledger))
-		}
-		e := rd.Ledger[0]
-		e.Run = g.cfg.Run
-		if err := e.Validate(); err != nil {
-			return 0, fmt.Errorf("node: ledger entry: %w", err)
-		}
-		es := []privacy.Entry{e}
+	if r.Release != nil {
 		// Journal first (release, inputs, noise), then the ledger, then the sends.
-		if err := g.journal(rd.State); err != nil {
-			return 0, fmt.Errorf("node: cannot make the journal durable, stopping before any send: %w", err)
-		}
-		if err := g.store.AppendLedger(es); err != nil {
-			return 0, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
-		}
-		if res != nil {
-			res.Ledger = append(res.Ledger, es...)
-		}
-		iter = rd.State.Iter
-		g.progress(es, iter)
-		if g.cfg.PauseAt > 0 && iter == g.cfg.PauseAt {
-			return iter, errPaused
-		}
-	} else if len(rd.Ledger) != 0 {
-		return 0, fmt.Errorf("node: invariant: %d ledger entries without a release", len(rd.Ledger))
-	}
-	// One encoding per iteration: the envelopes of a release share its vector.
-	enc := map[int][]byte{}
-	for _, env := range rd.Outbox {
-		msg := env.Msg
-		if rd.State != nil && msg.Iter == rd.State.Iter && !sameFloats(msg.Vec, rd.State.Vec) {
-			return 0, fmt.Errorf("node: invariant: vector of iteration %d differs from the journaled release", msg.Iter)
-		}
-		p := g.peerOf(env.To)
-		if p == nil {
-			return 0, fmt.Errorf("node: invariant: machine addressed node %d, not a neighbour", env.To)
-		}
-		raw, ok := enc[msg.Iter]
-		if !ok {
-			var err error
-			if raw, err = EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(msg.Iter), From: uint32(g.cfg.Self), Vec: msg.Vec}); err != nil {
-				return 0, err
-			}
-			enc[msg.Iter] = raw
-		}
-		select {
-		case p.q <- raw:
-			// f_i(T) is consumed by nobody (every neighbour computes f_j(T) from the
-			// vectors of iteration T-1): it is sent, but the end-of-run flush does not wait
-			// for a neighbour that may already have finished and gone.
-			if msg.Iter < g.cfg.Iters {
-				p.queued++
-			}
-		default:
-			g.log.Error().Int("to", p.idx).Int("iter", msg.Iter).Msg("send queue full: vector dropped")
+		if err := g.journal(r.Release); err != nil {
+			return fmt.Errorf("node: cannot make the journal durable, stopping before any send: %w", err)
 		}
 	}
-	return iter, nil
+	return nil
 }
+
+func (f *gossipFx) AppendLedger(es []privacy.Entry) error {
+	g := f.g
+	es = slices.Clone(es)
+	for i := range es {
+		es[i].Run = g.cfg.Run
+		if err := es[i].Validate(); err != nil {
+			return fmt.Errorf("node: ledger entry: %w", err)
+		}
+	}
+	if err := g.store.AppendLedger(es); err != nil {
+		return fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
+	}
+	if f.res != nil {
+		f.res.Ledger = append(f.res.Ledger, es...)
+	}
+	iter := int(es[len(es)-1].Hop) // the release's iteration (one entry, checked by Gossip.Apply)
+	g.progress(es, iter)
+	if g.cfg.PauseAt > 0 && iter == g.cfg.PauseAt {
+		return errPaused
+	}
+	return nil
+}
+
+func (f *gossipFx) Send(env gossip.Envelope) error {
+	g, msg := f.g, env.Msg
+	p := g.peerOf(env.To)
+	if p == nil {
+		return fmt.Errorf("node: invariant: machine addressed node %d, not a neighbour", env.To)
+	}
+	raw, ok := f.enc[msg.Iter]
+	if !ok {
+		var err error
+		if raw, err = EncodeGossip(nil, GossipFrame{Run: g.cfg.Run, Iter: uint64(msg.Iter), From: uint32(g.cfg.Self), Vec: msg.Vec}); err != nil {
+			return err
+		}
+		f.enc[msg.Iter] = raw
+	}
+	select {
+	case p.q <- raw:
+		// f_i(T) is consumed by nobody (every neighbour computes f_j(T) from the vectors
+		// of iteration T-1): it is sent, but the end-of-run flush does not wait for a
+		// neighbour that may already have finished and gone.
+		if msg.Iter < g.cfg.Iters {
+			p.queued++
+		}
+	default:
+		g.log.Error().Int("to", p.idx).Int("iter", msg.Iter).Msg("send queue full: vector dropped")
+	}
+	return nil
+}
+
+func (f *gossipFx) Note(evs []gossip.Event) { f.g.logEvents(evs) }
 
 // logEvents turns the exchange's events into log lines and counters.
 func (g *GossipNode) logEvents(evs []gossip.Event) {
@@ -797,12 +806,8 @@ func (g *GossipNode) flush(ctx context.Context, res *GossipResult) {
 		case j := <-g.reconn:
 			// A neighbour that restarted meanwhile may need the last releases again.
 			g.ex.Reconnected(j)
-			for g.ex.HasReady() {
-				rd := g.ex.Ready()
-				if _, err := g.apply(rd, res); err != nil {
-					g.log.Warn().Err(err).Msg("cannot re-send the last vectors")
-				}
-				g.ex.Advance(rd)
+			if err := Drain[GossipEffects](g.ad, g.effects(res)); err != nil {
+				g.log.Warn().Err(err).Msg("cannot re-send the last vectors")
 			}
 		case <-time.After(2 * time.Millisecond):
 		}

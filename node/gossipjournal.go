@@ -215,7 +215,7 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 // yet in the ledger, from a crash between the two writes, gets its entry now, before
 // anything is sent). Nothing is sent: Run re-sends the last releases (Exchange.Resume).
 func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
-	x, jn := g.ex, g.cfg.Noise
+	jn := g.cfg.Noise
 	refuse := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrRejoin, g.cfg.DataDir, fmt.Sprintf(format, a...))
 	}
@@ -226,26 +226,17 @@ func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
 		jn.replay = append(jn.replay, r.Noise...)
 	}
 	for r, rec := range recs {
+		rel := GossipRelease{Vec: rec.Vec}
 		for _, in := range rec.In {
-			if in.Iter != r-1 {
-				return refuse("release %d lists an input of iteration %d", r, in.Iter)
-			}
-			msg := gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}
-			if err := x.Replay(gossip.Input{Message: msg, StandIn: in.Stale, UsedIter: in.Used}); err != nil {
-				return refuse("replaying the input of neighbour %d at iteration %d: %v", in.From, in.Iter, err)
-			}
+			rel.Inputs = append(rel.Inputs, gossip.Input{Message: gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}, StandIn: in.Stale, UsedIter: in.Used})
 		}
-		if !x.HasReady() {
-			return refuse("the journaled inputs do not complete the barrier before release %d", r)
-		}
-		rd := x.Ready()
+		e, err := g.ad.Replay(r, rel)
 		if jn.err != nil {
 			return refuse("%v", jn.err)
 		}
-		if rd.State == nil || rd.State.Iter != r || !sameFloats(rd.State.Vec, rec.Vec) || len(rd.Ledger) != 1 {
-			return refuse("the machine does not reproduce release %d bit for bit (refusing to release it again differently)", r)
+		if err != nil {
+			return refuse("%v", err)
 		}
-		e := rd.Ledger[0]
 		e.Run = g.cfg.Run
 		if r < len(prior) {
 			p := prior[r]
@@ -256,7 +247,6 @@ func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
 			return fmt.Errorf("node: cannot make the ledger durable: %w", err)
 		}
 		g.progress([]privacy.Entry{e}, r)
-		x.Advance(rd)
 	}
 	if jn.pos != len(jn.replay) {
 		return refuse("%d journaled noise draws were not used by the replay", len(jn.replay)-jn.pos)

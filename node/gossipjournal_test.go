@@ -251,8 +251,8 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd := g.ex.Ready()
-	if _, err := g.apply(rd, nil); err != nil { // release f(0): journal, then ledger
+	e0 := g.ex.Ready().Ledger[0]
+	if err := g.ad.Apply(g.effects(nil)); err != nil { // release f(0): journal, then ledger
 		t.Fatal(err)
 	}
 	g.Close()
@@ -288,7 +288,7 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := rd.Ledger[0]
+	e := e0
 	e.Run, e.Hop = "r", 1
 	if err := st.AppendLedger([]privacy.Entry{e}); err != nil {
 		t.Fatal(err)
@@ -435,7 +435,7 @@ func FuzzGossipJournal(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st, ex: ex}
+		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st, ex: ex, ad: NewGossip(ex)}
 		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}

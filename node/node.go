@@ -117,6 +117,7 @@ type Node struct {
 	// loop-owned state. cust holds every custody rule (custody.go); the loop maps its
 	// Ready to the journals and the wire, and wall-clock time to its ticks (fallback.go).
 	cust     *walk.Custody
+	wk       *Walk     // cust's adapter: applies its Readies through walkFx
 	custSeed [2]uint64 // seed of cust's re-send source
 	tick     time.Duration
 	t0       time.Time                // tick 0 of the loop's clock
@@ -588,7 +589,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		}
 	}
 	n.mu.Lock()
-	n.cust = cust
+	n.cust, n.wk = cust, NewWalk(cust)
 	n.mu.Unlock()
 	if restore != nil {
 		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
@@ -775,7 +776,7 @@ func isClosed(c <-chan struct{}) bool {
 
 // onInbound gives the custody machine a hand-off that passed the stream's checks (decode,
 // membership, run, shape, signature and evidence); the machine's ack (or refusal) is the
-// byte written back, once the Ready that carries it is durable (applyReady).
+// byte written back, once the Ready that carries it is durable (Walk.Apply).
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
 	msg.idx = n.memberIndex(msg.from)
 	n.cur = &msg

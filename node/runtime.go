@@ -1,0 +1,327 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// This file is the contract between the runtime and the protocol machines it drives. A
+// machine (walk.Custody, gossip.Exchange) holds every protocol rule; its adapter here
+// (Walk, Gossip) applies each of its Readies strictly in the order the Ready prescribes,
+// through an Effects that does the I/O: the node's (disk, streams, control plane) or the
+// fault network's of testnet (memory, a virtual clock). Both drivers thus apply Readies
+// with the same code, and the fault studies check exactly the ordering that runs on the
+// network.
+
+// Effects carries out the duties of one Ready. An adapter's Apply calls them in the order
+// it documents: the durable duties first (AppendLedger, Persist), then Send for every
+// message, then Note.
+//
+//   - AppendLedger makes privacy ledger entries durable: when it returns nil they survive
+//     a crash. Every message of the Ready is covered by them (or by earlier entries).
+//   - Persist makes the Ready's state record R durable likewise.
+//   - Send hands one message to the transport; it may queue and return at once. It is
+//     called only after every durable duty of its Ready succeeded.
+//   - Note receives the Ready's events (logs, metrics, checkers); they are never read
+//     back into the machine.
+//
+// An error from AppendLedger or Persist ends the Ready before anything is sent, and one
+// from Send before the rest is sent: Apply returns it without advancing the machine,
+// whose state is then ahead of what is durable, and the driver stops (or crashes, in a
+// fault study) instead of going on.
+type Effects[R, M, E any] interface {
+	AppendLedger(es []privacy.Entry) error
+	Persist(r R) error
+	Send(m M) error
+	Note(evs []E)
+}
+
+// Machine is what the runtime drives: a protocol machine behind its adapter. Time comes
+// in only through TickTo; input through the adapter's machine (Step, PeerDown, ...);
+// output through Apply, which performs one Ready through fx and advances the machine.
+type Machine[F any] interface {
+	// TickTo advances the machine's clock to tick t (no-op if t is not ahead of it).
+	TickTo(t int64)
+	// NextDeadline returns the earliest tick at which TickTo can act; ok is false when no
+	// tick is needed (until the next input). A driver may sleep until then.
+	NextDeadline() (tick int64, ok bool)
+	// HasReady reports whether a Ready is pending.
+	HasReady() bool
+	// Apply performs one pending Ready through fx, in order, then advances the machine.
+	Apply(fx F) error
+	// Done reports whether the machine decided that its run is over here.
+	Done() bool
+}
+
+// Drain applies m's Readies through fx until it has none (a machine may produce the next
+// one at Advance, e.g. by stepping a token it took). It stops at the first error.
+func Drain[F any](m Machine[F], fx F) error {
+	for m.HasReady() {
+		if err := m.Apply(fx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WalkRecord is the state a walk.Custody Ready makes durable before its messages go out.
+type WalkRecord struct {
+	// Held is a token accepted here, to be stepped at Advance: durable BEFORE its ack
+	// (a restart steps it). Its vectors are the machine's until Advance. nil: none new.
+	Held *walk.CustodyHeld
+	// State is the walk machine's u_i and K_i; nil when unchanged.
+	State *walk.Checkpoint
+	// Custody is the custody snapshot (walk.Custody.Snapshot, sharing the machine's
+	// immutable release vectors); nil when it need not be written.
+	Custody *walk.CustodySnapshot
+	// Stepped says that this Ready stepped a token; Epoch and Hop are the token's (the
+	// position a restart resumes from: a stored held token of that position or below was
+	// processed).
+	Stepped    bool
+	Epoch, Hop uint64
+}
+
+// WalkEffects are the effects of a walk.Custody Ready. Final is called last, after the
+// Ready's messages, when the token reached hop K here (CustodyReady.Final): the driver
+// releases the final model.
+type WalkEffects interface {
+	Effects[WalkRecord, walk.CustodyMsg, walk.CustodyEvent]
+	Final(f *walk.CustodyFinal) error
+}
+
+// Walk adapts a walk.Custody to the runtime. Apply performs a CustodyReady in this order:
+//
+//  1. AppendLedger(Ready.Ledger): every token message of the Ready is covered before it
+//     leaves, and a restart never finds a step in its checkpoint without its entry;
+//  2. Persist: the held token (before its ack), the walk state and the custody snapshot;
+//  3. Send, every Outbox message in order (acks, tokens, releases);
+//  4. Note(Ready.Events);
+//  5. Final(Ready.Final), when set;
+//  6. Advance (the machine then steps a held token, which makes the next Ready).
+type Walk struct {
+	c *walk.Custody
+}
+
+// NewWalk wraps c.
+func NewWalk(c *walk.Custody) *Walk { return &Walk{c: c} }
+
+// Custody returns the wrapped machine (for its inputs and read-only use).
+func (w *Walk) Custody() *walk.Custody { return w.c }
+
+// TickTo advances the custody clock to tick t.
+func (w *Walk) TickTo(t int64) { w.c.TickTo(t) }
+
+// NextDeadline returns walk.Custody.NextDeadline (ok false when it has none).
+func (w *Walk) NextDeadline() (int64, bool) {
+	nd := w.c.NextDeadline()
+	return nd, nd != math.MaxInt64
+}
+
+// HasReady reports whether the custody machine has a Ready pending.
+func (w *Walk) HasReady() bool { return w.c.HasReady() }
+
+// Done reports whether the walk is over for this node (CustodyReady.Done).
+func (w *Walk) Done() bool { return w.c.Done() }
+
+// Apply performs the pending Ready through fx (see Walk for the order).
+func (w *Walk) Apply(fx WalkEffects) error {
+	rd := w.c.Ready()
+	if len(rd.Ledger) > 0 {
+		if err := fx.AppendLedger(rd.Ledger); err != nil {
+			return err
+		}
+	}
+	rec := WalkRecord{Held: rd.Held, State: rd.State}
+	if rd.Persist {
+		s := w.c.Snapshot()
+		rec.Custody = &s
+	}
+	for _, e := range rd.Events {
+		if e.Kind == walk.CustodyWalk {
+			rec.Stepped, rec.Epoch, rec.Hop = true, e.Epoch, e.Hop-1 // the event names the hop sent
+		}
+	}
+	if rec.Held != nil || rec.State != nil || rec.Custody != nil {
+		if err := fx.Persist(rec); err != nil {
+			return err
+		}
+	}
+	for _, m := range rd.Outbox {
+		if err := fx.Send(m); err != nil {
+			return err
+		}
+	}
+	fx.Note(rd.Events)
+	if rd.Final != nil {
+		if err := fx.Final(rd.Final); err != nil {
+			return err
+		}
+	}
+	w.c.Advance(rd)
+	return nil
+}
+
+// GossipRecord is the state a gossip.Exchange Ready makes durable before its frames go
+// out.
+type GossipRecord struct {
+	// Stale are the stale substitutions made since the last Ready, oldest first (the
+	// release that uses one may be in this very Ready).
+	Stale []gossip.StaleUse
+	// Release is the release to journal (vector, consumed inputs, checkpoint); nil: this
+	// Ready releases nothing.
+	Release *gossip.ExchangeState
+}
+
+// GossipEffects are the effects of a gossip.Exchange Ready.
+type GossipEffects = Effects[GossipRecord, gossip.Envelope, gossip.Event]
+
+// Gossip adapts a gossip.Exchange to the runtime. Apply checks the Ready's invariants (a
+// release carries exactly one ledger entry, of its iteration, and is sent as released;
+// nothing else carries an entry) and performs it in this order:
+//
+//  1. Persist: the stale uses, then the release (the journal). The journal goes before
+//     the ledger entry: a restart that finds a journaled release without its entry
+//     appends the entry before it sends anything, whereas an entry without its release
+//     could not be replayed;
+//  2. AppendLedger(Ready.Ledger);
+//  3. Send, every Outbox envelope in order (re-sends first, then the release);
+//  4. Note(Ready.Events);
+//  5. Advance; the end decided by the machine is then reported by Done (the last
+//     iteration is released; Model) or Stopped (the missing-neighbour policy).
+type Gossip struct {
+	x        *gossip.Exchange
+	done     bool
+	model    []float64
+	stop     *gossip.Stop
+	released int
+}
+
+// NewGossip wraps x.
+func NewGossip(x *gossip.Exchange) *Gossip { return &Gossip{x: x, released: -1} }
+
+// Exchange returns the wrapped machine (for its inputs and read-only use).
+func (g *Gossip) Exchange() *gossip.Exchange { return g.x }
+
+// TickTo delivers the ticks up to t one by one (the exchange counts each).
+func (g *Gossip) TickTo(t int64) {
+	for g.x.Now() < t {
+		g.x.Tick()
+	}
+}
+
+// NextDeadline returns gossip.Exchange.Deadline.
+func (g *Gossip) NextDeadline() (int64, bool) { return g.x.Deadline() }
+
+// HasReady reports whether the exchange has a Ready pending.
+func (g *Gossip) HasReady() bool { return g.x.HasReady() }
+
+// Done reports whether the last iteration was computed and its release applied.
+func (g *Gossip) Done() bool { return g.done }
+
+// Model returns f_i(T) once Done.
+func (g *Gossip) Model() []float64 { return g.model }
+
+// Stopped returns the policy stop once the Ready carrying it was applied, else nil.
+func (g *Gossip) Stopped() *gossip.Stop { return g.stop }
+
+// Released returns the iteration released by the last Apply (-1: none).
+func (g *Gossip) Released() int { return g.released }
+
+// ErrGossipInvariant is returned by Gossip.Apply for a Ready that breaks the exchange's
+// contract (a bug): nothing of it is sent.
+var ErrGossipInvariant = errors.New("node: invariant of the exchange's Ready broken")
+
+func checkGossipReady(rd *gossip.ExchangeReady) error {
+	if rd.State == nil {
+		if len(rd.Ledger) != 0 {
+			return fmt.Errorf("%w: %d ledger entries without a release", ErrGossipInvariant, len(rd.Ledger))
+		}
+		return nil
+	}
+	if len(rd.Ledger) != 1 || int(rd.Ledger[0].Hop) != rd.State.Iter {
+		return fmt.Errorf("%w: the release of iteration %d carries %d ledger entries", ErrGossipInvariant, rd.State.Iter, len(rd.Ledger))
+	}
+	for _, env := range rd.Outbox {
+		if env.Msg.Iter == rd.State.Iter && !sameFloats(env.Msg.Vec, rd.State.Vec) {
+			return fmt.Errorf("%w: vector of iteration %d differs from the journaled release", ErrGossipInvariant, env.Msg.Iter)
+		}
+	}
+	return nil
+}
+
+// Apply performs the pending Ready through fx (see Gossip for the order).
+func (g *Gossip) Apply(fx GossipEffects) error {
+	rd := g.x.Ready()
+	g.released = -1
+	if err := checkGossipReady(&rd); err != nil {
+		return err
+	}
+	if len(rd.StaleUses) > 0 || rd.State != nil {
+		if err := fx.Persist(GossipRecord{Stale: rd.StaleUses, Release: rd.State}); err != nil {
+			return err
+		}
+	}
+	if len(rd.Ledger) > 0 {
+		if err := fx.AppendLedger(rd.Ledger); err != nil {
+			return err
+		}
+	}
+	for _, env := range rd.Outbox {
+		if err := fx.Send(env); err != nil {
+			return err
+		}
+	}
+	fx.Note(rd.Events)
+	g.x.Advance(rd)
+	if rd.State != nil {
+		g.released = rd.State.Iter
+	}
+	if rd.Stop != nil {
+		g.stop = rd.Stop
+	}
+	if rd.Done && rd.State != nil {
+		g.done, g.model = true, rd.Model
+	}
+	return nil
+}
+
+// GossipRelease is one journaled release: the vector sent and the neighbour vectors the
+// machine consumed to compute it.
+type GossipRelease struct {
+	Vec    []float64
+	Inputs []gossip.Input
+}
+
+// Replay gives a fresh exchange (restarted node) the journaled release r: its inputs
+// (gossip.Exchange.Replay), then the machine's release, which must be of iteration r and
+// equal rec.Vec bit for bit, applied without sending anything. It returns the release's
+// ledger entry, which the driver checks against its ledger or appends (before anything is
+// sent). After the last release the driver calls the exchange's Resume.
+func (g *Gossip) Replay(r int, rec GossipRelease) (privacy.Entry, error) {
+	for _, in := range rec.Inputs {
+		if in.Iter != r-1 {
+			return privacy.Entry{}, fmt.Errorf("release %d lists an input of iteration %d", r, in.Iter)
+		}
+		if err := g.x.Replay(in); err != nil {
+			return privacy.Entry{}, fmt.Errorf("replaying the input of neighbour %d at iteration %d: %v", in.From, in.Iter, err)
+		}
+	}
+	if !g.x.HasReady() {
+		return privacy.Entry{}, fmt.Errorf("the journaled inputs do not complete the barrier before release %d", r)
+	}
+	rd := g.x.Ready()
+	if rd.State == nil || rd.State.Iter != r || !sameFloats(rd.State.Vec, rec.Vec) || len(rd.Ledger) != 1 {
+		return privacy.Entry{}, fmt.Errorf("the machine does not reproduce release %d bit for bit (refusing to release it again differently)", r)
+	}
+	e := rd.Ledger[0]
+	g.x.Advance(rd)
+	if rd.Done {
+		g.done, g.model = true, rd.Model
+	}
+	return e, nil
+}

@@ -1,0 +1,287 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// recorder is an Effects that records the order of the duties it is given and can fail
+// one of them.
+type recorder[R, M, E any] struct {
+	log     []string
+	recs    []R
+	entries []privacy.Entry
+	sent    []M
+	fail    string // "ledger" or "persist": that duty fails
+	finals  int
+}
+
+var errDisk = errors.New("disk full")
+
+func (r *recorder[R, M, E]) AppendLedger(es []privacy.Entry) error {
+	r.log = append(r.log, "ledger")
+	if r.fail == "ledger" {
+		return errDisk
+	}
+	r.entries = append(r.entries, es...)
+	return nil
+}
+
+func (r *recorder[R, M, E]) Persist(rec R) error {
+	r.log = append(r.log, "persist")
+	r.recs = append(r.recs, rec)
+	if r.fail == "persist" {
+		return errDisk
+	}
+	return nil
+}
+
+func (r *recorder[R, M, E]) Send(m M) error {
+	r.log = append(r.log, "send")
+	r.sent = append(r.sent, m)
+	return nil
+}
+
+func (r *recorder[R, M, E]) Note([]E) { r.log = append(r.log, "note") }
+
+type walkRecorder struct {
+	recorder[WalkRecord, walk.CustodyMsg, walk.CustodyEvent]
+}
+
+func (r *walkRecorder) Final(*walk.CustodyFinal) error {
+	r.log = append(r.log, "final")
+	r.finals++
+	return nil
+}
+
+// testWalk returns node 0 of a 3-node walk in its adapter, holding the initial token
+// (accepted, to be stepped at the next Advance).
+func testWalk(t *testing.T, hops uint64) *Walk {
+	t.Helper()
+	sh := shards(t, 3)
+	ll, err := consensus.NewLocalLoss(sh[0], consensus.Squared, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := walk.DefaultConfig()
+	wc.Node, wc.Nodes, wc.Run, wc.Rand = 0, 3, "v", rand.New(rand.NewPCG(1, 2))
+	wc.Sigma, wc.Noise = 1, privacy.NewSeededNoise(3)
+	cc := walk.DefaultCustodyConfig()
+	cc.Rand, cc.Hops = rand.New(rand.NewPCG(4, 5)), hops
+	c, err := walk.NewCustody(wc, ll, sh[0].Cols, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(walk.NewToken("v", 0, sh[0].Cols, wc.Reg, wc.Gamma)); err != nil {
+		t.Fatal(err)
+	}
+	return NewWalk(c)
+}
+
+// TestWalkApplyOrder: Walk.Apply performs a Ready in the documented order (ledger, then
+// the durable record, then the messages, then the events) and advances the machine only
+// after all of it; the step's release is covered by a ledger entry naming its recipient.
+func TestWalkApplyOrder(t *testing.T) {
+	w := testWalk(t, 0)
+	fx := &walkRecorder{}
+	// The accepted token: held durably (no ledger entry, no message), stepped at Advance.
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fx.log, []string{"persist", "note"}) || fx.recs[0].Held == nil || fx.recs[0].State != nil {
+		t.Fatalf("start: %v %+v", fx.log, fx.recs)
+	}
+	// The step: its ledger entry, the state with the custody snapshot, then the token.
+	fx.log = nil
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fx.log, []string{"ledger", "persist", "send", "note"}) || len(fx.entries) != 1 || len(fx.sent) != 1 || fx.sent[0].Kind != walk.CustodyToken {
+		t.Fatalf("step applied as %v: %d entries, %d messages", fx.log, len(fx.entries), len(fx.sent))
+	}
+	rec := fx.recs[1]
+	if rec.State == nil || rec.State.Updates != 1 || rec.Custody == nil || len(rec.Custody.Backups) != 1 || !rec.Stepped || rec.Hop != 0 {
+		t.Fatalf("step record %+v", rec)
+	}
+	if to := fx.sent[0].To; rec.Custody.Backups[0].To != to || fx.entries[0].Recipient != fmt.Sprint(to) || fx.entries[0].Hop != fx.sent[0].Hop {
+		t.Fatalf("release to %d at hop %d, backup to %d, ledger entry %+v", to, fx.sent[0].Hop, rec.Custody.Backups[0].To, fx.entries[0])
+	}
+	if w.HasReady() {
+		t.Fatal("a Ready is left after the step")
+	}
+}
+
+// TestWalkApplyStopsBeforeSending: a ledger or checkpoint that cannot be made durable
+// ends the Ready before anything is sent, and the machine is not advanced: the same
+// Ready is pending again.
+func TestWalkApplyStopsBeforeSending(t *testing.T) {
+	for _, fail := range []string{"ledger", "persist"} {
+		w := testWalk(t, 0)
+		if err := w.Apply(&walkRecorder{}); err != nil { // the held token
+			t.Fatal(err)
+		}
+		before := w.Custody().Ready()
+		entries, hop := len(before.Ledger), before.Outbox[0].Hop
+		fx := &walkRecorder{recorder: recorder[WalkRecord, walk.CustodyMsg, walk.CustodyEvent]{fail: fail}}
+		if err := w.Apply(fx); !errors.Is(err, errDisk) {
+			t.Fatalf("%s failing: %v", fail, err)
+		}
+		if len(fx.sent) != 0 || slices.Contains(fx.log, "note") {
+			t.Fatalf("%s failing: %v, sent %d", fail, fx.log, len(fx.sent))
+		}
+		after := w.Custody().Ready()
+		if !w.HasReady() || len(after.Ledger) != entries || len(after.Outbox) != 1 || after.Outbox[0].Hop != hop {
+			t.Fatalf("%s failing: the Ready was not kept: %+v", fail, after)
+		}
+	}
+}
+
+// TestWalkApplyFinal: the token of hop K reaching the node is released through Final,
+// after the ack of its sender, and the machine reports Done.
+func TestWalkApplyFinal(t *testing.T) {
+	w := testWalk(t, 5)
+	fx := &walkRecorder{}
+	if err := Drain[WalkEffects](w, fx); err != nil {
+		t.Fatal(err)
+	}
+	tok := walk.NewToken("v", 0, len(fx.recs[0].Held.Token.Z), consensus.Regularizer{}, 1)
+	tok.Hop = 5
+	if err := w.Custody().Step(walk.CustodyMsg{Kind: walk.CustodyToken, From: 1, To: 0, Hop: 5, Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	fx.log, fx.sent = nil, nil
+	if err := Drain[WalkEffects](w, fx); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Done() || fx.finals != 1 || !slices.Equal(fx.log, []string{"send", "note", "final"}) || fx.sent[0].Kind != walk.CustodyAck {
+		t.Fatalf("hop K: done %v, %d finals, %v", w.Done(), fx.finals, fx.log)
+	}
+}
+
+// testGossip returns node 0 of a 2-node R-ADMM exchange in its adapter (f(0) pending).
+func testGossip(t *testing.T) (*Gossip, []*gossip.Machine) {
+	t.Helper()
+	ms, _ := noisyMachines(t, [][]int{{1}, {0}}, 4)
+	x, err := gossip.NewExchange(ms[0], gossip.DefaultExchangeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewGossip(x), ms
+}
+
+type gossipRecorder = recorder[GossipRecord, gossip.Envelope, gossip.Event]
+
+// TestGossipApplyOrder: Gossip.Apply journals a release before its ledger entry, both
+// before its frames, and reports the release; a failing ledger or journal sends nothing
+// and keeps the Ready.
+func TestGossipApplyOrder(t *testing.T) {
+	g, _ := testGossip(t)
+	fx := &gossipRecorder{}
+	if err := g.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fx.log, []string{"persist", "ledger", "send", "note"}) {
+		t.Fatalf("f(0) applied as %v", fx.log)
+	}
+	if r := fx.recs[0].Release; r == nil || r.Iter != 0 || g.Released() != 0 || fx.sent[0].To != 1 || !sameFloats(fx.sent[0].Msg.Vec, r.Vec) {
+		t.Fatalf("release %+v, released %d, sent %+v", fx.recs[0], g.Released(), fx.sent)
+	}
+	for _, fail := range []string{"persist", "ledger"} {
+		g, _ := testGossip(t)
+		fx := &gossipRecorder{fail: fail}
+		if err := g.Apply(fx); !errors.Is(err, errDisk) {
+			t.Fatalf("%s failing: %v", fail, err)
+		}
+		if len(fx.sent) != 0 || g.Released() != -1 || !g.HasReady() {
+			t.Fatalf("%s failing: sent %d, released %d, pending %v", fail, len(fx.sent), g.Released(), g.HasReady())
+		}
+		if err := g.Apply(&gossipRecorder{}); err != nil || g.Released() != 0 {
+			t.Fatalf("%s failing, then applied again: %v, released %d", fail, err, g.Released())
+		}
+	}
+}
+
+// journalRecorder is a gossip recorder that keeps a copy of every release it is given.
+type journalRecorder struct {
+	gossipRecorder
+	rels []GossipRelease
+}
+
+func (j *journalRecorder) Persist(r GossipRecord) error {
+	if r.Release != nil {
+		rel := GossipRelease{Vec: slices.Clone(r.Release.Vec)}
+		for _, in := range r.Release.Inputs {
+			in.Vec = slices.Clone(in.Vec)
+			rel.Inputs = append(rel.Inputs, in)
+		}
+		j.rels = append(j.rels, rel)
+	}
+	return j.gossipRecorder.Persist(r)
+}
+
+// TestGossipReplayAndDone: the adapter reports Done and the model after the last release;
+// the node's journaled releases, replayed through a fresh adapter (Gossip.Replay), are
+// recomputed bit for bit with the same ledger entries, and a journaled vector that
+// differs is refused.
+func TestGossipReplayAndDone(t *testing.T) {
+	const iters = 4
+	g, ms := testGossip(t)
+	other, err := gossip.NewExchange(ms[1], gossip.DefaultExchangeConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := NewGossip(other)
+	fx, pfx := &journalRecorder{}, &journalRecorder{}
+	for rounds := 0; !g.Done(); rounds++ {
+		if rounds > 100 {
+			t.Fatal("no progress")
+		}
+		if err := Drain[GossipEffects](g, fx); err != nil {
+			t.Fatal(err)
+		}
+		if err := Drain[GossipEffects](peer, pfx); err != nil {
+			t.Fatal(err)
+		}
+		for _, env := range pfx.sent {
+			g.Exchange().Step(env.Msg)
+		}
+		for _, env := range fx.sent {
+			peer.Exchange().Step(env.Msg)
+		}
+		fx.sent, pfx.sent = nil, nil
+	}
+	if len(fx.rels) != iters+1 || len(fx.entries) != iters+1 || !sameFloats(g.Model(), fx.rels[iters].Vec) {
+		t.Fatalf("%d releases, %d entries, model %v", len(fx.rels), len(fx.entries), g.Model())
+	}
+	replay := func(rels []GossipRelease) (*Gossip, error) {
+		fresh, _ := testGossip(t)
+		for r, rel := range rels {
+			e, err := fresh.Replay(r, rel)
+			if err != nil {
+				return fresh, err
+			}
+			if e != fx.entries[r] {
+				t.Fatalf("release %d replayed with entry %+v, want %+v", r, e, fx.entries[r])
+			}
+		}
+		return fresh, nil
+	}
+	fresh, err := replay(fx.rels)
+	if err != nil || !fresh.Done() || !sameFloats(fresh.Model(), g.Model()) {
+		t.Fatalf("replay: %v, done %v", err, fresh.Done())
+	}
+	bad := slices.Clone(fx.rels)
+	bad[2].Vec = slices.Clone(bad[2].Vec)
+	bad[2].Vec[0] += 1e-12
+	if _, err := replay(bad); err == nil {
+		t.Fatal("a journaled release that the machine does not recompute was accepted")
+	}
+}
