@@ -16,8 +16,8 @@ import (
 //	1, 2   next hop of the walk (SeededRand; node -1: the initial holder)
 //	3      DP noise (SeededNoise)
 //	4, 5   f_i(0) of a neighbour-exchange node (SeededGossipInit); walk custody backups
-//	7, 8   the fault schedule of the fault simulator (node -2)
-//	9      link latencies of the fault simulator
+//	7, 8   the fault schedule of the walk's crash study (node -2)
+//	9      heartbeat latencies of the fault network
 //	11, 12 the privacy audit's noise and decisions
 
 // SeedMix returns the seed of node i's stream for purpose under the run seed: the

@@ -1,21 +1,24 @@
 package testnet
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
-// FaultConfig configures one run of the fault simulator: n walk.Custody machines over a
-// deterministic discrete-tick network, with a crash of a fraction of the nodes that always
-// includes the token's current holder (docs/fault-tolerance.md).
+// FaultConfig configures one run of the walk's crash study: n walk.Custody machines, each
+// driven through node.Walk, on the fault network (faultnet.go: datagram links, heartbeat
+// liveness), with a crash of a fraction of the nodes that always includes the token's
+// current holder (docs/fault-tolerance.md).
 type FaultConfig struct {
 	Nodes       int     // n; default 40
 	Dim         int     // p, features of the synthetic lasso data; default 4
@@ -44,6 +47,12 @@ type FaultConfig struct {
 	AfterTicks int
 	// LossRate: probability that any custody message (token, ack, release) is lost.
 	LossRate float64
+	// Restart: the crashed nodes restart this many ticks after the kill, from what their
+	// effects made durable (0: they never come back).
+	Restart int64
+	// Partitions and Crashes are further faults of the schedule (FaultSchedule).
+	Partitions []FaultPartition
+	Crashes    []FaultCrash
 	// SnapHop: report the first token released with hop >= SnapHop (0: none).
 	SnapHop uint64
 }
@@ -82,6 +91,8 @@ func (c *FaultConfig) defaults() error {
 		return fmt.Errorf("testnet: faults: loss rate must be in [0,1), got %v", c.LossRate)
 	case !(c.Sigma >= 0) || math.IsInf(c.Sigma, 0):
 		return fmt.Errorf("testnet: faults: sigma must be >= 0 and finite, got %v", c.Sigma)
+	case c.Restart < 0:
+		return fmt.Errorf("testnet: faults: restart must be >= 0 ticks, got %d", c.Restart)
 	}
 	return nil
 }
@@ -142,35 +153,11 @@ type FaultReport struct {
 	// PayloadLeaks: acks or releases that carried token data; must be 0.
 	PayloadLeaks                                 int
 	Resent, Regenerated, Fallbacks, Fenced, Dups int
+	Restarts                                     int
 	LiveTokens, LiveEpochs                       int // at the end
 	Finite                                       bool
 	Z                                            []float64 // survivor's model
 	Snap                                         *walk.Token
-}
-
-type wireMsg struct {
-	at, dep int64
-	seq     uint64
-	lost    bool
-	msg     walk.CustodyMsg
-}
-
-type wireQueue []*wireMsg
-
-func (q wireQueue) Len() int { return len(q) }
-func (q wireQueue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
-}
-func (q wireQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *wireQueue) Push(x any)   { *q = append(*q, x.(*wireMsg)) }
-func (q *wireQueue) Pop() any {
-	o := *q
-	x := o[len(o)-1]
-	*q = o[:len(o)-1]
-	return x
 }
 
 type tokKey struct{ hop, digest uint64 }
@@ -193,22 +180,16 @@ type acceptRec struct {
 	epoch  uint64
 }
 
-type downEvent struct {
-	at        int64
-	observer  int
-	peer      int
-	serialize int
-}
-
+// faultSim is the walk's crash study: n walk nodes on the fault network, and the checkers
+// of every Ready they apply.
 type faultSim struct {
 	cfg      FaultConfig
 	n        int
-	nodes    []*walk.Custody
-	dead     []bool
-	now      int64
+	net      *faultNet[walk.CustodyMsg]
+	nodes    []*walkNode
+	wcs      []walk.Config
+	losses   []*consensus.LocalLoss
 	killTick int64
-	q        wireQueue
-	seq      uint64
 	rng      *rand.Rand
 	rep      *FaultReport
 	ledger   []map[ledKey]int
@@ -219,24 +200,67 @@ type faultSim struct {
 	producer map[tokKey]int
 	release  map[relKey]uint64
 	zs       map[tokKey][]float64 // z of every released token
-	downs    []downEvent
+	err      error                // the first inconsistency found in an event
 }
 
 // RunFaults runs one fault scenario and returns its report. It returns an error only for
 // a bad configuration or a machine error (a bug); the report's fields say whether the
 // walk recovered and whether the ledgers cover every release.
 //
-// A lost token or ack makes the sender redirect the release (walk.Custody), so one
-// release reaches several peers. The fault simulator computes no realised pairwise
-// figure: its runs fork (a lost ack can leave two copies of a hop until one is fenced)
-// and roll back (regeneration, fallback), which one path cannot express. What the
-// accountant needs from it is checked instead: every token message on the wire is
-// covered by a ledger entry naming its recipient, made before the send (UnderCount), so
-// every peer that received a release is named in its sender's ledger.
+// Every node is a walk.Custody driven through node.Walk, the adapter the libp2p node
+// applies its Readies with, on the fault network (faultnet.go) with datagram links and
+// heartbeat liveness. A lost token or ack makes the sender redirect the release
+// (walk.Custody), so one release reaches several peers. The fault simulator computes no
+// realised pairwise figure: its runs fork (a lost ack can leave two copies of a hop until
+// one is fenced) and roll back (regeneration, fallback), which one path cannot express.
+// What the accountant needs from it is checked instead: every token message on the wire
+// is covered by a ledger entry naming its recipient, made before the send (UnderCount),
+// so every peer that received a release is named in its sender's ledger.
 func RunFaults(cfg FaultConfig) (*FaultReport, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	f, err := newFaultSim(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.NoKill {
+		f.killTick = int64(cfg.WarmTicks + f.rng.IntN(cfg.WarmTicks))
+	}
+	f.rep.KillTick = f.killTick
+	start := NodeRand(cfg.Seed, -1).IntN(f.n)
+	tok := walk.NewToken(faultRun, 0, cfg.Dim, f.wcs[0].Reg, faultGamma)
+	k0 := tokKey{0, walk.TokenDigest(tok)}
+	f.producer[k0] = -1
+	nd := f.nodes[start]
+	if err := nd.ad.Custody().Start(tok); err != nil {
+		return nil, err
+	}
+	if err := nd.drain(&k0, 0); err != nil {
+		return nil, err
+	}
+	end := int64(2*cfg.WarmTicks + cfg.AfterTicks)
+	if f.killTick >= 0 {
+		end = f.killTick + int64(cfg.AfterTicks)
+	}
+	before := func() error {
+		if f.net.now == f.killTick {
+			f.kill()
+		}
+		return nil
+	}
+	if err := f.net.run(end, before, nil); err != nil {
+		return nil, err
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.finish()
+	return f.rep, nil
+}
+
+// newFaultSim builds the nodes (each a fresh walk.Custody in its adapter) and the network.
+func newFaultSim(cfg FaultConfig) (*faultSim, error) {
 	shards, prob, err := faultData(cfg)
 	if err != nil {
 		return nil, err
@@ -250,173 +274,248 @@ func RunFaults(cfg FaultConfig) (*FaultReport, error) {
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	f := &faultSim{cfg: cfg, n: n, nodes: make([]*walk.Custody, n), dead: make([]bool, n),
+	f := &faultSim{cfg: cfg, n: n, killTick: -1,
 		rng:    rand.New(rand.NewPCG(mix(cfg.Seed, -2, 7), mix(cfg.Seed, -2, 8))),
 		rep:    &FaultReport{Seed: cfg.Seed, Holder: -1},
 		ledger: make([]map[ledKey]int, n), sent: make([]map[ledKey]int, n), noisy: make([]int, n),
 		producer: map[tokKey]int{}, release: map[relKey]uint64{}, zs: map[tokKey][]float64{}, lastAcc: make([]int, n),
 	}
-	for i := range f.lastAcc {
-		f.lastAcc[i] = -1
-	}
 	scratch := walk.NewScratch(cfg.Dim)
+	nodes := make([]netNode[walk.CustodyMsg], n)
 	for i, sh := range shards {
+		f.lastAcc[i] = -1
 		ll, err := consensus.NewLocalLoss(sh, prob.Loss, float64(n)*float64(sh.Rows)/float64(total))
 		if err != nil {
 			return nil, err
 		}
-		wc := walk.Config{Node: i, Nodes: n, Gamma: faultGamma, Lambda: faultLambda, Clip: faultClip, Sigma: cfg.Sigma,
-			Reg: prob.Reg, Rand: NodeRand(cfg.Seed, i), Run: faultRun, Names: names, Scratch: scratch}
-		if cfg.Sigma > 0 {
-			wc.Noise = NodeNoise(cfg.Seed, i)
-		}
-		cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(mix(cfg.Seed, i, 4), mix(cfg.Seed, i, 5))),
-			AckTimeout: cfg.AckTimeout, Depth: cfg.Depth, FallbackTimeout: cfg.Fallback}
-		if f.nodes[i], err = walk.NewCustody(wc, ll, cfg.Dim, cc); err != nil {
-			return nil, err
-		}
+		f.losses = append(f.losses, ll)
+		f.wcs = append(f.wcs, walk.Config{Node: i, Nodes: n, Gamma: faultGamma, Lambda: faultLambda, Clip: faultClip, Sigma: cfg.Sigma,
+			Reg: prob.Reg, Run: faultRun, Names: names, Scratch: scratch})
 		f.ledger[i], f.sent[i] = map[ledKey]int{}, map[ledKey]int{}
-	}
-	f.killTick = -1
-	if !cfg.NoKill {
-		f.killTick = int64(cfg.WarmTicks + f.rng.IntN(cfg.WarmTicks))
-	}
-	f.rep.KillTick = f.killTick
-	start := NodeRand(cfg.Seed, -1).IntN(n)
-	tok := walk.NewToken(faultRun, 0, cfg.Dim, prob.Reg, faultGamma)
-	k0 := tokKey{0, walk.TokenDigest(tok)}
-	f.producer[k0] = -1
-	if err := f.nodes[start].Start(tok); err != nil {
-		return nil, err
-	}
-	if err := f.apply(start, &k0, 0); err != nil {
-		return nil, err
-	}
-	end := int64(2*cfg.WarmTicks + cfg.AfterTicks)
-	if f.killTick >= 0 {
-		end = f.killTick + int64(cfg.AfterTicks)
-	}
-	for f.now = 1; f.now <= end; f.now++ {
-		if f.now == f.killTick {
-			f.kill()
+		nd := &walkNode{f: f, i: i}
+		nd.fx.nd = nd
+		for j := 0; j < n; j++ {
+			if j != i {
+				nd.others = append(nd.others, j)
+			}
 		}
-		if err := f.deliver(); err != nil {
+		if nd.ad, err = f.newCustody(nd); err != nil {
 			return nil, err
 		}
-		for len(f.downs) > 0 && f.downs[0].at <= f.now {
-			d := f.downs[0]
-			f.downs = f.downs[1:]
-			if f.dead[d.observer] {
-				continue
-			}
-			f.nodes[d.observer].PeerDown(d.peer)
-			if err := f.apply(d.observer, nil, 0); err != nil {
-				return nil, err
-			}
-		}
-		for i, c := range f.nodes {
-			if f.dead[i] {
-				continue
-			}
-			c.Tick()
-			if err := f.apply(i, nil, 0); err != nil {
-				return nil, err
-			}
-		}
+		f.nodes = append(f.nodes, nd)
+		nodes[i] = nd
 	}
-	f.finish()
-	return f.rep, nil
+	sched := FaultSchedule{MaxLatency: cfg.MaxLatency, Loss: cfg.LossRate, Heartbeat: cfg.Heartbeat, Missed: cfg.Missed,
+		Partitions: cfg.Partitions, Crashes: cfg.Crashes}
+	if err := sched.defaults(n); err != nil {
+		return nil, err
+	}
+	f.net = newFaultNet(sched, false, f.rng, cfg.Seed, nodes)
+	return f, nil
 }
 
-// kill crashes the holder and enough random others to make KillFrac of the nodes; every
-// live node learns of each crash from the missed heartbeats of the dead node.
+// newCustody builds node nd's machine from its durable generators (its next-hop and noise
+// sources as of its last checkpoint: node.SeededSources for a fresh node, which draw as
+// NodeRand and NodeNoise).
+func (f *faultSim) newCustody(nd *walkNode) (*node.Walk, error) {
+	i, cfg := nd.i, f.cfg
+	nd.hopSrc, nd.noiseSrc = node.SeededSources(cfg.Seed, i)
+	if nd.srcs[0] != nil {
+		if err := nd.hopSrc.UnmarshalBinary(nd.srcs[0]); err != nil {
+			return nil, err
+		}
+		if err := nd.noiseSrc.UnmarshalBinary(nd.srcs[1]); err != nil {
+			return nil, err
+		}
+	}
+	wc := f.wcs[i]
+	wc.Rand = rand.New(nd.hopSrc)
+	if cfg.Sigma > 0 {
+		wc.Noise = privacy.NewNoiseFromRand(rand.New(nd.noiseSrc))
+	}
+	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(mix(cfg.Seed, i, 4)+uint64(nd.restarts), mix(cfg.Seed, i, 5))),
+		AckTimeout: cfg.AckTimeout, Depth: cfg.Depth, FallbackTimeout: cfg.Fallback}
+	c, err := walk.NewCustody(wc, f.losses[i], cfg.Dim, cc)
+	if err != nil {
+		return nil, err
+	}
+	return node.NewWalk(c), nil
+}
+
+// kill crashes the holder and enough random others to make KillFrac of the nodes (they
+// restart after cfg.Restart ticks, if set); every live node learns of each crash from the
+// missed heartbeats of the dead node.
 func (f *faultSim) kill() {
 	holder := f.accepts[len(f.accepts)-1].node
 	f.rep.Holder = holder
 	f.rep.Held = false
-	for _, w := range f.q {
-		if w.msg.Kind == walk.CustodyToken && w.msg.From == holder && w.dep >= f.now {
+	for _, d := range f.net.q {
+		if d.m.Kind == walk.CustodyToken && d.from == holder && d.dep >= f.net.now {
 			f.rep.Held = true
 		}
 	}
-	for _, c := range f.nodes {
-		f.rep.BackupsAtKill += len(c.Backups())
+	for _, nd := range f.nodes {
+		if nd.ad != nil {
+			f.rep.BackupsAtKill += len(nd.ad.Custody().Backups())
+		}
 	}
 	k := int(math.Ceil(f.cfg.KillFrac * float64(f.n)))
-	f.dead[holder] = true
 	killed := []int{holder}
 	for _, j := range f.rng.Perm(f.n) {
 		if len(killed) == k {
 			break
 		}
-		if !f.dead[j] {
-			f.dead[j] = true
+		if f.net.up(j) && !slices.Contains(killed, j) {
 			killed = append(killed, j)
 		}
 	}
 	sort.Ints(killed)
 	f.rep.Killed = killed
-	H, M := int64(f.cfg.Heartbeat), int64(f.cfg.Missed)
 	for _, d := range killed {
-		phase := int64(d) % H
-		last := f.now - 1 - ((f.now-1-phase)%H+H)%H // last beat sent before the crash
-		for j := 0; j < f.n; j++ {
-			if f.dead[j] {
-				continue
-			}
-			lat := 1 + int64(mix(f.cfg.Seed, j*f.n+d, 9)%uint64(f.cfg.MaxLatency))
-			f.downs = append(f.downs, downEvent{at: last + lat + M*H, observer: j, peer: d})
-		}
+		f.net.down[d] = f.cfg.Restart
+		f.net.crash(d)
 	}
-	sort.Slice(f.downs, func(a, b int) bool {
-		if f.downs[a].at != f.downs[b].at {
-			return f.downs[a].at < f.downs[b].at
-		}
-		if f.downs[a].observer != f.downs[b].observer {
-			return f.downs[a].observer < f.downs[b].observer
-		}
-		return f.downs[a].peer < f.downs[b].peer
-	})
 }
 
-func (f *faultSim) deliver() error {
-	for len(f.q) > 0 && f.q[0].at <= f.now {
-		w := heap.Pop(&f.q).(*wireMsg)
-		m := w.msg
-		if w.lost || f.dead[m.To] || (f.dead[m.From] && w.dep >= f.killTick) {
-			continue // lost, or the recipient is down, or the sender crashed before sending
-		}
-		var in *tokKey
-		if m.Kind == walk.CustodyToken {
-			in = &tokKey{m.Hop, walk.TokenDigest(m.Token)}
-		}
-		if err := f.nodes[m.To].Step(m); err != nil {
-			return fmt.Errorf("testnet: faults: tick %d node %d: %w", f.now, m.To, err)
-		}
-		if err := f.apply(m.To, in, m.Epoch); err != nil {
-			return err
-		}
+// walkNode drives one node's walk.Custody through node.Walk on the fault network: the
+// network's events become custody inputs (Step, TickTo, PeerDown/PeerUp), and its
+// effects keep in memory what the node's make durable (ledger, inbox, checkpoint with
+// the generators' state), from which a restart rebuilds the node as node.Node does.
+type walkNode struct {
+	f      *faultSim
+	i      int
+	others []int
+	ad     *node.Walk // nil while crashed
+	fx     walkEffects
+	// hopSrc and noiseSrc are the live machine's generators.
+	hopSrc, noiseSrc *rand.PCG
+	// Durable state.
+	held       *walk.CustodyHeld     // the inbox: the last token taken
+	ck         *walk.Checkpoint      // u_i and K_i
+	srcs       [2][]byte             // the generators at the checkpoint
+	snap       *walk.CustodySnapshot // the custody snapshot
+	stepped    bool                  // (epoch, hop) of the last token processed
+	epoch, hop uint64
+	restarts   int
+	crashNext  bool // crash at the next release, once durable
+}
+
+func (nd *walkNode) peers() []int  { return nd.others }
+func (nd *walkNode) running() bool { return nd.ad != nil && !nd.ad.Done() }
+func (nd *walkNode) crashAt()      { nd.crashNext = true }
+func (nd *walkNode) crash()        { nd.ad, nd.crashNext, nd.fx.ledgered = nil, false, false }
+
+// drain applies the node's Readies; in is the token being delivered (for the path
+// bookkeeping of CustodyAccepted), nil for other inputs.
+func (nd *walkNode) drain(in *tokKey, epoch uint64) error {
+	nd.fx.in, nd.fx.inEpoch = in, epoch
+	err := node.Drain[node.WalkEffects](nd.ad, &nd.fx)
+	nd.fx.in = nil
+	return err
+}
+
+func (nd *walkNode) deliver(_ int, m walk.CustodyMsg) error {
+	var in *tokKey
+	if m.Kind == walk.CustodyToken {
+		in = &tokKey{m.Hop, walk.TokenDigest(m.Token)}
+	}
+	if err := nd.ad.Custody().Step(m); err != nil {
+		return fmt.Errorf("testnet: faults: tick %d node %d: %w", nd.f.net.now, nd.i, err)
+	}
+	return nd.drain(in, m.Epoch)
+}
+
+func (nd *walkNode) tick(now int64) error {
+	nd.ad.TickTo(now)
+	return nd.drain(nil, 0)
+}
+
+func (nd *walkNode) liveness(j int, up bool) error {
+	if up {
+		nd.ad.Custody().PeerUp(j)
+	} else {
+		nd.ad.Custody().PeerDown(j)
+	}
+	return nd.drain(nil, 0)
+}
+
+// restart rebuilds the node from its durable state, as node.Node does: its generators,
+// u_i and K_i from the checkpoint, the custody snapshot (liveness is observed afresh, the
+// clock restarts at now), and the token of the inbox when it is newer than the last one
+// processed (stepped now).
+func (nd *walkNode) restart(now int64) error {
+	nd.restarts++
+	nd.f.rep.Restarts++
+	ad, err := nd.f.newCustody(nd)
+	if err != nil {
+		return err
+	}
+	var snap walk.CustodySnapshot
+	if nd.snap != nil {
+		snap = *nd.snap
+	}
+	snap.Held, snap.Down, snap.Now, snap.Fallback.Active = nil, nil, now, now
+	if h := nd.held; h != nil && (!nd.stepped || h.Token.Epoch > nd.epoch || h.Token.Epoch == nd.epoch && h.Token.Hop > nd.hop) {
+		snap.Held = h
+	}
+	if err := ad.Custody().Restore(nd.ck, snap); err != nil {
+		return fmt.Errorf("testnet: faults: restart of node %d: %w", nd.i, err)
+	}
+	nd.ad = ad
+	return nd.drain(nil, 0)
+}
+
+// walkEffects is a walk node's node.WalkEffects: the in-memory durable store and the
+// network, with the study's checks of every Ready.
+type walkEffects struct {
+	nd       *walkNode
+	in       *tokKey
+	inEpoch  uint64
+	ledgered bool // the Ready being applied has ledger entries (a release)
+}
+
+func (fx *walkEffects) AppendLedger(es []privacy.Entry) error {
+	fx.ledgered = true
+	return fx.nd.f.ledgerEntries(fx.nd.i, es)
+}
+
+func (fx *walkEffects) Persist(r node.WalkRecord) error {
+	nd := fx.nd
+	if h := r.Held; h != nil {
+		c := *h
+		c.Token.Z, c.Token.Zhat = slices.Clone(h.Token.Z), slices.Clone(h.Token.Zhat)
+		nd.held = &c
+	}
+	if st := r.State; st != nil {
+		nd.ck = &walk.Checkpoint{Node: st.Node, Updates: st.Updates, U: slices.Clone(st.U)}
+		nd.srcs[0], _ = nd.hopSrc.MarshalBinary()
+		nd.srcs[1], _ = nd.noiseSrc.MarshalBinary()
+	}
+	if r.Custody != nil {
+		nd.snap = r.Custody // its vectors are immutable releases
+	}
+	if r.Stepped {
+		nd.stepped, nd.epoch, nd.hop = true, r.Epoch, r.Hop
+	}
+	if nd.crashNext && fx.ledgered {
+		return errCrashNow
 	}
 	return nil
 }
 
-// apply performs node i's Readies like a real driver (ledger, state, then send; a token
-// the node accepted is stepped at Advance and makes the next Ready) and checks them
-// independently: every token on the wire has a durable ledger entry, acks and releases
-// carry no token data, vectors are finite.
-func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
-	for c := f.nodes[i]; c.HasReady(); {
-		if err := f.applyReady(i, c.Ready(), in, inEpoch); err != nil {
-			return err
-		}
-	}
-	return nil
+func (fx *walkEffects) Send(m walk.CustodyMsg) error { return fx.nd.f.send(fx.nd.i, m) }
+
+func (fx *walkEffects) Note(evs []walk.CustodyEvent) {
+	fx.ledgered = false
+	fx.nd.f.note(fx.nd.i, evs, fx.in, fx.inEpoch)
 }
 
-func (f *faultSim) applyReady(i int, rd walk.CustodyReady, in *tokKey, inEpoch uint64) error {
-	c := f.nodes[i]
+func (fx *walkEffects) Final(*walk.CustodyFinal) error { return nil }
+
+// ledgerEntries records node i's durable entries.
+func (f *faultSim) ledgerEntries(i int, es []privacy.Entry) error {
 	name := strconv.Itoa(i)
-	for _, e := range rd.Ledger {
+	for _, e := range es {
 		if err := e.Validate(); err != nil {
 			return err
 		}
@@ -433,18 +532,26 @@ func (f *faultSim) applyReady(i int, rd walk.CustodyReady, in *tokKey, inEpoch u
 			f.noisy[i]++
 		}
 	}
-	for _, ev := range rd.Events {
+	return nil
+}
+
+// note records node i's events: the acceptances (the path tree) and the recovery counts.
+func (f *faultSim) note(i int, evs []walk.CustodyEvent, in *tokKey, inEpoch uint64) {
+	for _, ev := range evs {
 		switch ev.Kind {
 		case walk.CustodyAccepted:
-			if in == nil {
-				return fmt.Errorf("testnet: faults: node %d accepted a token outside a delivery", i)
+			p, ok := -2, in != nil
+			if ok {
+				p, ok = f.producer[*in]
 			}
-			p, ok := f.producer[*in]
 			if !ok {
-				return fmt.Errorf("testnet: faults: node %d accepted a token nobody released", i)
+				if f.err == nil {
+					f.err = fmt.Errorf("testnet: faults: node %d accepted a token outside a delivery or one nobody released", i)
+				}
+				continue
 			}
 			f.lastAcc[i] = len(f.accepts)
-			f.accepts = append(f.accepts, acceptRec{parent: p, tick: f.now, node: i, hop: in.hop, epoch: inEpoch})
+			f.accepts = append(f.accepts, acceptRec{parent: p, tick: f.net.now, node: i, hop: in.hop, epoch: inEpoch})
 			f.rep.Steps++
 		case walk.CustodyResent:
 			f.rep.Resent++
@@ -458,72 +565,92 @@ func (f *faultSim) applyReady(i int, rd walk.CustodyReady, in *tokKey, inEpoch u
 			f.rep.Dups++
 		}
 	}
-	for _, m := range rd.Outbox {
-		if m.From != i || m.To < 0 || m.To >= f.n || m.To == i {
-			return fmt.Errorf("testnet: faults: node %d sent a message from %d to %d", i, m.From, m.To)
-		}
-		dep := f.now
-		if m.Kind == walk.CustodyToken {
-			t := m.Token
-			if t.Epoch != m.Epoch || t.Hop != m.Hop || len(t.Z) != f.cfg.Dim || len(t.Zhat) != f.cfg.Dim {
-				return fmt.Errorf("testnet: faults: node %d: malformed token message", i)
-			}
-			for k := range t.Z {
-				if math.IsNaN(t.Z[k]+t.Zhat[k]) || math.IsInf(t.Z[k]+t.Zhat[k], 0) {
-					return fmt.Errorf("testnet: faults: node %d released a non-finite token", i)
-				}
-			}
-			// Covered: an entry for this release (epoch, hop) naming this recipient is
-			// already durable. A retransmission to the same recipient is covered by it;
-			// any other recipient needs its own entry.
-			key := ledKey{t.Epoch, t.Hop, m.To}
-			f.sent[i][key]++
-			if f.ledger[i][key] == 0 {
-				f.rep.UnderCount++
-			}
-			if f.sent[i][key] > f.ledger[i][key] {
-				f.rep.Retransmits++
-			}
-			// One release per (node, epoch, hop): every copy is byte-identical (no re-noising).
-			rk := relKey{i, t.Epoch, t.Hop}
-			d := walk.TokenDigest(t)
-			if d0, ok := f.release[rk]; ok && d0 != d {
-				f.rep.ReleaseConflicts++
-			}
-			f.release[rk] = d
-			f.rep.Sent++
-			tk := tokKey{t.Hop, walk.TokenDigest(t)}
-			if _, ok := f.producer[tk]; !ok {
-				// Released after the node's last acceptance: the token it stepped.
-				if f.lastAcc[i] < 0 {
-					return fmt.Errorf("testnet: faults: node %d released a new token without accepting one", i)
-				}
-				f.producer[tk] = f.lastAcc[i]
-				f.zs[tk] = append([]float64(nil), t.Z...)
-			}
-			if f.cfg.SnapHop > 0 && f.rep.Snap == nil && t.Hop >= f.cfg.SnapHop {
-				s := t
-				s.Z, s.Zhat = append([]float64(nil), t.Z...), append([]float64(nil), t.Zhat...)
-				f.rep.Snap = &s
-			}
-			dep += int64(f.cfg.Hold)
-		} else if m.Token.Z != nil || m.Token.Zhat != nil || m.Token.Run != "" {
-			f.rep.PayloadLeaks++
-		}
-		f.seq++
-		w := &wireMsg{at: dep + 1 + int64(f.rng.IntN(f.cfg.MaxLatency)), dep: dep, seq: f.seq, msg: m}
-		w.lost = f.cfg.LossRate > 0 && f.rng.Float64() < f.cfg.LossRate
-		heap.Push(&f.q, w)
+}
+
+// send checks a message node i sends (a token is well formed, finite and covered by a
+// durable ledger entry naming its recipient; acks and releases carry no token data) and
+// puts it on the wire; a token leaves Hold ticks later.
+func (f *faultSim) send(i int, m walk.CustodyMsg) error {
+	if m.From != i || m.To < 0 || m.To >= f.n || m.To == i {
+		return fmt.Errorf("testnet: faults: node %d sent a message from %d to %d", i, m.From, m.To)
 	}
-	c.Advance(rd)
+	hold := int64(0)
+	if m.Kind == walk.CustodyToken {
+		if err := f.sendToken(i, m); err != nil {
+			return err
+		}
+		hold = int64(f.cfg.Hold)
+	} else if m.Token.Z != nil || m.Token.Zhat != nil || m.Token.Run != "" {
+		f.rep.PayloadLeaks++
+	}
+	f.net.send(i, m.To, m, hold)
 	return nil
+}
+
+func (f *faultSim) sendToken(i int, m walk.CustodyMsg) error {
+	t := m.Token
+	if t.Epoch != m.Epoch || t.Hop != m.Hop || len(t.Z) != f.cfg.Dim || len(t.Zhat) != f.cfg.Dim {
+		return fmt.Errorf("testnet: faults: node %d: malformed token message", i)
+	}
+	for k := range t.Z {
+		if math.IsNaN(t.Z[k]+t.Zhat[k]) || math.IsInf(t.Z[k]+t.Zhat[k], 0) {
+			return fmt.Errorf("testnet: faults: node %d released a non-finite token", i)
+		}
+	}
+	// Covered: an entry for this release (epoch, hop) naming this recipient is already
+	// durable. A retransmission to the same recipient is covered by it; any other
+	// recipient needs its own entry.
+	key := ledKey{t.Epoch, t.Hop, m.To}
+	f.sent[i][key]++
+	if f.ledger[i][key] == 0 {
+		f.rep.UnderCount++
+	}
+	if f.sent[i][key] > f.ledger[i][key] {
+		f.rep.Retransmits++
+	}
+	// One release per (node, epoch, hop): every copy is byte-identical (no re-noising).
+	rk := relKey{i, t.Epoch, t.Hop}
+	d := walk.TokenDigest(t)
+	if d0, ok := f.release[rk]; ok && d0 != d {
+		f.rep.ReleaseConflicts++
+	}
+	f.release[rk] = d
+	f.rep.Sent++
+	tk := tokKey{t.Hop, d}
+	if _, ok := f.producer[tk]; !ok {
+		// Released after the node's last acceptance: the token it stepped.
+		if f.lastAcc[i] < 0 {
+			return fmt.Errorf("testnet: faults: node %d released a new token without accepting one", i)
+		}
+		f.producer[tk] = f.lastAcc[i]
+		f.zs[tk] = slices.Clone(t.Z)
+	}
+	if f.cfg.SnapHop > 0 && f.rep.Snap == nil && t.Hop >= f.cfg.SnapHop {
+		s := t
+		s.Z, s.Zhat = slices.Clone(t.Z), slices.Clone(t.Zhat)
+		f.rep.Snap = &s
+	}
+	return nil
+}
+
+// updates returns node i's noisy updates: its machine's, or its checkpoint's while it is
+// down.
+func (f *faultSim) updates(i int) int {
+	nd := f.nodes[i]
+	switch {
+	case nd.ad != nil:
+		return nd.ad.Custody().Machine().Updates()
+	case nd.ck != nil:
+		return nd.ck.Updates
+	}
+	return 0
 }
 
 // finish finds the live tokens, the survivor and its path, and fills the report.
 func (f *faultSim) finish() {
 	r := f.rep
-	for i, c := range f.nodes {
-		if c.Machine().Updates() != f.noisy[i] {
+	for i := range f.nodes {
+		if f.updates(i) != f.noisy[i] {
 			r.NoisyMismatch++
 		}
 	}
@@ -532,28 +659,29 @@ func (f *faultSim) finish() {
 	// recipient has not accepted.
 	type live struct{ epoch, hop, digest uint64 }
 	set := map[live]bool{}
+	dead := func(i int) bool { return !f.net.up(i) }
 	accepts := func(to int, l live) bool {
-		if to < 0 || f.dead[to] {
+		if to < 0 || dead(to) {
 			return true // the sender will re-send it elsewhere
 		}
-		return f.nodes[to].Accepts(l.epoch, l.hop, l.digest)
+		return f.nodes[to].ad.Custody().Accepts(l.epoch, l.hop, l.digest)
 	}
-	for _, w := range f.q {
-		m := &w.msg
-		if m.Kind != walk.CustodyToken || w.lost || f.dead[m.From] && w.dep >= f.killTick {
-			continue // not a token, lost, or never left a crashed sender
+	for _, d := range f.net.q {
+		m := &d.m
+		if m.Kind != walk.CustodyToken || d.lost {
+			continue // not a token, or lost (on the way, or never left a crashed sender)
 		}
 		l := live{m.Epoch, m.Hop, walk.TokenDigest(m.Token)}
-		if f.dead[m.To] && f.dead[m.From] || !accepts(m.To, l) {
+		if dead(m.To) && dead(m.From) || !accepts(m.To, l) {
 			continue
 		}
 		set[l] = true
 	}
-	for i, c := range f.nodes {
-		if f.dead[i] {
+	for i, nd := range f.nodes {
+		if dead(i) {
 			continue
 		}
-		for _, b := range c.Backups() {
+		for _, b := range nd.ad.Custody().Backups() {
 			l := live{b.Epoch, b.Hop, b.Digest}
 			if !b.Acked && accepts(b.To, l) {
 				set[l] = true

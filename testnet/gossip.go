@@ -282,45 +282,9 @@ func averageModels(models [][]float64, dim int) ([]float64, float64) {
 // NewGossipSim validates the options (filling defaults in o), builds the connected graph,
 // splits the data and builds one machine per node, plus the accountant's inputs (Acc).
 func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
-	if o.Train == nil || o.Train.Rows == 0 {
-		return nil, errors.New("testnet: empty training set")
-	}
-	if o.Nodes < 2 || o.Nodes > o.Train.Rows {
-		return nil, fmt.Errorf("testnet: gossip nodes must be in [2,%d] (training rows), got %d", o.Train.Rows, o.Nodes)
-	}
-	if o.Iters < 0 {
-		return nil, fmt.Errorf("testnet: iterations must be >= 0, got %d", o.Iters)
-	}
-	if err := o.Problem.Validate(); err != nil {
-		return nil, err
-	}
-	if o.Problem.Reg.L1 != 0 {
-		return nil, fmt.Errorf("testnet: gossip needs a smooth regularizer: l1 must be 0, got %v", o.Problem.Reg.L1)
-	}
-	if !(o.Problem.Reg.L2 > 0) {
-		return nil, errors.New("testnet: gossip needs l2 > 0 (the paper's rho > 0: R must be strongly convex)")
-	}
-	algo, err := gossip.ParseAlgo(o.Algo)
+	algo, err := gossipDefaults(o)
 	if err != nil {
 		return nil, err
-	}
-	if math.IsNaN(o.Alpha) || !(o.Alpha > 0) {
-		return nil, fmt.Errorf("testnet: alpha must be > 0 (inf = no noise), got %v", o.Alpha)
-	}
-	if o.C == 0 {
-		o.C = 1
-	}
-	if !(o.C > 0) || math.IsInf(o.C, 0) {
-		return nil, fmt.Errorf("testnet: C must be > 0 and finite, got %v", o.C)
-	}
-	if o.Eta == 0 && len(o.EtaList) == 0 {
-		o.Eta = 1
-	}
-	if o.Split == "" {
-		o.Split = "iid"
-	}
-	if o.Graph == "" {
-		o.Graph = "ring"
 	}
 	n := o.Nodes
 	g, err := gossipGraph(o.Graph, n, o.Seed)
@@ -334,31 +298,86 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	M := float64(o.Train.Rows)
 	rowWeight := o.C * float64(n) / M  // C_i/B_i, the same for every node
 	regOverN := o.C * o.Problem.Reg.L2 // rho/N with rho = C N L2
-	sched := gossip.Schedule{Eta: o.Eta, Q: o.EtaGrowth, Max: o.EtaMax, List: o.EtaList}
 	if o.NodeSchedules != nil && len(o.NodeSchedules) != n {
 		return nil, fmt.Errorf("testnet: %d node schedules for %d nodes", len(o.NodeSchedules), n)
-	}
-	schedOf := func(i int) gossip.Schedule {
-		if o.NodeSchedules != nil {
-			return o.NodeSchedules[i]
-		}
-		return sched
 	}
 	c1 := 0.25
 	if o.Problem.Loss == consensus.Squared {
 		c1 = 1
 	}
-	dim := o.Train.Cols
+	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
+		RowWeight: rowWeight, RegOverN: regOverN, Loss: o.Problem.Loss}
+	if err := sim.buildMachines(o, c1); err != nil {
+		return nil, err
+	}
+	sim.accountingInputs(o, c1)
+	return sim, nil
+}
+
+// gossipDefaults validates o and fills its defaults; it returns the parsed algorithm.
+func gossipDefaults(o *GossipOptions) (gossip.Algo, error) {
+	if o.Train == nil || o.Train.Rows == 0 {
+		return 0, errors.New("testnet: empty training set")
+	}
+	if o.Nodes < 2 || o.Nodes > o.Train.Rows {
+		return 0, fmt.Errorf("testnet: gossip nodes must be in [2,%d] (training rows), got %d", o.Train.Rows, o.Nodes)
+	}
+	if o.Iters < 0 {
+		return 0, fmt.Errorf("testnet: iterations must be >= 0, got %d", o.Iters)
+	}
+	if err := o.Problem.Validate(); err != nil {
+		return 0, err
+	}
+	if o.Problem.Reg.L1 != 0 {
+		return 0, fmt.Errorf("testnet: gossip needs a smooth regularizer: l1 must be 0, got %v", o.Problem.Reg.L1)
+	}
+	if !(o.Problem.Reg.L2 > 0) {
+		return 0, errors.New("testnet: gossip needs l2 > 0 (the paper's rho > 0: R must be strongly convex)")
+	}
+	algo, err := gossip.ParseAlgo(o.Algo)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(o.Alpha) || !(o.Alpha > 0) {
+		return 0, fmt.Errorf("testnet: alpha must be > 0 (inf = no noise), got %v", o.Alpha)
+	}
+	if o.C == 0 {
+		o.C = 1
+	}
+	if !(o.C > 0) || math.IsInf(o.C, 0) {
+		return 0, fmt.Errorf("testnet: C must be > 0 and finite, got %v", o.C)
+	}
+	if o.Eta == 0 && len(o.EtaList) == 0 {
+		o.Eta = 1
+	}
+	if o.Split == "" {
+		o.Split = "iid"
+	}
+	if o.Graph == "" {
+		o.Graph = "ring"
+	}
+	return algo, nil
+}
+
+// schedule returns node i's penalty schedule.
+func (o *GossipOptions) schedule(i int) gossip.Schedule {
+	if o.NodeSchedules != nil {
+		return o.NodeSchedules[i]
+	}
+	return gossip.Schedule{Eta: o.Eta, Q: o.EtaGrowth, Max: o.EtaMax, List: o.EtaList}
+}
+
+// buildMachines builds one machine per node (with its objective and configuration).
+func (sim *GossipSim) buildMachines(o *GossipOptions, c1 float64) error {
+	n, dim, g := o.Nodes, o.Train.Cols, sim.Graph
 	names := make([]string, n)
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
-	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
-		RowWeight: rowWeight, RegOverN: regOverN, Loss: o.Problem.Loss}
 	for i := 0; i < n; i++ {
-		obj, err := gossip.NewObjective(shards[i], o.Problem.Loss, rowWeight, regOverN)
+		obj, err := gossip.NewObjective(sim.Shards[i], o.Problem.Loss, sim.RowWeight, sim.RegOverN)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		// f_i(0): random and data-independent (Thm V.1 (f)).
 		r := rand.New(rand.NewPCG(mix(o.Seed, i, 4), mix(o.Seed, i, 5)))
@@ -367,7 +386,7 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 			init[j] = 0.1 * r.NormFloat64()
 		}
 		cfg := gossip.Config{
-			Node: i, Nodes: n, Neighbors: g.Neighbors(i), Algo: algo, Iters: o.Iters, Penalty: schedOf(i),
+			Node: i, Nodes: n, Neighbors: g.Neighbors(i), Algo: sim.Algo, Iters: o.Iters, Penalty: o.schedule(i),
 			Gamma: o.Gamma, Alpha: o.Alpha, C1: c1, Init: init, Run: "sim", Names: names,
 		}
 		if !math.IsInf(o.Alpha, 1) {
@@ -375,45 +394,49 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 		}
 		m, err := gossip.New(cfg, obj)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sim.Machines = append(sim.Machines, m)
 		sim.Objs = append(sim.Objs, obj)
 		sim.Configs = append(sim.Configs, cfg)
 	}
+	return nil
+}
 
-	// Accounting inputs are data-independent except for the checked preconditions.
+// accountingInputs fills K and Acc: the accountant's inputs, data-independent except for
+// the checked preconditions.
+func (sim *GossipSim) accountingInputs(o *GossipOptions, c1 float64) {
+	n, algo := o.Nodes, sim.Algo
 	K := algo.PerturbedCount(o.Iters)
 	sim.K = K
 	sim.Acc = make([]privacy.ObjPertNode, n)
-	nodesAcc := sim.Acc
 	for i := 0; i < n; i++ {
-		etas := schedOf(i).Values(K)
+		etas := o.schedule(i).Values(K)
 		alphas := make([]float64, K)
 		for k := range alphas {
 			// The alpha of the noise actually added (madmm scales it with the penalty).
 			alphas[k] = algo.NoiseAlpha(o.Alpha, etas[k])
 		}
+		sh := sim.Shards[i]
 		maxNorm, pm1 := 0.0, true
-		for r := 0; r < shards[i].Rows; r++ {
-			row := shards[i].Row(r)
+		for r := 0; r < sh.Rows; r++ {
+			row := sh.Row(r)
 			s := 0.0
 			for _, v := range row {
 				s += v * v
 			}
 			maxNorm = math.Max(maxNorm, math.Sqrt(s))
-			if y := shards[i].Y[r]; y != 1 && y != -1 {
+			if y := sh.Y[r]; y != 1 && y != -1 {
 				pm1 = false
 			}
 		}
-		nodesAcc[i] = privacy.ObjPertNode{
-			Scheme: algo.Scheme(), RowWeight: rowWeight, RegOverN: regOverN, C1: c1,
-			Degree: g.Degree(i), Rows: shards[i].Rows, C: rowWeight * float64(shards[i].Rows),
+		sim.Acc[i] = privacy.ObjPertNode{
+			Scheme: algo.Scheme(), RowWeight: sim.RowWeight, RegOverN: sim.RegOverN, C1: c1,
+			Degree: sim.Graph.Degree(i), Rows: sh.Rows, C: sim.RowWeight * float64(sh.Rows),
 			Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm, LabelsPM1: pm1,
 			LossOK: o.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
 		}
 	}
-	return sim, nil
 }
 
 // RunGossip performs a complete simulated gossip run and returns its report. The same
@@ -518,8 +541,8 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 	if err != nil {
 		return nil, fmt.Errorf("testnet: reference solve: %w", err)
 	}
-	algo, g, n, K, nodesAcc := sim.Algo, sim.Graph, len(sim.Machines), sim.K, sim.Acc
-	dim, split, wall := o.Train.Cols, o.Split, out.Wall
+	g, n, K, nodesAcc := sim.Graph, len(sim.Machines), sim.K, sim.Acc
+	dim, wall := o.Train.Cols, out.Wall
 	if len(out.Ledgers) != n || len(out.Models) != n || len(out.Inexact) != n {
 		return nil, fmt.Errorf("testnet: invariant: %d ledgers, %d models, %d solve flags for %d nodes",
 			len(out.Ledgers), len(out.Models), len(out.Inexact), n)
@@ -539,72 +562,8 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 	fig := privacy.ObjPertNetwork(nodesAcc)
 
 	avg, dev := averageModels(out.Models, dim)
-	obj := o.Problem.Objective(o.Train, avg)
-	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
-	r := &Report{
-		Algo: algo.String(), Objective: obj, ReferenceObjective: refObj, Gap: gap,
-		Hops: uint64(o.Iters), Nodes: n, Dims: dim, TrainRows: o.Train.Rows,
-		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
-		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Scaling: o.Scaler, Split: split,
-		Graph: o.Graph, Data: o.Data, TraceHash: out.TraceHash, Model: avg,
-	}
-	if o.Problem.Loss == consensus.Logistic {
-		a := o.Problem.Accuracy(o.Train, avg)
-		r.TrainAccuracy = &a
-	}
-	if o.Test != nil && o.Test.Rows > 0 {
-		r.TestRows = o.Test.Rows
-		t := o.Problem.Objective(o.Test, avg)
-		r.TestObjective = &t
-		if o.Problem.Loss == consensus.Logistic {
-			a := o.Problem.Accuracy(o.Test, avg)
-			r.Accuracy = &a
-		}
-	}
-	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
-	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
-	gp := GossipPrivacy{
-		Formula: privacy.Eps(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
-		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: privacy.Eps(fig.Guarantee()),
-	}
-	exact := 0.0
-	for i, f := range fig.PerNode {
-		gp.PerNode = append(gp.PerNode, privacy.Eps(f.Guarantee()))
-		gp.PerNodeFormula = append(gp.PerNodeFormula, privacy.Eps(f.Epsilon))
-		exact = math.Max(exact, f.Exact)
-		s := 0.0
-		for _, e := range out.Ledgers[i] {
-			if e.Mechanism == privacy.MechPure {
-				s += e.Epsilon
-			}
-		}
-		gp.LedgerEpsilon = append(gp.LedgerEpsilon, privacy.Eps(s))
-	}
-	gp.Exact = privacy.Eps(exact)
-	delta := o.Delta
-	if delta == 0 {
-		delta = 1e-5
-	}
-	gp.RDP = GossipRDP{
-		Delta: delta, Conversion: privacy.Conversion,
-		Theorem: "per-release pure eps-DP (Theorem V.1) as RDP min(eps, alpha eps^2/2) (Bun-Steinke 2016, Prop. 3.3), composed over the node's ledger",
-	}
-	worst := 0.0
-	for i := range fig.PerNode {
-		e, ord := math.Inf(1), 0.0
-		if fig.ConditionsHold {
-			e, ord = privacy.ToDP(privacy.LedgerCurve(out.Ledgers[i]), delta)
-			// Pure eps-DP is also (eps, delta)-DP: keep the smaller (order 0 = the pure figure).
-			if p := fig.PerNode[i].Guarantee(); p <= e {
-				e, ord = p, 0
-			}
-		}
-		gp.RDP.PerNode = append(gp.RDP.PerNode, privacy.Eps(e))
-		if i == 0 || e > worst {
-			worst, gp.RDP.Order = e, ord
-		}
-	}
-	gp.RDP.Epsilon = privacy.Eps(worst)
+	r := gossipUtility(o, sim.Algo, n, refObj, avg, out)
+	gp := gossipPrivacyOf(o, fig, out.Ledgers)
 	updates := make([]int, n)
 	for i := range updates {
 		updates[i] = K
@@ -636,4 +595,83 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		r.UsPerHop = rep.UsPerIter // one "hop" of a gossip run is one iteration of all nodes
 	}
 	return rep, nil
+}
+
+// gossipPrivacyOf is the privacy section of a gossip report: the Theorem V.1 figures per
+// node, the pure epsilon each ledger sums to, and the ledgers seen through the RDP
+// accountant.
+func gossipPrivacyOf(o *GossipOptions, fig privacy.ObjPertNetworkFigure, ledgers [][]privacy.Entry) GossipPrivacy {
+	gp := GossipPrivacy{
+		Formula: privacy.Eps(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
+		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: privacy.Eps(fig.Guarantee()),
+	}
+	exact := 0.0
+	for i, f := range fig.PerNode {
+		gp.PerNode = append(gp.PerNode, privacy.Eps(f.Guarantee()))
+		gp.PerNodeFormula = append(gp.PerNodeFormula, privacy.Eps(f.Epsilon))
+		exact = math.Max(exact, f.Exact)
+		s := 0.0
+		for _, e := range ledgers[i] {
+			if e.Mechanism == privacy.MechPure {
+				s += e.Epsilon
+			}
+		}
+		gp.LedgerEpsilon = append(gp.LedgerEpsilon, privacy.Eps(s))
+	}
+	gp.Exact = privacy.Eps(exact)
+	delta := o.Delta
+	if delta == 0 {
+		delta = 1e-5
+	}
+	gp.RDP = GossipRDP{
+		Delta: delta, Conversion: privacy.Conversion,
+		Theorem: "per-release pure eps-DP (Theorem V.1) as RDP min(eps, alpha eps^2/2) (Bun-Steinke 2016, Prop. 3.3), composed over the node's ledger",
+	}
+	worst := 0.0
+	for i := range fig.PerNode {
+		e, ord := math.Inf(1), 0.0
+		if fig.ConditionsHold {
+			e, ord = privacy.ToDP(privacy.LedgerCurve(ledgers[i]), delta)
+			// Pure eps-DP is also (eps, delta)-DP: keep the smaller (order 0 = the pure figure).
+			if p := fig.PerNode[i].Guarantee(); p <= e {
+				e, ord = p, 0
+			}
+		}
+		gp.RDP.PerNode = append(gp.RDP.PerNode, privacy.Eps(e))
+		if i == 0 || e > worst {
+			worst, gp.RDP.Order = e, ord
+		}
+	}
+	gp.RDP.Epsilon = privacy.Eps(worst)
+	return gp
+}
+
+// gossipUtility is the utility part of a gossip report for the average model avg.
+func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, avg []float64, out gossipOutcome) *Report {
+	dim, split, wall := o.Train.Cols, o.Split, out.Wall
+	obj := o.Problem.Objective(o.Train, avg)
+	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
+	r := &Report{
+		Algo: algo.String(), Objective: obj, ReferenceObjective: refObj, Gap: gap,
+		Hops: uint64(o.Iters), Nodes: n, Dims: dim, TrainRows: o.Train.Rows,
+		WallSeconds: wall.Seconds(), Seed: o.Seed, Loss: o.Problem.Loss.String(),
+		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Scaling: o.Scaler, Split: split,
+		Graph: o.Graph, Data: o.Data, TraceHash: out.TraceHash, Model: avg,
+	}
+	if o.Problem.Loss == consensus.Logistic {
+		a := o.Problem.Accuracy(o.Train, avg)
+		r.TrainAccuracy = &a
+	}
+	if o.Test != nil && o.Test.Rows > 0 {
+		r.TestRows = o.Test.Rows
+		t := o.Problem.Objective(o.Test, avg)
+		r.TestObjective = &t
+		if o.Problem.Loss == consensus.Logistic {
+			a := o.Problem.Accuracy(o.Test, avg)
+			r.Accuracy = &a
+		}
+	}
+	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
+	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
+	return r
 }

@@ -10,22 +10,25 @@ import (
 	"strings"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipFaultConfig configures one run of the R-ADMM fault network (RunGossipFaults): the
-// machines NewGossipSim builds for Options, each wrapped in the gossip.Exchange that
-// node.GossipNode drives, on a deterministic virtual-clock network with a fault schedule.
+// GossipFaultConfig configures one run of the R-ADMM fault study (RunGossipFaults): the
+// machines NewGossipSim builds for Options, each wrapped in the gossip.Exchange and the
+// node.Gossip adapter that node.GossipNode drives, on the fault network (faultnet.go)
+// with stream links and connection liveness.
 //
-// The network models node.GossipNode's transport: one FIFO stream per directed link whose
-// sender retries a frame until it is acknowledged, so frames wait out a partition or a
-// crashed receiver and arrive afterwards; a failed attempt (Loss) is retried after Retry
-// ticks; a lost acknowledgement (Dup) makes the sender deliver the same frame once more.
-// A crashed node loses everything but its durable state (journal of releases, ledger,
-// stale uses) and its send queues; restarted, it replays its journal through a fresh
-// exchange, as the node does, and resumes. A node that stops (policy) leaves; a node that
-// finishes flushes its frames (at most one barrier timeout, re-sending on reconnection)
-// and then stays reachable without taking part, as a finished --mem host does.
+// The stream links model node.GossipNode's transport: one FIFO stream per directed link
+// whose sender retries a frame until it is acknowledged, so frames wait out a partition
+// or a crashed receiver and arrive afterwards; a failed attempt (Loss) is retried after
+// Retry ticks; a lost acknowledgement (Dup) makes the sender deliver the same frame once
+// more. A crashed node loses everything but its durable state (journal of releases,
+// ledger, stale uses) and its send queues; restarted, it replays its journal through a
+// fresh exchange (node.Gossip.Replay, as the node does) and resumes. A node that stops
+// (policy) leaves; a node that finishes flushes its frames (at most one barrier timeout,
+// re-sending on reconnection) and then stays reachable without taking part, as a
+// finished --mem host does.
 type GossipFaultConfig struct {
 	Options GossipOptions
 	// Exchange is the barrier policy in ticks; Barrier 0 means
@@ -34,38 +37,12 @@ type GossipFaultConfig struct {
 	// Seed seeds the network's randomness (latency, loss, duplication); the run's data,
 	// graph and noise come from Options.Seed.
 	Seed uint64
-	// MaxLatency: a frame takes 1..MaxLatency ticks (uniform); default 3.
-	MaxLatency int
-	// Loss is the probability that a transmission attempt fails; Dup the probability that
-	// a delivered frame's acknowledgement is lost (the frame arrives twice). Retry is the
-	// sender's wait before it tries again (default 4 ticks).
-	Loss, Dup float64
-	Retry     int
-	// Partitions cut groups of nodes off from the others for a while.
-	Partitions []GossipPartition
-	// Crashes stop nodes and optionally restart them.
-	Crashes []GossipCrash
+	// Faults is the network and fault schedule (FaultSchedule; Heartbeat must be 0: the
+	// node observes its connections).
+	Faults FaultSchedule
 	// MaxTicks ends a run that does not finish (its unfinished nodes are reported stuck);
 	// default 200,000.
 	MaxTicks int64
-}
-
-// GossipPartition separates Nodes from every other node during ticks [From, Until): the
-// links across the cut are down (frames wait in their queues).
-type GossipPartition struct {
-	Nodes       []int
-	From, Until int64
-}
-
-// GossipCrash crashes Node at tick At and restarts it Down ticks later (0: never). With
-// AtRelease the crash happens at the node's first release at or after At, once the
-// release is durable and before any frame of it is sent (the worst case for a restart).
-// A node that is not running at At (finished or stopped) does not crash.
-type GossipCrash struct {
-	Node      int
-	At        int64
-	Down      int64
-	AtRelease bool
 }
 
 // GossipFaultReport is the outcome of one fault run.
@@ -136,38 +113,12 @@ const (
 	gfCrashed
 )
 
-type gfRelease struct {
-	vec    []float64
-	inputs []gossip.Input
-}
-
-type gfNode struct {
-	x       *gossip.Exchange
-	phase   gfPhase
-	doneAt  int64
-	journal []gfRelease
-	sent    map[int][]float64      // iteration -> vector sent
-	recv    map[[2]int][][]float64 // (from, iteration) -> vectors delivered
-	linked  map[int]bool           // neighbour -> connected, as last reported to x
-	crashAt int64                  // pending AtRelease crash (-1: none)
-	down    int64                  // ticks down of the pending crash (0: no restart)
-	restart int64                  // tick of the restart of a crashed node (0: none)
-}
-
-type gfFrame struct {
-	msg   gossip.Message
-	ready int64
-	twice bool // a lost ack: delivered once, to be delivered again
-}
-
 // GossipFaultNet is a built R-ADMM fault network (see GossipFaultConfig).
 type GossipFaultNet struct {
 	cfg   GossipFaultConfig
 	sim   *GossipSim
-	rng   *rand.Rand
-	now   int64
-	nodes []*gfNode
-	queue [][][]gfFrame // [from][to]
+	net   *faultNet[gossip.Message]
+	nodes []*gossipNode
 	rep   *GossipFaultReport
 	names []string
 }
@@ -180,20 +131,14 @@ func NewGossipFaultNet(cfg GossipFaultConfig) (*GossipFaultNet, error) {
 		cfg.Exchange = gossip.DefaultExchangeConfig()
 		cfg.Exchange.OnMissing = pol
 	}
-	if cfg.MaxLatency == 0 {
-		cfg.MaxLatency = 3
-	}
-	if cfg.Retry == 0 {
-		cfg.Retry = 4
-	}
 	if cfg.MaxTicks == 0 {
 		cfg.MaxTicks = 200000
 	}
 	switch {
-	case cfg.MaxLatency < 1 || cfg.Retry < 1 || cfg.MaxTicks < 1:
-		return nil, errors.New("testnet: gossip faults: latency, retry and max ticks must be >= 1")
-	case !(cfg.Loss >= 0 && cfg.Loss < 1) || !(cfg.Dup >= 0 && cfg.Dup < 1):
-		return nil, fmt.Errorf("testnet: gossip faults: loss and duplication must be in [0,1), got %v and %v", cfg.Loss, cfg.Dup)
+	case cfg.MaxTicks < 1:
+		return nil, errors.New("testnet: gossip faults: max ticks must be >= 1")
+	case cfg.Faults.Heartbeat != 0:
+		return nil, errors.New("testnet: gossip faults: liveness is the connection state (heartbeat 0)")
 	}
 	if err := cfg.Exchange.Validate(); err != nil {
 		return nil, err
@@ -203,36 +148,25 @@ func NewGossipFaultNet(cfg GossipFaultConfig) (*GossipFaultNet, error) {
 		return nil, err
 	}
 	n := len(sim.Machines)
-	for _, p := range cfg.Partitions {
-		for _, i := range p.Nodes {
-			if i < 0 || i >= n {
-				return nil, fmt.Errorf("testnet: gossip faults: partition node %d out of range [0,%d)", i, n)
-			}
-		}
+	if err := cfg.Faults.defaults(n); err != nil {
+		return nil, err
 	}
-	for _, c := range cfg.Crashes {
-		if c.Node < 0 || c.Node >= n || c.At < 1 || c.Down < 0 {
-			return nil, fmt.Errorf("testnet: gossip faults: crash %+v (node in [0,%d), tick >= 1, down >= 0)", c, n)
-		}
-	}
-	w := &GossipFaultNet{cfg: cfg, sim: sim, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), queue: make([][][]gfFrame, n),
+	w := &GossipFaultNet{cfg: cfg, sim: sim,
 		rep: &GossipFaultReport{Ended: make([]string, n), Models: make([][]float64, n), Stops: make([]*gossip.Stop, n),
 			Stale: make([][]gossip.StaleUse, n), Ledgers: make([][]privacy.Entry, n)}}
-	for i := range w.queue {
-		w.queue[i] = make([][]gfFrame, n)
-	}
 	w.names = sim.Configs[0].Names
+	nodes := make([]netNode[gossip.Message], n)
 	for i, m := range sim.Machines {
 		x, err := gossip.NewExchange(m, cfg.Exchange)
 		if err != nil {
 			return nil, err
 		}
-		nd := &gfNode{x: x, sent: map[int][]float64{}, recv: map[[2]int][][]float64{}, linked: map[int]bool{}, crashAt: -1}
-		for _, j := range sim.Graph.Neighbors(i) {
-			nd.linked[j] = true
-		}
+		nd := &gossipNode{w: w, i: i, ad: node.NewGossip(x), nbrs: sim.Graph.Neighbors(i), sent: map[int][]float64{}, recv: map[[2]int][][]float64{}}
+		nd.fx = gossipEffects{nd: nd, release: -1}
 		w.nodes = append(w.nodes, nd)
+		nodes[i] = nd
 	}
+	w.net = newFaultNet(cfg.Faults, true, rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), cfg.Seed, nodes)
 	return w, nil
 }
 
@@ -249,48 +183,19 @@ func RunGossipFaults(cfg GossipFaultConfig) (*GossipFaultReport, error) {
 // network's first incarnations).
 func (w *GossipFaultNet) Sim() *GossipSim { return w.sim }
 
-// reachable reports whether node i's host answers: not crashed and not gone after a stop.
-func (w *GossipFaultNet) reachable(i int) bool {
-	p := w.nodes[i].phase
-	return p != gfCrashed && p != gfStopped
-}
-
-// linked reports whether the link i-j is up at the current tick.
-func (w *GossipFaultNet) linked(i, j int) bool {
-	if !w.reachable(i) || !w.reachable(j) {
-		return false
-	}
-	for _, p := range w.cfg.Partitions {
-		if w.now >= p.From && w.now < p.Until && slices.Contains(p.Nodes, i) != slices.Contains(p.Nodes, j) {
-			return false
-		}
-	}
-	return true
-}
-
 // Run runs the network until every node has ended (or MaxTicks) and returns the report.
 func (w *GossipFaultNet) Run() (*GossipFaultReport, error) {
-	for i := range w.nodes {
-		w.collect(i)
-	}
-	for w.now = 1; w.now <= w.cfg.MaxTicks; w.now++ {
-		w.faults()
-		w.observe()
-		w.deliver()
-		for i, nd := range w.nodes {
-			switch nd.phase {
-			case gfRunning:
-				nd.x.Tick()
-				w.collect(i)
-			case gfFlushing:
-				w.flushed(i)
-			}
-		}
-		if w.over() {
-			break
+	for i, nd := range w.nodes {
+		if err := w.net.check(i, nd.drain()); err != nil {
+			return nil, err
 		}
 	}
-	w.rep.Ticks = min(w.now, w.cfg.MaxTicks)
+	if err := w.net.run(w.cfg.MaxTicks, nil, w.over); err != nil {
+		return nil, err
+	}
+	w.rep.Ticks = min(w.net.now, w.cfg.MaxTicks)
+	st := w.net.stats
+	w.rep.Delivered, w.rep.FailedAttempts, w.rep.Duplicated = st.Delivered, st.FailedAttempts, st.Duplicated
 	for i, nd := range w.nodes {
 		switch nd.phase {
 		case gfRunning:
@@ -309,104 +214,21 @@ func (w *GossipFaultNet) Run() (*GossipFaultReport, error) {
 // over reports whether nothing can happen any more: no node running or flushing, and no
 // restart to come.
 func (w *GossipFaultNet) over() bool {
+	now := w.net.now
 	for i, nd := range w.nodes {
 		switch {
 		case nd.phase == gfRunning || nd.phase == gfFlushing:
 			return false
-		case nd.phase == gfCrashed && nd.restart > w.now:
+		case nd.phase == gfCrashed && w.net.restAt[i] > now:
 			return false
 		}
-		for _, c := range w.cfg.Crashes {
-			if c.Node == i && c.At > w.now {
+		for _, c := range w.cfg.Faults.Crashes {
+			if c.Node == i && c.At > now {
 				return false
 			}
 		}
 	}
 	return true
-}
-
-// faults applies the crashes and restarts scheduled for this tick.
-func (w *GossipFaultNet) faults() {
-	for _, c := range w.cfg.Crashes {
-		nd := w.nodes[c.Node]
-		if c.At == w.now && nd.phase == gfRunning {
-			nd.down = c.Down
-			if c.AtRelease {
-				nd.crashAt = w.now
-			} else {
-				w.crash(c.Node)
-			}
-		}
-	}
-	for i, nd := range w.nodes {
-		if nd.phase == gfCrashed && nd.restart == w.now {
-			w.restart(i)
-		}
-	}
-}
-
-// observe reports link changes to the running and flushing nodes: a link that went down
-// as PeerDown, one that came back as Reconnected (the node re-sends its last releases).
-func (w *GossipFaultNet) observe() {
-	for i, nd := range w.nodes {
-		if nd.phase != gfRunning && nd.phase != gfFlushing {
-			continue
-		}
-		for _, j := range w.sim.Graph.Neighbors(i) {
-			up := w.linked(i, j)
-			if up == nd.linked[j] {
-				continue
-			}
-			nd.linked[j] = up
-			if up {
-				nd.x.Reconnected(j)
-			} else {
-				nd.x.PeerDown(j)
-			}
-			w.collect(i)
-		}
-	}
-}
-
-// deliver hands every frame whose time has come to its recipient, link by link in order.
-func (w *GossipFaultNet) deliver() {
-	n := len(w.nodes)
-	for i := 0; i < n; i++ {
-		for j := 0; j < n; j++ {
-			for len(w.queue[i][j]) > 0 && w.queue[i][j][0].ready <= w.now && w.linked(i, j) {
-				f := &w.queue[i][j][0]
-				if w.cfg.Loss > 0 && w.rng.Float64() < w.cfg.Loss {
-					w.rep.FailedAttempts++
-					f.ready = w.now + int64(w.cfg.Retry)
-					break
-				}
-				msg := f.msg
-				if !f.twice && w.cfg.Dup > 0 && w.rng.Float64() < w.cfg.Dup {
-					f.twice, f.ready = true, w.now+int64(w.cfg.Retry)
-					w.rep.Duplicated++
-				} else {
-					w.queue[i][j] = w.queue[i][j][1:]
-				}
-				w.handTo(j, msg)
-			}
-		}
-	}
-}
-
-// handTo delivers msg to node j (a finished node acknowledges and discards it).
-func (w *GossipFaultNet) handTo(j int, msg gossip.Message) {
-	w.rep.Delivered++
-	if !w.covered(msg.From, j, msg.Iter) {
-		w.rep.UnderCount++
-	}
-	nd := w.nodes[j]
-	if nd.phase != gfRunning {
-		return
-	}
-	key := [2]int{msg.From, msg.Iter}
-	nd.recv[key] = append(nd.recv[key], msg.Vec)
-	nd.x.Step(msg)
-	w.collect(j)
 }
 
 // covered reports whether node i's durable ledger has an entry for iteration it naming j.
@@ -419,74 +241,230 @@ func (w *GossipFaultNet) covered(i, j, it int) bool {
 	return false
 }
 
-// collect applies node i's Readies: stale uses, journal and ledger durable first, then
-// the frames queued on the links, then Advance.
-func (w *GossipFaultNet) collect(i int) {
-	nd := w.nodes[i]
-	for nd.x != nil && nd.x.HasReady() {
-		rd := nd.x.Ready()
-		w.rep.Stale[i] = append(w.rep.Stale[i], rd.StaleUses...)
-		release := -1
-		if s := rd.State; s != nil {
-			release = s.Iter
-			for _, e := range rd.Ledger {
-				for _, old := range w.rep.Ledgers[i] {
-					if old.Hop == e.Hop {
-						w.rep.DoubleCharge++
-					}
-				}
-			}
-			w.rep.Ledgers[i] = append(w.rep.Ledgers[i], rd.Ledger...)
-			rec := gfRelease{vec: append([]float64(nil), s.Vec...)}
-			for _, in := range s.Inputs {
-				c := in
-				c.Vec = append([]float64(nil), in.Vec...)
-				rec.inputs = append(rec.inputs, c)
-				if in.StandIn && !w.standInOK(i, in) {
-					w.rep.BadStandIns++
-				}
-			}
-			nd.journal = append(nd.journal, rec)
-			if nd.crashAt >= 0 && w.now >= nd.crashAt {
-				// Durable, not sent: the process dies here.
-				w.crash(i)
-				return
+// gossipNode drives one node's gossip.Exchange through node.Gossip on the fault network:
+// frames become Step, link changes PeerDown and Reconnected, ticks Tick; its effects keep
+// in memory what node.GossipNode makes durable (the journal of releases, the ledger and
+// the stale uses, in the report), from which a restart replays the node.
+type gossipNode struct {
+	w      *GossipFaultNet
+	i      int
+	ad     *node.Gossip // nil while crashed and after the end
+	fx     gossipEffects
+	nbrs   []int
+	phase  gfPhase
+	doneAt int64
+	start  int64 // the exchange's tick 0 (the tick before its restart): it counts ticks from there
+	// Durable: the journal of releases.
+	journal []node.GossipRelease
+	// What the checkers record (not node state).
+	sent      map[int][]float64      // iteration -> vector sent
+	recv      map[[2]int][][]float64 // (from, iteration) -> vectors delivered
+	crashNext bool                   // crash at the next release, once durable
+}
+
+func (nd *gossipNode) peers() []int  { return nd.nbrs }
+func (nd *gossipNode) running() bool { return nd.phase == gfRunning }
+func (nd *gossipNode) crashAt()      { nd.crashNext = true }
+
+// crash loses the exchange (its send queues are the network's); the durable state stays,
+// and the record of what it was handed, against which stand-ins are checked.
+func (nd *gossipNode) crash() {
+	nd.ad, nd.phase, nd.crashNext = nil, gfCrashed, false
+	nd.fx.release = -1
+}
+
+// drain applies the node's Readies (stale uses, journal and ledger durable first, then
+// the frames queued on the links, then Advance) and follows the end the exchange decided:
+// a stop leaves the run, the last release starts the flush.
+func (nd *gossipNode) drain() error {
+	if nd.ad == nil {
+		return nil
+	}
+	if err := node.Drain[node.GossipEffects](nd.ad, &nd.fx); err != nil {
+		return err
+	}
+	switch {
+	case nd.ad.Stopped() != nil:
+		nd.w.rep.Stops[nd.i] = nd.ad.Stopped()
+		nd.ad, nd.phase = nil, gfStopped
+		nd.w.net.leave(nd.i)
+	case nd.ad.Done() && nd.phase == gfRunning:
+		nd.w.rep.Models[nd.i] = nd.ad.Model()
+		nd.phase, nd.doneAt = gfFlushing, nd.w.net.now
+	}
+	return nil
+}
+
+// deliver hands the node a frame (a finished node acknowledges and discards it).
+func (nd *gossipNode) deliver(from int, msg gossip.Message) error {
+	w := nd.w
+	if !w.covered(from, nd.i, msg.Iter) {
+		w.rep.UnderCount++
+	}
+	if nd.phase != gfRunning {
+		return nil
+	}
+	key := [2]int{from, msg.Iter}
+	nd.recv[key] = append(nd.recv[key], msg.Vec)
+	nd.ad.Exchange().Step(msg)
+	return nd.drain()
+}
+
+func (nd *gossipNode) tick(now int64) error {
+	switch nd.phase {
+	case gfRunning:
+		nd.ad.TickTo(now - nd.start)
+		return nd.drain()
+	case gfFlushing:
+		nd.flushed()
+	}
+	return nil
+}
+
+// liveness reports a link change to a running or flushing node: a link that went down as
+// PeerDown, one that came back as Reconnected (the node re-sends its last releases).
+func (nd *gossipNode) liveness(j int, up bool) error {
+	if nd.phase != gfRunning && nd.phase != gfFlushing {
+		return nil
+	}
+	if up {
+		nd.ad.Exchange().Reconnected(j)
+	} else {
+		nd.ad.Exchange().PeerDown(j)
+	}
+	return nd.drain()
+}
+
+// flushed ends the flush of a finished node once every frame of an iteration < T it
+// queued to a connected neighbour has been delivered, or after one barrier timeout.
+func (nd *gossipNode) flushed() {
+	w := nd.w
+	T := w.cfg.Options.Iters
+	pending := false
+	for _, j := range nd.nbrs {
+		pending = pending || w.net.linked(nd.i, j) && w.net.pending(nd.i, j, func(m gossip.Message) bool { return m.Iter < T })
+	}
+	if !pending || w.net.now-nd.doneAt >= int64(w.cfg.Exchange.Barrier) {
+		nd.phase, nd.ad = gfQuiet, nil
+		w.net.dropQueues(nd.i)
+	}
+}
+
+// restart rebuilds the node as node.GossipNode does: a fresh machine (same configuration,
+// the noise source seeded again so that the replay reproduces the draws), the journal
+// replayed through a fresh exchange without sending anything, then Resume.
+func (nd *gossipNode) restart(now int64) error {
+	w, i := nd.w, nd.i
+	w.rep.Restarts++
+	x, err := w.freshExchange(i)
+	if err != nil {
+		return err
+	}
+	ad := node.NewGossip(x)
+	for r, rec := range nd.journal {
+		if _, err := ad.Replay(r, rec); err != nil {
+			// The node refuses to resume (node.ErrRejoin): it stays down for good.
+			w.rep.ReplayMismatch++
+			w.net.down[i] = 0
+			return errCrashNow
+		}
+	}
+	for x.HasReady() {
+		x.Advance(x.Ready())
+	}
+	nd.ad, nd.phase, nd.start = ad, gfRunning, now-1 // the restart tick is its first
+	x.Resume()
+	return nd.drain()
+}
+
+// freshExchange builds node i's machine and exchange again (a restart).
+func (w *GossipFaultNet) freshExchange(i int) (*gossip.Exchange, error) {
+	c := w.sim.Configs[i]
+	if !math.IsInf(c.Alpha, 1) {
+		c.Noise = NodeNoise(w.cfg.Options.Seed, i)
+	}
+	obj, err := gossip.NewObjective(w.sim.Shards[i], w.sim.Loss, w.sim.RowWeight, w.sim.RegOverN)
+	if err != nil {
+		return nil, err
+	}
+	m, err := gossip.New(c, obj)
+	if err != nil {
+		return nil, err
+	}
+	return gossip.NewExchange(m, w.cfg.Exchange)
+}
+
+// gossipEffects is a gossip node's node.GossipEffects: the in-memory durable store (the
+// journal, and the report's ledgers and stale uses) and the network, with the study's
+// checks of every Ready.
+type gossipEffects struct {
+	nd      *gossipNode
+	release int // the iteration the Ready being applied releases (-1: none)
+}
+
+func (fx *gossipEffects) Persist(r node.GossipRecord) error {
+	nd, w := fx.nd, fx.nd.w
+	w.rep.Stale[nd.i] = append(w.rep.Stale[nd.i], r.Stale...)
+	s := r.Release
+	if s == nil {
+		return nil
+	}
+	fx.release = s.Iter
+	rec := node.GossipRelease{Vec: slices.Clone(s.Vec)}
+	for _, in := range s.Inputs {
+		c := in
+		c.Vec = slices.Clone(in.Vec)
+		rec.Inputs = append(rec.Inputs, c)
+		if in.StandIn && !w.standInOK(nd.i, in) {
+			w.rep.BadStandIns++
+		}
+	}
+	nd.journal = append(nd.journal, rec)
+	return nil
+}
+
+func (fx *gossipEffects) AppendLedger(es []privacy.Entry) error {
+	nd, w := fx.nd, fx.nd.w
+	for _, e := range es {
+		for _, old := range w.rep.Ledgers[nd.i] {
+			if old.Hop == e.Hop {
+				w.rep.DoubleCharge++
 			}
 		}
-		for _, e := range rd.Events {
-			switch e.Kind {
-			case gossip.EventIgnored:
-				w.rep.Ignored++
-			case gossip.EventDropped:
-				w.rep.Dropped++
-			}
-		}
-		for _, env := range rd.Outbox {
-			it := env.Msg.Iter
-			if v, ok := nd.sent[it]; ok && !sameBits(v, env.Msg.Vec) {
-				w.rep.ReleaseConflicts++
-			} else if !ok {
-				nd.sent[it] = append([]float64(nil), env.Msg.Vec...)
-			}
-			if it != release {
-				w.rep.Resent++
-			}
-			if !w.covered(i, env.To, it) {
-				w.rep.UnderCount++ // leaving without a durable entry
-			}
-			lat := 1 + int64(w.rng.IntN(w.cfg.MaxLatency))
-			w.queue[i][env.To] = append(w.queue[i][env.To], gfFrame{msg: gossip.Message{From: i, Iter: it, Vec: nd.sent[it]}, ready: w.now + lat})
-		}
-		nd.x.Advance(rd)
-		if rd.Stop != nil {
-			w.rep.Stops[i] = rd.Stop
-			nd.phase, nd.x = gfStopped, nil
-			w.dropQueues(i)
-			return
-		}
-		if rd.Done && rd.State != nil && nd.phase == gfRunning {
-			w.rep.Models[i] = rd.Model
-			nd.phase, nd.doneAt = gfFlushing, w.now
+	}
+	w.rep.Ledgers[nd.i] = append(w.rep.Ledgers[nd.i], es...)
+	if nd.crashNext {
+		return errCrashNow // durable, not sent: the process dies here
+	}
+	return nil
+}
+
+func (fx *gossipEffects) Send(env gossip.Envelope) error {
+	nd, w := fx.nd, fx.nd.w
+	it := env.Msg.Iter
+	if v, ok := nd.sent[it]; ok && !sameBits(v, env.Msg.Vec) {
+		w.rep.ReleaseConflicts++
+	} else if !ok {
+		nd.sent[it] = slices.Clone(env.Msg.Vec)
+	}
+	if it != fx.release {
+		w.rep.Resent++
+	}
+	if !w.covered(nd.i, env.To, it) {
+		w.rep.UnderCount++ // leaving without a durable entry
+	}
+	w.net.send(nd.i, env.To, gossip.Message{From: nd.i, Iter: it, Vec: nd.sent[it]}, 0)
+	return nil
+}
+
+func (fx *gossipEffects) Note(evs []gossip.Event) {
+	fx.release = -1
+	for _, e := range evs {
+		switch e.Kind {
+		case gossip.EventIgnored:
+			fx.nd.w.rep.Ignored++
+		case gossip.EventDropped:
+			fx.nd.w.rep.Dropped++
 		}
 	}
 }
@@ -503,99 +481,6 @@ func (w *GossipFaultNet) standInOK(i int, in gossip.Input) bool {
 		}
 	}
 	return false
-}
-
-// flushed ends the flush of a finished node once every frame of an iteration < T it
-// queued to a connected neighbour has been delivered, or after one barrier timeout.
-func (w *GossipFaultNet) flushed(i int) {
-	pending := false
-	for _, j := range w.sim.Graph.Neighbors(i) {
-		for _, f := range w.queue[i][j] {
-			pending = pending || (f.msg.Iter < w.cfg.Options.Iters && w.linked(i, j))
-		}
-	}
-	if !pending || w.now-w.nodes[i].doneAt >= int64(w.cfg.Exchange.Barrier) {
-		w.nodes[i].phase, w.nodes[i].x = gfQuiet, nil
-		w.dropQueues(i)
-	}
-}
-
-func (w *GossipFaultNet) dropQueues(i int) {
-	for j := range w.queue[i] {
-		w.queue[i][j] = nil
-	}
-}
-
-// crash kills node i: its exchange and send queues are lost; its durable state stays (and
-// the record of what it was handed, against which stand-ins are checked).
-func (w *GossipFaultNet) crash(i int) {
-	nd := w.nodes[i]
-	nd.phase, nd.x, nd.crashAt = gfCrashed, nil, -1
-	nd.restart = 0
-	if nd.down > 0 {
-		nd.restart = w.now + nd.down
-	}
-	w.dropQueues(i)
-}
-
-// restart rebuilds node i as node.GossipNode does: a fresh machine (same configuration,
-// the noise source seeded again so that the replay reproduces the draws), the journal
-// replayed through a fresh exchange without sending anything, then Resume.
-func (w *GossipFaultNet) restart(i int) {
-	w.rep.Restarts++
-	c := w.sim.Configs[i]
-	if !math.IsInf(c.Alpha, 1) {
-		c.Noise = NodeNoise(w.cfg.Options.Seed, i)
-	}
-	obj, err := gossip.NewObjective(w.sim.Shards[i], w.sim.Loss, w.sim.RowWeight, w.sim.RegOverN)
-	if err != nil {
-		w.rep.ReplayMismatch++
-		return
-	}
-	m, err := gossip.New(c, obj)
-	if err != nil {
-		w.rep.ReplayMismatch++
-		return
-	}
-	x, err := gossip.NewExchange(m, w.cfg.Exchange)
-	if err != nil {
-		w.rep.ReplayMismatch++
-		return
-	}
-	nd := w.nodes[i]
-	for r, rec := range nd.journal {
-		for _, in := range rec.inputs {
-			if err := x.Replay(in); err != nil {
-				w.rep.ReplayMismatch++
-			}
-		}
-		found := false
-		for x.HasReady() && !found {
-			rd := x.Ready()
-			if rd.State != nil {
-				found = true
-				if rd.State.Iter != r || !sameBits(rd.State.Vec, rec.vec) {
-					w.rep.ReplayMismatch++
-				}
-			}
-			x.Advance(rd)
-		}
-		if !found {
-			w.rep.ReplayMismatch++
-		}
-	}
-	for x.HasReady() {
-		x.Advance(x.Ready())
-	}
-	nd.x, nd.phase = x, gfRunning
-	for _, j := range w.sim.Graph.Neighbors(i) {
-		nd.linked[j] = w.linked(i, j)
-		if !nd.linked[j] {
-			x.PeerDown(j)
-		}
-	}
-	x.Resume()
-	w.collect(i)
 }
 
 // String summarises the report in one line.

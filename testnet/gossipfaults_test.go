@@ -46,11 +46,11 @@ func gfSchedule(seed uint64, n, barrier int) GossipFaultConfig {
 	perm := r.Perm(n)
 	from := 20 + r.Int64N(40)
 	at := 20 + r.Int64N(40)
-	return GossipFaultConfig{
-		Seed: seed, MaxLatency: 3, Loss: 0.05, Dup: 0.05,
-		Partitions: []GossipPartition{{Nodes: perm[:1+r.IntN(3)], From: from, Until: from + 2*b + r.Int64N(2*b)}},
-		Crashes:    []GossipCrash{{Node: r.IntN(n), At: at, Down: 2*b + r.Int64N(2*b), AtRelease: r.IntN(2) == 0}},
-	}
+	return GossipFaultConfig{Seed: seed, Faults: FaultSchedule{
+		MaxLatency: 3, Loss: 0.05, Dup: 0.05,
+		Partitions: []FaultPartition{{Nodes: perm[:1+r.IntN(3)], From: from, Until: from + 2*b + r.Int64N(2*b)}},
+		Crashes:    []FaultCrash{{Node: r.IntN(n), At: at, Down: 2*b + r.Int64N(2*b), AtRelease: r.IntN(2) == 0}},
+	}}
 }
 
 // checkGossipFaultInvariants asserts what every run must satisfy, whatever the faults.
@@ -90,7 +90,7 @@ func TestGossipFaultFreeMatchesSim(t *testing.T) {
 		want := simModels(t, o)
 		for _, pol := range []gossip.MissingPolicy{gossip.MissingStop, gossip.MissingWait, gossip.MissingStale} {
 			for _, loss := range []float64{0, 0.1} {
-				cfg := GossipFaultConfig{Options: o, Seed: seed, Loss: loss, Dup: loss, Exchange: gossip.ExchangeConfig{OnMissing: pol}}
+				cfg := GossipFaultConfig{Options: o, Seed: seed, Faults: FaultSchedule{Loss: loss, Dup: loss}, Exchange: gossip.ExchangeConfig{OnMissing: pol}}
 				r, err := RunGossipFaults(cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -137,12 +137,13 @@ func TestGossipFaultSameSeedSameRun(t *testing.T) {
 func TestGossipFaultConfigErrors(t *testing.T) {
 	o := gfOpts(t, 1)
 	for _, c := range []GossipFaultConfig{
-		{Loss: 1},
-		{Dup: -0.1},
-		{MaxLatency: -1},
-		{Partitions: []GossipPartition{{Nodes: []int{8}}}},
-		{Crashes: []GossipCrash{{Node: 1, At: 0}}},
-		{Crashes: []GossipCrash{{Node: 1, At: 5, Down: -1}}},
+		{Faults: FaultSchedule{Loss: 1}},
+		{Faults: FaultSchedule{Dup: -0.1}},
+		{Faults: FaultSchedule{MaxLatency: -1}},
+		{Faults: FaultSchedule{Partitions: []FaultPartition{{Nodes: []int{8}}}}},
+		{Faults: FaultSchedule{Crashes: []FaultCrash{{Node: 1, At: 0}}}},
+		{Faults: FaultSchedule{Crashes: []FaultCrash{{Node: 1, At: 5, Down: -1}}}},
+		{Faults: FaultSchedule{Heartbeat: 5, Missed: 3}},
 		{Exchange: gossip.ExchangeConfig{Barrier: 4, MaxWait: 2, Recheck: 1}},
 	} {
 		c.Options = o

@@ -106,40 +106,11 @@ func WriteEtaFile(path string, table [][]float64) error {
 // equals the simulator's bit for bit.
 func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, error) {
 	o := cfg.Options
-	if o.Curve != nil {
-		return nil, errors.New("testnet: gprocs: the curve is simulator-only")
-	}
-	if cfg.Binary == "" {
-		return nil, errors.New("testnet: gprocs: no dpadmm binary")
-	}
-	if cfg.Run == "" {
-		cfg.Run = "gprocs"
-	}
-	if len(cfg.Run) > node.MaxRunName {
-		return nil, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", node.MaxRunName)
-	}
-	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
-	if maxWait < barrier || barrier < 0 {
-		return nil, fmt.Errorf("testnet: gprocs: max wait %v must be >= the barrier timeout %v > 0", maxWait, barrier)
-	}
-	sim, err := NewGossipSim(&o)
+	sim, p, barrier, maxWait, err := gprocsSetup(&cfg, &o)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkNodeRows(sim); err != nil {
 		return nil, err
 	}
 	n := len(sim.Machines)
-	if cfg.KillAtIter < 0 || cfg.KillAtIter >= max(o.Iters, 1) || (cfg.KillAtIter > 0 && (cfg.KillNode < 0 || cfg.KillNode >= n)) {
-		return nil, fmt.Errorf("testnet: gprocs: kill at iteration %d of node %d: want 1 <= iteration < %d and 0 <= node < %d", cfg.KillAtIter, cfg.KillNode, o.Iters, n)
-	}
-	p, err := gossipNetParams(&o, barrier, maxWait, cfg.OnMissing)
-	if err != nil {
-		return nil, err
-	}
-	if p.EtaGrowth == 0 {
-		p.EtaGrowth = 1 // the same constant schedule; the node's flag wants q >= 1
-	}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "dpadmm-gprocs-")
@@ -151,59 +122,11 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("testnet: gprocs: %w", err)
 	}
-	ports, err := freePorts(n)
+	plan, err := gprocsFiles(&cfg, &o, sim, p, dir)
 	if err != nil {
 		return nil, err
 	}
-	// Every node's configuration hashes alike (same dimension, problem and parameters).
-	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, Gossip: &p}).RunConfig().Hash()
-	st := node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}
-	dirs := make([]string, n)
-	for i := range dirs {
-		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		if _, err := os.Stat(filepath.Join(dirs[i], node.LedgerFile)); err == nil {
-			return nil, fmt.Errorf("testnet: gprocs: %s already holds a ledger (use an empty --dir per run)", dirs[i])
-		}
-		id, err := node.DataDirPeerID(dirs[i])
-		if err != nil {
-			return nil, err
-		}
-		st.Members = append(st.Members, node.StaticMember{ID: id.String(), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}})
-	}
-	b, _ := json.MarshalIndent(st, "", "  ")
-	staticPath := filepath.Join(dir, "static.json")
-	if err := os.WriteFile(staticPath, append(b, '\n'), 0o644); err != nil {
-		return nil, err
-	}
-	etaPath := ""
-	if p.EtaTable != nil {
-		etaPath = filepath.Join(dir, "eta.csv")
-		if err := WriteEtaFile(etaPath, p.EtaTable); err != nil {
-			return nil, err
-		}
-	}
-	hyper := GossipNodeArgs(p, o.Problem, etaPath)
-	logs := make([]string, n)
-	args := make([][]string, n)
-	for i := 0; i < n; i++ {
-		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
-		if err := writeShardCSV(csv, sim.Shards[i]); err != nil {
-			return nil, err
-		}
-		logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
-		a := []string{"node", "--insecure-testnet", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", dirs[i],
-			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
-			"--listen", st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
-		if o.Problem.Loss == consensus.Logistic {
-			// The shard's labels are -1/+1 already; a shard may hold one class only.
-			a = append(a, "--positive", "1")
-		}
-		a = append(a, hyper...)
-		if !cfg.Sync {
-			a = append(a, "--no-fsync")
-		}
-		args[i] = a
-	}
+	dirs, logs, args := plan.dirs, plan.logs, plan.args
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -258,9 +181,129 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	}
 	stopProgress()
 	wall := time.Since(start)
+	left, err := readGossipLefts(&cfg, &o, sim, plan)
+	if err != nil {
+		return nil, err
+	}
+	nw := GossipNetworkReport{
+		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
+		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir, Restarts: restarts,
+	}
+	return gossipLeftReport(&o, sim, left, wall, nw)
+}
 
-	left := make([]gossipLeft, n)
-	for i, d := range dirs {
+// gprocsSetup validates cfg and o (filling their defaults) and builds the run's setup: the
+// simulator's machines (data, graph, f_i(0)), the node parameters and the waits.
+func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.GossipParams, time.Duration, time.Duration, error) {
+	var p node.GossipParams
+	if o.Curve != nil {
+		return nil, p, 0, 0, errors.New("testnet: gprocs: the curve is simulator-only")
+	}
+	if cfg.Binary == "" {
+		return nil, p, 0, 0, errors.New("testnet: gprocs: no dpadmm binary")
+	}
+	if cfg.Run == "" {
+		cfg.Run = "gprocs"
+	}
+	if len(cfg.Run) > node.MaxRunName {
+		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", node.MaxRunName)
+	}
+	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
+	if maxWait < barrier || barrier < 0 {
+		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: max wait %v must be >= the barrier timeout %v > 0", maxWait, barrier)
+	}
+	sim, err := NewGossipSim(o)
+	if err != nil {
+		return nil, p, 0, 0, err
+	}
+	if err := checkNodeRows(sim); err != nil {
+		return nil, p, 0, 0, err
+	}
+	n := len(sim.Machines)
+	if cfg.KillAtIter < 0 || cfg.KillAtIter >= max(o.Iters, 1) || (cfg.KillAtIter > 0 && (cfg.KillNode < 0 || cfg.KillNode >= n)) {
+		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: kill at iteration %d of node %d: want 1 <= iteration < %d and 0 <= node < %d", cfg.KillAtIter, cfg.KillNode, o.Iters, n)
+	}
+	if p, err = gossipNetParams(o, barrier, maxWait, cfg.OnMissing); err != nil {
+		return nil, p, 0, 0, err
+	}
+	if p.EtaGrowth == 0 {
+		p.EtaGrowth = 1 // the same constant schedule; the node's flag wants q >= 1
+	}
+	return sim, p, barrier, maxWait, nil
+}
+
+// gprocsPlan is what RunGossipProcs starts: the membership file's content and its
+// configuration hash, and per node its data directory, log file and arguments.
+type gprocsPlan struct {
+	st         node.StaticFile
+	hash       string
+	dirs, logs []string
+	args       [][]string
+}
+
+// gprocsFiles writes the shards, the membership file and the penalty table into dir and
+// returns the plan of the processes.
+func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p node.GossipParams, dir string) (*gprocsPlan, error) {
+	n := len(sim.Machines)
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	// Every node's configuration hashes alike (same dimension, problem and parameters).
+	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, Gossip: &p}).RunConfig().Hash()
+	pl := &gprocsPlan{st: node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}, hash: hash,
+		dirs: make([]string, n), logs: make([]string, n), args: make([][]string, n)}
+	for i := range pl.dirs {
+		pl.dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		if _, err := os.Stat(filepath.Join(pl.dirs[i], node.LedgerFile)); err == nil {
+			return nil, fmt.Errorf("testnet: gprocs: %s already holds a ledger (use an empty --dir per run)", pl.dirs[i])
+		}
+		id, err := node.DataDirPeerID(pl.dirs[i])
+		if err != nil {
+			return nil, err
+		}
+		pl.st.Members = append(pl.st.Members, node.StaticMember{ID: id.String(), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}})
+	}
+	b, _ := json.MarshalIndent(pl.st, "", "  ")
+	staticPath := filepath.Join(dir, "static.json")
+	if err := os.WriteFile(staticPath, append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	etaPath := ""
+	if p.EtaTable != nil {
+		etaPath = filepath.Join(dir, "eta.csv")
+		if err := WriteEtaFile(etaPath, p.EtaTable); err != nil {
+			return nil, err
+		}
+	}
+	hyper := GossipNodeArgs(p, o.Problem, etaPath)
+	for i := 0; i < n; i++ {
+		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
+		if err := writeShardCSV(csv, sim.Shards[i]); err != nil {
+			return nil, err
+		}
+		pl.logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
+		a := []string{"node", "--insecure-testnet", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", pl.dirs[i],
+			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
+			"--listen", pl.st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
+		if o.Problem.Loss == consensus.Logistic {
+			// The shard's labels are -1/+1 already; a shard may hold one class only.
+			a = append(a, "--positive", "1")
+		}
+		a = append(a, hyper...)
+		if !cfg.Sync {
+			a = append(a, "--no-fsync")
+		}
+		pl.args[i] = a
+	}
+	return pl, nil
+}
+
+// readGossipLefts reads what every node left in its data directory (model.json, ledger,
+// journal) and checks that it belongs to this run and completed it.
+func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, pl *gprocsPlan) ([]gossipLeft, error) {
+	left := make([]gossipLeft, len(pl.dirs))
+	for i, d := range pl.dirs {
 		m, err := readGossipModel(d)
 		if err == nil && m == nil {
 			err = fmt.Errorf("no %s", node.ModelFile)
@@ -268,7 +311,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		if err != nil {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %w", i, err)
 		}
-		if m.Run != cfg.Run || m.Index != i || m.Peer != st.Members[i].ID || m.Iters != o.Iters || m.ConfigHash != hash {
+		if m.Run != cfg.Run || m.Index != i || m.Peer != pl.st.Members[i].ID || m.Iters != o.Iters || m.ConfigHash != pl.hash {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %s of run %q index %d peer %s config %.12s at iteration %d",
 				i, node.ModelFile, m.Run, m.Index, m.Peer, m.ConfigHash, m.Iters)
 		}
@@ -279,11 +322,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %d ledger entries, want %d (one per release)", i, len(left[i].Ledger), o.Iters+1)
 		}
 	}
-	nw := GossipNetworkReport{
-		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
-		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir, Restarts: restarts,
-	}
-	return gossipLeftReport(&o, sim, left, wall, nw)
+	return left, nil
 }
 
 // readGossipModel reads model.json of a neighbour-exchange node's data directory; nil

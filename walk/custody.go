@@ -12,8 +12,9 @@ import (
 )
 
 // Custody wraps one node's walk Machine with token fault tolerance (docs/fault-tolerance.md).
-// It is the one implementation of these rules: the fault simulator (testnet) and the
-// libp2p node drive it, and only map time, liveness and messages to its inputs.
+// It is the one implementation of these rules: the fault network of testnet and the
+// libp2p node drive it through one adapter (node.Walk), and only map time, liveness and
+// messages to its inputs.
 //
 //   - custody: a sender keeps a backup of every token it releases and re-sends the same
 //     release when the recipient does not ack within AckTimeout ticks, or to another live
