@@ -344,16 +344,7 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	b = str(b, c.Run)
 	b = binary.AppendUvarint(b, uint64(c.Node))
 	b = binary.AppendUvarint(b, uint64(c.Updates))
-	if prev.ok && equalBits(prev.u, c.U) {
-		b = append(b, 1)
-		next.u = prev.u
-	} else {
-		next.u = slices.Clone(c.U)
-		b = binary.AppendUvarint(append(b, 0), uint64(len(c.U)))
-		for _, v := range c.U {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-		}
-	}
+	b = appendCheckpointU(b, c.U, prev, next)
 	b = binary.LittleEndian.AppendUint64(b, c.Epoch)
 	b = binary.LittleEndian.AppendUint64(b, c.Hop)
 	b = byt(b, c.HopSource)
@@ -392,16 +383,7 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 		nb := *k
 		nb.Token = tab[len(tab)-1]
 		next.backups = append(next.backups, nb)
-		b = str(b, k.To)
-		b = str(b, k.Pred)
-		b = binary.LittleEndian.AppendUint64(b, k.PredEpoch)
-		b = binary.LittleEndian.AppendUint64(b, k.PredHop)
-		acked := byte(0)
-		if k.Acked {
-			acked = 1
-		}
-		b = append(b, acked)
-		b = binary.AppendUvarint(b, uint64(k.Dist))
+		b = appendBackupFields(b, k)
 	}
 	b = tok(b, c.Out)
 	// The table lists out first, then the backups' tokens: this record wrote them in the
@@ -412,6 +394,36 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	b = str(b, c.OutTo)
 	b = binary.LittleEndian.AppendUint64(b, c.LedgerSeq)
 	return binary.LittleEndian.AppendUint64(b, c.LedgerHash)
+}
+
+// appendCheckpointU appends u_i: a 1 when it equals the previous record's (bit for bit),
+// else a 0, its length and its values.
+func appendCheckpointU(b []byte, u []float64, prev, next *ckTable) []byte {
+	if prev.ok && equalBits(prev.u, u) {
+		next.u = prev.u
+		return append(b, 1)
+	}
+	next.u = slices.Clone(u)
+	b = binary.AppendUvarint(append(b, 0), uint64(len(u)))
+	for _, v := range u {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// appendBackupFields appends the fields of a backup that follow its token.
+func appendBackupFields(b []byte, k *Backup) []byte {
+	str := func(b []byte, s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+	b = str(b, k.To)
+	b = str(b, k.Pred)
+	b = binary.LittleEndian.AppendUint64(b, k.PredEpoch)
+	b = binary.LittleEndian.AppendUint64(b, k.PredHop)
+	acked := byte(0)
+	if k.Acked {
+		acked = 1
+	}
+	b = append(b, acked)
+	return binary.AppendUvarint(b, uint64(k.Dist))
 }
 
 // ckReader reads the binary checkpoint encoding; the first error sticks.

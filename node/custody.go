@@ -500,22 +500,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 		case walk.CustodyDuplicate:
 			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		case walk.CustodyRefused:
-			switch e.Refusal {
-			case walk.RefuseEpoch:
-				n.metrics.rejected.WithLabelValues("epoch").Inc()
-				n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).
-					Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
-						MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
-			case walk.RefuseEvicted:
-				n.reject(n.log.With().Str("from", peer(e.Peer)).Logger(), "evicted", "sender was evicted for implausible epochs")
-			case walk.RefuseEvidence:
-				// The sender showed a hand-off it received, which this node already took
-				// another token on: a second token of the same lineage position (a member
-				// re-sending under new epochs to burn this node's updates), refused as stale.
-				n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
-				n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-					Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
-			}
+			n.noteRefusal(e, peer(e.Peer))
 		case walk.CustodyEvicted:
 			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
@@ -551,24 +536,50 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 		case walk.CustodyGaveUp:
 			n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
 		case walk.CustodyPaused:
-			if c := n.cur; c != nil && c.written != nil {
-				// Report the pause only once the ack is on its way, so that a harness that
-				// kills the node on seeing it does not make the sender redirect.
-				select {
-				case <-c.written:
-				case <-time.After(n.cfg.AckTimeout):
-				}
-			}
-			n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
-			n.paused.Store(true)
-			if n.cfg.PauseAfterStep {
-				n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
-			} else {
-				n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
-			}
+			n.notePaused(e)
 		case walk.CustodyStepFailed:
 			n.reject(n.log, "step", e.Err.Error())
 		}
+	}
+}
+
+// noteRefusal logs and counts a hand-off the machine refused (CustodyRefused) from the
+// member named from.
+func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
+	switch e.Refusal {
+	case walk.RefuseEpoch:
+		n.metrics.rejected.WithLabelValues("epoch").Inc()
+		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", from).Uint64("epoch", e.Epoch).
+			Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
+				MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
+	case walk.RefuseEvicted:
+		n.reject(n.log.With().Str("from", from).Logger(), "evicted", "sender was evicted for implausible epochs")
+	case walk.RefuseEvidence:
+		// The sender showed a hand-off it received, which this node already took
+		// another token on: a second token of the same lineage position (a member
+		// re-sending under new epochs to burn this node's updates), refused as stale.
+		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
+		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+	}
+}
+
+// notePaused marks the node paused at a hop (fault injection, CustodyPaused).
+func (n *Node) notePaused(e walk.CustodyEvent) {
+	if c := n.cur; c != nil && c.written != nil {
+		// Report the pause only once the ack is on its way, so that a harness that
+		// kills the node on seeing it does not make the sender redirect.
+		select {
+		case <-c.written:
+		case <-time.After(n.cfg.AckTimeout):
+		}
+	}
+	n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
+	n.paused.Store(true)
+	if n.cfg.PauseAfterStep {
+		n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
+	} else {
+		n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
 	}
 }
 
