@@ -250,20 +250,21 @@ type GossipParams struct {
 	// PaperC is the paper's C: node i's objective is (C n/M) sum_{D_i} L + C l2 ||f||^2/2
 	// with n members and M total rows (C_i/B_i = C n/M, rho/N = C l2), as in the simulator.
 	PaperC float64
-	// Barrier, MaxWait and OnMissing: see GossipConfig (0 = its defaults).
+	// Barrier is the iteration barrier's timeout (0 = 30 s), MaxWait how long a neighbour
+	// that is still connected is waited for (0 = 10 * Barrier) and OnMissing the policy for
+	// a neighbour declared missing (default stop); see docs/radmm-network.md.
 	Barrier, MaxWait time.Duration
 	OnMissing        MissingPolicy
 	// TotalRows is M, the total number of training rows of the run, with a static
 	// membership (Config.Members, StaticFile.TotalRows); announce/join learns it from the
 	// start message instead. Like the membership, it is not part of the config hash.
 	TotalRows int
-	// PauseAt is fault injection for harnesses (GossipConfig.PauseAt): stop after the
-	// release of this iteration is durable, before sending it, until the context ends.
-	// 0 = off; not announced.
+	// PauseAt is fault injection for harnesses: stop right after the release of this
+	// iteration is durable (journal and ledger), before any frame of it is sent, until the
+	// context ends. 0 = off; not announced.
 	PauseAt int
-	// HaltAfter is fault injection for harnesses (GossipConfig.HaltAfter): RunGossip
-	// returns ErrHalted once the neighbours acknowledged the release of this iteration.
-	// 0 = off; not announced.
+	// HaltAfter is fault injection for harnesses: RunGossip returns ErrHalted once the
+	// neighbours acknowledged the release of this iteration. 0 = off; not announced.
 	HaltAfter int
 }
 

@@ -89,7 +89,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	ref, _ := noisyMachines(t, nbrs, T)
 	pureRun(t, ref)
 	ms, jns := noisyMachinesSecure(t, nbrs, T, sec)
-	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *GossipConfig) {
+	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *radmmConfig) {
 		c.Noise, c.MaxWait = jns[i], time.Hour
 	})
 	nodes[1].cfg.PauseAt = pause
@@ -103,11 +103,11 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 		if i == 1 {
 			c = ctx1
 		}
-		go func() { r, err := g.Run(c); ch[i] <- runOut{r, err} }()
+		go func() { r, err := g.run(c); ch[i] <- runOut{r, err} }()
 	}
-	dir := nodes[1].cfg.DataDir
+	dir := nodes[1].n.cfg.DataDir
 	for k := 0; ; k++ {
-		if es, err := nodes[1].Store().Ledger(); err == nil && len(es) == pause+1 {
+		if es, err := nodes[1].n.Store().Ledger(); err == nil && len(es) == pause+1 {
 			break
 		}
 		if k > 2000 {
@@ -120,17 +120,22 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	if o := <-ch[1]; !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("paused node: %v", o.err)
 	}
-	nodes[1].Close()
+	closeExchange(nodes[1])
 	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), "r")
 	if err != nil || len(recs) != pause+1 {
 		t.Fatalf("journal: %d records (%v)", len(recs), err)
 	}
 
-	restart := func() (*GossipNode, error) {
+	// A restart is a new Node (host and store) on the same data directory.
+	restart := func() (*radmmExchange, error) {
 		fresh, fjn := noisyMachinesSecure(t, nbrs, T, sec)
-		return NewGossipNode(context.Background(), GossipConfig{Run: "r", DataDir: dir, NoSync: true, Members: nodes[1].cfg.Members,
-			Self: 1, Neighbors: nbrs[1], Machine: fresh[1], Iters: T, Barrier: 100 * time.Millisecond, MaxWait: time.Hour,
-			OnMissing: MissingWait, Noise: fjn[1]})
+		nd := exchangeNode(t, "r", dir)
+		x, err := nd.newRADMMExchange(radmmConfig{Members: nodes[1].cfg.Members, Self: 1, Neighbors: nbrs[1], Machine: fresh[1],
+			Iters: T, Barrier: 100 * time.Millisecond, MaxWait: time.Hour, OnMissing: MissingWait, Noise: fjn[1]})
+		if err != nil {
+			nd.Close()
+		}
+		return x, err
 	}
 	// A journal whose noise was altered does not reproduce the releases: refused, and
 	// the ledger is left as it was.
@@ -153,7 +158,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	os.WriteFile(jpath, []byte(lines[0]+tampered+strings.Join(lines[2:], "")), 0o600)
 	if g, err := restart(); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), want) {
 		if g != nil {
-			g.Close()
+			closeExchange(g)
 		}
 		t.Fatalf("tampered journal: %v, want ErrRejoin", err)
 	}
@@ -164,15 +169,15 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
-	defer g1.Close()
+	defer closeExchange(g1)
 	if p := g1.Progress(); p.Iter != pause || p.LedgerEntries != pause+1 {
 		t.Fatalf("restored progress %+v", p)
 	}
 	for _, j := range []int{0, 2} {
-		g1.Host.Peerstore().AddAddrs(nodes[j].ID(), nodes[j].Host.Addrs(), time.Hour)
-		nodes[j].Host.Peerstore().AddAddrs(g1.ID(), g1.Host.Addrs(), time.Hour)
+		g1.n.Host.Peerstore().AddAddrs(nodes[j].n.ID(), nodes[j].n.Host.Addrs(), time.Hour)
+		nodes[j].n.Host.Peerstore().AddAddrs(g1.n.ID(), g1.n.Host.Addrs(), time.Hour)
 	}
-	go func() { r, err := g1.Run(ctx); ch[1] <- runOut{r, err} }()
+	go func() { r, err := g1.run(ctx); ch[1] <- runOut{r, err} }()
 	for i := range nodes {
 		o := <-ch[i]
 		if o.err != nil {
@@ -214,7 +219,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	// What the neighbours consumed from node 1 is what node 1 journaled, for every
 	// iteration: before the crash, at the paused release and after the restart.
 	for _, j := range []int{0, 2} {
-		theirs, _, err := readJournal(filepath.Join(nodes[j].cfg.DataDir, GossipJournalFile), "r")
+		theirs, _, err := readJournal(filepath.Join(nodes[j].n.cfg.DataDir, GossipJournalFile), "r")
 		if err != nil || len(theirs) != T+1 {
 			t.Fatalf("node %d journal: %d records (%v)", j, len(theirs), err)
 		}
@@ -240,14 +245,10 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 func TestGossipResumeRefusals(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms, jns := noisyMachines(t, nbrs, 4)
-	dir := t.TempDir()
-	id, err := DataDirPeerID(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := GossipConfig{Run: "r", DataDir: dir, NoSync: true, Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1},
-		Machine: ms[0], Iters: 4, Noise: jns[0]}
-	g, err := NewGossipNode(context.Background(), cfg)
+	// Every exchange below is built on the same Node (data directory), one after the other.
+	nd := exchangeNode(t, "r", t.TempDir())
+	cfg := radmmConfig{Members: []peer.ID{nd.ID(), "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 4, Noise: jns[0]}
+	g, err := nd.newRADMMExchange(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,17 +256,17 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if _, err := g.apply(rd, nil); err != nil { // release f(0): journal, then ledger
 		t.Fatal(err)
 	}
-	g.Close()
-	fresh := func() GossipConfig {
+	g.stop()
+	fresh := func() radmmConfig {
 		m, jn := noisyMachines(t, nbrs, 4)
 		c := cfg
 		c.Machine, c.Noise = m[0], jn[0]
 		return c
 	}
-	if g, err := NewGossipNode(context.Background(), fresh()); err != nil {
+	if g, err := nd.newRADMMExchange(fresh()); err != nil {
 		t.Fatalf("valid journal refused: %v", err)
 	} else {
-		g.Close()
+		g.stop()
 	}
 	c := fresh()
 	// Another f(0) than the one released.
@@ -277,26 +278,21 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if c.Machine, err = gossip.New(other, obj); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := NewGossipNode(context.Background(), c); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "bit for bit") {
+	if g, err := nd.newRADMMExchange(c); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "bit for bit") {
 		if g != nil {
-			g.Close()
+			g.stop()
 		}
 		t.Fatalf("different f(0): %v", err)
 	}
 	// A ledger entry without its journal line.
-	st, err := OpenStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := rd.Ledger[0]
 	e.Run, e.Hop = "r", 1
-	if err := st.AppendLedger([]privacy.Entry{e}); err != nil {
+	if err := nd.Store().AppendLedger([]privacy.Entry{e}); err != nil {
 		t.Fatal(err)
 	}
-	st.Close()
-	if g, err := NewGossipNode(context.Background(), fresh()); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "journal only 1") {
+	if g, err := nd.newRADMMExchange(fresh()); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "journal only 1") {
 		if g != nil {
-			g.Close()
+			g.stop()
 		}
 		t.Fatalf("ledger ahead of the journal: %v", err)
 	}
@@ -408,6 +404,7 @@ func FuzzGossipJournal(f *testing.F) {
 	f.Add([]byte(`{"run":"r","iter":0,"vec":[0,-0.2,0.05]}` + "\n" + `{"run":"r","iter":1,"vec":[1],"in":[{"from":5,"iter":7,"vec":[]}],"noise":[{"u":true,"v":[]}]}`))
 	f.Add([]byte("{\n"))
 	nbrs := [][]int{{1}, {0}}
+	met := newMetrics()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, GossipJournalFile)
@@ -435,7 +432,9 @@ func FuzzGossipJournal(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st, ex: ex}
+		// restore needs the Node's run, data directory, store and metrics only.
+		nd := &Node{cfg: Config{Run: "r", DataDir: dir, NoSync: true}, store: st, metrics: met}
+		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex}
 		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}

@@ -109,8 +109,8 @@ func (n *Node) setGossipMembers(ms []peer.ID) error {
 // then builds the graph from (spec, members, seed), its machine (objective weights
 // C_i/B_i = C n/M and rho/N = C l2, penalty schedule, f_i(0) from Config.Rand or a
 // crypto/rand source, noise from Config.Noise or privacy.NewSecureNoise), dials its
-// neighbours and runs a GossipNode on the same host (ledger fsync before every send,
-// barrier, missing-neighbour policy). At the end it writes model.json (GossipModel: its
+// neighbours and runs its R-ADMM exchange on its own host and store (ledger fsync before
+// every send, barrier, missing-neighbour policy). At the end it writes model.json (GossipModel: its
 // own model and its own Theorem V.1 figure) and returns it.
 func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	p := n.cfg.Gossip
@@ -138,7 +138,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	switch {
 	case journal != nil:
 		// A restart: the journal fixes the membership, M and f_i(0) of the run this node
-		// already took part in (NewGossipNode replays it and checks every release).
+		// already took part in (newRADMMExchange replays it and checks every release).
 		ms, err := journalMembers(journal, n.cfg.Members)
 		if err != nil {
 			return nil, err
@@ -226,18 +226,16 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	gn, err := NewGossipNode(ctx, GossipConfig{
-		Run: n.cfg.Run, DataDir: n.cfg.DataDir, NoSync: n.cfg.NoSync, Members: members, Self: self,
-		Neighbors: nbrs, Machine: m, Iters: p.Iters, Host: n.Host, Barrier: p.Barrier, MaxWait: p.MaxWait,
-		OnMissing: p.OnMissing, Logger: n.cfg.Logger, metrics: n.metrics, Noise: jn, TotalRows: total, PauseAt: p.PauseAt,
-		HaltAfter: p.HaltAfter,
+	x, err := n.newRADMMExchange(radmmConfig{
+		Members: members, Self: self, Neighbors: nbrs, Machine: m, Iters: p.Iters, Barrier: p.Barrier, MaxWait: p.MaxWait,
+		OnMissing: p.OnMissing, Noise: jn, TotalRows: total, PauseAt: p.PauseAt, HaltAfter: p.HaltAfter,
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer gn.Close()
+	defer x.stop()
 	plan := privacy.ObjPertBound(acc)
-	n.metrics.gossip.Store(&gossipView{algo: view.algo, iters: view.iters, plan: &plan, gn: gn})
+	n.metrics.gossip.Store(&gossipView{algo: view.algo, iters: view.iters, plan: &plan, gn: x})
 	wait := p.Barrier
 	if wait == 0 {
 		wait = 30 * time.Second
@@ -246,7 +244,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		return nil, err
 	}
 	n.log.Info().Int("index", self).Ints("neighbors", nbrs).Str("graph", spec).Msg("gossip run started")
-	res, err := gn.Run(ctx)
+	res, err := x.run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +252,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	acc.ExactSolves = inexact == 0
 	fig := privacy.ObjPertBound(acc)
 	// The run's entries on disk: after a restart they include the releases made before it.
-	all, err := gn.Store().Ledger()
+	all, err := n.store.Ledger()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}

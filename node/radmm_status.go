@@ -45,7 +45,7 @@ type GossipStatus struct {
 	Done bool `json:"done"`
 }
 
-// GossipProgress is a snapshot of a running GossipNode, safe to take from any goroutine.
+// GossipProgress is a snapshot of a running R-ADMM exchange, safe to take from any goroutine.
 type GossipProgress struct {
 	Iter          int   // last iteration released; -1 before f_i(0)
 	Iters         int   // T
@@ -62,18 +62,18 @@ type GossipProgress struct {
 }
 
 // Progress returns a snapshot of the node's progress.
-func (g *GossipNode) Progress() GossipProgress {
-	g.progMu.Lock()
-	pr := g.prog
-	g.progMu.Unlock()
+func (x *radmmExchange) Progress() GossipProgress {
+	x.progMu.Lock()
+	pr := x.prog
+	x.progMu.Unlock()
 	p := GossipProgress{
-		Iter: pr.iter, Iters: g.cfg.Iters, Neighbors: append([]int(nil), g.cfg.Neighbors...),
+		Iter: pr.iter, Iters: x.cfg.Iters, Neighbors: append([]int(nil), x.cfg.Neighbors...),
 		StaleUses: pr.stale, LedgerEntries: pr.entries, Epsilon: pr.eps,
-		Rejected: int(g.rejected.Load()), Ignored: int(g.ignored.Load()), Done: pr.done,
+		Rejected: int(x.rejected.Load()), Ignored: int(x.ignored.Load()), Done: pr.done,
 	}
-	if h := g.Host; h != nil {
-		for _, j := range g.cfg.Neighbors {
-			if h.Network().Connectedness(g.cfg.Members[j]) == network.Connected {
+	if h := x.n.Host; h != nil {
+		for _, j := range x.cfg.Neighbors {
+			if h.Network().Connectedness(x.cfg.Members[j]) == network.Connected {
 				p.Reachable++
 			}
 		}
@@ -83,42 +83,40 @@ func (g *GossipNode) Progress() GossipProgress {
 
 // progress records the durable ledger entries es of the release of iteration iter
 // (loop goroutine only).
-func (g *GossipNode) progress(es []privacy.Entry, iter int) {
-	g.progMu.Lock()
-	defer g.progMu.Unlock()
-	g.prog.entries += len(es)
+func (x *radmmExchange) progress(es []privacy.Entry, iter int) {
+	x.progMu.Lock()
+	defer x.progMu.Unlock()
+	x.prog.entries += len(es)
 	for _, e := range es {
 		if e.Mechanism != privacy.MechPure {
 			continue
 		}
 		if e.Epsilon >= math.MaxFloat64 || math.IsNaN(e.Epsilon) {
-			g.prog.eps = math.Inf(1)
+			x.prog.eps = math.Inf(1)
 		} else {
-			g.prog.eps += e.Epsilon
+			x.prog.eps += e.Epsilon
 		}
 	}
-	prev := g.prog.iter
-	g.prog.iter = iter
-	if g.met != nil && iter > prev && iter > 0 {
-		g.met.gIters.Add(float64(iter - max(prev, 0)))
+	prev := x.prog.iter
+	x.prog.iter = iter
+	if iter > prev && iter > 0 {
+		x.n.metrics.gIters.Add(float64(iter - max(prev, 0)))
 	}
 }
 
-func (g *GossipNode) ignore() {
-	g.ignored.Add(1)
-	if g.met != nil {
-		g.met.gIgnored.Inc()
-	}
+func (x *radmmExchange) ignore() {
+	x.ignored.Add(1)
+	x.n.metrics.gIgnored.Inc()
 }
 
 // gossipView is what the status endpoint knows of a neighbour-exchange run: the announced
 // algorithm and T, the planned Theorem V.1 figure (conditions checked from the data and
-// parameters) and, once the membership is fixed, the running GossipNode.
+// parameters) and, once the membership is fixed, the running exchange.
 type gossipView struct {
 	algo  string
 	iters int
 	plan  *privacy.ObjPertFigure
-	gn    *GossipNode
+	gn    *radmmExchange
 }
 
 func (m *metrics) registerGossip() {

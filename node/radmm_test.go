@@ -213,43 +213,71 @@ func pureRun(t *testing.T, ms []*gossip.Machine) {
 	}
 }
 
-// gossipNet creates one GossipNode per machine on loopback and fills the peerstores.
-// Each mod may change node i's configuration before the node is created.
-func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *GossipConfig)) []*GossipNode {
+// exchangeNode starts a Node of run on loopback with data directory dir: a static R-ADMM
+// configuration that the tests never run (they build its exchange with newRADMMExchange
+// and drive it themselves). The Node is closed at the end of the test.
+func exchangeNode(t *testing.T, run, dir string) *Node {
+	t.Helper()
+	c := gossipTestConfig(run, gossipData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c.DataDir = dir
+	nd, err := New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nd.Close() })
+	return nd
+}
+
+// newExchange builds nd's exchange for cfg; a built exchange is stopped at the end of
+// the test (before its Node is closed).
+func newExchange(t *testing.T, nd *Node, cfg radmmConfig) (*radmmExchange, error) {
+	t.Helper()
+	x, err := nd.newRADMMExchange(cfg)
+	if err == nil {
+		t.Cleanup(x.stop)
+	}
+	return x, err
+}
+
+// closeExchange stops x and closes its Node (host and store), as the end of RunGossip and
+// Node.Close do.
+func closeExchange(x *radmmExchange) {
+	x.stop()
+	x.n.Close()
+}
+
+// gossipNet creates one Node per machine on loopback, builds its R-ADMM exchange and
+// fills the peerstores. Each mod may change node i's exchange configuration before the
+// exchange is built.
+func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *radmmConfig)) []*radmmExchange {
 	t.Helper()
 	n := len(ms)
+	nds := make([]*Node, n)
 	ids := make([]peer.ID, n)
-	dirs := make([]string, n)
-	for i := range ids {
-		dirs[i] = t.TempDir()
-		id, err := DataDirPeerID(dirs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
+	for i := range nds {
+		nds[i] = exchangeNode(t, "r", t.TempDir())
+		ids[i] = nds[i].ID()
 	}
-	nodes := make([]*GossipNode, n)
-	for i := range nodes {
-		c := GossipConfig{Run: "r", DataDir: dirs[i], NoSync: true, Members: ids, Self: i,
-			Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol}
+	xs := make([]*radmmExchange, n)
+	for i := range xs {
+		c := radmmConfig{Members: ids, Self: i, Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol}
 		for _, mod := range mods {
 			mod(i, &c)
 		}
-		g, err := NewGossipNode(context.Background(), c)
+		x, err := newExchange(t, nds[i], c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes[i] = g
-		t.Cleanup(func() { g.Close() })
+		xs[i] = x
 	}
-	for _, a := range nodes {
-		for _, b := range nodes {
+	for _, a := range nds {
+		for _, b := range nds {
 			if a != b {
 				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
 			}
 		}
 	}
-	return nodes
+	return xs
 }
 
 // TestGossipNodeRun: three nodes on a path 0-1-2 over real streams end with the models of
@@ -270,7 +298,7 @@ func TestGossipNodeRun(t *testing.T) {
 	ch := make([]chan out, len(nodes))
 	for i, g := range nodes {
 		ch[i] = make(chan out, 1)
-		go func() { r, err := g.Run(ctx); ch[i] <- out{r, err} }()
+		go func() { r, err := g.run(ctx); ch[i] <- out{r, err} }()
 	}
 	for i := range nodes {
 		o := <-ch[i]
@@ -285,7 +313,7 @@ func TestGossipNodeRun(t *testing.T) {
 				t.Fatalf("node %d: model %v, reference %v", i, o.r.Model, ref[i].ModelView())
 			}
 		}
-		es, err := nodes[i].Store().Ledger()
+		es, err := nodes[i].n.Store().Ledger()
 		if err != nil || len(es) != T+1 {
 			t.Fatalf("node %d: %d entries on disk (%v)", i, len(es), err)
 		}
@@ -303,15 +331,14 @@ func TestGossipNodeRun(t *testing.T) {
 func TestGossipNodeRejects(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	nodes := gossipNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
-	met := newMetrics()
+	met := nodes[0].n.metrics
 	met.enableGossip()
-	nodes[0].met = met
 	rogue, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rogue.Close()
-	rogue.Peerstore().AddAddrs(nodes[0].ID(), nodes[0].Host.Addrs(), time.Hour)
+	rogue.Peerstore().AddAddrs(nodes[0].n.ID(), nodes[0].n.Host.Addrs(), time.Hour)
 	ctx := context.Background()
 	send := func(s network.Stream, raw []byte) byte {
 		t.Helper()
@@ -328,7 +355,7 @@ func TestGossipNodeRejects(t *testing.T) {
 	enc := func(f GossipFrame) []byte { b, _ := EncodeGossip(nil, f); return b }
 	good := GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
-	s, err := rogue.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +363,7 @@ func TestGossipNodeRejects(t *testing.T) {
 		t.Errorf("non-member: ack %d", c)
 	}
 	s.Close()
-	s, err = nodes[2].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +374,7 @@ func TestGossipNodeRejects(t *testing.T) {
 	}
 	s.Close()
 
-	s, err = nodes[1].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,52 +421,53 @@ func TestGossipConfigErrors(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms := testMachines(t, nbrs, 2)
 	dir := t.TempDir()
-	id, err := DataDirPeerID(dir)
-	if err != nil {
-		t.Fatal(err)
+	nd := exchangeNode(t, "r", dir)
+	id := nd.ID()
+	// The run name, data directory and host are the Node's: a Node refuses an empty run.
+	c := gossipTestConfig("", gossipData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c.DataDir = t.TempDir()
+	if bad, err := New(context.Background(), c); err == nil {
+		bad.Close()
+		t.Error("no run: accepted")
 	}
-	base := GossipConfig{Run: "r", DataDir: dir, Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 2}
-	for name, c := range map[string]func(*GossipConfig){
-		"no run":       func(c *GossipConfig) { c.Run = "" },
-		"no machine":   func(c *GossipConfig) { c.Machine = nil },
-		"self":         func(c *GossipConfig) { c.Self = 2 },
-		"degree":       func(c *GossipConfig) { c.Neighbors = nil },
-		"self nbr":     func(c *GossipConfig) { c.Neighbors = []int{0} },
-		"barrier":      func(c *GossipConfig) { c.Barrier = -time.Second },
-		"max wait":     func(c *GossipConfig) { c.Barrier, c.MaxWait = time.Second, time.Millisecond },
-		"policy":       func(c *GossipConfig) { c.OnMissing = 7 },
-		"dup member":   func(c *GossipConfig) { c.Members = []peer.ID{id, id} },
-		"wrong member": func(c *GossipConfig) { c.Members = []peer.ID{"x", id} },
+	base := radmmConfig{Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 2}
+	for name, c := range map[string]func(*radmmConfig){
+		"no machine":   func(c *radmmConfig) { c.Machine = nil },
+		"self":         func(c *radmmConfig) { c.Self = 2 },
+		"degree":       func(c *radmmConfig) { c.Neighbors = nil },
+		"self nbr":     func(c *radmmConfig) { c.Neighbors = []int{0} },
+		"barrier":      func(c *radmmConfig) { c.Barrier = -time.Second },
+		"max wait":     func(c *radmmConfig) { c.Barrier, c.MaxWait = time.Second, time.Millisecond },
+		"policy":       func(c *radmmConfig) { c.OnMissing = 7 },
+		"dup member":   func(c *radmmConfig) { c.Members = []peer.ID{id, id} },
+		"wrong member": func(c *radmmConfig) { c.Members = []peer.ID{"x", id} },
 	} {
 		c2 := base
 		c(&c2)
-		g, err := NewGossipNode(context.Background(), c2)
+		x, err := nd.newRADMMExchange(c2)
 		if err == nil {
-			g.Close()
+			x.stop()
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	g, err := NewGossipNode(context.Background(), base)
+	x, err := nd.newRADMMExchange(base)
 	if err != nil {
 		t.Fatalf("valid config refused: %v", err)
 	}
-	g.Close()
+	x.stop()
 	// A data directory whose ledger holds entries of the run cannot join it again.
-	st, err := OpenStore(dir)
-	if err != nil {
+	if err := nd.Store().AppendLedger(ms[0].Ready().Ledger); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.AppendLedger(ms[0].Ready().Ledger); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	if _, err := NewGossipNode(context.Background(), base); !errors.Is(err, ErrRejoin) {
+	if _, err := nd.newRADMMExchange(base); !errors.Is(err, ErrRejoin) {
 		t.Fatalf("rejoin: %v", err)
 	}
-	base.Run = "r2"
-	g, err = NewGossipNode(context.Background(), base)
+	// The same data directory takes part in another run.
+	nd.Close()
+	nd2 := exchangeNode(t, "r2", dir)
+	x, err = nd2.newRADMMExchange(base)
 	if err != nil {
 		t.Fatalf("another run refused: %v", err)
 	}
-	g.Close()
+	x.stop()
 }
