@@ -268,9 +268,9 @@ type GossipParams struct {
 	HaltAfter int
 }
 
-// validateGossip checks the neighbour-exchange part of c, including the normalised rows
+// validateRADMM checks the neighbour-exchange part of c, including the normalised rows
 // that Theorem V.1 needs (a node refuses to take part with rows of norm > 1).
-func (c *Config) validateGossip() error {
+func (c *Config) validateRADMM() error {
 	p := c.Gossip
 	algo, err := gossip.ParseAlgo(p.Algo)
 	if err != nil {
@@ -425,7 +425,7 @@ func (c *Config) Validate() error {
 	case c.Data == nil || c.Data.Rows < 1 || c.Data.Cols < 1:
 		return errors.New("node: a non-empty local dataset is required")
 	case c.Gossip != nil:
-		return c.validateGossip()
+		return c.validateRADMM()
 	case c.Hops < 1:
 		return errors.New("node: hops must be >= 1")
 	case !(c.Gamma > 0) || math.IsInf(c.Gamma, 0):

@@ -190,10 +190,10 @@ func (n *Node) runStarter(ctx context.Context) error {
 func (n *Node) fixMembers(ctx context.Context, ms []peer.ID, total int) error {
 	n.closeToMembers(ms)
 	if n.cfg.Gossip != nil {
-		if ctx.Value(gossipRunKey{}) == nil {
+		if ctx.Value(radmmRunKey{}) == nil {
 			return errors.New("node: a neighbour-exchange run (Config.Gossip) is driven by RunGossip, not Run")
 		}
-		return n.setGossipMembers(ms)
+		return n.setRADMMMembers(ms)
 	}
 	return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(total))
 }

@@ -31,14 +31,14 @@ type metrics struct {
 	done     atomic.Bool
 
 	// Neighbour-exchange runs (RunGossip); zero and unused for the walk.
-	gIters    prometheus.Counter
-	gStale    prometheus.Counter
-	gIgnored  prometheus.Counter
-	gRejected *prometheus.CounterVec
-	gossip    atomic.Pointer[gossipView]
-	// gCollectors are registered by enableGossip when a neighbour-exchange run starts.
-	gCollectors []prometheus.Collector
-	gOnce       sync.Once
+	radmmIters    prometheus.Counter
+	radmmStale    prometheus.Counter
+	radmmIgnored  prometheus.Counter
+	radmmRejected *prometheus.CounterVec
+	radmm         atomic.Pointer[radmmView]
+	// radmmCollectors are registered by enableRADMM when a neighbour-exchange run starts.
+	radmmCollectors []prometheus.Collector
+	radmmOnce       sync.Once
 }
 
 func newMetrics() *metrics {
@@ -53,7 +53,7 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.pub.MustRegister(m.ignored, m.rejected, m.control)
-	m.registerGossip()
+	m.registerRADMM()
 	return m
 }
 

@@ -46,7 +46,7 @@ const (
 	MissingWait = gossip.MissingWait
 	// MissingStale continues with the neighbour's last received vector in place of the
 	// missing one, after recording the substitution durably (StaleFile), logging it at
-	// warn level and reporting it in GossipResult.Stale.
+	// warn level and reporting it in exchangeResult.Stale.
 	MissingStale = gossip.MissingStale
 )
 
@@ -59,7 +59,7 @@ func ParseMissingPolicy(s string) (MissingPolicy, error) {
 	return p, nil
 }
 
-// Errors of the gossip runtime.
+// Errors of the R-ADMM exchange.
 var (
 	// ErrNeighborMissing ends a run under MissingStop (and under MissingStale when a
 	// neighbour never sent anything that could stand in).
@@ -71,7 +71,7 @@ var (
 	// entries of the run and the journal (GossipJournalFile) cannot restore the machine
 	// exactly: a restarted node would otherwise release fresh noisy vectors for
 	// iterations it already released.
-	ErrRejoin = errors.New("node: refusing to rejoin a gossip run")
+	ErrRejoin = errors.New("node: refusing to rejoin an R-ADMM run")
 
 	errPaused = errors.New("node: paused (fault injection)")
 )
@@ -80,13 +80,13 @@ var (
 // this node's machine and the barrier policy. The run name, the data directory, the fsync
 // setting, the host, the store, the logger and the metrics are the Node's.
 type radmmConfig struct {
-	// Members lists every node's peer ID by gossip index; Members[Self] is this node.
+	// Members lists every node's peer ID by member index; Members[Self] is this node.
 	Members []peer.ID
-	// Self is this node's gossip index.
+	// Self is this node's member index.
 	Self int
 	// Neighbors lists the graph neighbours of Self: the same set the machine was built with.
 	Neighbors []int
-	// Machine is this node's gossip machine, freshly built (its initial Ready pending).
+	// Machine is this node's gossip.Machine, freshly built (its initial Ready pending).
 	// The exchange's loop goroutine is its only user during run.
 	Machine *gossip.Machine
 	// Iters is T, the machine's iteration count (frames for later iterations are rejected).
@@ -184,8 +184,8 @@ func (c *radmmConfig) validate(self peer.ID) (map[peer.ID]int, []bool, error) {
 // iteration UsedIter in place of its (missing) vector of iteration Iter.
 type StaleUse = gossip.StaleUse
 
-// GossipResult is the outcome of a completed gossip run on one node.
-type GossipResult struct {
+// exchangeResult is the outcome of a completed R-ADMM run on one node.
+type exchangeResult struct {
 	Model    []float64       // f_i(T)
 	Iter     int             // T
 	Ledger   []privacy.Entry // entries made durable by this run, in order
@@ -195,12 +195,12 @@ type GossipResult struct {
 	Wall     time.Duration
 }
 
-type gossipIn struct {
-	f      GossipFrame
+type exchangeIn struct {
+	f      exchangeFrame
 	sender int
 }
 
-type gossipPeer struct {
+type exchangePeer struct {
 	idx    int
 	id     peer.ID
 	q      chan []byte
@@ -221,14 +221,14 @@ type radmmExchange struct {
 	log       zerolog.Logger
 	stale     *os.File
 	index     map[peer.ID]int
-	validator GossipValidator
+	validator exchangeValidator
 	limit     int
 	dim       int
-	in        chan gossipIn
+	in        chan exchangeIn
 	done      chan struct{}
 	doneOnce  sync.Once
 	stopOnce  sync.Once
-	peers     []*gossipPeer
+	peers     []*exchangePeer
 	rejected  atomic.Int64
 	ignored   atomic.Int64
 	bg        sync.WaitGroup
@@ -237,7 +237,7 @@ type radmmExchange struct {
 
 	// Progress, written by the loop, read by Progress (status endpoint).
 	progMu sync.Mutex
-	prog   gossipProg
+	prog   exchangeProg
 
 	// The barrier policy around the machine, and the length of its tick; loop-owned.
 	ex   *gossip.Exchange
@@ -250,8 +250,8 @@ type radmmExchange struct {
 	notifee *network.NotifyBundle
 }
 
-// gossipProg is the part of GossipProgress the loop maintains.
-type gossipProg struct {
+// exchangeProg is the part of exchangeProgress the loop maintains.
+type exchangeProg struct {
 	iter    int     // last iteration released (-1 before f_i(0))
 	entries int     // ledger entries made durable by this run
 	eps     float64 // pure epsilon made durable (+Inf: a release without guarantee)
@@ -275,7 +275,7 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	x := &radmmExchange{n: n, cfg: cfg, index: index, in: make(chan gossipIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
+	x := &radmmExchange{n: n, cfg: cfg, index: index, in: make(chan exchangeIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
 		ex: ex, tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
 	x.prog.iter = -1
 	if err := x.openFiles(); err != nil {
@@ -283,12 +283,12 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 		return nil, err
 	}
 	x.dim = len(cfg.Machine.ModelView())
-	x.validator = GossipValidator{Run: n.cfg.Run, Dim: x.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
-	x.limit = GossipFrameSize(n.cfg.Run, x.dim)
+	x.validator = exchangeValidator{Run: n.cfg.Run, Dim: x.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
+	x.limit = exchangeFrameSize(n.cfg.Run, x.dim)
 	x.log = n.cfg.Logger.With().Str("run", n.cfg.Run).Int("node", cfg.Self).Logger()
 	for _, j := range cfg.Neighbors {
 		// Room for every release plus the re-sends after reconnections.
-		x.peers = append(x.peers, &gossipPeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
+		x.peers = append(x.peers, &exchangePeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
 	}
 	x.watchReconnects()
 	n.Host.SetStreamHandler(GossipProtocol(n.cfg.Run), x.handle)
@@ -395,7 +395,7 @@ func (x *radmmExchange) handle(s network.Stream) {
 			}
 			return
 		}
-		f, err := DecodeGossip(b)
+		f, err := decodeExchangeFrame(b)
 		label := "malformed"
 		if errors.Is(err, ErrVersion) {
 			label = "version"
@@ -419,7 +419,7 @@ func (x *radmmExchange) handle(s network.Stream) {
 			return
 		}
 		select {
-		case x.in <- gossipIn{f: f, sender: sender}:
+		case x.in <- exchangeIn{f: f, sender: sender}:
 		case <-x.done: // the run is over: nothing needs the vector any more
 		}
 	}
@@ -427,8 +427,8 @@ func (x *radmmExchange) handle(s network.Stream) {
 
 func (x *radmmExchange) reject(lg zerolog.Logger, label, reason string) {
 	x.rejected.Add(1)
-	x.n.metrics.gRejected.WithLabelValues(label).Inc()
-	lg.Warn().Str("verdict", "reject").Msg("gossip frame rejected: " + reason)
+	x.n.metrics.radmmRejected.WithLabelValues(label).Inc()
+	lg.Warn().Str("verdict", "reject").Msg("R-ADMM frame rejected: " + reason)
 }
 
 // exchangeConfig maps cfg's durations onto the ticks of a gossip.Exchange. The check
@@ -450,7 +450,7 @@ func exchangeConfig(cfg radmmConfig) (time.Duration, gossip.ExchangeConfig) {
 // observes the neighbours' connections when a barrier check is due and turns the time it
 // spent waiting for input into ticks (time spent computing is not waiting time). It sleeps
 // until the exchange's next deadline or the next input.
-func (x *radmmExchange) run(ctx context.Context) (*GossipResult, error) {
+func (x *radmmExchange) run(ctx context.Context) (*exchangeResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	x.cancelMu.Lock()
 	x.cancel = cancel
@@ -458,7 +458,7 @@ func (x *radmmExchange) run(ctx context.Context) (*GossipResult, error) {
 	defer cancel()
 	defer x.finish()
 	start := time.Now()
-	res := &GossipResult{}
+	res := &exchangeResult{}
 	for _, p := range x.peers {
 		x.bg.Add(1)
 		go func() { defer x.bg.Done(); x.sender(ctx, p) }()
@@ -489,7 +489,7 @@ func (x *radmmExchange) run(ctx context.Context) (*GossipResult, error) {
 // and reports whether the run ended: with res filled when the last iteration was
 // computed, with an error when the policy stopped the run, the node halted or paused on
 // purpose, or a write failed.
-func (x *radmmExchange) drain(ctx context.Context, res *GossipResult) (bool, error) {
+func (x *radmmExchange) drain(ctx context.Context, res *exchangeResult) (bool, error) {
 	for x.ex.HasReady() {
 		rd := x.ex.Ready()
 		iter, err := x.apply(rd, res)
@@ -548,7 +548,7 @@ func (x *radmmExchange) wait(ctx context.Context, w *waiter) error {
 	due, _ := x.ex.Deadline()
 	w.rearm(time.Duration(due-x.ex.Now())*x.tick - w.carry)
 	blocked := time.Now()
-	var in *gossipIn
+	var in *exchangeIn
 	reconn := -1
 	select {
 	case <-ctx.Done():
@@ -590,8 +590,8 @@ func (x *radmmExchange) step(msg gossip.Message) {
 		errors.Is(err, gossip.ErrTooFar), errors.Is(err, gossip.ErrEnded):
 	default:
 		x.rejected.Add(1)
-		x.n.metrics.gRejected.WithLabelValues("machine").Inc()
-		x.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("gossip frame rejected by the machine: " + err.Error())
+		x.n.metrics.radmmRejected.WithLabelValues("machine").Inc()
+		x.log.Warn().Int("from", msg.From).Int("iter", msg.Iter).Msg("R-ADMM frame rejected by the machine: " + err.Error())
 	}
 }
 
@@ -625,7 +625,7 @@ func (x *radmmExchange) stopError(s *gossip.Stop) error {
 // release is journaled and its ledger entry appended and fsynced, and only then are the
 // frames queued to the neighbours. Events become logs and counters. It returns the
 // released iteration (-1 when rd releases nothing).
-func (x *radmmExchange) apply(rd gossip.ExchangeReady, res *GossipResult) (int, error) {
+func (x *radmmExchange) apply(rd gossip.ExchangeReady, res *exchangeResult) (int, error) {
 	if x.cfg.Noise != nil && x.cfg.Noise.err != nil {
 		return 0, fmt.Errorf("node: noise source: %w", x.cfg.Noise.err)
 	}
@@ -640,7 +640,7 @@ func (x *radmmExchange) apply(rd gossip.ExchangeReady, res *GossipResult) (int, 
 		x.progMu.Lock()
 		x.prog.stale++
 		x.progMu.Unlock()
-		x.n.metrics.gStale.Inc()
+		x.n.metrics.radmmStale.Inc()
 	}
 	iter := -1
 	if rd.State != nil {
@@ -685,7 +685,7 @@ func (x *radmmExchange) apply(rd gossip.ExchangeReady, res *GossipResult) (int, 
 		raw, ok := enc[msg.Iter]
 		if !ok {
 			var err error
-			if raw, err = EncodeGossip(nil, GossipFrame{Run: x.n.cfg.Run, Iter: uint64(msg.Iter), From: uint32(x.cfg.Self), Vec: msg.Vec}); err != nil {
+			if raw, err = encodeExchangeFrame(nil, exchangeFrame{Run: x.n.cfg.Run, Iter: uint64(msg.Iter), From: uint32(x.cfg.Self), Vec: msg.Vec}); err != nil {
 				return 0, err
 			}
 			enc[msg.Iter] = raw
@@ -711,10 +711,10 @@ func (x *radmmExchange) logEvents(evs []gossip.Event) {
 		switch e.Kind {
 		case gossip.EventDropped:
 			x.ignore()
-			x.log.Warn().Ints("from", e.Peers).Int("iter", e.Iter).Int("at", x.ex.Iter()).Msg("gossip frame too far ahead: dropped")
+			x.log.Warn().Ints("from", e.Peers).Int("iter", e.Iter).Int("at", x.ex.Iter()).Msg("R-ADMM frame too far ahead: dropped")
 		case gossip.EventIgnored:
 			x.ignore()
-			x.log.Debug().Ints("from", e.Peers).Int("iter", e.Iter).Msg("gossip frame ignored: " + e.Err.Error())
+			x.log.Debug().Ints("from", e.Peers).Int("iter", e.Iter).Msg("R-ADMM frame ignored: " + e.Err.Error())
 		case gossip.EventWaiting:
 			x.log.Debug().Int("iter", e.Iter).Ints("waiting_for", e.Peers).Dur("waited", x.waited(e.Waited)).Msg("barrier: neighbours connected, still waiting")
 		case gossip.EventMissing:
@@ -727,7 +727,7 @@ func (x *radmmExchange) logEvents(evs []gossip.Event) {
 	}
 }
 
-func (x *radmmExchange) peerOf(j int) *gossipPeer {
+func (x *radmmExchange) peerOf(j int) *exchangePeer {
 	for _, p := range x.peers {
 		if p.idx == j {
 			return p
@@ -752,7 +752,7 @@ func (x *radmmExchange) recordStale(u StaleUse) error {
 
 // flush waits until every neighbour answered every queued frame it needs, at most one
 // barrier timeout. Neighbours that res records as stale at the last iteration are not waited for.
-func (x *radmmExchange) flush(ctx context.Context, res *GossipResult) {
+func (x *radmmExchange) flush(ctx context.Context, res *exchangeResult) {
 	gone := map[int]bool{}
 	if res != nil && len(res.Stale) > 0 {
 		lastT := res.Stale[len(res.Stale)-1].Iter
@@ -812,7 +812,7 @@ func (x *radmmExchange) flush(ctx context.Context, res *GossipResult) {
 
 // sender delivers p's queue in order over one long-lived stream, reopening it and
 // retrying a frame until it is answered or the run ends.
-func (x *radmmExchange) sender(ctx context.Context, p *gossipPeer) {
+func (x *radmmExchange) sender(ctx context.Context, p *exchangePeer) {
 	defer func() {
 		p.mu.Lock()
 		if p.s != nil {
@@ -840,7 +840,7 @@ func (x *radmmExchange) sender(ctx context.Context, p *gossipPeer) {
 			if ctx.Err() != nil {
 				return
 			}
-			x.log.Debug().Err(err).Int("to", p.idx).Msg("gossip send failed; retrying")
+			x.log.Debug().Err(err).Int("to", p.idx).Msg("R-ADMM send failed; retrying")
 			// A neighbour that restarts listens again soon: do not let the swarm's dial
 			// backoff (seconds) outlast our own retry schedule.
 			if sw, ok := x.n.Host.Network().(*swarm.Swarm); ok {
@@ -857,7 +857,7 @@ func (x *radmmExchange) sender(ctx context.Context, p *gossipPeer) {
 	}
 }
 
-func (x *radmmExchange) sendOne(ctx context.Context, p *gossipPeer, raw []byte) (byte, error) {
+func (x *radmmExchange) sendOne(ctx context.Context, p *exchangePeer, raw []byte) (byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.s == nil {

@@ -5,21 +5,21 @@ import (
 	"testing"
 )
 
-// BenchmarkGossipCodec: encode, then decode and validate, one frame of dimension p.
-func BenchmarkGossipCodec(b *testing.B) {
+// BenchmarkExchangeCodec: encode, then decode and validate, one frame of dimension p.
+func BenchmarkExchangeCodec(b *testing.B) {
 	for _, p := range []int{64, 1000} {
 		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
-			f := sampleGossip(p)
-			v := GossipValidator{Run: f.Run, Dim: p, Iters: 100, Neighbors: []bool{false, true}}
-			buf := make([]byte, 0, GossipFrameSize(f.Run, p))
-			b.SetBytes(int64(GossipFrameSize(f.Run, p)))
+			f := sampleFrame(p)
+			v := exchangeValidator{Run: f.Run, Dim: p, Iters: 100, Neighbors: []bool{false, true}}
+			buf := make([]byte, 0, exchangeFrameSize(f.Run, p))
+			b.SetBytes(int64(exchangeFrameSize(f.Run, p)))
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				raw, err := EncodeGossip(buf[:0], f)
+				raw, err := encodeExchangeFrame(buf[:0], f)
 				if err != nil {
 					b.Fatal(err)
 				}
-				g, err := DecodeGossip(raw)
+				g, err := decodeExchangeFrame(raw)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -61,25 +61,25 @@ func noisyMachinesSecure(t *testing.T, nbrs [][]int, iters, secure int) ([]*goss
 }
 
 type runOut struct {
-	r   *GossipResult
+	r   *exchangeResult
 	err error
 }
 
-// TestGossipNodeResume: the middle node of a path 0-1-2 stops right after its release of
+// TestExchangeResume: the middle node of a path 0-1-2 stops right after its release of
 // iteration 3 is durable and before it is sent (the state a SIGKILL leaves). Restarted on
 // the same data directory with a fresh machine, it replays its journal, re-sends the same
 // vectors and the run (neighbours on policy wait) completes with every model equal, bit
 // for bit, to an uninterrupted run of the same seeded machines; its ledger holds each
 // release exactly once. A tampered journal is refused.
-func TestGossipNodeResume(t *testing.T) { testGossipNodeResume(t, false) }
+func TestExchangeResume(t *testing.T) { testExchangeResume(t, false) }
 
-// TestGossipNodeResumeSecure: as TestGossipNodeResume with crypto/rand noise on the
+// TestExchangeResumeSecure: as TestExchangeResume with crypto/rand noise on the
 // restarted node (its noise cannot be drawn again): the neighbours consume, for every
 // iteration it released before the crash, exactly the vector it journaled then, and the
 // journal written before the crash is kept byte for byte.
-func TestGossipNodeResumeSecure(t *testing.T) { testGossipNodeResume(t, true) }
+func TestExchangeResumeSecure(t *testing.T) { testExchangeResume(t, true) }
 
-func testGossipNodeResume(t *testing.T, secure bool) {
+func testExchangeResume(t *testing.T, secure bool) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	const T, pause = 9, 3
 	sec := -1
@@ -89,7 +89,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	ref, _ := noisyMachines(t, nbrs, T)
 	pureRun(t, ref)
 	ms, jns := noisyMachinesSecure(t, nbrs, T, sec)
-	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *radmmConfig) {
+	nodes := exchangeNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *radmmConfig) {
 		c.Noise, c.MaxWait = jns[i], time.Hour
 	})
 	nodes[1].cfg.PauseAt = pause
@@ -170,7 +170,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 		t.Fatalf("restart: %v", err)
 	}
 	defer closeExchange(g1)
-	if p := g1.Progress(); p.Iter != pause || p.LedgerEntries != pause+1 {
+	if p := g1.snapshot(); p.Iter != pause || p.LedgerEntries != pause+1 {
 		t.Fatalf("restored progress %+v", p)
 	}
 	for _, j := range []int{0, 2} {
@@ -240,9 +240,9 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	}
 }
 
-// TestGossipResumeRefusals: a journal whose released vector differs from what the machine
+// TestExchangeResumeRefusals: a journal whose released vector differs from what the machine
 // recomputes, or a ledger with more releases than the journal, is refused.
-func TestGossipResumeRefusals(t *testing.T) {
+func TestExchangeResumeRefusals(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms, jns := noisyMachines(t, nbrs, 4)
 	// Every exchange below is built on the same Node (data directory), one after the other.
@@ -298,16 +298,16 @@ func TestGossipResumeRefusals(t *testing.T) {
 	}
 }
 
-// TestGossipRunResume: a member of an announce/join R-ADMM run is stopped mid-run
+// TestRADMMRunResume: a member of an announce/join R-ADMM run is stopped mid-run
 // (context cancelled, host closed) and started again with the same configuration and
 // data directory: RunGossip takes the membership, M, f_i(0) and the neighbours' addresses
 // from its journal (no join), resumes, and the run (neighbours on policy wait) ends with
 // every model equal bit for bit to an uninterrupted run of the same machines; the
 // restarted node's model.json charges all T iterations and /status reports them.
-func TestGossipRunResume(t *testing.T) {
+func TestRADMMRunResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 3, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestGossipRunResume(t *testing.T) {
 	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5,
 		Barrier: 100 * time.Millisecond, MaxWait: time.Hour, OnMissing: MissingWait}
 	listen := []string{"/ip4/127.0.0.1/tcp/" + strconv.Itoa(freePort(t))}
-	nodes, logs, dirs := gossipClusterWith(t, ctx, "gresume", sh, p, func(i int, c *Config) {
+	nodes, logs, dirs := radmmClusterWith(t, ctx, "gresume", sh, p, func(i int, c *Config) {
 		if i == 2 {
 			c.Listen = listen
 		}
@@ -345,7 +345,7 @@ func TestGossipRunResume(t *testing.T) {
 		t.Fatalf("stopped node: %v", err)
 	}
 	nodes[2].Close()
-	c := gossipTestConfig("gresume", sh[2], p)
+	c := radmmTestConfig("gresume", sh[2], p)
 	c.DataDir, c.Listen, c.HTTP = dirs[2], listen, "127.0.0.1:0"
 	var again *Node
 	for k := 0; ; k++ { // the port is released asynchronously after Close
@@ -367,14 +367,14 @@ func TestGossipRunResume(t *testing.T) {
 			t.Fatalf("node %d: %v\n%s", i, err, logs[i].String())
 		}
 	}
-	ref := gossipReference(t, byIndex(t, models, sh), p, d.Rows)
+	ref := radmmReference(t, byIndex(t, models, sh), p, d.Rows)
 	for k, m := range models {
 		if !sameFloats(m.Model, ref[m.Index]) {
 			t.Fatalf("node %d (index %d): model %v, uninterrupted %v", k, m.Index, m.Model, ref[m.Index])
 		}
 	}
 	N, V, K := 3.0, 2, (T+1)/2
-	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*gossipProblem.Reg.L2
+	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	want := float64(K) * 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
 	pr := models[2].Privacy
 	if pr.LedgerEntries != T+1 || math.Abs(pr.Ledger-want) > 1e-9*want || !pr.ConditionsHold {
@@ -395,10 +395,10 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// FuzzGossipJournal: any journal file gives records or an error, never a panic, and
+// FuzzRADMMJournal: any journal file gives records or an error, never a panic, and
 // replaying parsed records into a fresh exchange either restores it or refuses with
 // ErrRejoin.
-func FuzzGossipJournal(f *testing.F) {
+func FuzzRADMMJournal(f *testing.F) {
 	f.Add([]byte(`{"run":"r","iter":0,"members":["a","b"],"total_rows":40,"vec":[0,-0.2,0.05]}` + "\n"))
 	f.Add([]byte(`{"run":"r","iter":0,"vec":[0,-0.2,0.05]}` + "\n" + `{"run":"r","iter":1,"vec":[1,2,3],"in":[{"from":1,"iter":0,"vec":[1,1,1]}],"noise":[{"s":1,"v":[0.1,0.2,0.3]},{"u":true,"v":[0.5]}]}` + "\n"))
 	f.Add([]byte(`{"run":"r","iter":0,"vec":[0,-0.2,0.05]}` + "\n" + `{"run":"r","iter":1,"vec":[1],"in":[{"from":5,"iter":7,"vec":[]}],"noise":[{"u":true,"v":[]}]}`))

@@ -21,9 +21,9 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// gossipRunKey marks the context of RunGossip, so that the walk's Run refuses a
+// radmmRunKey marks the context of RunGossip, so that the walk's Run refuses a
 // neighbour-exchange configuration instead of running a walk without a machine.
-type gossipRunKey struct{}
+type radmmRunKey struct{}
 
 // GossipModelNote explains what model.json of a neighbour-exchange run holds.
 const GossipModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
@@ -86,7 +86,7 @@ type GossipPriv struct {
 	Scope          string  `json:"scope"`
 }
 
-func (n *Node) setGossipMembers(ms []peer.ID) error {
+func (n *Node) setRADMMMembers(ms []peer.ID) error {
 	idx := -1
 	for i, p := range ms {
 		if p == n.ID() {
@@ -123,9 +123,9 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	n.mu.Lock()
 	n.cancel = cancel
 	n.mu.Unlock()
-	view := &gossipView{algo: n.rc.Algorithm, iters: p.Iters}
-	n.metrics.gossip.Store(view)
-	n.metrics.enableGossip()
+	view := &radmmView{algo: n.rc.Algorithm, iters: p.Iters}
+	n.metrics.radmm.Store(view)
+	n.metrics.enableRADMM()
 	// The walk's protocols are not served in a neighbour-exchange run.
 	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run), FinalProtocol(n.cfg.Run)} {
 		n.Host.RemoveStreamHandler(proto)
@@ -146,7 +146,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	}
 	defer x.stop()
 	plan := privacy.ObjPertBound(r.acc)
-	n.metrics.gossip.Store(&gossipView{algo: view.algo, iters: view.iters, plan: &plan, gn: x})
+	n.metrics.radmm.Store(&radmmView{algo: view.algo, iters: view.iters, plan: &plan, ex: x})
 	wait := p.Barrier
 	if wait == 0 {
 		wait = 30 * time.Second
@@ -154,7 +154,7 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	if err := n.connectNeighbors(ctx, r.members, r.nbrs, wait); err != nil {
 		return nil, err
 	}
-	n.log.Info().Int("index", r.self).Ints("neighbors", r.nbrs).Str("graph", r.spec).Msg("gossip run started")
+	n.log.Info().Int("index", r.self).Ints("neighbors", r.nbrs).Str("graph", r.spec).Msg("R-ADMM run started")
 	res, err := x.run(ctx)
 	if err != nil {
 		return nil, err
@@ -209,14 +209,14 @@ func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 	case static:
 		// A fixed membership (StaticFile): no announce/join; M comes with it.
 		n.closeToMembers(n.cfg.Members)
-		if err := n.setGossipMembers(n.cfg.Members); err != nil {
+		if err := n.setRADMMMembers(n.cfg.Members); err != nil {
 			return nil, err
 		}
 		r.total = n.cfg.Gossip.TotalRows
 	default:
 		n.bg.Add(1)
 		go func() { defer n.bg.Done(); n.readControl(ctx) }()
-		if err := n.membership(context.WithValue(ctx, gossipRunKey{}, true)); err != nil {
+		if err := n.membership(context.WithValue(ctx, radmmRunKey{}, true)); err != nil {
 			return nil, err
 		}
 		r.total = n.startMsg.Total
@@ -238,7 +238,7 @@ func (n *Node) resumeMembers(journal *GossipJournal) error {
 		return err
 	}
 	n.closeToMembers(ms)
-	if err := n.setGossipMembers(ms); err != nil {
+	if err := n.setRADMMMembers(ms); err != nil {
 		return err
 	}
 	if len(journal.Addrs) == len(ms) {
@@ -306,14 +306,14 @@ func (n *Node) radmmMachine(r *radmmRun) error {
 	if r.journal != nil {
 		init = r.journal.Init
 	}
-	r.m, r.noise, r.acc, r.secure, err = n.gossipMachine(r.self, N, r.nbrs, r.total, init)
+	r.m, r.noise, r.acc, r.secure, err = n.buildMachine(r.self, N, r.nbrs, r.total, init)
 	return err
 }
 
 // radmmModel is model.json of the completed run res: this node's model and its Theorem
 // V.1 figure, charged over every entry of the run in the ledger (after a restart they
 // include the releases made before it).
-func (n *Node) radmmModel(r *radmmRun, res *GossipResult) (*GossipModel, error) {
+func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*GossipModel, error) {
 	p := n.cfg.Gossip
 	_, inexact := r.m.MaxResidual()
 	acc := r.acc
@@ -371,9 +371,9 @@ func finiteOr(v float64) float64 {
 	return v
 }
 
-// gossipMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
+// buildMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.
-func (n *Node) gossipMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
+func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
 	p, d := n.cfg.Gossip, n.cfg.Data
 	var acc privacy.ObjPertNode
 	var jn *JournalNoise

@@ -18,31 +18,31 @@ import (
 	"github.com/dpadmm/dpadmm/gossip"
 )
 
-func sampleGossip(dim int) GossipFrame {
-	f := GossipFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
+func sampleFrame(dim int) exchangeFrame {
+	f := exchangeFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
 	for k := range f.Vec {
 		f.Vec[k] = float64(k)*0.25 - 1
 	}
 	return f
 }
 
-func TestGossipFrameRoundTrip(t *testing.T) {
-	f := sampleGossip(4)
+func TestExchangeFrameRoundTrip(t *testing.T) {
+	f := sampleFrame(4)
 	f.Vec[2] = math.Copysign(0, -1) // bit-exactness includes the sign of zero
-	b, err := EncodeGossip(nil, f)
+	b, err := encodeExchangeFrame(nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != GossipFrameSize("r1", 4) {
-		t.Fatalf("size %d, want %d", len(b), GossipFrameSize("r1", 4))
+	if len(b) != exchangeFrameSize("r1", 4) {
+		t.Fatalf("size %d, want %d", len(b), exchangeFrameSize("r1", 4))
 	}
 	// Layout: version, iter, from, dim, runlen, run, vector (little-endian).
-	if b[0] != GossipWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
+	if b[0] != exchangeWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
 		binary.LittleEndian.Uint32(b[13:]) != 4 || b[17] != 2 || string(b[18:20]) != "r1" ||
 		binary.LittleEndian.Uint64(b[20+16:]) != math.Float64bits(math.Copysign(0, -1)) {
 		t.Fatalf("unexpected layout % x", b)
 	}
-	got, err := DecodeGossip(b)
+	got, err := decodeExchangeFrame(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +56,8 @@ func TestGossipFrameRoundTrip(t *testing.T) {
 	}
 }
 
-func TestGossipDecodeErrors(t *testing.T) {
-	good, _ := EncodeGossip(nil, sampleGossip(3))
+func TestExchangeFrameDecodeErrors(t *testing.T) {
+	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
 	huge := append([]byte(nil), good...)
 	binary.LittleEndian.PutUint32(huge[13:], MaxDim+1)
 	longRun := append([]byte(nil), good...)
@@ -69,25 +69,25 @@ func TestGossipDecodeErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version", append([]byte{9}, good[1:]...), ErrVersion},
-		{"short header", good[:gossipHeader-1], ErrMalformed},
+		{"short header", good[:exchangeHeader-1], ErrMalformed},
 		{"truncated", good[:len(good)-1], ErrMalformed},
 		{"trailing", append(append([]byte(nil), good...), 0), ErrMalformed},
 		{"huge dim", huge, ErrMalformed},
 		{"long run", longRun, ErrMalformed},
 	} {
-		if _, err := DecodeGossip(c.b); !errors.Is(err, c.want) {
+		if _, err := decodeExchangeFrame(c.b); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
 		}
 	}
-	if _, err := EncodeGossip(nil, GossipFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
+	if _, err := encodeExchangeFrame(nil, exchangeFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
 		t.Error("over-long run name encoded")
 	}
 }
 
-func TestGossipValidator(t *testing.T) {
-	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
-	ok := sampleGossip(3)
-	mod := func(f func(*GossipFrame)) GossipFrame {
+func TestExchangeValidator(t *testing.T) {
+	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
+	ok := sampleFrame(3)
+	mod := func(f func(*exchangeFrame)) exchangeFrame {
 		g := ok
 		g.Vec = append([]float64(nil), ok.Vec...)
 		f(&g)
@@ -95,21 +95,21 @@ func TestGossipValidator(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		f      GossipFrame
+		f      exchangeFrame
 		sender int
 		want   Verdict
 		reason string
 	}{
 		{"ok", ok, 1, Accept, ""},
 		{"non-member", ok, -1, Reject, "not a member"},
-		{"forged sender", mod(func(g *GossipFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
-		{"not a neighbour", mod(func(g *GossipFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
-		{"out of range", mod(func(g *GossipFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
-		{"run", mod(func(g *GossipFrame) { g.Run = "r2" }), 1, Reject, "run"},
-		{"dim", mod(func(g *GossipFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
-		{"beyond T", mod(func(g *GossipFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
-		{"nan", mod(func(g *GossipFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
-		{"inf", mod(func(g *GossipFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
+		{"forged sender", mod(func(g *exchangeFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
+		{"not a neighbour", mod(func(g *exchangeFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
+		{"out of range", mod(func(g *exchangeFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
+		{"run", mod(func(g *exchangeFrame) { g.Run = "r2" }), 1, Reject, "run"},
+		{"dim", mod(func(g *exchangeFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
+		{"beyond T", mod(func(g *exchangeFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
+		{"nan", mod(func(g *exchangeFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
+		{"inf", mod(func(g *exchangeFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
 	} {
 		got, reason := v.Check(c.f, c.sender)
 		if got != c.want || !strings.Contains(reason, c.reason) {
@@ -133,14 +133,14 @@ func TestParseMissingPolicy(t *testing.T) {
 	}
 }
 
-func FuzzDecodeGossip(f *testing.F) {
-	good, _ := EncodeGossip(nil, sampleGossip(3))
+func FuzzDecodeExchangeFrame(f *testing.F) {
+	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
 	f.Add(good)
 	f.Add([]byte{})
-	f.Add(good[:gossipHeader])
-	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
+	f.Add(good[:exchangeHeader])
+	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g, err := DecodeGossip(b)
+		g, err := decodeExchangeFrame(b)
 		if err != nil {
 			return
 		}
@@ -152,7 +152,7 @@ func FuzzDecodeGossip(f *testing.F) {
 				}
 			}
 		}
-		re, err := EncodeGossip(nil, g)
+		re, err := encodeExchangeFrame(nil, g)
 		if err != nil {
 			t.Fatalf("decoded frame does not re-encode: %v", err)
 		}
@@ -218,7 +218,7 @@ func pureRun(t *testing.T, ms []*gossip.Machine) {
 // and drive it themselves). The Node is closed at the end of the test.
 func exchangeNode(t *testing.T, run, dir string) *Node {
 	t.Helper()
-	c := gossipTestConfig(run, gossipData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c := radmmTestConfig(run, radmmData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
 	c.DataDir = dir
 	nd, err := New(context.Background(), c)
 	if err != nil {
@@ -246,10 +246,10 @@ func closeExchange(x *radmmExchange) {
 	x.n.Close()
 }
 
-// gossipNet creates one Node per machine on loopback, builds its R-ADMM exchange and
+// exchangeNet creates one Node per machine on loopback, builds its R-ADMM exchange and
 // fills the peerstores. Each mod may change node i's exchange configuration before the
 // exchange is built.
-func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *radmmConfig)) []*radmmExchange {
+func exchangeNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *radmmConfig)) []*radmmExchange {
 	t.Helper()
 	n := len(ms)
 	nds := make([]*Node, n)
@@ -280,19 +280,19 @@ func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barr
 	return xs
 }
 
-// TestGossipNodeRun: three nodes on a path 0-1-2 over real streams end with the models of
+// TestExchangeRun: three nodes on a path 0-1-2 over real streams end with the models of
 // the same machines driven in one goroutine, bit for bit, and one ledger entry per
 // iteration 0..T on disk.
-func TestGossipNodeRun(t *testing.T) {
+func TestExchangeRun(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	const T = 6
 	ref := testMachines(t, nbrs, T)
 	pureRun(t, ref)
-	nodes := gossipNet(t, testMachines(t, nbrs, T), nbrs, T, 20*time.Second, MissingStop)
+	nodes := exchangeNet(t, testMachines(t, nbrs, T), nbrs, T, 20*time.Second, MissingStop)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	type out struct {
-		r   *GossipResult
+		r   *exchangeResult
 		err error
 	}
 	ch := make([]chan out, len(nodes))
@@ -325,14 +325,14 @@ func TestGossipNodeRun(t *testing.T) {
 	}
 }
 
-// TestGossipNodeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
+// TestExchangeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
 // non-member, from the member that is not its neighbour, and malformed, foreign, forged,
 // non-finite or oversized frames from its neighbour; it accepts a valid frame.
-func TestGossipNodeRejects(t *testing.T) {
+func TestExchangeRejects(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
-	nodes := gossipNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
+	nodes := exchangeNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
 	met := nodes[0].n.metrics
-	met.enableGossip()
+	met.enableRADMM()
 	rogue, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
@@ -352,8 +352,8 @@ func TestGossipNodeRejects(t *testing.T) {
 		}
 		return ack[0]
 	}
-	enc := func(f GossipFrame) []byte { b, _ := EncodeGossip(nil, f); return b }
-	good := GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
+	enc := func(f exchangeFrame) []byte { b, _ := encodeExchangeFrame(nil, f); return b }
+	good := exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
 	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
 	if err != nil {
@@ -379,13 +379,13 @@ func TestGossipNodeRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, raw := range map[string][]byte{
-		"malformed": {GossipWireVersion, 1, 2},
+		"malformed": {exchangeWireVersion, 1, 2},
 		"version":   append([]byte{2}, enc(good)[1:]...),
-		"run":       enc(GossipFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
-		"forged":    enc(GossipFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
-		"dim":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
-		"nan":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
-		"beyond T":  enc(GossipFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
+		"run":       enc(exchangeFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
+		"forged":    enc(exchangeFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
+		"dim":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
+		"nan":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
+		"beyond T":  enc(exchangeFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
 	} {
 		if c := send(s, raw); c != AckReject {
 			t.Errorf("%s: ack %d", name, c)
@@ -400,7 +400,7 @@ func TestGossipNodeRejects(t *testing.T) {
 	// An oversized frame is refused from its length prefix and the stream is reset.
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(GossipFrameSize("r", 3)+1))
+	binary.LittleEndian.PutUint32(hdr[:], uint32(exchangeFrameSize("r", 3)+1))
 	s.Write(hdr[:])
 	var ack [1]byte
 	if _, err := s.Read(ack[:]); err != nil || ack[0] != AckReject {
@@ -417,14 +417,14 @@ func TestGossipNodeRejects(t *testing.T) {
 	}
 }
 
-func TestGossipConfigErrors(t *testing.T) {
+func TestExchangeConfigErrors(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms := testMachines(t, nbrs, 2)
 	dir := t.TempDir()
 	nd := exchangeNode(t, "r", dir)
 	id := nd.ID()
 	// The run name, data directory and host are the Node's: a Node refuses an empty run.
-	c := gossipTestConfig("", gossipData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c := radmmTestConfig("", radmmData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
 	c.DataDir = t.TempDir()
 	if bad, err := New(context.Background(), c); err == nil {
 		bad.Close()
