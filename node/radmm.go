@@ -235,7 +235,7 @@ type radmmExchange struct {
 	cancelMu  sync.Mutex // guards cancel
 	cancel    context.CancelFunc
 
-	// Progress, written by the loop, read by Progress (status endpoint).
+	// Progress, written by the loop, read by snapshot (status endpoint).
 	progMu sync.Mutex
 	prog   exchangeProg
 
@@ -278,6 +278,7 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 	x := &radmmExchange{n: n, cfg: cfg, index: index, in: make(chan exchangeIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
 		ex: ex, tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
 	x.prog.iter = -1
+	x.log = n.cfg.Logger.With().Str("run", n.cfg.Run).Int("node", cfg.Self).Logger()
 	if err := x.openFiles(); err != nil {
 		x.stop()
 		return nil, err
@@ -285,7 +286,6 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 	x.dim = len(cfg.Machine.ModelView())
 	x.validator = exchangeValidator{Run: n.cfg.Run, Dim: x.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
 	x.limit = exchangeFrameSize(n.cfg.Run, x.dim)
-	x.log = n.cfg.Logger.With().Str("run", n.cfg.Run).Int("node", cfg.Self).Logger()
 	for _, j := range cfg.Neighbors {
 		// Room for every release plus the re-sends after reconnections.
 		x.peers = append(x.peers, &exchangePeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
