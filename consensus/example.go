@@ -12,6 +12,10 @@ func (l *LocalLoss) Example(r int) (a []float64, y float64) {
 	return l.shard.Row(r), l.shard.Y[r]
 }
 
+// Value returns loss(m, y) at margin m = a.w: (m - y)^2 / 2 (squared) or
+// log(1 + exp(-y m)) (logistic, computed without overflow).
+func (l Loss) Value(m, y float64) float64 { return l.value(m, y) }
+
 // Deriv returns d loss(m, y) / d m at margin m = a.w: m - y (squared) or
 // -y sigmoid(-y m) (logistic). The gradient of the example's loss in w is Deriv(a.w, y) a.
 func (l Loss) Deriv(m, y float64) float64 { return l.deriv(m, y) }

@@ -299,3 +299,24 @@ func TestNewLocalLossErrors(t *testing.T) {
 		t.Error("wrong length accepted")
 	}
 }
+
+// TestLossValueDeriv: the exported per-example loss is (m-y)^2/2 or log(1+exp(-y m)) (the
+// direct formula, exact enough at moderate margins), and Deriv is its derivative (central
+// differences).
+func TestLossValueDeriv(t *testing.T) {
+	for _, c := range []struct{ m, y float64 }{{0.3, 1}, {-1.7, 1}, {2.2, -1}, {0, -1}, {-4, -1}} {
+		if got, want := Logistic.Value(c.m, c.y), math.Log(1+math.Exp(-c.y*c.m)); math.Abs(got-want) > 1e-14*(1+want) {
+			t.Errorf("logistic value(%v, %v) = %v, want %v", c.m, c.y, got, want)
+		}
+		if got, want := Squared.Value(c.m, c.y), (c.m-c.y)*(c.m-c.y)/2; got != want {
+			t.Errorf("squared value(%v, %v) = %v, want %v", c.m, c.y, got, want)
+		}
+		for _, l := range []Loss{Logistic, Squared} {
+			const h = 1e-6
+			fd := (l.Value(c.m+h, c.y) - l.Value(c.m-h, c.y)) / (2 * h)
+			if d := l.Deriv(c.m, c.y); math.Abs(d-fd) > 1e-8 {
+				t.Errorf("%v deriv(%v, %v) = %v, finite difference %v", l, c.m, c.y, d, fd)
+			}
+		}
+	}
+}

@@ -62,22 +62,11 @@ func dot(a, b []float64) float64 {
 	return s
 }
 
-// lossTerms returns L, dL/dm and d2L/dm2 at margin m for target y.
-func (o *Objective) lossTerms(m, y float64) (v, d1, d2 float64) {
-	if o.loss == consensus.Logistic {
-		s := consensus.Sigmoid(-y * m)
-		return consensus.Softplus(-y * m), -y * s, s * (1 - s)
-	}
-	r := m - y
-	return 0.5 * r * r, r, 1
-}
-
 // Value returns O(f, D_i).
 func (o *Objective) Value(f []float64) float64 {
 	s := 0.0
 	for r := 0; r < o.shard.Rows; r++ {
-		v, _, _ := o.lossTerms(dot(o.shard.Row(r), f), o.shard.Y[r])
-		s += v
+		s += o.loss.Value(dot(o.shard.Row(r), f), o.shard.Y[r])
 	}
 	return o.RowWeight*s + 0.5*o.RegOverN*dot(f, f)
 }
@@ -89,8 +78,7 @@ func (o *Objective) Grad(dst, f []float64) {
 	}
 	for r := 0; r < o.shard.Rows; r++ {
 		a := o.shard.Row(r)
-		_, d1, _ := o.lossTerms(dot(a, f), o.shard.Y[r])
-		c := o.RowWeight * d1
+		c := o.RowWeight * o.loss.Deriv(dot(a, f), o.shard.Y[r])
 		for j, v := range a {
 			dst[j] += c * v
 		}

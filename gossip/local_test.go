@@ -8,6 +8,15 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 )
 
+// lossTerms returns dL/dm and d2L/dm2 at margin m for target y (scalar reference).
+func lossTerms(l consensus.Loss, m, y float64) (d1, d2 float64) {
+	if l == consensus.Logistic {
+		s := consensus.Sigmoid(-y * m)
+		return -y * s, s * (1 - s)
+	}
+	return m - y, 1
+}
+
 // oldSolve is Objective.Solve as it was before consensus.Newton (scalar Hessian loops and
 // Cholesky, objective recomputed at every trial): the reference of the known-answer test.
 func oldSolve(o *Objective, dst, b, start []float64, q float64) SolveResult {
@@ -27,7 +36,7 @@ func oldSolve(o *Objective, dst, b, start []float64, q float64) SolveResult {
 		clear(h)
 		for r := 0; r < o.shard.Rows; r++ {
 			a := o.shard.Row(r)
-			_, d1, d2 := o.lossTerms(dot(a, x), o.shard.Y[r])
+			d1, d2 := lossTerms(o.loss, dot(a, x), o.shard.Y[r])
 			c, hw := o.RowWeight*d1, o.RowWeight*d2
 			for i, ai := range a {
 				g[i] += c * ai

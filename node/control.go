@@ -296,24 +296,22 @@ func (n *Node) waitTopicPeers(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// BoundJSON is a privacy bound as written to model.json; +Inf is written as -1.
+// BoundJSON is a privacy bound as written to model.json and /status: an unbounded
+// epsilon is JSON null (privacy.Epsilon), the order of an unbounded figure -1.
 type BoundJSON struct {
-	Epsilon        float64 `json:"epsilon"`
-	Order          float64 `json:"order"`
-	Theorem        string  `json:"theorem"`
-	Conditions     string  `json:"conditions"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Note           string  `json:"note,omitempty"`
+	Epsilon        privacy.Epsilon `json:"epsilon"`
+	Order          float64         `json:"order"`
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Note           string          `json:"note,omitempty"`
 }
 
 func boundJSON(b privacy.Bound) BoundJSON {
-	e := b.Epsilon
-	if math.IsInf(e, 0) || math.IsNaN(e) {
-		e = -1
-	}
-	return BoundJSON{Epsilon: e, Order: jsonNum(b.Order), Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
+	return BoundJSON{Epsilon: privacy.Eps(b.Epsilon), Order: jsonNum(b.Order), Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
 }
 
+// jsonNum maps a number that is not finite (an RDP order of an unbounded figure) to -1.
 func jsonNum(x float64) float64 {
 	if math.IsInf(x, 0) || math.IsNaN(x) {
 		return -1
@@ -348,7 +346,7 @@ type Model struct {
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
 }
 
-// ModelPrivacy is this node's privacy report (epsilon -1 means unbounded).
+// ModelPrivacy is this node's privacy report (an unbounded epsilon is JSON null).
 type ModelPrivacy struct {
 	Delta         float64   `json:"delta"`
 	Updates       int       `json:"own_updates"`

@@ -1294,18 +1294,18 @@ func (n *Node) stream(ctx context.Context, p peer.ID) (network.Stream, error) {
 
 // Status is the JSON served on /status.
 type Status struct {
-	Peer        string  `json:"peer"`
-	Run         string  `json:"run"`
-	ConfigHash  string  `json:"config_hash"`
-	Peers       int     `json:"peers"`
-	Members     int     `json:"members"`
-	Index       int     `json:"index"`
-	HopsSeen    uint64  `json:"hops_seen"`
-	Updates     int     `json:"own_updates"`
-	Ledger      int     `json:"ledger_entries"`
-	Epsilon     float64 `json:"epsilon_spent"`
-	EpsilonNote string  `json:"epsilon_theorem"`
-	UpdatesLeft int     `json:"updates_left"` // cap (MaxUpdates or budget) - own updates; -1 = no cap
+	Peer        string          `json:"peer"`
+	Run         string          `json:"run"`
+	ConfigHash  string          `json:"config_hash"`
+	Peers       int             `json:"peers"`
+	Members     int             `json:"members"`
+	Index       int             `json:"index"`
+	HopsSeen    uint64          `json:"hops_seen"`
+	Updates     int             `json:"own_updates"`
+	Ledger      int             `json:"ledger_entries"`
+	Epsilon     privacy.Epsilon `json:"epsilon_spent"`
+	EpsilonNote string          `json:"epsilon_theorem"`
+	UpdatesLeft int             `json:"updates_left"` // cap (MaxUpdates or budget) - own updates; -1 = no cap
 	// BudgetEpsilon is the node's budget (0 = none) and BudgetLeft what remains of it:
 	// BudgetEpsilon - epsilon_spent (local figure), never below 0.
 	BudgetEpsilon float64 `json:"budget_epsilon,omitempty"`
@@ -1356,7 +1356,7 @@ func (n *Node) Status() Status {
 	st := Status{UpdatesLeft: left, ModelAgeSec: age, Network: &net,
 		Peer: n.ID().String(), Run: n.cfg.Run, ConfigHash: n.hash, Peers: len(n.Host.Network().Peers()),
 		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),
-		Epsilon: jsonNum(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
+		Epsilon: privacy.Eps(b.Epsilon), EpsilonNote: b.Theorem, Done: n.metrics.done.Load(),
 		UptimeSec: time.Since(n.started).Seconds(),
 	}
 	if n.cfg.BudgetEpsilon > 0 {

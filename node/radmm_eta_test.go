@@ -75,7 +75,7 @@ func TestRADMMRunEtaTable(t *testing.T) {
 		for q := 0; q < K; q++ {
 			want += 2 * w * (1.4*0.25/(r+2*table[q][m.Index]*2) + p.Alpha)
 		}
-		if pr := m.Privacy; !pr.ConditionsHold || math.Abs(pr.Epsilon-want) > 1e-9*want || math.Abs(pr.Ledger-want) > 1e-9*want {
+		if pr := m.Privacy; !pr.ConditionsHold || math.Abs(float64(pr.Epsilon)-want) > 1e-9*want || math.Abs(float64(pr.Ledger)-want) > 1e-9*want {
 			t.Fatalf("node %d (index %d): privacy %+v, want %v", k, m.Index, pr, want)
 		}
 		led, err := nodes[k].Store().Ledger()

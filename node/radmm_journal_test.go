@@ -377,10 +377,10 @@ func TestRADMMRunResume(t *testing.T) {
 	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	want := float64(K) * 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
 	pr := models[2].Privacy
-	if pr.LedgerEntries != T+1 || math.Abs(pr.Ledger-want) > 1e-9*want || !pr.ConditionsHold {
+	if pr.LedgerEntries != T+1 || math.Abs(float64(pr.Ledger)-want) > 1e-9*want || !pr.ConditionsHold {
 		t.Fatalf("restarted node privacy %+v, want ledger epsilon %v over %d entries", pr, want, T+1)
 	}
-	if g := again.Status().Gossip; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(g.EpsilonSpent-want) > 1e-9*want {
+	if g := again.Status().Gossip; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(float64(g.EpsilonSpent)-want) > 1e-9*want {
 		t.Fatalf("restarted node status %+v", g)
 	}
 }

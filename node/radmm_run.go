@@ -67,23 +67,23 @@ type GossipModel struct {
 	Privacy  GossipPriv `json:"privacy"`
 }
 
-// GossipPriv is this node's Theorem V.1 figure (epsilon -1 means unbounded: the
+// GossipPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
 // conditions fail or there is no noise).
 type GossipPriv struct {
-	// Epsilon is the guarantee: the formula value when the conditions hold, else -1.
-	Epsilon float64 `json:"epsilon"`
+	// Epsilon is the guarantee: the formula value when the conditions hold, else unbounded.
+	Epsilon privacy.Epsilon `json:"epsilon"`
 	// Formula is the sum of the per-iteration terms regardless of the conditions.
-	Formula float64 `json:"formula_epsilon"`
+	Formula privacy.Epsilon `json:"formula_epsilon"`
 	// Ledger is the sum of the pure-DP entries this run made durable in the ledger.
-	Ledger         float64 `json:"ledger_epsilon"`
-	LedgerEntries  int     `json:"ledger_entries"`
-	Delta          float64 `json:"delta"` // 0: pure DP
-	Theorem        string  `json:"theorem"`
-	Conditions     string  `json:"conditions"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Reason         string  `json:"reason,omitempty"`
-	SecureNoise    bool    `json:"secure_noise"`
-	Scope          string  `json:"scope"`
+	Ledger         privacy.Epsilon `json:"ledger_epsilon"`
+	LedgerEntries  int             `json:"ledger_entries"`
+	Delta          float64         `json:"delta"` // 0: pure DP
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Reason         string          `json:"reason,omitempty"`
+	SecureNoise    bool            `json:"secure_noise"`
+	Scope          string          `json:"scope"`
 }
 
 func (n *Node) setRADMMMembers(ms []peer.ID) error {
@@ -362,14 +362,9 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*GossipModel, error
 	return out, nil
 }
 
-// finiteOr returns v, or -1 when v is not finite or is the ledger's MaxFloat64 marker of
-// a release without guarantee (JSON has no infinity).
-func finiteOr(v float64) float64 {
-	if math.IsNaN(v) || math.Abs(v) >= math.MaxFloat64 {
-		return -1
-	}
-	return v
-}
+// finiteOr returns v as an epsilon: unbounded (JSON null) when v is not finite or is the
+// ledger's MaxFloat64 marker of a release without guarantee.
+func finiteOr(v float64) privacy.Epsilon { return privacy.Eps(v) }
 
 // buildMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.

@@ -26,9 +26,10 @@ type GossipStatus struct {
 	// LedgerEntries counts the ledger entries this run made durable (f_i(0) included).
 	LedgerEntries int `json:"ledger_entries"`
 	// EpsilonSpent is the running pure-DP epsilon of this node's releases so far: the sum
-	// of the per-iteration Theorem V.1 terms in its ledger. -1 when a release carries no
-	// guarantee (no noise, or a perturbed subproblem that missed the solver tolerance).
-	EpsilonSpent float64 `json:"epsilon_spent"`
+	// of the per-iteration Theorem V.1 terms in its ledger. Unbounded (JSON null) when a
+	// release carries no guarantee (no noise, or a perturbed subproblem that missed the
+	// solver tolerance).
+	EpsilonSpent privacy.Epsilon `json:"epsilon_spent"`
 	// Theorem names the result EpsilonSpent rests on and Conditions its hypotheses.
 	// ConditionsHold reports whether they hold as far as known so far (checked before
 	// the run from the data and parameters, and from the ledger during it); Reason says

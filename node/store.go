@@ -98,14 +98,12 @@ type Backup struct {
 type Store struct {
 	Dir string
 	// NoSync skips fsync (for testnets on tmpfs); the write order is unchanged.
-	NoSync  bool
-	mu      sync.Mutex // guards ledger, entries, seq, last, hashes, noisy
-	ledger  *os.File
-	entries int
-	seq     uint64
-	// last is the chain hash (privacy.LineHash) of the last ledger line; hashes the hash
-	// of every line by sequence number; noisy the number of noisy-update entries.
-	last   uint64
+	NoSync bool
+	mu     sync.Mutex // guards ledger, chain, hashes, noisy
+	ledger *os.File
+	// chain numbers and chains the ledger's lines (LedgerChain); hashes is the chain
+	// hash of every line by sequence number; noisy the number of noisy-update entries.
+	chain  LedgerChain
 	hashes map[uint64]uint64
 	noisy  int
 	ck     journal // CheckpointLog
@@ -144,42 +142,14 @@ func OpenStore(dir string) (*Store, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
-	es, perr := privacy.ParseLedger(bytes.NewReader(b))
-	if perr != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrLedger, lp, perr)
+	es, hashes, chain, err := ReadLedgerChain(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrLedger, lp, err)
 	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		return nil, fmt.Errorf("%w: %s: last line is truncated", ErrLedger, lp)
-	}
-	s.entries = len(es)
+	s.chain = chain
 	s.hashes = make(map[uint64]uint64, len(es))
-	chained := false
-	rest := b
 	for k, e := range es {
-		var line []byte
-		for len(line) == 0 && len(rest) > 0 {
-			i := bytes.IndexByte(rest, '\n')
-			line, rest = rest[:i+1], rest[i+1:]
-			if len(bytes.TrimSpace(line)) == 0 {
-				line = nil
-			}
-		}
-		// Every line after the first chains to the one before it; a ledger of an earlier
-		// build (no links) may be continued by chained lines, never the other way round.
-		if e.Prev != "" {
-			if want := fmt.Sprintf("%016x", s.last); k == 0 || e.Prev != want {
-				return nil, fmt.Errorf("%w: %s: the line of entry %d does not chain to the line before it: lines were removed or changed",
-					ErrLedger, lp, e.Seq)
-			}
-		} else if chained {
-			return nil, fmt.Errorf("%w: %s: the line of entry %d has no chain link after chained lines", ErrLedger, lp, e.Seq)
-		}
-		chained = chained || e.Prev != ""
-		s.last = privacy.LineHash(line)
-		s.hashes[e.Seq] = s.last
-		if e.Seq > s.seq {
-			s.seq = e.Seq
-		}
+		s.hashes[e.Seq] = hashes[k]
 		if e.Noisy() {
 			s.noisy++
 		}
@@ -216,7 +186,7 @@ func (s *Store) Close() error {
 func (s *Store) Entries() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.entries
+	return s.chain.Lines()
 }
 
 // Ledger reads and returns all ledger entries.
@@ -239,26 +209,21 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 	if s.ledger == nil {
 		return errors.New("node: ledger is closed")
 	}
+	// The lines are encoded on a copy of the chain, which replaces it once they are
+	// durable: an invalid entry or a failed write leaves the ledger state as it was.
 	var buf []byte
-	seq, last, noisy := s.seq, s.last, 0
+	chain, noisy := s.chain, 0
 	type mark struct{ seq, hash uint64 }
-	var marks []mark
+	marks := make([]mark, 0, len(es))
 	for _, e := range es {
-		seq++
-		e.Seq = seq
-		if s.entries > 0 || len(marks) > 0 {
-			e.Prev = fmt.Sprintf("%016x", last)
-		}
-		line, err := e.MarshalLineChecked()
-		if err != nil {
+		var err error
+		if buf, err = chain.Append(buf, e); err != nil {
 			return err
 		}
-		last = privacy.LineHash(line)
-		marks = append(marks, mark{seq, last})
+		marks = append(marks, mark{chain.Seq(), chain.Last()})
 		if e.Noisy() {
 			noisy++
 		}
-		buf = append(buf, line...)
 	}
 	if _, err := s.ledger.Write(buf); err != nil {
 		return fmt.Errorf("node: ledger write: %w", err)
@@ -268,8 +233,7 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 			return fmt.Errorf("node: ledger fsync: %w", err)
 		}
 	}
-	s.seq, s.last = seq, last
-	s.entries += len(es)
+	s.chain = chain
 	s.noisy += noisy
 	if s.hashes == nil {
 		s.hashes = map[uint64]uint64{}
@@ -292,7 +256,7 @@ func (s *Store) NoisyEntries() int {
 func (s *Store) ledgerMark() (uint64, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.seq, s.last
+	return s.chain.Seq(), s.chain.Last()
 }
 
 // checkLedgerMark refuses a checkpoint record whose ledger mark the ledger no longer
@@ -307,7 +271,7 @@ func (s *Store) checkLedgerMark(c *Checkpoint) error {
 	h, ok := s.hashes[c.LedgerSeq]
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: the checkpoint was written after ledger entry %d, but the ledger ends at %d: ledger lines were removed", ErrLedger, c.LedgerSeq, s.seq)
+		return fmt.Errorf("%w: the checkpoint was written after ledger entry %d, but the ledger ends at %d: ledger lines were removed", ErrLedger, c.LedgerSeq, s.chain.Seq())
 	case h != c.LedgerHash:
 		return fmt.Errorf("%w: ledger entry %d is not the one the checkpoint was written after: the ledger was rewritten", ErrLedger, c.LedgerSeq)
 	}

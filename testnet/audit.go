@@ -50,21 +50,21 @@ type AuditResult struct {
 	Test     string `json:"test"`
 	// LowerEpsilon is the empirical lower bound: with probability at least Confidence, the
 	// mechanism is not (e, Delta)-DP for this observer for any e < LowerEpsilon.
-	LowerEpsilon float64 `json:"lower_epsilon"`
+	LowerEpsilon privacy.Epsilon `json:"lower_epsilon"`
 	// LowerTheorem is the result LowerEpsilon rests on (privacy.AuditTheorem).
 	LowerTheorem string `json:"lower_theorem"`
 	// LowerEpsilonCI is a two-sided Confidence interval for the epsilon implied by the test's
-	// true error rates (the lower end is at most LowerEpsilon). MaxFloat64 stands for +Inf.
-	LowerEpsilonCI [2]float64 `json:"lower_epsilon_ci"`
-	// Estimate is the epsilon implied by the observed error rates (MaxFloat64 for +Inf).
-	Estimate float64 `json:"estimate"`
-	// UpperEpsilon is the accountant's figure for this observer at Delta (MaxFloat64 when it
-	// gives no guarantee), resting on Theorem.
-	UpperEpsilon   float64 `json:"upper_epsilon"`
-	Theorem        string  `json:"theorem"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Delta          float64 `json:"delta"`
-	Confidence     float64 `json:"confidence"`
+	// true error rates (the lower end is at most LowerEpsilon); +Inf is JSON null.
+	LowerEpsilonCI [2]privacy.Epsilon `json:"lower_epsilon_ci"`
+	// Estimate is the epsilon implied by the observed error rates (+Inf: JSON null).
+	Estimate privacy.Epsilon `json:"estimate"`
+	// UpperEpsilon is the accountant's figure for this observer at Delta (unbounded, JSON
+	// null, when it gives no guarantee), resting on Theorem.
+	UpperEpsilon   privacy.Epsilon `json:"upper_epsilon"`
+	Theorem        string          `json:"theorem"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Delta          float64         `json:"delta"`
+	Confidence     float64         `json:"confidence"`
 	// Trials is the number of trials per dataset (calibration and evaluation); EvalTrials of
 	// them, per dataset, give the bound.
 	Trials     int                   `json:"trials"`
@@ -96,12 +96,12 @@ func (r *AuditResult) finish(est privacy.AuditEstimate, upper float64) {
 		r.Rule.Threshold = -math.MaxFloat64
 	}
 	r.LowerTheorem = privacy.AuditTheorem
-	r.LowerEpsilon = jsonNum(est.Epsilon)
-	r.LowerEpsilonCI = [2]float64{jsonNum(est.Lo), jsonNum(est.Hi)}
-	r.Estimate = jsonNum(est.Point)
+	r.LowerEpsilon = privacy.Eps(est.Epsilon)
+	r.LowerEpsilonCI = [2]privacy.Epsilon{privacy.Eps(est.Lo), privacy.Eps(est.Hi)}
+	r.Estimate = privacy.Eps(est.Point)
 	r.Counts = est.Counts
 	r.Violation = est.Epsilon > upper
-	r.UpperEpsilon = jsonNum(upper)
+	r.UpperEpsilon = privacy.Eps(upper)
 }
 
 // zeroNoise is a Noise that draws zeros: the noiseless run of a mechanism through its own code.
@@ -689,24 +689,75 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 		e.path = append(e.path, (i+t)%n)
 	}
 	e.tok0 = walk.NewToken("audit", 0, dim, o.Problem.Reg, o.Gamma)
-	weights := func() {
-		total := 0
-		for _, s := range e.shards {
-			total += s.Rows
-		}
-		e.weight = make([]float64, n)
-		for k, s := range e.shards {
-			e.weight[k] = float64(n) * float64(s.Rows) / float64(total)
+	canary, err := e.setCanary(shards[i])
+	if err != nil {
+		return nil, err
+	}
+	ref, err := e.reference(o.Update, false)
+	if err != nil {
+		return nil, err
+	}
+	sens := dist(ref[0].local, ref[1].local) * float64(n) / (4 * o.Lambda * o.Clip)
+	observers := e.observers(ref)
+	if err := e.trials(observers); err != nil {
+		return nil, err
+	}
+	claims, err := e.claims()
+	if err != nil {
+		return nil, err
+	}
+	secure := o.Noise(0).Secure()
+	T := o.Trials
+	cal := T / 2
+	var out []AuditResult
+	for k, ob := range observers {
+		for _, cs := range []*candidateScores{ob.proj, ob.res} {
+			if cs == nil {
+				continue
+			}
+			rule, est, which, err := cs.evaluate(cal, o.Delta, o.Confidence)
+			if err != nil {
+				return nil, err
+			}
+			r := AuditResult{Algo: "walk", Observer: ob.name, View: ob.view, Test: cs.test, Theorem: claims[k].thm,
+				ConditionsHold: claims[k].hold, Delta: o.Delta, Confidence: o.Confidence, Trials: T, EvalTrials: T - T/2,
+				Rule: rule, Secure: secure, SensitivityUsed: sens, Note: which + "; " + canary.Description}
+			upper := claims[k].eps
+			if !claims[k].hold {
+				upper = math.Inf(1)
+			}
+			r.finish(est, upper)
+			out = append(out, r)
 		}
 	}
-	base := shards[i]
+	return out, nil
+}
+
+// setWeights sets every node's loss weight n*rows_k/N from e.shards.
+func (e *walkEnv) setWeights() {
+	n := e.o.Nodes
+	total := 0
+	for _, s := range e.shards {
+		total += s.Rows
+	}
+	e.weight = make([]float64, n)
+	for k, s := range e.shards {
+		e.weight[k] = float64(n) * float64(s.Rows) / float64(total)
+	}
+}
+
+// setCanary finds the canary of node i's shard base (or takes Options.Canary) and sets the
+// audited node's data to it.
+func (e *walkEnv) setCanary(base *consensus.Dataset) (*AuditCanary, error) {
+	o, i, dim := e.o, e.o.Node, e.dim
 	// The canary search runs with the weights of the shard plus one row.
-	e.shards = append([]*consensus.Dataset(nil), shards...)
+	e.shards = append([]*consensus.Dataset(nil), e.shards...)
 	e.shards[i] = withRow(base, make([]float64, dim), 1)
-	weights()
+	e.setWeights()
 	e.setup = WalkAuditSetup{Config: e.baseConfig(i), Loss: o.Problem.Loss, Weight: e.weight[i], Dim: dim}
 	canary := o.Canary
 	if canary == nil {
+		var err error
 		if canary, _, err = e.searchCanary(base); err != nil {
 			return nil, err
 		}
@@ -715,23 +766,25 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 		return nil, errors.New("testnet: audit: the canary datasets must both be given, with the data's features")
 	}
 	e.shards[i] = canary.D
-	weights()
+	e.setWeights()
 	e.setup.Weight = e.weight[i]
 	e.setup.Data = [2]*consensus.Dataset{canary.D, canary.DPrime}
-	ref, err := e.reference(o.Update, false)
-	if err != nil {
-		return nil, err
-	}
-	sens := dist(ref[0].local, ref[1].local) * float64(n) / (4 * o.Lambda * o.Clip)
+	return canary, nil
+}
 
-	// Scorers: projection and residue for each observer.
-	type obs struct {
-		name, view string
-		get        func(v *walkViews) []float64
-		scale      float64 // view -> zhat
-		proj, res  *candidateScores
-	}
-	observers := []*obs{
+// walkObserver is one observer of the walk audit with its scorers.
+type walkObserver struct {
+	name, view string
+	get        func(v *walkViews) []float64
+	scale      float64 // view -> zhat
+	proj, res  *candidateScores
+}
+
+// observers returns the local, pairwise and final observers with their projection and
+// residue scorers built on the noiseless references ref.
+func (e *walkEnv) observers(ref [2]*walkViews) []*walkObserver {
+	o, n := e.o, e.o.Nodes
+	observers := []*walkObserver{
 		{name: "local", view: "zhat right after i's update (token i received known)", get: func(v *walkViews) []float64 { return v.local }, scale: 1},
 		{name: "pairwise", view: fmt.Sprintf("zhat received by j = node %d after %d further noisy updates", e.path[o.PairHops], o.PairHops),
 			get: func(v *walkViews) []float64 { return v.pair }, scale: 1},
@@ -765,12 +818,18 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 			ob.res = newCandidates(AuditResidue, T, stepNames, sc)
 		}
 	}
-	err = runBlocks(T, o.Workers, o.Noise, func(nz privacy.Noise) (func(int) error, error) {
+	return observers
+}
+
+// trials runs the trials of both worlds and records every observer's view.
+func (e *walkEnv) trials(observers []*walkObserver) error {
+	o := e.o
+	return runBlocks(o.Trials, o.Workers, o.Noise, func(nz privacy.Noise) (func(int) error, error) {
 		w, err := e.newWorker(o.Update, nz)
 		if err != nil {
 			return nil, err
 		}
-		v := newViews(dim)
+		v := newViews(e.dim)
 		return func(t int) error {
 			for world := 0; world < 2; world++ {
 				if err := w.run(world, v, false); err != nil {
@@ -787,13 +846,21 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 			return nil
 		}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
+}
 
-	// Claims from the accountant, on the traces of the audited path: up to j's observation
-	// for the pairwise observer, the whole path with the final model released to all for the
-	// final observer (who never holds the token).
+// walkClaim is the accountant's claim for one observer.
+type walkClaim struct {
+	eps  float64
+	thm  string
+	hold bool
+}
+
+// claims returns the accountant's claims for the local, pairwise and final observers, on
+// the traces of the audited path: up to j's observation for the pairwise observer, the
+// whole path with the final model released to all for the final observer (who never
+// holds the token).
+func (e *walkEnv) claims() ([]walkClaim, error) {
+	o, n, i := e.o, e.o.Nodes, e.o.Node
 	j, finalObs := e.path[o.PairHops], (i+o.FinalHops+1)%n
 	realised := func(upto, observer int, final bool) (float64, error) {
 		tr := &privacy.Trace{Nodes: n, Clip: o.Clip, Sigma: o.Sigma, FinalReleasedToAll: final}
@@ -817,37 +884,9 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 		return nil, err
 	}
 	loc := privacy.LocalBound(o.Clip, o.Sigma, 1, o.Delta)
-	claims := []struct {
-		eps  float64
-		thm  string
-		hold bool
-	}{
+	return []walkClaim{
 		{loc.Epsilon, loc.Theorem, loc.ConditionsHold},
 		{pairEps, fmt.Sprintf("%s; m = %d noisy updates", privacy.TheoremRealised, o.PairHops+1), true},
 		{finalEps, fmt.Sprintf("%s; final model released to all, m = %d noisy updates", privacy.TheoremRealised, o.FinalHops+1), true},
-	}
-	secure := o.Noise(0).Secure()
-	cal := T / 2
-	var out []AuditResult
-	for k, ob := range observers {
-		for _, cs := range []*candidateScores{ob.proj, ob.res} {
-			if cs == nil {
-				continue
-			}
-			rule, est, which, err := cs.evaluate(cal, o.Delta, o.Confidence)
-			if err != nil {
-				return nil, err
-			}
-			r := AuditResult{Algo: "walk", Observer: ob.name, View: ob.view, Test: cs.test, Theorem: claims[k].thm,
-				ConditionsHold: claims[k].hold, Delta: o.Delta, Confidence: o.Confidence, Trials: T, EvalTrials: T - T/2,
-				Rule: rule, Secure: secure, SensitivityUsed: sens, Note: which + "; " + canary.Description}
-			upper := claims[k].eps
-			if !claims[k].hold {
-				upper = math.Inf(1)
-			}
-			r.finish(est, upper)
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	}, nil
 }

@@ -214,135 +214,34 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 	if o.Problem.Loss == consensus.Squared {
 		e.c1 = 1
 	}
-	ref := func() ([2][]float64, error) {
-		w, err := e.newWorker(nil, math.Inf(1))
-		if err != nil {
-			return [2][]float64{}, err
-		}
-		var r [2][]float64
-		for k := range r {
-			r[k] = make([]float64, dim)
-			if err := w.release(k, r[k]); err != nil {
-				return r, err
-			}
-		}
-		return r, nil
-	}
 	canary := o.Canary
 	if canary == nil {
-		base := shards[i]
-		var dirs [][]float64
-		for k := 0; k < dim; k++ {
-			d := make([]float64, dim)
-			d[k] = 1
-			dirs = append(dirs, d)
-		}
-		mean := make([]float64, dim)
-		for r := 0; r < base.Rows; r++ {
-			for k, v := range base.Row(r) {
-				mean[k] += v
-			}
-		}
-		dirs = append(dirs, mean)
-		bestD := -1.0
-		for _, d := range dirs {
-			nd := math.Sqrt(dotp(d, d))
-			if !(nd > 0) {
-				continue
-			}
-			a := make([]float64, dim)
-			for k := range a {
-				a[k] = d[k] / nd
-			}
-			e.data = [2]*consensus.Dataset{withRow(base, a, 1), withRow(base, a, -1)}
-			r, err := ref()
-			if err != nil {
-				return nil, err
-			}
-			if dd := dist(r[0], r[1]); dd > bestD {
-				bestD = dd
-				canary = &AuditCanary{D: e.data[0], DPrime: e.data[1],
-					Description: fmt.Sprintf("D: node %d's shard plus a unit-norm canary row labelled +1, D': the same row labelled -1", i)}
-			}
-		}
-		if canary == nil {
-			return nil, errors.New("testnet: audit: no canary direction")
+		if canary, err = e.searchCanary(shards[i]); err != nil {
+			return nil, err
 		}
 	}
 	if canary.D == nil || canary.DPrime == nil || canary.D.Cols != dim || canary.DPrime.Cols != dim {
 		return nil, errors.New("testnet: audit: the canary datasets must both be given, with the data's features")
 	}
 	e.data = [2]*consensus.Dataset{canary.D, canary.DPrime}
-	r0, err := ref()
+	r0, err := e.reference()
 	if err != nil {
 		return nil, err
 	}
-	// The gradient difference the canary makes at the noiseless release of D.
-	sens := 0.0
-	{
-		w, err := e.newWorker(nil, math.Inf(1))
-		if err != nil {
-			return nil, err
-		}
-		g, g2 := make([]float64, dim), make([]float64, dim)
-		w.obj[0].Grad(g, r0[0])
-		w.obj[1].Grad(g2, r0[0])
-		sens = dist(g, g2) / (2 * e.rowWeight)
+	sens, err := e.sensitivity(r0[0])
+	if err != nil {
+		return nil, err
 	}
 	T := o.Trials
 	proj := newCandidates(AuditProjection, T, []string{"direction: noiseless difference"}, []scorer{newProjScore(r0[0], r0[1])})
 	// Each worker has its own objectives (they hold scratch buffers), hence its own
 	// noise-recovery scorer; every score goes to its trial's slot.
 	rec := newCandidates(AuditNoiseRecovery, T, []string{"KKT noise recovery, Jacobian term omitted"}, []scorer{nil})
-	var mu sync.Mutex
-	var workers []*radmmWorker
-	err = runBlocks(T, o.Workers, o.Noise, func(nz privacy.Noise) (func(int) error, error) {
-		w, err := e.newWorker(nz, o.Alpha)
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		workers = append(workers, w)
-		mu.Unlock()
-		ns := &noiseScore{obj: w.obj, q: 2 * o.Eta * float64(len(e.neighbors)), a: o.Alpha,
-			g: make([]float64, dim), g2: make([]float64, dim)}
-		f := make([]float64, dim)
-		return func(t int) error {
-			for world := 0; world < 2; world++ {
-				if err := w.release(world, f); err != nil {
-					return err
-				}
-				proj.record(world, t, f)
-				rec.sc[0][world][t] = ns.score(f)
-			}
-			return nil
-		}, nil
-	})
+	inexact, err := e.trials(proj, rec)
 	if err != nil {
 		return nil, err
 	}
-	inexact := 0
-	for _, w := range workers {
-		inexact += w.inexact
-	}
-
-	// The claim: Theorem V.1 for one odd iteration, preconditions checked on both datasets.
-	maxNorm, pm1 := 0.0, true
-	for _, d := range e.data {
-		for r := 0; r < d.Rows; r++ {
-			maxNorm = math.Max(maxNorm, math.Sqrt(dotp(d.Row(r), d.Row(r))))
-			if y := d.Y[r]; y != 1 && y != -1 {
-				pm1 = false
-			}
-		}
-	}
-	rows := max(e.data[0].Rows, e.data[1].Rows)
-	fig := privacy.ObjPertBound(privacy.ObjPertNode{
-		Scheme: privacy.SchemeRecycled, RowWeight: e.rowWeight, RegOverN: e.regOverN, C1: e.c1,
-		Degree: len(e.neighbors), Rows: rows, C: e.rowWeight * float64(rows),
-		Alphas: []float64{o.Alpha}, Etas: []float64{o.Eta}, MaxRowNorm: maxNorm, LabelsPM1: pm1,
-		LossOK: o.Problem.Loss == consensus.Logistic, ExactSolves: inexact == 0, FixedIters: true,
-	})
+	fig := e.claim(inexact)
 	upper := fig.Guarantee()
 	note := ""
 	if !fig.ConditionsHold {
@@ -366,4 +265,136 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// reference returns the noiseless releases of both worlds.
+func (e *radmmEnv) reference() ([2][]float64, error) {
+	w, err := e.newWorker(nil, math.Inf(1))
+	if err != nil {
+		return [2][]float64{}, err
+	}
+	var r [2][]float64
+	for k := range r {
+		r[k] = make([]float64, e.dim)
+		if err := w.release(k, r[k]); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// searchCanary tries a unit-norm canary row along each axis and along the shard's mean
+// row, labelled +1 in D and -1 in D', and keeps the one whose noiseless releases differ
+// most.
+func (e *radmmEnv) searchCanary(base *consensus.Dataset) (*AuditCanary, error) {
+	dim, i := e.dim, e.o.Node
+	var dirs [][]float64
+	for k := 0; k < dim; k++ {
+		d := make([]float64, dim)
+		d[k] = 1
+		dirs = append(dirs, d)
+	}
+	mean := make([]float64, dim)
+	for r := 0; r < base.Rows; r++ {
+		for k, v := range base.Row(r) {
+			mean[k] += v
+		}
+	}
+	dirs = append(dirs, mean)
+	bestD := -1.0
+	var canary *AuditCanary
+	for _, d := range dirs {
+		nd := math.Sqrt(dotp(d, d))
+		if !(nd > 0) {
+			continue
+		}
+		a := make([]float64, dim)
+		for k := range a {
+			a[k] = d[k] / nd
+		}
+		e.data = [2]*consensus.Dataset{withRow(base, a, 1), withRow(base, a, -1)}
+		r, err := e.reference()
+		if err != nil {
+			return nil, err
+		}
+		if dd := dist(r[0], r[1]); dd > bestD {
+			bestD = dd
+			canary = &AuditCanary{D: e.data[0], DPrime: e.data[1],
+				Description: fmt.Sprintf("D: node %d's shard plus a unit-norm canary row labelled +1, D': the same row labelled -1", i)}
+		}
+	}
+	if canary == nil {
+		return nil, errors.New("testnet: audit: no canary direction")
+	}
+	return canary, nil
+}
+
+// sensitivity returns the gradient difference the canary makes at the noiseless release
+// f of D, as a fraction of the sensitivity 2 C_i/B_i.
+func (e *radmmEnv) sensitivity(f []float64) (float64, error) {
+	w, err := e.newWorker(nil, math.Inf(1))
+	if err != nil {
+		return 0, err
+	}
+	g, g2 := make([]float64, e.dim), make([]float64, e.dim)
+	w.obj[0].Grad(g, f)
+	w.obj[1].Grad(g2, f)
+	return dist(g, g2) / (2 * e.rowWeight), nil
+}
+
+// trials runs the trials of both worlds, recording each release for the projection test
+// and its recovered noise for the noise-recovery test; it returns the inexact solves.
+func (e *radmmEnv) trials(proj, rec *candidateScores) (int, error) {
+	o, dim := e.o, e.dim
+	var mu sync.Mutex
+	var workers []*radmmWorker
+	err := runBlocks(o.Trials, o.Workers, o.Noise, func(nz privacy.Noise) (func(int) error, error) {
+		w, err := e.newWorker(nz, o.Alpha)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		workers = append(workers, w)
+		mu.Unlock()
+		ns := &noiseScore{obj: w.obj, q: 2 * o.Eta * float64(len(e.neighbors)), a: o.Alpha,
+			g: make([]float64, dim), g2: make([]float64, dim)}
+		f := make([]float64, dim)
+		return func(t int) error {
+			for world := 0; world < 2; world++ {
+				if err := w.release(world, f); err != nil {
+					return err
+				}
+				proj.record(world, t, f)
+				rec.sc[0][world][t] = ns.score(f)
+			}
+			return nil
+		}, nil
+	})
+	inexact := 0
+	for _, w := range workers {
+		inexact += w.inexact
+	}
+	return inexact, err
+}
+
+// claim is the accountant's claim: Theorem V.1 for one odd iteration, its preconditions
+// checked on both datasets.
+func (e *radmmEnv) claim(inexact int) privacy.ObjPertFigure {
+	o := e.o
+	maxNorm, pm1 := 0.0, true
+	for _, d := range e.data {
+		for r := 0; r < d.Rows; r++ {
+			maxNorm = math.Max(maxNorm, math.Sqrt(dotp(d.Row(r), d.Row(r))))
+			if y := d.Y[r]; y != 1 && y != -1 {
+				pm1 = false
+			}
+		}
+	}
+	rows := max(e.data[0].Rows, e.data[1].Rows)
+	return privacy.ObjPertBound(privacy.ObjPertNode{
+		Scheme: privacy.SchemeRecycled, RowWeight: e.rowWeight, RegOverN: e.regOverN, C1: e.c1,
+		Degree: len(e.neighbors), Rows: rows, C: e.rowWeight * float64(rows),
+		Alphas: []float64{o.Alpha}, Etas: []float64{o.Eta}, MaxRowNorm: maxNorm, LabelsPM1: pm1,
+		LossOK: o.Problem.Loss == consensus.Logistic, ExactSolves: inexact == 0, FixedIters: true,
+	})
 }

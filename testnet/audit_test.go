@@ -76,7 +76,7 @@ func checkClaims(t *testing.T, o WalkAuditOptions, res []AuditResult) {
 	}{{"local", 1}, {"pairwise", o.PairHops + 1}, {"final", o.FinalHops + 1}} {
 		want, _ := privacy.ToDP(one.Scale(1/float64(c.m)), o.Delta)
 		for _, test := range []string{AuditProjection, AuditResidue} {
-			if got := find(t, res, c.observer, test).UpperEpsilon; math.Abs(got-want) > 1e-9*want {
+			if got := find(t, res, c.observer, test).UpperEpsilon; math.Abs(float64(got)-want) > 1e-9*want {
 				t.Errorf("%s/%s: upper bound %v, want %v (m = %d)", c.observer, test, got, want, c.m)
 			}
 		}
@@ -335,7 +335,7 @@ func TestAuditRADMMShipped(t *testing.T) {
 		w := 10 * 5 / float64(data.Rows+1)
 		want := 2 * w * (1.4*0.25/(10*1e-2+2*1*2) + c.alpha)
 		for _, r := range res {
-			if math.Abs(r.UpperEpsilon-want) > 1e-12*want || !r.ConditionsHold || r.Delta != 0 {
+			if math.Abs(float64(r.UpperEpsilon)-want) > 1e-12*want || !r.ConditionsHold || r.Delta != 0 {
 				t.Errorf("%s/%s: upper %v (conditions %v, delta %v), want %v", c.name, r.Test, r.UpperEpsilon, r.ConditionsHold, r.Delta, want)
 			}
 		}
@@ -351,8 +351,8 @@ func TestAuditRADMMShipped(t *testing.T) {
 // TestAuditPNG draws a small audit.
 func TestAuditPNG(t *testing.T) {
 	res := []AuditResult{
-		{Observer: "local", Test: AuditProjection, LowerEpsilon: 0.3, LowerEpsilonCI: [2]float64{0.2, 0.9}, UpperEpsilon: 1.7, Confidence: 0.95},
-		{Observer: "final", Test: AuditResidue, LowerEpsilon: 0, LowerEpsilonCI: [2]float64{0, math.MaxFloat64}, UpperEpsilon: math.MaxFloat64, Confidence: 0.95, Violation: true},
+		{Observer: "local", Test: AuditProjection, LowerEpsilon: 0.3, LowerEpsilonCI: [2]privacy.Epsilon{0.2, 0.9}, UpperEpsilon: 1.7, Confidence: 0.95},
+		{Observer: "final", Test: AuditResidue, LowerEpsilon: 0, LowerEpsilonCI: [2]privacy.Epsilon{0, privacy.Unbounded}, UpperEpsilon: privacy.Unbounded, Confidence: 0.95, Violation: true},
 	}
 	var b bytes.Buffer
 	if err := WriteAuditPNG(&b, res, "test"); err != nil {

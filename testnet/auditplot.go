@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // auditBars is the lower bounds with their confidence intervals, as error bars.
@@ -62,12 +64,12 @@ func auditWidth(k int) vg.Length { return vg.Length(math.Max(520, float64(110*k)
 
 // auditPlot builds the plot of WriteAuditPNG and its legend.
 func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, error) {
-	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x < math.MaxFloat64 }
+	finite := func(x privacy.Epsilon) bool { return x.Bounded() }
 	top := 0.0
 	for _, r := range results {
-		for _, v := range []float64{r.LowerEpsilon, r.LowerEpsilonCI[1], r.UpperEpsilon} {
+		for _, v := range []privacy.Epsilon{r.LowerEpsilon, r.LowerEpsilonCI[1], r.UpperEpsilon} {
 			if finite(v) {
-				top = math.Max(top, v)
+				top = math.Max(top, float64(v))
 			}
 		}
 	}
@@ -75,11 +77,11 @@ func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, e
 		top = 1
 	}
 	top *= 1.15
-	clamp := func(v float64) float64 {
+	clamp := func(v privacy.Epsilon) float64 {
 		if !finite(v) {
 			return top
 		}
-		return math.Min(v, top)
+		return math.Min(float64(v), top)
 	}
 	var bars auditBars
 	var upper plotter.XYs

@@ -39,8 +39,8 @@ type BudgetReport struct {
 	Conversion string `json:"conversion"`
 	// Spent is each node's epsilon after its noisy updates so far (0 with none), of the
 	// budget's kind and figure; MaxSpent is the largest.
-	Spent    []float64 `json:"spent"`
-	MaxSpent float64   `json:"max_spent"`
+	Spent    []privacy.Epsilon `json:"spent"`
+	MaxSpent privacy.Epsilon   `json:"max_spent"`
 	// AllExhausted is true when every node reached its cap and the walk ended.
 	AllExhausted bool `json:"all_exhausted"`
 	// Forwards counts the hops without a noisy update. For the network kind any
@@ -48,7 +48,7 @@ type BudgetReport struct {
 	Forwards int `json:"forwards"`
 	// MaxLocal is the largest per-node local epsilon (privacy.LocalName), the figure
 	// that holds against any observer whatever the conditions of Theorem.
-	MaxLocal float64 `json:"max_local_epsilon"`
+	MaxLocal privacy.Epsilon `json:"max_local_epsilon"`
 }
 
 // ErrExhausted is returned by Sim.Step once every node has used up its budget.
@@ -83,8 +83,9 @@ func (s *Sim) Budget() *BudgetReport {
 		Kind: p.Budget.Kind, Epsilon: p.Budget.Epsilon, Delta: p.Budget.Delta,
 		Caps: append([]int(nil), s.caps...), Theorem: p.Theorem, Note: p.Note,
 		Conditions: p.Conditions, ConditionsHold: p.ConditionsHold, Conversion: privacy.Conversion,
-		Spent: make([]float64, s.N), AllExhausted: s.Exhausted(),
+		Spent: make([]privacy.Epsilon, s.N), AllExhausted: s.Exhausted(),
 	}
+	maxLocal, maxSpent := 0.0, 0.0
 	for i, k := range s.Store.Noisy {
 		if k >= s.caps[i] {
 			r.Exhausted++
@@ -92,11 +93,11 @@ func (s *Sim) Budget() *BudgetReport {
 		r.Forwards += s.Store.Entries[i] - k
 		if k > 0 {
 			loc, _ := privacy.ToDP(privacy.StepLocalCurve(s.step, k), p.Budget.Delta)
-			r.MaxLocal = math.Max(r.MaxLocal, loc)
+			maxLocal = math.Max(maxLocal, loc)
 		}
 		e := p.Epsilon(i, k)
-		r.Spent[i] = e
-		r.MaxSpent = math.Max(r.MaxSpent, e)
+		r.Spent[i] = privacy.Eps(e)
+		maxSpent = math.Max(maxSpent, e)
 		if !(e <= p.Budget.Epsilon) {
 			r.Overruns++
 		}
@@ -107,14 +108,14 @@ func (s *Sim) Budget() *BudgetReport {
 		// figure, which holds regardless, so that an exceeded budget is never reported as
 		// 0 overruns.
 		r.ConditionsHold = false
-		r.Overruns, r.MaxSpent = 0, 0
+		r.Overruns, maxSpent = 0, 0
 		for i, k := range s.Store.Noisy {
 			e := 0.0
 			if k > 0 {
 				e, _ = privacy.ToDP(privacy.StepLocalCurve(s.step, k), p.Budget.Delta)
 			}
-			r.Spent[i] = e
-			r.MaxSpent = math.Max(r.MaxSpent, e)
+			r.Spent[i] = privacy.Eps(e)
+			maxSpent = math.Max(maxSpent, e)
 			if !(e <= p.Budget.Epsilon) {
 				r.Overruns++
 			}
@@ -123,6 +124,7 @@ func (s *Sim) Budget() *BudgetReport {
 			"is a noisy update fails and the network figure the caps bound does not hold: spent and overruns are measured on "+
 			"the local figure (%s), which holds regardless. %s", r.Forwards, privacy.LocalName, r.Note)
 	}
+	r.MaxLocal, r.MaxSpent = privacy.Eps(maxLocal), privacy.Eps(maxSpent)
 	return r
 }
 

@@ -173,7 +173,7 @@ func TestBudget1000Runs(t *testing.T) {
 					localOver++
 				}
 			}
-			if math.Abs(rep.Spent[i]-want) > 1e-9*want {
+			if math.Abs(float64(rep.Spent[i])-want) > 1e-9*want {
 				t.Fatalf("run %d node %d: report %v, ledger %v", run, i, rep.Spent[i], want)
 			}
 			if s.Exhausted() && k != s.caps[i] {
@@ -229,7 +229,7 @@ func TestBudgetEndsCleanly(t *testing.T) {
 	// figure: the report measures the local one, which exceeds the budget here, and says
 	// so (never "0 overruns" while the figure that holds is over budget).
 	loc, _ := privacy.ToDP(privacy.WalkLocalCurve(1, 30, rep.Caps[0]), 1e-5)
-	if rep.Exhausted != n || !rep.AllExhausted || rep.Overruns != n || rep.MaxSpent != loc || !(loc > budget) {
+	if rep.Exhausted != n || !rep.AllExhausted || rep.Overruns != n || float64(rep.MaxSpent) != loc || !(loc > budget) {
 		t.Fatalf("report %+v, local figure %v", rep, loc)
 	}
 	// Exhausted nodes forwarded: the planned figure's every-hop-noisy condition fails

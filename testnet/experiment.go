@@ -408,6 +408,43 @@ func RunExperimentContext(ctx context.Context, o ExperimentOptions) (*Experiment
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	jobs, err := o.jobs()
+	if err != nil {
+		return nil, err
+	}
+	total := len(jobs)
+	results, errs, done := o.runJobs(ctx, jobs)
+	stopped := ctx.Err() != nil
+	for _, err := range errs {
+		if err != nil && !(stopped && errors.Is(err, ctx.Err())) {
+			return nil, err
+		}
+	}
+	res := &ExperimentResult{Options: o, Theorem: privacy.ObjPertTheorem, Runs: done, Total: total, Interrupted: stopped && done < total}
+	for k := 0; k < total; k += o.Seeds {
+		if slices.Contains(results[k:k+o.Seeds], nil) {
+			continue // interrupted before every seed of this series was done
+		}
+		j := jobs[k]
+		name := j.algo.String()
+		sr := collect(name, j.alpha, results[k:k+o.Seeds])
+		if j.algo == gossip.ADMM {
+			sr.ConditionsHold, sr.Reason = false, "no noise, no privacy"
+		}
+		res.Series = append(res.Series, sr)
+	}
+	return res, nil
+}
+
+// expJob is one run of the experiment.
+type expJob struct {
+	algo  gossip.Algo
+	alpha float64 // panel alpha; +Inf for non-private ADMM
+	seed  uint64
+}
+
+// jobs returns one job per run, series by series (the seeds of one series together).
+func (o *ExperimentOptions) jobs() ([]expJob, error) {
 	algos := make([]gossip.Algo, len(ExperimentAlgos))
 	for k, name := range ExperimentAlgos {
 		a, err := gossip.ParseAlgo(name)
@@ -416,51 +453,53 @@ func RunExperimentContext(ctx context.Context, o ExperimentOptions) (*Experiment
 		}
 		algos[k] = a
 	}
-	// One job per run; results are stored by job index, so the outcome does not depend on
-	// the number of workers or the order in which runs finish.
-	type job struct {
-		algo  gossip.Algo
-		alpha float64 // panel alpha; +Inf for non-private ADMM
-		seed  uint64
-	}
-	var jobs []job
+	var jobs []expJob
 	if !o.NoNonPriv {
 		for s := 0; s < o.Seeds; s++ {
-			jobs = append(jobs, job{gossip.ADMM, math.Inf(1), o.Seed + uint64(s)})
+			jobs = append(jobs, expJob{gossip.ADMM, math.Inf(1), o.Seed + uint64(s)})
 		}
 	}
 	for _, alpha := range o.Alphas {
 		for _, algo := range algos {
 			for s := 0; s < o.Seeds; s++ {
-				jobs = append(jobs, job{algo, alpha, o.Seed + uint64(s)})
+				jobs = append(jobs, expJob{algo, alpha, o.Seed + uint64(s)})
 			}
 		}
 	}
-	runJob := func(j job) (*expRun, error) {
-		a := j.alpha
-		if j.algo != gossip.ADMM && !j.algo.Recycled() {
-			target, _, err := o.target(j.alpha, j.seed)
-			if err != nil {
-				return nil, err
-			}
-			if a, err = o.matchedAlpha(j.algo, target, j.seed); err != nil {
-				return nil, err
-			}
-		} else if j.algo.Recycled() {
-			// Refuse a run whose guarantee does not hold (same check as for the baselines).
-			if _, _, err := o.target(j.alpha, j.seed); err != nil {
-				return nil, err
-			}
-		}
-		r, err := o.runOne(ctx, j.algo, a, j.seed)
-		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	return jobs, nil
+}
+
+// runJob runs job j, its alpha matched to R-ADMM's privacy for a baseline.
+func (o *ExperimentOptions) runJob(ctx context.Context, j expJob) (*expRun, error) {
+	a := j.alpha
+	if j.algo != gossip.ADMM && !j.algo.Recycled() {
+		target, _, err := o.target(j.alpha, j.seed)
+		if err != nil {
 			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s at alpha %g, seed %d: %w", j.algo, a, j.seed, err)
+		if a, err = o.matchedAlpha(j.algo, target, j.seed); err != nil {
+			return nil, err
 		}
-		return r, nil
+	} else if j.algo.Recycled() {
+		// Refuse a run whose guarantee does not hold (same check as for the baselines).
+		if _, _, err := o.target(j.alpha, j.seed); err != nil {
+			return nil, err
+		}
 	}
+	r, err := o.runOne(ctx, j.algo, a, j.seed)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s at alpha %g, seed %d: %w", j.algo, a, j.seed, err)
+	}
+	return r, nil
+}
+
+// runJobs runs the jobs on o.Workers goroutines and returns their results and errors by
+// job index (so the outcome does not depend on the number of workers or the order in
+// which runs finish) and the number of runs done. After an error no new job starts.
+func (o *ExperimentOptions) runJobs(ctx context.Context, jobs []expJob) ([]*expRun, []error, int) {
 	total := len(jobs)
 	results := make([]*expRun, total)
 	errs := make([]error, total)
@@ -484,7 +523,7 @@ func RunExperimentContext(ctx context.Context, o ExperimentOptions) (*Experiment
 				if k >= total || failed || ctx.Err() != nil {
 					return
 				}
-				r, err := runJob(jobs[k])
+				r, err := o.runJob(ctx, jobs[k])
 				mu.Lock()
 				results[k], errs[k] = r, err
 				if err == nil {
@@ -498,26 +537,7 @@ func RunExperimentContext(ctx context.Context, o ExperimentOptions) (*Experiment
 		}()
 	}
 	wg.Wait()
-	stopped := ctx.Err() != nil
-	for _, err := range errs {
-		if err != nil && !(stopped && errors.Is(err, ctx.Err())) {
-			return nil, err
-		}
-	}
-	res := &ExperimentResult{Options: o, Theorem: privacy.ObjPertTheorem, Runs: done, Total: total, Interrupted: stopped && done < total}
-	for k := 0; k < total; k += o.Seeds {
-		if slices.Contains(results[k:k+o.Seeds], nil) {
-			continue // interrupted before every seed of this series was done
-		}
-		j := jobs[k]
-		name := j.algo.String()
-		sr := collect(name, j.alpha, results[k:k+o.Seeds])
-		if j.algo == gossip.ADMM {
-			sr.ConditionsHold, sr.Reason = false, "no noise, no privacy"
-		}
-		res.Series = append(res.Series, sr)
-	}
-	return res, nil
+	return results, errs, done
 }
 
 // ExperimentCSVHeader is the header of WriteCSV.

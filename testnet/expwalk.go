@@ -310,167 +310,194 @@ func RunWalkExperiment(ctx context.Context, o WalkExperimentOptions) (*WalkExper
 		res.Reference = o.Problem.Objective(o.Test, w)
 		res.Zero = o.Problem.Objective(o.Test, make([]float64, o.Test.Cols))
 	}
-	total := 0
+	x := &walkExp{ctx: ctx, o: &o, shards: shards, n: n}
 	for _, m := range o.Methods {
 		tunings := 1
 		if o.TuneEach {
 			tunings = len(o.Epsilons)
 		}
-		total += tunings*len(m.grid(&o))*o.TuneSeeds + len(o.Epsilons)*o.Seeds
+		x.total += tunings*len(m.grid(&o))*o.TuneSeeds + len(o.Epsilons)*o.Seeds
 		if o.NonPrivate {
-			total += o.Seeds
+			x.total += o.Seeds
 		}
 	}
-	var (
-		mu   sync.Mutex
-		done int
-	)
-	tick := func() {
-		mu.Lock()
-		done++
-		d := done
-		mu.Unlock()
-		if o.Progress != nil {
-			o.Progress(d, total)
-		}
-	}
-	// runs executes fn(k) for k in [0, count) on o.Workers goroutines.
-	runs := func(count int, fn func(k int) error) error {
-		var (
-			wg    sync.WaitGroup
-			next  int
-			first error
-			lk    sync.Mutex
-		)
-		for w := 0; w < min(o.Workers, count); w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					lk.Lock()
-					k := next
-					next++
-					stop := first != nil
-					lk.Unlock()
-					if k >= count || stop {
-						return
-					}
-					if err := fn(k); err != nil {
-						lk.Lock()
-						if first == nil {
-							first = err
-						}
-						lk.Unlock()
-						return
-					}
-					tick()
-				}
-			}()
-		}
-		wg.Wait()
-		return first
-	}
-	sigmaFor := func(m WalkMethod, st walkSetting, eps float64) (float64, error) {
-		step := m.Step
-		if len(m.Etas) > 0 {
-			step.Eta = st.eta
-		}
-		r, err := StepRun(step, o.Problem, st.clip, 1, shards)
-		if err != nil {
-			return 0, err
-		}
-		r.Clip = st.clip
-		return calibrate(eps, func(s float64) float64 {
-			return StepEpsilon(r, o.Figure, n, o.Cap, o.Hops, s, o.Delta)
-		})
-	}
-	// tune returns m's grid point with the smallest mean training objective at eps.
-	tune := func(m WalkMethod, eps float64) (walkSetting, error) {
-		grid := m.grid(&o)
-		scores := make([]float64, len(grid)*o.TuneSeeds)
-		sigmas := make([]float64, len(grid))
-		// A grid point the step refuses (a step size above 1/nu for gradient ADMM, say) is
-		// left out of the tuning; a method with no valid point is an error.
-		invalid := make([]error, len(grid))
-		for g, st := range grid {
-			sigmas[g], invalid[g] = sigmaFor(m, st, eps)
-		}
-		err := runs(len(scores), func(k int) error {
-			g, s := k/o.TuneSeeds, k%o.TuneSeeds
-			if invalid[g] != nil {
-				scores[k] = math.Inf(1)
-				return nil
-			}
-			r, err := o.runWalkOnce(ctx, shards, m, grid[g], sigmas[g], o.Seed+1000+uint64(s))
-			if err != nil && ctx.Err() == nil {
-				invalid[g], scores[k] = err, math.Inf(1)
-				return nil
-			}
-			scores[k] = r.train
-			return err
-		})
-		if err != nil {
-			return walkSetting{}, err
-		}
-		best, bestScore := -1, math.Inf(1)
-		for g := range grid {
-			if invalid[g] != nil {
-				continue
-			}
-			mean := 0.0
-			for s := 0; s < o.TuneSeeds; s++ {
-				mean += scores[g*o.TuneSeeds+s] / float64(o.TuneSeeds)
-			}
-			if best < 0 || mean < bestScore || (math.IsNaN(bestScore) && !math.IsNaN(mean)) {
-				best, bestScore = g, mean
-			}
-		}
-		if best < 0 {
-			return walkSetting{}, fmt.Errorf("no valid point in the tuning grid: %w", invalid[0])
-		}
-		return grid[best], nil
-	}
-	epsMin := slices.Min(o.Epsilons)
 	for _, m := range o.Methods {
-		var st walkSetting
-		if !o.TuneEach {
-			if st, err = tune(m, epsMin); err != nil {
-				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-			}
-		}
-		for _, eps := range o.Epsilons {
-			if o.TuneEach {
-				if st, err = tune(m, eps); err != nil {
-					return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-				}
-			}
-			sigma, err := sigmaFor(m, st, eps)
-			if err != nil {
-				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-			}
-			out := make([]walkRunResult, o.Seeds)
-			if err := runs(o.Seeds, func(k int) error {
-				var err error
-				out[k], err = o.runWalkOnce(ctx, shards, m, st, sigma, o.Seed+uint64(k))
-				return err
-			}); err != nil {
-				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-			}
-			res.Points = append(res.Points, pointOf(m, st, eps, sigma, out))
-		}
-		if o.NonPrivate {
-			out := make([]walkRunResult, o.Seeds)
-			if err := runs(o.Seeds, func(k int) error {
-				var err error
-				out[k], err = o.runWalkOnce(ctx, shards, m, st, 0, o.Seed+uint64(k))
-				return err
-			}); err != nil {
-				return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
-			}
-			res.NonPrivate[m.Name] = pointOf(m, st, 0, 0, out).Mean
+		if err := x.method(m, res); err != nil {
+			return nil, fmt.Errorf("testnet: %s: %w", m.Name, err)
 		}
 	}
 	return res, nil
+}
+
+// walkExp runs the walk experiment's runs on o.Workers goroutines and counts them.
+type walkExp struct {
+	ctx    context.Context
+	o      *WalkExperimentOptions
+	shards []*consensus.Dataset
+	n      int
+	total  int // runs of the whole experiment
+	mu     sync.Mutex
+	done   int // runs done
+}
+
+// tick counts one run done and reports progress.
+func (x *walkExp) tick() {
+	x.mu.Lock()
+	x.done++
+	d := x.done
+	x.mu.Unlock()
+	if x.o.Progress != nil {
+		x.o.Progress(d, x.total)
+	}
+}
+
+// runs executes fn(k) for k in [0, count) on o.Workers goroutines; after an error no new
+// k starts, and the first error is returned.
+func (x *walkExp) runs(count int, fn func(k int) error) error {
+	var (
+		wg    sync.WaitGroup
+		next  int
+		first error
+		lk    sync.Mutex
+	)
+	for w := 0; w < min(x.o.Workers, count); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lk.Lock()
+				k := next
+				next++
+				stop := first != nil
+				lk.Unlock()
+				if k >= count || stop {
+					return
+				}
+				if err := fn(k); err != nil {
+					lk.Lock()
+					if first == nil {
+						first = err
+					}
+					lk.Unlock()
+					return
+				}
+				x.tick()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// sigmaFor returns the noise that gives m at setting st the figure eps.
+func (x *walkExp) sigmaFor(m WalkMethod, st walkSetting, eps float64) (float64, error) {
+	o := x.o
+	step := m.Step
+	if len(m.Etas) > 0 {
+		step.Eta = st.eta
+	}
+	r, err := StepRun(step, o.Problem, st.clip, 1, x.shards)
+	if err != nil {
+		return 0, err
+	}
+	r.Clip = st.clip
+	return calibrate(eps, func(s float64) float64 {
+		return StepEpsilon(r, o.Figure, x.n, o.Cap, o.Hops, s, o.Delta)
+	})
+}
+
+// tune returns m's grid point with the smallest mean training objective at eps.
+func (x *walkExp) tune(m WalkMethod, eps float64) (walkSetting, error) {
+	o := x.o
+	grid := m.grid(o)
+	scores := make([]float64, len(grid)*o.TuneSeeds)
+	sigmas := make([]float64, len(grid))
+	// A grid point the step refuses (a step size above 1/nu for gradient ADMM, say) is
+	// left out of the tuning; a method with no valid point is an error.
+	invalid := make([]error, len(grid))
+	for g, st := range grid {
+		sigmas[g], invalid[g] = x.sigmaFor(m, st, eps)
+	}
+	err := x.runs(len(scores), func(k int) error {
+		g, s := k/o.TuneSeeds, k%o.TuneSeeds
+		if invalid[g] != nil {
+			scores[k] = math.Inf(1)
+			return nil
+		}
+		r, err := o.runWalkOnce(x.ctx, x.shards, m, grid[g], sigmas[g], o.Seed+1000+uint64(s))
+		if err != nil && x.ctx.Err() == nil {
+			invalid[g], scores[k] = err, math.Inf(1)
+			return nil
+		}
+		scores[k] = r.train
+		return err
+	})
+	if err != nil {
+		return walkSetting{}, err
+	}
+	best, bestScore := -1, math.Inf(1)
+	for g := range grid {
+		if invalid[g] != nil {
+			continue
+		}
+		mean := 0.0
+		for s := 0; s < o.TuneSeeds; s++ {
+			mean += scores[g*o.TuneSeeds+s] / float64(o.TuneSeeds)
+		}
+		if best < 0 || mean < bestScore || (math.IsNaN(bestScore) && !math.IsNaN(mean)) {
+			best, bestScore = g, mean
+		}
+	}
+	if best < 0 {
+		return walkSetting{}, fmt.Errorf("no valid point in the tuning grid: %w", invalid[0])
+	}
+	return grid[best], nil
+}
+
+// method tunes and runs method m at every epsilon (and without noise with NonPrivate)
+// and adds its points to res.
+func (x *walkExp) method(m WalkMethod, res *WalkExperimentResult) error {
+	o := x.o
+	var st walkSetting
+	var err error
+	if !o.TuneEach {
+		if st, err = x.tune(m, slices.Min(o.Epsilons)); err != nil {
+			return err
+		}
+	}
+	seeds := func(sigma float64) ([]walkRunResult, error) {
+		out := make([]walkRunResult, o.Seeds)
+		err := x.runs(o.Seeds, func(k int) error {
+			var err error
+			out[k], err = o.runWalkOnce(x.ctx, x.shards, m, st, sigma, o.Seed+uint64(k))
+			return err
+		})
+		return out, err
+	}
+	for _, eps := range o.Epsilons {
+		if o.TuneEach {
+			if st, err = x.tune(m, eps); err != nil {
+				return err
+			}
+		}
+		sigma, err := x.sigmaFor(m, st, eps)
+		if err != nil {
+			return err
+		}
+		out, err := seeds(sigma)
+		if err != nil {
+			return err
+		}
+		res.Points = append(res.Points, pointOf(m, st, eps, sigma, out))
+	}
+	if o.NonPrivate {
+		out, err := seeds(0)
+		if err != nil {
+			return err
+		}
+		res.NonPrivate[m.Name] = pointOf(m, st, 0, 0, out).Mean
+	}
+	return nil
 }
 
 func pointOf(m WalkMethod, st walkSetting, eps, sigma float64, out []walkRunResult) WalkExperimentPoint {

@@ -85,18 +85,19 @@ type GossipReport struct {
 
 // GossipPrivacy is the pure-DP figure of a gossip run.
 type GossipPrivacy struct {
-	// Epsilon is the network guarantee max_i beta_i, or MaxFloat64 when the conditions fail.
-	Epsilon        float64   `json:"epsilon"`
-	Formula        float64   `json:"formula_epsilon"` // formula value regardless of the conditions
-	Exact          float64   `json:"exact_epsilon"`   // tighter un-relaxed form (54)+(56)
-	WorstNode      int       `json:"worst_node"`
-	PerNode        []float64 `json:"per_node_epsilon"` // guarantees (MaxFloat64 when failing)
-	PerNodeFormula []float64 `json:"per_node_formula"`
-	LedgerEpsilon  []float64 `json:"ledger_epsilon"` // recomputed from each node's ledger
-	Theorem        string    `json:"theorem"`
-	Conditions     string    `json:"conditions"`
-	ConditionsHold bool      `json:"conditions_hold"`
-	Reason         string    `json:"reason,omitempty"`
+	// Epsilon is the network guarantee max_i beta_i, or unbounded (JSON null) when the
+	// conditions fail.
+	Epsilon        privacy.Epsilon   `json:"epsilon"`
+	Formula        privacy.Epsilon   `json:"formula_epsilon"` // formula value regardless of the conditions
+	Exact          privacy.Epsilon   `json:"exact_epsilon"`   // tighter un-relaxed form (54)+(56)
+	WorstNode      int               `json:"worst_node"`
+	PerNode        []privacy.Epsilon `json:"per_node_epsilon"` // guarantees (unbounded when failing)
+	PerNodeFormula []privacy.Epsilon `json:"per_node_formula"`
+	LedgerEpsilon  []privacy.Epsilon `json:"ledger_epsilon"` // recomputed from each node's ledger
+	Theorem        string            `json:"theorem"`
+	Conditions     string            `json:"conditions"`
+	ConditionsHold bool              `json:"conditions_hold"`
+	Reason         string            `json:"reason,omitempty"`
 	// RDP is the same ledger seen through the RDP accountant that the walk uses: each
 	// pure eps-DP release becomes the curve min(eps, alpha eps^2/2) (Bun-Steinke 2016,
 	// Prop. 3.3), composed per node and converted to (epsilon, delta) at Delta, or the
@@ -107,12 +108,12 @@ type GossipPrivacy struct {
 
 // GossipRDP is the (epsilon, delta) figure of a gossip run from the RDP accountant.
 type GossipRDP struct {
-	Delta      float64   `json:"delta"`
-	Epsilon    float64   `json:"epsilon"` // max over nodes; MaxFloat64 when the conditions fail
-	Order      float64   `json:"order"`
-	PerNode    []float64 `json:"per_node_epsilon"`
-	Conversion string    `json:"conversion"`
-	Theorem    string    `json:"theorem"`
+	Delta      float64           `json:"delta"`
+	Epsilon    privacy.Epsilon   `json:"epsilon"` // max over nodes; unbounded when the conditions fail
+	Order      float64           `json:"order"`
+	PerNode    []privacy.Epsilon `json:"per_node_epsilon"`
+	Conversion string            `json:"conversion"`
+	Theorem    string            `json:"theorem"`
 }
 
 // GossipSim holds the machines of one gossip run, driven in one goroutine.
@@ -563,22 +564,23 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
 	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
 	gp := GossipPrivacy{
-		Formula: jsonNum(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
-		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: jsonNum(fig.Guarantee()),
+		Formula: privacy.Eps(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
+		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: privacy.Eps(fig.Guarantee()),
 	}
+	exact := 0.0
 	for i, f := range fig.PerNode {
-		gp.PerNode = append(gp.PerNode, jsonNum(f.Guarantee()))
-		gp.PerNodeFormula = append(gp.PerNodeFormula, jsonNum(f.Epsilon))
-		gp.Exact = math.Max(gp.Exact, f.Exact)
+		gp.PerNode = append(gp.PerNode, privacy.Eps(f.Guarantee()))
+		gp.PerNodeFormula = append(gp.PerNodeFormula, privacy.Eps(f.Epsilon))
+		exact = math.Max(exact, f.Exact)
 		s := 0.0
 		for _, e := range out.Ledgers[i] {
 			if e.Mechanism == privacy.MechPure {
 				s += e.Epsilon
 			}
 		}
-		gp.LedgerEpsilon = append(gp.LedgerEpsilon, jsonNum(s))
+		gp.LedgerEpsilon = append(gp.LedgerEpsilon, privacy.Eps(s))
 	}
-	gp.Exact = jsonNum(gp.Exact)
+	gp.Exact = privacy.Eps(exact)
 	delta := o.Delta
 	if delta == 0 {
 		delta = 1e-5
@@ -587,6 +589,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		Delta: delta, Conversion: privacy.Conversion,
 		Theorem: "per-release pure eps-DP (Theorem V.1) as RDP min(eps, alpha eps^2/2) (Bun-Steinke 2016, Prop. 3.3), composed over the node's ledger",
 	}
+	worst := 0.0
 	for i := range fig.PerNode {
 		e, ord := math.Inf(1), 0.0
 		if fig.ConditionsHold {
@@ -596,12 +599,12 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 				e, ord = p, 0
 			}
 		}
-		gp.RDP.PerNode = append(gp.RDP.PerNode, jsonNum(e))
-		if i == 0 || e > gp.RDP.Epsilon {
-			gp.RDP.Epsilon, gp.RDP.Order = e, ord
+		gp.RDP.PerNode = append(gp.RDP.PerNode, privacy.Eps(e))
+		if i == 0 || e > worst {
+			worst, gp.RDP.Order = e, ord
 		}
 	}
-	gp.RDP.Epsilon = jsonNum(gp.RDP.Epsilon)
+	gp.RDP.Epsilon = privacy.Eps(worst)
 	updates := make([]int, n)
 	for i := range updates {
 		updates[i] = K

@@ -65,7 +65,7 @@ func TestGossipConvergence(t *testing.T) {
 		if !(math.Abs(r.Gap) < 1e-8) || !(r.MaxDeviation < 1e-6) {
 			t.Errorf("%s on %s: gap %.3g, deviation %.3g", c.algo, c.graph, r.Gap, r.MaxDeviation)
 		}
-		if r.Algo != c.algo || r.Iters != c.iters || r.Gossip.ConditionsHold || r.Gossip.Epsilon != math.MaxFloat64 ||
+		if r.Algo != c.algo || r.Iters != c.iters || r.Gossip.ConditionsHold || r.Gossip.Epsilon.Bounded() ||
 			!strings.Contains(r.Gossip.Reason, "no noise") || r.Privacy.Local.ConditionsHold {
 			t.Errorf("%s: non-private run must refuse a guarantee: %+v", c.algo, r.Gossip)
 		}
@@ -110,12 +110,12 @@ func TestGossipPrivateFigures(t *testing.T) {
 					s += 2 * w * (1.4*0.25/(rr+2*eta*float64(V)) + 1)
 				}
 			}
-			if math.Abs(r.Gossip.PerNode[i]-s) > 1e-9*s || math.Abs(r.Gossip.LedgerEpsilon[i]-s) > 1e-9*s {
+			if math.Abs(float64(r.Gossip.PerNode[i])-s) > 1e-9*s || math.Abs(float64(r.Gossip.LedgerEpsilon[i])-s) > 1e-9*s {
 				t.Errorf("%s node %d: epsilon %v ledger %v, want %v", algo, i, r.Gossip.PerNode[i], r.Gossip.LedgerEpsilon[i], s)
 			}
 			want = math.Max(want, s)
 		}
-		if math.Abs(r.Gossip.Epsilon-want) > 1e-9*want || r.Privacy.Local.Epsilon != r.Gossip.Epsilon {
+		if math.Abs(float64(r.Gossip.Epsilon)-want) > 1e-9*want || r.Privacy.Local.Epsilon != r.Gossip.Epsilon {
 			t.Errorf("%s: network epsilon %v, want %v", algo, r.Gossip.Epsilon, want)
 		}
 		lines := strings.Split(strings.TrimSpace(curve.String()), "\n")
@@ -167,8 +167,8 @@ func TestGossipPreconditionsReported(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if r.Gossip.ConditionsHold || r.Gossip.Epsilon != math.MaxFloat64 || !strings.Contains(r.Gossip.Reason, c.want) ||
-			r.Privacy.Local.ConditionsHold || r.Privacy.Local.Epsilon != math.MaxFloat64 {
+		if r.Gossip.ConditionsHold || r.Gossip.Epsilon.Bounded() || !strings.Contains(r.Gossip.Reason, c.want) ||
+			r.Privacy.Local.ConditionsHold || r.Privacy.Local.Epsilon.Bounded() {
 			t.Errorf("%s: hold=%v eps=%v reason=%q", c.name, r.Gossip.ConditionsHold, r.Gossip.Epsilon, r.Gossip.Reason)
 		}
 		if !(r.Gossip.Formula > 0) {
@@ -311,7 +311,7 @@ func TestGossipNodeSchedules(t *testing.T) {
 			eta := math.Min(base[i]*math.Pow(q[i], float64(k)), 0.1)
 			s += 2 * w * (1.4*0.25/(rr+2*eta*float64(V)) + 1)
 		}
-		if math.Abs(r.Gossip.PerNode[i]-s) > 1e-12*s || math.Abs(r.Gossip.LedgerEpsilon[i]-s) > 1e-12*s {
+		if math.Abs(float64(r.Gossip.PerNode[i])-s) > 1e-12*s || math.Abs(float64(r.Gossip.LedgerEpsilon[i])-s) > 1e-12*s {
 			t.Errorf("node %d: epsilon %v ledger %v, want %v", i, r.Gossip.PerNode[i], r.Gossip.LedgerEpsilon[i], s)
 		}
 	}
@@ -342,23 +342,23 @@ func TestGossipRDPFigure(t *testing.T) {
 		// node i is charged the same eps (constant alpha and penalty), so the curve is
 		// K * min(eps1, alpha eps1^2/2).
 		k := float64(r.Privacy.Updates[i])
-		eps1 := g.PerNode[i] / k
+		eps1 := float64(g.PerNode[i]) / k
 		best := math.Inf(1)
 		for _, a := range privacy.Orders {
 			rdp := k * math.Min(eps1, a*eps1*eps1/2)
 			v := rdp + math.Log((a-1)/a) - (math.Log(1e-6)+math.Log(a))/(a-1)
 			best = math.Min(best, v)
 		}
-		best = math.Min(best, g.PerNode[i])
-		if math.Abs(e-best) > 1e-9*best {
+		best = math.Min(best, float64(g.PerNode[i]))
+		if math.Abs(float64(e)-best) > 1e-9*best {
 			t.Fatalf("node %d: rdp epsilon %v, independent %v", i, e, best)
 		}
 		if e > g.PerNode[i]*(1+1e-12) {
 			t.Fatalf("node %d: rdp epsilon %v above the pure sum %v", i, e, g.PerNode[i])
 		}
-		mx = math.Max(mx, e)
+		mx = math.Max(mx, float64(e))
 	}
-	if g.RDP.Epsilon != mx {
+	if float64(g.RDP.Epsilon) != mx {
 		t.Fatalf("network rdp epsilon %v, max %v", g.RDP.Epsilon, mx)
 	}
 	o.Alpha = math.Inf(1)
@@ -367,7 +367,7 @@ func TestGossipRDPFigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Gossip.ConditionsHold || r.Gossip.RDP.Epsilon != math.MaxFloat64 {
+	if r.Gossip.ConditionsHold || r.Gossip.RDP.Epsilon.Bounded() {
 		t.Fatalf("no noise must give no rdp guarantee: %+v", r.Gossip.RDP)
 	}
 }

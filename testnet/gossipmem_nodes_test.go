@@ -57,7 +57,7 @@ func TestGossipNodesStaticEtaFileMatchesSim(t *testing.T) {
 				}
 			}
 		}
-		if m.Privacy.Ledger != want || !m.Privacy.ConditionsHold {
+		if float64(m.Privacy.Ledger) != want || !m.Privacy.ConditionsHold {
 			t.Fatalf("node %d: ledger epsilon %v, simulator %v (%+v)", i, m.Privacy.Ledger, want, m.Privacy)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 
 // readLedgerFile reads the ledger of a node data directory. A missing file is an empty
 // ledger. A last line without its newline (a process killed in the middle of the write,
-// before it could send the release the entry covers) is left out.
+// before it could send the release the entry covers) is left out. The checksums and the
+// chain links are checked as a node checks them on start (node.ReadLedgerChain).
 func readLedgerFile(dir string) ([]privacy.Entry, error) {
 	b, err := os.ReadFile(filepath.Join(dir, node.LedgerFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -28,7 +29,8 @@ func readLedgerFile(dir string) ([]privacy.Entry, error) {
 	if k := bytes.LastIndexByte(b, '\n'); k+1 < len(b) {
 		b = b[:k+1]
 	}
-	return privacy.ParseLedger(bytes.NewReader(b))
+	es, _, _, err := node.ReadLedgerChain(b)
+	return es, err
 }
 
 // partialWalk is the state a walk over real hosts had reached when it was stopped, read

@@ -3,11 +3,13 @@ package testnet
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -28,8 +30,11 @@ func LedgerFileName(i int) string { return fmt.Sprintf("node-%d.ledger", i) }
 // the open/close of each file, small enough to stay in cache.
 const DefaultLedgerBuffer = 4 << 20
 
-// FileLedger writes each node's ledger entries (privacy.Entry.MarshalLine, one line per
-// hop the node handled, forwards included) to <dir>/node-<i>.ledger.
+// FileLedger writes each node's ledger entries (one line per hop the node handled,
+// forwards included) to <dir>/node-<i>.ledger. The lines are those of a node's own
+// ledger: encoded by node.LedgerChain (CRC-checked JSON, sequence numbers from 1, each
+// line after the first carrying the hash of the one before), so a ledger file reads and
+// verifies the same whichever driver wrote it (ReadLedgerDir, node.ReadLedgerChain).
 //
 // Durability: the simulator is the only writer and runs in one goroutine, so entries are
 // buffered in memory per node and written out in batches: when the buffered bytes reach
@@ -42,10 +47,11 @@ const DefaultLedgerBuffer = 4 << 20
 type FileLedger struct {
 	dir     string
 	limit   int
-	buf     [][]byte // pending lines per node
-	dirty   []int    // nodes with pending lines, in first-append order
-	written []bool   // files written since the last sync
-	created []bool   // files created (at their first write)
+	chain   []node.LedgerChain // numbering and chain hash of each node's file
+	buf     [][]byte           // pending lines per node
+	dirty   []int              // nodes with pending lines, in first-append order
+	written []bool             // files written since the last sync
+	created []bool             // files created (at their first write)
 	pending int
 	closed  bool
 }
@@ -72,7 +78,7 @@ func NewFileLedger(dir string, nodes int) (*FileLedger, error) {
 			return nil, fmt.Errorf("testnet: ledger directory %s already holds %s (use an empty directory per run)", dir, name)
 		}
 	}
-	return &FileLedger{dir: dir, limit: DefaultLedgerBuffer, buf: make([][]byte, nodes),
+	return &FileLedger{dir: dir, limit: DefaultLedgerBuffer, chain: make([]node.LedgerChain, nodes), buf: make([][]byte, nodes),
 		written: make([]bool, nodes), created: make([]bool, nodes)}, nil
 }
 
@@ -91,15 +97,16 @@ func (l *FileLedger) Append(i int, e *privacy.Entry) error {
 	if i < 0 || i >= len(l.buf) {
 		return fmt.Errorf("testnet: ledger: node %d outside [0,%d)", i, len(l.buf))
 	}
-	line, err := e.MarshalLineChecked()
+	n := len(l.buf[i])
+	b, err := l.chain[i].Append(l.buf[i], *e)
 	if err != nil {
 		return fmt.Errorf("testnet: ledger node %d: %w", i, err)
 	}
-	if len(l.buf[i]) == 0 {
+	if n == 0 {
 		l.dirty = append(l.dirty, i)
 	}
-	l.buf[i] = append(l.buf[i], line...)
-	l.pending += len(line)
+	l.buf[i] = b
+	l.pending += len(b) - n
 	if l.pending >= l.limit {
 		return l.flush()
 	}
@@ -222,9 +229,10 @@ func (l *MemLedger) Append(i int, e *privacy.Entry) error {
 // Close does nothing: memory needs no sync.
 func (l *MemLedger) Close() error { return nil }
 
-// ReadLedgerDir parses the ledger files of nodes 0..n-1 in dir (privacy.ParseLedger).
-// A missing file is an empty ledger (FileLedger creates a node's file at its first
-// entry); a corrupt one is an error naming it.
+// ReadLedgerDir parses and verifies the ledger files of nodes 0..n-1 in dir
+// (node.ReadLedgerChain: checksums and chain links). A missing file is an empty ledger
+// (FileLedger creates a node's file at its first entry); a corrupt, truncated or
+// re-chained one is an error naming it.
 func ReadLedgerDir(dir string, n int) ([][]privacy.Entry, error) {
 	out := make([][]privacy.Entry, n)
 	for i := range out {
@@ -236,8 +244,12 @@ func ReadLedgerDir(dir string, n int) ([][]privacy.Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("testnet: ledger: %w", err)
 		}
-		es, err := privacy.ParseLedger(f)
+		b, err := io.ReadAll(f)
 		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("testnet: ledger: %w", err)
+		}
+		es, _, _, err := node.ReadLedgerChain(b)
 		if err != nil {
 			return nil, fmt.Errorf("testnet: %s: %w", p, err)
 		}

@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -121,7 +123,7 @@ func TestLedgerRecomputedEqualsLive(t *testing.T) {
 		if math.Abs(recomputed-live) > 1e-12*live || math.IsInf(live, 0) {
 			t.Errorf("node %d (K=%d): recomputed epsilon %v, live %v", i, k, recomputed, live)
 		}
-		if k > 0 && math.Abs(rep.Spent[i]-live) > 1e-12*live {
+		if k > 0 && math.Abs(float64(rep.Spent[i])-live) > 1e-12*live {
 			t.Errorf("node %d: report spent %v, live %v", i, rep.Spent[i], live)
 		}
 		if live > 30 {
@@ -287,6 +289,59 @@ func TestLedgerErrors(t *testing.T) {
 	}
 	if err := s.Step(); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("step after close: %v", err)
+	}
+}
+
+// TestLedgerFilesAreNodeLedgers: the simulator's ledger files are byte for byte the
+// ledger a node's Store writes for the same entries (one writer, one format, one chain),
+// and a file with a line removed is refused by ReadLedgerDir as a node refuses it.
+func TestLedgerFilesAreNodeLedgers(t *testing.T) {
+	const n = 4
+	dir := filepath.Join(t.TempDir(), "ledger")
+	mem := NewMemLedger(n)
+	for _, c := range []func(c *SimConfig){
+		func(c *SimConfig) { c.LedgerDir, c.MaxUpdates = dir, 5 },
+		func(c *SimConfig) { c.Ledger, c.MaxUpdates = mem, 5 },
+	} {
+		s := smallSim(t, n, 2, 9, c)
+		if err := s.RunHops(60, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		st, err := node.OpenStore(filepath.Join(t.TempDir(), "node"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.NoSync = true
+		if err := st.AppendLedger(mem.Entries[i]); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		want, err := os.ReadFile(filepath.Join(st.Dir, node.LedgerFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, LedgerFileName(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mem.Entries[i]) < 3 || !bytes.Equal(got, want) {
+			t.Fatalf("node %d (%d entries): simulator file differs from the node store's ledger:\n%s\nstore:\n%s", i, len(mem.Entries[i]), got, want)
+		}
+		if i == 1 {
+			lines := bytes.SplitAfter(got, []byte("\n"))
+			cut := bytes.Join(append(lines[:1:1], lines[2:]...), nil)
+			if err := os.WriteFile(filepath.Join(dir, LedgerFileName(i)), cut, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := ReadLedgerDir(dir, n); err == nil || !strings.Contains(err.Error(), "node-1.ledger") || !strings.Contains(err.Error(), "does not chain") {
+		t.Fatalf("ledger file with a line removed: %v", err)
 	}
 }
 

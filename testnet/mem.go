@@ -126,33 +126,9 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	total := 0
-	for i, s := range cfg.Shards {
-		if s.Rows < 1 {
-			return nil, fmt.Errorf("testnet: mem: node %d has no rows", i)
-		}
-		total += s.Rows
-	}
-	ids := make([]peer.ID, n)
-	dirs := make([]string, n)
-	for i := range ids {
-		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		id, err := node.DataDirPeerID(dirs[i])
-		if err != nil {
-			return nil, err
-		}
-		ids[i] = id
-	}
-	holder := NodeRand(cfg.Seed, -1).IntN(n)
-	withhold := make([]bool, n)
-	for _, w := range cfg.Withhold {
-		switch {
-		case w < 0 || w >= n:
-			return nil, fmt.Errorf("testnet: mem: withholding node %d outside [0, %d)", w, n)
-		case w == holder:
-			return nil, fmt.Errorf("testnet: mem: node %d is the initial holder and cannot withhold acks", w)
-		}
-		withhold[w] = true
+	mm, err := cfg.members(dir)
+	if err != nil {
+		return nil, err
 	}
 	hosts, err := newMemHosts(cfg.Transport)
 	if err != nil {
@@ -162,10 +138,6 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		hosts.idle = cfg.mockIdle
 	}
 	defer hosts.Close() // after the nodes (deferred below, run first)
-	beat := cfg.Heartbeat
-	if beat == 0 && n > 64 {
-		beat = -1
-	}
 	nodes := make([]*node.Node, n)
 	defer func() {
 		for _, nd := range nodes {
@@ -174,19 +146,90 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 			}
 		}
 	}()
+	if err := cfg.startNodes(ctx, hosts, mm, nodes); err != nil {
+		return nil, err
+	}
+	res, models, errs := cfg.runNodes(ctx, hosts, nodes, mm)
+	if ctx.Err() != nil && slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		pw, err := readPartialWalk(mm.dirs, res.Peers)
+		if err != nil {
+			return nil, fmt.Errorf("testnet: mem: interrupted: %w", err)
+		}
+		res.Interrupted, res.Hops, res.Model, res.Ledger = true, pw.hops, pw.z, pw.entries
+		res.Path, res.Redirects, res.Views, res.Updates = pw.path.Path, pw.path.Redirects, pw.path.Views, pw.path.Updates
+		return res, nil
+	}
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("testnet: mem: node %d: %w", i, err)
+		}
+	}
+	if err := cfg.collect(res, nodes, models); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// memMembers is the fixed membership of a run over in-process hosts.
+type memMembers struct {
+	ids      []peer.ID
+	dirs     []string // data directories, by node
+	holder   int      // the initial holder
+	withhold []bool   // nodes that withhold their acks
+	total    int      // rows of all shards
+}
+
+// members derives the nodes' identities and data directories under dir.
+func (cfg *MemConfig) members(dir string) (*memMembers, error) {
+	n := len(cfg.Shards)
+	m := &memMembers{ids: make([]peer.ID, n), dirs: make([]string, n), holder: node.SeededHolder(cfg.Seed, n), withhold: make([]bool, n)}
+	for i, s := range cfg.Shards {
+		if s.Rows < 1 {
+			return nil, fmt.Errorf("testnet: mem: node %d has no rows", i)
+		}
+		m.total += s.Rows
+	}
+	for i := range m.ids {
+		m.dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		id, err := node.DataDirPeerID(m.dirs[i])
+		if err != nil {
+			return nil, err
+		}
+		m.ids[i] = id
+	}
+	for _, w := range cfg.Withhold {
+		switch {
+		case w < 0 || w >= n:
+			return nil, fmt.Errorf("testnet: mem: withholding node %d outside [0, %d)", w, n)
+		case w == m.holder:
+			return nil, fmt.Errorf("testnet: mem: node %d is the initial holder and cannot withhold acks", w)
+		}
+		m.withhold[w] = true
+	}
+	return m, nil
+}
+
+// startNodes creates the nodes (into nodes, closed by the caller) on hosts and connects
+// each to its next Degree nodes.
+func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMembers, nodes []*node.Node) error {
+	n := len(nodes)
+	beat := cfg.Heartbeat
+	if beat == 0 && n > 64 {
+		beat = -1
+	}
 	for i, sh := range cfg.Shards {
 		c := node.Config{
-			Run: cfg.Run, DataDir: dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
+			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
 			Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
-			Members: ids, Holder: holder, Weight: float64(n) * float64(sh.Rows) / float64(total),
-			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return NodeSources(cfg.Seed, i) },
+			Members: m.ids, Holder: m.holder, Weight: float64(n) * float64(sh.Rows) / float64(m.total),
+			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) },
 			AllowSeededNoise: true, Insecure: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
-			AckTimeout: cfg.AckTimeout, WithholdAcks: withhold[i], Heartbeat: beat,
+			AckTimeout: cfg.AckTimeout, WithholdAcks: m.withhold[i], Heartbeat: beat,
 			Logger: cfg.Logger.With().Int("node", i).Logger(),
 		}
 		nd, err := node.New(ctx, c)
 		if err != nil {
-			return nil, fmt.Errorf("testnet: mem: node %d: %w", i, err)
+			return fmt.Errorf("testnet: mem: node %d: %w", i, err)
 		}
 		nodes[i] = nd
 	}
@@ -206,10 +249,17 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		for k := 1; k <= deg && k < n; k++ {
 			b := nodes[(i+k)%n]
 			if err := a.Host.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Host.Addrs()}); err != nil {
-				return nil, fmt.Errorf("testnet: mem: connect %d->%d: %w", i, (i+k)%n, err)
+				return fmt.Errorf("testnet: mem: connect %d->%d: %w", i, (i+k)%n, err)
 			}
 		}
 	}
+	return nil
+}
+
+// runNodes runs every node to its end and returns the result's measurements with each
+// node's model and error.
+func (cfg *MemConfig) runNodes(ctx context.Context, hosts *memHosts, nodes []*node.Node, m *memMembers) (*MemResult, []*node.Model, []error) {
+	n := len(nodes)
 	start := time.Now()
 	models := make([]*node.Model, n)
 	errs := make([]error, n)
@@ -238,62 +288,43 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		cfg.atEnd()
 	}
 	res.Trimmed = int(hosts.closed.Load())
-	for i := range ids {
-		res.Peers[i] = ids[i].String()
+	for i := range m.ids {
+		res.Peers[i] = m.ids[i].String()
 	}
-	if ctx.Err() != nil && slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
-		pw, err := readPartialWalk(dirs, res.Peers)
-		if err != nil {
-			return nil, fmt.Errorf("testnet: mem: interrupted: %w", err)
-		}
-		res.Interrupted, res.Hops, res.Model, res.Ledger = true, pw.hops, pw.z, pw.entries
-		res.Path, res.Redirects, res.Views, res.Updates = pw.path.Path, pw.path.Redirects, pw.path.Views, pw.path.Updates
-		return res, nil
-	}
-	for i, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("testnet: mem: node %d: %w", i, err)
-		}
-	}
-	ledgers := make([][]privacy.Entry, n)
+	return res, models, errs
+}
+
+// collect checks the nodes' models and ledgers and fills res with the path they give.
+func (cfg *MemConfig) collect(res *MemResult, nodes []*node.Node, models []*node.Model) error {
+	ledgers := make([][]privacy.Entry, len(nodes))
 	for i, m := range models {
 		res.Ledger[i] = nodes[i].Store().Entries()
 		res.Updates[i] = m.Privacy.Updates
 		res.Models = append(res.Models, *m)
 		if !sameBits(m.Model, models[0].Model) {
-			return nil, fmt.Errorf("testnet: mem: node %d ended with a different model", i)
+			return fmt.Errorf("testnet: mem: node %d ended with a different model", i)
 		}
 		es, err := nodes[i].Store().Ledger()
 		if err != nil {
-			return nil, fmt.Errorf("testnet: mem: node %d: ledger: %w", i, err)
+			return fmt.Errorf("testnet: mem: node %d: ledger: %w", i, err)
 		}
 		ledgers[i] = es
 	}
 	lp, err := LedgerPath(ledgers, res.Peers, cfg.Hops, models[0].ReleasedBy)
 	if err != nil {
-		return nil, fmt.Errorf("testnet: mem: %w", err)
+		return fmt.Errorf("testnet: mem: %w", err)
 	}
 	if lp.Repeats > 0 {
-		return nil, fmt.Errorf("testnet: mem: invariant: %d repeated ledger entries in a run without crashes", lp.Repeats)
+		return fmt.Errorf("testnet: mem: invariant: %d repeated ledger entries in a run without crashes", lp.Repeats)
 	}
 	for i, u := range lp.Updates {
 		if u != res.Updates[i] {
-			return nil, fmt.Errorf("testnet: mem: node %d: %d noisy updates in its ledger, %d in its checkpoint", i, u, res.Updates[i])
+			return fmt.Errorf("testnet: mem: node %d: %d noisy updates in its ledger, %d in its checkpoint", i, u, res.Updates[i])
 		}
 	}
 	res.Path, res.Redirects, res.Views = lp.Path, lp.Redirects, lp.Views
 	res.Model = models[0].Model
-	return res, nil
-}
-
-// NodeSources returns node i's next-hop and noise generators for a run seed: the
-// sources of NodeRand and NodeNoise as PCG generators whose state can be checkpointed
-// (node.Config.Sources). rand.New(hop) draws as NodeRand(seed, i) and
-// privacy.NewNoiseFromRand(rand.New(noise)) as NodeNoise(seed, i).
-func NodeSources(seed uint64, i int) (hop, noise *rand.PCG) {
-	s := mix(seed, i, 3)
-	// privacy.NewSeededNoise(s) is PCG(s, s^0x9e3779b97f4a7c15); TestNodeSources checks it.
-	return rand.NewPCG(mix(seed, i, 1), mix(seed, i, 2)), rand.NewPCG(s, s^0x9e3779b97f4a7c15)
+	return nil
 }
 
 // sameBits reports whether a and b are equal bit for bit.

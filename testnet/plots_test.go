@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot"
+
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // pngOf decodes a PNG written by a plot function and checks that it has the size of a
@@ -146,9 +148,9 @@ func TestPlotsRenderPNG(t *testing.T) {
 	})
 	t.Run("audit", func(t *testing.T) {
 		res := []AuditResult{
-			{Observer: "local", Test: AuditProjection, LowerEpsilon: 0.3, LowerEpsilonCI: [2]float64{0.2, 0.9}, UpperEpsilon: 1.7, Confidence: 0.95},
-			{Observer: "pairwise", Test: AuditResidue, LowerEpsilon: 0.1, LowerEpsilonCI: [2]float64{0, 0.4}, UpperEpsilon: 0.7, Confidence: 0.95},
-			{Observer: "final", Test: AuditResidue, LowerEpsilon: 0, LowerEpsilonCI: [2]float64{0, math.MaxFloat64}, UpperEpsilon: math.MaxFloat64, Confidence: 0.95, Violation: true},
+			{Observer: "local", Test: AuditProjection, LowerEpsilon: 0.3, LowerEpsilonCI: [2]privacy.Epsilon{0.2, 0.9}, UpperEpsilon: 1.7, Confidence: 0.95},
+			{Observer: "pairwise", Test: AuditResidue, LowerEpsilon: 0.1, LowerEpsilonCI: [2]privacy.Epsilon{0, 0.4}, UpperEpsilon: 0.7, Confidence: 0.95},
+			{Observer: "final", Test: AuditResidue, LowerEpsilon: 0, LowerEpsilonCI: [2]privacy.Epsilon{0, privacy.Unbounded}, UpperEpsilon: privacy.Unbounded, Confidence: 0.95, Violation: true},
 		}
 		var buf bytes.Buffer
 		if err := WriteAuditPNG(&buf, res, "audit"); err != nil {

@@ -2,7 +2,6 @@ package testnet
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,35 +158,8 @@ func (p *proc) statusAddr() string {
 // seeds, so the path after the kill differs from the simulator's; the ledgers must still
 // cover every hop exactly once (LedgerPath).
 func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
-	n := len(cfg.Shards)
-	switch {
-	case n < 1:
-		return nil, errors.New("testnet: procs: no shards")
-	case cfg.Hops < 1:
-		return nil, errors.New("testnet: procs: hops must be >= 1")
-	case cfg.Binary == "":
-		return nil, errors.New("testnet: procs: no dpadmm binary")
-	case cfg.KillHolderAt > cfg.Hops:
-		return nil, fmt.Errorf("testnet: procs: kill-holder-at %d beyond the %d hops", cfg.KillHolderAt, cfg.Hops)
-	case cfg.KillHolderAt > 0 && n < 2:
-		return nil, errors.New("testnet: procs: killing the holder needs at least 2 nodes")
-	case cfg.KillPhase != "" && cfg.KillPhase != "received" && cfg.KillPhase != "custody":
-		return nil, fmt.Errorf("testnet: procs: kill phase must be received or custody, got %q", cfg.KillPhase)
-	}
-	if cfg.KillPhase == "" {
-		cfg.KillPhase = "received"
-	}
-	if cfg.KillPhase == "custody" && cfg.KillHolderAt == cfg.Hops {
-		return nil, fmt.Errorf("testnet: procs: the token of hop %d is the final one: it is released, never held in custody (kill in phase received)", cfg.Hops)
-	}
-	if cfg.Run == "" {
-		cfg.Run = "procs"
-	}
-	if cfg.Delta == 0 {
-		cfg.Delta = 1e-5
-	}
-	if cfg.AckTimeout <= 0 {
-		cfg.AckTimeout = 10 * time.Second
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -200,25 +172,78 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("testnet: procs: %w", err)
 	}
+	res, dirs, args, err := cfg.prepare(dir)
+	if err != nil {
+		return nil, err
+	}
+	if done, err := cfg.runNodes(ctx, dir, res, dirs, args); done != nil || err != nil {
+		return done, err
+	}
+	if err := cfg.collect(res, dirs); err != nil {
+		return nil, err
+	}
+	res.Model = res.Models[0].Model
+	return res, nil
+}
+
+// check validates cfg and fills its defaults.
+func (cfg *ProcsConfig) check() error {
+	n := len(cfg.Shards)
+	switch {
+	case n < 1:
+		return errors.New("testnet: procs: no shards")
+	case cfg.Hops < 1:
+		return errors.New("testnet: procs: hops must be >= 1")
+	case cfg.Binary == "":
+		return errors.New("testnet: procs: no dpadmm binary")
+	case cfg.KillHolderAt > cfg.Hops:
+		return fmt.Errorf("testnet: procs: kill-holder-at %d beyond the %d hops", cfg.KillHolderAt, cfg.Hops)
+	case cfg.KillHolderAt > 0 && n < 2:
+		return errors.New("testnet: procs: killing the holder needs at least 2 nodes")
+	case cfg.KillPhase != "" && cfg.KillPhase != "received" && cfg.KillPhase != "custody":
+		return fmt.Errorf("testnet: procs: kill phase must be received or custody, got %q", cfg.KillPhase)
+	}
+	if cfg.KillPhase == "" {
+		cfg.KillPhase = "received"
+	}
+	if cfg.KillPhase == "custody" && cfg.KillHolderAt == cfg.Hops {
+		return fmt.Errorf("testnet: procs: the token of hop %d is the final one: it is released, never held in custody (kill in phase received)", cfg.Hops)
+	}
+	if cfg.Run == "" {
+		cfg.Run = "procs"
+	}
+	if cfg.Delta == 0 {
+		cfg.Delta = 1e-5
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 10 * time.Second
+	}
+	return nil
+}
+
+// prepare writes the static membership file and the nodes' shards into dir and returns
+// the result to fill, the nodes' data directories and their command lines.
+func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string, error) {
+	n := len(cfg.Shards)
 	total := 0
 	for i, s := range cfg.Shards {
 		if s.Rows < 1 {
-			return nil, fmt.Errorf("testnet: procs: node %d has no rows", i)
+			return nil, nil, nil, fmt.Errorf("testnet: procs: node %d has no rows", i)
 		}
 		total += s.Rows
 	}
 	ports, err := freePorts(n)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: NodeRand(cfg.Seed, -1).IntN(n)}
+	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: node.SeededHolder(cfg.Seed, n)}
 	withhold := make([]bool, n)
 	for _, w := range cfg.Withhold {
 		switch {
 		case w < 0 || w >= n:
-			return nil, fmt.Errorf("testnet: procs: withholding node %d outside [0, %d)", w, n)
+			return nil, nil, nil, fmt.Errorf("testnet: procs: withholding node %d outside [0, %d)", w, n)
 		case w == st.Holder:
-			return nil, fmt.Errorf("testnet: procs: node %d is the initial holder and cannot withhold acks", w)
+			return nil, nil, nil, fmt.Errorf("testnet: procs: node %d is the initial holder and cannot withhold acks", w)
 		}
 		withhold[w] = true
 	}
@@ -228,17 +253,17 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	for i, sh := range cfg.Shards {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
 		if _, err := os.Stat(filepath.Join(dirs[i], node.LedgerFile)); err == nil {
-			return nil, fmt.Errorf("testnet: procs: %s already holds a ledger (use an empty --dir per run)", dirs[i])
+			return nil, nil, nil, fmt.Errorf("testnet: procs: %s already holds a ledger (use an empty --dir per run)", dirs[i])
 		}
 		id, err := node.DataDirPeerID(dirs[i])
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		res.Peers[i] = id.String()
 		st.Members = append(st.Members, node.StaticMember{ID: id.String(), Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[i])}})
 		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
 		if err := writeShardCSV(csv, sh); err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		res.Logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
 		f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
@@ -265,9 +290,16 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "static.json"), b, 0o644); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
+	return res, dirs, args, nil
+}
 
+// runNodes starts the nodes, kills and restarts the holder (KillHolderAt) and waits for
+// every node to exit. It returns a non-nil result only when the run was interrupted.
+func (cfg *ProcsConfig) runNodes(ctx context.Context, dir string, res *ProcsResult, dirs []string, args [][]string) (*ProcsResult, error) {
+	n := len(args)
+	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	procs := make([]*proc, n)
@@ -278,19 +310,19 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 		if cfg.KillHolderAt > 0 {
 			a = append(append([]string(nil), a...), "--pause-at-hop", strconv.FormatUint(cfg.KillHolderAt, 10), "--pause-phase", cfg.KillPhase, "--debug-status")
 		}
-		if procs[i], err = startProc(ctx, cfg, a, dir, i); err != nil {
+		if procs[i], err = startProc(ctx, *cfg, a, dir, i); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.KillHolderAt > 0 {
-		k, err := killHolder(ctx, cfg, procs, res.Peers)
+		k, err := killHolder(ctx, *cfg, procs, res.Peers)
 		if err != nil && ctx.Err() != nil {
 			return interruptedProcs(res, procs, dirs, start)
 		}
 		if err != nil {
 			return nil, withLogs(err, res.Logs)
 		}
-		if procs[k.Node], err = startProc(ctx, cfg, args[k.Node], dir, k.Node); err != nil {
+		if procs[k.Node], err = startProc(ctx, *cfg, args[k.Node], dir, k.Node); err != nil {
 			return nil, err
 		}
 		k.DownSeconds = time.Since(k.killed).Seconds()
@@ -329,43 +361,49 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	stopProgress()
 	res.Wall = time.Since(start)
 
+	return nil, nil
+}
+
+// collect reads the nodes' models and ledgers into res and rebuilds the path.
+func (cfg *ProcsConfig) collect(res *ProcsResult, dirs []string) error {
+	n := len(dirs)
+	var err error
 	ledgers := make([][]privacy.Entry, n)
 	for i, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, node.ModelFile))
 		if err != nil {
-			return nil, fmt.Errorf("testnet: procs: node %d: %w", i, err)
+			return fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
 		var m node.Model
 		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("testnet: procs: node %d: %s: %w", i, node.ModelFile, err)
+			return fmt.Errorf("testnet: procs: node %d: %s: %w", i, node.ModelFile, err)
 		}
 		if m.Peer != res.Peers[i] || m.Hops != cfg.Hops {
-			return nil, fmt.Errorf("testnet: procs: node %d: model.json of peer %s at hop %d", i, m.Peer, m.Hops)
+			return fmt.Errorf("testnet: procs: node %d: model.json of peer %s at hop %d", i, m.Peer, m.Hops)
 		}
 		res.Models = append(res.Models, m)
 		res.Updates[i] = m.Privacy.Updates
 		if !sameBits(m.Model, res.Models[0].Model) {
-			return nil, fmt.Errorf("testnet: procs: node %d ended with a different model", i)
+			return fmt.Errorf("testnet: procs: node %d ended with a different model", i)
 		}
 		lb, err := os.ReadFile(filepath.Join(d, node.LedgerFile))
 		if err != nil {
-			return nil, fmt.Errorf("testnet: procs: node %d: %w", i, err)
+			return fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
-		if ledgers[i], err = privacy.ParseLedger(bytes.NewReader(lb)); err != nil {
-			return nil, fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
+		if ledgers[i], _, _, err = node.ReadLedgerChain(lb); err != nil {
+			return fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
 		}
 		res.Ledger[i] = len(ledgers[i])
 	}
 	if res.Path, err = LedgerPath(ledgers, res.Peers, cfg.Hops, res.Models[0].ReleasedBy); err != nil {
-		return nil, fmt.Errorf("testnet: procs: %w", err)
+		return fmt.Errorf("testnet: procs: %w", err)
 	}
 	for i, u := range res.Path.Updates {
 		if u != res.Updates[i] {
-			return nil, fmt.Errorf("testnet: procs: node %d: %d noisy updates in its ledger, %d in model.json", i, u, res.Updates[i])
+			return fmt.Errorf("testnet: procs: node %d: %d noisy updates in its ledger, %d in model.json", i, u, res.Updates[i])
 		}
 	}
-	res.Model = res.Models[0].Model
-	return res, nil
+	return nil
 }
 
 // startProc starts node i; its stderr (the JSON log) is appended to node-<i>.log and its

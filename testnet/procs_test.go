@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,22 +225,27 @@ func TestProcsRejects(t *testing.T) {
 	}
 }
 
-// TestProcsNodeSources: the checkpointable generators draw exactly as NodeRand and NodeNoise.
-func TestProcsNodeSources(t *testing.T) {
+// TestProcsSeedWrappers: the simulator's per-node sources are node's seeded ones, which
+// 'dpadmm node --seed' uses: the first draws agree for the walk's hop and noise sources and
+// for f_i(0) of a neighbour-exchange node.
+func TestProcsSeedWrappers(t *testing.T) {
 	for _, i := range []int{-1, 0, 7} {
-		hop, noise := NodeSources(99, i)
-		a, b := rand.New(hop), NodeRand(99, i)
-		for k := 0; k < 100; k++ {
-			if x, y := a.IntN(1000), b.IntN(1000); x != y {
-				t.Fatalf("node %d draw %d: next hop %d, NodeRand %d", i, k, x, y)
+		a, b := NodeRand(99, i), node.SeededRand(99, i)
+		c, d := GossipInitRand(99, i), node.SeededGossipInit(99, i)
+		for k := 0; k < 20; k++ {
+			if x, y := a.Uint64(), b.Uint64(); x != y {
+				t.Fatalf("node %d draw %d: NodeRand %d, node.SeededRand %d", i, k, x, y)
+			}
+			if x, y := c.Uint64(), d.Uint64(); x != y {
+				t.Fatalf("node %d draw %d: GossipInitRand %d, node.SeededGossipInit %d", i, k, x, y)
 			}
 		}
-		x, y := make([]float64, 64), make([]float64, 64)
-		privacy.NewNoiseFromRand(rand.New(noise)).Normal(x, 1)
-		NodeNoise(99, i).Normal(y, 1)
+		x, y := make([]float64, 16), make([]float64, 16)
+		NodeNoise(99, i).Normal(x, 1)
+		node.SeededNoise(99, i).Normal(y, 1)
 		for k := range x {
 			if math.Float64bits(x[k]) != math.Float64bits(y[k]) {
-				t.Fatalf("node %d noise %d: %v, NodeNoise %v", i, k, x[k], y[k])
+				t.Fatalf("node %d noise %d: %v, node.SeededNoise %v", i, k, x[k], y[k])
 			}
 		}
 	}

@@ -121,7 +121,7 @@ func TestAccountRealisedMatchesDefinition(t *testing.T) {
 		if re == nil || !re.ConditionsHold || re.Theorem != privacy.TheoremRealised {
 			t.Fatalf("realised section %+v", re)
 		}
-		if math.Abs(re.Worst.Epsilon-worst) > 1e-9*worst || math.Abs(re.Mean-sum/float64(n*(n-1))) > 1e-9*worst {
+		if math.Abs(float64(re.Worst.Epsilon)-worst) > 1e-9*worst || math.Abs(float64(re.Mean)-sum/float64(n*(n-1))) > 1e-9*worst {
 			t.Errorf("summary worst %v mean %v, definition %v %v", re.Worst.Epsilon, re.Mean, worst, sum/float64(n*(n-1)))
 		}
 		if !strings.Contains(re.Note, "knows the path") {
@@ -137,24 +137,24 @@ func TestAccountRealisedMatchesDefinition(t *testing.T) {
 			if i != 2 && i != 5 {
 				want, _ = privacy.ToDP(unit.Scale(naiveWeight(steps, i, map[int]bool{2: true, 5: true}, final)), delta)
 			}
-			if math.Abs(c.PerNodeEpsilon[i]-want) > 1e-9*(1+want) {
+			if math.Abs(float64(c.PerNodeEpsilon[i])-want) > 1e-9*(1+want) {
 				t.Errorf("coalition node %d: %v, definition %v", i, c.PerNodeEpsilon[i], want)
 			}
 			cw = math.Max(cw, want)
 		}
-		if math.Abs(c.Epsilon-cw) > 1e-9*cw || c.PerNodeEpsilon[c.I] != c.Epsilon {
+		if math.Abs(float64(c.Epsilon)-cw) > 1e-9*cw || c.PerNodeEpsilon[c.I] != c.Epsilon {
 			t.Errorf("coalition worst %v at %d, definition %v", c.Epsilon, c.I, cw)
 		}
 		// The pooled view sees at least as much as either member alone.
 		for i := 0; i < n; i++ {
-			if i != 2 && i != 5 && c.PerNodeEpsilon[i] < got[i*n+2]-1e-9 {
+			if i != 2 && i != 5 && float64(c.PerNodeEpsilon[i]) < got[i*n+2]-1e-9 {
 				t.Errorf("node %d: coalition %v below member 2 alone %v", i, c.PerNodeEpsilon[i], got[i*n+2])
 			}
 		}
 		// Local: per node, K_i updates composed.
 		for i, k := range upd {
 			want, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
-			if math.Abs(pr.Local.PerNodeEpsilon[i]-want) > 1e-12*want {
+			if math.Abs(float64(pr.Local.PerNodeEpsilon[i])-want) > 1e-12*want {
 				t.Errorf("local node %d: %v want %v", i, pr.Local.PerNodeEpsilon[i], want)
 			}
 		}
@@ -195,7 +195,7 @@ func TestAccountPlanned(t *testing.T) {
 	if plain := privacy.Theorem4Bound(n, 80, clip, sigma, delta); !(thm4.Epsilon > plain.Epsilon) {
 		t.Errorf("the final release should add to Theorem 4: %v vs %v", thm4.Epsilon, plain.Epsilon)
 	}
-	if !pl.ConditionsHold || pl.Theorem != privacy.Theorem4FinalName || math.Abs(pl.Worst.Epsilon-thm4.Epsilon) > 1e-12*thm4.Epsilon ||
+	if !pl.ConditionsHold || pl.Theorem != privacy.Theorem4FinalName || math.Abs(float64(pl.Worst.Epsilon)-thm4.Epsilon) > 1e-12*thm4.Epsilon ||
 		pl.Mean != pl.Worst.Epsilon || pl.P99 != pl.Worst.Epsilon {
 		t.Errorf("complete: %+v, Theorem 4 at K=80: %v", pl, thm4.Epsilon)
 	}
@@ -251,10 +251,10 @@ func TestAccountPlanned(t *testing.T) {
 		pl := pr.PairwisePlanned
 		loc := privacy.LocalBound(f.in.Clip, f.in.Sigma, f.k, delta)
 		if pl.ConditionsHold || !strings.Contains(pl.Note, f.why) || !strings.Contains(pl.Note, "local bound") ||
-			math.Abs(pl.Worst.Epsilon-loc.Epsilon) > 1e-12*loc.Epsilon || pl.P50 != pl.Worst.Epsilon {
+			math.Abs(float64(pl.Worst.Epsilon)-loc.Epsilon) > 1e-12*loc.Epsilon || pl.P50 != pl.Worst.Epsilon {
 			t.Errorf("%s: %+v; local bound at K=%d is %v", f.name, pl, f.k, loc.Epsilon)
 		}
-		if e := pm.PlannedEpsilons(); e[1] != pl.Worst.Epsilon {
+		if e := pm.PlannedEpsilons(); e[1] != float64(pl.Worst.Epsilon) {
 			t.Errorf("%s: CSV/plot planned figure %v, report %v", f.name, e[1], pl.Worst.Epsilon)
 		}
 	}
@@ -270,7 +270,7 @@ func TestAccountPlanned(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan72, _ := privacy.PlannedPairwise(n, g.Adj, false, privacy.PlanOptions{Clip: clip, Sigma: sigma, Updates: 72, Horizon: len(steps)})
-	if w := plan72.Pairs.Summarize(delta).Worst.Epsilon; math.Abs(pr.PairwisePlanned.Worst.Epsilon-w) > 1e-12*w {
+	if w := plan72.Pairs.Summarize(delta).Worst.Epsilon; math.Abs(float64(pr.PairwisePlanned.Worst.Epsilon)-w) > 1e-12*w {
 		t.Errorf("budget caps: planned %v, want K=72 figure %v", pr.PairwisePlanned.Worst.Epsilon, w)
 	}
 }
@@ -337,7 +337,7 @@ func TestAccountRealisedFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 		re := pr.PairwiseRealised
-		if re == nil || math.Abs(re.Worst.Epsilon-local) > 1e-12*local || re.Worst.I != 1 || re.Mean != re.Worst.Epsilon ||
+		if re == nil || math.Abs(float64(re.Worst.Epsilon)-local) > 1e-12*local || re.Worst.I != 1 || re.Mean != re.Worst.Epsilon ||
 			re.Theorem != privacy.TheoremRealised || re.Conditions != privacy.RealisedConditions ||
 			!strings.HasPrefix(re.Note, "realised figure not computed: "+c.why) {
 			t.Errorf("%s: %+v, want the local bound %v of node 1 and the reason %q", c.name, re, local, c.why)
@@ -492,7 +492,7 @@ func TestRunReportPrivacy(t *testing.T) {
 	}
 	want := res.Pairs.Summarize(1e-5)
 	got := rep.Privacy.PairwiseRealised
-	if got.Worst.Epsilon != want.Worst.Epsilon || got.Worst.I != want.Worst.I || got.Worst.J != want.Worst.J || got.P90 != want.P90 {
+	if float64(got.Worst.Epsilon) != want.Worst.Epsilon || got.Worst.I != want.Worst.I || got.Worst.J != want.Worst.J || float64(got.P90) != want.P90 {
 		t.Errorf("realised %+v, recomputed %+v", got.Worst, want.Worst)
 	}
 	if got.Coalition == nil || got.Coalition.Members[0] != 4 || got.Coalition.PerNodeEpsilon[4] != 0 {

@@ -45,7 +45,7 @@ func TestRingNeighbourLeaksMore(t *testing.T) {
 			}
 		}
 		ratioSum += realised[near] / realised[far]
-		if local := rep.Privacy.Local.PerNodeEpsilon[i]; realised[near] > local {
+		if local := rep.Privacy.Local.PerNodeEpsilon[i]; realised[near] > float64(local) {
 			t.Errorf("node %d: realised %.4g above its local figure %.4g", i, realised[near], local)
 		}
 	}

@@ -147,36 +147,36 @@ type Privacy struct {
 
 // Local is the local (eavesdropper on all of a node's messages) guarantee per node.
 type Local struct {
-	Epsilon        float64   `json:"epsilon"` // max over nodes
-	Order          float64   `json:"order"`
-	Updates        int       `json:"updates"` // max over nodes of the noisy updates made (K_i)
-	PerNodeEpsilon []float64 `json:"per_node_epsilon"`
-	Theorem        string    `json:"theorem"`
-	Conditions     string    `json:"conditions"`
-	ConditionsHold bool      `json:"conditions_hold"`
-	Note           string    `json:"note,omitempty"`
+	Epsilon        privacy.Epsilon   `json:"epsilon"` // max over nodes
+	Order          float64           `json:"order"`
+	Updates        int               `json:"updates"` // max over nodes of the noisy updates made (K_i)
+	PerNodeEpsilon []privacy.Epsilon `json:"per_node_epsilon"`
+	Theorem        string            `json:"theorem"`
+	Conditions     string            `json:"conditions"`
+	ConditionsHold bool              `json:"conditions_hold"`
+	Note           string            `json:"note,omitempty"`
 }
 
 // Worst is the worst pair (i -> j): what observer j learns about node i's data.
 type Worst struct {
-	Epsilon float64 `json:"epsilon"`
-	Order   float64 `json:"order"`
-	I       int     `json:"i"`
-	J       int     `json:"j"`
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	Order   float64         `json:"order"`
+	I       int             `json:"i"`
+	J       int             `json:"j"`
 }
 
 // Pairwise is a network-DP figure over all ordered pairs (i, j), i != j: the worst pair
 // and the distribution of the pairwise epsilons.
 type Pairwise struct {
-	Worst          Worst   `json:"worst"`
-	Mean           float64 `json:"mean"`
-	P50            float64 `json:"p50"`
-	P90            float64 `json:"p90"`
-	P99            float64 `json:"p99"`
-	Theorem        string  `json:"theorem"`
-	Conditions     string  `json:"conditions"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Note           string  `json:"note"`
+	Worst          Worst           `json:"worst"`
+	Mean           privacy.Epsilon `json:"mean"`
+	P50            privacy.Epsilon `json:"p50"`
+	P90            privacy.Epsilon `json:"p90"`
+	P99            privacy.Epsilon `json:"p99"`
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Note           string          `json:"note"`
 	// Coalition is the figure against the pooled view of Options.Coalition (realised only).
 	Coalition *Coalition `json:"coalition,omitempty"`
 }
@@ -184,17 +184,19 @@ type Pairwise struct {
 // Coalition is the realised figure against a set of observers that pool their views:
 // each node's data against the coalition, and the worst node.
 type Coalition struct {
-	Members        []int     `json:"members"`
-	Epsilon        float64   `json:"epsilon"` // worst node outside the coalition
-	Order          float64   `json:"order"`
-	I              int       `json:"i"`
-	PerNodeEpsilon []float64 `json:"per_node_epsilon"` // members get 0
-	Theorem        string    `json:"theorem"`
-	Conditions     string    `json:"conditions"`
-	ConditionsHold bool      `json:"conditions_hold"`
+	Members        []int             `json:"members"`
+	Epsilon        privacy.Epsilon   `json:"epsilon"` // worst node outside the coalition
+	Order          float64           `json:"order"`
+	I              int               `json:"i"`
+	PerNodeEpsilon []privacy.Epsilon `json:"per_node_epsilon"` // members get 0
+	Theorem        string            `json:"theorem"`
+	Conditions     string            `json:"conditions"`
+	ConditionsHold bool              `json:"conditions_hold"`
 }
 
-// jsonNum maps +Inf and NaN to a large finite value so the report stays valid JSON.
+// jsonNum maps +Inf and NaN to a large finite value so the report stays valid JSON. It is
+// for the numbers of a report that are not epsilons (clip, alpha); an epsilon is a
+// privacy.Epsilon, whose JSON form of +Inf is null.
 func jsonNum(x float64) float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return math.MaxFloat64
@@ -322,7 +324,7 @@ func localSection(in AccountInput) Local {
 	updates, delta := in.Updates, in.Delta
 	r := in.walkRun(privacy.WalkRun{})
 	loc := Local{
-		PerNodeEpsilon: make([]float64, len(updates)),
+		PerNodeEpsilon: make([]privacy.Epsilon, len(updates)),
 		Theorem:        privacy.StepLocalName(r),
 		Conditions:     privacy.StepLocalConditions(r),
 		ConditionsHold: privacy.StepNoisy(r),
@@ -330,15 +332,16 @@ func localSection(in AccountInput) Local {
 	if !loc.ConditionsHold {
 		loc.Note = noPrivacyNote(in.Clip, in.Sigma)
 	}
+	worst := 0.0
 	for i, k := range updates {
 		eps, ord := privacy.ToDP(privacy.StepLocalCurve(r, k), delta)
-		loc.PerNodeEpsilon[i] = jsonNum(eps)
-		if eps > loc.Epsilon || i == 0 {
-			loc.Epsilon, loc.Order = eps, ord
+		loc.PerNodeEpsilon[i] = privacy.Eps(eps)
+		if eps > worst || i == 0 {
+			worst, loc.Order = eps, ord
 		}
 		loc.Updates = max(loc.Updates, k)
 	}
-	loc.Epsilon = jsonNum(loc.Epsilon)
+	loc.Epsilon = privacy.Eps(worst)
 	return loc
 }
 
@@ -354,7 +357,7 @@ func noPrivacyNote(clip, sigma float64) string {
 
 // noPrivacy is a pairwise figure for runs without a guarantee.
 func noPrivacy(theorem, conditions, note string) Pairwise {
-	inf := math.MaxFloat64
+	inf := privacy.Unbounded
 	return Pairwise{Worst: Worst{Epsilon: inf, I: 0, J: 1}, Mean: inf, P50: inf, P90: inf, P99: inf,
 		Theorem: theorem, Conditions: conditions, Note: note}
 }
@@ -362,8 +365,8 @@ func noPrivacy(theorem, conditions, note string) Pairwise {
 // fromSummary copies a pairwise summary into the report form.
 func fromSummary(s privacy.PairwiseSummary) Pairwise {
 	return Pairwise{
-		Worst: Worst{Epsilon: jsonNum(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
-		Mean:  jsonNum(s.Mean), P50: jsonNum(s.P50), P90: jsonNum(s.P90), P99: jsonNum(s.P99),
+		Worst: Worst{Epsilon: privacy.Eps(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
+		Mean:  privacy.Eps(s.Mean), P50: privacy.Eps(s.P50), P90: privacy.Eps(s.P90), P99: privacy.Eps(s.P99),
 	}
 }
 
@@ -436,7 +439,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	pw.Theorem, pw.Conditions = theorem, conditions
 	if len(reasons) > 0 {
 		loc := privacy.StepLocalBound(wr, K, in.Delta)
-		e := jsonNum(loc.Epsilon)
+		e := privacy.Eps(loc.Epsilon)
 		if pw.Worst.I == pw.Worst.J {
 			pw.Worst.I, pw.Worst.J = busiest, (busiest+1)%n
 		}
@@ -446,11 +449,11 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		pw.ConditionsHold = false
 		msg := "conditions fail: " + strings.Join(reasons, "; ") +
 			fmt.Sprintf(". The figures shown are the local bound at K_i = %d (%s), which holds regardless", K, loc.Theorem)
-		if pm.Planned != nil && pairEps < math.MaxFloat64 {
+		if pm.Planned != nil && pairEps.Bounded() {
 			msg += fmt.Sprintf("; the pairwise form would give %.4g for the worst pair", pairEps)
 		}
 		notes = append([]string{msg}, notes...)
-		pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, e, LabelLocal
+		pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, jsonNum(loc.Epsilon), LabelLocal
 	} else {
 		pw.ConditionsHold = true
 		lead := fmt.Sprintf("planning figure over the secret random path with K_i = %d (hard cap); the final model is charged as a view of every node", K)
@@ -482,7 +485,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	}
 	fallback := func(reason string) *Pairwise {
 		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
-		e := jsonNum(loc.Epsilon)
+		e := privacy.Eps(loc.Epsilon)
 		return &Pairwise{Worst: Worst{Epsilon: e, Order: loc.Order, I: busiest, J: (busiest + 1) % n},
 			Mean: e, P50: e, P90: e, P99: e, Theorem: privacy.TheoremRealised, Conditions: realisedConditions,
 			Note: "realised figure not computed: " + reason + fmt.Sprintf(". The figures shown are the local bound of the busiest node (%d updates, %s), which holds regardless", kmax, loc.Theorem)}
@@ -529,7 +532,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		// The local figure bounds every observer too (privacy.SGDNetworkCurve is capped by
 		// it in the same way): each pair gets the smaller of the two.
 		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
-		if e := jsonNum(loc.Epsilon); pw.Worst.Epsilon > e {
+		if e := privacy.Eps(loc.Epsilon); pw.Worst.Epsilon > e {
 			pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
 			pw.Mean, pw.P50, pw.P90, pw.P99 = min(pw.Mean, e), min(pw.P50, e), min(pw.P90, e), min(pw.P99, e)
 			pw.Note += fmt.Sprintf("; capped at the local figure of the busiest node (%s, %d updates), which bounds every observer", loc.Theorem, kmax)
@@ -539,7 +542,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if len(res.Coalitions) == 1 {
 		c := res.Coalitions[0]
 		epsOf := unitEpsilon(res.Pairs.Unit, in.Delta)
-		cr := &Coalition{Members: c.Members, PerNodeEpsilon: make([]float64, n), I: -1,
+		cr := &Coalition{Members: c.Members, PerNodeEpsilon: make([]privacy.Epsilon, n), I: -1,
 			Theorem:    theorem + ", coalition: the members' views pooled as one observer",
 			Conditions: conditions, ConditionsHold: true}
 		member := make([]bool, n)
@@ -552,14 +555,15 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 				continue // a member's own data is not private from the coalition
 			}
 			e := epsOf(w)
-			cr.PerNodeEpsilon[i] = jsonNum(e)
+			cr.PerNodeEpsilon[i] = privacy.Eps(e)
 			if e > best {
 				best, cr.I = e, i
 			}
 		}
 		if cr.I >= 0 {
-			cr.Epsilon, cr.Order = privacy.ToDP(res.Pairs.Unit.Scale(c.Weight[cr.I]), in.Delta)
-			cr.Epsilon = jsonNum(cr.Epsilon)
+			var e float64
+			e, cr.Order = privacy.ToDP(res.Pairs.Unit.Scale(c.Weight[cr.I]), in.Delta)
+			cr.Epsilon = privacy.Eps(e)
 			cr.PerNodeEpsilon[cr.I] = cr.Epsilon
 		}
 		pw.Coalition = cr
@@ -818,79 +822,20 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	planWarned := warnPlan(o, p, sim.caps, budgetCaps)
 	keepPath, whyNot := realisedFeasible(o.Nodes, o.Hops)
 	sim.Store.KeepTrace = o.KeepTrace || keepPath
-	var path []privacy.TraceStep
+	r := &simRun{o: o, p: p, sim: sim, keepPath: keepPath}
 	if keepPath {
-		path = make([]privacy.TraceStep, 0, min(o.Hops, 1<<22))
-	}
-	drained := 0
-	drain := func() {
-		if keepPath {
-			for _, st := range sim.Store.Path[drained:] {
-				path = append(path, privacy.TraceStep{Node: st.Node, Noisy: st.Noisy})
-			}
-		}
-		if o.KeepTrace {
-			drained = len(sim.Store.Path)
-		} else {
-			sim.Store.Path = sim.Store.Path[:0]
-		}
-	}
-	// The curve has a point every CurveEvery hops and always the last hop made (the end
-	// of the run or of the budget), once.
-	curveAt := uint64(0)
-	writePoint := func() {
-		obj := o.Problem.Objective(o.Train, sim.Z())
-		fmt.Fprintf(o.Curve, "%d,%.10g,%.6g\n", sim.Hops(), obj, p.gap(obj))
-		curveAt = sim.Hops()
+		r.path = make([]privacy.TraceStep, 0, min(o.Hops, 1<<22))
 	}
 	if o.Curve != nil {
 		fmt.Fprintln(o.Curve, "hop,objective,gap")
-		writePoint()
+		r.writePoint()
 	}
 	start := time.Now()
-	var simDur time.Duration
-	last := start
-	const chunk = 4096
-	stop := ctx.Done()
-	interrupted := false
-	for sim.Hops() < o.Hops && !sim.Exhausted() {
-		select {
-		case <-stop:
-			interrupted = true
-		default:
-		}
-		if interrupted {
-			break
-		}
-		before := sim.Hops()
-		k := min(uint64(chunk), o.Hops-before)
-		if o.Curve != nil && o.CurveEvery > 0 {
-			k = min(k, o.CurveEvery-before%o.CurveEvery)
-		}
-		t0 := time.Now()
-		err := sim.RunHops(k, 0, nil)
-		simDur += time.Since(t0)
-		drain()
-		if err != nil && !(errors.Is(err, ErrExhausted) && sim.Exhausted()) {
-			return nil, err
-		}
-		if sim.Hops() == before {
-			if sim.Exhausted() {
-				break
-			}
-			return nil, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
-		}
-		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
-			writePoint()
-		}
-		if o.Progress != nil && time.Since(last) >= time.Second {
-			last = time.Now()
-			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
-		}
+	interrupted, err := r.hops(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if o.Curve != nil && curveAt != sim.Hops() {
-		writePoint()
-	}
+	path, simDur := r.path, r.simDur
 	w := outcome{
 		z: append([]float64(nil), sim.Z()...), hops: sim.Hops(), dim: sim.Dim, updates: sim.Updates(),
 		path: path, realisedNote: whyNot, traceHash: sim.TraceHash(), wall: time.Since(start),
@@ -908,6 +853,89 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 		w.path = nil
 	}
 	return p.report(o, w)
+}
+
+// simRun drives the simulator of a run hop by hop: it keeps the path for the realised
+// figure, writes the curve and reports progress.
+type simRun struct {
+	o        Options
+	p        *prepared
+	sim      *Sim
+	keepPath bool                // keep the path for the realised figure
+	path     []privacy.TraceStep // the path kept
+	drained  int                 // steps of sim.Store.Path already kept (with KeepTrace)
+	curveAt  uint64              // hop of the last curve point
+	simDur   time.Duration       // time spent in the simulator
+}
+
+// drain moves the steps the simulator recorded into the path.
+func (r *simRun) drain() {
+	if r.keepPath {
+		for _, st := range r.sim.Store.Path[r.drained:] {
+			r.path = append(r.path, privacy.TraceStep{Node: st.Node, Noisy: st.Noisy})
+		}
+	}
+	if r.o.KeepTrace {
+		r.drained = len(r.sim.Store.Path)
+	} else {
+		r.sim.Store.Path = r.sim.Store.Path[:0]
+	}
+}
+
+// writePoint writes the curve point of the current hop. The curve has a point every
+// CurveEvery hops and always the last hop made (the end of the run or of the budget), once.
+func (r *simRun) writePoint() {
+	obj := r.o.Problem.Objective(r.o.Train, r.sim.Z())
+	fmt.Fprintf(r.o.Curve, "%d,%.10g,%.6g\n", r.sim.Hops(), obj, r.p.gap(obj))
+	r.curveAt = r.sim.Hops()
+}
+
+// hops runs the simulator until the hops are made, every node is out of budget or ctx
+// ends (interrupted).
+func (r *simRun) hops(ctx context.Context) (interrupted bool, err error) {
+	o, sim := r.o, r.sim
+	last := time.Now()
+	const chunk = 4096
+	stop := ctx.Done()
+	for sim.Hops() < o.Hops && !sim.Exhausted() {
+		select {
+		case <-stop:
+			interrupted = true
+		default:
+		}
+		if interrupted {
+			break
+		}
+		before := sim.Hops()
+		k := min(uint64(chunk), o.Hops-before)
+		if o.Curve != nil && o.CurveEvery > 0 {
+			k = min(k, o.CurveEvery-before%o.CurveEvery)
+		}
+		t0 := time.Now()
+		err := sim.RunHops(k, 0, nil)
+		r.simDur += time.Since(t0)
+		r.drain()
+		if err != nil && !(errors.Is(err, ErrExhausted) && sim.Exhausted()) {
+			return interrupted, err
+		}
+		if sim.Hops() == before {
+			if sim.Exhausted() {
+				break
+			}
+			return interrupted, fmt.Errorf("testnet: simulator made no progress at hop %d", before)
+		}
+		if o.Curve != nil && o.CurveEvery > 0 && sim.Hops()%o.CurveEvery == 0 {
+			r.writePoint()
+		}
+		if o.Progress != nil && time.Since(last) >= time.Second {
+			last = time.Now()
+			o.Progress(sim.Hops(), o.Hops, o.Problem.Objective(o.Train, sim.Z()))
+		}
+	}
+	if o.Curve != nil && r.curveAt != sim.Hops() {
+		r.writePoint()
+	}
+	return interrupted, nil
 }
 
 // InterruptedMaxWork bounds the realised figure of an interrupted run (hops * nodes,
@@ -960,13 +988,13 @@ func WalkAlgo(p walk.StepParams) string {
 func uniformPlanned(in AccountInput, wr privacy.WalkRun, v privacy.WalkVerdict, busiest int, pm *PairMatrices) Pairwise {
 	n := len(in.Updates)
 	b := privacy.WalkPlannedBound(wr, in.Delta)
-	e := jsonNum(b.Epsilon)
+	e := privacy.Eps(b.Epsilon)
 	pw := Pairwise{Worst: Worst{Epsilon: e, Order: b.Order, I: busiest, J: (busiest + 1) % n},
 		Mean: e, P50: e, P90: e, P99: e, Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
 	if len(v.Reasons) > 0 && b.ConditionsHold {
 		pw.ConditionsHold = false
 		pw.Note = "conditions fail: " + strings.Join(v.Reasons, "; ") + "; " + pw.Note
 	}
-	pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, e, LabelLocal
+	pm.PlannedHold, pm.PlannedFallback, pm.PlannedLabel = false, jsonNum(b.Epsilon), LabelLocal
 	return pw
 }

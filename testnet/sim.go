@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -38,24 +39,15 @@ type SimConfig struct {
 	Ledger LedgerSink
 }
 
-// mix derives a per-purpose, per-node seed from the run seed (splitmix64 finaliser), so
-// that a real-network driver can reproduce the simulator's randomness node by node.
-func mix(seed uint64, node int, purpose uint64) uint64 {
-	z := seed ^ (uint64(node)+1)*0x9e3779b97f4a7c15 ^ purpose*0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
+// mix derives a per-purpose, per-node seed from the run seed: node.SeedMix, the one
+// derivation every driver shares (the purposes are listed in node/seed.go).
+func mix(seed uint64, i int, purpose uint64) uint64 { return node.SeedMix(seed, i, purpose) }
 
-// NodeRand returns node i's next-hop source for a run seed.
-func NodeRand(seed uint64, node int) *rand.Rand {
-	return rand.New(rand.NewPCG(mix(seed, node, 1), mix(seed, node, 2)))
-}
+// NodeRand returns node i's next-hop source for a run seed (node.SeededRand).
+func NodeRand(seed uint64, i int) *rand.Rand { return node.SeededRand(seed, i) }
 
-// NodeNoise returns node i's seeded noise source for a run seed.
-func NodeNoise(seed uint64, node int) privacy.Noise {
-	return privacy.NewSeededNoise(mix(seed, node, 3))
-}
+// NodeNoise returns node i's seeded noise source for a run seed (node.SeededNoise).
+func NodeNoise(seed uint64, i int) privacy.Noise { return node.SeededNoise(seed, i) }
 
 // Store is the simulator's in-memory durable store: per-node counters of ledger entries
 // and a fingerprint of the trace (hop, node, noisy).
@@ -163,41 +155,14 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 			caps[i] = min(caps[i], plan.Caps[i])
 		}
 	}
-	names := make([]string, n)
-	for i := range names {
-		names[i] = strconv.Itoa(i)
-	}
 	s := &Sim{cfg: cfg, N: n, Dim: dim, Machines: make([]*walk.Machine, n), caps: caps, plan: plan, step: step}
-	scratch := walk.NewScratch(dim) // one goroutine drives all machines
-	for i, sh := range cfg.Shards {
-		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
-		if err != nil {
-			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
-		}
-		wc := walk.Config{
-			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
-			Reg: cfg.Problem.Reg, Graph: g, Rand: NodeRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
-			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
-		}
-		if plan != nil {
-			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
-		}
-		if cfg.Sigma > 0 {
-			wc.Noise = NodeNoise(cfg.Seed, i)
-		}
-		m, err := walk.New(wc, ll, dim)
-		if err != nil {
-			return nil, err
-		}
-		s.Machines[i] = m
-		if plan != nil && caps[i] == 0 {
-			s.atCap++
-		}
+	if err := s.newMachines(g, total); err != nil {
+		return nil, err
 	}
 	s.done = plan != nil && s.atCap == n
 	s.Store = &Store{Entries: make([]int, n), Noisy: make([]int, n), LastHop: make([]uint64, n), Trace: 0x6a09e667f3bcc908}
 	s.msg = walk.Message{From: -1, Token: walk.NewToken(cfg.Run, 0, dim, cfg.Problem.Reg, cfg.Gamma)}
-	s.holder = NodeRand(cfg.Seed, -1).IntN(n)
+	s.holder = node.SeededHolder(cfg.Seed, n)
 	switch {
 	case cfg.Ledger != nil:
 		s.ledger = cfg.Ledger
@@ -209,6 +174,43 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 		s.ledger = fl
 	}
 	return s, nil
+}
+
+// newMachines builds the walk machine of every node over the graph g (nil: complete),
+// each node's loss weighted n*rows_i/total.
+func (s *Sim) newMachines(g *graph.Graph, total int) error {
+	cfg, n, dim, plan, caps := s.cfg, s.N, s.Dim, s.plan, s.caps
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	scratch := walk.NewScratch(dim) // one goroutine drives all machines
+	for i, sh := range cfg.Shards {
+		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		if err != nil {
+			return fmt.Errorf("testnet: node %d: %w", i, err)
+		}
+		wc := walk.Config{
+			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
+			Reg: cfg.Problem.Reg, Graph: g, Rand: node.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
+			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
+		}
+		if plan != nil {
+			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
+		}
+		if cfg.Sigma > 0 {
+			wc.Noise = node.SeededNoise(cfg.Seed, i)
+		}
+		m, err := walk.New(wc, ll, dim)
+		if err != nil {
+			return err
+		}
+		s.Machines[i] = m
+		if plan != nil && caps[i] == 0 {
+			s.atCap++
+		}
+	}
+	return nil
 }
 
 // Z returns the current released model (aliases the token; copy to keep).

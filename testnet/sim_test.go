@@ -156,7 +156,7 @@ func TestAccountingFigures(t *testing.T) {
 	if simple < closed-1e-9 || simple > closed*1.05 {
 		t.Fatalf("order grid too coarse: %v vs closed form %v", simple, closed)
 	}
-	if p.Local.Epsilon > simple+1e-9 || p.Local.Epsilon < 0.8*closed {
+	if float64(p.Local.Epsilon) > simple+1e-9 || float64(p.Local.Epsilon) < 0.8*closed {
 		t.Errorf("local epsilon %v, simple conversion %v, closed form %v", p.Local.Epsilon, simple, closed)
 	}
 	if p.PairwisePlanned.Worst.I == p.PairwisePlanned.Worst.J || !p.PairwisePlanned.ConditionsHold {
@@ -165,7 +165,7 @@ func TestAccountingFigures(t *testing.T) {
 	// With 4 nodes the final release costs about as much as the averaging saves: the
 	// planned figure is Theorem 4 at the cap plus the final-release term, whatever its
 	// relation to the local one.
-	if want, _ := privacy.ToDP(privacy.Theorem4FinalCurve(4, 12, 38, 0.1, 1), 1e-5); math.Abs(p.PairwisePlanned.Worst.Epsilon-want) > 1e-9*want {
+	if want, _ := privacy.ToDP(privacy.Theorem4FinalCurve(4, 12, 38, 0.1, 1), 1e-5); math.Abs(float64(p.PairwisePlanned.Worst.Epsilon)-want) > 1e-9*want {
 		t.Errorf("planned figure %v, Theorem 4 with the final release %v", p.PairwisePlanned.Worst.Epsilon, want)
 	}
 	if len(p.Local.PerNodeEpsilon) != 4 || !(p.Local.PerNodeEpsilon[2] < p.Local.PerNodeEpsilon[0]) {

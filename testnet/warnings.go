@@ -17,7 +17,7 @@ import (
 // Suggestions of the utility warnings.
 const (
 	walkUtilityHint   = "try a smaller --sigma (less noise), another --gamma, more or fewer --hops, or another --scale"
-	gossipUtilityHint = "try a larger --alpha (less noise), another --gamma or --eta, more --iters, another --paper-c, or another --scale"
+	gossipUtilityHint = "try a larger --alpha (less noise), another --even-gamma or --eta, more --iters, another --paper-c, or another --scale"
 )
 
 // Trailing forwards are reported when at least this fraction of the hops (and at least

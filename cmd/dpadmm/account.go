@@ -56,43 +56,76 @@ path. Flags may come before or after FILE.
 
 // localReport is the local-DP part of the account output.
 type localReport struct {
-	Epsilon    float64 `json:"epsilon"`
-	Order      float64 `json:"order"`
-	Updates    int     `json:"updates"`
-	Theorem    string  `json:"theorem"`
-	Conditions string  `json:"conditions"`
+	Epsilon    privacy.Epsilon `json:"epsilon"`
+	Order      float64         `json:"order"`
+	Updates    int             `json:"updates"`
+	Theorem    string          `json:"theorem"`
+	Conditions string          `json:"conditions"`
+}
+
+// pairReport is privacy.PairEpsilon in the account output (an unbounded epsilon is null).
+type pairReport struct {
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	Order   float64         `json:"order"`
+	I       int             `json:"i"`
+	J       int             `json:"j"`
+}
+
+// pairwiseReport is privacy.PairwiseSummary in the account output, with the same keys.
+type pairwiseReport struct {
+	Worst          pairReport      `json:"worst"`
+	Mean           privacy.Epsilon `json:"mean"`
+	P50            privacy.Epsilon `json:"p50"`
+	P90            privacy.Epsilon `json:"p90"`
+	P99            privacy.Epsilon `json:"p99"`
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Note           string          `json:"note,omitempty"`
+}
+
+func pairwiseJSON(s privacy.PairwiseSummary) pairwiseReport {
+	return pairwiseReport{
+		Worst: pairReport{Epsilon: privacy.Eps(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
+		Mean:  privacy.Eps(s.Mean), P50: privacy.Eps(s.P50), P90: privacy.Eps(s.P90), P99: privacy.Eps(s.P99),
+		Theorem: s.Theorem, Conditions: s.Conditions, ConditionsHold: s.ConditionsHold, Note: s.Note,
+	}
+}
+
+func localJSON(b privacy.Bound, updates int) localReport {
+	return localReport{Epsilon: privacy.Eps(b.Epsilon), Order: b.Order, Updates: updates, Theorem: b.Theorem, Conditions: b.Conditions}
 }
 
 // planReport is the JSON output of "account plan".
 type planReport struct {
-	Delta           float64                 `json:"delta"`
-	Conversion      string                  `json:"conversion"`
-	Graph           string                  `json:"graph"`
-	Nodes           int                     `json:"nodes"`
-	Hops            int                     `json:"hops"`
-	Clip            float64                 `json:"clip"`
-	Sigma           float64                 `json:"sigma"`
-	SigmaCalibrated bool                    `json:"sigma_calibrated"`
-	UpdatesCapped   bool                    `json:"updates_capped"`
-	Local           localReport             `json:"local"`
-	Pairwise        privacy.PairwiseSummary `json:"pairwise_planned"`
-	PassageHops     int                     `json:"first_passage_hops,omitempty"`
-	TailBounded     bool                    `json:"first_passage_tail_bounded,omitempty"`
+	Delta           float64        `json:"delta"`
+	Conversion      string         `json:"conversion"`
+	Graph           string         `json:"graph"`
+	Nodes           int            `json:"nodes"`
+	Hops            int            `json:"hops"`
+	Clip            float64        `json:"clip"`
+	Sigma           float64        `json:"sigma"`
+	SigmaCalibrated bool           `json:"sigma_calibrated"`
+	UpdatesCapped   bool           `json:"updates_capped"`
+	Local           localReport    `json:"local"`
+	Pairwise        pairwiseReport `json:"pairwise_planned"`
+	PassageHops     int            `json:"first_passage_hops,omitempty"`
+	TailBounded     bool           `json:"first_passage_tail_bounded,omitempty"`
 	// LocalStep names the walk's local step when it is not the exact prox.
 	LocalStep string `json:"local_step,omitempty"`
 }
 
 // traceReport is the JSON output of "account trace".
 type traceReport struct {
-	Delta      float64                 `json:"delta"`
-	Conversion string                  `json:"conversion"`
-	Nodes      int                     `json:"nodes"`
-	Steps      int                     `json:"steps"`
-	Clip       float64                 `json:"clip"`
-	Sigma      float64                 `json:"sigma"`
-	Local      localReport             `json:"local"`
-	Pairwise   privacy.PairwiseSummary `json:"pairwise_realised"`
-	Coalition  *coalitionReport        `json:"coalition,omitempty"`
+	Delta      float64          `json:"delta"`
+	Conversion string           `json:"conversion"`
+	Nodes      int              `json:"nodes"`
+	Steps      int              `json:"steps"`
+	Clip       float64          `json:"clip"`
+	Sigma      float64          `json:"sigma"`
+	Local      localReport      `json:"local"`
+	Pairwise   pairwiseReport   `json:"pairwise_realised"`
+	Coalition  *coalitionReport `json:"coalition,omitempty"`
 	// Planned is the verdict on the planned (Theorem 4) figure for this path: the same
 	// decision the simulator's report and the nodes make (privacy.WalkDecide).
 	Planned plannedVerdict `json:"planned_verdict"`
@@ -108,10 +141,10 @@ type plannedVerdict struct {
 
 // coalitionReport is the worst node against a coalition of observers.
 type coalitionReport struct {
-	Members []int   `json:"members"`
-	Epsilon float64 `json:"epsilon"`
-	Order   float64 `json:"order"`
-	I       int     `json:"i"`
+	Members []int           `json:"members"`
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	Order   float64         `json:"order"`
+	I       int             `json:"i"`
 }
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
@@ -150,46 +183,86 @@ func usageErr(_ io.Writer, format string, a ...any) error {
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 
+// sectionSteps is the help section of the local steps' flags of 'account plan'.
+const sectionSteps = "the walk's local steps (--algo, --local-step)"
+
+// planFlags are the flags of 'dpadmm account plan'.
+type planFlags struct {
+	m               *modeFlags
+	sf              *stepFlags
+	nodes, hops     *int
+	maxUpd          *int
+	graphSpec, algo *string
+	budgetKind      *string
+	clip, sigma     *float64
+	target, delta   *float64
+	weight          *float64
+	asJSON, nonExp  *bool
+	seed            *uint64
+}
+
+func newPlanFlags(stdout io.Writer) *planFlags {
+	m := newModeFlags("account plan", accountPlanHelp, stdout)
+	f := &planFlags{m: m}
+	f.nodes = m.Int("nodes", 0, "number of nodes n (>= 2)")
+	f.hops = m.Int("hops", 0, "number of hops of the run (>= 1)")
+	f.graphSpec = m.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
+	f.clip = m.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
+	f.sigma = m.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
+	f.maxUpd = m.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
+	f.target = m.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
+	f.budgetKind = m.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
+	f.delta = m.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	f.asJSON = m.Bool("json", false, "print JSON")
+	f.seed = m.Uint64("seed", 1, "seed of random graphs (er, regular)")
+	f.algo = m.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
+	f.sf = addStepFlags(m, sectionSteps, "")
+	m.in(sectionSteps, "--algo walk-sgd", "walk:sgd")
+	f.nonExp = m.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
+	m.in(sectionSteps, "--algo walk-gadmm", "walk:gadmm")
+	f.weight = m.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
+	return f
+}
+
 func runAccountPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("account plan", accountPlanHelp, stdout)
-	nodes := fs.Int("nodes", 0, "number of nodes n (>= 2)")
-	hops := fs.Int("hops", 0, "number of hops of the run (>= 1)")
-	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
-	clip := fs.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
-	sigma := fs.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
-	maxUpd := fs.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
-	target := fs.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
-	budgetKind := fs.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
-	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	seed := fs.Uint64("seed", 1, "seed of random graphs (er, regular)")
-	algo := fs.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
-	sf := addStepFlags(fs)
-	nonExp := fs.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
-	weight := fs.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
-	if err := parseFlags(fs, args); err != nil {
+	f := newPlanFlags(stdout)
+	if err := f.m.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageErr(stderr, "plan: unexpected argument %q", fs.Arg(0))
+	if f.m.NArg() > 0 {
+		return usageErr(stderr, "plan: unexpected argument %q", f.m.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if _, ok := walkAlgos[*algo]; !ok {
-		return usageErr(stderr, "plan: --algo must be walk, walk-gadmm or walk-sgd, got %q", *algo)
+	if _, ok := walkAlgos[*f.algo]; !ok {
+		return usageErr(stderr, "plan: --algo must be walk, walk-gadmm or walk-sgd, got %q", *f.algo)
 	}
-	step, err := sf.params(*algo, set)
+	mode, what, err := algoMode(*f.algo, *f.sf.local, f.m.isSet("local-step"))
+	if err != nil {
+		return usageErr(stderr, "plan: %v", err)
+	}
+	if err := f.m.check(mode, what); err != nil {
+		return err
+	}
+	step, err := f.sf.params(stepKind(mode), f.m.isSet("step-size"))
 	if err != nil {
 		return usageErr(stderr, "plan: %v", err)
 	}
 	if step.Kind != walk.StepProx && step.Kind != walk.StepLinearized {
-		if !finitePositive(*weight) {
-			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *weight)
+		if !finitePositive(*f.weight) {
+			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *f.weight)
 		}
-		return planStep(stdout, stderr, step, planStepArgs{nodes: *nodes, hops: *hops, graph: *graphSpec, clip: *clip,
-			sigma: *sigma, maxUpd: *maxUpd, target: *target, calibrate: set["target-epsilon"], kind: *budgetKind,
-			delta: *delta, json: *asJSON, nonExp: *nonExp, weight: *weight})
+		return planStep(stdout, stderr, step, planStepArgs{nodes: *f.nodes, hops: *f.hops, graph: *f.graphSpec, clip: *f.clip,
+			sigma: *f.sigma, maxUpd: *f.maxUpd, target: *f.target, calibrate: f.m.isSet("target-epsilon"), kind: *f.budgetKind,
+			delta: *f.delta, json: *f.asJSON, nonExp: *f.nonExp, weight: *f.weight})
 	}
+	return f.planWalk(stdout, stderr)
+}
+
+// planWalk is 'account plan' for the prox and linearized steps: the local figure and the
+// planned pairwise figure of the graph (Theorem 4 or the first-passage law), with sigma
+// calibrated on --target-epsilon.
+func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
+	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
+	target, budgetKind, delta, seed := f.target, f.budgetKind, f.delta, f.seed
 	switch {
 	case *nodes < 2:
 		return usageErr(stderr, "plan: --nodes must be >= 2, got %d", *nodes)
@@ -204,12 +277,7 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	case *budgetKind != "pairwise" && *budgetKind != "local":
 		return usageErr(stderr, "plan: --budget-kind must be pairwise or local, got %q", *budgetKind)
 	}
-	calibrate := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "target-epsilon" {
-			calibrate = true
-		}
-	})
+	calibrate := f.m.isSet("target-epsilon")
 	if calibrate && !finitePositive(*target) {
 		return usageErr(stderr, "plan: --target-epsilon must be finite and > 0, got %v", *target)
 	}
@@ -220,6 +288,15 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(stderr, "plan: --graph: %v", err)
 	}
+	return f.planWalkFigures(stdout, g, calibrate)
+}
+
+// planWalkFigures computes and prints the figures of planWalk on the graph g, with sigma
+// calibrated on --target-epsilon when calibrate.
+func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate bool) error {
+	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
+	target, budgetKind, delta, asJSON := f.target, f.budgetKind, f.delta, f.asJSON
+	var err error
 	n := *nodes
 	updates, capped := *maxUpd, *maxUpd > 0
 	if !capped {
@@ -294,14 +371,21 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	rep := planReport{
 		Delta: *delta, Conversion: privacy.Conversion, Graph: *graphSpec, Nodes: n, Hops: *hops,
 		Clip: *clip, Sigma: sg, SigmaCalibrated: calibrate, UpdatesCapped: capped,
-		Local:       localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise:    sum,
+		Local:       localJSON(loc, updates),
+		Pairwise:    pairwiseJSON(sum),
 		PassageHops: plan.Hops, TailBounded: plan.TailBounded,
 	}
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
-	w := stdout
+	f.printPlan(stdout, rep, sum, verdict, loc)
+	return nil
+}
+
+// printPlan prints the figures of planWalkFigures as text.
+func (f *planFlags) printPlan(w io.Writer, rep planReport, sum privacy.PairwiseSummary, verdict privacy.WalkVerdict, loc privacy.Bound) {
+	n, graphSpec, hops, clip, sg, updates := rep.Nodes, f.graphSpec, f.hops, f.clip, rep.Sigma, rep.Local.Updates
+	calibrate, budgetKind, target, delta := rep.SigmaCalibrated, f.budgetKind, f.target, f.delta
 	fmt.Fprintf(w, "plan: %d nodes, graph %s, %d hops, clip %g, sigma %g", n, *graphSpec, *hops, *clip, sg)
 	if calibrate {
 		fmt.Fprintf(w, " (calibrated for %s epsilon %g)", *budgetKind, *target)
@@ -315,7 +399,6 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	} else if len(verdict.Warnings) > 0 {
 		fmt.Fprintf(w, "\nWARNING: %s\n", strings.Join(verdict.Warnings, "; "))
 	}
-	return nil
 }
 
 func printPairwise(w io.Writer, title string, s privacy.PairwiseSummary) {
@@ -393,53 +476,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum := res.Pairs.Summarize(*delta)
-	sum.Theorem = info.Theorem
-	sum.Conditions = info.Conditions
-	sum.ConditionsHold = true
-	sum.Note = info.Gaps
-	if tr.FinalReleasedToAll {
-		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
-	}
-	maxU := 0
-	for _, u := range res.Updates {
-		if u > maxU {
-			maxU = u
-		}
-	}
-	loc := privacy.StepLocalBound(wr, maxU, *delta)
-	if info.CapAtLocal && sum.Worst.Epsilon > loc.Epsilon {
-		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
-		sum.Mean, sum.P50, sum.P90, sum.P99 = min(sum.Mean, loc.Epsilon), min(sum.P50, loc.Epsilon), min(sum.P90, loc.Epsilon), min(sum.P99, loc.Epsilon)
-		sum.Note += "; capped at the local figure of the busiest node, which bounds every observer"
-	}
-	fwd := uint64(0)
-	for _, st := range tr.Steps {
-		if !st.Noisy {
-			fwd++
-		}
-	}
-	vr := wr
-	vr.Cap, vr.Hops, vr.Updates, vr.Forwards = *maxUpd, uint64(len(tr.Steps)), maxU, fwd
-	v := privacy.WalkDecide(vr)
-	rep := traceReport{
-		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
-		Delta:   *delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
-		Clip: tr.Clip, Sigma: tr.Sigma,
-		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: maxU, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise: sum,
-	}
-	if len(res.Coalitions) == 1 {
-		c := res.Coalitions[0]
-		cr := &coalitionReport{Members: c.Members, Epsilon: math.Inf(-1)}
-		for i, wgt := range c.Weight {
-			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), *delta)
-			if e > cr.Epsilon {
-				cr.Epsilon, cr.Order, cr.I = e, o, i
-			}
-		}
-		rep.Coalition = cr
-	}
+	rep, sum, loc, v := traceFigures(tr, wr, res, info, *delta, *maxUpd)
 	if *pairsPath != "" || *plotPath != "" {
 		pm := &testnet.PairMatrices{N: tr.Nodes, Delta: *delta, Realised: res.Pairs, RealisedLabel: testnet.LabelRealised}
 		if *pairsPath != "" {
@@ -456,9 +493,72 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
-	w := stdout
-	fmt.Fprintf(w, "trace %s: %d nodes, %d steps, clip %g, sigma %g\n", files[0], tr.Nodes, len(tr.Steps), tr.Clip, tr.Sigma)
-	fmt.Fprintf(w, "(epsilon, delta=%g) via %s\n\n", *delta, privacy.Conversion)
+	printTrace(stdout, files[0], tr, rep, sum, loc, v)
+	return nil
+}
+
+// traceFigures computes the figures of 'account trace' from the realised pairwise result
+// of the trace: the local figure of the busiest node, the realised pairwise summary (capped
+// at the local figure where the step's figure is), the planned verdict and the coalition.
+func traceFigures(tr *privacy.Trace, wr privacy.WalkRun, res *privacy.Realised, info privacy.StepRealised, delta float64, maxUpd int) (
+	traceReport, privacy.PairwiseSummary, privacy.Bound, privacy.WalkVerdict) {
+	sum := res.Pairs.Summarize(delta)
+	sum.Theorem = info.Theorem
+	sum.Conditions = info.Conditions
+	sum.ConditionsHold = true
+	sum.Note = info.Gaps
+	if tr.FinalReleasedToAll {
+		sum.Note = "the final model is released to every node: unobserved updates are charged at the end of the trace; " + sum.Note
+	}
+	maxU := 0
+	for _, u := range res.Updates {
+		if u > maxU {
+			maxU = u
+		}
+	}
+	loc := privacy.StepLocalBound(wr, maxU, delta)
+	if info.CapAtLocal && sum.Worst.Epsilon > loc.Epsilon {
+		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
+		sum.Mean, sum.P50, sum.P90, sum.P99 = min(sum.Mean, loc.Epsilon), min(sum.P50, loc.Epsilon), min(sum.P90, loc.Epsilon), min(sum.P99, loc.Epsilon)
+		sum.Note += "; capped at the local figure of the busiest node, which bounds every observer"
+	}
+	fwd := uint64(0)
+	for _, st := range tr.Steps {
+		if !st.Noisy {
+			fwd++
+		}
+	}
+	vr := wr
+	vr.Cap, vr.Hops, vr.Updates, vr.Forwards = maxUpd, uint64(len(tr.Steps)), maxU, fwd
+	v := privacy.WalkDecide(vr)
+	rep := traceReport{
+		Planned: plannedVerdict{ConditionsHold: v.PlannedHolds, K: v.K, Reasons: v.Reasons, Warnings: v.Warnings},
+		Delta:   delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
+		Clip: tr.Clip, Sigma: tr.Sigma,
+		Local:    localJSON(loc, maxU),
+		Pairwise: pairwiseJSON(sum),
+	}
+	if len(res.Coalitions) == 1 {
+		c := res.Coalitions[0]
+		cr := &coalitionReport{Members: c.Members}
+		worst := math.Inf(-1)
+		for i, wgt := range c.Weight {
+			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), delta)
+			if e > worst {
+				worst, cr.Order, cr.I = e, o, i
+			}
+		}
+		cr.Epsilon = privacy.Eps(worst)
+		rep.Coalition = cr
+	}
+	return rep, sum, loc, v
+}
+
+// printTrace prints the figures of 'account trace' as text.
+func printTrace(w io.Writer, file string, tr *privacy.Trace, rep traceReport, sum privacy.PairwiseSummary, loc privacy.Bound, v privacy.WalkVerdict) {
+	delta, maxU := rep.Delta, rep.Local.Updates
+	fmt.Fprintf(w, "trace %s: %d nodes, %d steps, clip %g, sigma %g\n", file, tr.Nodes, len(tr.Steps), tr.Clip, tr.Sigma)
+	fmt.Fprintf(w, "(epsilon, delta=%g) via %s\n\n", delta, privacy.Conversion)
 	fmt.Fprintf(w, "local:    epsilon %.6g (order %g), busiest node made %d noisy updates\n", loc.Epsilon, loc.Order, maxU)
 	fmt.Fprintf(w, "          theorem: %s\n\n", loc.Theorem)
 	printPairwise(w, "pairwise (realised)", sum)
@@ -468,9 +568,8 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(w, "\nplanned figure (complete graph, K_i = %d): conditions fail for this path: %s\n", v.K, strings.Join(v.Reasons, "; "))
 	}
 	if rep.Coalition != nil {
-		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon, rep.Coalition.Order)
+		fmt.Fprintf(w, "\ncoalition %v: worst node %d: epsilon %.6g (order %g)\n", rep.Coalition.Members, rep.Coalition.I, rep.Coalition.Epsilon.Float(), rep.Coalition.Order)
 	}
-	return nil
 }
 
 // parseInterleaved parses fs from args with flags allowed before, between and after the
@@ -555,8 +654,8 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 	rep := planReport{
 		Delta: a.delta, Conversion: privacy.Conversion, Graph: a.graph, Nodes: a.nodes, Hops: a.hops,
 		Clip: a.clip, Sigma: sg, SigmaCalibrated: a.calibrate, UpdatesCapped: a.maxUpd > 0,
-		Local:    localReport{Epsilon: loc.Epsilon, Order: loc.Order, Updates: updates, Theorem: loc.Theorem, Conditions: loc.Conditions},
-		Pairwise: sum, LocalStep: step.Kind.String(),
+		Local:    localJSON(loc, updates),
+		Pairwise: pairwiseJSON(sum), LocalStep: step.Kind.String(),
 	}
 	if a.json {
 		return writeJSON(stdout, rep)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 const accountModelsHelp = `Usage:
@@ -42,7 +43,7 @@ model.json files record (--scale or --scale-file for files that record none); a 
 with parameters is never fitted on the evaluation data. The other data flags (--label,
 --positive, --categorical, --delimiter) are those of 'dpadmm node'.
 
-Keys of --json (stable; epsilon -1 means no guarantee, as in model.json):
+Keys of --json (stable; an epsilon of null means no guarantee, as in model.json):
   run, config_hash, algo, graph, graph_seed, nodes, iters, dims
   averaged        member indices averaged (ascending)
   missing         member indices without a file (empty unless --allow-missing)
@@ -68,38 +69,40 @@ const maxModelFile = 64 << 20
 
 // modelsNode is one member's row of "account models".
 type modelsNode struct {
-	Index          int     `json:"index"`
-	Peer           string  `json:"peer"`
-	PeerShort      string  `json:"peer_short"`
-	File           string  `json:"file"`
-	Epsilon        float64 `json:"epsilon"` // -1: no guarantee
-	Formula        float64 `json:"formula_epsilon"`
-	Ledger         float64 `json:"ledger_epsilon"`
-	ConditionsHold bool    `json:"conditions_hold"`
-	Reason         string  `json:"reason,omitempty"`
-	SecureNoise    bool    `json:"secure_noise"`
-	StaleUses      int     `json:"stale_uses"`
-	Inexact        int     `json:"inexact_solves"`
-	Deviation      float64 `json:"deviation"` // ||f_i - f_bar||_2
+	Index          int             `json:"index"`
+	Peer           string          `json:"peer"`
+	PeerShort      string          `json:"peer_short"`
+	File           string          `json:"file"`
+	Epsilon        privacy.Epsilon `json:"epsilon"` // null: no guarantee
+	Formula        privacy.Epsilon `json:"formula_epsilon"`
+	Ledger         privacy.Epsilon `json:"ledger_epsilon"`
+	ConditionsHold bool            `json:"conditions_hold"`
+	Reason         string          `json:"reason,omitempty"`
+	SecureNoise    bool            `json:"secure_noise"`
+	StaleUses      int             `json:"stale_uses"`
+	Inexact        int             `json:"inexact_solves"`
+	Deviation      float64         `json:"deviation"` // ||f_i - f_bar||_2
 }
 
 // modelsPrivacy is the network figure (Definition V.1: the maximum over the members).
 type modelsPrivacy struct {
-	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else -1.
-	Epsilon float64 `json:"epsilon"`
-	// Formula is the maximum of the members' formula values regardless of the conditions.
-	Formula   float64 `json:"formula_epsilon"`
-	WorstNode int     `json:"worst_node"` // argmax of the members' epsilon (-1: none)
-	// GivenMax is the maximum over the given members that have a guarantee (-1: none);
+	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else
+	// unbounded (JSON null).
+	Epsilon privacy.Epsilon `json:"epsilon"`
+	// Formula is the maximum of the members' formula values regardless of the conditions
+	// (unbounded when one of them is).
+	Formula   privacy.Epsilon `json:"formula_epsilon"`
+	WorstNode int             `json:"worst_node"` // argmax of the members' epsilon (-1: none)
+	// GivenMax is the maximum over the given members that have a guarantee (null: none);
 	// it equals Epsilon when the figure holds and is only a lower bound otherwise.
-	GivenMax       float64 `json:"given_max_epsilon"`
-	Theorem        string  `json:"theorem"`
-	Conditions     string  `json:"conditions"`
-	ConditionsHold bool    `json:"conditions_hold"` // on every member, and none missing
-	Reason         string  `json:"reason,omitempty"`
-	FailingNodes   []int   `json:"failing_nodes"` // members without a guarantee
-	SecureNoise    bool    `json:"secure_noise"`  // every member drew secure noise
-	Scope          string  `json:"scope"`
+	GivenMax       privacy.Epsilon `json:"given_max_epsilon"`
+	Theorem        string          `json:"theorem"`
+	Conditions     string          `json:"conditions"`
+	ConditionsHold bool            `json:"conditions_hold"` // on every member, and none missing
+	Reason         string          `json:"reason,omitempty"`
+	FailingNodes   []int           `json:"failing_nodes"` // members without a guarantee
+	SecureNoise    bool            `json:"secure_noise"`  // every member drew secure noise
+	Scope          string          `json:"scope"`
 }
 
 // modelsEval is the evaluation of f_bar on a dataset (--data).
@@ -291,13 +294,9 @@ func decodeGossipModel(b []byte) (node.GossipModel, error) {
 			return m, fmt.Errorf("model coordinate %d is %v, not finite", j, v)
 		}
 	}
+	// The epsilons were checked by privacy.Epsilon: a number >= 0, or null (no guarantee;
+	// files of earlier builds wrote -1, read the same).
 	p := m.Privacy
-	if !(p.Epsilon == -1 || (p.Epsilon >= 0 && finite(p.Epsilon))) {
-		return m, fmt.Errorf("privacy epsilon %v must be -1 (no guarantee) or finite and >= 0", p.Epsilon)
-	}
-	if !(p.Formula == -1 || (p.Formula >= 0 && finite(p.Formula))) {
-		return m, fmt.Errorf("privacy formula_epsilon %v must be -1 or finite and >= 0", p.Formula)
-	}
 	if p.Theorem == "" {
 		return m, errors.New("privacy figure names no theorem")
 	}
@@ -398,7 +397,7 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 // V.1 guarantees, which holds only when every member is present and has a guarantee.
 func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
 	p := modelsPrivacy{
-		Epsilon: -1, Formula: -1, WorstNode: -1, GivenMax: -1, FailingNodes: []int{}, SecureNoise: true,
+		Epsilon: privacy.Unbounded, WorstNode: -1, GivenMax: privacy.Unbounded, FailingNodes: []int{}, SecureNoise: true,
 		Scope: "Definition V.1: the maximum over the members of each node's pure epsilon of its own releases (Theorem V.1); pure DP, delta = 0",
 	}
 	var reasons []string
@@ -408,11 +407,9 @@ func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
 		if !pr.SecureNoise {
 			p.SecureNoise = false
 		}
-		if pr.Formula > p.Formula {
-			p.Formula = pr.Formula
-		}
-		if pr.Epsilon >= 0 && pr.ConditionsHold {
-			if pr.Epsilon > p.GivenMax {
+		p.Formula = max(p.Formula, pr.Formula)
+		if pr.Epsilon.Bounded() && pr.ConditionsHold {
+			if p.WorstNode < 0 || pr.Epsilon > p.GivenMax {
 				p.GivenMax, p.WorstNode = pr.Epsilon, m.Index
 			}
 			continue
@@ -420,8 +417,8 @@ func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
 		p.FailingNodes = append(p.FailingNodes, m.Index)
 		why := pr.Reason
 		if why == "" {
-			why = "its model.json reports no guarantee (epsilon -1)"
-			if pr.Epsilon >= 0 {
+			why = "its model.json reports no guarantee (epsilon null)"
+			if pr.Epsilon.Bounded() {
 				why = "its conditions do not hold"
 			}
 		}
@@ -508,7 +505,7 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
 	for _, n := range r.PerNode {
 		eps := "none"
-		if n.Epsilon >= 0 {
+		if n.Epsilon.Bounded() {
 			eps = fmtEps(n.Epsilon)
 		}
 		hold := "no"
@@ -523,13 +520,9 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 		fmt.Fprintf(w, "privacy: network epsilon %s (pure DP, worst node %d) from %s; conditions: %s (hold on every member)\n",
 			fmtEps(g.Epsilon), g.WorstNode, g.Theorem, g.Conditions)
 	} else {
-		formula := "inf"
-		if g.Formula >= 0 {
-			formula = fmtEps(g.Formula)
-		}
 		fmt.Fprintf(w, "privacy: NO guarantee: %s; the formula would give %s (%s; conditions: %s)\n",
-			g.Reason, formula, g.Theorem, g.Conditions)
-		if g.GivenMax >= 0 {
+			g.Reason, fmtEps(g.Formula), g.Theorem, g.Conditions)
+		if g.GivenMax.Bounded() {
 			fmt.Fprintf(w, "         the members with a guarantee reach epsilon %s: a lower bound, not the network figure\n", fmtEps(g.GivenMax))
 		}
 	}

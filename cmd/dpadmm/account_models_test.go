@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -115,11 +117,11 @@ func TestAccountModels(t *testing.T) {
 	}
 	wantEps, minEps := math.Inf(-1), math.Inf(1)
 	for _, m := range ms {
-		minEps = math.Min(minEps, m.Privacy.Epsilon)
-		if !m.Privacy.ConditionsHold || m.Privacy.Epsilon < 0 {
+		minEps = math.Min(minEps, float64(m.Privacy.Epsilon))
+		if !m.Privacy.ConditionsHold || !m.Privacy.Epsilon.Bounded() {
 			t.Fatalf("node %d has no guarantee in this run: %+v", m.Index, m.Privacy)
 		}
-		wantEps = math.Max(wantEps, m.Privacy.Epsilon)
+		wantEps = math.Max(wantEps, float64(m.Privacy.Epsilon))
 	}
 	if minEps == wantEps {
 		t.Fatalf("every member has epsilon %v: the maximum is not tested", wantEps)
@@ -151,10 +153,10 @@ func TestAccountModels(t *testing.T) {
 			t.Fatalf("deviation %v, independent %v, simulator %v", r.MaxDeviation, wantDev, sim.MaxDeviation)
 		}
 		g := r.Privacy
-		if g.Epsilon != wantEps || !g.ConditionsHold || g.Theorem != ms[0].Privacy.Theorem || g.Reason != "" || len(g.FailingNodes) != 0 {
+		if float64(g.Epsilon) != wantEps || !g.ConditionsHold || g.Theorem != ms[0].Privacy.Theorem || g.Reason != "" || len(g.FailingNodes) != 0 {
 			t.Fatalf("network figure %+v, want epsilon %v", g, wantEps)
 		}
-		if ms[g.WorstNode].Privacy.Epsilon != wantEps || !closeTo(g.Epsilon, sim.Gossip.Epsilon) {
+		if float64(ms[g.WorstNode].Privacy.Epsilon) != wantEps || !closeTo(float64(g.Epsilon), float64(sim.Gossip.Epsilon)) {
 			t.Fatalf("worst node %d, simulator network epsilon %v, got %v", g.WorstNode, sim.Gossip.Epsilon, g.Epsilon)
 		}
 		for i, n := range r.PerNode {
@@ -173,7 +175,7 @@ func TestAccountModels(t *testing.T) {
 		}
 		for _, s := range []string{
 			"radmm on er:0.5", "largest node deviation", "f_bar: [", "index  peer",
-			"privacy: network epsilon " + fmtEps(wantEps), ms[0].Privacy.Theorem, "(hold on every member)",
+			"privacy: network epsilon " + fmtEps(privacy.Eps(wantEps)), ms[0].Privacy.Theorem, "(hold on every member)",
 			ms[1].Peer[len(ms[1].Peer)-8:],
 		} {
 			if !strings.Contains(out, s) {
@@ -313,8 +315,8 @@ func TestAccountModels(t *testing.T) {
 			}
 		}
 		g := r.Privacy
-		if !r.Partial || fmt.Sprint(r.Missing) != "[3]" || g.Epsilon != -1 || g.ConditionsHold ||
-			g.GivenMax != math.Max(math.Max(ms[0].Privacy.Epsilon, ms[1].Privacy.Epsilon), ms[2].Privacy.Epsilon) || !strings.Contains(g.Reason, "members 3 missing") {
+		if !r.Partial || fmt.Sprint(r.Missing) != "[3]" || g.Epsilon.Bounded() || g.ConditionsHold ||
+			g.GivenMax != max(ms[0].Privacy.Epsilon, ms[1].Privacy.Epsilon, ms[2].Privacy.Epsilon) || !strings.Contains(g.Reason, "members 3 missing") {
 			t.Fatalf("partial report %+v", r)
 		}
 		_, out, _ = runModels(append([]string{"--allow-missing"}, rest()...)...)
@@ -325,8 +327,26 @@ func TestAccountModels(t *testing.T) {
 
 	t.Run("member-without-guarantee", func(t *testing.T) {
 		m := ms[1]
-		m.Privacy.Epsilon, m.Privacy.ConditionsHold, m.Privacy.Reason = -1, false, "rows not normalised: max ||x|| = 2 > 1"
+		m.Privacy.Epsilon, m.Privacy.ConditionsHold, m.Privacy.Reason = privacy.Unbounded, false, "rows not normalised: max ||x|| = 2 > 1"
 		f := writeModelFile(t, filepath.Join(t.TempDir(), "m1.json"), m)
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), `"epsilon":null`) {
+			t.Fatalf("model.json without guarantee: %s, %v", b, err)
+		}
+		// Files of earlier builds wrote -1 (model.json) or the largest float64 (reports) for
+		// no guarantee: they read the same.
+		for _, legacy := range []string{"-1", "1.7976931348623157e+308"} {
+			lf := filepath.Join(t.TempDir(), "m1.json")
+			if err := os.WriteFile(lf, []byte(strings.Replace(string(b), `"epsilon":null`, `"epsilon":`+legacy, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errs := runModels("--json", files[0], lf, files[2], files[3])
+			var r modelsReport
+			if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Privacy.Epsilon.Bounded() || r.PerNode[1].Epsilon.Bounded() ||
+				fmt.Sprint(r.Privacy.FailingNodes) != "[1]" || !strings.Contains(out, `"epsilon": null`) {
+				t.Fatalf("legacy %s: exit %d, %s %s", legacy, code, out, errs)
+			}
+		}
 		code, out, errs := runModels("--json", files[0], f, files[2], files[3])
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
@@ -335,7 +355,7 @@ func TestAccountModels(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatal(err)
 		}
-		if g := r.Privacy; g.Epsilon != -1 || g.ConditionsHold || fmt.Sprint(g.FailingNodes) != "[1]" || g.WorstNode != -1 ||
+		if g := r.Privacy; g.Epsilon.Bounded() || g.ConditionsHold || fmt.Sprint(g.FailingNodes) != "[1]" || g.WorstNode != -1 ||
 			g.Reason != "member 1: rows not normalised: max ||x|| = 2 > 1" {
 			t.Fatalf("network figure %+v", g)
 		}
@@ -371,6 +391,9 @@ func TestAccountModels(t *testing.T) {
 		withCoord := func(name, v string) string {
 			return raw(name, strings.Replace(string(orig), first, v, 1))
 		}
+		withEps := func(name, v string) string {
+			return raw(name, epsilonRE.ReplaceAllLiteralString(string(orig), `"epsilon":`+v))
+		}
 		walk, _ := json.Marshal(node.Model{Run: "am-test", ConfigHash: ms[0].ConfigHash, Peer: ms[N-1].Peer, Index: N - 1, Nodes: N, Dims: dims, Model: ms[N-1].Model})
 		emptyDir := t.TempDir()
 		cases := []struct {
@@ -386,7 +409,8 @@ func TestAccountModels(t *testing.T) {
 			{"dims vs model", mod("len.json", func(m *node.GossipModel) { m.Model = m.Model[:2] }), []string{"len.json", "model has 2 coordinates, dims says 4"}},
 			{"iterations", mod("it.json", func(m *node.GossipModel) { m.Iters = 3 }), []string{"it.json", "iteration count 3 differs"}},
 			{"index range", mod("idx.json", func(m *node.GossipModel) { m.Index = 7 }), []string{"idx.json", "index 7 out of range"}},
-			{"epsilon", mod("eps.json", func(m *node.GossipModel) { m.Privacy.Epsilon = -3 }), []string{"eps.json", "privacy epsilon -3"}},
+			{"epsilon", withEps("eps.json", "-3"), []string{"eps.json", "epsilon -3 is negative"}},
+			{"epsilon string", withEps("epss.json", `"2"`), []string{"epss.json", "want a number or null"}},
 			{"overflowing coordinate", withCoord("inf.json", "1e999"), []string{"inf.json", "not a valid model.json"}},
 			{"string coordinate", withCoord("nan.json", `"NaN"`), []string{"nan.json", "not a valid model.json"}},
 			{"unreadable", filepath.Join(tmp, "absent.json"), []string{"absent.json", "no such file"}},
@@ -443,3 +467,7 @@ func FuzzAccountModelsDecode(f *testing.F) {
 		}
 	})
 }
+
+// epsilonRE matches the key "epsilon" of a compact R-ADMM model.json (its privacy epsilon)
+// with its value.
+var epsilonRE = regexp.MustCompile(`"epsilon":(null|-?[0-9.e+-]+)`)

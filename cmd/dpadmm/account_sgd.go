@@ -26,21 +26,21 @@ are refused. Abadi et al.'s example:
 
 // subsampledReport is the JSON output of "account subsampled".
 type subsampledReport struct {
-	Q               float64 `json:"q"`
-	NoiseMultiplier float64 `json:"noise_multiplier"`
-	Calibrated      bool    `json:"noise_multiplier_calibrated"`
-	TargetEpsilon   float64 `json:"target_epsilon,omitempty"`
-	Steps           int     `json:"steps"`
-	Delta           float64 `json:"delta"`
-	Epsilon         float64 `json:"epsilon"`
-	Order           float64 `json:"order"`
-	Conversion      string  `json:"conversion"`
-	EpsilonClassic  float64 `json:"epsilon_classic"`
-	OrderClassic    float64 `json:"order_classic"`
-	ConversionClass string  `json:"conversion_classic"`
-	Theorem         string  `json:"theorem"`
-	ConditionsHold  bool    `json:"conditions_hold"`
-	Note            string  `json:"note"`
+	Q               float64         `json:"q"`
+	NoiseMultiplier float64         `json:"noise_multiplier"`
+	Calibrated      bool            `json:"noise_multiplier_calibrated"`
+	TargetEpsilon   float64         `json:"target_epsilon,omitempty"`
+	Steps           int             `json:"steps"`
+	Delta           float64         `json:"delta"`
+	Epsilon         privacy.Epsilon `json:"epsilon"`
+	Order           float64         `json:"order"`
+	Conversion      string          `json:"conversion"`
+	EpsilonClassic  privacy.Epsilon `json:"epsilon_classic"`
+	OrderClassic    float64         `json:"order_classic"`
+	ConversionClass string          `json:"conversion_classic"`
+	Theorem         string          `json:"theorem"`
+	ConditionsHold  bool            `json:"conditions_hold"`
+	Note            string          `json:"note"`
 }
 
 // subsampledAssumed says why conditions_hold is true for "account subsampled".
@@ -104,9 +104,11 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	if calibrate {
 		r.TargetEpsilon = *target
 	}
-	r.Epsilon, r.Order = privacy.ToDP(c, *delta)
-	r.EpsilonClassic, r.OrderClassic = privacy.ToDPClassic(c, *delta)
-	if math.IsInf(r.Epsilon, 0) {
+	eps, ord := privacy.ToDP(c, *delta)
+	epsClassic, ordClassic := privacy.ToDPClassic(c, *delta)
+	r.Epsilon, r.Order = privacy.Eps(eps), ord
+	r.EpsilonClassic, r.OrderClassic = privacy.Eps(epsClassic), ordClassic
+	if math.IsInf(eps, 0) {
 		return fmt.Errorf("subsampled: no finite epsilon at delta %v", *delta)
 	}
 	if *asJSON {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -59,158 +59,183 @@ FILE, --png FILE draws each lower bound with its interval next to the upper boun
   dpadmm audit --algo radmm --alpha 50 --json
 `
 
-func runAudit(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit", auditHelp, stdout)
-	algo := fs.String("algo", "walk", "mechanism to audit: walk or radmm")
-	trials := fs.Int("trials", 12000, "trials per dataset (D and D'); half choose the tests, half evaluate them")
-	sigma := fs.Float64("sigma", 1, "walk: std of eta in eq. (7) (noise on u has std lambda*sigma)")
-	clip := fs.Float64("clip", 0.1, "walk: clip bound C on ||x - z||")
-	delta := fs.Float64("delta", 1e-5, "walk: delta of the (epsilon, delta) bounds (R-ADMM's claim is pure DP: delta 0)")
-	confidence := fs.Float64("confidence", 0.95, "confidence of the lower bound and of its interval")
-	seed := fs.Uint64("seed", 0, "use seeded noise with this seed (reproducible, NOT secure); default crypto/rand noise")
-	asJSON := fs.Bool("json", false, "print the results as a JSON list instead of the table")
-	pngPath := fs.String("png", "", "draw the lower bounds, their intervals and the upper bounds (PNG) to this file")
-	outPath := fs.String("out", "", "write the results as a JSON list to this file")
-	nodes := fs.Int("nodes", 0, "number of nodes (default 50 for walk, 5 for radmm)")
-	node := fs.Int("node", 0, "the audited node i")
-	pairHops := fs.Int("pair-hops", 4, "walk: noisy updates by other nodes before the pairwise observer holds the token")
-	finalHops := fs.Int("final-hops", 20, "walk: noisy updates by other nodes before the final model is released")
-	gamma := fs.Float64("gamma", 0, "walk: ADMM prox parameter; radmm: even-step weight (0 means the mode's default: 100 for walk, 0.5 for radmm)")
-	lambda := fs.Float64("lambda", 0.5, "walk: relaxation lambda in (0,1]")
-	l2 := fs.Float64("l2", 1e-2, "L2 weight mu: adds (mu/2)*||w||^2")
-	alpha := fs.Float64("alpha", 2, "radmm: noise density exp(-alpha*||eps||)")
-	eta := fs.Float64("eta", 1, "radmm: penalty eta")
-	paperC := fs.Float64("paper-c", 10, "radmm: the paper's C; C_i/B_i = C*N/M and rho/N = C*l2")
-	df := addDataFlags(fs, experimentData)
-	workers := fs.Int("workers", 0, "goroutines running trials (default: min(2, CPUs))")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return auditUsage(stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+// auditFlags are the flags of 'dpadmm audit'; its modes are "walk" and "radmm".
+type auditFlags struct {
+	m                                 *modeFlags
+	df                                *dataFlags
+	algo, pngPath, outPath            *string
+	trials, nodes, node, workers      *int
+	pairHops, finalHops               *int
+	confidence, l2                    *float64
+	sigma, clip, delta, gamma, lambda *float64
+	alpha, eta, paperC, evenGamma     *float64
+	seed                              *uint64
+	asJSON                            *bool
+}
+
+func newAuditFlags(stdout io.Writer) *auditFlags {
+	m := newModeFlags("audit", auditHelp, stdout)
+	f := &auditFlags{m: m}
+	d, gp := node.DefaultConfig(), node.DefaultGossipParams()
+	f.algo = m.String("algo", "walk", "mechanism to audit: walk or radmm")
+	f.trials = m.Int("trials", 12000, "trials per dataset (D and D'); half choose the tests, half evaluate them")
+	f.confidence = m.Float64("confidence", 0.95, "confidence of the lower bound and of its interval")
+	f.seed = m.Uint64("seed", 0, "use seeded noise with this seed (reproducible, NOT secure); default crypto/rand noise")
+	f.asJSON = m.Bool("json", false, "print the results as a JSON list instead of the table")
+	f.pngPath = m.String("png", "", "draw the lower bounds, their intervals and the upper bounds (PNG) to this file")
+	f.outPath = m.String("out", "", "write the results as a JSON list to this file")
+	f.nodes = m.Int("nodes", 0, "number of nodes (default 50 for walk, 5 for radmm)")
+	f.node = m.Int("node", 0, "the audited node i")
+	f.l2 = m.Float64("l2", d.Problem.Reg.L2, "L2 weight mu: adds (mu/2)*||w||^2")
+	f.df = addDataFlags(m.FlagSet, experimentData)
+	f.workers = m.Int("workers", 0, "goroutines running trials (default: min(2, CPUs))")
+	m.in("--algo walk", "", "walk")
+	f.sigma = m.Float64("sigma", d.Sigma, "std of eta in eq. (7) (noise on u has std lambda*sigma)")
+	f.clip = m.Float64("clip", d.Clip, "clip bound C on ||x - z||")
+	f.delta = m.Float64("delta", d.Delta, "delta of the (epsilon, delta) bounds (R-ADMM's claim is pure DP: delta 0)")
+	f.pairHops = m.Int("pair-hops", 4, "noisy updates by other nodes before the pairwise observer holds the token")
+	f.finalHops = m.Int("final-hops", 20, "noisy updates by other nodes before the final model is released")
+	f.gamma = m.Float64("gamma", d.Gamma, "ADMM prox parameter gamma > 0")
+	f.lambda = m.Float64("lambda", d.Lambda, "relaxation lambda in (0,1]")
+	m.hint("gamma", "the even-step proximal weight of R-ADMM is --even-gamma")
+	m.in("--algo radmm", "--algo radmm (R-ADMM's claim is pure DP, audited at delta 0)", "radmm")
+	f.alpha = m.Float64("alpha", gp.Alpha, "noise density exp(-alpha*||eps||)")
+	f.eta = m.Float64("eta", gp.Eta, "penalty eta")
+	f.paperC = m.Float64("paper-c", gp.PaperC, "the paper's C; C_i/B_i = C*N/M and rho/N = C*l2")
+	f.evenGamma = m.Float64("even-gamma", gp.Gamma, "even-step proximal weight gamma > 0 (the walk's prox parameter is --gamma)")
+	m.hint("even-gamma", "the walk's prox parameter is --gamma")
+	return f
+}
+
+// check checks the flag values.
+func (f *auditFlags) check() error {
 	bad := func(x float64) bool { return math.IsNaN(x) || math.IsInf(x, 0) }
 	switch {
-	case *algo != "walk" && *algo != "radmm":
-		return auditUsage(stderr, "--algo must be walk or radmm, got %q", *algo)
-	case *trials < 20:
-		return auditUsage(stderr, "--trials must be >= 20, got %d", *trials)
-	case !(*confidence > 0 && *confidence < 1):
-		return auditUsage(stderr, "--confidence must be in (0,1), got %v", *confidence)
-	case !(*delta > 0 && *delta < 1):
-		return auditUsage(stderr, "--delta must be in (0,1), got %v", *delta)
-	case !(*sigma > 0) || bad(*sigma):
-		return auditUsage(stderr, "--sigma must be finite and > 0, got %v", *sigma)
-	case !(*clip > 0) || bad(*clip):
-		return auditUsage(stderr, "--clip must be finite and > 0, got %v", *clip)
-	case !(*lambda > 0 && *lambda <= 1):
-		return auditUsage(stderr, "--lambda must be in (0,1], got %v", *lambda)
-	case !(*l2 > 0) || bad(*l2):
-		return auditUsage(stderr, "--l2 must be finite and > 0, got %v", *l2)
-	case *gamma < 0 || bad(*gamma):
-		return auditUsage(stderr, "--gamma must be finite and > 0 (0: the default), got %v", *gamma)
-	case !(*alpha > 0) || bad(*alpha) || !(*eta > 0) || bad(*eta) || !(*paperC > 0) || bad(*paperC):
-		return auditUsage(stderr, "--alpha, --eta and --paper-c must be finite and > 0")
-	case *nodes < 0 || *node < 0 || *workers < 0:
-		return auditUsage(stderr, "--nodes, --node and --workers must be >= 0")
-	case *pairHops < 1 || *finalHops <= *pairHops:
-		return auditUsage(stderr, "need 1 <= --pair-hops < --final-hops, got %d and %d", *pairHops, *finalHops)
+	case f.m.NArg() > 0:
+		return fmt.Errorf("unexpected argument %q", f.m.Arg(0))
+	case *f.trials < 20:
+		return fmt.Errorf("--trials must be >= 20, got %d", *f.trials)
+	case !(*f.confidence > 0 && *f.confidence < 1):
+		return fmt.Errorf("--confidence must be in (0,1), got %v", *f.confidence)
+	case !(*f.delta > 0 && *f.delta < 1):
+		return fmt.Errorf("--delta must be in (0,1), got %v", *f.delta)
+	case !(*f.sigma > 0) || bad(*f.sigma):
+		return fmt.Errorf("--sigma must be finite and > 0, got %v", *f.sigma)
+	case !(*f.clip > 0) || bad(*f.clip):
+		return fmt.Errorf("--clip must be finite and > 0, got %v", *f.clip)
+	case !(*f.lambda > 0 && *f.lambda <= 1):
+		return fmt.Errorf("--lambda must be in (0,1], got %v", *f.lambda)
+	case !(*f.l2 > 0) || bad(*f.l2):
+		return fmt.Errorf("--l2 must be finite and > 0, got %v", *f.l2)
+	case !(*f.gamma > 0) || bad(*f.gamma):
+		return fmt.Errorf("--gamma must be finite and > 0, got %v", *f.gamma)
+	case !(*f.evenGamma > 0) || bad(*f.evenGamma):
+		return fmt.Errorf("--even-gamma must be finite and > 0, got %v", *f.evenGamma)
+	case !(*f.alpha > 0) || bad(*f.alpha) || !(*f.eta > 0) || bad(*f.eta) || !(*f.paperC > 0) || bad(*f.paperC):
+		return fmt.Errorf("--alpha, --eta and --paper-c must be finite and > 0")
+	case *f.nodes < 0 || *f.node < 0 || *f.workers < 0:
+		return fmt.Errorf("--nodes, --node and --workers must be >= 0")
+	case *f.pairHops < 1 || *f.finalHops <= *f.pairHops:
+		return fmt.Errorf("need 1 <= --pair-hops < --final-hops, got %d and %d", *f.pairHops, *f.finalHops)
 	}
-	if *algo == "walk" {
-		for _, f := range []string{"alpha", "eta", "paper-c"} {
-			if set[f] {
-				return auditUsage(stderr, "--%s applies to --algo radmm", f)
-			}
-		}
-	} else {
-		for _, f := range []string{"sigma", "clip", "delta", "lambda", "pair-hops", "final-hops"} {
-			if set[f] {
-				return auditUsage(stderr, "--%s applies to --algo walk (R-ADMM's claim is pure DP, audited at delta 0)", f)
-			}
-		}
+	return f.df.check(consensus.Logistic)
+}
+
+func runAudit(args []string, stdout, stderr io.Writer) error {
+	f := newAuditFlags(stdout)
+	if err := f.m.parse(args); err != nil {
+		return err
 	}
-	if err := df.check(consensus.Logistic); err != nil {
+	if *f.algo != "walk" && *f.algo != "radmm" {
+		return auditUsage(stderr, "--algo must be walk or radmm, got %q", *f.algo)
+	}
+	if err := f.m.check(*f.algo, "--algo "+*f.algo); err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
 		return auditUsage(stderr, "%v", err)
 	}
-	ld, err := df.load(loadRequest{loss: consensus.Logistic, seed: 1})
+	ld, err := f.df.load(loadRequest{loss: consensus.Logistic, seed: 1})
 	if err != nil {
 		return err
 	}
-	seeded := set["seed"]
-	noise := testnet.AuditNoise(seeded, *seed)
-	prob := consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: *l2}}
 	start := time.Now()
-	var res []testnet.AuditResult
-	var header string
-	if *algo == "walk" {
-		o := testnet.WalkAuditOptions{
-			Train: ld.train, Nodes: *nodes, Seed: 1, Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip,
-			Sigma: *sigma, Node: *node, PairHops: *pairHops, FinalHops: *finalHops, Trials: *trials, Delta: *delta,
-			Confidence: *confidence, Noise: noise, Workers: *workers,
-		}
-		if o.Nodes == 0 {
-			o.Nodes = 50
-		}
-		if o.Gamma == 0 {
-			o.Gamma = 100
-		}
-		header = fmt.Sprintf("audit of the walk on %s: node %d of %d, gamma %g, lambda %g, clip %g, sigma %g, l2 %g, logistic loss",
-			ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *l2)
-		res, err = testnet.WalkAudit(o)
-	} else {
-		o := testnet.RADMMAuditOptions{
-			Train: ld.train, Nodes: *nodes, Seed: 1, Problem: prob, Alpha: *alpha, Eta: *eta, Gamma: *gamma,
-			PaperC: *paperC, Node: *node, Trials: *trials, Confidence: *confidence, Noise: noise, Workers: *workers,
-		}
-		if o.Nodes == 0 {
-			o.Nodes = 5
-		}
-		header = fmt.Sprintf("audit of R-ADMM on %s: node %d of %d (ring), alpha %g, eta %g, C %g, l2 %g, logistic loss",
-			ld.name, o.Node, o.Nodes, o.Alpha, o.Eta, o.PaperC, *l2)
-		res, err = testnet.RADMMAudit(o)
-	}
+	res, header, err := f.audit(ld)
 	if err != nil {
 		return err
 	}
-	wall := time.Since(start)
-	if *outPath != "" {
-		if err := writeFileWith(*outPath, func(w io.Writer) error { return writeAuditJSON(w, res) }); err != nil {
-			return err
-		}
-	}
-	if *pngPath != "" {
-		title := strings.Replace(header, ": ", "\n", 1)
-		if err := writeFileWith(*pngPath, func(w io.Writer) error { return testnet.WriteAuditPNG(w, res, title) }); err != nil {
-			return err
-		}
-	}
-	if *asJSON {
-		if err := writeAuditJSON(stdout, res); err != nil {
-			return err
-		}
-	} else {
-		noiseName := "crypto/rand (secure)"
-		if seeded {
-			noiseName = fmt.Sprintf("seeded with %d: reproducible, NOT secure", *seed)
-		}
-		fmt.Fprintln(stdout, header)
-		fmt.Fprintf(stdout, "noise %s; %d trials per dataset (%d choose each test, %d evaluate it); %.4g s\n",
-			noiseName, *trials, *trials/2, *trials-*trials/2, wall.Seconds())
-		if len(res) > 0 {
-			what := "4 lambda C (i's data part)"
-			if *algo == "radmm" {
-				what = "2 C_i/B_i (gradient of i's objective)"
-			}
-			fmt.Fprintf(stdout, "neighbouring datasets %s\nwithout noise the canary attains %.3g of the sensitivity %s\n",
-				canaryOf(res[0].Note), res[0].SensitivityUsed, what)
-		}
-		printAuditTable(stdout, res)
+	if err := f.writeOutputs(res, header, time.Since(start), stdout); err != nil {
+		return err
 	}
 	if v := violations(res); v > 0 {
 		return fmt.Errorf("VIOLATION: on %d of %d lines the empirical lower bound exceeds the claimed upper bound", v, len(res))
 	}
+	return nil
+}
+
+// audit runs the audit of --algo and returns its results and the header of its outputs.
+func (f *auditFlags) audit(ld *loadedData) ([]testnet.AuditResult, string, error) {
+	noise := testnet.AuditNoise(f.m.isSet("seed"), *f.seed)
+	prob := consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: *f.l2}}
+	if *f.algo == "walk" {
+		o := testnet.WalkAuditOptions{
+			Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: prob, Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip,
+			Sigma: *f.sigma, Node: *f.node, PairHops: *f.pairHops, FinalHops: *f.finalHops, Trials: *f.trials, Delta: *f.delta,
+			Confidence: *f.confidence, Noise: noise, Workers: *f.workers,
+		}
+		if o.Nodes == 0 {
+			o.Nodes = testnet.DefaultOptions().Nodes
+		}
+		header := fmt.Sprintf("audit of the walk on %s: node %d of %d, gamma %g, lambda %g, clip %g, sigma %g, l2 %g, logistic loss",
+			ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *f.l2)
+		res, err := testnet.WalkAudit(o)
+		return res, header, err
+	}
+	o := testnet.RADMMAuditOptions{
+		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: prob, Alpha: *f.alpha, Eta: *f.eta, Gamma: *f.evenGamma,
+		PaperC: *f.paperC, Node: *f.node, Trials: *f.trials, Confidence: *f.confidence, Noise: noise, Workers: *f.workers,
+	}
+	if o.Nodes == 0 {
+		o.Nodes = testnet.DefaultGossipOptions().Nodes
+	}
+	header := fmt.Sprintf("audit of R-ADMM on %s: node %d of %d (ring), alpha %g, eta %g, C %g, l2 %g, logistic loss",
+		ld.name, o.Node, o.Nodes, o.Alpha, o.Eta, o.PaperC, *f.l2)
+	res, err := testnet.RADMMAudit(o)
+	return res, header, err
+}
+
+// writeOutputs writes the results to --out, --png and stdout (the table, or --json).
+func (f *auditFlags) writeOutputs(res []testnet.AuditResult, header string, wall time.Duration, stdout io.Writer) error {
+	if *f.outPath != "" {
+		if err := writeFileWith(*f.outPath, func(w io.Writer) error { return writeAuditJSON(w, res) }); err != nil {
+			return err
+		}
+	}
+	if *f.pngPath != "" {
+		title := strings.Replace(header, ": ", "\n", 1)
+		if err := writeFileWith(*f.pngPath, func(w io.Writer) error { return testnet.WriteAuditPNG(w, res, title) }); err != nil {
+			return err
+		}
+	}
+	if *f.asJSON {
+		return writeAuditJSON(stdout, res)
+	}
+	noiseName := "crypto/rand (secure)"
+	if f.m.isSet("seed") {
+		noiseName = fmt.Sprintf("seeded with %d: reproducible, NOT secure", *f.seed)
+	}
+	fmt.Fprintln(stdout, header)
+	fmt.Fprintf(stdout, "noise %s; %d trials per dataset (%d choose each test, %d evaluate it); %.4g s\n",
+		noiseName, *f.trials, *f.trials/2, *f.trials-*f.trials/2, wall.Seconds())
+	if len(res) > 0 {
+		what := "4 lambda C (i's data part)"
+		if *f.algo == "radmm" {
+			what = "2 C_i/B_i (gradient of i's objective)"
+		}
+		fmt.Fprintf(stdout, "neighbouring datasets %s\nwithout noise the canary attains %.3g of the sensitivity %s\n",
+			canaryOf(res[0].Note), res[0].SensitivityUsed, what)
+	}
+	printAuditTable(stdout, res)
 	return nil
 }
 

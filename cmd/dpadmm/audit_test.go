@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -86,7 +86,7 @@ func TestAuditTable(t *testing.T) {
 // VIOLATION and counted.
 func TestAuditTableViolation(t *testing.T) {
 	res := []testnet.AuditResult{
-		{Observer: "local", Test: "projection", LowerEpsilon: 3, LowerEpsilonCI: [2]float64{2.5, math.MaxFloat64}, UpperEpsilon: 1.7, Theorem: "T", ConditionsHold: true, Violation: true, Confidence: 0.95},
+		{Observer: "local", Test: "projection", LowerEpsilon: 3, LowerEpsilonCI: [2]privacy.Epsilon{2.5, privacy.Unbounded}, UpperEpsilon: 1.7, Theorem: "T", ConditionsHold: true, Violation: true, Confidence: 0.95},
 		{Observer: "final", Test: "projection", LowerEpsilon: 0, UpperEpsilon: 0.3, Theorem: "T", ConditionsHold: true, Confidence: 0.95},
 	}
 	var b bytes.Buffer

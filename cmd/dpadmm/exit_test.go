@@ -20,6 +20,7 @@ func TestExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := func(a ...string) []string { return append([]string{"testnet", "--quiet", "--hops", "10"}, a...) }
+	tg := func(a ...string) []string { return append([]string{"testnet", "--quiet", "--algo", "radmm"}, a...) }
 	nd := func(a ...string) []string {
 		return append([]string{"node", "--run", "r", "--data", "embedded", "--datadir", filepath.Join(dir, "n")}, a...)
 	}
@@ -49,10 +50,13 @@ func TestExitCodes(t *testing.T) {
 		{tn("--categorical", "yes"), 2, `--categorical must be none or auto, got "yes"`},
 		{tn("--l2", "-1"), 2, "--l2 must be finite and >= 0, got -1"},
 		{tn("--l1", "Inf"), 2, "--l1 must be finite and >= 0"},
-		{tn("--algo", "radmm", "--gamma", "-1"), 2, "--gamma"},
-		{tn("--algo", "radmm", "--paper-c", "0"), 2, "--paper-c must be finite and > 0"},
-		{tn("--algo", "radmm", "--eta-max", "-1"), 2, "--eta-max"},
-		{tn("--algo", "radmm", "--loss", "hinge"), 2, "--loss"},
+		{tg("--gamma", "0.3"), 2, "--gamma applies to the random walk (--algo walk, walk-gadmm, walk-sgd), not to --algo radmm on the simulator; the even-step proximal weight of neighbour exchange is --even-gamma"},
+		{tg("--even-gamma", "-1"), 2, "--even-gamma (the even-step proximal weight) must be finite and >= 0, got -1"},
+		{tn("--even-gamma", "0.3"), 2, "--even-gamma applies to neighbour exchange"},
+		{tg("--hops", "10"), 2, "--hops applies to the random walk"},
+		{tg("--paper-c", "0"), 2, "--paper-c must be finite and > 0"},
+		{tg("--eta-max", "-1"), 2, "--eta-max"},
+		{tg("--loss", "hinge"), 2, "--loss"},
 		{tn("--data", missing), 1, "missing.csv"},
 		// node: every flag value is checked before the node starts
 		{nd("--gamma", "0"), 2, "--gamma must be finite and > 0"},
@@ -66,7 +70,9 @@ func TestExitCodes(t *testing.T) {
 		{nd("--custody-depth", "-1"), 2, "--custody-depth"},
 		{nd("--scale", "log"), 2, "--scale"},
 		{nd("--profile", "wan"), 2, "--profile must be test, lan or internet"},
-		{nd("--algo", "radmm", "--gamma", "-1"), 2, "--gamma"},
+		{nd("--algo", "radmm", "--gamma", "-1"), 2, "--gamma applies to the random walk"},
+		{nd("--algo", "radmm", "--even-gamma", "-1"), 2, "--even-gamma (the even-step proximal weight) must be"},
+		{nd("--even-gamma", "1"), 2, "--even-gamma applies to neighbour exchange"},
 		{nd("--algo", "radmm", "--iters", "0"), 2, "--iters must be >= 1"},
 		{nd("--algo", "radmm", "--eta", "0"), 2, "--eta must be finite and > 0"},
 		{nd("--algo", "mradmm", "--eta-growth", "0.5"), 2, "--eta-growth"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
@@ -99,6 +100,11 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if args[0] != "radmm" {
 		return unknownCommand("experiment", "experiment", args[0], []string{"radmm", "gadmm", "walk"})
 	}
+	return runExperimentRADMM(ctx, args[1:], stdout, stderr)
+}
+
+// runExperimentRADMM is 'dpadmm experiment radmm'.
+func runExperimentRADMM(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("experiment radmm", experimentHelp, stdout)
 	df := addDataFlags(fs, experimentData)
 	split := fs.String("split", "iid", "how training rows are split over nodes: iid|contiguous|label")
@@ -112,13 +118,13 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	l2 := fs.Float64("l2", 2.2e-3, "L2 weight mu of the reported objective; rho = C*N*mu (default: the paper's rho = 0.22 with C = 20, N = 5)")
 	eta := fs.Float64("eta", 1, "penalty eta of R-ADMM and ADMM-DVP, base of the MR-ADMM and M-ADMM schedules")
 	etaGrowth := fs.Float64("eta-growth", 1.04, "MR-ADMM: eta(2k-1) = eta*q^k; M-ADMM-style: eta(t) = eta*q^ceil(t/2)")
-	gamma := fs.Float64("gamma", 0.5, "even-step proximal weight gamma of R-ADMM and MR-ADMM")
+	gamma := fs.Float64("even-gamma", node.DefaultGossipParams().Gamma, "even-step proximal weight gamma >= 0 of R-ADMM and MR-ADMM")
 	noNonPriv := fs.Bool("no-nonprivate", false, "leave out the non-private ADMM reference curve")
 	outDir := fs.String("out", "fig5", "output directory (created if missing)")
 	name := fs.String("name", "fig5", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
 	workers := fs.Int("workers", 0, "runs in parallel (the results do not depend on it); 0 = GOMAXPROCS, the usable CPUs")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -145,7 +151,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case !(*etaGrowth >= 1) || math.IsInf(*etaGrowth, 0):
 		return experimentUsage(stderr, "--eta-growth must be >= 1 and finite, got %v", *etaGrowth)
 	case !(*gamma >= 0) || math.IsInf(*gamma, 0):
-		return experimentUsage(stderr, "--gamma must be >= 0 and finite, got %v", *gamma)
+		return experimentUsage(stderr, "--even-gamma must be >= 0 and finite, got %v", *gamma)
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return experimentUsage(stderr, "--name must be a plain file name, got %q", *name)
 	}
@@ -178,6 +184,12 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
+	return runExperimentOutputs(ctx, opt, prog, *outDir, *name, ld, stdout)
+}
+
+// runExperimentOutputs runs the experiment of opt and writes OUT/NAME.csv and .png (a
+// partial CSV when interrupted) and the summary.
+func runExperimentOutputs(ctx context.Context, opt testnet.ExperimentOptions, prog *progress, outDir, name string, ld *loadedData, stdout io.Writer) error {
 	start := time.Now()
 	res, err := testnet.RunExperimentContext(ctx, opt)
 	prog.Done()
@@ -188,14 +200,14 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if res.Interrupted {
 		// The series whose every run completed, in a file of their own: a complete
 		// NAME.csv from an earlier run is not overwritten by a partial one.
-		csvPath := filepath.Join(*outDir, *name+".partial.csv")
+		csvPath := filepath.Join(outDir, name+".partial.csv")
 		if err := writeFileWith(csvPath, res.WriteCSV); err != nil {
 			return err
 		}
 		return interrupted("stopped after %d of %d runs (%.1f s); the %d series whose runs all completed are in %s (no plot)",
 			res.Runs, res.Total, wall.Seconds(), len(res.Series), csvPath)
 	}
-	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	csvPath, pngPath, err := writeCSVAndPNG(outDir, name, res.WriteCSV, res.WritePNG)
 	if err != nil {
 		return err
 	}

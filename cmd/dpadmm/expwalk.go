@@ -76,13 +76,9 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	bad := func(format string, a ...any) error { return experimentUsage(stderr, format, a...) }
-	var eps []float64
-	for _, f := range strings.Split(*epsStr, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			return bad("--epsilons: want finite numbers > 0, got %q", f)
-		}
-		eps = append(eps, v)
+	eps, err := parseEpsilons(*epsStr)
+	if err != nil {
+		return bad("--epsilons: %v", err)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -102,17 +98,9 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return bad("--name must be a plain file name, got %q", *name)
 	}
-	all := testnet.DefaultWalkMethods()
-	ms := all
-	if *methods != "" {
-		ms = nil
-		for _, f := range strings.Split(*methods, ",") {
-			k, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || k < 0 || k >= len(all) {
-				return bad("--methods: want indices in 0..%d, got %q", len(all)-1, f)
-			}
-			ms = append(ms, all[k])
-		}
+	ms, err := walkMethods(*methods)
+	if err != nil {
+		return bad("--methods: %v", err)
 	}
 	if *workers == 0 {
 		*workers = runtime.GOMAXPROCS(0)
@@ -154,7 +142,43 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		return err
 	}
-	csvPath, pngPath, err := writeCSVAndPNG(*outDir, *name, res.WriteCSV, res.WritePNG)
+	return printWalkExperiment(stdout, res, *outDir, *name, start)
+}
+
+// parseEpsilons parses a comma-separated list of finite epsilons > 0.
+func parseEpsilons(list string) ([]float64, error) {
+	var eps []float64
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("want finite numbers > 0, got %q", f)
+		}
+		eps = append(eps, v)
+	}
+	return eps, nil
+}
+
+// walkMethods returns the methods of testnet.DefaultWalkMethods named by a
+// comma-separated list of indices, or all of them for an empty list.
+func walkMethods(list string) ([]testnet.WalkMethod, error) {
+	all := testnet.DefaultWalkMethods()
+	if list == "" {
+		return all, nil
+	}
+	var ms []testnet.WalkMethod
+	for _, f := range strings.Split(list, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 0 || k >= len(all) {
+			return nil, fmt.Errorf("want indices in 0..%d, got %q", len(all)-1, f)
+		}
+		ms = append(ms, all[k])
+	}
+	return ms, nil
+}
+
+// printWalkExperiment writes OUT/NAME.csv and .png and prints the summary table.
+func printWalkExperiment(stdout io.Writer, res *testnet.WalkExperimentResult, outDir, name string, start time.Time) error {
+	csvPath, pngPath, err := writeCSVAndPNG(outDir, name, res.WriteCSV, res.WritePNG)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
@@ -27,10 +26,7 @@ func nodeProgress(ctx context.Context, nd *node.Node, run string, p *progress) (
 
 // nodeProgressLine is one progress line for a node's status.
 func nodeProgressLine(st node.Status, run string) string {
-	eps := "unbounded"
-	if st.Epsilon >= 0 {
-		eps = strconv.FormatFloat(st.Epsilon, 'g', 4, 64)
-	}
+	eps := st.Epsilon.String() // 4 significant digits, or "unbounded"
 	if j := st.Join; j != nil {
 		var s string
 		switch {

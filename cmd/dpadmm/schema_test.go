@@ -289,15 +289,15 @@ func TestSchemaGapFraction(t *testing.T) {
 // --report FILE writes both.
 func TestSchemaReportToStdout(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "r.json")
-	base := []string{"testnet", "--nodes", "5", "--hops", "100", "--loss", "squared"}
+	base := []string{"testnet", "--nodes", "5", "--loss", "squared"}
 	for _, c := range []struct {
 		args            []string
 		jsonOut, toFile bool
 	}{
-		{[]string{"--report", "-"}, true, false},
-		{[]string{"--json"}, true, false},
-		{[]string{"--json", "--report", file}, true, true},
-		{[]string{"--report", file}, false, true},
+		{[]string{"--hops", "100", "--report", "-"}, true, false},
+		{[]string{"--hops", "100", "--json"}, true, false},
+		{[]string{"--hops", "100", "--json", "--report", file}, true, true},
+		{[]string{"--hops", "100", "--report", file}, false, true},
 		{[]string{"--algo", "radmm", "--iters", "4", "--json"}, true, false},
 	} {
 		os.Remove(file)

@@ -18,14 +18,14 @@ func TestStepFlagErrors(t *testing.T) {
 		{[]string{"--local-step", "linearized"}, "needs --step-size"},
 		{[]string{"--local-step", "newton"}, "--local-step must be prox, linearized or ls-sgd"},
 		{[]string{"--local-step", "gadmm"}, "--algo walk-gadmm"},
-		{[]string{"--step-size", "0.1"}, "--step-size does not apply to the prox step"},
-		{[]string{"--local-step", "linearized", "--step-size", "0.1", "--beta", "2"}, "--beta does not apply"},
+		{[]string{"--step-size", "0.1"}, "--step-size applies to the walk's gradient steps"},
+		{[]string{"--local-step", "linearized", "--step-size", "0.1", "--beta", "2"}, "--beta applies to the walk's gradient ADMM step"},
 		{[]string{"--local-step", "ls-sgd", "--step-size", "0.1", "--nu", "-1"}, "--nu must be"},
 		{[]string{"--local-step", "ls-sgd", "--step-size", "0.1", "--sample-rate", "1.5"}, "--sample-rate must be in (0,1]"},
 		{[]string{"--local-step", "linearized", "--step-size", "NaN"}, "--step-size must be"},
 		{[]string{"--algo", "walk-gadmm", "--step-size", "0.1", "--beta", "0"}, "--beta must be"},
 		{[]string{"--algo", "walk-gadmm", "--local-step", "prox", "--step-size", "0.1"}, "--local-step applies to --algo walk"},
-		{[]string{"--algo", "walk-sgd", "--step-size", "0.1", "--nu", "2"}, "--nu does not apply"},
+		{[]string{"--algo", "walk-sgd", "--step-size", "0.1", "--nu", "2"}, "--nu applies to the walk's ls-sgd step"},
 		{[]string{"--algo", "radmm", "--step-size", "0.1"}, "--step-size applies to the walk"},
 	} {
 		var out, errb bytes.Buffer

@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
@@ -78,7 +75,7 @@ ends early ("ended": "budget exhausted") when every node is out of budget.
 
 Neighbour exchange (Zhang, Khalili, Liu, Recycled ADMM): --algo admm|radmm|mradmm|admm-dvp|
 admm-pvp runs one machine per node on a fixed connected graph (default ring, 5 nodes, 100
-iterations, gamma 0.5). Odd iterations solve the local problem with objective perturbation
+iterations, --even-gamma 0.5). Odd iterations solve the local problem with objective perturbation
 (noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise); even iterations are
 recycled closed-form steps that cost no privacy. mradmm grows the penalty: eta(k) =
 --eta * --eta-growth^k (capped by --eta-max), or from --eta-file (one value per line for all
@@ -119,243 +116,109 @@ Warnings ("warning: " lines on stderr, also with --quiet; the report's "warnings
 hops beyond the noisy updates the caps allow, a planned privacy figure the run will lose
 (before a walk), hops after the last noisy update, and a test accuracy no better than the
 majority class or R^2 <= 0 (after the run).
+
+Flags: those under "Flags:" apply to every run; the others to the algorithm or network
+their section names. A flag of another section is a usage error saying where it applies.
 `
 
 func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("testnet", testnetHelp, stdout)
-	sim := fs.Bool("sim", true, "run the deterministic in-process simulator")
-	mem := fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
-	transport := fs.String("transport", testnet.TransportTCP, "with --mem and the walk: tcp (loopback TCP) or mock (go-libp2p's in-memory mock network, for thousands of hosts)")
-	var procs procsFlag
-	fs.Var(&procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
-	killAt := fs.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
-	killIter := fs.Int("kill-at-iter", 0, "neighbour exchange with --procs: SIGKILL node --kill-node once its release of this iteration is durable (not yet sent), then restart it on its data directory, where it resumes from its journal; 0 = no kill")
-	killNode := fs.Int("kill-node", 0, "with --kill-at-iter: the index of the node to kill")
-	killPhase := fs.String("kill-phase", "received", "with --kill-holder-at: received (the holder has acked the token, not stepped it) or custody (stepped; ledger entry and outgoing token durable, not sent)")
-	netDir := fs.String("dir", "", "with --mem/--procs: keep the nodes' data directories (ledgers, model.json) and logs here (default: a temporary directory, removed)")
-	fsync := fs.Bool("fsync", false, "with --mem/--procs: fsync every ledger and checkpoint write (default off: testnet)")
-	algo := fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), or neighbour exchange: admm|radmm|mradmm|madmm|admm-dvp|admm-pvp")
-	iters := fs.Int("iters", 100, "neighbour exchange: number of iterations T (fixed in advance)")
-	alphaStr := fs.String("alpha", "", "neighbour exchange: noise density exp(-alpha*||eps||), larger = less noise; inf = no noise (default 2 for radmm, mradmm, admm-dvp, admm-pvp; inf for admm)")
-	eta := fs.Float64("eta", 1, "neighbour exchange: penalty eta (MR-ADMM: eta(k) = eta*q^k)")
-	etaGrowth := fs.Float64("eta-growth", 1, "neighbour exchange: MR-ADMM growth factor q >= 1 of the penalty schedule")
-	etaMax := fs.Float64("eta-max", 0, "neighbour exchange: cap of the geometric penalty schedule; 0 = none")
-	etaFile := fs.String("eta-file", "", "neighbour exchange: penalty schedule file, one line per k = 1..K holding eta(k) for every node, or one comma-separated eta_i(k) per node (overrides --eta, --eta-growth)")
-	paperC := fs.Float64("paper-c", 10, "neighbour exchange: the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
-	nodes := fs.Int("nodes", 50, "number of nodes n")
-	sf := addStepFlags(fs)
-	df := addDataFlags(fs, testnetData)
-	split := fs.String("split", "iid", "how rows are split over nodes: iid|contiguous|label")
-	lossName := fs.String("loss", "logistic", "loss: logistic|squared")
-	l1 := fs.Float64("l1", 0, "L1 weight a: adds a*||w||_1")
-	l2 := fs.Float64("l2", 1e-2, "L2 weight mu: adds (mu/2)*||w||^2")
-	gamma := fs.Float64("gamma", 100, "ADMM prox parameter gamma > 0")
-	lambda := fs.Float64("lambda", 0.5, "relaxation lambda in (0,1]; 0.5 is classical ADMM")
-	clip := fs.Float64("clip", 0.1, "clip bound C on ||x - z||")
-	sigma := fs.Float64("sigma", 1, "std of eta in eq. (7) (noise on u has std lambda*sigma); 0 = no privacy")
-	hops := fs.Uint64("hops", 3500, "number of hops (token hand-offs)")
-	seed := fs.Uint64("seed", 1, "seed of the simulation (data split, path, noise)")
-	graphSpec := fs.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
-	maxUpd := fs.Int("max-updates", 100, "cap K_i on noisy updates per node; 0 = no cap")
-	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures")
-	reportPath := fs.String("report", "", "write the JSON report to this file; - = stdout (the summary then goes to stderr)")
-	asJSON := fs.Bool("json", false, "print the JSON report to stdout (the summary then goes to stderr)")
-	curvePath := fs.String("curve", "", "write hop,objective,gap CSV to this file")
-	tracePath := fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
-	curveEvery := fs.Uint64("curve-every", 1000, "hops between curve points")
-	quiet := fs.Bool("quiet", false, "no progress line and no summary")
-	budgetEps := fs.Float64("budget-epsilon", 0, "per-node privacy budget epsilon (at --delta); 0 = no budget. A node whose next noisy update would exceed it forwards the token unchanged")
-	budgetKind := fs.String("budget-kind", "local", "what --budget-epsilon bounds: local (observer of every message) or network (worst pair, planned)")
-	ledgerDir := fs.String("ledger-dir", "", "write one append-only ledger file per node to this directory")
-	pairsPath := fs.String("pairs", "", "write the full pairwise matrix as CSV i,j,planned_epsilon,realised_epsilon (ordered pairs i != j)")
-	plotPath := fs.String("plot", "", "draw the pairwise epsilon heat map (PNG) to this file")
-	plotKind := fs.String("plot-kind", testnet.PlotBoth, "panels of --plot: both, planned or realised")
-	onMissing := fs.String("on-missing", "stop", "neighbour exchange with --mem/--procs: what a node does when a neighbour's vector is missing at the barrier timeout: stop (end the run with an error), wait (keep waiting) or stale (continue with its last vector, recorded and reported)")
-	barrierTimeout := fs.Duration("barrier-timeout", 30*time.Second, "neighbour exchange with --mem/--procs: how long a node waits at an iteration before it checks a missing neighbour")
-	maxWait := fs.Duration("max-wait", 0, "neighbour exchange with --mem/--procs: longest wait for a neighbour that is still connected before it is declared missing; 0 = 10 x --barrier-timeout")
-	coalition := fs.String("coalition", "", "comma-separated observers j1,j2,... pooling their views: adds privacy.pairwise_realised.coalition")
-	if err := parseFlags(fs, args); err != nil {
+	f := newTestnetFlags(stdout)
+	if err := f.m.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return testnetUsage(stderr, "unexpected argument %q", fs.Arg(0))
+	mode, what, err := f.mode()
+	if err != nil {
+		return testnetUsage(stderr, "%v", err)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	network := *mem || procs.on
-	if network {
-		if err := checkNetworkFlags(set, *mem, procs, nodes, *algo, *killAt, *hops, *killPhase); err != nil {
-			return testnetUsage(stderr, "%v", err)
-		}
-		if *killPhase != "received" && *killPhase != "custody" {
-			return testnetUsage(stderr, "--kill-phase must be received or custody, got %q", *killPhase)
-		}
-	} else if set["kill-holder-at"] || set["kill-phase"] || set["dir"] || set["fsync"] || set["transport"] {
-		return testnetUsage(stderr, "--kill-holder-at, --kill-phase, --dir, --fsync and --transport apply to --mem/--procs")
-	}
-	switch {
-	case set["transport"] && (!*mem || *algo != "walk"):
-		return testnetUsage(stderr, "--transport applies to the walk with --mem")
-	case *transport != testnet.TransportTCP && *transport != testnet.TransportMock:
-		return testnetUsage(stderr, "--transport must be tcp or mock, got %q", *transport)
-	}
-	switch {
-	case (set["kill-at-iter"] || set["kill-node"]) && (!procs.on || *algo == "walk"):
-		return testnetUsage(stderr, "--kill-at-iter and --kill-node apply to the neighbour-exchange algorithms with --procs (the walk uses --kill-holder-at)")
-	case set["kill-node"] && !set["kill-at-iter"]:
-		return testnetUsage(stderr, "--kill-node needs --kill-at-iter")
-	case *killIter < 0 || (set["kill-at-iter"] && (*killIter < 1 || *killIter >= *iters)):
-		return testnetUsage(stderr, "--kill-at-iter must be in [1, --iters) = [1, %d), got %d", *iters, *killIter)
-	case *killIter > 0 && (*killNode < 0 || *killNode >= *nodes):
-		return testnetUsage(stderr, "--kill-node must be in [0, %d), got %d", *nodes, *killNode)
-	}
-	policy, err := node.ParseMissingPolicy(*onMissing)
-	switch {
-	case (set["on-missing"] || set["barrier-timeout"] || set["max-wait"]) && (!network || *algo == "walk"):
-		return testnetUsage(stderr, "--on-missing, --barrier-timeout and --max-wait apply to the neighbour-exchange algorithms with --mem or --procs")
-	case err != nil:
-		return testnetUsage(stderr, "--on-missing: want stop, wait or stale, got %q", *onMissing)
-	case !(*barrierTimeout > 0):
-		return testnetUsage(stderr, "--barrier-timeout must be > 0, got %v", *barrierTimeout)
-	case *maxWait != 0 && *maxWait < *barrierTimeout:
-		return testnetUsage(stderr, "--max-wait (%v) must be 0 or at least --barrier-timeout (%v)", *maxWait, *barrierTimeout)
+	if err := f.m.check(mode, what); err != nil {
+		return err
 	}
 	// Flag values are checked before any data is loaded: a bad value is a usage error.
-	switch {
-	case *nodes < 1:
-		return testnetUsage(stderr, "--nodes must be >= 1, got %d", *nodes)
-	case math.IsNaN(*sigma) || *sigma < 0 || math.IsInf(*sigma, 0):
-		return testnetUsage(stderr, "--sigma must be finite and >= 0, got %v", *sigma)
-	case !(*clip > 0):
-		return testnetUsage(stderr, "--clip must be > 0, got %v", *clip)
-	case !(*delta > 0 && *delta < 1):
-		return testnetUsage(stderr, "--delta must be in (0,1), got %v", *delta)
-	case *maxUpd < 0:
-		return testnetUsage(stderr, "--max-updates must be >= 0, got %d", *maxUpd)
-	case math.IsNaN(*budgetEps) || *budgetEps < 0 || math.IsInf(*budgetEps, 0):
-		return testnetUsage(stderr, "--budget-epsilon must be finite and >= 0, got %v", *budgetEps)
-	case *budgetKind != "local" && *budgetKind != "network":
-		return testnetUsage(stderr, "--budget-kind must be local or network, got %q", *budgetKind)
-	case *plotKind != testnet.PlotBoth && *plotKind != testnet.PlotPlanned && *plotKind != testnet.PlotRealised:
-		return testnetUsage(stderr, "--plot-kind must be both, planned or realised, got %q", *plotKind)
-	case (*pairsPath != "" || *plotPath != "") && *nodes < 2:
-		return testnetUsage(stderr, "--pairs and --plot need at least 2 nodes")
-	case !(*paperC > 0) || math.IsInf(*paperC, 0):
-		return testnetUsage(stderr, "--paper-c must be finite and > 0, got %v", *paperC)
-	case !(*etaMax >= 0) || math.IsInf(*etaMax, 0):
-		return testnetUsage(stderr, "--eta-max must be finite and >= 0 (0 = none), got %v", *etaMax)
+	if err := f.defaults(mode); err != nil {
+		return testnetUsage(stderr, "%v", err)
 	}
-	prob, err := checkProblemFlags("testnet", *lossName, *l1, *l2)
+	prob, err := f.checkCommon()
 	if err != nil {
-		return err
+		return asUsage("testnet", err)
 	}
-	if err := checkSplit("testnet", *split); err != nil {
-		return err
+	if isGossip(mode) {
+		alpha, err := f.checkGossip()
+		if err != nil {
+			return testnetUsage(stderr, "%v", err)
+		}
+		ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed})
+		if err != nil {
+			return err
+		}
+		return runGossipTestnet(ctx, f.gossipArgs(mode, ld, prob, alpha), stdout, stderr)
 	}
-	if _, err := graph.Parse(*graphSpec, *nodes, *seed); err != nil {
-		return testnetUsage(stderr, "--graph: %v", err)
+	step, err := f.checkWalk(mode)
+	if err != nil {
+		return asUsage("testnet", err)
 	}
 	var members []int
-	if *coalition != "" {
-		var err error
-		if members, err = parseCoalition(*coalition, *nodes); err != nil {
+	if *f.coalition != "" {
+		if members, err = parseCoalition(*f.coalition, *f.nodes); err != nil {
 			return testnetUsage(stderr, "--coalition: %v", err)
 		}
 	}
-	if !*sim && !network {
-		return testnetUsage(stderr, "--sim=false needs --mem or --procs")
-	}
-	gossipAlgo := false
-	var step walk.StepParams
-	switch *algo {
-	case "walk", "walk-gadmm", "walk-sgd":
-		var err error
-		if step, err = sf.params(*algo, set); err != nil {
-			return testnetUsage(stderr, "%v", err)
-		}
-	case "admm", "radmm", "mradmm", "madmm", "admm-dvp", "admm-pvp":
-		gossipAlgo = true
-		for _, f := range []string{"local-step", "step-size", "beta", "nu", "sample-rate", "strongly-convex"} {
-			if set[f] {
-				return testnetUsage(stderr, "--%s applies to the walk algorithms, not to --algo %s", f, *algo)
-			}
-		}
-	default:
-		return testnetUsage(stderr, "unknown --algo %q (available: walk, walk-gadmm, walk-sgd, admm, radmm, mradmm, madmm, admm-dvp, admm-pvp)", *algo)
-	}
-	alpha := math.Inf(1)
-	if gossipAlgo {
-		a, err := parseAlpha(*alphaStr, *algo)
-		if err != nil {
-			return testnetUsage(stderr, "--alpha: %v", err)
-		}
-		alpha = a
-		if *iters < 1 {
-			return testnetUsage(stderr, "--iters must be >= 1, got %d", *iters)
-		}
-		if !(*eta > 0) || math.IsInf(*eta, 0) || !(*etaGrowth >= 1) || math.IsInf(*etaGrowth, 0) {
-			return testnetUsage(stderr, "--eta must be > 0 and --eta-growth >= 1, got %v and %v", *eta, *etaGrowth)
-		}
-		if !set["graph"] {
-			*graphSpec = "ring"
-		}
-		if !set["nodes"] {
-			*nodes = 5 // the paper's N
-		}
-		if !set["gamma"] {
-			*gamma = 0.5 // the paper's even-step proximal weight
-		}
-	} else if *alphaStr != "" || set["iters"] || set["eta"] || set["eta-growth"] || set["eta-file"] {
-		return testnetUsage(stderr, "--alpha, --iters, --eta, --eta-growth and --eta-file apply to the neighbour-exchange algorithms, not to --algo walk")
-	}
-	if gossipAlgo && (!(*gamma >= 0) || math.IsInf(*gamma, 0)) {
-		return testnetUsage(stderr, "--gamma (the even-step proximal weight) must be finite and >= 0, got %v", *gamma)
-	}
-	if !gossipAlgo {
-		if err := checkGamma("testnet", *gamma); err != nil {
-			return err
-		}
-		if err := checkLambda("testnet", *lambda); err != nil {
-			return err
-		}
-	}
-	loss := prob.Loss
-	if err := df.check(loss); err != nil {
-		return testnetUsage(stderr, "%v", err)
-	}
-	ld, err := df.load(loadRequest{loss: loss, seed: *seed})
+	ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed})
 	if err != nil {
 		return err
 	}
-	train, test, dataName, scaling := ld.train, ld.test, ld.name, ld.scaling
-	if gossipAlgo {
-		return runGossipTestnet(ctx, gossipArgs{
-			train: train, test: test, data: dataName, scaling: scaling, scaler: ld.scaler, nodes: *nodes, split: *split,
-			prob: prob, algo: *algo, graph: *graphSpec, iters: *iters, alpha: alpha, eta: *eta,
-			etaGrowth: *etaGrowth, etaMax: *etaMax, etaFile: *etaFile, gamma: *gamma, paperC: *paperC, delta: *delta,
-			seed: *seed, report: *reportPath, asJSON: *asJSON, curve: *curvePath, quiet: *quiet,
-			mem: *mem, procs: procs.on, dir: *netDir, fsync: *fsync, onMissing: policy, barrier: *barrierTimeout, maxWait: *maxWait,
-			killNode: *killNode, killAt: *killIter,
-		}, stdout, stderr)
+	opt := f.walkOptions(ld, prob, step, members)
+	return f.runWalk(ctx, mode, opt, stdout, stderr)
+}
+
+// asUsage returns err as a usage error of cmd (unchanged when it is one already).
+func asUsage(cmd string, err error) error {
+	if errors.Is(err, errUsage) {
+		return err
 	}
+	return usagef(cmd, "%v", err)
+}
+
+// gossipArgs are the arguments of runGossipTestnet from the flags.
+func (f *testnetFlags) gossipArgs(mode string, ld *loadedData, prob consensus.Problem, alpha float64) gossipArgs {
+	policy, _ := node.ParseMissingPolicy(*f.onMissing)
+	net := network(mode)
+	return gossipArgs{
+		train: ld.train, test: ld.test, data: ld.name, scaling: ld.scaling, scaler: ld.scaler, nodes: *f.nodes, split: *f.split,
+		prob: prob, algo: *f.algo, graph: *f.graphSpec, iters: *f.iters, alpha: alpha, eta: *f.eta,
+		etaGrowth: *f.etaGrowth, etaMax: *f.etaMax, etaFile: *f.etaFile, gamma: *f.evenGamma, paperC: *f.paperC, delta: *f.delta,
+		seed: *f.seed, report: *f.reportPath, asJSON: *f.asJSON, curve: *f.curvePath, quiet: *f.quiet,
+		mem: net == netMem, procs: net == netProcs, dir: *f.netDir, fsync: *f.fsync, onMissing: policy,
+		barrier: *f.barrierTimeout, maxWait: *f.maxWait, killNode: *f.killNode, killAt: *f.killIter,
+	}
+}
+
+// walkOptions are the simulator's options of a walk from the flags.
+func (f *testnetFlags) walkOptions(ld *loadedData, prob consensus.Problem, step walk.StepParams, members []int) testnet.Options {
 	opt := testnet.Options{
-		Train: train, Test: test, Data: dataName, Scaling: scaling, Scaler: ld.scaler, Nodes: *nodes, Split: *split,
-		Problem: prob, Gamma: *gamma, Lambda: *lambda, Clip: *clip, Sigma: *sigma, Step: step, Hops: *hops,
-		Seed: *seed, Graph: *graphSpec, MaxUpdates: *maxUpd, Delta: *delta,
-		LedgerDir: *ledgerDir, Coalition: members,
+		Train: ld.train, Test: ld.test, Data: ld.name, Scaling: ld.scaling, Scaler: ld.scaler, Nodes: *f.nodes, Split: *f.split,
+		Problem: prob, Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip, Sigma: *f.sigma, Step: step, Hops: *f.hops,
+		Seed: *f.seed, Graph: *f.graphSpec, MaxUpdates: *f.maxUpd, Delta: *f.delta,
+		LedgerDir: *f.ledgerDir, Coalition: members,
 	}
-	if *budgetEps > 0 {
-		opt.Budget = &testnet.BudgetSpec{Kind: *budgetKind, Epsilon: *budgetEps, Delta: *delta}
+	if *f.budgetEps > 0 {
+		opt.Budget = &testnet.BudgetSpec{Kind: *f.budgetKind, Epsilon: *f.budgetEps, Delta: *f.delta}
 	}
+	opt.KeepTrace = *f.tracePath != ""
+	return opt
+}
+
+// runWalk runs the walk of opt on the network of mode and writes its outputs.
+func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Options, stdout, stderr io.Writer) error {
 	var curveFile *os.File
-	if *curvePath != "" {
-		if curveFile, err = os.Create(*curvePath); err != nil {
+	if *f.curvePath != "" {
+		var err error
+		if curveFile, err = os.Create(*f.curvePath); err != nil {
 			return err
 		}
 		defer curveFile.Close()
-		opt.Curve, opt.CurveEvery = curveFile, max(*curveEvery, 1)
+		opt.Curve, opt.CurveEvery = curveFile, max(*f.curveEvery, 1)
 	}
-	prog := newProgress(stderr, *quiet)
+	prog := newProgress(stderr, *f.quiet)
 	var netProgress func(entries, hops uint64)
 	if prog != nil {
 		opt.Progress = func(h, total uint64, obj float64) {
@@ -365,15 +228,15 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			prog.Printf("ledger entries %d of %d hops (%.0f%%)", entries, hops, 100*float64(min(entries, hops))/float64(hops))
 		}
 	}
-	opt.KeepTrace = opt.KeepTrace || *tracePath != ""
 	warned := 0
 	opt.Warn = func(msg string) {
 		printWarnings(stderr, []string{msg})
 		warned++
 	}
 	var rep *testnet.Report
-	if network {
-		rep, err = runNetwork(ctx, opt, *mem, *transport, *killAt, *killPhase, *netDir, *fsync, netProgress, stderr)
+	var err error
+	if net := network(mode); net != netSim {
+		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, netProgress, stderr)
 	} else {
 		rep, err = testnet.RunContext(ctx, opt)
 	}
@@ -381,36 +244,41 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if *tracePath != "" {
-		if err := writeTrace(*tracePath, rep); err != nil {
-			return err
-		}
-		rep.Trace = nil // the trace goes to its own file, not into the report
-	}
 	if curveFile != nil {
 		if err := curveFile.Close(); err != nil {
 			return err
 		}
 	}
-	if *pairsPath != "" {
-		if err := writeFileWith(*pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, rep.Pairs) }); err != nil {
-			return err
-		}
-	}
-	if *plotPath != "" {
-		if err := writeFileWith(*plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, rep.Pairs, *plotKind) }); err != nil {
-			return err
-		}
-	}
-	if err := writeReport(rep, *reportPath, *asJSON, *quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) }); err != nil {
+	if err := f.writeWalkOutputs(rep, stdout, stderr); err != nil {
 		return err
 	}
 	// The plan's warnings were printed before the run; they open rep.Warnings.
 	printWarnings(stderr, rep.Warnings[min(warned, len(rep.Warnings)):])
 	if rep.Interrupted {
-		return interruptedReport(rep.Hops, rep.HopsPlanned, "hops", *reportPath)
+		return interruptedReport(rep.Hops, rep.HopsPlanned, "hops", *f.reportPath)
 	}
 	return nil
+}
+
+// writeWalkOutputs writes the trace, the pairwise CSV and plot, and the report of a walk.
+func (f *testnetFlags) writeWalkOutputs(rep *testnet.Report, stdout, stderr io.Writer) error {
+	if *f.tracePath != "" {
+		if err := writeTrace(*f.tracePath, rep); err != nil {
+			return err
+		}
+		rep.Trace = nil // the trace goes to its own file, not into the report
+	}
+	if *f.pairsPath != "" {
+		if err := writeFileWith(*f.pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, rep.Pairs) }); err != nil {
+			return err
+		}
+	}
+	if *f.plotPath != "" {
+		if err := writeFileWith(*f.plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, rep.Pairs, *f.plotKind) }); err != nil {
+			return err
+		}
+	}
+	return writeReport(rep, *f.reportPath, *f.asJSON, *f.quiet, stdout, stderr, func(w io.Writer) { printSummary(w, rep) })
 }
 
 // printWarnings prints each warning on its own line, prefixed "warning: ". Warnings go to
@@ -461,11 +329,13 @@ func interruptedReport(done, planned uint64, what, report string) error {
 	return interrupted("%s", msg)
 }
 
-func fmtEps(x float64) string {
-	if x >= math.MaxFloat64 {
+// fmtEps formats an epsilon for the human summaries: 4 significant digits, or "inf"
+// when it is unbounded.
+func fmtEps(x privacy.Epsilon) string {
+	if !x.Bounded() {
 		return "inf"
 	}
-	return fmt.Sprintf("%.4g", x)
+	return fmt.Sprintf("%.4g", float64(x))
 }
 
 func printSummary(w io.Writer, r *testnet.Report) {
@@ -639,39 +509,6 @@ func (p *procsFlag) Set(s string) error {
 		return fmt.Errorf("want true, false or a node count >= 1, got %q", s)
 	}
 	p.on, p.n = b, 0
-	return nil
-}
-
-// checkNetworkFlags checks the flags of --mem/--procs and sets *nodes from --procs=N.
-// The node count must be explicit: the simulator demo's default of 50 would start 50
-// hosts or processes.
-func checkNetworkFlags(set map[string]bool, mem bool, procs procsFlag, nodes *int, algo string, killAt, hops uint64, killPhase string) error {
-	switch {
-	case mem && procs.on:
-		return errors.New("choose one of --mem and --procs")
-	case procs.n > 0 && set["nodes"] && *nodes != procs.n:
-		return fmt.Errorf("--procs=%d and --nodes %d disagree", procs.n, *nodes)
-	case procs.n == 0 && !set["nodes"]:
-		return errors.New("--mem and --procs need an explicit node count: --nodes N (or --procs=N)")
-	case algo != "walk" && (killAt > 0 || set["kill-phase"]):
-		return fmt.Errorf("--kill-holder-at and --kill-phase apply to the random walk (--algo walk), not %q", algo)
-	case algo != "walk" && (set["budget-epsilon"] || set["curve"] || set["ledger-dir"]):
-		return errors.New("--budget-epsilon, --curve and --ledger-dir are simulator-only (the nodes' ledgers are in --dir)")
-	case algo == "walk" && (set["graph"] || set["budget-epsilon"] || set["curve"] || set["ledger-dir"]):
-		return errors.New("--graph, --budget-epsilon, --curve and --ledger-dir are simulator-only (the nodes walk the complete graph; their ledgers are in --dir)")
-	case killAt > 0 && !procs.on:
-		return errors.New("--kill-holder-at needs --procs (a killed process)")
-	case killAt > hops:
-		return fmt.Errorf("--kill-holder-at %d is beyond --hops %d", killAt, hops)
-	case killAt == hops && killPhase == "custody":
-		return fmt.Errorf("--kill-phase custody needs --kill-holder-at below --hops %d: the last token is released, never held in custody", hops)
-	}
-	if procs.n > 0 {
-		*nodes = procs.n
-	}
-	if killAt > 0 && *nodes < 2 {
-		return errors.New("--kill-holder-at needs at least 2 nodes")
-	}
 	return nil
 }
 

@@ -109,6 +109,8 @@ func flagError(fs *flag.FlagSet, err error) error {
 		ue := &usageError{cmd: fs.Name(), msg: "unknown flag --" + name}
 		if s := closest(name, names); s != "" {
 			ue.suggest = "--" + s
+		} else if s := qualified(name, names); s != "" {
+			ue.suggest = "--" + s
 		}
 		return ue
 	}
@@ -121,6 +123,21 @@ func unknownCommand(cmd, what, name string, names []string) error {
 	ue := &usageError{cmd: cmd, msg: fmt.Sprintf("unknown %s %q (available: %s)", what, name, strings.Join(names, ", "))}
 	ue.suggest = closest(name, names)
 	return ue
+}
+
+// qualified returns the only candidate that is typed with a qualifying prefix
+// ("even-gamma" for "gamma"), or "".
+func qualified(typed string, candidates []string) string {
+	found := ""
+	for _, c := range candidates {
+		if strings.HasSuffix(c, "-"+typed) {
+			if found != "" {
+				return ""
+			}
+			found = c
+		}
+	}
+	return found
 }
 
 // closest returns the candidate nearest to typed in edit distance (adjacent
@@ -198,13 +215,22 @@ const (
 // The default is left out when it is the zero value or when the description already
 // gives it ("(default ...").
 func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var fl []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) { fl = append(fl, f) })
+	printFlagList(w, fl)
+}
+
+// printFlagList writes the flags fl as printFlags does, in name order.
+func printFlagList(w io.Writer, fl []*flag.Flag) {
 	type entry struct {
 		head  string
 		words []string // the description; "(default X)" is one word, never split
 	}
+	fl = append([]*flag.Flag(nil), fl...)
+	sort.Slice(fl, func(i, j int) bool { return fl[i].Name < fl[j].Name })
 	var es []entry
 	width := 0
-	fs.VisitAll(func(f *flag.Flag) {
+	for _, f := range fl {
 		typ, desc := flag.UnquoteUsage(f)
 		if typ == "value" {
 			typ = "string"
@@ -225,7 +251,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			width = n
 		}
 		es = append(es, entry{head, words})
-	})
+	}
 	indent := strings.Repeat(" ", 2+width+3)
 	for _, e := range es {
 		var b strings.Builder

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// Profiles of a node's network settings (ApplyProfile), after kubo's config profiles.
+const (
+	// ProfileTest: 127.0.0.1 TCP, no mDNS, short timeouts (test harnesses, one machine).
+	ProfileTest = "test"
+	// ProfileLAN: every interface, TCP and QUIC, mDNS discovery (the default).
+	ProfileLAN = "lan"
+	// ProfileInternet: every interface, TCP and QUIC, no mDNS, NAT traversal, long
+	// timeouts; peers come from --bootstrap or --peer.
+	ProfileInternet = "internet"
+)
+
+// Profiles lists the profile names in the order of the help text.
+var Profiles = []string{ProfileTest, ProfileLAN, ProfileInternet}
+
+// DefaultConfig returns the configuration of a random-walk node with the defaults of
+// 'dpadmm node' and the lan profile. The caller sets what identifies the node and its
+// run: Run, DataDir, Data (and Start, Members, ... as needed). The walk's
+// hyperparameters are those of the simulator's demo ('dpadmm testnet'), so that a run
+// over real nodes and a simulated one start from the same settings.
+func DefaultConfig() Config {
+	c := Config{
+		// The problem: L2-regularised logistic regression, l2 1e-2 (the demo's; strong
+		// enough that a short noisy walk stays near the optimum).
+		Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 1e-2}},
+		// Gamma (prox parameter, dimensionless) 100: a large gamma moves z further per
+		// update, and so per unit of privacy spent (README: the demo's trade-off).
+		Gamma: 100,
+		// Lambda 0.5: the relaxation of classical ADMM.
+		Lambda: 0.5,
+		// Clip 0.1 bounds ||x - z|| (feature units, rows scaled to norm <= 1) and Sigma 1 is
+		// the noise std of eq. (7) in the same units: the demo's accuracy/privacy
+		// trade-off (README: local epsilon near 24 at the cap, delta 1e-5, Theorem 3).
+		Clip: 0.1, Sigma: 1,
+		// MaxUpdates 100: the hard cap K_i that every privacy bound needs.
+		MaxUpdates: 100,
+		// Hops 1000: K, the walk's length.
+		Hops: 1000,
+		// Delta 1e-5: the delta of every (epsilon, delta) figure (below 1/rows of the
+		// embedded data).
+		Delta: 1e-5,
+		// BudgetKind local: a budget (if any) bounds the figure that holds against any
+		// observer.
+		BudgetKind: walk.BudgetLocal,
+		// MinPeers 2: the smallest run that is a network.
+		MinPeers: 2,
+		// Heartbeat 1 s and HeartbeatMisses 15: a member is declared down after 15 s of
+		// silence, generous enough that a busy machine or a quick restart does not trigger
+		// a regeneration.
+		Heartbeat: time.Second, HeartbeatMisses: 15,
+		// Depth 8: backups are kept until the token is 8 acked hand-offs further on; losing
+		// the token then needs 9 simultaneous crashes along the path, about 0.25^8 = 1.5e-5
+		// at 25% crashes (docs/fault-tolerance.md).
+		Depth: 8,
+		// StatusPeriod: the public /status snapshot is refreshed this often.
+		StatusPeriod: DefaultStatusPeriod,
+	}
+	if err := ApplyProfile(&c, ProfileLAN); err != nil {
+		panic(err) // a known profile
+	}
+	return c
+}
+
+// DefaultGossipParams returns the neighbour-exchange parameters of 'dpadmm node --algo
+// radmm|...' and the simulator (Zhang, Khalili, Liu 2020, Sec. VI): the caller sets Algo
+// (and Alpha for an algorithm other than the private ones, see DefaultAlpha).
+func DefaultGossipParams() GossipParams {
+	return GossipParams{
+		// A ring over the members in membership order: the paper's topology, connected
+		// with the fewest links.
+		Graph: "ring", GraphSeed: 1,
+		// T = 100 iterations (50 perturbed).
+		Iters: 100,
+		// alpha 2: the paper's "low privacy requirement" noise.
+		Alpha: 2,
+		// eta 1, no growth, no cap: R-ADMM's constant penalty.
+		Eta: 1, EtaGrowth: 1, EtaMax: 0,
+		// gamma 0.5: the paper's even-step proximal weight.
+		Gamma: 0.5,
+		// C = 10: the weight of the data term against the penalties and the noise.
+		PaperC: 10,
+		// Barrier 30 s before a missing neighbour is checked; MaxWait 0 = 10 x Barrier;
+		// a neighbour declared missing stops the run (no silent substitution).
+		Barrier: 30 * time.Second, MaxWait: 0, OnMissing: MissingStop,
+	}
+}
+
+// DefaultAlpha returns the default noise parameter of a neighbour-exchange algorithm:
+// +Inf (no noise) for conventional ADMM, 2 (DefaultGossipParams) for the others.
+func DefaultAlpha(algo string) float64 {
+	if algo == "admm" {
+		return math.Inf(1)
+	}
+	return DefaultGossipParams().Alpha
+}
+
+// ApplyProfile sets the network settings of profile name (ProfileTest, ProfileLAN,
+// ProfileInternet) on c: listen addresses, mDNS, NAT traversal, the ack timeout, the join
+// window and how long a released final model is kept for members that are down.
+func ApplyProfile(c *Config, name string) error {
+	switch name {
+	case ProfileTest:
+		c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		c.MDNS, c.NAT = false, false
+		// One machine: hand-offs take milliseconds; 2 s tolerates a loaded test host.
+		c.AckTimeout, c.JoinWindow = 2*time.Second, time.Second
+		c.FinalLinger = 0
+	case ProfileLAN:
+		c.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		c.MDNS, c.NAT = true, false
+		// A LAN: 10 s covers a slow machine's solve and a retransmission.
+		c.AckTimeout, c.JoinWindow = 10*time.Second, 5*time.Second
+		c.FinalLinger = time.Minute
+	case ProfileInternet:
+		c.Listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+		c.MDNS, c.NAT = false, true
+		// Relayed or hole-punched connections take seconds to set up.
+		c.AckTimeout, c.JoinWindow = 30*time.Second, 30*time.Second
+		c.FinalLinger = 2 * time.Minute
+	default:
+		return fmt.Errorf("node: profile must be test, lan or internet, got %q", name)
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+package testnet
+
+import "github.com/dpadmm/dpadmm/node"
+
+// DefaultOptions returns the options of the no-flag demo of 'dpadmm testnet' (without
+// data): 50 nodes on the complete graph, 3,500 hops, seed 1, an iid split, and the walk's
+// hyperparameters of a real node (node.DefaultConfig: gamma 100, lambda 0.5, clip 0.1,
+// sigma 1, cap 100 updates, delta 1e-5, L2-regularised logistic regression). With the cap,
+// 3,500 hops over 50 nodes is about 70 hops per node: a short walk that spends the noise
+// budget before the noise that accumulates in u dominates (README: the demo).
+func DefaultOptions() Options {
+	d := node.DefaultConfig()
+	return Options{
+		Nodes: 50, Split: "iid", Problem: d.Problem, Gamma: d.Gamma, Lambda: d.Lambda, Clip: d.Clip, Sigma: d.Sigma,
+		Hops: 3500, Seed: 1, Graph: "complete", MaxUpdates: d.MaxUpdates, Delta: d.Delta,
+	}
+}
+
+// DefaultGossipOptions returns the neighbour-exchange defaults of 'dpadmm testnet --algo
+// radmm|...' (without data and algorithm): the paper's N = 5 nodes and node's parameters
+// (node.DefaultGossipParams: ring, 100 iterations, alpha 2, eta 1, gamma 0.5, C 10), seed 1.
+func DefaultGossipOptions() GossipOptions {
+	p := node.DefaultGossipParams()
+	return GossipOptions{
+		Nodes: 5, Split: "iid", Problem: node.DefaultConfig().Problem, Graph: p.Graph, Iters: p.Iters, Alpha: p.Alpha,
+		Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, Gamma: p.Gamma, C: p.PaperC, Seed: 1,
+	}
+}
