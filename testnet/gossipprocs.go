@@ -63,7 +63,7 @@ func GossipNodeArgs(p node.GossipParams, prob consensus.Problem, etaFile string)
 		graph = "ring"
 	}
 	a := []string{"--algo", p.Algo, "--graph", graph, "--graph-seed", strconv.FormatUint(p.GraphSeed, 10),
-		"--iters", strconv.Itoa(p.Iters), "--alpha", alpha, "--gamma", f(p.Gamma), "--paper-c", f(p.PaperC),
+		"--iters", strconv.Itoa(p.Iters), "--alpha", alpha, "--even-gamma", f(p.Gamma), "--paper-c", f(p.PaperC),
 		"--loss", prob.Loss.String(), "--l2", f(prob.Reg.L2)}
 	if p.EtaTable != nil {
 		a = append(a, "--eta-file", etaFile)
