@@ -421,7 +421,9 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
 	case f.m.Hop != n.cfg.Hops:
 		return false, fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
-	case n.evicted(f.from):
+	case n.cust == nil:
+		return false, fmt.Errorf("node: final model before the membership is fixed")
+	case n.cust.Evicted(n.memberIndex(f.from)):
 		return false, fmt.Errorf("node: final model from %s, evicted for implausible epochs", shortID(f.from))
 	}
 	by := f.from
@@ -440,14 +442,15 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		return false, fmt.Errorf("node: final model from %s refused: %w", shortID(f.from), err)
 	}
 	f.from = by // the releaser, whoever relayed it
-	if why := n.epochJump(f.m.Epoch); why != "" {
-		n.strike(f.from)
-		return false, fmt.Errorf("node: final model refused: %s", why)
-	}
 	for _, v := range f.m.Model {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return false, fmt.Errorf("node: final model has a non-finite coordinate")
 		}
+	}
+	// The epoch bounds and evictions of tokens apply to final models too; an accepted one
+	// ends the walk here (walk.Custody.StepFinal).
+	if err := n.input(context.Background(), CustodyInput{Kind: "final", Peer: n.memberIndex(by), Epoch: f.m.Epoch, Hop: f.m.Hop}); err != nil {
+		return false, fmt.Errorf("node: final model of epoch %d from %s: %w", f.m.Epoch, shortID(by), err)
 	}
 	mk := finalMark(f.m.Epoch, f.m.Hop, f.m.Model)
 	if n.model != nil {
@@ -500,7 +503,7 @@ func (n *Node) takeFinal(f finalMsg) bool {
 // control-plane delay of each other, or the first final stops the other at the next node
 // it reaches), at most FinalWait.
 func (n *Node) endWindow() time.Duration {
-	return min(n.cfg.FinalWait, max(500*time.Millisecond, 2*n.fb.hop))
+	return min(n.cfg.FinalWait, max(500*time.Millisecond, 2*n.hopTime()))
 }
 
 // settleFinal keeps the highest final model published during the end window.

@@ -9,24 +9,30 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
-// This file holds the node's token fault tolerance: the fence (which tokens a node
-// accepts), the backups of its own releases, the release chain that drops them, and the
-// regeneration of a backup whose recipient was declared down. The rules are those of
-// walk.Custody (docs/fault-tolerance.md), driven by wall-clock heartbeats and the
-// synchronous one-byte acks of the hand-off protocol.
+// This file binds the node to walk.Custody, which holds every rule of the token's fault
+// tolerance (docs/fault-tolerance.md): the fence, the backups and their release chain,
+// regeneration, the epoch bounds and evictions, the slow fallback and the end of the
+// walk at hop K. The node only maps: wall-clock time to ticks (fallback.go), heartbeats
+// to PeerDown/PeerUp (heartbeat.go), hand-off frames, their one-byte acks and release
+// frames to custody messages, and the machine's Ready to the ledger, the inbox and
+// checkpoint journals, signed frames and release streams, in the order the Ready
+// prescribes.
 
-// recentMarks is how many accepted tokens a node remembers to recognise a retransmission.
-const recentMarks = 16
+// MaxEpoch is the largest epoch any token or final model may carry (walk.MaxEpoch).
+const MaxEpoch = walk.MaxEpoch
 
 type relMsg struct {
 	from peer.ID
@@ -53,116 +59,6 @@ func cmpU(a, b uint64) int {
 		return 1
 	}
 	return 0
-}
-
-// accepts reports whether a token of mark m may be taken: its epoch is not below the
-// highest epoch seen or created here and it is above every token accepted or released
-// here. Two copies of one epoch are thus merged deterministically: the higher hop goes
-// on, then the higher digest; a higher epoch beats any hop.
-func (n *Node) accepts(m Mark) bool {
-	return m.Epoch >= n.ckpt.MaxEpoch && (n.ckpt.Fence == nil || m.cmp(*n.ckpt.Fence) > 0)
-}
-
-// Epoch bounds. Epochs grow by one per regeneration or fallback re-send, so a run's
-// epochs stay small; a peer that sends a token or a final model whose epoch jumps far
-// above everything this node has seen is refused (an epoch of 2^64-1 would otherwise fence
-// every honest token and make the next regeneration wrap to 0), and after
-// maxEpochStrikes such refusals it is evicted: nothing of it is accepted for the rest of
-// the run.
-const (
-	// MaxEpoch is the largest epoch any token or final model may carry; regeneration
-	// stops there instead of wrapping.
-	MaxEpoch uint64 = 1 << 48
-	// maxEpochStrikes is how many refused epoch jumps evict a member.
-	maxEpochStrikes = 3
-)
-
-// epochWindow is how far above the highest epoch seen here a token may be: 64, or 4 per
-// member if more (every member may regenerate a few times between two of this node's
-// visits, and a partition that heals may bring as many). A lineage regenerated more often
-// than that while this node was cut off is refused and recovered by the fallback.
-func (n *Node) epochWindow() uint64 {
-	n.mu.Lock()
-	m := len(n.members)
-	n.mu.Unlock()
-	return max(64, 4*uint64(m))
-}
-
-// epochJump says why epoch e is refused ("" when it is within bounds).
-func (n *Node) epochJump(e uint64) string {
-	switch w := n.epochWindow(); {
-	case e > MaxEpoch:
-		return fmt.Sprintf("epoch %d exceeds the largest a run may reach (%d)", e, MaxEpoch)
-	case e > n.ckpt.MaxEpoch+w:
-		return fmt.Sprintf("epoch %d jumps more than %d above the highest epoch seen here (%d)", e, w, n.ckpt.MaxEpoch)
-	}
-	return ""
-}
-
-// strike records a refused epoch jump of p; the maxEpochStrikes-th evicts p.
-func (n *Node) strike(p peer.ID) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.strikes == nil {
-		n.strikes = map[peer.ID]int{}
-	}
-	n.strikes[p]++
-	if n.strikes[p] == maxEpochStrikes {
-		n.log.Warn().Str("peer", shortID(p)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
-		n.metrics.rejected.WithLabelValues("evicted").Inc()
-	}
-}
-
-// evicted reports whether p was evicted for implausible epochs.
-func (n *Node) evicted(p peer.ID) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.strikes[p] >= maxEpochStrikes
-}
-
-// raise lifts the fence to m (a token accepted or released here).
-func (n *Node) raise(m Mark) {
-	if n.ckpt.Fence == nil || m.cmp(*n.ckpt.Fence) > 0 {
-		n.ckpt.Fence = &m
-	}
-}
-
-// newEpoch records an epoch accepted or created here; the node's backups of older epochs
-// are dropped (a newer lineage exists and carries its own backups).
-func (n *Node) newEpoch(e uint64) {
-	if e <= n.ckpt.MaxEpoch {
-		return
-	}
-	n.ckpt.MaxEpoch = e
-	k := 0
-	for _, b := range n.ckpt.Backups {
-		if ep, _ := rawID(b.Token); ep < e {
-			n.metrics.custody.WithLabelValues("retired").Inc()
-			continue
-		}
-		n.ckpt.Backups[k] = b
-		k++
-	}
-	n.ckpt.Backups = n.ckpt.Backups[:k]
-}
-
-func (n *Node) isRecent(m Mark) bool {
-	for _, r := range n.ckpt.Recent {
-		if r == m {
-			return true
-		}
-	}
-	return false
-}
-
-func (n *Node) addRecent(m Mark) {
-	if n.isRecent(m) {
-		return
-	}
-	n.ckpt.Recent = append(n.ckpt.Recent, m)
-	if len(n.ckpt.Recent) > recentMarks {
-		n.ckpt.Recent = append(n.ckpt.Recent[:0], n.ckpt.Recent[len(n.ckpt.Recent)-recentMarks:]...)
-	}
 }
 
 // rawID returns the (epoch, hop) of an encoded token written by this node.
@@ -198,230 +94,570 @@ func (n *Node) peerOf(s string) (peer.ID, error) {
 	return p, err
 }
 
-// addBackup keeps a fresh release (before it is sent; the caller saves the checkpoint).
-func (n *Node) addBackup(raw []byte, to peer.ID, q queued) {
-	b := Backup{Token: raw, To: n.pid(to), PredEpoch: q.predE, PredHop: q.predH}
-	if q.from != "" {
-		b.Pred = n.pid(q.from)
-	}
-	n.ckpt.Backups = append(n.ckpt.Backups, b)
-	n.progressed(rawID(raw))
-	// Backups whose release wave never comes (a dead node on the path, a restart that lost
-	// the predecessor) are bounded: the oldest go first.
-	if lim := 4*n.cfg.Depth + 4; len(n.ckpt.Backups) > lim {
-		n.ckpt.Backups = append(n.ckpt.Backups[:0], n.ckpt.Backups[len(n.ckpt.Backups)-lim:]...)
-	}
-}
-
-func (n *Node) findRaw(raw []byte) int {
-	for i := range n.ckpt.Backups {
-		if bytes.Equal(n.ckpt.Backups[i].Token, raw) {
+// memberIndex returns p's index in the membership, -1 if it is not a member.
+func (n *Node) memberIndex(p peer.ID) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, q := range n.members {
+		if q == p {
 			return i
 		}
 	}
 	return -1
 }
 
-func (n *Node) removeBackup(i int) {
-	n.ckpt.Backups = append(n.ckpt.Backups[:i], n.ckpt.Backups[i+1:]...)
+// indexOf is memberIndex for a peer ID as written in a checkpoint ("" or unknown: -1).
+func (n *Node) indexOf(s string) int {
+	if s == "" {
+		return -1
+	}
+	p, err := n.peerOf(s)
+	if err != nil {
+		return -1
+	}
+	return n.memberIndex(p)
 }
 
-// saveCustody saves the checkpoint after a change of the custody state; an error is
-// logged and returned (a caller about to send must not send without it).
-func (n *Node) saveCustody() error {
-	err := n.store.SaveCheckpoint(&n.ckpt)
-	if err != nil {
-		n.log.Error().Err(err).Msg("cannot write the checkpoint with the custody state")
+// custodyConfig returns the machine's configuration: the node's durations in ticks
+// (fallback.go), its depth, K and fault injection, and a re-send source seeded with seed.
+func (n *Node) custodyConfig(seed [2]uint64) walk.CustodyConfig {
+	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(seed[0], seed[1])), AckTimeout: n.ticks(n.cfg.AckTimeout),
+		Depth: n.cfg.Depth, Hops: n.cfg.Hops, PauseAtHop: n.cfg.PauseAtHop, PauseAfterStep: n.cfg.PauseAfterStep}
+	switch {
+	case n.cfg.FallbackTimeout > 0:
+		cc.FallbackTimeout = n.ticks(n.cfg.FallbackTimeout)
+	case n.cfg.FallbackTimeout == 0:
+		cc.FallbackFloor = n.ticks(n.fallbackFloor())
 	}
+	return cc
+}
+
+// rawOf returns the held encoding of token t with evidence ev (body and evidence, as
+// stored in the inbox and the checkpoint and signed at each send), from a cache of the
+// encodings of the tokens of this node's recent snapshots: an encoded token is never
+// modified once made.
+func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
+	k := [2]uint64{t.Epoch, t.Hop}
+	for _, c := range n.raws[k] {
+		if c.tok.Run == t.Run && c.tok.Walk == t.Walk && equalBits(c.tok.Z, t.Z) && equalBits(c.tok.Zhat, t.Zhat) && bytes.Equal(c.ev, ev) {
+			return c.raw
+		}
+	}
+	body, err := EncodeToken(nil, t)
+	if err != nil {
+		return nil // cannot happen: the machine's tokens are of the run's shape
+	}
+	raw := hold(body, ev)
+	n.keepRaw(t, ev, raw)
+	return raw
+}
+
+// keepRaw records raw as the held encoding of t with evidence ev: a token restored from
+// a checkpoint is written back with the bytes it was read from (an encoding of an
+// earlier build may differ, e.g. hold no evidence trailer).
+func (n *Node) keepRaw(t walk.Token, ev, raw []byte) {
+	if n.raws == nil || len(n.raws) > 4*walk.MaxBackups(n.cfg.Depth) {
+		n.raws = map[[2]uint64][]rawEntry{}
+	}
+	k := [2]uint64{t.Epoch, t.Hop}
+	t.Z, t.Zhat = slices.Clone(t.Z), slices.Clone(t.Zhat)
+	n.raws[k] = append(n.raws[k], rawEntry{tok: t, ev: slices.Clone(ev), raw: raw})
+}
+
+// rawEntry is a token and its held encoding (rawOf).
+type rawEntry struct {
+	tok walk.Token
+	ev  []byte
+	raw []byte
+}
+
+// checkpointFrom writes the custody snapshot s into the checkpoint's custody fields.
+func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
+	c := &n.ckpt
+	c.Fence = nil
+	if s.Fence != nil {
+		f := Mark(*s.Fence)
+		c.Fence = &f
+	}
+	c.MaxEpoch = s.Epoch
+	// The store keeps copies of what it wrote, so the slices are reused.
+	c.Recent = c.Recent[:0]
+	for _, m := range s.Recent {
+		c.Recent = append(c.Recent, Mark(m))
+	}
+	n.mu.Lock()
+	ms := n.members
+	n.mu.Unlock()
+	c.Backups = c.Backups[:0]
+	c.Out, c.OutTo = nil, ""
+	if s.Last != nil {
+		c.Out = n.rawOf(*s.Last, s.LastEvidence)
+	}
+	for _, b := range s.Backups {
+		k := Backup{Token: n.rawOf(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
+		if b.To >= 0 && !b.Pending {
+			k.To = n.pid(ms[b.To])
+		}
+		if b.Pred >= 0 {
+			k.Pred = n.pid(ms[b.Pred])
+		}
+		if bytes.Equal(k.Token, c.Out) {
+			c.OutTo = k.To
+		}
+		c.Backups = append(c.Backups, k)
+	}
+}
+
+// snapshotOf returns the custody snapshot of a checkpoint written by checkpointFrom (or
+// by an earlier build), with a clock that starts again at 0: unacked releases go again
+// to their recipient at the first tick, and the fallback waits a full timeout.
+func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
+	s := walk.CustodySnapshot{Epoch: min(ck.MaxEpoch, MaxEpoch)}
+	switch {
+	case ck.Fence != nil:
+		f := walk.CustodyMark(*ck.Fence)
+		s.Fence = &f
+	default:
+		// A checkpoint without a fence: fence conservatively at the last token processed
+		// (any digest).
+		s.Fence = &walk.CustodyMark{Epoch: ck.Epoch, Hop: ck.Hop, Digest: ^uint64(0)}
+	}
+	for _, m := range ck.Recent {
+		s.Recent = append(s.Recent, walk.CustodyMark(m))
+	}
+	for _, b := range ck.Backups {
+		tok, err := DecodeToken(b.Token)
+		if err != nil || tok.Epoch > MaxEpoch {
+			continue
+		}
+		k := walk.CustodyBackup{Token: tok, Evidence: heldEvidence(b.Token), To: n.indexOf(b.To), Acked: b.Acked, Dist: b.Dist,
+			Pred: n.indexOf(b.Pred), PredEpoch: b.PredEpoch, PredHop: b.PredHop}
+		n.keepRaw(tok, k.Evidence, b.Token)
+		if k.To < 0 || k.To == n.index {
+			k.To, k.Pending, k.Acked = -1, true, false
+		}
+		if k.Pred == n.index {
+			k.Pred = -1
+		}
+		s.Backups = append(s.Backups, k)
+	}
+	if lim := walk.MaxBackups(n.cfg.Depth); len(s.Backups) > lim {
+		s.Backups = s.Backups[len(s.Backups)-lim:]
+	}
+	if tok, err := DecodeToken(ck.Out); err == nil && tok.Epoch <= MaxEpoch {
+		s.Last, s.LastEvidence = &tok, heldEvidence(ck.Out)
+		n.keepRaw(tok, s.LastEvidence, ck.Out)
+		// A checkpoint of the first format keeps its token in custody in Out alone, until
+		// its recipient OutTo acks it: a backup (sent again at the first tick).
+		if to := n.indexOf(ck.OutTo); to >= 0 && to != n.index && !slices.ContainsFunc(ck.Backups, func(b Backup) bool { return bytes.Equal(b.Token, ck.Out) }) {
+			s.Backups = append(s.Backups, walk.CustodyBackup{Token: tok, Evidence: s.LastEvidence, To: to, Pred: -1})
+		}
+	}
+	return s
+}
+
+// heldOf returns the token stored in the inbox as a held token: its predecessor on the
+// release chain is the signer of the evidence it holds (the member this node received
+// it from, or from which it received the token it handed to itself), none for the
+// origin's token.
+func (n *Node) heldOf(raw []byte) (*walk.CustodyHeld, error) {
+	tok, err := DecodeToken(raw)
+	if err != nil {
+		return nil, err
+	}
+	h := &walk.CustodyHeld{Token: tok, Evidence: heldEvidence(raw), Pred: -1}
+	if c, err := parseCert(h.Evidence, false); err == nil && c.ev.Present && c.ev.Signer != n.index && c.ev.Signer < len(n.members) {
+		h.Pred, h.PredEpoch, h.PredHop = c.ev.Signer, c.ev.Epoch, c.ev.Hop
+	}
+	return h, nil
+}
+
+// CustodyInput is one input the loop gave the node's walk.Custody (Node.custodyTrace, a
+// test hook: replayed into a fresh machine, the inputs must give the Readies the node
+// applied).
+type CustodyInput struct {
+	Kind       string // start, handover, step, down, up, tick, final, restore
+	Msg        walk.CustodyMsg
+	Token      walk.Token
+	Peer       int
+	Tick       int64
+	Epoch, Hop uint64
+	Snapshot   *walk.CustodySnapshot
+	Walk       *walk.Checkpoint
+}
+
+// refusal is the error of an input the machine refused (a final model).
+type refusal walk.CustodyRefusal
+
+func (r refusal) Error() string {
+	return "refused by the custody rules: " + walk.CustodyRefusal(r).String()
+}
+
+// input gives the custody machine one input and applies the Readies that follow
+// (drain). It returns the machine's error for the input; an error applying a Ready (the
+// ledger or a journal cannot be written) is kept in n.fatal and stops the loop before
+// anything more is sent.
+func (n *Node) input(ctx context.Context, in CustodyInput) error {
+	var err error
+	switch in.Kind {
+	case "start":
+		err = n.cust.Start(in.Token)
+	case "handover":
+		err = n.cust.Handover(in.Peer, in.Token)
+	case "step":
+		err = n.cust.Step(in.Msg)
+	case "down":
+		n.cust.PeerDown(in.Peer)
+	case "up":
+		n.cust.PeerUp(in.Peer)
+	case "tick":
+		n.cust.TickTo(in.Tick)
+	case "final":
+		if r := n.cust.StepFinal(in.Peer, in.Epoch, in.Hop); r != walk.RefuseNone {
+			err = refusal(r)
+		}
+	case "restore":
+		err = n.cust.Restore(in.Walk, *in.Snapshot)
+	default:
+		return fmt.Errorf("node: unknown custody input %q", in.Kind)
+	}
+	n.drain(ctx, &in)
 	return err
 }
 
-// onHandoff updates the backup of a finished hand-off: acked (the release wave starts
-// back along the path) or refused as stale (the lineage is retired back along the path).
-func (n *Node) onHandoff(ctx context.Context, r sendResult) {
-	i := n.findRaw(r.raw)
-	if i < 0 {
-		return
-	}
-	b := &n.ckpt.Backups[i]
-	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
-	switch r.code {
-	case AckOK, AckDuplicate:
-		n.touch()
-		n.progressed(rawID(b.Token))
-		to := n.pid(r.to)
-		// The ack of the node's own hand-off to the recipient named in the checkpoint
-		// changes only Acked and Dist, which the next save carries: a restart before it
-		// resends the custody copy (Out) anyway, and the recipient answers duplicate or
-		// stale. A redirected or re-sent backup, or one dropped here, is saved now.
-		save := !r.main || b.To != to || !bytes.Equal(b.Token, n.ckpt.Out)
-		b.Acked, b.To = true, to
-		b.Dist = max(b.Dist, 1)
-		if b.Dist >= n.cfg.Depth {
-			n.removeBackup(i)
-			n.metrics.custody.WithLabelValues("released").Inc()
-			save = true
+// drain applies the machine's Readies until it has none (a token it holds is stepped at
+// Advance and makes the next one).
+func (n *Node) drain(ctx context.Context, in *CustodyInput) {
+	var rds []walk.CustodyReady
+	for n.fatal == nil && n.cust.HasReady() {
+		rd := n.cust.Ready()
+		if n.custodyTrace != nil {
+			rds = append(rds, copyReady(rd))
 		}
-		if save {
-			n.saveCustody()
-		}
-		if n.cfg.Depth >= 2 {
-			rel.Dist = 2
-			n.sendRelease(ctx, pred, rel)
-		}
-	case AckStale:
-		n.removeBackup(i)
-		n.metrics.custody.WithLabelValues("fenced_out").Inc()
-		n.saveCustody()
-		rel.Retire = true
-		n.sendRelease(ctx, pred, rel)
-	}
-}
-
-// onRelease applies a release from the recipient of one of this node's backups.
-func (n *Node) onRelease(ctx context.Context, m relMsg) {
-	i, from := -1, n.pid(m.from)
-	for k, b := range n.ckpt.Backups {
-		if e, h := rawID(b.Token); e == m.r.Epoch && h == m.r.Hop && b.To == from {
-			i = k
+		if err := n.applyReady(ctx, rd, in); err != nil {
+			n.fatal = err // nothing of this Ready was sent: the loop stops
 			break
 		}
+		n.cust.Advance(rd)
 	}
-	if i < 0 {
-		return // unknown, already dropped, or from a branch this node re-sent away from
-	}
-	b := &n.ckpt.Backups[i]
-	pred, rel := b.Pred, Release{Epoch: b.PredEpoch, Hop: b.PredHop}
-	n.touch()
-	n.progressed(m.r.Epoch, m.r.Hop)
-	if m.r.Retire {
-		n.removeBackup(i)
-		n.metrics.custody.WithLabelValues("retired").Inc()
-		n.saveCustody()
-		rel.Retire = true
-		n.sendRelease(ctx, pred, rel)
-		return
-	}
-	if m.r.Dist <= b.Dist {
-		return // an older wave overtaken by a newer one
-	}
-	old := b.Dist
-	b.Dist = m.r.Dist
-	if b.Dist >= n.cfg.Depth {
-		// The drop is written with the next checkpoint, like the distances a wave brings
-		// (no fsync of its own: nothing is sent on the strength of it). A crash before
-		// then brings the backup back with its last saved distance: one more copy kept,
-		// as after a lost wave.
-		n.removeBackup(i)
-		n.metrics.custody.WithLabelValues("released").Inc()
-	}
-	// Pass the wave back unless the predecessor was already told it is Depth behind.
-	if old < n.cfg.Depth-1 {
-		rel.Dist = m.r.Dist + 1
-		n.sendRelease(ctx, pred, rel)
+	n.holding.Store(n.cust.Holding())
+	if n.custodyTrace != nil && in != nil {
+		n.custodyTrace(*in, rds)
 	}
 }
 
-// peerDown regenerates the newest release that p acked and that is not yet released: p
-// may have died holding the token. The release goes on under a new epoch, above every
-// epoch this node has seen; older backups (lower epochs) are dropped.
-func (n *Node) peerDown(ctx context.Context, p peer.ID) {
-	if n.model != nil {
-		return
+// copyReady returns a copy of rd that outlives Advance.
+func copyReady(rd walk.CustodyReady) walk.CustodyReady {
+	c := rd
+	c.Ledger = append([]privacy.Entry(nil), rd.Ledger...)
+	c.Events = append([]walk.CustodyEvent(nil), rd.Events...)
+	c.Outbox = nil
+	for _, m := range rd.Outbox {
+		m.Token.Z, m.Token.Zhat = slices.Clone(m.Token.Z), slices.Clone(m.Token.Zhat)
+		c.Outbox = append(c.Outbox, m)
 	}
-	ps := p.String()
-	for i := len(n.ckpt.Backups) - 1; i >= 0; i-- {
-		b := &n.ckpt.Backups[i]
-		if b.To != ps || !b.Acked || b.Dist >= n.cfg.Depth {
-			continue
-		}
-		tok, err := DecodeToken(b.Token)
-		if err != nil {
-			n.removeBackup(i)
-			continue
-		}
-		tok.Epoch = min(max(n.ckpt.MaxEpoch, tok.Epoch), MaxEpoch-1) + 1
-		raw := reEpoch(b.Token, tok.Epoch) // the same release and evidence, a new epoch
-		b.Token, b.Acked, b.Dist = raw, false, 0
-		n.progressed(tok.Epoch, tok.Hop)
-		n.raise(markOf(tok))
-		n.newEpoch(tok.Epoch)
-		n.metrics.custody.WithLabelValues("regenerated").Inc()
-		n.log.Warn().Str("down", shortID(p)).Uint64("epoch", tok.Epoch).Uint64("hop", tok.Hop).
-			Msg("regenerating the token from this node's backup: its recipient is down")
-		n.resend(ctx, raw, p)
-		return
+	if rd.State != nil {
+		s := *rd.State
+		s.U = slices.Clone(s.U)
+		c.State = &s
 	}
+	if rd.Held != nil {
+		h := *rd.Held
+		h.Token.Z, h.Token.Zhat = slices.Clone(h.Token.Z), slices.Clone(h.Token.Zhat)
+		c.Held = &h
+	}
+	return c
 }
 
-// retryPending re-sends backups that found no live peer earlier.
-func (n *Node) retryPending(ctx context.Context) {
-	if n.model != nil {
-		return
+// applyReady performs one Ready in the order it prescribes: the ledger (fsync), a held
+// token (the inbox journal, before its ack), the checkpoint (walk state and custody
+// snapshot), then the messages; events become metrics and log lines.
+func (n *Node) applyReady(ctx context.Context, rd walk.CustodyReady, in *CustodyInput) error {
+	if err := n.store.AppendLedger(rd.Ledger); err != nil {
+		return fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
 	}
-	for _, b := range n.ckpt.Backups {
-		if b.To == "" {
-			n.resend(ctx, b.Token, "")
+	if h := rd.Held; h != nil {
+		if err := n.store.SaveInbox(n.rawOf(h.Token, h.Evidence)); err != nil {
+			return fmt.Errorf("node: cannot store the received token, stopping before its ack: %w", err)
 		}
 	}
+	for _, e := range rd.Events {
+		if e.Kind == walk.CustodyWalk {
+			n.ckpt.Epoch, n.ckpt.Hop = e.Epoch, e.Hop-1 // the token processed
+		}
+	}
+	if st := rd.State; st != nil {
+		n.ckpt.Updates, n.ckpt.U = st.Updates, append(n.ckpt.U[:0], st.U...)
+		n.metrics.nupd.Store(int64(st.Updates))
+		if n.hopSrc != nil {
+			n.ckpt.HopSource, _ = n.hopSrc.MarshalBinary()
+			n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
+		}
+	}
+	if rd.Persist {
+		n.checkpointFrom(n.cust.Snapshot())
+	}
+	if rd.State != nil || rd.Persist {
+		if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+			return fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
+		}
+	}
+	n.noteEvents(rd.Events, in)
+	for _, m := range rd.Outbox {
+		switch m.Kind {
+		case walk.CustodyAck:
+			n.answer(m)
+		case walk.CustodyToken:
+			n.startSend(ctx, m)
+		case walk.CustodyRelease:
+			n.sendRelease(ctx, n.members[m.To], Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
+		}
+	}
+	if f := rd.Final; f != nil {
+		return n.releaseFinal(ctx, f)
+	}
+	return nil
 }
 
-// resend sends the backup raw (the same release, possibly under a new epoch) to a live
-// member other than avoid, charging a forward entry (fsynced) that names it before the
-// send.
-func (n *Node) resend(ctx context.Context, raw []byte, avoid peer.ID) {
-	i := n.findRaw(raw)
-	if i < 0 {
+// answer maps the machine's ack of the hand-off being served to its one-byte code.
+func (n *Node) answer(m walk.CustodyMsg) {
+	c := n.cur
+	if c == nil || c.replied || c.idx != m.To || c.tok.Epoch != m.Epoch || c.tok.Hop != m.Hop {
 		return
 	}
-	to := n.pickPeer(avoid)
-	if to == "" {
-		n.ckpt.Backups[i].To = ""
-		n.saveCustody()
-		n.metrics.custody.WithLabelValues("no_peer").Inc()
-		return
+	code := AckOK
+	switch {
+	case m.Stale:
+		code = AckStale
+	case m.Refused == walk.RefuseBusy:
+		code = AckBusy
+	case m.Refused != walk.RefuseNone:
+		code = AckReject
+	case m.Duplicate:
+		code = AckDuplicate
 	}
-	tok, err := DecodeToken(raw)
+	c.reply <- code
+	c.replied = true
+}
+
+// releaseFinal publishes the final model of token f (hop K reached here).
+func (n *Node) releaseFinal(ctx context.Context, f *walk.CustodyFinal) error {
+	tok := f.Token
+	n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
+	// The final model is the z of the token received at hop K: a release charged in the
+	// ledger of its sender (recipient: this node); publishing it to every member is
+	// post-processing, covered by the accountant's final release to all.
+	fc, err := finalCert(f.Evidence, tok.Hop, tok.Zhat)
 	if err != nil {
-		n.removeBackup(i)
-		return
+		return fmt.Errorf("node: the evidence held with hop %d: %w", tok.Hop, err)
 	}
-	e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
-		Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: to.String()}
-	if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
-		n.log.Error().Err(err).Msg("cannot make the forward entry durable; the backup is not re-sent")
-		n.ckpt.Backups[i].To = ""
-		return
+	m := n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID())
+	m.Cert = fc
+	n.keepFinal(m, finalMark(tok.Epoch, tok.Hop, tok.Z))
+	n.finalCert = fc
+	if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {
+		n.log.Warn().Err(err).Msg("cannot publish the final model")
 	}
-	n.ownResends.Add(1)
-	n.ckpt.Backups[i].To = n.pid(to)
-	if n.saveCustody() != nil {
-		// Not sent without a durable checkpoint naming it: retryPending tries again (with
-		// a new forward entry, a safe over-count).
-		n.ckpt.Backups[i].To = ""
-		return
-	}
-	n.startSend(ctx, to, raw, false, 0)
+	return nil
 }
 
-// pickPeer returns a uniformly chosen live member other than this node and avoid (avoid
-// itself if it is the only live one); "" when none is live.
-func (n *Node) pickPeer(avoid peer.ID) peer.ID {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var cand []peer.ID
-	for _, p := range n.members {
-		if p != n.ID() && p != avoid && !n.down[p] {
-			cand = append(cand, p)
+// noteEvents turns the machine's events into metrics and log lines.
+func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
+	staleAck := in != nil && in.Kind == "step" && in.Msg.Kind == walk.CustodyAck && in.Msg.Stale
+	peer := func(j int) string {
+		if j < 0 || j >= len(n.members) {
+			return "-"
+		}
+		return shortID(n.members[j])
+	}
+	for _, e := range evs {
+		switch e.Kind {
+		case walk.CustodyAccepted:
+			n.seen = true
+			n.lastHop.Store(e.Hop)
+			if e.Peer >= 0 {
+				n.hopsIn.Add(1)
+			}
+		case walk.CustodyWalk:
+			n.lastTok.Store(time.Now().UnixNano())
+			n.lastHop.Store(e.Hop - 1)
+			if e.Walk == walk.EventUpdate {
+				n.metrics.updates.Inc()
+			} else {
+				n.ownForwards.Add(1)
+			}
+			n.metrics.hops.Inc()
+		case walk.CustodyFenced:
+			n.metrics.ignored.Inc()
+			n.metrics.custody.WithLabelValues("fenced").Inc()
+			f := n.ckpt.Fence
+			if f == nil {
+				f = &Mark{}
+			}
+			n.log.Info().Str("verdict", Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.cust.Epoch()).
+				Msg("hand-off fenced: not above the highest token accepted or released here")
+		case walk.CustodyDuplicate:
+			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
+		case walk.CustodyRefused:
+			switch e.Refusal {
+			case walk.RefuseEpoch:
+				n.metrics.rejected.WithLabelValues("epoch").Inc()
+				n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).
+					Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
+						MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
+			case walk.RefuseEvicted:
+				n.reject(n.log.With().Str("from", peer(e.Peer)).Logger(), "evicted", "sender was evicted for implausible epochs")
+			case walk.RefuseEvidence:
+				// The sender showed a hand-off it received, which this node already took
+				// another token on: a second token of the same lineage position (a member
+				// re-sending under new epochs to burn this node's updates), refused as stale.
+				n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
+				n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+					Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+			}
+		case walk.CustodyEvicted:
+			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
+			n.metrics.rejected.WithLabelValues("evicted").Inc()
+		case walk.CustodyResent:
+			n.ownResends.Add(1)
+			n.limitedLog(zerolog.WarnLevel, "redirect").Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("redirecting the token to another peer after failures")
+		case walk.CustodyRegenerated:
+			n.ownResends.Add(1)
+			n.metrics.custody.WithLabelValues("regenerated").Inc()
+			n.log.Warn().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("regenerating the token from this node's backup: its recipient is down")
+		case walk.CustodyFallback:
+			n.ownResends.Add(1)
+			n.metrics.custody.WithLabelValues("fallback").Inc()
+			n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
+		case walk.CustodyDropped:
+			n.metrics.custody.WithLabelValues("released").Inc()
+		case walk.CustodyRetired:
+			if staleAck {
+				n.metrics.custody.WithLabelValues("fenced_out").Inc()
+				n.log.Warn().Str("to", peer(e.Peer)).Msg("receiver has a newer token: this copy is fenced and dropped")
+			} else {
+				n.metrics.custody.WithLabelValues("retired").Inc()
+			}
+		case walk.CustodyExpired:
+			n.metrics.custody.WithLabelValues("expired").Inc()
+		case walk.CustodyNoPeer:
+			n.metrics.custody.WithLabelValues("no_peer").Inc()
+		case walk.CustodyRetransmitted:
+			n.log.Debug().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).Msg("hand-off sent again to the same peer")
+		case walk.CustodyGaveUp:
+			n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
+		case walk.CustodyPaused:
+			if c := n.cur; c != nil && c.written != nil {
+				// Report the pause only once the ack is on its way, so that a harness that
+				// kills the node on seeing it does not make the sender redirect.
+				select {
+				case <-c.written:
+				case <-time.After(n.cfg.AckTimeout):
+				}
+			}
+			n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
+			n.paused.Store(true)
+			if n.cfg.PauseAfterStep {
+				n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
+			} else {
+				n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
+			}
+		case walk.CustodyStepFailed:
+			n.reject(n.log, "step", e.Err.Error())
 		}
 	}
-	if len(cand) == 0 {
-		if avoid != "" && avoid != n.ID() && !n.down[avoid] {
-			return avoid
+}
+
+// sendResult is the outcome of one hand-off attempt (startSend).
+type sendResult struct {
+	to         peer.ID
+	idx        int
+	epoch, hop uint64
+	attempt    uint64
+	code       byte
+	err        error
+}
+
+// attemptOf returns the attempt counter of the release (epoch, hop): every send of it
+// takes the next number, and a failure reported for an earlier one is stale (the machine
+// already sent it again).
+func (n *Node) attemptOf(epoch, hop uint64) *atomic.Uint64 {
+	v, _ := n.attempts.LoadOrStore([2]uint64{epoch, hop}, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// startSend hands the token of m to its recipient in the background: one signed frame
+// and its ack byte (handoff). Hand-offs to one peer go one at a time; an attempt that a
+// later send of the same release superseded before it left is dropped.
+func (n *Node) startSend(ctx context.Context, m walk.CustodyMsg) {
+	to := n.members[m.To]
+	raw := n.rawOf(m.Token, m.Evidence)
+	a := n.attemptOf(m.Epoch, m.Hop)
+	id := a.Add(1)
+	lk, _ := n.sendLocks.LoadOrStore(to, &sync.Mutex{})
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		mu := lk.(*sync.Mutex)
+		mu.Lock()
+		if a.Load() != id || ctx.Err() != nil {
+			mu.Unlock()
+			return
 		}
-		return ""
+		code, err := n.handoff(ctx, to, raw)
+		mu.Unlock()
+		select {
+		case n.sent <- sendResult{to: to, idx: m.To, epoch: m.Epoch, hop: m.Hop, attempt: id, code: code, err: err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// onSent gives the machine the outcome of a hand-off: the receiver's ack, or a refusal
+// (busy, reject) or failure of an attempt the machine has not superseded.
+func (n *Node) onSent(ctx context.Context, r sendResult) {
+	if r.err != nil && ctx.Err() != nil {
+		return // stopping: the token stays in custody (durable), nothing failed
 	}
-	return cand[rand.IntN(len(cand))]
+	m := walk.CustodyMsg{Kind: walk.CustodyAck, From: r.idx, To: n.index, Epoch: r.epoch, Hop: r.hop}
+	current := n.attemptOf(r.epoch, r.hop).Load() == r.attempt
+	switch {
+	case r.err != nil:
+		if !current {
+			return
+		}
+		n.limitedLog(zerolog.WarnLevel, "attempt:"+string(r.to)).Err(r.err).Str("to", shortID(r.to)).Msg("hand-off attempt failed")
+		m.Refused = walk.RefuseFailed
+	case r.code == AckOK:
+		n.metrics.sent.Inc()
+	case r.code == AckDuplicate:
+		n.metrics.sent.Inc()
+		m.Duplicate = true
+	case r.code == AckStale:
+		m.Stale = true
+	case !current:
+		return
+	case r.code == AckBusy:
+		m.Refused = walk.RefuseBusy
+	default:
+		n.limitedLog(zerolog.WarnLevel, "attempt:"+string(r.to)).Str("to", shortID(r.to)).Int("code", int(r.code)).Msg("hand-off refused by its receiver")
+		m.Refused = walk.RefuseInvalid
+	}
+	n.input(ctx, CustodyInput{Kind: "step", Msg: m})
+}
+
+// onRelease gives the machine a release from a member.
+func (n *Node) onRelease(ctx context.Context, m relMsg) {
+	j := n.memberIndex(m.from)
+	if j < 0 || j == n.index {
+		return
+	}
+	n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyRelease, From: j, To: n.index,
+		Epoch: m.r.Epoch, Hop: m.r.Hop, Dist: m.r.Dist, Retire: m.r.Retire}})
 }
 
 // releaseBatch is how long releases to one peer are gathered before they go out in one
@@ -467,12 +703,8 @@ func (rs *relStream) add(r Release) {
 // one frame and one ack byte each; a stream that fails (a peer restarted, or one that
 // closes the stream after one frame) is replaced once. A release delivered twice is
 // ignored by its receiver (its distance is not above the backup's).
-func (n *Node) sendRelease(ctx context.Context, pred string, r Release) {
-	if pred == "" {
-		return
-	}
-	p, err := n.peerOf(pred)
-	if err != nil || p == n.ID() || n.isDown(p) {
+func (n *Node) sendRelease(ctx context.Context, p peer.ID, r Release) {
+	if p == n.ID() || n.isDown(p) {
 		return
 	}
 	v, _ := n.relStreams.LoadOrStore(p, &relStream{})
@@ -557,7 +789,7 @@ func (n *Node) handleRelease(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	lg := n.log.With().Str("from", shortID(from)).Logger()
 	n.mu.Lock()
-	ready := n.m != nil
+	ready := n.cust != nil
 	n.mu.Unlock()
 	if !ready {
 		s.Reset()

@@ -97,13 +97,15 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	})
 }
 
-// TestMarkOrder: the fence orders tokens by epoch, then hop, then digest, and a node
-// refuses anything not above the highest token it accepted or released and below its
-// highest epoch.
+// TestMarkOrder: the fence orders tokens by epoch, then hop, then digest. A node restored
+// from a checkpoint with a fence and a highest epoch refuses anything not above the
+// highest token it accepted or released, or below its highest epoch: the checkpoint's
+// Fence and MaxEpoch reach walk.Custody as they were written.
 func TestMarkOrder(t *testing.T) {
-	n := &Node{}
-	n.raise(Mark{Epoch: 1, Hop: 5, Digest: 10})
-	n.ckpt.MaxEpoch = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	fence := Mark{Epoch: 1, Hop: 5, Digest: 10}
 	cases := []struct {
 		m    Mark
 		want bool
@@ -116,14 +118,26 @@ func TestMarkOrder(t *testing.T) {
 		{Mark{0, 99, 0}, false}, // lower epoch, any hop
 		{Mark{2, 0, 0}, true},   // higher epoch beats any hop
 	}
-	for _, c := range cases {
-		if got := n.accepts(c.m); got != c.want {
-			t.Errorf("accepts(%+v) = %v, want %v", c.m, got, c.want)
+	for _, maxEpoch := range []uint64{1, 3} {
+		nodes := staticCluster(t, ctx, "mark", sh, 10, 0, []string{"", ""})
+		n := nodes[0]
+		if err := n.store.SaveCheckpoint(&Checkpoint{Run: "mark", Node: 0, U: make([]float64, sh[0].Cols), Fence: &fence, MaxEpoch: maxEpoch}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	n.ckpt.MaxEpoch = 3 // created epoch 3 (a regeneration) without a token above in the fence
-	if n.accepts(Mark{2, 50, 0}) {
-		t.Error("accepted a token below the highest epoch created here")
+		fixMembers(t, n, n.cfg.Members)
+		for _, c := range cases {
+			want := c.want && c.m.Epoch >= maxEpoch
+			if got := n.cust.Accepts(c.m.Epoch, c.m.Hop, c.m.Digest); got != want {
+				t.Errorf("max epoch %d: accepts(%+v) = %v, want %v", maxEpoch, c.m, got, want)
+			}
+			if c.m.cmp(fence) > 0 != c.want {
+				t.Errorf("%+v cmp %+v: above %v, want %v", c.m, fence, !c.want, c.want)
+			}
+		}
+		// Created epoch 3 (a regeneration) without a token above in the fence.
+		if maxEpoch == 3 && n.cust.Accepts(2, 50, 0) {
+			t.Error("accepted a token below the highest epoch created here")
+		}
 	}
 }
 
@@ -291,19 +305,55 @@ func holderCrash(t *testing.T, afterStep bool) {
 	t.Logf("crashed node %d at hop %d; %v regenerations; %d machine steps for %d hops; highest epoch %d", killed, pause, regen, machine, hops, maxEpoch)
 }
 
-// TestRegenerateCharges drives the custody state of one node directly: an
-// acked, unreleased backup to a peer declared down is re-released under epoch+1 to
-// another member with a forward entry written before the send; an unacked one is not.
+// custodyNode returns the nodes of a static cluster that does not run. Node 0's
+// membership is fixed after the checkpoint prepare returns (if not nil) was saved to its
+// data directory, as a restart restores it; the test then drives node 0's loop functions
+// itself. It also returns the model dimension.
+func custodyNode(t *testing.T, ctx context.Context, run string, n int, mut func(i int, c *Config), prepare func(nodes []*Node, cols int) *Checkpoint) ([]*Node, int) {
+	t.Helper()
+	sh := shards(t, n)
+	nodes := staticClusterWith(t, ctx, run, sh, 100, 0, make([]string, n), mut)
+	if prepare != nil {
+		ck := prepare(nodes, sh[0].Cols)
+		ck.Run, ck.Node = run, 0
+		if ck.U == nil {
+			ck.U = make([]float64, sh[0].Cols)
+		}
+		if err := nodes[0].store.SaveCheckpoint(ck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fixMembers(t, nodes[0], nodes[0].cfg.Members)
+	nodes[0].t0 = time.Now()
+	return nodes, sh[0].Cols
+}
+
+// savedCheckpoint returns the node's checkpoint as it is on disk.
+func savedCheckpoint(t *testing.T, n *Node) *Checkpoint {
+	t.Helper()
+	ck, err := n.store.LoadCheckpoint()
+	if err != nil || ck == nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	return ck
+}
+
+// TestRegenerateCharges drives the custody state of one node through its loop's inputs:
+// an acked, unreleased backup to a peer declared down is re-released under epoch+1 to
+// another member with a forward entry written before the send; an unacked one is re-sent
+// to a live member, and with none live it waits (no regeneration, no entry).
 func TestRegenerateCharges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sh := shards(t, 3)
-	dirs := []string{"", "", ""}
-	nodes := staticCluster(t, ctx, "regen", sh, 10, 0, dirs)
+	var tok walk.Token
+	nodes, _ := custodyNode(t, ctx, "regen", 3, nil, func(nodes []*Node, cols int) *Checkpoint {
+		tok = walk.NewToken("regen", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
+		tok.Hop, tok.Epoch = 4, 2
+		body, _ := EncodeToken(nil, tok)
+		return &Checkpoint{Epoch: 2, Hop: 3, MaxEpoch: 5, Fence: &Mark{Epoch: 5},
+			Backups: []Backup{{Token: hold(body, nil), To: nodes[1].ID().String(), Acked: true, Dist: 1}}}
+	})
 	n := nodes[0]
-	tok := walk.NewToken("regen", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
-	tok.Hop, tok.Epoch = 4, 2
-	raw, _ := EncodeToken(nil, tok)
 	var sent []string
 	var mu sync.Mutex
 	n.sendHook = func(to peer.ID, b []byte) {
@@ -312,35 +362,44 @@ func TestRegenerateCharges(t *testing.T) {
 		sent = append(sent, entryKey(e, h, to.String()))
 		mu.Unlock()
 	}
-	n.mu.Lock()
-	n.members = []peer.ID{n.ID(), nodes[1].ID(), nodes[2].ID()}
-	n.down[nodes[1].ID()] = true
-	n.mu.Unlock()
-	n.ckpt.Backups = []Backup{{Token: raw, To: nodes[1].ID().String(), Acked: true, Dist: 1}}
-	n.ckpt.MaxEpoch = 5
 	before := n.store.Entries()
-	n.peerDown(ctx, nodes[1].ID())
-	if len(n.ckpt.Backups) != 1 {
-		t.Fatalf("%d backups after regeneration", len(n.ckpt.Backups))
+	n.input(ctx, CustodyInput{Kind: "down", Peer: 1})
+	ckp := savedCheckpoint(t, n)
+	if len(ckp.Backups) != 1 {
+		t.Fatalf("%d backups after regeneration", len(ckp.Backups))
 	}
-	b := n.ckpt.Backups[0]
+	b := ckp.Backups[0]
 	e, h := rawID(b.Token)
 	if e != 6 || h != 4 || b.Acked || b.To != nodes[2].ID().String() {
 		t.Fatalf("regenerated backup: epoch %d hop %d acked %v to %s", e, h, b.Acked, b.To)
+	}
+	if got, _ := DecodeToken(b.Token); !sameBits(got.Z, tok.Z) || !sameBits(got.Zhat, tok.Zhat) {
+		t.Fatal("the regenerated token is not the backup's release")
 	}
 	es, _ := n.store.Ledger()
 	if n.store.Entries() != before+1 || es[len(es)-1].Mechanism != privacy.MechForward || es[len(es)-1].Epoch != 6 || es[len(es)-1].Recipient != nodes[2].ID().String() {
 		t.Fatalf("forward entry not charged: %+v", es)
 	}
+	if n.CustodyEvents("regenerated") != 1 {
+		t.Fatalf("regenerated events %v", n.CustodyEvents("regenerated"))
+	}
 	// The fence now refuses the old lineage at any hop.
-	if n.accepts(Mark{Epoch: 5, Hop: 100}) || !n.accepts(Mark{Epoch: 6, Hop: 5}) {
+	if n.cust.Accepts(5, 100, 0) || !n.cust.Accepts(6, 5, 0) {
 		t.Fatal("fence after regeneration")
 	}
-	// An unacked backup is left to the in-flight hand-off (no regeneration).
-	n.ckpt.Backups = []Backup{{Token: raw, To: nodes[2].ID().String()}}
-	n.peerDown(ctx, nodes[2].ID())
-	if e, _ := rawID(n.ckpt.Backups[0].Token); e != 2 || n.store.Entries() != before+1 {
-		t.Fatalf("unacked backup regenerated (epoch %d)", e)
+	// An unacked backup whose recipient goes down while no other member is live waits
+	// for one: no regeneration, no entry.
+	s := n.cust.Snapshot()
+	s.Backups = []walk.CustodyBackup{{Token: tok, To: 2, Pred: -1}}
+	if err := n.input(ctx, CustodyInput{Kind: "restore", Snapshot: &s}); err != nil {
+		t.Fatal(err)
+	}
+	n.input(ctx, CustodyInput{Kind: "down", Peer: 2})
+	if bs := n.cust.Backups(); len(bs) != 1 || bs[0].Epoch != 2 || !bs[0].Pending || n.store.Entries() != before+1 {
+		t.Fatalf("unacked backup with no live member: %+v, %d new entries", bs, n.store.Entries()-before)
+	}
+	if ckp := savedCheckpoint(t, n); len(ckp.Backups) != 1 || ckp.Backups[0].To != "" {
+		t.Fatalf("a backup waiting for a live member is saved with recipient %q", ckp.Backups[0].To)
 	}
 	// The regenerated token is written to node 2 in the background (node 2 does not run
 	// and answers busy; the send stops when the test ends).
@@ -362,85 +421,111 @@ func TestRegenerateCharges(t *testing.T) {
 	}
 }
 
-// TestAdmitFenceAndReleaseChain drives the loop-side custody rules on one node without
-// network: duplicates, the deterministic merge of equal (epoch, hop) copies, epoch
-// fencing, dropping older-epoch backups, and the release chain dropping a backup at
-// Depth.
+// TestAdmitFenceAndReleaseChain drives one node's loop with inbound hand-offs, hand-off
+// results and releases, without a network, and checks the ack codes the machine's
+// decisions map to: a token taken (ok), a retransmission of it (duplicate), a token
+// not above the fence, of the node's own release included (stale), a higher epoch (ok,
+// and backups of lower epochs dropped); then the release chain of depth 3 through the
+// ack of its hand-off and releases from its recipient (only), and a stale ack dropping a
+// backup.
 func TestAdmitFenceAndReleaseChain(t *testing.T) {
-	st, err := OpenStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	st.NoSync = true
-	n := &Node{store: st, metrics: newMetrics(), cfg: Config{Depth: 3, Run: "f"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, cols := custodyNode(t, ctx, "f", 3, func(i int, c *Config) { c.Depth = 3 }, nil)
+	n := nodes[0]
 	mk := func(epoch, hop uint64, z float64) inbound {
-		tok := walk.Token{Run: "f", Epoch: epoch, Hop: hop, Z: []float64{z}, Zhat: []float64{z}}
-		raw, _ := EncodeToken(nil, tok)
-		return inbound{tok: tok, raw: raw}
+		tok := walk.NewToken("f", 0, cols, consensus.Regularizer{}, 1)
+		tok.Epoch, tok.Hop = epoch, hop
+		tok.Z[0], tok.Zhat[0] = z, z
+		body, _ := EncodeToken(nil, tok)
+		return inbound{tok: tok, raw: hold(body, nil), from: nodes[1].ID(), reply: make(chan byte, 1)}
 	}
-	a, b := mk(0, 5, 1), mk(0, 5, 2)
-	if markOf(a.tok) == markOf(b.tok) {
-		t.Fatal("test tokens have equal marks")
+	admit := func(in inbound) byte {
+		t.Helper()
+		n.onInbound(ctx, in)
+		select {
+		case c := <-in.reply:
+			return c
+		default:
+			t.Fatal("no answer")
+			return 0
+		}
 	}
-	lo, hi := a, b
-	if markOf(a.tok).Digest > markOf(b.tok).Digest {
-		lo, hi = b, a
-	}
-	if code, ok := n.admit(lo); code != AckOK || !ok {
+	first := mk(0, 5, 1)
+	if code := admit(first); code != AckOK {
 		t.Fatalf("first token: %d", code)
 	}
-	if code, _ := n.admit(lo); code != AckDuplicate {
+	es, _ := n.store.Ledger()
+	if len(es) == 0 || es[0].Epoch != 0 || es[0].Hop != 6 {
+		t.Fatalf("the token taken was not stepped: ledger %+v", es)
+	}
+	if code := admit(first); code != AckDuplicate {
 		t.Fatalf("retransmission: %d, want duplicate", code)
 	}
-	if code, ok := n.admit(hi); code != AckOK || !ok {
-		t.Fatalf("equal (epoch, hop) with the higher digest: %d, want ok", code)
+	// Another copy of hop 5 (any digest) is below the node's own release of hop 6.
+	if code := admit(mk(0, 5, 2)); code != AckStale {
+		t.Fatalf("copy below the own release: %d, want stale", code)
 	}
-	third := mk(0, 5, 3)
-	want := AckStale
-	if markOf(third.tok).Digest > markOf(hi.tok).Digest {
-		want = AckOK
-	}
-	if code, _ := n.admit(third); code != want {
-		t.Fatalf("equal (epoch, hop), digest %x vs fence %x: %d, want %d", markOf(third.tok).Digest, markOf(hi.tok).Digest, code, want)
-	}
-	if code, _ := n.admit(mk(0, 4, 9)); code != AckStale {
+	if code := admit(mk(0, 4, 9)); code != AckStale {
 		t.Fatalf("lower hop: %d, want stale", code)
 	}
-	// Own backups of epoch 0; accepting epoch 1 drops them.
-	old := mk(0, 6, 4)
-	n.ckpt.Backups = []Backup{{Token: old.raw, To: "x", Acked: true, Dist: 1}}
-	if code, _ := n.admit(mk(1, 2, 5)); code != AckOK || len(n.ckpt.Backups) != 0 {
-		t.Fatalf("higher epoch: code %d, %d backups left", code, len(n.ckpt.Backups))
+	if len(n.cust.Backups()) == 0 {
+		t.Fatal("no backup of the release")
 	}
-	if code, _ := n.admit(mk(0, 99, 6)); code != AckStale {
+	// A higher epoch is taken and the backups of epoch 0 go.
+	if code := admit(mk(1, 2, 5)); code != AckOK {
+		t.Fatalf("higher epoch: code %d", code)
+	}
+	for _, b := range savedCheckpoint(t, n).Backups {
+		if e, _ := rawID(b.Token); e != 1 {
+			t.Fatalf("a backup of epoch %d kept after epoch 1 was taken", e)
+		}
+	}
+	if code := admit(mk(0, 99, 6)); code != AckStale {
 		t.Fatalf("old epoch at a high hop: %d, want stale", code)
 	}
-	// Release chain with Depth 3: ack -> dist 1; release 2 -> kept; release 3 -> dropped.
-	rel := mk(1, 3, 7)
-	to, _ := peer.Decode("12D3KooWByNNhSDcYt4F5YHxzmp465L1awsD8P6W5Mkg5qHuVAGe")
-	n.ckpt.Backups = []Backup{{Token: rel.raw, To: to.String()}}
-	n.onHandoff(context.Background(), sendResult{to: to, raw: rel.raw, code: AckOK})
-	if b := n.ckpt.Backups[0]; !b.Acked || b.Dist != 1 {
-		t.Fatalf("after ack: %+v", b)
+	// Release chain with depth 3: ack -> distance 1; release 2 -> kept; release 3 ->
+	// dropped. Releases from a member other than the recipient count for nothing.
+	bs := n.cust.Backups()
+	b := bs[len(bs)-1]
+	if b.Acked || b.Epoch != 1 {
+		t.Fatalf("backup of the epoch-1 release: %+v", b)
 	}
-	n.onRelease(context.Background(), relMsg{from: "other", r: Release{Epoch: 1, Hop: 3, Dist: 2}})
-	if n.ckpt.Backups[0].Dist != 1 {
-		t.Fatal("release from a peer other than the recipient was applied")
+	to := nodes[b.To].ID()
+	other := nodes[3-b.To].ID()
+	n.onSent(ctx, sendResult{to: to, idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: AckOK})
+	find := func() (walk.BackupInfo, bool) {
+		for _, x := range n.cust.Backups() {
+			if x.Epoch == b.Epoch && x.Hop == b.Hop {
+				return x, true
+			}
+		}
+		return walk.BackupInfo{}, false
 	}
-	n.onRelease(context.Background(), relMsg{from: to, r: Release{Epoch: 1, Hop: 3, Dist: 2}})
-	if len(n.ckpt.Backups) != 1 || n.ckpt.Backups[0].Dist != 2 {
-		t.Fatalf("after release 2: %+v", n.ckpt.Backups)
+	if x, _ := find(); !x.Acked || x.Dist != 1 {
+		t.Fatalf("after the ack: %+v", x)
 	}
-	n.onRelease(context.Background(), relMsg{from: to, r: Release{Epoch: 1, Hop: 3, Dist: 3}})
-	if len(n.ckpt.Backups) != 0 {
-		t.Fatalf("backup kept at Depth: %+v", n.ckpt.Backups)
+	n.onRelease(ctx, relMsg{from: other, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	if x, _ := find(); x.Dist != 1 {
+		t.Fatal("a release from a member other than the recipient was applied")
 	}
-	// A stale ack drops the backup (the lineage is retired).
-	n.ckpt.Backups = []Backup{{Token: rel.raw, To: to.String()}}
-	n.onHandoff(context.Background(), sendResult{to: to, raw: rel.raw, code: AckStale})
-	if len(n.ckpt.Backups) != 0 {
-		t.Fatal("fenced release kept")
+	n.onRelease(ctx, relMsg{from: to, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	if x, ok := find(); !ok || x.Dist != 2 {
+		t.Fatalf("after release 2: %+v", n.cust.Backups())
+	}
+	n.onRelease(ctx, relMsg{from: to, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}})
+	if _, ok := find(); ok {
+		t.Fatalf("backup kept at depth 3: %+v", n.cust.Backups())
+	}
+	// A stale ack drops the backup of the next release (the lineage is retired).
+	if code := admit(mk(2, 10, 7)); code != AckOK {
+		t.Fatalf("epoch 2: %d", code)
+	}
+	bs = n.cust.Backups()
+	b = bs[len(bs)-1]
+	n.onSent(ctx, sendResult{to: nodes[b.To].ID(), idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: AckStale})
+	if _, ok := find(); ok || n.CustodyEvents("fenced_out") != 1 {
+		t.Fatalf("fenced release kept: %+v", n.cust.Backups())
 	}
 }
 

@@ -4,31 +4,44 @@
 //
 // # Runtime loop
 //
-// One goroutine (Node.loop) owns the walk.Machine. Stream handlers decode and validate
-// inbound frames and pass them to the loop over a channel; the loop alone touches the
-// machine, the checkpoint and the ledger file. For every accepted token it applies the
-// Ready contract in this order:
+// One goroutine (Node.loop) owns a walk.Custody, the walk machine wrapped with every
+// rule of the token's custody (docs/fault-tolerance.md). Stream handlers decode and
+// validate inbound frames (size, membership, run, shape, signature and lineage evidence)
+// and pass them to the loop over a channel; the loop alone touches the machine, the
+// checkpoint and the ledger file. It has no custody rule of its own: it gives the machine
+// its inputs (hand-offs, the outcome of its own hand-offs, releases, PeerDown/PeerUp from
+// the heartbeats, ticks of its clock, final models) and applies each Ready in order
+// (custody.go, applyReady):
 //
-//  1. Step the machine;
-//  2. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
+//  1. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
 //     before anything is sent);
-//  3. append the checkpoint to <datadir>/checkpoint.log and fsync (one checked binary
-//     record; a token still in custody from the previous record is referred to, not
-//     written again): u_i, K_i, the (epoch, hop) processed, the encoded outgoing token
-//     with its recipient ("custody"), the fence and the backups;
-//  4. send the token (in the background, so the loop keeps answering);
-//  5. Advance once the receiver acked.
+//  2. a token taken (Ready.Held): append it to <datadir>/inbox.log and fsync, before its
+//     ack;
+//  3. the walk state and, when Ready.Persist, the custody snapshot: append the checkpoint
+//     to <datadir>/checkpoint.log and fsync (one checked binary record; a token still in
+//     custody from the previous record is referred to, not written again): u_i, K_i, the
+//     (epoch, hop) processed, the last release ("custody"), the fence, the highest epoch,
+//     the recent tokens and the backups;
+//  4. the messages: the ack byte of the hand-off being served, token frames (in the
+//     background, signed for their recipient, one at a time per peer) and releases;
+//  5. Advance, after which the machine steps a token it took.
+//
+// Time reaches the machine in ticks of AckTimeout/100 (1 to 100 ms, fallback.go): the
+// loop sleeps until the machine's next deadline or an input and then catches up, so an
+// idle node does not wake up between its deadlines.
 //
 // # Hand-off protocol /dpadmm/<run>/walk/1
 //
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
 // before any allocation when larger than the encoded size of a token of the run's
-// dimension, then the token (see EncodeToken). The receiver answers one byte per frame:
-// AckOK after it has appended the token to <datadir>/inbox.log and fsynced it, AckDuplicate
-// for a retransmission of one of the last 16 tokens it accepted, AckStale for a token not
-// above its fence (the sender drops its copy: fencing, see below), AckReject for anything
-// malformed, foreign or from a peer outside the membership, and AckBusy when it cannot
-// take the token yet, or any more: a node whose run is stopped (SIGTERM) answers AckBusy,
+// dimension, then the token (see EncodeToken). The receiver answers one byte per frame,
+// its custody machine's answer: AckOK after it has appended the token to
+// <datadir>/inbox.log and fsynced it, AckDuplicate for a retransmission of one of the last
+// 16 tokens it accepted, AckStale for a token not above its fence or one whose evidence
+// it already took another token on (the sender drops its copy: fencing, see below),
+// AckReject for anything malformed, foreign, from a peer outside the membership or
+// evicted, or of an implausible epoch, and AckBusy when it cannot take the token yet, or
+// any more (membership not fixed, paused, walk over): a node whose run is stopped (SIGTERM) answers AckBusy,
 // resets its own hand-off streams and keeps its host up while members still have a
 // hand-off stream open to it, at most min(AckTimeout, 2 s) (Node.quiesce). Members
 // stopped with it then keep the token in custody instead of redirecting it to a peer
@@ -39,18 +52,18 @@
 // duplicates and the fence (epoch, hop, digest). Rejections are logged at warn level
 // with the reason and counted in dpadmm_tokens_rejected_total{reason}.
 //
-// Custody: the sender keeps the encoded token (in its checkpoint) until an ack. On an
-// error or after AckTimeout it retries the same peer once on a fresh stream, then the
-// other members in random order (members declared down last; a recipient already
-// declared down is tried only after all the others). Each redirection appends a "forward" ledger entry naming the new
-// recipient, so the ledger records every peer that saw the release. If every peer fails
-// the node keeps custody and starts over. After a restart a node with a token in custody
-// resends the identical bytes (never re-noises); a node with a stored but unprocessed
-// inbound token processes it.
+// Custody: the sender keeps the encoded token (in its checkpoint) until an ack. A busy
+// answer is asked again after 1, 2, 4, ... ticks (at most AckTimeout/4) until the ack
+// timeout; on a refusal, an error or after AckTimeout it retries the same peer once on a
+// fresh stream, then a member chosen uniformly among those not declared down (none live:
+// it waits for one). Each redirection appends a "forward" ledger entry naming the new
+// recipient, so the ledger records every peer that saw the release. After a restart a
+// node with a token in custody resends the identical bytes at its first tick (never
+// re-noises); a node with a stored but unprocessed inbound token processes it.
 //
 // # Token fault tolerance (docs/fault-tolerance.md)
 //
-// The node applies the rules of walk.Custody with wall-clock liveness:
+// The rules are walk.Custody's; the node supplies wall-clock liveness and the wire:
 //
 //   - Heartbeats: every Config.Heartbeat (default 1 s) each node writes a 9-byte frame
 //     (version, sequence number) to every member on /dpadmm/<run>/alive/1, whether or not
@@ -69,7 +82,8 @@
 //     with the next checkpoint (nothing is sent on the strength of them; a crash before
 //     it leaves a backup kept longer, and a restart that finds a newer stored token
 //     marks the custody copy acked); redirections, re-sends and retirements are
-//     checkpointed at once. A hop thus costs three fsyncs: inbox, ledger, checkpoint.
+//     checkpointed at once (walk.CustodyReady.Persist). A hop thus costs three fsyncs:
+//     inbox, ledger, checkpoint.
 //   - Regeneration: when the recipient of an acked, unreleased backup is declared down,
 //     the node re-releases its newest such backup under epoch max(seen, backup)+1 to a
 //     uniformly chosen live member, after appending (fsync) a forward entry naming it;
@@ -84,6 +98,12 @@
 //     AckStale. The sender of a refused token drops its backup and sends Release{Retire}
 //     back along its chain. Two copies of one epoch thus merge where they meet: the
 //     higher hop goes on, then the higher digest; a higher epoch beats any hop.
+//   - Epoch bounds: a token or final model whose epoch exceeds MaxEpoch or lies more than
+//     walk.EpochWindow(n) above the highest epoch seen here is refused (AckReject,
+//     rejected{epoch}); the third such refusal evicts its sender for the run.
+//   - Slow fallback (Config.FallbackTimeout): an idle node that heard no token, ack or
+//     release for the timeout re-sends its last release under a new epoch, backing off
+//     and giving up after MaxFallbacks.
 //
 // Liveness and releases go to single members that already know the sender (the
 // predecessor) or to everyone on a fixed schedule (heartbeats); nothing announces where
@@ -140,9 +160,9 @@
 //
 // A token lost with every backup holder within Depth hand-offs is recovered only by the
 // slow fallback (Config.FallbackTimeout), which rolls the walk back. The sender of a
-// token stored in the inbox is not checkpointed, so a token processed after a restart
-// starts no release wave (its sender's backup stays until a retirement or the bound of
-// 4*Depth+4 backups drops it). Two finals resolve to the highest (epoch, hop, digest of
+// token stored in the inbox is taken from the evidence it holds (the signed hand-off it
+// came with), so a token processed after a restart starts its release wave; the origin's
+// tokens have none. Two finals resolve to the highest (epoch, hop, digest of
 // z) on nodes that see both within their end window. The final holder waits FinalWait
 // for the confirmation of a crashed member. The next-hop source is not checkpointed
 // without Config.Sources, so a restarted node's later choices differ from an

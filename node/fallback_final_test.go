@@ -33,9 +33,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 	nodes := staticCluster(t, ctx, "final", sh, hops, 0, []string{"", "", ""})
 	n := nodes[0]
 	p1, p2 := nodes[1].ID(), nodes[2].ID()
-	n.mu.Lock()
-	n.members = []peer.ID{n.ID(), p1, p2}
-	n.mu.Unlock()
+	fixMembers(t, n, []peer.ID{n.ID(), p1, p2})
 	cols := sh[0].Cols
 	vec := func(x float64) []float64 {
 		z := make([]float64, cols)
@@ -168,9 +166,7 @@ func TestFinalPushedDirectly(t *testing.T) {
 	sh := shards(t, 2)
 	nodes := staticCluster(t, ctx, "push", sh, hops, 0, []string{"", ""})
 	recv, send := nodes[0], nodes[1]
-	recv.mu.Lock()
-	recv.members = []peer.ID{recv.ID(), send.ID()}
-	recv.mu.Unlock()
+	fixMembers(t, recv, []peer.ID{recv.ID(), send.ID()})
 	z := make([]float64, sh[0].Cols)
 	for i := range z {
 		z[i] = 0.25 * float64(i)

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -218,66 +219,101 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 	t.Logf("closed holder %d and predecessor %d at hop %d; %v fallbacks; %d frames, %d re-sent", holder, pred, pause, fallbacks, len(frames), resent)
 }
 
-// TestFallbackTimeoutDerived: a fixed timeout is used as given, a negative one disables the
-// fallback, and the derived one is the larger of twice the regeneration time and 20 times
-// the members times the slowest hop time observed between two visits of one lineage.
+// TestFallbackTimeoutDerived: the node's durations reach walk.Custody in ticks: a fixed
+// fallback timeout as given, none for a negative one, and by default the floor of twice
+// the regeneration time (down declaration plus ack timeout) with the derived timeout
+// 20*n*h above it, h the slowest hop time observed between two visits of one lineage.
 func TestFallbackTimeoutDerived(t *testing.T) {
-	n := &Node{cfg: Config{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15}}
-	n.members = make([]peer.ID, 6)
-	if got, want := n.fallbackTimeout(), 2*(15*time.Second+10*time.Second); got != want {
-		t.Fatalf("derived timeout before any visit: %v, want the floor %v", got, want)
+	c := Config{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15, Depth: 8, Hops: 100}
+	n := &Node{cfg: c, tick: tickOf(c)}
+	if n.tick != 100*time.Millisecond {
+		t.Fatalf("tick %v, want 100ms (AckTimeout/100)", n.tick)
 	}
-	n.observeHop(0, 10)
-	n.fb.lastAt = n.fb.lastAt.Add(-2 * time.Second) // the previous visit was 2 s ago
-	n.observeHop(0, 14)                             // 4 hops later: >= 500 ms per hop
-	if h := n.fb.hop; h < 500*time.Millisecond || h > 600*time.Millisecond {
-		t.Fatalf("observed hop time %v, want about 500ms", h)
+	cc := n.custodyConfig([2]uint64{1, 2})
+	if cc.AckTimeout != 100 || cc.FallbackTimeout != 0 || cc.FallbackFloor != 500 || cc.Depth != 8 || cc.Hops != 100 {
+		t.Fatalf("derived: %+v, want ack timeout 100 ticks and a floor of 2*(15 s + 10 s) = 500 ticks", cc)
 	}
-	if got, want := n.fallbackTimeout(), 20*6*n.fb.hop; got != want {
-		t.Fatalf("derived timeout %v, want 20*n*h = %v", got, want)
+	// The derived timeout follows the observed hop time: 6 members, a lineage seen at hop
+	// 10 and 2 s later at hop 14 (500 ms per hop): 20*6*0.5 s = 60 s.
+	sh := shards(t, 6)
+	ll, err := consensus.NewLocalLoss(sh[0], consensus.Squared, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	n.fb.lastAt = n.fb.lastAt.Add(-time.Hour)
-	n.observeHop(1, 3) // another lineage: no observation
-	if n.fb.hop > 600*time.Millisecond {
-		t.Fatalf("a visit of another epoch changed the hop time to %v", n.fb.hop)
+	wc := walk.DefaultConfig()
+	wc.Node, wc.Nodes, wc.Run, wc.Rand = 0, 6, "v", rand.New(rand.NewPCG(1, 1))
+	m, err := walk.NewCustody(wc, ll, sh[0].Cols, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cust = m
+	if got := n.tickDur(m.FallbackTimeout()); got != 50*time.Second {
+		t.Fatalf("before any visit: %v, want the floor 50s", got)
+	}
+	visit := func(hop uint64) {
+		tok := walk.NewToken("v", 0, sh[0].Cols, consensus.Regularizer{}, 1)
+		tok.Hop = hop
+		if err := m.Step(walk.CustodyMsg{Kind: walk.CustodyToken, From: 1, To: 0, Hop: hop, Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+		for m.HasReady() {
+			m.Advance(m.Ready())
+		}
+	}
+	visit(10)
+	m.TickTo(m.Now() + int64(n.ticks(2*time.Second)))
+	visit(14)
+	if h := n.hopTime(); h != 500*time.Millisecond {
+		t.Fatalf("observed hop time %v, want 500ms", h)
+	}
+	if got := n.tickDur(m.FallbackTimeout()); got != 60*time.Second {
+		t.Fatalf("derived timeout %v, want 20*6*500ms = 60s", got)
 	}
 	n.cfg.FallbackTimeout = 7 * time.Second
-	if got := n.fallbackTimeout(); got != 7*time.Second {
-		t.Fatalf("fixed timeout: %v", got)
+	if cc := n.custodyConfig([2]uint64{1, 2}); cc.FallbackTimeout != 70 || cc.FallbackFloor != 0 {
+		t.Fatalf("fixed timeout: %+v", cc)
 	}
 	n.cfg.FallbackTimeout = -1
-	if got := n.fallbackTimeout(); got != 0 || n.fallbackEvery() != 0 {
-		t.Fatalf("disabled fallback: timeout %v", got)
+	if cc := n.custodyConfig([2]uint64{1, 2}); cc.FallbackTimeout != 0 || cc.FallbackFloor != 0 {
+		t.Fatalf("disabled fallback: %+v", cc)
 	}
-	c := baseConfig("v", shards(t, 1)[0], 3)
-	c.DataDir, c.AckTimeout, c.FallbackTimeout = "x", 2*time.Second, time.Second
-	if err := c.Validate(); err == nil {
+	v := baseConfig("v", shards(t, 1)[0], 3)
+	v.DataDir, v.AckTimeout, v.FallbackTimeout = "x", 2*time.Second, time.Second
+	if err := v.Validate(); err == nil {
 		t.Fatal("a fallback timeout below the ack timeout was accepted")
 	}
 }
 
-// TestFallbackCharges drives the fallback of one node directly: after the silence it
-// re-sends the z and zhat of its last release under an epoch above every epoch it has seen,
-// with a forward entry naming the recipient durable before the frame is written; stale
-// acked backups are dropped; a node with a hand-off in flight, holding a token or heard
-// from lately does not fall back.
+// TestFallbackCharges drives the fallback of one node through its loop's clock: after the
+// timeout of silence it drops its acked backups whose release wave never came and
+// re-sends the z and zhat of its last release under an epoch above every epoch it has
+// seen, with a forward entry naming the recipient durable before the frame is written,
+// and the checkpoint holding the new token as its only backup (no predecessor). The
+// recipient answers stale: the next fallback waits twice as long. While its own
+// hand-off is unacked the node does not fall back.
 func TestFallbackCharges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sh := shards(t, 3)
-	nodes := staticClusterWith(t, ctx, "fb", sh, 10, 0, []string{"", "", ""}, func(i int, c *Config) {
-		c.FallbackTimeout = 6 * time.Second
-	})
-	n := nodes[0]
-	mk := func(epoch, hop uint64, z float64) []byte {
-		tok := walk.NewToken("fb", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
-		tok.Epoch, tok.Hop = epoch, hop
-		tok.Z[0], tok.Zhat[0] = z, -z
-		raw, _ := EncodeToken(nil, tok)
-		return raw
-	}
+	var last walk.Token
 	var mu sync.Mutex
 	var sent [][]byte
+	nodes, _ := custodyNode(t, ctx, "fb", 3, func(i int, c *Config) { c.FallbackTimeout = 6 * time.Second },
+		func(nodes []*Node, cols int) *Checkpoint {
+			mk := func(epoch, hop uint64, z float64) (walk.Token, []byte) {
+				tok := walk.NewToken("fb", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
+				tok.Epoch, tok.Hop = epoch, hop
+				tok.Z[0], tok.Zhat[0] = z, -z
+				raw, _ := EncodeToken(nil, tok)
+				return tok, hold(raw, nil)
+			}
+			_, older := mk(2, 6, 9)
+			var raw []byte
+			last, raw = mk(2, 7, 0.25) // the last release: (2, 7), also in custody
+			f := markOf(last)
+			return &Checkpoint{Epoch: 2, Hop: 6, MaxEpoch: 4, Fence: &f, Out: raw, OutTo: nodes[2].ID().String(),
+				Backups: []Backup{{Token: older, To: nodes[1].ID().String(), Acked: true, Dist: 1}, {Token: raw, To: nodes[2].ID().String(), Acked: true, Dist: 1}}}
+		})
+	n := nodes[0]
 	n.sendHook = func(to peer.ID, b []byte) {
 		e, h := rawID(b)
 		es, _ := n.store.Ledger()
@@ -290,49 +326,25 @@ func TestFallbackCharges(t *testing.T) {
 		}
 		sent = append(sent, append([]byte(nil), b...))
 	}
-	n.mu.Lock()
-	n.members = []peer.ID{n.ID(), nodes[1].ID(), nodes[2].ID()}
-	n.mu.Unlock()
-	last := mk(2, 7, 0.25)      // the last release: (2, 7)
-	n.ckpt.Out = mk(2, 7, 0.25) // also in custody
-	n.ckpt.Backups = []Backup{{Token: mk(2, 6, 9), To: "a", Acked: true, Dist: 1}, {Token: last, To: "b", Acked: true, Dist: 1}}
-	n.ckpt.MaxEpoch = 4
-	old := time.Now().Add(-7 * time.Second)
-	n.fb.active = old
-	n.progressed(2, 6)
-	n.fb.progress[Mark{Epoch: 2, Hop: 6}] = old // no progress for the timeout: expires
-	n.progressed(2, 7)                          // fresh
+	to := int64(n.ticks(6 * time.Second))
 	before := n.store.Entries()
-
-	n.checkFallback(ctx, false) // holding a token: only the expiry
-	if len(n.ckpt.Backups) != 1 || n.store.Entries() != before {
-		t.Fatalf("busy node: %d backups, %d new entries", len(n.ckpt.Backups), n.store.Entries()-before)
+	n.input(ctx, CustodyInput{Kind: "tick", Tick: to - 1})
+	if ck := savedCheckpoint(t, n); len(ck.Backups) != 2 || n.store.Entries() != before {
+		t.Fatalf("before the timeout: %d backups, %d new entries", len(ck.Backups), n.store.Entries()-before)
 	}
-	n.ckpt.Backups[0].Acked = false
-	n.checkFallback(ctx, true) // a hand-off in flight
-	if n.store.Entries() != before {
-		t.Fatal("fell back with a hand-off in flight")
+	n.input(ctx, CustodyInput{Kind: "tick", Tick: to})
+	ck := savedCheckpoint(t, n)
+	if len(ck.Backups) != 1 || n.store.Entries() != before+1 || n.CustodyEvents("fallback") != 1 || n.CustodyEvents("expired") != 2 {
+		t.Fatalf("after the fallback: %d backups, %d new entries, %v fallbacks, %v expired", len(ck.Backups), n.store.Entries()-before,
+			n.CustodyEvents("fallback"), n.CustodyEvents("expired"))
 	}
-	n.ckpt.Backups[0].Acked = true
-	n.fb.active = time.Now()
-	n.checkFallback(ctx, true) // heard from lately
-	if n.store.Entries() != before {
-		t.Fatal("fell back after recent activity")
-	}
-	n.fb.active = old
-	n.checkFallback(ctx, true)
-	if len(n.ckpt.Backups) != 1 || n.store.Entries() != before+1 || n.CustodyEvents("fallback") != 1 {
-		t.Fatalf("after the fallback: %d backups, %d new entries", len(n.ckpt.Backups), n.store.Entries()-before)
-	}
-	b := n.ckpt.Backups[0]
+	b := ck.Backups[0]
 	got, err := DecodeToken(b.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := DecodeToken(last)
-	if got.Epoch != 5 || got.Hop != 7 || b.Acked || b.Pred != "" ||
-		!sameBits(got.Z, want.Z) || !sameBits(got.Zhat, want.Zhat) {
-		t.Fatalf("fallback token: epoch %d hop %d acked %v, z %v zhat %v", got.Epoch, got.Hop, b.Acked, got.Z, got.Zhat)
+	if got.Epoch != 5 || got.Hop != 7 || b.Acked || b.Pred != "" || !sameBits(got.Z, last.Z) || !sameBits(got.Zhat, last.Zhat) {
+		t.Fatalf("fallback token: epoch %d hop %d acked %v pred %q, z %v zhat %v", got.Epoch, got.Hop, b.Acked, b.Pred, got.Z, got.Zhat)
 	}
 	es, _ := n.store.Ledger()
 	e := es[len(es)-1]
@@ -340,7 +352,7 @@ func TestFallbackCharges(t *testing.T) {
 		(b.To != nodes[1].ID().String() && b.To != nodes[2].ID().String()) {
 		t.Fatalf("forward entry %+v for a fallback to %s", e, b.To)
 	}
-	if n.ckpt.MaxEpoch != 5 || n.accepts(Mark{Epoch: 4, Hop: 99}) {
+	if ck.MaxEpoch != 5 || n.cust.Accepts(4, 99, 0) {
 		t.Fatal("the fence does not cover the fallback epoch")
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -362,29 +374,22 @@ func TestFallbackCharges(t *testing.T) {
 		t.Fatalf("frame (epoch %d, hop %d)", e, h)
 	}
 	mu.Unlock()
-	// Re-sends back off: with no activity since, the next one waits twice the timeout,
-	// and after MaxFallbacks the node stops; any activity starts over.
-	n.ckpt.Backups[0].Acked = true
+	// The recipient has a newer token: stale. A stale ack is not activity, and the next
+	// fallback waits twice the timeout.
+	r := n.indexOf(b.To)
+	n.onSent(ctx, sendResult{to: nodes[r].ID(), idx: r, epoch: 5, hop: 7, attempt: n.attemptOf(5, 7).Load(), code: AckStale})
 	entries := n.store.Entries()
-	n.fb.active = time.Now().Add(-7 * time.Second) // one timeout, not two
-	n.checkFallback(ctx, true)
-	if n.store.Entries() != entries {
-		t.Fatal("second fallback after one timeout: no backoff")
+	n.input(ctx, CustodyInput{Kind: "tick", Tick: 3*to - 1})
+	if n.store.Entries() != entries || n.CustodyEvents("fallback") != 1 {
+		t.Fatal("second fallback before two timeouts: no backoff")
 	}
-	n.fb.active = time.Now().Add(-13 * time.Second)
-	n.checkFallback(ctx, true)
-	if n.store.Entries() != entries+1 || n.fb.sent != 2 {
-		t.Fatalf("second fallback after two timeouts: %d entries, %d sent", n.store.Entries()-entries, n.fb.sent)
+	n.input(ctx, CustodyInput{Kind: "tick", Tick: 3 * to})
+	if n.store.Entries() != entries+1 || n.CustodyEvents("fallback") != 2 {
+		t.Fatalf("second fallback after two timeouts: %d entries, %v fallbacks", n.store.Entries()-entries, n.CustodyEvents("fallback"))
 	}
-	n.ckpt.Backups[0].Acked = true
-	n.fb.sent = MaxFallbacks
-	n.fb.active = time.Now().Add(-time.Hour)
-	n.checkFallback(ctx, true)
-	if n.store.Entries() != entries+1 || !n.fb.gaveUp {
-		t.Fatal("re-sent beyond MaxFallbacks")
-	}
-	n.touch()
-	if n.fb.sent != 0 || n.fb.gaveUp {
-		t.Fatal("activity does not reset the backoff")
+	// Its hand-off in flight (never acked): no fallback however long the silence.
+	n.input(ctx, CustodyInput{Kind: "tick", Tick: 100 * to})
+	if n.CustodyEvents("fallback") != 2 {
+		t.Fatal("fell back with a hand-off in flight")
 	}
 }

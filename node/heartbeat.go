@@ -67,7 +67,7 @@ func (n *Node) beat(ctx context.Context, p peer.ID) {
 func (n *Node) handleAlive(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	n.mu.Lock()
-	ready := n.m != nil
+	ready := n.cust != nil
 	n.mu.Unlock()
 	if !ready {
 		s.Reset() // membership not fixed yet: the sender reopens on its next beat
@@ -105,7 +105,7 @@ func (n *Node) downAfter() time.Duration {
 }
 
 // checkLiveness runs in the loop: members silent for longer than downAfter are declared
-// down, members heard from again are declared up.
+// down, members heard from again are declared up, and the custody machine is told.
 func (n *Node) checkLiveness(ctx context.Context) {
 	if n.cfg.Heartbeat < 0 {
 		return
@@ -135,14 +135,12 @@ func (n *Node) checkLiveness(ctx context.Context) {
 	for _, p := range downs {
 		n.metrics.custody.WithLabelValues("peer_down").Inc()
 		n.log.Warn().Str("peer", shortID(p)).Dur("silent_for", limit).Msg("member declared down (no heartbeat)")
-		n.peerDown(ctx, p)
+		n.input(ctx, CustodyInput{Kind: "down", Peer: n.memberIndex(p)})
 	}
 	for _, p := range ups {
 		n.metrics.custody.WithLabelValues("peer_up").Inc()
 		n.log.Info().Str("peer", shortID(p)).Msg("member declared up (heartbeats resumed)")
-	}
-	if len(ups) > 0 {
-		n.retryPending(ctx)
+		n.input(ctx, CustodyInput{Kind: "up", Peer: n.memberIndex(p)})
 	}
 }
 

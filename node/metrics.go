@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 	m.sent = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_handoffs_acked_total", Help: "Token hand-offs acknowledged by the receiver."})
 	m.ignored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_tokens_ignored_total", Help: "Stale or duplicated tokens ignored."})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_tokens_rejected_total", Help: "Inbound hand-offs rejected, by reason."}, []string{"reason"})
-	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fenced, fenced_out, released, retired, no_peer)."}, []string{"event"})
+	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fallback, fenced, fenced_out, released, retired, expired, no_peer)."}, []string{"event"})
 	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_control_rejected_total", Help: "Control-topic messages rejected by the GossipSub validator before relaying, by reason (oversized, malformed, foreign run, unknown type)."}, []string{"reason"})
 	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -137,7 +137,7 @@ func (n *Node) serveHTTP(addr string) error {
 }
 
 // CustodyEvents returns the number of custody events of a kind (peer_down, peer_up,
-// regenerated, fenced, fenced_out, released, retired, no_peer).
+// regenerated, fallback, fenced, fenced_out, released, retired, expired, no_peer).
 func (n *Node) CustodyEvents(event string) float64 {
 	return n.metrics.labelled("dpadmm_custody_events_total", "event", event)
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -77,8 +76,6 @@ type Node struct {
 	// origin is the member index of the node that creates the initial token (the static
 	// holder, or the starter): its first hand-offs carry no evidence (walk.CheckLineage).
 	origin int
-	// evUsed is the evidence each token admitted here was taken on (walk.EvidenceUse).
-	evUsed walk.EvidenceUse
 	// finalCert is the evidence published with this node's final model.
 	finalCert *FinalCert
 
@@ -109,18 +106,27 @@ type Node struct {
 	rel       chan relMsg
 	// sendHook, when set (tests), is called before every token frame is written.
 	sendHook func(to peer.ID, raw []byte)
+	// custodyTrace, when set (tests), is called in the loop after every input to the
+	// custody machine with the Readies the node applied after it.
+	custodyTrace func(in CustodyInput, rds []walk.CustodyReady)
+	// sendLocks holds one *sync.Mutex per member: hand-offs to one peer go one at a time.
+	sendLocks sync.Map
+	// attempts holds the attempt counter of each release (attemptOf).
+	attempts sync.Map
 
-	// loop-owned state
-	m       *walk.Machine
-	ckpt    Checkpoint
-	seen    bool
-	seenE   uint64
-	seenH   uint64
-	busy    bool
-	pending *walk.Ready // the Ready whose hand-off is in flight
-	model   *Model
-	finalMk Mark     // (epoch, hop, digest of z) of model, to keep the highest final
-	fb      fallback // slow global fallback (fallback.go)
+	// loop-owned state. cust holds every custody rule (custody.go); the loop maps its
+	// Ready to the journals and the wire, and wall-clock time to its ticks (fallback.go).
+	cust     *walk.Custody
+	custSeed [2]uint64 // seed of cust's re-send source
+	tick     time.Duration
+	t0       time.Time                // tick 0 of the loop's clock
+	raws     map[[2]uint64][]rawEntry // encodings of tokens (rawOf)
+	cur      *inbound                 // the hand-off being served: its ack is the machine's
+	fatal    error                    // a Ready could not be applied: the loop stops
+	ckpt     Checkpoint
+	seen     bool
+	model    *Model
+	finalMk  Mark // (epoch, hop, digest of z) of model, to keep the highest final
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
 
@@ -128,7 +134,7 @@ type Node struct {
 	hopsIn    atomic.Uint64
 	lastHop   atomic.Uint64 // hop of the last token stored or processed here
 	holding   atomic.Bool   // a token is here: stored and not yet handed on and acked
-	paused    atomic.Bool   // PauseAtHop reached
+	paused    atomic.Bool   // PauseAtHop reached (walk.CustodyPaused)
 	lastTok   atomic.Int64  // unix nanoseconds of the last token processed here
 	budgetCap atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
@@ -145,8 +151,6 @@ type Node struct {
 	// step holds the local step's fields of this node's privacy.WalkRun (walk.StepRun
 	// over its own loss), with Clip and Sigma; set with the membership, under mu.
 	step privacy.WalkRun
-	// strikes counts each member's refused epoch jumps (under mu); maxEpochStrikes evict.
-	strikes map[peer.ID]int
 	// gater refuses connections from non-members once the membership is fixed (hosts
 	// built by New; a Config.NewHost host has none).
 	gater *memberGater
@@ -171,29 +175,14 @@ type Node struct {
 type inbound struct {
 	tok   walk.Token
 	raw   []byte         // the token held: body and the evidence for its next hand-off
-	ev    *walk.Evidence // the evidence the sender showed (Node.evUsed); nil: none checked
+	ev    *walk.Evidence // the evidence the sender showed (walk.CustodyMsg.Shown); nil: none checked
 	from  peer.ID
 	reply chan byte
 	// written is closed by the stream handler once the ack byte has been written.
 	written chan struct{}
-}
-
-type sendResult struct {
-	to   peer.ID // the peer that answered last
-	raw  []byte
-	code byte
-	err  error
-	main bool // the hand-off of the token stepped here (not a re-sent backup)
-}
-
-// queued is a token accepted for processing, with where it came from (for the release
-// chain: the sender and the (epoch, hop) it sent).
-type queued struct {
-	tok          walk.Token
-	ev           []byte // the evidence held with tok, for its next hand-off
-	from         peer.ID
-	predE, predH uint64
-	written      <-chan struct{} // closed once the ack was written (nil: no ack)
+	// loop-owned: the sender's member index, and whether reply was answered.
+	idx     int
+	replied bool
 }
 
 // New creates the host, opens the data directory and joins the control topic. It does
@@ -294,11 +283,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
 		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
-		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 1), announces: make(chan finalMsg, 16),
+		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
-		key: key, relaySrc: relaySrc,
+		key: key, relaySrc: relaySrc, tick: tickOf(cfg),
 	}
 	gater.inUse = n.relayInUse
 	gater.onDeny = func(p peer.ID) {
@@ -546,7 +535,13 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		n.log.Info().Float64("budget_epsilon", c.BudgetEpsilon).Str("kind", kind).Int("cap", plan.Caps[idx]).
 			Str("theorem", plan.Theorem).Bool("conditions_hold", plan.ConditionsHold).Msg("privacy budget: noisy updates allowed")
 	}
-	m, err := walk.New(wc, ll, c.Data.Cols)
+	var seed [16]byte
+	crand.Read(seed[:])
+	n.custSeed = [2]uint64{binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])}
+	n.mu.Lock()
+	n.members, n.index = append([]peer.ID(nil), ms...), idx
+	n.mu.Unlock()
+	cust, err := walk.NewCustody(wc, ll, c.Data.Cols, n.custodyConfig(n.custSeed))
 	if err != nil {
 		return err
 	}
@@ -555,12 +550,10 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		return err
 	}
 	n.ckpt = Checkpoint{Run: c.Run, Node: idx}
+	var restore *CustodyInput
 	if ck != nil {
 		if ck.Run != c.Run || ck.Node != idx {
 			return fmt.Errorf("node: checkpoint in %s is for run %q node %d, not run %q node %d; use a fresh --datadir", n.store.Dir, ck.Run, ck.Node, c.Run, idx)
-		}
-		if err := m.Restore(walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}); err != nil {
-			return fmt.Errorf("node: checkpoint: %w", err)
 		}
 		if n.hopSrc != nil && len(ck.HopSource) > 0 {
 			if err := n.hopSrc.UnmarshalBinary(ck.HopSource); err != nil {
@@ -571,18 +564,47 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 			}
 		}
 		n.ckpt = *ck
-		if n.ckpt.Fence == nil {
-			// A checkpoint without a fence: fence conservatively at the last token
-			// processed (any digest).
-			n.ckpt.Fence = &Mark{Epoch: ck.Epoch, Hop: ck.Hop, Digest: ^uint64(0)}
-		}
+		snap := n.snapshotOf(ck)
+		restore = &CustodyInput{Kind: "restore", Snapshot: &snap, Walk: &walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}}
 		n.metrics.nupd.Store(int64(ck.Updates))
-		n.seen, n.seenE, n.seenH = true, ck.Epoch, ck.Hop
+		n.seen = true
 		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
 	}
+	// A token stored in the inbox and newer than the last one processed (it was acked, or
+	// handed to itself, and the node stopped before the checkpoint of its step) is held
+	// again; the machine steps it when the loop starts.
+	if raw, err := n.store.LoadInbox(); err == nil {
+		if h, err := n.heldOf(raw); err == nil {
+			tok := h.Token
+			if ck == nil || tok.Epoch > ck.Epoch || tok.Epoch == ck.Epoch && tok.Hop > ck.Hop {
+				if restore == nil {
+					snap := walk.CustodySnapshot{}
+					restore = &CustodyInput{Kind: "restore", Snapshot: &snap}
+				}
+				n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
+				restore.Snapshot.Held = h
+				n.seen = true
+			}
+		}
+	}
 	n.mu.Lock()
-	n.members, n.index, n.m = append([]peer.ID(nil), ms...), idx, m
+	n.cust = cust
 	n.mu.Unlock()
+	if restore != nil {
+		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
+			return fmt.Errorf("node: checkpoint: %w", err)
+		}
+		for _, b := range cust.Backups() {
+			if !b.Acked && !b.Pending && restore.Snapshot.Held == nil {
+				// The machine sends it again, the same bytes to the same member, at its
+				// first tick.
+				n.log.Info().Str("to", shortID(ms[b.To])).Uint64("epoch", b.Epoch).Uint64("hop", b.Hop).Msg("resending the token held in custody")
+			}
+		}
+		if n.custodyTrace != nil {
+			n.custodyTrace(*restore, nil)
+		}
+	}
 	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
 	return nil
 }
@@ -703,17 +725,13 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	n.mu.Lock()
-	ready, halt := n.m != nil, n.halt
+	ready, halt := n.cust != nil, n.halt
 	n.mu.Unlock()
 	if !ready || isClosed(halt) {
 		return AckBusy, nil // not started, or stopping (see quiesce)
 	}
 	if !n.isMember(from) {
 		n.reject(lg, "non-member", "sender is not a member of the run")
-		return AckReject, nil
-	}
-	if n.evicted(from) {
-		n.reject(lg, "evicted", "sender was evicted for implausible epochs")
 		return AckReject, nil
 	}
 	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
@@ -755,119 +773,41 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// admit runs in the loop: duplicate and fence checks, durable inbox write, ack code.
-func (n *Node) admit(msg inbound) (byte, bool) {
-	mk := markOf(msg.tok)
-	if why := n.epochJump(mk.Epoch); why != "" {
-		n.metrics.rejected.WithLabelValues("epoch").Inc()
-		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", shortID(msg.from)).Msg("hand-off refused: " + why)
-		n.strike(msg.from)
-		return AckReject, false
-	}
-	if n.isRecent(mk) {
-		n.log.Debug().Uint64("hop", msg.tok.Hop).Msg("duplicate hand-off (lost ack): acked again")
-		return AckDuplicate, false
-	}
-	if !n.accepts(mk) {
-		n.metrics.ignored.Inc()
-		n.metrics.custody.WithLabelValues("fenced").Inc()
-		f := Mark{}
-		if n.ckpt.Fence != nil {
-			f = *n.ckpt.Fence
+// onInbound gives the custody machine a hand-off that passed the stream's checks (decode,
+// membership, run, shape, signature and evidence); the machine's ack (or refusal) is the
+// byte written back, once the Ready that carries it is durable (applyReady).
+func (n *Node) onInbound(ctx context.Context, msg inbound) {
+	msg.idx = n.memberIndex(msg.from)
+	n.cur = &msg
+	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
+		Epoch: msg.tok.Epoch, Hop: msg.tok.Hop, Token: msg.tok, Evidence: heldEvidence(msg.raw), Shown: msg.ev}})
+	n.cur = nil
+	if !msg.replied {
+		code := AckBusy // the Ready could not be applied: not taken
+		if err != nil {
+			n.reject(n.log.With().Str("from", shortID(msg.from)).Logger(), "invalid", err.Error())
+			code = AckReject
 		}
-		n.log.Info().Str("verdict", Ignore.String()).Uint64("epoch", mk.Epoch).Uint64("hop", mk.Hop).
-			Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.ckpt.MaxEpoch).
-			Msg("hand-off fenced: not above the highest token accepted or released here")
-		return AckStale, false
+		msg.reply <- code
 	}
-	if msg.ev != nil && n.evUsed.Reused(*msg.ev, walk.TokenID(mk)) {
-		// The sender showed a hand-off it received, which this node already took another
-		// token on: a second token of the same lineage position (a member re-sending
-		// under new epochs to burn this node's updates), refused as stale.
-		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
-		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", shortID(msg.from)).Uint64("epoch", mk.Epoch).Uint64("hop", mk.Hop).
-			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
-		return AckStale, false
-	}
-	if n.busy || n.model != nil {
-		return AckBusy, false
-	}
-	if err := n.store.SaveInbox(msg.raw); err != nil {
-		n.log.Error().Err(err).Msg("cannot store the received token")
-		return AckBusy, false
-	}
-	n.raise(mk)
-	n.addRecent(mk)
-	if msg.ev != nil {
-		n.evUsed.Use(*msg.ev, walk.TokenID(mk))
-	}
-	n.newEpoch(mk.Epoch)
-	n.seen, n.seenE, n.seenH = true, msg.tok.Epoch, msg.tok.Hop
-	n.observeHop(msg.tok.Epoch, msg.tok.Hop)
-	n.lastHop.Store(msg.tok.Hop)
-	n.holding.Store(true)
-	return AckOK, true
 }
 
-// loop is the one goroutine that owns the machine.
+// loop is the one goroutine that owns the custody machine.
 func (n *Node) loop(ctx context.Context) (*Model, error) {
-	var queue []queued
-	// Recovery: a stored inbound token newer than the last one processed is processed
-	// (it arrived, was acked, and the node stopped before stepping it); otherwise a token
-	// still in custody is resent byte for byte (a receiver that already has it answers
-	// duplicate or stale).
-	if raw, err := n.store.LoadInbox(); err == nil {
-		if tok, err := DecodeToken(raw); err == nil && (!n.seen || tok.Epoch > n.ckpt.Epoch || tok.Epoch == n.ckpt.Epoch && tok.Hop > n.ckpt.Hop) {
-			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
-			n.seen, n.seenE, n.seenH = true, tok.Epoch, tok.Hop
-			mk := markOf(tok)
-			n.raise(mk)
-			n.addRecent(mk)
-			n.newEpoch(mk.Epoch)
-			// The sender is not stored with the inbox: this hop starts no release wave
-			// (its sender's backup is dropped by a later wave, a retirement or the bound).
-			queue = append(queue, queued{tok: tok, ev: heldEvidence(raw)})
-			// The token was admitted after the checkpoint was saved, which this node does
-			// only once its own last hand-off (Out) is finished. onHandoff saves at once a
-			// redirection, a fenced copy and a dropped backup, so a backup of Out still
-			// unacked here was acked by the recipient it names (an ack the next save would
-			// have carried).
-			if i := n.findRaw(n.ckpt.Out); i >= 0 && len(n.ckpt.Out) > 0 && !n.ckpt.Backups[i].Acked {
-				b := &n.ckpt.Backups[i]
-				b.Acked, b.Dist = true, max(b.Dist, 1)
-			}
-		}
-	}
-	if len(queue) == 0 && len(n.ckpt.Out) > 0 {
-		if to, err := peer.Decode(n.ckpt.OutTo); err == nil {
-			n.log.Info().Str("to", shortID(to)).Msg("resending the token held in custody")
-			n.busy = true
-			n.startSend(ctx, to, n.ckpt.Out, true, 0)
-		}
-	}
-	// Re-sent backups (regenerations, redirections) not yet acked go again to the same
-	// recipient: identical bytes, already charged to that recipient.
-	for _, b := range n.ckpt.Backups {
-		if to, err := peer.Decode(b.To); err == nil && !b.Acked && !bytes.Equal(b.Token, n.ckpt.Out) {
-			n.startSend(ctx, to, b.Token, false, 0)
-		}
-	}
+	n.t0 = time.Now()
+	n.drain(ctx, nil) // a token held at the restart is stepped now
 	if n.initialTo != "" && !n.seen && len(n.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
 		if n.initialTo == n.ID() {
-			queue = append(queue, queued{tok: n.initialToken()})
-			n.seen = true
+			n.input(ctx, CustodyInput{Kind: "start", Token: n.initialToken()})
 		} else {
-			body, _ := EncodeToken(nil, n.initialToken())
-			raw := hold(body, nil) // the origin's hand-off: no evidence
-			n.busy = true
-			n.startSend(ctx, n.initialTo, raw, true, 0)
+			// The origin's hand-off of the unstepped initial token: no evidence.
+			n.input(ctx, CustodyInput{Kind: "handover", Peer: n.memberIndex(n.initialTo), Token: n.initialToken()})
 		}
 	}
 	if n.cfg.Members != nil && n.index == n.cfg.Holder && !n.seen && len(n.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
-		queue = append(queue, queued{tok: n.initialToken()})
-		n.seen = true
+		n.input(ctx, CustodyInput{Kind: "start", Token: n.initialToken()})
 	}
 	var live <-chan time.Time
 	if n.cfg.Heartbeat > 0 {
@@ -875,71 +815,38 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
-	var fbTick <-chan time.Time
-	if d := n.fallbackEvery(); d > 0 {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		fbTick = t.C
-		n.touch() // the silence of the fallback counts from the start of the loop
-	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		for len(queue) > 0 && !n.busy && n.model == nil && !n.paused.Load() {
-			q := queue[0]
-			if p := n.cfg.PauseAtHop; p > 0 && q.tok.Hop == p && q.tok.Epoch == 0 && !n.cfg.PauseAfterStep {
-				if q.written != nil {
-					// Report the pause only once the ack is on its way, so that a harness
-					// that kills the node on seeing it does not make the sender redirect.
-					select {
-					case <-q.written:
-					case <-time.After(n.cfg.AckTimeout):
-					}
-				}
-				n.lastHop.Store(q.tok.Hop)
-				n.paused.Store(true)
-				n.log.Warn().Uint64("hop", q.tok.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
-				break
-			}
-			queue = queue[1:]
-			local, err := n.process(ctx, q)
-			if err != nil {
-				return nil, err
-			}
-			if local != nil {
-				queue = append(queue, *local)
-			}
+		if n.fatal != nil {
+			return nil, n.fatal
 		}
 		if n.model != nil {
 			return n.finish(ctx)
+		}
+		if d, ok := n.wake(); ok {
+			timer.Reset(d)
+		} else {
+			timer.Stop()
 		}
 		select {
 		case <-ctx.Done():
 			n.quiesce()
 			return nil, ctx.Err()
 		case msg := <-n.in:
-			if n.busy {
-				// A token arriving while our hand-off is in flight usually means the ack is
-				// on its way to the loop: wait briefly for it instead of answering busy.
-				select {
-				case r := <-n.sent:
-					n.sentDone(ctx, r)
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			code, ok := n.admit(msg)
-			msg.reply <- code
-			if ok {
-				n.hopsIn.Add(1)
-				queue = append(queue, queued{tok: msg.tok, ev: heldEvidence(msg.raw), from: msg.from, predE: msg.tok.Epoch, predH: msg.tok.Hop, written: msg.written})
-			}
+			n.catchUp(ctx)
+			n.onInbound(ctx, msg)
 		case r := <-n.sent:
-			n.sentDone(ctx, r)
+			n.catchUp(ctx)
+			n.onSent(ctx, r)
 		case m := <-n.rel:
+			n.catchUp(ctx)
 			n.onRelease(ctx, m)
 		case <-live:
+			n.catchUp(ctx)
 			n.checkLiveness(ctx)
-			n.retryPending(ctx)
-		case <-fbTick:
-			n.checkFallback(ctx, len(queue) == 0 && !n.busy)
+		case <-timer.C:
+			n.catchUp(ctx)
 		case f := <-n.final:
 			n.takeFinal(f)
 		case <-n.start: // membership already fixed
@@ -986,29 +893,6 @@ func (n *Node) quiesce() {
 	}
 }
 
-// sentDone handles the end of a background hand-off: on success Advance (the node's own
-// hand-off) and update the backup (release wave, or retirement when fenced); else keep
-// custody and try again after a pause.
-func (n *Node) sentDone(ctx context.Context, r sendResult) {
-	if r.err != nil && ctx.Err() != nil {
-		return // stopping: the token stays in custody (durable), nothing failed
-	}
-	if r.err != nil {
-		n.limitedLog(zerolog.ErrorLevel, "every-peer").Err(r.err).Msg("hand-off failed with every peer; token kept in custody, retrying")
-		n.startSend(ctx, r.to, r.raw, r.main, time.Second) // all peers failed: pause before the next round
-		return
-	}
-	if r.main {
-		n.busy = false
-		if n.pending != nil {
-			n.m.Advance(*n.pending)
-			n.pending = nil
-		}
-		n.holding.Store(false)
-	}
-	n.onHandoff(ctx, r)
-}
-
 // limitedLog starts a log line of a warning that may repeat often: at level lvl at
 // most once every logEvery per key, saying how many repeats were held back since the
 // previous one (repeats_not_logged); the repeats in between go out at debug level.
@@ -1028,249 +912,36 @@ func (n *Node) initialToken() walk.Token {
 	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.Cols, n.cfg.Problem.Reg, n.cfg.Gamma)
 }
 
-// process applies the Ready contract to one accepted token: Step, ledger (fsync),
-// checkpoint (atomic, with the backup of the release), then send. It returns the token
-// when the machine handed it to this node itself.
-func (n *Node) process(ctx context.Context, q queued) (*queued, error) {
-	tok := q.tok
-	if tok.Hop >= n.cfg.Hops {
-		n.log.Info().Uint64("hop", tok.Hop).Msg("walk complete: this node releases the final model")
-		// The final model is the z of the token received at hop K: a release charged in the
-		// ledger of its sender (recipient: this node); publishing it to every member is
-		// post-processing, covered by the accountant's final release to all.
-		fc, err := finalCert(q.ev, tok.Hop, tok.Zhat)
-		if err != nil {
-			return nil, fmt.Errorf("node: the evidence held with hop %d: %w", tok.Hop, err)
-		}
-		m := n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID())
-		m.Cert = fc
-		n.keepFinal(m, finalMark(tok.Epoch, tok.Hop, tok.Z))
-		n.holding.Store(false) // released: no token here any more
-		n.finalCert = fc
-		if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {
-			n.log.Warn().Err(err).Msg("cannot publish the final model")
-		}
-		return nil, nil
-	}
-	in := tok
-	n.lastTok.Store(time.Now().UnixNano())
-	n.lastHop.Store(tok.Hop)
-	n.holding.Store(true)
-	if err := n.m.Step(walk.Message{From: -1, Token: tok}); err != nil {
-		n.reject(n.log, "step", err.Error())
-		return nil, nil
-	}
-	rd := n.m.Ready()
-	if err := n.store.AppendLedger(rd.Ledger); err != nil {
-		return nil, fmt.Errorf("node: cannot make the ledger durable, stopping before any send: %w", err)
-	}
-	for _, ev := range rd.Events {
-		if ev.Kind == walk.EventUpdate {
-			n.metrics.updates.Inc()
-		} else {
-			n.ownForwards.Add(1)
-		}
-		n.metrics.hops.Inc()
-	}
-	if len(rd.Outbox) != 1 {
-		return nil, fmt.Errorf("node: machine produced %d envelopes", len(rd.Outbox))
-	}
-	env := rd.Outbox[0]
-	body, err := EncodeToken(nil, env.Token)
-	if err != nil {
-		return nil, err
-	}
-	// The release holds the evidence of the hand-off this node received (kept through
-	// its hand-offs to itself); it is signed for its recipient at each send.
-	raw := hold(body, q.ev)
-	to := n.members[env.To]
-	if rd.State != nil {
-		n.ckpt.Updates, n.ckpt.U = rd.State.Updates, append(n.ckpt.U[:0], rd.State.U...)
-		n.metrics.nupd.Store(int64(rd.State.Updates))
-	}
-	n.ckpt.Epoch, n.ckpt.Hop = in.Epoch, in.Hop
-	if n.hopSrc != nil {
-		n.ckpt.HopSource, _ = n.hopSrc.MarshalBinary()
-		n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
-	}
-	// The release is part of the fence: this node never releases two different tokens
-	// under one (epoch, hop).
-	n.raise(markOf(env.Token))
-	n.ckpt.Out, n.ckpt.OutTo = raw, n.pid(to)
-	if to == n.ID() {
-		n.ckpt.Out, n.ckpt.OutTo = nil, ""
-	} else {
-		n.addBackup(raw, to, q)
-	}
-	if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
-		return nil, fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
-	}
-	if to == n.ID() {
-		// Self-hand-off: the decoded copy is the token; store it as the inbox and go on.
-		t, _ := DecodeToken(raw)
-		n.m.Advance(rd)
-		if err := n.store.SaveInbox(raw); err != nil {
-			return nil, err
-		}
-		n.seen, n.seenE, n.seenH = true, t.Epoch, t.Hop
-		n.lastHop.Store(t.Hop)
-		if n.pauseAfter(in) {
-			return nil, nil // the stored inbox holds the token; a restart processes it
-		}
-		return &queued{tok: t, ev: q.ev, from: q.from, predE: q.predE, predH: q.predH}, nil
-	}
-	n.pending = &rd
-	n.busy = true
-	if n.pauseAfter(in) {
-		return nil, nil // custody is durable; a restart resends it
-	}
-	n.startSend(ctx, to, raw, true, 0)
-	return nil, nil
-}
-
-// pauseAfter applies Config.PauseAfterStep after the step of token t.
-func (n *Node) pauseAfter(t walk.Token) bool {
-	h := t.Hop
-	if !n.cfg.PauseAfterStep || n.cfg.PauseAtHop == 0 || h != n.cfg.PauseAtHop || t.Epoch != 0 {
-		return false
-	}
-	n.lastHop.Store(h) // paused: Status.Hop names the hop of the pause
-	n.paused.Store(true)
-	n.log.Warn().Uint64("hop", h).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
-	return true
-}
-
-// startSend hands raw to `to` in the background (after delay), keeping custody until an
-// ack. On a timeout or error it retries the same peer once, then other members in random
-// order (members declared down last); every redirection appends a "forward" ledger entry
-// naming the new recipient (the same release is then seen by one more peer). main marks
-// the hand-off of the token stepped here, as opposed to a re-sent backup.
-func (n *Node) startSend(ctx context.Context, to peer.ID, raw []byte, main bool, delay time.Duration) {
-	n.bg.Add(1)
-	go func() {
-		defer n.bg.Done()
-		if delay > 0 {
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-				return
-			}
-		}
-		code, last, err := n.sendCustody(ctx, to, raw)
-		r := sendResult{to: last, raw: raw, code: code, err: err, main: main}
-		if err != nil {
-			r.to = to
-		}
-		select {
-		case n.sent <- r:
-		case <-ctx.Done():
-		}
-	}()
-}
-
-func (n *Node) sendCustody(ctx context.Context, to peer.ID, raw []byte) (byte, peer.ID, error) {
-	n.mu.Lock()
-	var live, dead []peer.ID
-	for _, p := range n.members {
-		if p != n.ID() && p != to {
-			if n.down[p] {
-				dead = append(dead, p)
-			} else {
-				live = append(live, p)
-			}
-		}
-	}
-	toDown := n.down[to]
-	n.mu.Unlock()
-	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
-	targets := append([]peer.ID{to, to}, append(live, dead...)...)
-	if toDown {
-		// The recipient is known to be down: re-send at once to the others (its entry
-		// stays, a safe over-count), trying it last.
-		targets = append(append(live, dead...), to)
-	}
-	var last error
-	for i, p := range targets {
-		if ctx.Err() != nil {
-			return 0, "", ctx.Err()
-		}
-		if p != to && (i >= 2 || toDown) {
-			tok, _ := DecodeToken(raw)
-			n.limitedLog(zerolog.WarnLevel, "redirect:"+string(to)).Str("from", shortID(to)).Str("to", shortID(p)).
-				Msg("redirecting the token to another peer after failures")
-			e := privacy.Entry{Node: n.ID().String(), Run: n.cfg.Run, Walk: tok.Walk, Epoch: tok.Epoch, Hop: tok.Hop,
-				Mechanism: privacy.MechForward, Clip: n.cfg.Clip, Lambda: n.cfg.Lambda, Recipient: p.String()}
-			if err := n.store.AppendLedger([]privacy.Entry{e}); err != nil {
-				return 0, "", err
-			}
-			n.ownResends.Add(1)
-		}
-		code, err := n.handoff(ctx, p, raw)
-		switch {
-		case err != nil:
-			last = err
-			if ctx.Err() != nil {
-				return 0, "", ctx.Err() // stopping, not a failure of p
-			}
-			n.limitedLog(zerolog.WarnLevel, "attempt:"+string(p)).Err(err).Str("to", shortID(p)).Msg("hand-off attempt failed")
-			continue
-		case code == AckOK || code == AckDuplicate:
-			n.metrics.sent.Inc()
-			return code, p, nil
-		case code == AckStale:
-			n.log.Warn().Str("to", shortID(p)).Msg("receiver has a newer token: this copy is fenced and dropped")
-			return code, p, nil
-		default:
-			last = fmt.Errorf("node: peer %s answered code %d", shortID(p), code)
-		}
-	}
-	return 0, "", last
-}
-
-// handoff writes one frame on the cached stream to p and waits for the ack, retrying on
-// AckBusy until AckTimeout.
+// handoff writes one frame, signed for p, on the cached stream to p and reads its ack
+// byte, within AckTimeout. A busy answer is returned as such: the custody machine
+// decides when to ask again.
 func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error) {
 	frame, err := signFrame(n.key, raw, p)
 	if err != nil {
 		return 0, err
 	}
-	deadline := time.Now().Add(n.cfg.AckTimeout)
-	backoff := time.Millisecond
-	for {
-		s, err := n.stream(ctx, p)
-		if err != nil {
-			return 0, err
-		}
-		s.SetDeadline(deadline)
-		var ack [1]byte
-		if n.sendHook != nil {
-			n.sendHook(p, raw)
-		}
-		if err = WriteFrame(s, frame); err == nil {
-			_, err = s.Read(ack[:])
-		}
-		if err != nil {
-			s.Reset()
-			n.mu.Lock()
-			delete(n.streams, p)
-			n.mu.Unlock()
-			return 0, err
-		}
-		if ack[0] != AckBusy {
-			return ack[0], nil
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return AckBusy, fmt.Errorf("node: peer %s stayed busy for %v", shortID(p), n.cfg.AckTimeout)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		if backoff < 200*time.Millisecond {
-			backoff *= 2
-		}
+	s, err := n.stream(ctx, p)
+	if err != nil {
+		return 0, err
 	}
+	s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
+	var ack [1]byte
+	if n.sendHook != nil {
+		n.sendHook(p, raw)
+	}
+	if err = WriteFrame(s, frame); err == nil {
+		_, err = s.Read(ack[:])
+	}
+	if err != nil {
+		s.Reset()
+		n.mu.Lock()
+		if n.streams[p] == s {
+			delete(n.streams, p)
+		}
+		n.mu.Unlock()
+		return 0, err
+	}
+	return ack[0], nil
 }
 
 func (n *Node) stream(ctx context.Context, p peer.ID) (network.Stream, error) {

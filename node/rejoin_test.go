@@ -100,9 +100,7 @@ func TestFinalRequest(t *testing.T) {
 	nodes := staticCluster(t, ctx, "freq", sh[:2], hops, 0, []string{"", ""})
 	asker, holder := nodes[0], nodes[1]
 	for _, n := range nodes {
-		n.mu.Lock()
-		n.members = []peer.ID{asker.ID(), holder.ID()}
-		n.mu.Unlock()
+		fixMembers(t, n, []peer.ID{asker.ID(), holder.ID()})
 	}
 	req := marshal(ctlMsg{Type: FinalRequest, Run: "freq", Hash: asker.hash})
 	if _, ok := asker.requestFinal(ctx, holder.ID(), req); ok {

@@ -215,6 +215,7 @@ type faultSim struct {
 	sent     []map[ledKey]int
 	noisy    []int
 	accepts  []acceptRec
+	lastAcc  []int // each node's last acceptance (index in accepts, -1: none)
 	producer map[tokKey]int
 	release  map[relKey]uint64
 	zs       map[tokKey][]float64 // z of every released token
@@ -253,7 +254,10 @@ func RunFaults(cfg FaultConfig) (*FaultReport, error) {
 		rng:    rand.New(rand.NewPCG(mix(cfg.Seed, -2, 7), mix(cfg.Seed, -2, 8))),
 		rep:    &FaultReport{Seed: cfg.Seed, Holder: -1},
 		ledger: make([]map[ledKey]int, n), sent: make([]map[ledKey]int, n), noisy: make([]int, n),
-		producer: map[tokKey]int{}, release: map[relKey]uint64{}, zs: map[tokKey][]float64{},
+		producer: map[tokKey]int{}, release: map[relKey]uint64{}, zs: map[tokKey][]float64{}, lastAcc: make([]int, n),
+	}
+	for i := range f.lastAcc {
+		f.lastAcc[i] = -1
 	}
 	scratch := walk.NewScratch(cfg.Dim)
 	for i, sh := range shards {
@@ -396,15 +400,21 @@ func (f *faultSim) deliver() error {
 	return nil
 }
 
-// apply performs node i's Ready like a real driver (ledger, state, then send) and checks
-// it independently: every token on the wire has a durable ledger entry, acks and releases
+// apply performs node i's Readies like a real driver (ledger, state, then send; a token
+// the node accepted is stepped at Advance and makes the next Ready) and checks them
+// independently: every token on the wire has a durable ledger entry, acks and releases
 // carry no token data, vectors are finite.
 func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
-	c := f.nodes[i]
-	if !c.HasReady() {
-		return nil
+	for c := f.nodes[i]; c.HasReady(); {
+		if err := f.applyReady(i, c.Ready(), in, inEpoch); err != nil {
+			return err
+		}
 	}
-	rd := c.Ready()
+	return nil
+}
+
+func (f *faultSim) applyReady(i int, rd walk.CustodyReady, in *tokKey, inEpoch uint64) error {
+	c := f.nodes[i]
 	name := strconv.Itoa(i)
 	for _, e := range rd.Ledger {
 		if err := e.Validate(); err != nil {
@@ -423,7 +433,6 @@ func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
 			f.noisy[i]++
 		}
 	}
-	acc := -1
 	for _, ev := range rd.Events {
 		switch ev.Kind {
 		case walk.CustodyAccepted:
@@ -434,7 +443,7 @@ func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
 			if !ok {
 				return fmt.Errorf("testnet: faults: node %d accepted a token nobody released", i)
 			}
-			acc = len(f.accepts)
+			f.lastAcc[i] = len(f.accepts)
 			f.accepts = append(f.accepts, acceptRec{parent: p, tick: f.now, node: i, hop: in.hop, epoch: inEpoch})
 			f.rep.Steps++
 		case walk.CustodyResent:
@@ -485,10 +494,11 @@ func (f *faultSim) apply(i int, in *tokKey, inEpoch uint64) error {
 			f.rep.Sent++
 			tk := tokKey{t.Hop, walk.TokenDigest(t)}
 			if _, ok := f.producer[tk]; !ok {
-				if acc < 0 {
+				// Released after the node's last acceptance: the token it stepped.
+				if f.lastAcc[i] < 0 {
 					return fmt.Errorf("testnet: faults: node %d released a new token without accepting one", i)
 				}
-				f.producer[tk] = acc
+				f.producer[tk] = f.lastAcc[i]
 				f.zs[tk] = append([]float64(nil), t.Z...)
 			}
 			if f.cfg.SnapHop > 0 && f.rep.Snap == nil && t.Hop >= f.cfg.SnapHop {

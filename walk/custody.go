@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// Custody wraps one node's walk Machine with token fault tolerance (docs/fault-tolerance.md):
+// Custody wraps one node's walk Machine with token fault tolerance (docs/fault-tolerance.md).
+// It is the one implementation of these rules: the fault simulator (testnet) and the
+// libp2p node drive it, and only map time, liveness and messages to its inputs.
 //
 //   - custody: a sender keeps a backup of every token it releases and re-sends the same
 //     release when the recipient does not ack within AckTimeout ticks, or to another live
@@ -25,20 +28,38 @@ import (
 //     above both is refused with a stale ack; a retransmission of a token it accepted
 //     lately is acked as a duplicate without being processed. Two copies of one epoch
 //     are thus merged deterministically: the higher hop goes on, then the higher digest;
+//   - epoch bounds: a token whose epoch exceeds MaxEpoch or lies more than
+//     EpochWindow(n) above the highest epoch seen here is refused (RefuseEpoch), and the
+//     EpochStrikes-th such refusal of one sender evicts it: nothing of it is accepted for
+//     the rest of the run (RefuseEvicted, event CustodyEvicted);
+//   - one update per evidence: a token whose sender shows (CustodyMsg.Shown) a hand-off
+//     on which this node already took another token is refused with a stale ack
+//     (RefuseEvidence, EvidenceUse), after the epoch bounds and the fence;
 //   - every re-send goes to the same peer once (identical bytes, after an ack timeout),
 //     then to another live peer;
-//   - a slow fallback: a node that has seen no token, ack or release for FallbackTimeout
-//     ticks re-sends the last token it released, with a new epoch.
+//   - a slow fallback: a node that has released a token, holds nothing (no token waiting
+//     to be stepped, no unacked release) and has seen no token, ack or release for the
+//     fallback timeout re-sends its last release with a new epoch. Successive fallbacks
+//     without activity wait twice as long as the one before (up to 8 timeouts), and
+//     after MaxFallbacks the node gives up. The timeout is CustodyConfig.FallbackTimeout,
+//     or derived from the observed hop time (see CustodyConfig.FallbackFloor);
+//   - termination: with CustodyConfig.Hops = K, the node that receives a token of hop K
+//     (from a peer or from itself) does not step it: it emits it as Ready.Final and the
+//     machine is done. StepFinal tells the machine of a final model released elsewhere.
 //
 // Liveness input (PeerDown/PeerUp) comes from the driver, which derives it from heartbeats
 // that every node sends on a fixed schedule whatever it holds, so liveness traffic says
 // nothing about the path. Only direct hand-offs carry token data; acks and releases carry
 // an (epoch, hop) pair and a distance.
 //
-// Every token message in the Outbox is covered by a ledger entry in the same Ready: the
-// machine's own entry for a fresh hand-off, a "forward" entry naming the new recipient for
-// every re-send, regeneration and fallback. Custody is single-threaded, does no I/O and
-// counts time in Tick calls.
+// A token accepted from a peer is held first: the Ready that acks it carries it in Held,
+// which the driver makes durable before the ack goes out, and the machine steps it at
+// Advance. Every token message in the Outbox is covered by a ledger entry made before it
+// (the machine's own entry for a fresh hand-off, a "forward" entry naming the new
+// recipient for every re-send, regeneration and fallback; a retransmission of the same
+// bytes to the same peer is covered by the entry of its first send), except the
+// unstepped initial token of Handover, which carries no data. Custody is single-threaded,
+// does no I/O and counts time in Tick calls.
 type Custody struct {
 	cfg     CustodyConfig
 	wc      Config
@@ -46,22 +67,60 @@ type Custody struct {
 	dim     int
 	now     int64
 	down    []bool
-	seen    tokenMark              // highest token accepted or released here (the fence)
-	epoch   uint64                 // highest epoch accepted or created here (regeneration, fallback)
-	recent  [recentMarks]tokenMark // tokens accepted lately, to ack retransmissions
-	nrecent int
-	rpos    int
+	strikes []int
+	seen    tokenMark   // highest token accepted or released here (the fence)
+	epoch   uint64      // highest epoch accepted or created here (regeneration, fallback)
+	recent  []tokenMark // tokens accepted lately (oldest first), to ack retransmissions
 	backups []*backup
-	cold    *Token // last token this node released (its own release), for the fallback
-	active  int64  // last tick with token, ack or release activity
+	last    *release // last token this node released (its own release), for the fallback
+	held    *held    // accepted and not yet stepped
+	evUsed  EvidenceUse
+	fb      fallbackState
+	paused  bool
+	done    bool
 	seq     uint64
 	names   []string
 
-	ledger []privacy.Entry
-	state  *Checkpoint
-	outbox []CustodyMsg
-	events []CustodyEvent
+	ledger  []privacy.Entry
+	state   *Checkpoint
+	heldOut bool // Ready.Held: a token was accepted into held since the last Advance
+	persist bool // Ready.Snapshot: the custody state must be durable before the Outbox
+	outbox  []CustodyMsg
+	events  []CustodyEvent
+	final   *CustodyFinal
+	doneOut bool
 }
+
+// Custody constants.
+const (
+	// MaxEpoch is the largest epoch a token or a final model may carry; regeneration and
+	// the fallback stop there instead of wrapping (an epoch of 2^64-1 would otherwise
+	// fence every honest token and make the next regeneration wrap to 0).
+	MaxEpoch uint64 = 1 << 48
+	// EpochStrikes is how many refused epoch jumps evict a member.
+	EpochStrikes = 3
+	// MaxFallbacks is how many fallback re-sends a node makes without any token, ack or
+	// release in between before it gives up (a run whose other members are gone).
+	MaxFallbacks = 8
+	// FallbackHops is the number of mean return times (about n hops each) of the derived
+	// fallback timeout: a node the live walk did not visit for 20*n hop times is a
+	// spurious fallback, with probability about e^-20 per node and period.
+	FallbackHops = 20
+	// maxTicks bounds derived timeouts so that shifts and sums of ticks cannot overflow.
+	maxTicks int64 = 1 << 40
+)
+
+// EpochWindow is how far above the highest epoch seen a token may be: 64, or 4 per member
+// if more (every member may regenerate a few times between two of a node's visits, and a
+// partition that heals may bring as many). A lineage regenerated more often than that
+// while a node was cut off is refused there and recovered by the fallback.
+func EpochWindow(nodes int) uint64 { return max(64, 4*uint64(max(nodes, 0))) }
+
+// MaxBackups is the most backups a node keeps with depth D: 4D+4. Backups whose release
+// wave never comes (a dead node on the path, lost releases) are bounded: the oldest go
+// first (event CustodyExpired). In a run without message loss a node holds at most about
+// D of them.
+func MaxBackups(depth int) int { return 4*depth + 4 }
 
 // CustodyConfig configures the fault-tolerance layer of one node.
 type CustodyConfig struct {
@@ -78,12 +137,28 @@ type CustodyConfig struct {
 	// holders behind it all fail together; 8 makes that 0.25^8 ~ 1.5e-5 when a quarter of
 	// the nodes crash at once.
 	Depth int
-	// FallbackTimeout is the number of ticks without any token, ack or release after which
-	// a node re-sends its last released token with a new epoch; 0 disables it. It must be
-	// long compared with the walk's return time to a node (about n hops), or spurious
-	// fallbacks roll the walk back: 20*n hop times gives a spurious rate near n*e^-20.
-	// Acked backups that saw no progress for this long are dropped as well.
+	// FallbackTimeout, when > 0, is the fixed number of ticks without any token, ack or
+	// release after which an idle node re-sends its last released token with a new epoch.
+	// It must be long compared with the walk's return time to a node (about n hops), or
+	// spurious fallbacks roll the walk back: 20*n hop times gives a spurious rate near
+	// n*e^-20. Acked backups that saw no progress for this long are dropped as well.
 	FallbackTimeout int
+	// FallbackFloor, when FallbackTimeout is 0 and FallbackFloor > 0, selects the derived
+	// timeout: the larger of FallbackFloor and FallbackHops*n*h ticks, h the slowest
+	// per-hop time observed here between two visits of one lineage. The floor should be
+	// twice the time a regeneration needs (the down declaration plus an ack timeout), so
+	// that the fallback never pre-empts the faster recovery by the backup chain. With
+	// both 0 there is no fallback.
+	FallbackFloor int
+	// Hops is K: a node that receives a token of hop >= K releases it as the final model
+	// (Ready.Final) instead of stepping it. 0 = the walk never ends.
+	Hops uint64
+	// PauseAtHop is fault injection for harnesses: the node that receives the token of
+	// epoch 0 and this hop acks it and then stops (event CustodyPaused) before stepping
+	// it; with PauseAfterStep it steps it, persists the release and stops before sending
+	// it. A paused machine does nothing more (Tick is a no-op, tokens are refused busy).
+	PauseAtHop     uint64
+	PauseAfterStep bool
 }
 
 // DefaultCustodyConfig returns AckTimeout 20, Depth 8 and no fallback; Rand must be set.
@@ -102,6 +177,8 @@ func (c CustodyConfig) Validate() error {
 		return fmt.Errorf("walk: custody depth must be >= 1, got %d", c.Depth)
 	case c.FallbackTimeout < 0:
 		return fmt.Errorf("walk: fallback timeout must be >= 0, got %d", c.FallbackTimeout)
+	case c.FallbackFloor < 0:
+		return fmt.Errorf("walk: fallback floor must be >= 0, got %d", c.FallbackFloor)
 	}
 	return nil
 }
@@ -113,13 +190,50 @@ type CustodyKind uint8
 const (
 	// CustodyToken hands the token over; the only kind that carries token data.
 	CustodyToken CustodyKind = iota + 1
-	// CustodyAck: the receiver holds (Epoch, Hop) durably (or refused it, Stale).
+	// CustodyAck: the receiver holds (Epoch, Hop) durably (or refused it, Stale or Refused).
 	CustodyAck
 	// CustodyRelease: the token is Dist acked hand-offs beyond the receiver's backup
 	// (Epoch, Hop). Retire asks the receiver to drop that backup and pass the request back
 	// (the token of that lineage was fenced).
 	CustodyRelease
 )
+
+// CustodyRefusal says why a token was not taken (CustodyAck). The machine emits Busy,
+// Epoch and Evicted; a driver also reports its transport's outcomes with it: Invalid for
+// a frame its receiver refused before the machine (malformed, bad signature, not a
+// member) and Failed for a hand-off that got no answer (connection lost, stream error).
+type CustodyRefusal uint8
+
+// Refusals.
+const (
+	RefuseNone CustodyRefusal = iota
+	// RefuseBusy: the receiver takes no token now (paused, finished, or a token waiting
+	// to be stepped); the sender tries the same peer again shortly, until its ack timeout.
+	RefuseBusy
+	// RefuseEpoch: the token's epoch exceeds MaxEpoch or the receiver's epoch window.
+	RefuseEpoch
+	// RefuseEvicted: the sender was evicted for implausible epochs.
+	RefuseEvicted
+	// RefuseInvalid: refused by the receiver's driver before the machine (driver input).
+	RefuseInvalid
+	// RefuseFailed: the hand-off got no answer (driver input).
+	RefuseFailed
+	// RefuseEvidence: the sender showed a hand-off it received on which this node already
+	// took another token (walk.EvidenceUse): a second token of one lineage position, as
+	// a member re-sending under new epochs to burn the node's updates would make. The ack
+	// is Stale: the sender drops its backup.
+	RefuseEvidence
+)
+
+var refusalNames = [...]string{RefuseNone: "none", RefuseBusy: "busy", RefuseEpoch: "epoch", RefuseEvicted: "evicted",
+	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence"}
+
+func (r CustodyRefusal) String() string {
+	if int(r) < len(refusalNames) {
+		return refusalNames[r]
+	}
+	return fmt.Sprintf("refusal%d", r)
+}
 
 // CustodyMsg is one custody message between two nodes.
 type CustodyMsg struct {
@@ -130,9 +244,23 @@ type CustodyMsg struct {
 	Epoch, Hop uint64
 	// Token is set on CustodyToken only. Its vectors are owned by the message.
 	Token Token
+	// Evidence (CustodyToken only) is opaque to the machine: what a driver attaches to a
+	// token it delivers (the proof that its sender held it), handed back on every send of
+	// the release made from that token (through hand-offs to itself, re-sends,
+	// regenerations and the fallback), and in Ready.Final. The machine copies what it is
+	// given and shares what it sends: neither side modifies the bytes.
+	Evidence []byte
+	// Shown (CustodyToken only, optional) is the evidence the sender showed, as the driver
+	// verified it: a token taken here is recorded with it (EvidenceUse), and a later
+	// token showing the same evidence is refused (RefuseEvidence). nil: not checked.
+	Shown *Evidence
 	// Stale (CustodyAck): the receiver refused the token because it had accepted a higher
 	// one; the sender drops its backup.
 	Stale bool
+	// Duplicate (CustodyAck): a retransmission of a token the receiver had accepted.
+	Duplicate bool
+	// Refused (CustodyAck): the token was not taken, for this reason.
+	Refused CustodyRefusal
 	// Dist (CustodyRelease): acked hand-offs between the receiver's backup and the token.
 	Dist int
 	// Retire (CustodyRelease): the lineage was fenced; drop the backup and pass it back.
@@ -144,7 +272,7 @@ type CustodyEventKind uint8
 
 // Custody event kinds.
 const (
-	CustodyAccepted      CustodyEventKind = iota + 1 // token accepted and stepped (Peer: sender)
+	CustodyAccepted      CustodyEventKind = iota + 1 // token accepted (Peer: sender, -1 for Start)
 	CustodyWalk                                      // a walk step (Walk, Hop, Peer: next hop)
 	CustodyFenced                                    // a stale token was refused (Peer: sender)
 	CustodyDuplicate                                 // an equal token was acked without processing
@@ -155,29 +283,74 @@ const (
 	CustodyRetired                                   // a backup was dropped: its token was fenced
 	CustodyNoPeer                                    // no live peer to re-send to; retried later
 	CustodyRetransmitted                             // the same token was sent again to the same peer
+	CustodyRefused                                   // a token was refused (Refusal; Peer: sender)
+	CustodyEvicted                                   // Peer was evicted (EpochStrikes epoch refusals)
+	CustodyExpired                                   // a backup was dropped without its release wave
+	CustodyGaveUp                                    // MaxFallbacks without activity: no more fallbacks
+	CustodyPaused                                    // PauseAtHop reached (Hop)
+	CustodyFinished                                  // the token reached hop K here (Ready.Final)
+	CustodyStepFailed                                // the walk machine refused a held token (Err)
+	CustodyHandedOver                                // the initial token was handed over (Handover)
 )
 
 // CustodyEvent reports what the custody layer did, for logs, metrics and tests.
 type CustodyEvent struct {
-	Kind  CustodyEventKind
-	Walk  EventKind // CustodyWalk only
-	Epoch uint64
-	Hop   uint64
-	Peer  int
+	Kind    CustodyEventKind
+	Walk    EventKind // CustodyWalk only
+	Epoch   uint64
+	Hop     uint64
+	Peer    int
+	Refusal CustodyRefusal // CustodyRefused only
+	Err     error          // CustodyStepFailed only
+}
+
+// CustodyHeld is a token accepted and not yet stepped, with the evidence it came with and
+// its sender's (epoch, hop) for the release chain (Pred -1: none).
+type CustodyHeld struct {
+	Token              Token
+	Evidence           []byte
+	Pred               int
+	PredEpoch, PredHop uint64
+}
+
+// CustodyFinal is the token of hop K that reached this node: Token.Z is the final model.
+// From is the node it came from (this node for a hand-off to itself); Evidence is what
+// came with it.
+type CustodyFinal struct {
+	Token    Token
+	Evidence []byte
+	From     int
 }
 
 // CustodyReady is what the driver must do now, in this order, before calling Advance.
 type CustodyReady struct {
 	// Ledger: privacy ledger entries. MUST be durable BEFORE any Outbox message is sent.
-	// Every CustodyToken in Outbox is covered by one entry (same epoch, hop, recipient).
+	// Every CustodyToken in Outbox is covered by an entry (same epoch, hop, recipient),
+	// in this Ready or, for a retransmission of the same bytes, an earlier one.
 	Ledger []privacy.Entry
-	// State: the walk machine's checkpoint (u_i, K_i); persist before sending. nil when
+	// Held: a token accepted here, to be stepped at Advance. Durable BEFORE the Outbox
+	// (its ack) is sent: a restart steps it (Restore with Snapshot.Held). nil: none new.
+	// Its vectors are the machine's, valid until Advance (the step updates them).
+	Held *CustodyHeld
+	// State: the walk machine's checkpoint (u_i, K_i); durable before sending. nil when
 	// unchanged.
 	State *Checkpoint
-	// Outbox: messages to send after Ledger and State are durable.
+	// Persist: the custody state changed in a way that must be durable before the Outbox
+	// is sent (a new or re-sent release, a new epoch, a dropped backup): the driver
+	// persists Snapshot(). Changes that need no fsync of their own (acks, release waves)
+	// ride with the next one; a restart from an older snapshot keeps a backup longer or
+	// resends a token its recipient answers as a duplicate.
+	Persist bool
+	// Outbox: messages to send after Ledger, Held, State and the snapshot are durable.
 	Outbox []CustodyMsg
 	// Events: informational.
 	Events []CustodyEvent
+	// Final: the token reached hop K here; its z is the final model (a release charged in
+	// the ledger of its sender). Set once.
+	Final *CustodyFinal
+	// Done: the walk is over for this node (Final, or StepFinal): it takes no token and
+	// sends nothing more. Set once.
+	Done bool
 }
 
 // BackupInfo describes one backup held by a node (for tests and status pages).
@@ -186,6 +359,7 @@ type BackupInfo struct {
 	Digest     uint64
 	To         int
 	Acked      bool
+	Pending    bool
 	Dist       int
 }
 
@@ -193,17 +367,43 @@ type BackupInfo struct {
 const recentMarks = 16
 
 type backup struct {
-	tok      Token // the release as sent (epoch updated on regeneration)
-	to       int   // current recipient
+	tok      Token  // the release as sent (epoch updated on regeneration)
+	ev       []byte // evidence sent with it (immutable, shared)
+	to       int    // current recipient (-1 before the first send of a fallback)
 	acked    bool
-	retried  bool // the current recipient got one retransmission
-	pending  bool // no live peer was available; retry on Tick or PeerUp
-	deadline int64
+	retried  bool  // the current recipient got one retransmission
+	pending  bool  // no live peer was available; retried at deadline or PeerUp
+	deadline int64 // ack timeout (pending: next retry)
+	busyAt   int64 // next retry after a busy answer (0: none)
+	busyWait int64 // ticks between busy retries (doubling)
 	dist     int   // acked hand-offs known beyond this backup
 	progress int64 // last tick of ack or release for this backup
 	pred     int   // node this token came from (-1: start, fallback)
 	predE    uint64
 	predH    uint64
+}
+
+type release struct {
+	tok Token
+	ev  []byte
+}
+
+type held struct {
+	tok          Token
+	ev           []byte
+	pred         int
+	predE, predH uint64
+}
+
+type fallbackState struct {
+	active   int64   // last tick with token, ack or release activity
+	sent     int     // fallbacks since the last activity
+	gaveUp   bool    // CustodyGaveUp emitted
+	hop      float64 // slowest ticks per hop observed between two visits of one lineage
+	observed bool    // lastAt, lastE, lastH are set
+	lastAt   int64
+	lastE    uint64
+	lastH    uint64
 }
 
 // tokenMark orders tokens: epoch, then hop, then digest.
@@ -265,6 +465,13 @@ func cloneToken(t Token) Token {
 	return t
 }
 
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
 // NewCustody builds node wc.Node's walk machine (see New) and its custody layer.
 func NewCustody(wc Config, loss *consensus.LocalLoss, dim int, cc CustodyConfig) (*Custody, error) {
 	if err := cc.Validate(); err != nil {
@@ -274,7 +481,7 @@ func NewCustody(wc Config, loss *consensus.LocalLoss, dim int, cc CustodyConfig)
 	if err != nil {
 		return nil, err
 	}
-	c := &Custody{cfg: cc, wc: wc, m: m, dim: dim, down: make([]bool, wc.Nodes), names: wc.Names}
+	c := &Custody{cfg: cc, wc: wc, m: m, dim: dim, down: make([]bool, wc.Nodes), strikes: make([]int, wc.Nodes), names: wc.Names}
 	return c, nil
 }
 
@@ -287,6 +494,55 @@ func (c *Custody) Now() int64 { return c.now }
 // Epoch returns the highest epoch this node accepted or created.
 func (c *Custody) Epoch() uint64 { return c.epoch }
 
+// Done reports whether the walk is over for this node (see CustodyReady.Done).
+func (c *Custody) Done() bool { return c.done }
+
+// Paused reports whether CustodyConfig.PauseAtHop was reached.
+func (c *Custody) Paused() bool { return c.paused }
+
+// Evicted reports whether peer j was evicted for implausible epochs. A driver may use it
+// to refuse j's frames before decoding them.
+func (c *Custody) Evicted(j int) bool {
+	return j >= 0 && j < len(c.strikes) && c.strikes[j] >= EpochStrikes
+}
+
+// Holding reports whether the token is here: held (accepted, not yet stepped) or sent
+// and not yet acked.
+func (c *Custody) Holding() bool {
+	if c.done {
+		return false
+	}
+	if c.held != nil {
+		return true
+	}
+	for _, b := range c.backups {
+		if !b.acked {
+			return true
+		}
+	}
+	return false
+}
+
+// HopTicks returns the slowest number of ticks per hop observed here between two visits
+// of one lineage (0 before any).
+func (c *Custody) HopTicks() float64 { return c.fb.hop }
+
+// FallbackTimeout returns the current fallback timeout in ticks (0: no fallback): the
+// fixed CustodyConfig.FallbackTimeout, or the derived one.
+func (c *Custody) FallbackTimeout() int64 {
+	switch {
+	case c.cfg.FallbackTimeout > 0:
+		return min(int64(c.cfg.FallbackTimeout), maxTicks)
+	case c.cfg.FallbackFloor > 0:
+		d := math.Ceil(FallbackHops * float64(c.wc.Nodes) * c.fb.hop)
+		if !(d < float64(maxTicks)) {
+			return maxTicks
+		}
+		return min(max(int64(c.cfg.FallbackFloor), int64(d)), maxTicks)
+	}
+	return 0
+}
+
 // Accepts reports whether a token (epoch, hop, TokenDigest) would be accepted now: its
 // epoch is not below Epoch and it is above every token this node accepted or released,
 // in the order (epoch, hop, digest). Including its own releases means a node never
@@ -298,65 +554,135 @@ func (c *Custody) Accepts(epoch, hop, digest uint64) bool {
 
 func (c *Custody) accepts(m tokenMark) bool { return m.epoch >= c.epoch && m.cmp(c.seen) > 0 }
 
+// epochRefused reports whether epoch e is out of bounds here.
+func (c *Custody) epochRefused(e uint64) bool {
+	return e > MaxEpoch || e > c.epoch+EpochWindow(c.wc.Nodes)
+}
+
 func (c *Custody) raise(m tokenMark) {
 	if m.cmp(c.seen) > 0 {
 		c.seen = m
 	}
 }
 
+func (c *Custody) addRecent(m tokenMark) {
+	if slices.Contains(c.recent, m) {
+		return
+	}
+	c.recent = append(c.recent, m)
+	if len(c.recent) > recentMarks {
+		c.recent = append(c.recent[:0], c.recent[len(c.recent)-recentMarks:]...)
+	}
+}
+
+// nextEpoch is the epoch of a regeneration or fallback of a token of epoch e: above
+// every epoch seen here, at most MaxEpoch.
+func (c *Custody) nextEpoch(e uint64) uint64 { return min(max(c.epoch, e), MaxEpoch-1) + 1 }
+
 // Backups describes the backups the node holds, oldest first.
 func (c *Custody) Backups() []BackupInfo {
 	out := make([]BackupInfo, 0, len(c.backups))
 	for _, b := range c.backups {
-		out = append(out, BackupInfo{Epoch: b.tok.Epoch, Hop: b.tok.Hop, Digest: TokenDigest(b.tok), To: b.to, Acked: b.acked, Dist: b.dist})
+		out = append(out, BackupInfo{Epoch: b.tok.Epoch, Hop: b.tok.Hop, Digest: TokenDigest(b.tok), To: b.to, Acked: b.acked, Pending: b.pending, Dist: b.dist})
 	}
 	return out
 }
 
-// HasReady reports whether a Ready is pending.
+// HasReady reports whether a Ready is pending: outputs, or a held token to step at
+// Advance.
 func (c *Custody) HasReady() bool {
-	return len(c.ledger) > 0 || len(c.outbox) > 0 || len(c.events) > 0 || c.state != nil
+	return len(c.ledger) > 0 || len(c.outbox) > 0 || len(c.events) > 0 || c.state != nil || c.heldOut ||
+		c.persist || c.final != nil || c.doneOut || c.stepDue()
 }
+
+func (c *Custody) stepDue() bool { return c.held != nil && !c.paused && !c.done }
 
 // Ready returns the pending work; the slices are reused after Advance.
 func (c *Custody) Ready() CustodyReady {
-	return CustodyReady{Ledger: c.ledger, State: c.state, Outbox: c.outbox, Events: c.events}
+	rd := CustodyReady{Ledger: c.ledger, State: c.state, Persist: c.persist, Outbox: c.outbox, Events: c.events, Final: c.final, Done: c.doneOut}
+	if c.heldOut && c.held != nil {
+		h := c.held
+		rd.Held = &CustodyHeld{Token: h.tok, Evidence: h.ev, Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
+	}
+	return rd
 }
 
-// Advance tells the custody layer that the driver applied the Ready.
+// Advance tells the custody layer that the driver applied the Ready. A held token is then
+// stepped; its outputs form the next Ready.
 func (c *Custody) Advance(CustodyReady) {
 	c.ledger = c.ledger[:0]
 	c.outbox = c.outbox[:0]
 	c.events = c.events[:0]
-	c.state = nil
+	c.state, c.heldOut, c.persist, c.final, c.doneOut = nil, false, false, nil, false
+	if c.stepDue() {
+		c.stepHeld()
+	}
 }
 
-// Start injects the initial token at this node (the starter): it is stepped as if
-// received, with no predecessor to ack.
-func (c *Custody) Start(t Token) error { return c.onToken(-1, t) }
+// Start injects the initial token at this node (the origin): it is accepted as if
+// received, with no predecessor to ack, and stepped at Advance.
+func (c *Custody) Start(t Token) error { return c.onToken(-1, t, nil, nil) }
+
+// Handover hands the initial token t, unstepped, to node to (an origin that is not the
+// walk's first holder). It carries no data (z0 = prox(0), zhat0 = 0), so its first send
+// has no ledger entry; a re-send to another peer is charged as any other. The node keeps
+// it as a backup until acked and released like its own releases.
+func (c *Custody) Handover(to int, t Token) error {
+	if to == c.wc.Node {
+		return c.Start(t)
+	}
+	if to < 0 || to >= c.wc.Nodes {
+		return ErrCustodyPeer
+	}
+	if err := c.check(&t); err != nil {
+		return err
+	}
+	if c.done || c.paused {
+		return nil
+	}
+	t = cloneToken(t)
+	c.raise(markOf(&t))
+	c.epoch = max(c.epoch, min(t.Epoch, MaxEpoch))
+	b := &backup{tok: t, to: to, pred: -1, progress: c.now}
+	c.keep(b)
+	c.event(CustodyHandedOver, t.Epoch, t.Hop, to)
+	if c.down[to] {
+		c.resend(b, CustodyResent)
+		return nil
+	}
+	b.deadline = c.now + int64(c.cfg.AckTimeout)
+	c.send(CustodyMsg{Kind: CustodyToken, To: to, Epoch: t.Epoch, Hop: t.Hop, Token: cloneToken(t)})
+	return nil
+}
 
 // Errors of Step.
 var (
 	// ErrCustodyKind is returned for a message of unknown kind.
 	ErrCustodyKind = errors.New("walk: unknown custody message kind")
-	// ErrCustodyPeer is returned for a message from or to a node out of range or not to us.
+	// ErrCustodyPeer is returned for a message from or to a node out of range, from this
+	// node itself, or not to us.
 	ErrCustodyPeer = errors.New("walk: custody message from an unknown peer or not addressed to this node")
 	// ErrCustodyPayload is returned for an ack or release that carries token data.
 	ErrCustodyPayload = errors.New("walk: custody ack or release carries token data")
+	// ErrCustodySnapshot is returned by Restore for a snapshot that does not fit the node.
+	ErrCustodySnapshot = errors.New("walk: custody snapshot does not fit this node")
 )
 
 // Step processes an inbound custody message. A malformed token is refused with the walk
 // machine's error (ErrForeign, ErrDim, ErrNotFinite) and not acked.
 func (c *Custody) Step(msg CustodyMsg) error {
-	if msg.From < 0 || msg.From >= c.wc.Nodes || msg.To != c.wc.Node {
+	if msg.From < 0 || msg.From >= c.wc.Nodes || msg.To != c.wc.Node || msg.From == c.wc.Node {
 		return ErrCustodyPeer
 	}
 	switch msg.Kind {
 	case CustodyToken:
-		return c.onToken(msg.From, msg.Token)
+		return c.onToken(msg.From, msg.Token, msg.Evidence, msg.Shown)
 	case CustodyAck, CustodyRelease:
-		if msg.Token.Z != nil || msg.Token.Zhat != nil {
+		if msg.Token.Z != nil || msg.Token.Zhat != nil || msg.Evidence != nil || msg.Shown != nil {
 			return ErrCustodyPayload
+		}
+		if c.done {
+			return nil
 		}
 		if msg.Kind == CustodyAck {
 			c.onAck(msg)
@@ -368,6 +694,27 @@ func (c *Custody) Step(msg CustodyMsg) error {
 	return ErrCustodyKind
 }
 
+// StepFinal tells the machine that a final model of (epoch, hop) released by member from
+// is known (the driver checked its evidence). It applies the epoch bounds and evictions
+// of tokens to it and returns why it is refused (RefuseNone: accepted). An accepted
+// final ends the walk here (Ready.Done); the choice between several finals is the
+// driver's.
+func (c *Custody) StepFinal(from int, epoch, hop uint64) CustodyRefusal {
+	switch {
+	case from < 0 || from >= c.wc.Nodes || c.cfg.Hops > 0 && hop < c.cfg.Hops:
+		return RefuseInvalid
+	case c.Evicted(from):
+		return RefuseEvicted
+	case c.epochRefused(epoch):
+		c.strike(from)
+		return RefuseEpoch
+	}
+	if !c.done {
+		c.done, c.doneOut = true, true
+	}
+	return RefuseNone
+}
+
 func (c *Custody) event(k CustodyEventKind, epoch, hop uint64, peer int) {
 	c.events = append(c.events, CustodyEvent{Kind: k, Epoch: epoch, Hop: hop, Peer: peer})
 }
@@ -377,7 +724,7 @@ func (c *Custody) send(m CustodyMsg) {
 	c.outbox = append(c.outbox, m)
 }
 
-func (c *Custody) onToken(from int, t Token) error {
+func (c *Custody) check(t *Token) error {
 	if t.Run != c.wc.Run || t.Walk != c.wc.Walk {
 		return ErrForeign
 	}
@@ -389,16 +736,66 @@ func (c *Custody) onToken(from int, t Token) error {
 			return ErrNotFinite
 		}
 	}
+	return nil
+}
+
+// refuse answers a token that is not taken.
+func (c *Custody) refuse(from int, t *Token, why CustodyRefusal) {
+	c.events = append(c.events, CustodyEvent{Kind: CustodyRefused, Epoch: t.Epoch, Hop: t.Hop, Peer: from, Refusal: why})
+	if from >= 0 {
+		c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Refused: why})
+	}
+}
+
+// strike records a refused epoch jump of j; the EpochStrikes-th evicts j.
+func (c *Custody) strike(j int) {
+	if j < 0 || j >= len(c.strikes) || c.strikes[j] >= EpochStrikes {
+		return
+	}
+	c.strikes[j]++
+	if c.strikes[j] == EpochStrikes {
+		c.event(CustodyEvicted, 0, 0, j)
+	}
+}
+
+// touch records token, ack or release activity: the fallback's silence starts again.
+func (c *Custody) touch() { c.fb.active, c.fb.sent, c.fb.gaveUp = c.now, 0, false }
+
+// observe records the arrival of token (epoch, hop) from a peer: the ticks per hop since
+// the previous visit of the same lineage raise the observed hop time.
+func (c *Custody) observe(epoch, hop uint64) {
+	f := &c.fb
+	if f.observed && epoch == f.lastE && hop > f.lastH {
+		if r := float64(c.now-f.lastAt) / float64(hop-f.lastH); r > f.hop {
+			f.hop = r
+		}
+	}
+	f.observed, f.lastAt, f.lastE, f.lastH = true, c.now, epoch, hop
+}
+
+func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
+	if err := c.check(&t); err != nil {
+		return err
+	}
 	in := markOf(&t)
-	for k := 0; k < c.nrecent; k++ {
-		if c.recent[k] == in {
-			// A retransmission of a token this node already accepted (its ack was lost).
-			c.event(CustodyDuplicate, t.Epoch, t.Hop, from)
-			if from >= 0 {
-				c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop})
-			}
+	if from >= 0 {
+		if c.Evicted(from) {
+			c.refuse(from, &t, RefuseEvicted)
 			return nil
 		}
+		if c.epochRefused(t.Epoch) {
+			c.strike(from)
+			c.refuse(from, &t, RefuseEpoch)
+			return nil
+		}
+	}
+	if slices.Contains(c.recent, in) {
+		// A retransmission of a token this node already accepted (its ack was lost).
+		c.event(CustodyDuplicate, t.Epoch, t.Hop, from)
+		if from >= 0 {
+			c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Duplicate: true})
+		}
+		return nil
 	}
 	if !c.accepts(in) {
 		c.event(CustodyFenced, t.Epoch, t.Hop, from)
@@ -407,54 +804,103 @@ func (c *Custody) onToken(from int, t Token) error {
 		}
 		return nil
 	}
+	id := TokenID{Epoch: in.epoch, Hop: in.hop, Digest: in.digest}
+	if shown != nil && c.evUsed.Reused(*shown, id) {
+		c.events = append(c.events, CustodyEvent{Kind: CustodyRefused, Epoch: t.Epoch, Hop: t.Hop, Peer: from, Refusal: RefuseEvidence})
+		if from >= 0 {
+			c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Stale: true, Refused: RefuseEvidence})
+		}
+		return nil
+	}
+	if c.done || c.paused || c.held != nil || (from < 0 && c.epochRefused(t.Epoch)) {
+		c.refuse(from, &t, RefuseBusy)
+		return nil
+	}
+	c.touch()
+	if from >= 0 {
+		c.observe(t.Epoch, t.Hop)
+	}
+	if shown != nil {
+		c.evUsed.Use(*shown, id)
+	}
+	if t.Epoch > c.epoch {
+		c.epoch = t.Epoch
+		c.dropBelow(t.Epoch)
+	}
+	c.raise(in)
+	c.addRecent(in)
+	c.event(CustodyAccepted, t.Epoch, t.Hop, from)
+	if from >= 0 {
+		c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop})
+	}
 	// Own the vectors: the walk machine updates them in place.
 	t = cloneToken(t)
-	predE, predH := t.Epoch, t.Hop
-	first := true
-	for {
-		if err := c.m.Step(Message{From: from, Token: t}); err != nil {
-			if first {
-				return err
-			}
-			// Cannot happen: the machine accepted this token's dimension and values on
-			// the previous round. Keep custody of what was released so far.
-			return fmt.Errorf("walk: custody self hand-off: %w", err)
+	ev = cloneBytes(ev)
+	if c.cfg.Hops > 0 && t.Hop >= c.cfg.Hops {
+		c.finish(t, ev, from)
+		return nil
+	}
+	c.held = &held{tok: t, ev: ev, pred: from, predE: t.Epoch, predH: t.Hop}
+	c.heldOut = true
+	return nil
+}
+
+// finish ends the walk here: token t of hop >= K reached this node.
+func (c *Custody) finish(t Token, ev []byte, from int) {
+	c.done, c.doneOut = true, true
+	c.held = nil
+	c.final = &CustodyFinal{Token: t, Evidence: ev, From: from}
+	c.event(CustodyFinished, t.Epoch, t.Hop, from)
+}
+
+// stepHeld steps the held token with the walk machine and hands the result on (or holds
+// it again for a hand-off to itself).
+func (c *Custody) stepHeld() {
+	h := c.held
+	in := h.tok
+	if p := c.cfg.PauseAtHop; p > 0 && in.Hop == p && in.Epoch == 0 && !c.cfg.PauseAfterStep {
+		c.paused = true
+		c.event(CustodyPaused, in.Epoch, in.Hop, h.pred)
+		return
+	}
+	c.persist = true
+	if err := c.m.Step(Message{From: h.pred, Token: h.tok}); err != nil {
+		// The token was acked and cannot be stepped: it is dropped here (the fallback
+		// recovers it) and reported.
+		c.held = nil
+		c.events = append(c.events, CustodyEvent{Kind: CustodyStepFailed, Epoch: in.Epoch, Hop: in.Hop, Peer: h.pred, Err: err})
+		return
+	}
+	rd := c.m.Ready()
+	for _, e := range rd.Ledger {
+		c.seq++
+		e.Seq = c.seq
+		c.ledger = append(c.ledger, e)
+	}
+	c.state = rd.State
+	for _, e := range rd.Events {
+		c.events = append(c.events, CustodyEvent{Kind: CustodyWalk, Walk: e.Kind, Epoch: in.Epoch, Hop: e.Hop, Peer: e.To})
+	}
+	env := rd.Outbox[0]
+	c.m.Advance(rd)
+	c.held = nil
+	t := env.Token
+	c.raise(markOf(&t))
+	pause := c.cfg.PauseAfterStep && c.cfg.PauseAtHop > 0 && in.Hop == c.cfg.PauseAtHop && in.Epoch == 0
+	if env.To == c.wc.Node {
+		// A hand-off to itself: held again (durable), stepped at the next Advance.
+		if c.cfg.Hops > 0 && t.Hop >= c.cfg.Hops {
+			c.finish(t, h.ev, c.wc.Node)
+			return
 		}
-		rd := c.m.Ready()
-		for _, e := range rd.Ledger {
-			c.seq++
-			e.Seq = c.seq
-			c.ledger = append(c.ledger, e)
-		}
-		c.state = rd.State
-		for _, e := range rd.Events {
-			c.events = append(c.events, CustodyEvent{Kind: CustodyWalk, Walk: e.Kind, Epoch: t.Epoch, Hop: e.Hop, Peer: e.To})
-		}
-		env := rd.Outbox[0]
-		c.m.Advance(rd)
-		if first {
-			first = false
-			c.active = c.now
-			if t.Epoch > c.epoch {
-				c.epoch = t.Epoch
-				c.dropBelow(t.Epoch)
-			}
-			c.raise(in)
-			c.recent[c.rpos] = in
-			c.rpos = (c.rpos + 1) % recentMarks
-			c.nrecent = min(c.nrecent+1, recentMarks)
-			c.event(CustodyAccepted, predE, predH, from)
-			if from >= 0 {
-				c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: predE, Hop: predH})
-			}
-		}
-		t = env.Token
-		c.raise(markOf(&t))
-		if env.To != c.wc.Node {
-			c.release(env.To, t, from, predE, predH)
-			return nil
-		}
-		// A self hand-off: step again at once; the ledger already names this node.
+		c.held = &held{tok: t, ev: h.ev, pred: h.pred, predE: h.predE, predH: h.predH}
+		c.heldOut = true
+	} else {
+		c.release(env.To, t, h, !pause)
+	}
+	if pause {
+		c.paused = true
+		c.event(CustodyPaused, in.Epoch, in.Hop, h.pred)
 	}
 }
 
@@ -466,20 +912,41 @@ func (c *Custody) dropBelow(e uint64) {
 	for _, b := range c.backups {
 		if b.tok.Epoch < e {
 			c.event(CustodyRetired, b.tok.Epoch, b.tok.Hop, b.to)
+			c.persist = true
 			continue
 		}
 		c.backups[k] = b
 		k++
 	}
+	clear(c.backups[k:])
 	c.backups = c.backups[:k]
 }
 
-// release hands a freshly stepped token to its recipient (covered by the machine's ledger
-// entry) and keeps a backup.
-func (c *Custody) release(to int, t Token, pred int, predE, predH uint64) {
-	b := &backup{tok: cloneToken(t), to: to, pred: pred, predE: predE, predH: predH, progress: c.now}
+// keep adds backup b, dropping the oldest beyond MaxBackups, and makes it the last
+// release.
+func (c *Custody) keep(b *backup) {
 	c.backups = append(c.backups, b)
-	c.cold = &b.tok
+	if lim := MaxBackups(c.cfg.Depth); len(c.backups) > lim {
+		for _, o := range c.backups[:len(c.backups)-lim] {
+			c.event(CustodyExpired, o.tok.Epoch, o.tok.Hop, o.to)
+		}
+		c.backups = append(c.backups[:0], c.backups[len(c.backups)-lim:]...)
+	}
+	c.last = &release{tok: b.tok, ev: b.ev} // vectors shared: a release is never modified
+	c.persist = true
+}
+
+// release hands a freshly stepped token to its recipient (covered by the machine's ledger
+// entry) and keeps a backup. Unless send, the token is kept but not sent (PauseAfterStep:
+// a restart sends it at its first Tick).
+func (c *Custody) release(to int, t Token, h *held, send bool) {
+	// t's vectors are the stepped held token's, which nothing else refers to any more.
+	b := &backup{tok: t, ev: h.ev, to: to, pred: h.pred, predE: h.predE, predH: h.predH, progress: c.now}
+	c.keep(b)
+	b.deadline = c.now
+	if !send {
+		return
+	}
 	if c.down[to] {
 		// The machine chose a peer known to be down: re-send at once (the machine's
 		// entry stays, an over-count on the safe side).
@@ -487,7 +954,7 @@ func (c *Custody) release(to int, t Token, pred int, predE, predH uint64) {
 		return
 	}
 	b.deadline = c.now + int64(c.cfg.AckTimeout)
-	c.send(CustodyMsg{Kind: CustodyToken, To: to, Epoch: t.Epoch, Hop: t.Hop, Token: cloneToken(t)})
+	c.send(CustodyMsg{Kind: CustodyToken, To: to, Epoch: t.Epoch, Hop: t.Hop, Token: cloneToken(t), Evidence: b.ev})
 }
 
 func (c *Custody) name(i int) string {
@@ -527,13 +994,16 @@ func (c *Custody) pickPeer(avoid int) int {
 // resend sends backup b's token (same release; epoch already set by the caller) to a new
 // live peer, charging a forward entry that names it.
 func (c *Custody) resend(b *backup, why CustodyEventKind) {
+	c.persist = true
 	to := c.pickPeer(b.to)
 	if to < 0 {
 		b.pending = true
+		b.deadline = c.now + int64(c.cfg.AckTimeout)
 		c.event(CustodyNoPeer, b.tok.Epoch, b.tok.Hop, b.to)
 		return
 	}
 	b.pending, b.acked, b.retried, b.dist, b.to = false, false, false, 0, to
+	b.busyAt, b.busyWait = 0, 0
 	b.deadline = c.now + int64(c.cfg.AckTimeout)
 	b.progress = c.now
 	c.seq++
@@ -542,26 +1012,40 @@ func (c *Custody) resend(b *backup, why CustodyEventKind) {
 		Mechanism: MechForward, Clip: c.wc.Clip, Lambda: c.wc.Lambda, Recipient: c.name(to),
 	})
 	c.event(why, b.tok.Epoch, b.tok.Hop, to)
-	c.send(CustodyMsg{Kind: CustodyToken, To: to, Epoch: b.tok.Epoch, Hop: b.tok.Hop, Token: cloneToken(b.tok)})
+	c.send(CustodyMsg{Kind: CustodyToken, To: to, Epoch: b.tok.Epoch, Hop: b.tok.Hop, Token: cloneToken(b.tok), Evidence: b.ev})
 }
 
-// retransmit sends backup b's token again to its current recipient once, after an ack
-// timeout. The bytes are identical and the recipient already had them in its view (or
-// never got them), so no ledger entry is added: the first one covers it. A recipient that
-// accepted it answers with a duplicate ack.
-func (c *Custody) retransmit(b *backup) {
-	b.retried = true
-	b.deadline = c.now + int64(c.cfg.AckTimeout)
+// retransmit sends backup b's token again to its current recipient, after an ack timeout
+// (once) or a busy answer. The bytes are identical and the recipient already had them in
+// its view (or never got them), so no ledger entry is added: the first one covers it. A
+// recipient that accepted it answers with a duplicate ack.
+func (c *Custody) retransmit(b *backup, timeout bool) {
+	if timeout {
+		b.retried = true
+		b.deadline = c.now + int64(c.cfg.AckTimeout)
+		b.busyAt, b.busyWait = 0, 0
+	}
 	c.event(CustodyRetransmitted, b.tok.Epoch, b.tok.Hop, b.to)
-	c.send(CustodyMsg{Kind: CustodyToken, To: b.to, Epoch: b.tok.Epoch, Hop: b.tok.Hop, Token: cloneToken(b.tok)})
+	c.send(CustodyMsg{Kind: CustodyToken, To: b.to, Epoch: b.tok.Epoch, Hop: b.tok.Hop, Token: cloneToken(b.tok), Evidence: b.ev})
+}
+
+// expire handles an unacked backup whose recipient did not ack in time (or refused it):
+// one retransmission to the same live peer, then a re-send to another.
+func (c *Custody) expire(b *backup) {
+	if !b.retried && !c.down[b.to] {
+		c.retransmit(b, true)
+	} else {
+		c.resend(b, CustodyResent)
+	}
 }
 
 // regenerate re-releases backup b under a new epoch above everything this node has seen.
 func (c *Custody) regenerate(b *backup, why CustodyEventKind) {
-	b.tok.Epoch = max(c.epoch, b.tok.Epoch) + 1
+	b.tok.Epoch = c.nextEpoch(b.tok.Epoch)
 	c.epoch = b.tok.Epoch
 	c.raise(markOf(&b.tok))
 	c.dropBelow(b.tok.Epoch)
+	c.last = &release{tok: b.tok, ev: b.ev}
 	c.resend(b, why)
 }
 
@@ -575,7 +1059,8 @@ func (c *Custody) find(epoch, hop uint64) (int, *backup) {
 }
 
 func (c *Custody) remove(i int) {
-	c.backups = append(c.backups[:i], c.backups[i+1:]...)
+	c.backups = slices.Delete(c.backups, i, i+1)
+	c.persist = true
 }
 
 func (c *Custody) onAck(msg CustodyMsg) {
@@ -583,7 +1068,8 @@ func (c *Custody) onAck(msg CustodyMsg) {
 	if b == nil {
 		return
 	}
-	if msg.Stale {
+	switch {
+	case msg.Stale:
 		if msg.From != b.to {
 			return // an earlier recipient refused an older send; the current one decides
 		}
@@ -593,9 +1079,28 @@ func (c *Custody) onAck(msg CustodyMsg) {
 			c.send(CustodyMsg{Kind: CustodyRelease, To: b.pred, Epoch: b.predE, Hop: b.predH, Retire: true})
 		}
 		return
+	case msg.Refused != RefuseNone:
+		if b.acked || b.pending || msg.From != b.to {
+			return // about an earlier send, or already settled
+		}
+		if msg.Refused == RefuseBusy {
+			// The peer is there but takes no token now: ask again shortly, doubling the
+			// wait, until the ack timeout decides.
+			b.busyWait = min(max(2*b.busyWait, 1), max(int64(c.cfg.AckTimeout)/4, 1))
+			if at := c.now + b.busyWait; at < b.deadline {
+				b.busyAt = at
+			}
+			return
+		}
+		c.expire(b) // refused or failed: as at the ack timeout, at once
+		return
 	}
-	c.active = c.now
+	c.touch()
+	if b.to != msg.From {
+		c.persist = true
+	}
 	b.acked, b.to, b.pending = true, msg.From, false
+	b.busyAt, b.busyWait = 0, 0
 	b.progress = c.now
 	if b.dist < 1 {
 		b.dist = 1
@@ -614,7 +1119,7 @@ func (c *Custody) onRelease(msg CustodyMsg) {
 	if b == nil || msg.From != b.to {
 		return // unknown, already dropped, or from a branch this node re-sent away from
 	}
-	c.active = c.now
+	c.touch()
 	b.progress = c.now
 	if msg.Retire {
 		c.remove(i)
@@ -630,7 +1135,9 @@ func (c *Custody) onRelease(msg CustodyMsg) {
 	old := b.dist
 	b.dist = msg.Dist
 	if b.dist >= c.cfg.Depth {
-		c.remove(i)
+		// No fsync of its own: nothing is sent on the strength of it. A restart before the
+		// next snapshot brings the backup back: one more copy kept, as after a lost wave.
+		c.backups = slices.Delete(c.backups, i, i+1)
 		c.event(CustodyDropped, b.tok.Epoch, b.tok.Hop, b.to)
 	}
 	// Pass the wave back unless the predecessor was already told it is Depth behind
@@ -642,34 +1149,40 @@ func (c *Custody) onRelease(msg CustodyMsg) {
 }
 
 // PeerDown tells the node that peer j stopped sending heartbeats. Unacked tokens sent to j
-// are re-sent elsewhere; backups acked by j but not yet released are regenerated.
+// are re-sent elsewhere; the newest backup acked by j and not yet released is
+// regenerated (j may have died holding the token; older ones are of lower epochs or
+// hops, which the regenerated lineage fences).
 func (c *Custody) PeerDown(j int) {
 	if j < 0 || j >= c.wc.Nodes || j == c.wc.Node || c.down[j] {
 		return
 	}
 	c.down[j] = true
-	for _, b := range append([]*backup(nil), c.backups...) {
-		if b.to != j || b.pending {
-			continue
-		}
-		if !b.acked {
+	if c.done || c.paused {
+		return
+	}
+	for _, b := range slices.Clone(c.backups) { // resend does not change the slice
+		if b.to == j && !b.pending && !b.acked {
 			c.resend(b, CustodyResent)
-		} else {
+		}
+	}
+	for k := len(c.backups) - 1; k >= 0; k-- {
+		if b := c.backups[k]; b.to == j && !b.pending && b.acked && b.dist < c.cfg.Depth {
 			c.regenerate(b, CustodyRegenerated)
+			return
 		}
 	}
 }
 
-// PeerUp tells the node that peer j is sending heartbeats again.
+// PeerUp tells the node that peer j is sending heartbeats again. Re-sends that found no
+// live peer go out at once.
 func (c *Custody) PeerUp(j int) {
 	if j < 0 || j >= c.wc.Nodes || j == c.wc.Node || !c.down[j] {
 		return
 	}
 	c.down[j] = false
-	c.retryPending()
-}
-
-func (c *Custody) retryPending() {
+	if c.done || c.paused {
+		return
+	}
 	for _, b := range c.backups { // resend does not change the slice
 		if b.pending {
 			c.resend(b, CustodyResent)
@@ -677,39 +1190,371 @@ func (c *Custody) retryPending() {
 	}
 }
 
-// Tick advances time by one tick: ack timeouts, pending re-sends, backup expiry and the
-// fallback.
+// idle reports whether the node holds nothing: no token to step, no unacked release.
+func (c *Custody) idle() bool {
+	if c.held != nil {
+		return false
+	}
+	for _, b := range c.backups {
+		if !b.acked {
+			return false
+		}
+	}
+	return true
+}
+
+// fallbackAt returns the tick at which the fallback fires if nothing happens before
+// (math.MaxInt64: never), and whether the give-up is due instead.
+func (c *Custody) fallbackAt(fb int64) (int64, bool) {
+	if fb <= 0 || c.last == nil {
+		return math.MaxInt64, false
+	}
+	if c.fb.sent >= MaxFallbacks {
+		if c.fb.gaveUp {
+			return math.MaxInt64, false
+		}
+		return c.now + 1, true
+	}
+	if !c.idle() {
+		return math.MaxInt64, false
+	}
+	return c.fb.active + fb<<min(c.fb.sent, 3), false
+}
+
+// Tick advances time by one tick: ack timeouts and busy retries, pending re-sends, backup
+// expiry and the fallback.
 func (c *Custody) Tick() {
 	c.now++
-	c.retryPending()
-	fb := int64(c.cfg.FallbackTimeout)
+	if c.done || c.paused {
+		return
+	}
+	fb := c.FallbackTimeout()
 	k := 0
 	for _, b := range c.backups { // resend does not change the slice; compacted in place
 		switch {
-		case !b.acked && !b.pending && c.now >= b.deadline:
-			if !b.retried && !c.down[b.to] {
-				c.retransmit(b)
-			} else {
+		case b.pending:
+			if c.now >= b.deadline {
 				c.resend(b, CustodyResent)
 			}
+		case !b.acked && c.now >= b.deadline:
+			c.expire(b)
+		case !b.acked && b.busyAt > 0 && c.now >= b.busyAt:
+			b.busyAt = 0
+			c.retransmit(b, false)
 		case fb > 0 && b.acked && c.now-b.progress >= fb:
-			c.event(CustodyRetired, b.tok.Epoch, b.tok.Hop, b.to)
+			c.event(CustodyExpired, b.tok.Epoch, b.tok.Hop, b.to)
+			c.persist = true
 			continue
 		}
 		c.backups[k] = b
 		k++
 	}
+	clear(c.backups[k:])
 	c.backups = c.backups[:k]
-	if fb > 0 && c.cold != nil && c.now-c.active >= fb {
-		c.active = c.now
-		t := cloneToken(*c.cold)
-		t.Epoch = max(c.epoch, t.Epoch) + 1
-		c.epoch = t.Epoch
-		c.backups = c.backups[:0]
-		b := &backup{tok: t, to: -1, pred: -1, progress: c.now}
-		c.backups = append(c.backups, b)
-		c.cold = &b.tok
-		c.raise(markOf(&b.tok))
-		c.resend(b, CustodyFallback)
+	at, giveUp := c.fallbackAt(fb)
+	switch {
+	case giveUp:
+		c.fb.gaveUp = true
+		c.event(CustodyGaveUp, c.last.tok.Epoch, c.last.tok.Hop, -1)
+	case c.now >= at:
+		c.fallback()
 	}
+}
+
+// fallback re-sends the last release under a new epoch, above every epoch seen here: the
+// same noised bytes of z and zhat (no new noise, no new use of the data), charged as a
+// forward entry naming its recipient. Every older backup is dropped: the fallback lineage
+// replaces them, and it starts no release wave (no predecessor).
+func (c *Custody) fallback() {
+	c.fb.active = c.now
+	c.fb.sent++
+	t := cloneToken(c.last.tok)
+	t.Epoch = c.nextEpoch(t.Epoch)
+	c.epoch = t.Epoch
+	c.dropBelow(t.Epoch)
+	c.backups = c.backups[:0]
+	b := &backup{tok: t, ev: c.last.ev, to: -1, pred: -1, progress: c.now}
+	c.keep(b)
+	c.raise(markOf(&b.tok))
+	c.resend(b, CustodyFallback)
+}
+
+// NextDeadline returns the earliest tick after Now at which Tick does anything
+// (math.MaxInt64: none). Until then Tick only advances Now, so a driver may sleep and
+// catch up with TickTo. It is valid until the next input.
+func (c *Custody) NextDeadline() int64 {
+	if c.done || c.paused {
+		return math.MaxInt64
+	}
+	fb := c.FallbackTimeout()
+	next := int64(math.MaxInt64)
+	for _, b := range c.backups {
+		switch {
+		case b.pending || !b.acked:
+			next = min(next, b.deadline)
+			if !b.pending && b.busyAt > 0 {
+				next = min(next, b.busyAt)
+			}
+		case fb > 0:
+			next = min(next, b.progress+fb)
+		}
+	}
+	at, _ := c.fallbackAt(fb)
+	next = min(next, at)
+	if next <= c.now {
+		next = c.now + 1
+	}
+	return next
+}
+
+// TickTo advances time to tick t (no-op if t <= Now). It is equivalent to calling Tick
+// t-Now times, skipping the ticks before NextDeadline, at which Tick does nothing.
+func (c *Custody) TickTo(t int64) {
+	for c.now < t {
+		if nd := c.NextDeadline(); nd > t {
+			c.now = t
+			return
+		} else if nd-1 > c.now {
+			c.now = nd - 1
+		}
+		c.Tick()
+	}
+}
+
+// CustodyMark identifies a token for fencing: (Epoch, Hop, Digest), Digest being
+// TokenDigest.
+type CustodyMark struct {
+	Epoch, Hop, Digest uint64
+}
+
+// CustodyBackup is one backup in a CustodySnapshot (see the backup chain in Custody).
+type CustodyBackup struct {
+	Token    Token // the release as sent (epoch updated on regeneration)
+	Evidence []byte
+	To       int // current recipient (-1 before the first send of a fallback)
+	Acked    bool
+	Retried  bool  // the current recipient got one retransmission
+	Pending  bool  // no live peer was available
+	Deadline int64 // tick of the ack timeout (pending: of the next retry)
+	BusyAt   int64 // tick of the next retry after a busy answer (0: none)
+	BusyWait int64
+	Dist     int   // acked hand-offs known beyond it
+	Progress int64 // last tick of an ack or release for it
+	// Pred, PredEpoch and PredHop: the node the token came from and the (epoch, hop) it
+	// sent, where release waves go (Pred -1: none).
+	Pred               int
+	PredEpoch, PredHop uint64
+}
+
+// CustodyFallbackState is the fallback's state in a CustodySnapshot.
+type CustodyFallbackState struct {
+	Active   int64   // last tick of token, ack or release activity
+	Sent     int     // fallbacks since then
+	GaveUp   bool    // MaxFallbacks reached and reported
+	HopTicks float64 // slowest observed ticks per hop
+	// Observed, LastAt, LastEpoch and LastHop: the last token accepted from a peer.
+	Observed           bool
+	LastAt             int64
+	LastEpoch, LastHop uint64
+}
+
+// CustodySnapshot is the whole custody state of one node: what a driver persists to
+// restart from (Restore). The walk machine's state (u_i, K_i), the random sources and the
+// record of evidences used (EvidenceUse, rebuilt from the hand-offs taken after a
+// restart) are not part of it. Tick values are those of the machine that took it; a driver that
+// restarts with a new clock may set Now, the backups' Deadline and Progress and
+// Fallback.Active to 0 (a restart then retransmits its unacked releases at the first
+// Tick and waits a full fallback timeout).
+type CustodySnapshot struct {
+	Now     int64
+	Fence   *CustodyMark // highest token accepted or released (nil: none)
+	Epoch   uint64       // highest epoch accepted or created
+	Recent  []CustodyMark
+	Backups []CustodyBackup
+	// Last is the last token this node released (the fallback re-sends it).
+	Last         *Token
+	LastEvidence []byte
+	Held         *CustodyHeld
+	Fallback     CustodyFallbackState
+	Strikes      []int  // refused epoch jumps per member (nil: none)
+	Down         []bool // members reported down (nil: none)
+	Seq          uint64 // ledger sequence numbers used
+	Paused, Done bool
+}
+
+func (m tokenMark) export() CustodyMark {
+	return CustodyMark{Epoch: m.epoch, Hop: m.hop, Digest: m.digest}
+}
+
+func (m CustodyMark) mark() tokenMark {
+	return tokenMark{epoch: m.Epoch, hop: m.Hop, digest: m.Digest, set: true}
+}
+
+func (h *held) export() CustodyHeld {
+	return CustodyHeld{Token: cloneToken(h.tok), Evidence: cloneBytes(h.ev), Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
+}
+
+// Snapshot returns the whole custody state. The vectors of the backups' and the last
+// release's tokens, and evidence bytes, are shared with the machine, which never modifies
+// them (a release is immutable; a regeneration changes only the epoch, which the
+// snapshot holds by value); the caller must not modify them either. The held token is
+// copied.
+func (c *Custody) Snapshot() CustodySnapshot {
+	s := CustodySnapshot{Now: c.now, Epoch: c.epoch, Seq: c.seq, Paused: c.paused, Done: c.done,
+		Fallback: CustodyFallbackState{Active: c.fb.active, Sent: c.fb.sent, GaveUp: c.fb.gaveUp, HopTicks: c.fb.hop,
+			Observed: c.fb.observed, LastAt: c.fb.lastAt, LastEpoch: c.fb.lastE, LastHop: c.fb.lastH}}
+	if c.seen.set {
+		f := c.seen.export()
+		s.Fence = &f
+	}
+	for _, m := range c.recent {
+		s.Recent = append(s.Recent, m.export())
+	}
+	for _, b := range c.backups {
+		s.Backups = append(s.Backups, CustodyBackup{Token: b.tok, Evidence: b.ev, To: b.to,
+			Acked: b.acked, Retried: b.retried, Pending: b.pending, Deadline: b.deadline, BusyAt: b.busyAt,
+			BusyWait: b.busyWait, Dist: b.dist, Progress: b.progress, Pred: b.pred, PredEpoch: b.predE, PredHop: b.predH})
+	}
+	if c.last != nil {
+		t := c.last.tok
+		s.Last, s.LastEvidence = &t, c.last.ev
+	}
+	if c.held != nil {
+		h := c.held.export()
+		s.Held = &h
+	}
+	if slices.ContainsFunc(c.strikes, func(k int) bool { return k > 0 }) {
+		s.Strikes = slices.Clone(c.strikes)
+	}
+	if slices.Contains(c.down, true) {
+		s.Down = slices.Clone(c.down)
+	}
+	return s
+}
+
+// Restore replaces the custody state with s (from Snapshot, possibly of an earlier
+// process) and, when ck is not nil, the walk machine's u_i and K_i with ck. Pending Ready
+// output is discarded. A held token (s.Held) is stepped at the next Advance (HasReady
+// reports it). It fails without changing anything on a snapshot that does not fit the
+// node (dimensions, peers out of range, non-finite vectors, an epoch above MaxEpoch).
+func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
+	if err := c.checkSnapshot(&s); err != nil {
+		return err
+	}
+	if ck != nil {
+		if err := c.m.Restore(*ck); err != nil {
+			return err
+		}
+	}
+	c.now, c.epoch, c.seq, c.paused, c.done = s.Now, s.Epoch, s.Seq, s.Paused, s.Done
+	c.seen = tokenMark{}
+	if s.Fence != nil {
+		c.seen = s.Fence.mark()
+	}
+	c.recent = c.recent[:0]
+	for _, m := range s.Recent {
+		c.addRecent(m.mark())
+	}
+	c.backups = nil
+	for _, b := range s.Backups {
+		c.backups = append(c.backups, &backup{tok: cloneToken(b.Token), ev: cloneBytes(b.Evidence), to: b.To, acked: b.Acked,
+			retried: b.Retried, pending: b.Pending, deadline: b.Deadline, busyAt: b.BusyAt, busyWait: b.BusyWait,
+			dist: b.Dist, progress: b.Progress, pred: b.Pred, predE: b.PredEpoch, predH: b.PredHop})
+	}
+	c.last = nil
+	if s.Last != nil {
+		c.last = &release{tok: cloneToken(*s.Last), ev: cloneBytes(s.LastEvidence)}
+	}
+	c.held = nil
+	if h := s.Held; h != nil {
+		c.held = &held{tok: cloneToken(h.Token), ev: cloneBytes(h.Evidence), pred: h.Pred, predE: h.PredEpoch, predH: h.PredHop}
+		mk := markOf(&c.held.tok)
+		if mk.cmp(c.seen) > 0 {
+			// The held token is above the snapshot's fence: it was accepted after the rest
+			// of the snapshot was written (a driver that stores held tokens apart). The
+			// walk went on past this node's releases in it: an unacked one counts as acked
+			// (no retransmission; its backup is released by a wave or expires).
+			for _, b := range c.backups {
+				if !b.acked && !b.pending && markOf(&b.tok).cmp(mk) < 0 {
+					b.acked, b.dist = true, max(b.dist, 1)
+				}
+			}
+		}
+		// A held token is accepted: the fence and the epoch cover it, and the recent
+		// tokens a token received from a peer, so that its sender's retransmission is
+		// acked as a duplicate (a driver that stores it apart from the rest may not have
+		// saved them). A token handed to itself is not received again.
+		c.raise(mk)
+		if h.Pred >= 0 && h.Token.Epoch == h.PredEpoch && h.Token.Hop == h.PredHop {
+			c.addRecent(mk)
+		}
+		c.epoch = max(c.epoch, mk.epoch)
+	}
+	f := s.Fallback
+	c.fb = fallbackState{active: f.Active, sent: f.Sent, gaveUp: f.GaveUp, hop: f.HopTicks, observed: f.Observed,
+		lastAt: f.LastAt, lastE: f.LastEpoch, lastH: f.LastHop}
+	clear(c.strikes)
+	copy(c.strikes, s.Strikes)
+	clear(c.down)
+	copy(c.down, s.Down)
+	c.ledger, c.outbox, c.events = c.ledger[:0], c.outbox[:0], c.events[:0]
+	c.state, c.heldOut, c.persist, c.final, c.doneOut = nil, false, false, nil, false
+	return nil
+}
+
+func (c *Custody) checkSnapshot(s *CustodySnapshot) error {
+	bad := func(what string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrCustodySnapshot, fmt.Sprintf(what, a...))
+	}
+	n := c.wc.Nodes
+	tok := func(what string, t *Token) error {
+		if err := c.check(t); err != nil {
+			return bad("%s: %v", what, err)
+		}
+		if t.Epoch > MaxEpoch {
+			return bad("%s: epoch %d above %d", what, t.Epoch, MaxEpoch)
+		}
+		return nil
+	}
+	switch {
+	case s.Epoch > MaxEpoch:
+		return bad("epoch %d above %d", s.Epoch, MaxEpoch)
+	case s.Strikes != nil && len(s.Strikes) != n, s.Down != nil && len(s.Down) != n:
+		return bad("strikes or liveness for %d/%d nodes, want %d", len(s.Strikes), len(s.Down), n)
+	case !(s.Fallback.HopTicks >= 0) || math.IsInf(s.Fallback.HopTicks, 0):
+		return bad("hop time %v", s.Fallback.HopTicks)
+	case s.Fallback.Sent < 0:
+		return bad("fallback count %d", s.Fallback.Sent)
+	}
+	if s.Down != nil && s.Down[c.wc.Node] {
+		return bad("this node is down")
+	}
+	for i, b := range s.Backups {
+		if err := tok(fmt.Sprintf("backup %d", i), &b.Token); err != nil {
+			return err
+		}
+		if b.To < -1 || b.To >= n || b.To == c.wc.Node || b.Pred < -1 || b.Pred >= n || b.Pred == c.wc.Node || b.Dist < 0 {
+			return bad("backup %d: recipient %d, predecessor %d, distance %d", i, b.To, b.Pred, b.Dist)
+		}
+		if b.To < 0 && !b.Pending {
+			return bad("backup %d has no recipient and is not pending", i)
+		}
+	}
+	if len(s.Backups) > MaxBackups(c.cfg.Depth) {
+		return bad("%d backups, at most %d", len(s.Backups), MaxBackups(c.cfg.Depth))
+	}
+	if s.Last != nil {
+		if err := tok("last release", s.Last); err != nil {
+			return err
+		}
+	}
+	if h := s.Held; h != nil {
+		if err := tok("held token", &h.Token); err != nil {
+			return err
+		}
+		if h.Pred < -1 || h.Pred >= n {
+			return bad("held token from %d", h.Pred)
+		}
+	}
+	return nil
 }

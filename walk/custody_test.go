@@ -4,7 +4,9 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -21,6 +23,9 @@ type custodyNet struct {
 	ledgers [][]privacy.Entry
 	events  [][]CustodyEvent
 	out     *[]string // transcript tests: each Ready is rendered here
+	// handover: the first send of the unstepped initial token (Custody.Handover) needs no
+	// ledger entry.
+	handover bool
 }
 
 func newCustodyNet(t *testing.T, n int, cc CustodyConfig) *custodyNet {
@@ -56,6 +61,9 @@ func newCustodyNet(t *testing.T, n int, cc CustodyConfig) *custodyNet {
 }
 
 func (w *custodyNet) covered(i int, m CustodyMsg) bool {
+	if w.handover && m.Epoch == 0 && m.Hop == 0 && len(w.ledgers[i]) == 0 {
+		return true // the unstepped initial token of Handover carries no data
+	}
 	for _, e := range w.ledgers[i] {
 		if e.Epoch == m.Epoch && e.Hop == m.Hop && e.Recipient == strconv.Itoa(m.To) {
 			return true
@@ -64,16 +72,20 @@ func (w *custodyNet) covered(i int, m CustodyMsg) bool {
 	return false
 }
 
-// collect applies node i's Ready: ledger first, then the outbox goes on the wire.
+// collect applies node i's Readies (a held token is stepped at Advance and makes the
+// next one): ledger first, then the outbox goes on the wire.
 func (w *custodyNet) collect(i int) {
 	w.t.Helper()
-	c := w.nodes[i]
-	if !c.HasReady() {
-		return
+	for c := w.nodes[i]; c.HasReady(); {
+		w.apply(i, c.Ready())
 	}
-	rd := c.Ready()
+}
+
+func (w *custodyNet) apply(i int, rd CustodyReady) {
+	w.t.Helper()
+	c := w.nodes[i]
 	if w.out != nil {
-		*w.out = append(*w.out, readyLines(i, rd)...)
+		*w.out = append(*w.out, readyLines(i, rd, c.Snapshot())...)
 	}
 	for _, e := range rd.Ledger {
 		if err := e.Validate(); err != nil {
@@ -664,5 +676,246 @@ func TestCustodyWaitsForALivePeer(t *testing.T) {
 	}
 	if !w.covered(0, m) {
 		t.Fatal("not charged")
+	}
+}
+
+// restartSnapshot is what a driver persists and restores after a restart with a new
+// clock: the snapshot with its tick values set to 0.
+func restartSnapshot(s CustodySnapshot) CustodySnapshot {
+	s.Now, s.Fallback.Active, s.Fallback.LastAt, s.Paused, s.Down = 0, 0, 0, false, nil
+	for k := range s.Backups {
+		s.Backups[k].Deadline, s.Backups[k].Progress, s.Backups[k].BusyAt, s.Backups[k].BusyWait = 0, 0, 0, 0
+	}
+	return s
+}
+
+// TestCustodyRestartFromSnapshot: a node restarted from its snapshot (a fresh machine,
+// Restore) retransmits its unacked release at its first tick, the same bytes to the same
+// recipient without a new ledger entry, and steps a token it had acked but not stepped
+// exactly as the node that crashed would have (same seeds: same ledger entry, same bits).
+func TestCustodyRestartFromSnapshot(t *testing.T) {
+	w := newCustodyNet(t, 4, testCustodyConfig())
+	w.start(0)
+	first, _ := w.pop(isToken)
+	s := restartSnapshot(w.nodes[0].Snapshot())
+	entries := len(w.ledgers[0])
+	fresh := newCustodyNet(t, 4, testCustodyConfig())
+	fresh.ledgers[0] = append(fresh.ledgers[0], w.ledgers[0]...) // the restarted node's durable ledger
+	c := fresh.nodes[0]
+	if err := c.Restore(&Checkpoint{Node: 0, Updates: w.nodes[0].Machine().Updates(), U: w.nodes[0].Machine().U()}, s); err != nil {
+		t.Fatal(err)
+	}
+	if c.HasReady() || c.Machine().Updates() != w.nodes[0].Machine().Updates() {
+		t.Fatal("restored machine: pending output or wrong update count")
+	}
+	if !reflect.DeepEqual(c.Snapshot(), s) {
+		t.Fatalf("Snapshot after Restore differs:\n%+v\n%+v", c.Snapshot(), s)
+	}
+	fresh.tick(0)
+	re, ok := fresh.pop(isToken)
+	if !ok || re.To != first.To || re.Epoch != first.Epoch || re.Hop != first.Hop || TokenDigest(re.Token) != TokenDigest(first.Token) {
+		t.Fatalf("after the restart: want the release of (epoch %d, hop %d) again to %d, got %+v (%v)", first.Epoch, first.Hop, first.To, re, ok)
+	}
+	if len(fresh.ledgers[0]) != entries {
+		t.Fatalf("the retransmission after a restart added entries: %+v", fresh.ledgers[0][entries:])
+	}
+
+	// A token acked and held (durable) but not stepped when the node crashed.
+	r := first.To
+	if err := w.nodes[r].Step(first); err != nil {
+		t.Fatal(err)
+	}
+	rd := w.nodes[r].Ready()
+	if rd.Held == nil || len(rd.Ledger) != 0 {
+		t.Fatalf("accepted token: Held %v, %d entries before its step", rd.Held, len(rd.Ledger))
+	}
+	held := restartSnapshot(w.nodes[r].Snapshot())
+	fr := fresh.nodes[r]
+	if err := fr.Restore(nil, held); err != nil {
+		t.Fatal(err)
+	}
+	if !fr.HasReady() {
+		t.Fatal("a restored held token is not pending")
+	}
+	fresh.collect(r)
+	w.apply(r, rd)
+	w.collect(r)
+	if len(fresh.ledgers[r]) == 0 || len(fresh.ledgers[r]) != len(w.ledgers[r]) || !reflect.DeepEqual(fresh.ledgers[r], w.ledgers[r]) {
+		t.Fatalf("restarted step: ledger %+v, the node's own %+v", fresh.ledgers[r], w.ledgers[r])
+	}
+	a, _ := fresh.pop(func(m CustodyMsg) bool { return isToken(m) && m.From == r })
+	b, _ := w.pop(func(m CustodyMsg) bool { return isToken(m) && m.From == r })
+	if a.To != b.To || a.Hop != b.Hop || TokenDigest(a.Token) != TokenDigest(b.Token) {
+		t.Fatalf("restarted step sent %+v, the node itself %+v", a, b)
+	}
+	// The retransmission of the held token by its sender is acked as a duplicate.
+	if err := fr.Step(first); err != nil {
+		t.Fatal(err)
+	}
+	if rd := fr.Ready(); len(rd.Outbox) != 1 || !rd.Outbox[0].Duplicate {
+		t.Fatalf("the sender's retransmission after the restart: %+v", rd.Outbox)
+	}
+}
+
+func TestCustodyRestoreRefusesBadSnapshots(t *testing.T) {
+	w := newCustodyNet(t, 3, testCustodyConfig())
+	w.start(0)
+	c := w.nodes[0]
+	good := c.Snapshot()
+	bad := map[string]func(s *CustodySnapshot){
+		"epoch":       func(s *CustodySnapshot) { s.Epoch = MaxEpoch + 1 },
+		"recipient":   func(s *CustodySnapshot) { s.Backups[0].To = 3 },
+		"self":        func(s *CustodySnapshot) { s.Backups[0].To = 0 },
+		"dimension":   func(s *CustodySnapshot) { s.Backups[0].Token.Z = s.Backups[0].Token.Z[:1] },
+		"not finite":  func(s *CustodySnapshot) { s.Backups[0].Token.Zhat[0] = math.NaN() },
+		"foreign":     func(s *CustodySnapshot) { s.Backups[0].Token.Run = "x" },
+		"no peer":     func(s *CustodySnapshot) { s.Backups[0].To = -1 },
+		"strikes":     func(s *CustodySnapshot) { s.Strikes = []int{1} },
+		"hop time":    func(s *CustodySnapshot) { s.Fallback.HopTicks = math.Inf(1) },
+		"held sender": func(s *CustodySnapshot) { s.Held = &CustodyHeld{Token: s.Backups[0].Token, Pred: 9} },
+	}
+	for name, mut := range bad {
+		s := c.Snapshot()
+		mut(&s)
+		if err := c.Restore(nil, s); !errors.Is(err, ErrCustodySnapshot) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(c.Snapshot(), good) {
+			t.Fatalf("%s: a refused snapshot changed the state", name)
+		}
+	}
+}
+
+// TestCustodyHandover: an origin that is not the first holder hands the unstepped initial
+// token over without a ledger entry (it carries no data) and keeps it in custody: a
+// re-send to another peer is charged as any other.
+func TestCustodyHandover(t *testing.T) {
+	w := newCustodyNet(t, 4, testCustodyConfig())
+	w.handover = true
+	init := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+	if err := w.nodes[0].Handover(2, init); err != nil {
+		t.Fatal(err)
+	}
+	w.collect(0)
+	m, ok := w.pop(isToken)
+	if !ok || m.To != 2 || m.Hop != 0 || TokenDigest(m.Token) != TokenDigest(init) || len(w.ledgers[0]) != 0 {
+		t.Fatalf("hand-over: %+v, entries %+v", m, w.ledgers[0])
+	}
+	if w.nodes[0].Machine().Updates() != 0 {
+		t.Fatal("the hand-over stepped the token")
+	}
+	w.nodes[0].PeerDown(2)
+	w.collect(0)
+	re, ok := w.pop(isToken)
+	if !ok || re.To == 2 || re.Hop != 0 || len(w.ledgers[0]) != 1 || w.ledgers[0][0].Mechanism != MechForward ||
+		w.ledgers[0][0].Recipient != strconv.Itoa(re.To) {
+		t.Fatalf("re-send of the initial token: %+v, entries %+v", re, w.ledgers[0])
+	}
+	w.deliver(re)
+	if w.nodes[re.To].Machine().Updates() == 0 {
+		t.Fatal("the new holder did not step the initial token")
+	}
+	ack, _ := w.pop(func(a CustodyMsg) bool { return a.Kind == CustodyAck && a.To == 0 })
+	w.deliver(ack)
+	if b := w.nodes[0].Backups(); len(b) != 1 || !b[0].Acked {
+		t.Fatalf("origin's backup after the ack: %+v", b)
+	}
+}
+
+// TestCustodyBusyAndRefusals: a busy answer makes the sender ask the same peer again after
+// 1, 2, 4, ... ticks (at most AckTimeout/4) until the ack timeout; a refusal or a failed
+// hand-off acts as an ack timeout at once (the same peer once more, then another, with a
+// forward entry). Answers about an earlier send are ignored.
+func TestCustodyBusyAndRefusals(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.AckTimeout = 16
+	w := newCustodyNet(t, 4, cc)
+	w.start(0)
+	first, _ := w.pop(isToken)
+	s := first.To
+	entries := len(w.ledgers[0])
+	busy := CustodyMsg{Kind: CustodyAck, From: s, To: 0, Epoch: first.Epoch, Hop: first.Hop, Refused: RefuseBusy}
+	var at []int64
+	w.deliver(busy)
+	for k := 0; k < 16; k++ {
+		w.tick(0)
+		if m, ok := w.pop(isToken); ok {
+			if m.To != s || TokenDigest(m.Token) != TokenDigest(first.Token) {
+				t.Fatalf("busy retry to %d, want %d", m.To, s)
+			}
+			at = append(at, w.nodes[0].Now())
+			if w.nodes[0].Now() < 16 {
+				w.deliver(busy)
+			}
+		}
+	}
+	// Retries 1, 2, 4, 4 (the cap AckTimeout/4) ticks after each busy answer: ticks 1, 3,
+	// 7, 11, 15; then the ack timeout (tick 16) retransmits once more.
+	if want := []int64{1, 3, 7, 11, 15, 16}; !reflect.DeepEqual(at, want) {
+		t.Fatalf("sends at ticks %v, want %v", at, want)
+	}
+	if len(w.ledgers[0]) != entries {
+		t.Fatalf("busy retries added entries: %d", len(w.ledgers[0])-entries)
+	}
+	// A failure report from the current recipient after the retransmission: re-send now.
+	w.deliver(CustodyMsg{Kind: CustodyAck, From: s, To: 0, Epoch: first.Epoch, Hop: first.Hop, Refused: RefuseFailed})
+	re, ok := w.pop(isToken)
+	if !ok || re.To == s || len(w.ledgers[0]) != entries+1 || w.ledgers[0][entries].Recipient != strconv.Itoa(re.To) {
+		t.Fatalf("after a failure: %+v, entries %d", re, len(w.ledgers[0]))
+	}
+	// A refusal from the earlier recipient no longer counts.
+	w.deliver(CustodyMsg{Kind: CustodyAck, From: s, To: 0, Epoch: first.Epoch, Hop: first.Hop, Refused: RefuseInvalid})
+	if _, ok := w.pop(isToken); ok {
+		t.Fatal("a refusal about an earlier send moved the token")
+	}
+	w.deliver(CustodyMsg{Kind: CustodyAck, From: re.To, To: 0, Epoch: first.Epoch, Hop: first.Hop, Refused: RefuseEpoch})
+	if m, ok := w.pop(isToken); !ok || m.To != re.To || len(w.ledgers[0]) != entries+1 {
+		t.Fatalf("first refusal by the new recipient: want one retransmission to it, got %+v", m)
+	}
+}
+
+// TestCustodyTickToEqualsTicks: TickTo(t) leaves the machine as t-Now Tick calls do, with
+// the same outputs, through ack timeouts, re-sends, expiry and fallbacks.
+func TestCustodyTickToEqualsTicks(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth, cc.FallbackTimeout = 2, 40
+	a, b := newCustodyNet(t, 3, cc), newCustodyNet(t, 3, cc)
+	for _, w := range []*custodyNet{a, b} {
+		w.start(0)
+		w.runTo(12)
+		w.wire = nil // everything in flight is lost
+	}
+	var outA, outB []string
+	a.out, b.out = &outA, &outB
+	for k := 0; k < 400; k++ {
+		a.tick(0)
+	}
+	b.nodes[0].TickTo(400)
+	b.collect(0)
+	if a.nodes[0].Now() != 400 || b.nodes[0].Now() != 400 {
+		t.Fatal("clocks differ")
+	}
+	// One Ready per tick against one for all: the same events, entries and messages in the
+	// same order within each kind.
+	split := func(lines []string) [3][]string {
+		var out [3][]string
+		for _, l := range lines {
+			switch {
+			case strings.Contains(l, " persist "):
+			case strings.Contains(l, " ledger "):
+				out[0] = append(out[0], l)
+			case strings.Contains(l, " send "):
+				out[1] = append(out[1], l)
+			default:
+				out[2] = append(out[2], l)
+			}
+		}
+		return out
+	}
+	if len(outA) == 0 || !reflect.DeepEqual(split(outA), split(outB)) {
+		t.Fatalf("Tick x400:\n%v\nTickTo(400):\n%v", outA, outB)
+	}
+	if !reflect.DeepEqual(a.nodes[0].Snapshot(), b.nodes[0].Snapshot()) {
+		t.Fatal("states differ")
 	}
 }
