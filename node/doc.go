@@ -125,7 +125,7 @@
 //
 // # Neighbour exchange (R-ADMM family)
 //
-// With Config.Gossip set, Node.RunGossip (radmm_run.go) uses the same announce/join/start
+// With Config.RADMM set, Node.RunRADMM (radmm_run.go) uses the same announce/join/start
 // control plane: the announced configuration (and so the config hash) adds the
 // algorithm, graph spec and seed, T, alpha, the penalty schedule, gamma and C. Once the
 // membership is fixed every node builds the same graph from (spec, members, seed), finds

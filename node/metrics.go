@@ -30,7 +30,7 @@ type metrics struct {
 	nupd     atomic.Int64
 	done     atomic.Bool
 
-	// Neighbour-exchange runs (RunGossip); zero and unused for the walk.
+	// Neighbour-exchange runs (RunRADMM); zero and unused for the walk.
 	radmmIters    prometheus.Counter
 	radmmStale    prometheus.Counter
 	radmmIgnored  prometheus.Counter
@@ -104,8 +104,8 @@ func (n *Node) PublicStatus() any {
 	n.pubMu.Lock()
 	defer n.pubMu.Unlock()
 	now := time.Now()
-	// R-ADMM (Gossip) iterations follow a public schedule: its status is served live.
-	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.Gossip != nil {
+	// R-ADMM (Config.RADMM) iterations follow a public schedule: its status is served live.
+	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.RADMM != nil {
 		n.pubSnap, n.pubAt = n.Status(), now
 	}
 	var m map[string]any

@@ -22,9 +22,9 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipProtocol returns the neighbour-exchange protocol ID of a run: the direct stream
+// RADMMProtocol returns the neighbour-exchange protocol ID of a run: the direct stream
 // that carries R-ADMM/MR-ADMM/ADMM vectors between graph neighbours (never pubsub).
-func GossipProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/radmm/1") }
+func RADMMProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/radmm/1") }
 
 // StaleFile is the data-directory file recording every use of a stale neighbour vector
 // (policy stale), one JSON line each, made durable before the release that depends on it
@@ -64,11 +64,11 @@ var (
 	// ErrNeighborMissing ends a run under MissingStop (and under MissingStale when a
 	// neighbour never sent anything that could stand in).
 	ErrNeighborMissing = errors.New("node: neighbour missing at the iteration barrier")
-	// ErrHalted is returned by RunGossip when GossipParams.HaltAfter stopped the node on
+	// ErrHalted is returned by RunRADMM when RADMMParams.HaltAfter stopped the node on
 	// purpose.
 	ErrHalted = errors.New("node: halted after the configured iteration")
-	// ErrRejoin is returned by RunGossip when the data directory's ledger already has
-	// entries of the run and the journal (GossipJournalFile) cannot restore the machine
+	// ErrRejoin is returned by RunRADMM when the data directory's ledger already has
+	// entries of the run and the journal (RADMMJournalFile) cannot restore the machine
 	// exactly: a restarted node would otherwise release fresh noisy vectors for
 	// iterations it already released.
 	ErrRejoin = errors.New("node: refusing to rejoin an R-ADMM run")
@@ -117,7 +117,7 @@ type radmmConfig struct {
 	PauseAt int
 	// Noise, when set, is the JournalNoise the machine was built with: its draws are
 	// journaled with every release, so that the node can resume after a crash (see
-	// GossipJournalFile). A machine with noise built without it cannot resume (the replay
+	// RADMMJournalFile). A machine with noise built without it cannot resume (the replay
 	// would not reproduce its releases and the node refuses).
 	Noise *JournalNoise
 	// TotalRows is M, recorded in the journal with the membership (informational for
@@ -211,7 +211,7 @@ type exchangePeer struct {
 }
 
 // radmmExchange is the R-ADMM neighbour exchange of a Node: it drives the node's
-// gossip.Exchange over direct streams of GossipProtocol(run) on the Node's host, with the
+// gossip.Exchange over direct streams of RADMMProtocol(run) on the Node's host, with the
 // Node's store (ledger), data directory (journal and stale-use record), logger and
 // metrics. It owns no host and no store: Node.Close ends the run (its context) and the
 // host; stop releases what the exchange itself holds.
@@ -243,7 +243,7 @@ type radmmExchange struct {
 	ex   *gossip.Exchange
 	tick time.Duration
 
-	// Journal (GossipJournalFile) and resumption; loop-owned after newRADMMExchange.
+	// Journal (RADMMJournalFile) and resumption; loop-owned after newRADMMExchange.
 	jfile   *os.File
 	resumed bool     // the exchange was restored from the journal
 	reconn  chan int // neighbours that reconnected after a disconnection
@@ -262,7 +262,7 @@ type exchangeProg struct {
 // newRADMMExchange validates cfg and builds the exchange of the Node's run: it restores
 // the machine from the run's journal when the data directory holds one (refusing with
 // ErrRejoin when that is not exactly possible), opens the stale-use record, watches the
-// neighbours' connections and registers the stream handler of GossipProtocol(run). Call
+// neighbours' connections and registers the stream handler of RADMMProtocol(run). Call
 // run next, and stop when done.
 func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 	cfg.setDefaults()
@@ -291,11 +291,11 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 		x.peers = append(x.peers, &exchangePeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
 	}
 	x.watchReconnects()
-	n.Host.SetStreamHandler(GossipProtocol(n.cfg.Run), x.handle)
+	n.Host.SetStreamHandler(RADMMProtocol(n.cfg.Run), x.handle)
 	return x, nil
 }
 
-// openFiles opens the journal (GossipJournalFile) and replays it into the fresh exchange
+// openFiles opens the journal (RADMMJournalFile) and replays it into the fresh exchange
 // when it holds releases of the run, then opens the stale-use record (StaleFile). A data
 // directory whose ledger holds entries of the run without a journal of it is refused.
 func (x *radmmExchange) openFiles() error {
@@ -310,7 +310,7 @@ func (x *radmmExchange) openFiles() error {
 			priorRun = append(priorRun, e)
 		}
 	}
-	jpath := filepath.Join(dir, GossipJournalFile)
+	jpath := filepath.Join(dir, RADMMJournalFile)
 	recs, good, err := readJournal(jpath, run)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRejoin, err)
@@ -320,14 +320,14 @@ func (x *radmmExchange) openFiles() error {
 			ErrRejoin, dir, run)
 	}
 	if x.jfile, err = os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	// A torn last line was never durable, so its release was never sent: drop it.
 	if err := x.jfile.Truncate(good); err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	if _, err := x.jfile.Seek(good, 0); err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	if len(recs) > 0 {
 		if x.cfg.Noise == nil {
@@ -357,7 +357,7 @@ func (x *radmmExchange) stop() {
 		x.cancelMu.Unlock()
 		x.finish()
 		h := x.n.Host
-		h.RemoveStreamHandler(GossipProtocol(x.n.cfg.Run))
+		h.RemoveStreamHandler(RADMMProtocol(x.n.cfg.Run))
 		if x.notifee != nil {
 			h.Network().StopNotify(x.notifee)
 			x.notifee = nil
@@ -862,7 +862,7 @@ func (x *radmmExchange) sendOne(ctx context.Context, p *exchangePeer, raw []byte
 	defer p.mu.Unlock()
 	if p.s == nil {
 		sctx, cancel := context.WithTimeout(ctx, x.cfg.Barrier)
-		s, err := x.n.Host.NewStream(sctx, p.id, GossipProtocol(x.n.cfg.Run))
+		s, err := x.n.Host.NewStream(sctx, p.id, RADMMProtocol(x.n.cfg.Run))
 		cancel()
 		if err != nil {
 			return 0, err

@@ -42,18 +42,18 @@ func TestRADMMRunEtaTable(t *testing.T) {
 	}
 	const T, K = 10, 5
 	table := etaTable(K, 4)
-	p := GossipParams{Algo: "mradmm", Graph: "ring", Iters: T, Alpha: 2, EtaTable: table, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "mradmm", Graph: "ring", Iters: T, Alpha: 2, EtaTable: table, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
 	odd := radmmTestConfig("geta", sh[3], p)
 	other := etaTable(K, 4)
 	other[2][1] = math.Nextafter(other[2][1], 10)
-	odd.Gossip.EtaTable = other
+	odd.RADMM.EtaTable = other
 	nodes, logs, _ := radmmCluster(t, ctx, "geta", sh, p, odd)
 	if nodes[4].ConfigHash() == nodes[0].ConfigHash() {
 		t.Fatal("a different penalty table must give a different config hash")
 	}
 	octx, ocancel := context.WithCancel(ctx)
 	oddDone := make(chan error, 1)
-	go func() { _, err := nodes[4].RunGossip(octx); oddDone <- err }()
+	go func() { _, err := nodes[4].RunRADMM(octx); oddDone <- err }()
 	models := runRADMMAll(t, ctx, nodes[:4], logs)
 	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
 		time.Sleep(10 * time.Millisecond)
@@ -97,23 +97,23 @@ func TestRADMMRunEtaTable(t *testing.T) {
 // the unused --eta) enters the config hash.
 func TestRADMMEtaTableChecks(t *testing.T) {
 	d := radmmData(t)
-	base := GossipParams{Algo: "mradmm", Iters: 6, Alpha: 2, EtaTable: etaTable(3, 4), Gamma: 0.5, PaperC: 5}
+	base := RADMMParams{Algo: "mradmm", Iters: 6, Alpha: 2, EtaTable: etaTable(3, 4), Gamma: 0.5, PaperC: 5}
 	for name, c := range map[string]struct {
 		mod  func(c *Config)
 		want string
 	}{
-		"empty":      {func(c *Config) { c.Gossip.EtaTable = [][]float64{} }, "empty"},
-		"ragged":     {func(c *Config) { c.Gossip.EtaTable[1] = []float64{1, 2} }, "row 2 has 2 values"},
-		"zero":       {func(c *Config) { c.Gossip.EtaTable[0][2] = 0 }, "finite penalty > 0"},
-		"nan":        {func(c *Config) { c.Gossip.EtaTable[0][2] = math.NaN() }, "finite penalty > 0"},
-		"short":      {func(c *Config) { c.Gossip.EtaTable = c.Gossip.EtaTable[:2] }, "penalty list has 2 values, need 3"},
-		"decreasing": {func(c *Config) { c.Gossip.EtaTable[2][3] = 0.1 }, "column 4 (member 3)"},
-		"radmm":      {func(c *Config) { c.Gossip.Algo = "radmm" }, "constant penalty"},
+		"empty":      {func(c *Config) { c.RADMM.EtaTable = [][]float64{} }, "empty"},
+		"ragged":     {func(c *Config) { c.RADMM.EtaTable[1] = []float64{1, 2} }, "row 2 has 2 values"},
+		"zero":       {func(c *Config) { c.RADMM.EtaTable[0][2] = 0 }, "finite penalty > 0"},
+		"nan":        {func(c *Config) { c.RADMM.EtaTable[0][2] = math.NaN() }, "finite penalty > 0"},
+		"short":      {func(c *Config) { c.RADMM.EtaTable = c.RADMM.EtaTable[:2] }, "penalty list has 2 values, need 3"},
+		"decreasing": {func(c *Config) { c.RADMM.EtaTable[2][3] = 0.1 }, "column 4 (member 3)"},
+		"radmm":      {func(c *Config) { c.RADMM.Algo = "radmm" }, "constant penalty"},
 		"min peers":  {func(c *Config) { c.Start, c.MinPeers = true, 5 }, "fewer than --min-peers 5"},
 	} {
 		cfg := radmmTestConfig("et", d, base)
 		cfg.DataDir = t.TempDir()
-		cfg.Gossip.EtaTable = etaTable(3, 4)
+		cfg.RADMM.EtaTable = etaTable(3, 4)
 		c.mod(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
@@ -132,10 +132,10 @@ func TestRADMMEtaTableChecks(t *testing.T) {
 	}
 	h := radmmTestConfig("et", d, base)
 	h2 := radmmTestConfig("et", d, base)
-	h2.Gossip.Eta = 7 // unused with a table
+	h2.RADMM.Eta = 7 // unused with a table
 	h3 := radmmTestConfig("et", d, base)
-	h3.Gossip.EtaTable = etaTable(3, 4)
-	h3.Gossip.EtaTable[0][0] *= 2
+	h3.RADMM.EtaTable = etaTable(3, 4)
+	h3.RADMM.EtaTable[0][0] *= 2
 	if h.RunConfig().Hash() != h2.RunConfig().Hash() || h.RunConfig().Hash() == h3.RunConfig().Hash() {
 		t.Error("the config hash must cover the penalty table and only it")
 	}
@@ -153,17 +153,17 @@ func TestRADMMStaticChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "mradmm", Iters: 6, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, TotalRows: 300}
+	p := RADMMParams{Algo: "mradmm", Iters: 6, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, TotalRows: 300}
 	for name, c := range map[string]struct {
 		mod  func(c *Config)
 		want string
 	}{
 		"ok":          {func(c *Config) {}, ""},
-		"no total":    {func(c *Config) { c.Gossip.TotalRows = 0 }, "needs the run's total rows"},
-		"below rows":  {func(c *Config) { c.Gossip.TotalRows = d.Rows - 1 }, "below this node's"},
+		"no total":    {func(c *Config) { c.RADMM.TotalRows = 0 }, "needs the run's total rows"},
+		"below rows":  {func(c *Config) { c.RADMM.TotalRows = d.Rows - 1 }, "below this node's"},
 		"one member":  {func(c *Config) { c.Members = c.Members[:1] }, "at least 2 members"},
-		"table width": {func(c *Config) { c.Gossip.EtaTable = etaTable(3, 4) }, "4 per-member columns, the static membership 3"},
-		"table ok":    {func(c *Config) { c.Gossip.EtaTable = etaTable(3, 3) }, ""},
+		"table width": {func(c *Config) { c.RADMM.EtaTable = etaTable(3, 4) }, "4 per-member columns, the static membership 3"},
+		"table ok":    {func(c *Config) { c.RADMM.EtaTable = etaTable(3, 3) }, ""},
 	} {
 		cfg := radmmTestConfig("s", d, p)
 		cfg.DataDir, cfg.Members = t.TempDir(), sf.IDs()

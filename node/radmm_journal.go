@@ -18,7 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipJournalFile is the data-directory file that lets a neighbour-exchange node resume
+// RADMMJournalFile is the data-directory file that lets a neighbour-exchange node resume
 // its run after a crash: one JSON line per release, made durable BEFORE the release's
 // ledger entry and before any frame of it is sent. A line holds the released vector, the
 // neighbour vectors the machine consumed at the barrier before it and every noise draw
@@ -27,9 +27,9 @@ import (
 // the journaled vector bit for bit; it then re-sends its last released vectors unchanged.
 // An already-released iteration is therefore never re-noised. The file holds private
 // state (the noise of past releases): it must stay on the node, like the data.
-const GossipJournalFile = "gossip-journal"
+const RADMMJournalFile = "gossip-journal"
 
-// journalRec is one line of GossipJournalFile.
+// journalRec is one line of RADMMJournalFile.
 type journalRec struct {
 	Run  string `json:"run"`
 	Iter int    `json:"iter"`
@@ -148,9 +148,9 @@ func sameFloats(a, b []float64) bool {
 	return true
 }
 
-// GossipJournal is what a data directory's journal says about a run: the membership, M
+// RADMMJournal is what a data directory's journal says about a run: the membership, M
 // and f_i(0) recorded with the first release, and how many releases are journaled.
-type GossipJournal struct {
+type RADMMJournal struct {
 	Members  []string
 	Addrs    [][]string // the members' addresses known at the first release
 	Total    int
@@ -159,20 +159,20 @@ type GossipJournal struct {
 	recs     []journalRec
 }
 
-// ReadGossipJournal returns the journal of run in dir, or nil when there is none. A
+// ReadRADMMJournal returns the journal of run in dir, or nil when there is none. A
 // truncated last line (a crash while it was written, before it was durable and so before
 // any send of its release) is ignored.
-func ReadGossipJournal(dir, run string) (*GossipJournal, error) {
-	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), run)
+func ReadRADMMJournal(dir, run string) (*RADMMJournal, error) {
+	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), run)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	return &GossipJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
+	return &RADMMJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
 }
 
 // Last returns the last journaled release: its iteration and the vector f_i(iter) sent
 // to the neighbours (a copy).
-func (j *GossipJournal) Last() (int, []float64) {
+func (j *RADMMJournal) Last() (int, []float64) {
 	r := j.recs[len(j.recs)-1]
 	return r.Iter, append([]float64(nil), r.Vec...)
 }
@@ -184,7 +184,7 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	good := int64(bytes.LastIndexByte(b, '\n') + 1)
 	var out []journalRec
@@ -193,18 +193,18 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 	for line := 1; sc.Scan(); line++ {
 		var r journalRec
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, 0, fmt.Errorf("node: %s line %d: %w", GossipJournalFile, line, err)
+			return nil, 0, fmt.Errorf("node: %s line %d: %w", RADMMJournalFile, line, err)
 		}
 		if r.Run != run {
 			continue
 		}
 		if r.Iter != len(out) {
-			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", GossipJournalFile, line, r.Iter, len(out), run)
+			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", RADMMJournalFile, line, r.Iter, len(out), run)
 		}
 		out = append(out, r)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	return out, good, nil
 }
@@ -291,14 +291,14 @@ func (x *radmmExchange) journal(st *gossip.ExchangeState) error {
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	if _, err := x.jfile.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	if !x.n.cfg.NoSync {
 		if err := x.jfile.Sync(); err != nil {
-			return fmt.Errorf("node: %s fsync: %w", GossipJournalFile, err)
+			return fmt.Errorf("node: %s fsync: %w", RADMMJournalFile, err)
 		}
 	}
 	return nil

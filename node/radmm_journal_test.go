@@ -121,7 +121,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 		t.Fatalf("paused node: %v", o.err)
 	}
 	closeExchange(nodes[1])
-	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), "r")
+	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), "r")
 	if err != nil || len(recs) != pause+1 {
 		t.Fatalf("journal: %d records (%v)", len(recs), err)
 	}
@@ -139,7 +139,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 	}
 	// A journal whose noise was altered does not reproduce the releases: refused, and
 	// the ledger is left as it was.
-	jpath := filepath.Join(dir, GossipJournalFile)
+	jpath := filepath.Join(dir, RADMMJournalFile)
 	orig, err := os.ReadFile(jpath)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 	// What the neighbours consumed from node 1 is what node 1 journaled, for every
 	// iteration: before the crash, at the paused release and after the restart.
 	for _, j := range []int{0, 2} {
-		theirs, _, err := readJournal(filepath.Join(nodes[j].n.cfg.DataDir, GossipJournalFile), "r")
+		theirs, _, err := readJournal(filepath.Join(nodes[j].n.cfg.DataDir, RADMMJournalFile), "r")
 		if err != nil || len(theirs) != T+1 {
 			t.Fatalf("node %d journal: %d records (%v)", j, len(theirs), err)
 		}
@@ -300,7 +300,7 @@ func TestExchangeResumeRefusals(t *testing.T) {
 
 // TestRADMMRunResume: a member of an announce/join R-ADMM run is stopped mid-run
 // (context cancelled, host closed) and started again with the same configuration and
-// data directory: RunGossip takes the membership, M, f_i(0) and the neighbours' addresses
+// data directory: RunRADMM takes the membership, M, f_i(0) and the neighbours' addresses
 // from its journal (no join), resumes, and the run (neighbours on policy wait) ends with
 // every model equal bit for bit to an uninterrupted run of the same machines; the
 // restarted node's model.json charges all T iterations and /status reports them.
@@ -313,7 +313,7 @@ func TestRADMMRunResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	const T = 30
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5,
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5,
 		Barrier: 100 * time.Millisecond, MaxWait: time.Hour, OnMissing: MissingWait}
 	listen := []string{"/ip4/127.0.0.1/tcp/" + strconv.Itoa(freePort(t))}
 	nodes, logs, dirs := radmmClusterWith(t, ctx, "gresume", sh, p, func(i int, c *Config) {
@@ -321,18 +321,18 @@ func TestRADMMRunResume(t *testing.T) {
 			c.Listen = listen
 		}
 	})
-	models := make([]*GossipModel, 3)
+	models := make([]*RADMMModel, 3)
 	errs := make([]error, 3)
 	done := make(chan int, 3)
 	for i := 0; i < 2; i++ {
-		go func() { models[i], errs[i] = nodes[i].RunGossip(ctx); done <- i }()
+		go func() { models[i], errs[i] = nodes[i].RunRADMM(ctx); done <- i }()
 	}
 	ctx2, stop2 := context.WithCancel(ctx)
 	first := make(chan error, 1)
-	nodes[2].cfg.Gossip.PauseAt = 9
-	go func() { _, err := nodes[2].RunGossip(ctx2); first <- err }()
+	nodes[2].cfg.RADMM.PauseAt = 9
+	go func() { _, err := nodes[2].RunRADMM(ctx2); first <- err }()
 	for k := 0; ; k++ {
-		if g := nodes[2].Status().Gossip; g != nil && g.Iter == 9 && g.LedgerEntries == 10 {
+		if g := nodes[2].Status().RADMM; g != nil && g.Iter == 9 && g.LedgerEntries == 10 {
 			break
 		}
 		if k > 4000 {
@@ -358,7 +358,7 @@ func TestRADMMRunResume(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	defer again.Close()
-	models[2], errs[2] = again.RunGossip(ctx)
+	models[2], errs[2] = again.RunRADMM(ctx)
 	for i := 0; i < 2; i++ {
 		<-done
 	}
@@ -380,7 +380,7 @@ func TestRADMMRunResume(t *testing.T) {
 	if pr.LedgerEntries != T+1 || math.Abs(float64(pr.Ledger)-want) > 1e-9*want || !pr.ConditionsHold {
 		t.Fatalf("restarted node privacy %+v, want ledger epsilon %v over %d entries", pr, want, T+1)
 	}
-	if g := again.Status().Gossip; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(float64(g.EpsilonSpent)-want) > 1e-9*want {
+	if g := again.Status().RADMM; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(float64(g.EpsilonSpent)-want) > 1e-9*want {
 		t.Fatalf("restarted node status %+v", g)
 	}
 }
@@ -407,7 +407,7 @@ func FuzzRADMMJournal(f *testing.F) {
 	met := newMetrics()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
-		path := filepath.Join(dir, GossipJournalFile)
+		path := filepath.Join(dir, RADMMJournalFile)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -21,17 +21,17 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// radmmRunKey marks the context of RunGossip, so that the walk's Run refuses a
+// radmmRunKey marks the context of RunRADMM, so that the walk's Run refuses a
 // neighbour-exchange configuration instead of running a walk without a machine.
 type radmmRunKey struct{}
 
-// GossipModelNote explains what model.json of a neighbour-exchange run holds.
-const GossipModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
+// RADMMModelNote explains what model.json of a neighbour-exchange run holds.
+const RADMMModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
 	"(average the members' model.json files to get it). The privacy figure is this node's: the pure epsilon of " +
 	"its own releases (Theorem V.1); the network figure of Definition V.1 is the maximum over the members."
 
-// GossipModel is model.json of a neighbour-exchange run (RunGossip).
-type GossipModel struct {
+// RADMMModel is model.json of a neighbour-exchange run (RunRADMM).
+type RADMMModel struct {
 	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure).
 	Guarantee string `json:"guarantee,omitempty"`
 	// Membership says how the run was closed to outsiders (Config.Membership).
@@ -64,12 +64,12 @@ type GossipModel struct {
 	Rejected int        `json:"rejected_frames"`
 	Ignored  int        `json:"ignored_frames"`
 	WallSecs float64    `json:"wall_seconds"`
-	Privacy  GossipPriv `json:"privacy"`
+	Privacy  RADMMPriv  `json:"privacy"`
 }
 
-// GossipPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
+// RADMMPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
 // conditions fail or there is no noise).
-type GossipPriv struct {
+type RADMMPriv struct {
 	// Epsilon is the guarantee: the formula value when the conditions hold, else unbounded.
 	Epsilon privacy.Epsilon `json:"epsilon"`
 	// Formula is the sum of the per-iteration terms regardless of the conditions.
@@ -103,20 +103,20 @@ func (n *Node) setRADMMMembers(ms []peer.ID) error {
 	return nil
 }
 
-// RunGossip takes part in a neighbour-exchange run (Config.Gossip): announce/join/start
-// on the control topic (or a static Config.Members with Gossip.TotalRows, or the journal
+// RunRADMM takes part in a neighbour-exchange run (Config.RADMM): announce/join/start
+// on the control topic (or a static Config.Members with RADMM.TotalRows, or the journal
 // of a restarted node) fixes the ordered membership and the total row count; the node
 // then builds the graph from (spec, members, seed), its machine (objective weights
 // C_i/B_i = C n/M and rho/N = C l2, penalty schedule, f_i(0) from Config.Rand or a
 // crypto/rand source, noise from Config.Noise or privacy.NewSecureNoise), dials its
 // neighbours and runs its R-ADMM exchange on its own host and store (journal and ledger
 // fsynced before every send, barrier, missing-neighbour policy). At the end it writes
-// model.json (GossipModel: its own model and its own Theorem V.1 figure) and returns it.
+// model.json (RADMMModel: its own model and its own Theorem V.1 figure) and returns it.
 // Close ends a run in progress.
-func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
-	p := n.cfg.Gossip
+func (n *Node) RunRADMM(ctx context.Context) (*RADMMModel, error) {
+	p := n.cfg.RADMM
 	if p == nil {
-		return nil, errors.New("node: RunGossip needs Config.Gossip")
+		return nil, errors.New("node: RunRADMM needs Config.RADMM")
 	}
 	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
@@ -171,11 +171,11 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 	return out, nil
 }
 
-// radmmRun is what RunGossip learns before it starts the exchange: the membership and M
+// radmmRun is what RunRADMM learns before it starts the exchange: the membership and M
 // (radmmMembers), then the graph, this node's machine and its accountant inputs
 // (radmmMachine).
 type radmmRun struct {
-	journal *GossipJournal // the run's journal when the node restarts, else nil
+	journal *RADMMJournal // the run's journal when the node restarts, else nil
 	members []peer.ID
 	self    int
 	total   int // M
@@ -188,12 +188,12 @@ type radmmRun struct {
 }
 
 // radmmMembers fixes the ordered membership and M of the run: from the journal when the
-// node restarts, from the static Config.Members (with Gossip.TotalRows), or through
+// node restarts, from the static Config.Members (with RADMM.TotalRows), or through
 // announce/join/start on the control topic. A starter keeps re-publishing its
 // announcement and the start message while the run lasts.
 func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 	static := n.cfg.Members != nil
-	journal, err := ReadGossipJournal(n.cfg.DataDir, n.cfg.Run)
+	journal, err := ReadRADMMJournal(n.cfg.DataDir, n.cfg.Run)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
 	}
@@ -212,7 +212,7 @@ func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 		if err := n.setRADMMMembers(n.cfg.Members); err != nil {
 			return nil, err
 		}
-		r.total = n.cfg.Gossip.TotalRows
+		r.total = n.cfg.RADMM.TotalRows
 	default:
 		n.bg.Add(1)
 		go func() { defer n.bg.Done(); n.readControl(ctx) }()
@@ -232,7 +232,7 @@ func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 
 // resumeMembers takes the membership and the members' addresses from the journal of a
 // restarted node.
-func (n *Node) resumeMembers(journal *GossipJournal) error {
+func (n *Node) resumeMembers(journal *RADMMJournal) error {
 	ms, err := journalMembers(journal, n.cfg.Members)
 	if err != nil {
 		return err
@@ -280,7 +280,7 @@ func (n *Node) repeatStart(ctx context.Context) {
 // finds this node's neighbours and builds its machine (f_i(0) from the journal on a
 // restart).
 func (n *Node) radmmMachine(r *radmmRun) error {
-	p := n.cfg.Gossip
+	p := n.cfg.RADMM
 	N := len(r.members)
 	r.spec = p.Graph
 	if r.spec == "" {
@@ -313,8 +313,8 @@ func (n *Node) radmmMachine(r *radmmRun) error {
 // radmmModel is model.json of the completed run res: this node's model and its Theorem
 // V.1 figure, charged over every entry of the run in the ledger (after a restart they
 // include the releases made before it).
-func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*GossipModel, error) {
-	p := n.cfg.Gossip
+func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error) {
+	p := n.cfg.RADMM
 	_, inexact := r.m.MaxResidual()
 	acc := r.acc
 	acc.ExactSolves = inexact == 0
@@ -339,13 +339,13 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*GossipModel, error
 	for i, q := range r.members {
 		names[i] = q.String()
 	}
-	out := &GossipModel{
+	out := &RADMMModel{
 		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: r.self,
 		Nodes: len(r.members), Members: names, Graph: r.spec, GraphSeed: p.GraphSeed, Neighbors: r.nbrs, Iters: res.Iter,
-		Rows: n.cfg.Data.Rows, TotalRows: r.total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: GossipModelNote,
+		Rows: n.cfg.Data.Rows, TotalRows: r.total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: RADMMModelNote,
 		Inexact: inexact, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
 		WallSecs: res.Wall.Seconds(),
-		Privacy: GossipPriv{
+		Privacy: RADMMPriv{
 			Epsilon: finiteOr(fig.Guarantee()), Formula: finiteOr(fig.Epsilon), Ledger: finiteOr(ledger),
 			LedgerEntries: len(res.Ledger), Theorem: fig.Theorem, Conditions: fig.Conditions,
 			ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, SecureNoise: r.secure,
@@ -369,7 +369,7 @@ func finiteOr(v float64) privacy.Epsilon { return privacy.Eps(v) }
 // buildMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.
 func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
-	p, d := n.cfg.Gossip, n.cfg.Data
+	p, d := n.cfg.RADMM, n.cfg.Data
 	var acc privacy.ObjPertNode
 	var jn *JournalNoise
 	algo, err := gossip.ParseAlgo(p.Algo)
@@ -455,7 +455,7 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 
 // journalMembers returns the membership recorded in a journal, checked against a static
 // membership when one is configured.
-func journalMembers(j *GossipJournal, static []peer.ID) ([]peer.ID, error) {
+func journalMembers(j *RADMMJournal, static []peer.ID) ([]peer.ID, error) {
 	ms := make([]peer.ID, len(j.Members))
 	for i, s := range j.Members {
 		id, err := peer.Decode(s)

@@ -33,24 +33,24 @@ func radmmData(t *testing.T) *consensus.Dataset {
 
 var radmmProblem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
 
-func radmmTestConfig(run string, d *consensus.Dataset, p GossipParams) Config {
+func radmmTestConfig(run string, d *consensus.Dataset, p RADMMParams) Config {
 	q := p
 	return Config{
 		Run: run, Data: d, Problem: radmmProblem, Listen: loopback, NoSync: true, AllowSeededNoise: true,
-		Rand: testRand(21), Noise: testNoise(21), Gossip: &q,
+		Rand: testRand(21), Noise: testNoise(21), RADMM: &q,
 	}
 }
 
 // radmmCluster starts n nodes (node 0 the starter waiting for n members) plus the
 // extra configurations, all connected, and returns them with their log buffers.
-func radmmCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
+func radmmCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p RADMMParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
 	t.Helper()
 	return radmmClusterWith(t, ctx, run, sh, p, nil, extra...)
 }
 
 // radmmClusterWith is radmmCluster with mod(i, &config) applied to the configuration
 // of node i (i < len(sh)) before it is created.
-func radmmClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams,
+func radmmClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p RADMMParams,
 	mod func(int, *Config), extra ...Config) ([]*Node, []*syncBuffer, []string) {
 	t.Helper()
 	var cfgs []Config
@@ -83,14 +83,14 @@ func radmmClusterWith(t *testing.T, ctx context.Context, run string, sh []*conse
 	return nodes, logs, dirs
 }
 
-func runRADMMAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncBuffer) []*GossipModel {
+func runRADMMAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncBuffer) []*RADMMModel {
 	t.Helper()
-	models := make([]*GossipModel, len(nodes))
+	models := make([]*RADMMModel, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunRADMM(ctx) }()
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -103,7 +103,7 @@ func runRADMMAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncB
 
 // radmmReference runs the machines of the same run in one goroutine, built from the
 // same seeded sources: shards[i] is the shard of the member with index i.
-func radmmReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, total int) [][]float64 {
+func radmmReference(t *testing.T, shards []*consensus.Dataset, p RADMMParams, total int) [][]float64 {
 	t.Helper()
 	N := len(shards)
 	g, err := graph.Parse(p.Graph, N, p.GraphSeed)
@@ -171,7 +171,7 @@ func radmmReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, t
 }
 
 // byIndex returns the shards ordered by the members' indices in the run.
-func byIndex(t *testing.T, models []*GossipModel, sh []*consensus.Dataset) []*consensus.Dataset {
+func byIndex(t *testing.T, models []*RADMMModel, sh []*consensus.Dataset) []*consensus.Dataset {
 	t.Helper()
 	out := make([]*consensus.Dataset, len(models))
 	for k, m := range models {
@@ -195,16 +195,16 @@ func TestRADMMRunJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 10, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 10, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
 	odd := radmmTestConfig("gjoin", sh[3], p)
-	odd.Gossip.Graph = "complete"
+	odd.RADMM.Graph = "complete"
 	nodes, logs, dirs := radmmCluster(t, ctx, "gjoin", sh, p, odd)
 	if nodes[4].ConfigHash() == nodes[0].ConfigHash() {
 		t.Fatal("a different graph must give a different config hash")
 	}
 	octx, ocancel := context.WithCancel(ctx)
 	oddDone := make(chan error, 1)
-	go func() { _, err := nodes[4].RunGossip(octx); oddDone <- err }()
+	go func() { _, err := nodes[4].RunRADMM(octx); oddDone <- err }()
 	models := runRADMMAll(t, ctx, nodes[:4], logs)
 	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
 		time.Sleep(10 * time.Millisecond)
@@ -230,7 +230,7 @@ func TestRADMMRunJoin(t *testing.T) {
 		want += 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
 	}
 	for k, m := range models {
-		var disk GossipModel
+		var disk RADMMModel
 		b, err := os.ReadFile(filepath.Join(dirs[k], ModelFile))
 		if err != nil {
 			t.Fatal(err)
@@ -268,7 +268,7 @@ func TestRADMMRunConverges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 100, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 20, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 100, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 20, Barrier: 15 * time.Second}
 	nodes, logs, _ := radmmCluster(t, ctx, "gconv", sh, p)
 	models := runRADMMAll(t, ctx, nodes, logs)
 	avg := make([]float64, d.Cols)
@@ -308,26 +308,26 @@ func TestRADMMRunRefuses(t *testing.T) {
 	if _, norm := maxRowNorm(raw); !(norm > 1) {
 		t.Fatalf("test data should have a row of norm > 1, max %v", norm)
 	}
-	p := GossipParams{Algo: "radmm", Iters: 4, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 1}
+	p := RADMMParams{Algo: "radmm", Iters: 4, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 1}
 	c := radmmTestConfig("gbad", raw, p)
 	c.DataDir = t.TempDir()
 	_, err := New(ctx, c)
 	if err == nil || !strings.Contains(err.Error(), "Theorem V.1 needs every row normalised") {
 		t.Fatalf("unnormalised rows: %v, want a refusal", err)
 	}
-	for _, bad := range []func(*GossipParams){
-		func(q *GossipParams) { q.Algo = "walk" },
-		func(q *GossipParams) { q.Iters = 0 },
-		func(q *GossipParams) { q.Alpha = 0 },
-		func(q *GossipParams) { q.Eta = 0 },
-		func(q *GossipParams) { q.PaperC = math.Inf(1) },
-		func(q *GossipParams) { q.Algo, q.EtaGrowth = "radmm", 1.5 }, // R-ADMM needs a constant schedule
+	for _, bad := range []func(*RADMMParams){
+		func(q *RADMMParams) { q.Algo = "walk" },
+		func(q *RADMMParams) { q.Iters = 0 },
+		func(q *RADMMParams) { q.Alpha = 0 },
+		func(q *RADMMParams) { q.Eta = 0 },
+		func(q *RADMMParams) { q.PaperC = math.Inf(1) },
+		func(q *RADMMParams) { q.Algo, q.EtaGrowth = "radmm", 1.5 }, // R-ADMM needs a constant schedule
 	} {
 		c := radmmTestConfig("gbad", radmmData(t), p)
 		c.DataDir = t.TempDir()
-		bad(c.Gossip)
+		bad(c.RADMM)
 		if _, err := New(ctx, c); err == nil {
-			t.Errorf("parameters %+v accepted", *c.Gossip)
+			t.Errorf("parameters %+v accepted", *c.RADMM)
 		}
 	}
 	c = radmmTestConfig("gbad", radmmData(t), p)
@@ -337,7 +337,7 @@ func TestRADMMRunRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nd.Close()
-	if _, err := nd.Run(ctx); err == nil || !strings.Contains(err.Error(), "RunGossip") {
+	if _, err := nd.Run(ctx); err == nil || !strings.Contains(err.Error(), "RunRADMM") {
 		t.Fatalf("Run of a gossip configuration: %v, want a refusal", err)
 	}
 }
@@ -347,20 +347,20 @@ func TestRADMMRunRefuses(t *testing.T) {
 // the neighbour-exchange keys.
 func TestRADMMConfigHash(t *testing.T) {
 	d := radmmData(t)
-	p := GossipParams{Algo: "mradmm", Graph: "ring", GraphSeed: 1, Iters: 10, Alpha: 2, Eta: 1, EtaGrowth: 1.1, EtaMax: 5, Gamma: 0.5, PaperC: 5}
+	p := RADMMParams{Algo: "mradmm", Graph: "ring", GraphSeed: 1, Iters: 10, Alpha: 2, Eta: 1, EtaGrowth: 1.1, EtaMax: 5, Gamma: 0.5, PaperC: 5}
 	base := radmmTestConfig("h", d, p)
 	h0 := base.RunConfig().Hash()
 	for name, mod := range map[string]func(c *Config){
-		"algo":       func(c *Config) { c.Gossip.Algo = "madmm" },
-		"graph":      func(c *Config) { c.Gossip.Graph = "complete" },
-		"graph seed": func(c *Config) { c.Gossip.GraphSeed = 2 },
-		"iters":      func(c *Config) { c.Gossip.Iters = 12 },
-		"alpha":      func(c *Config) { c.Gossip.Alpha = math.Inf(1) },
-		"eta":        func(c *Config) { c.Gossip.Eta = 2 },
-		"eta growth": func(c *Config) { c.Gossip.EtaGrowth = 1.2 },
-		"eta max":    func(c *Config) { c.Gossip.EtaMax = 6 },
-		"gamma":      func(c *Config) { c.Gossip.Gamma = 0.4 },
-		"paper C":    func(c *Config) { c.Gossip.PaperC = 6 },
+		"algo":       func(c *Config) { c.RADMM.Algo = "madmm" },
+		"graph":      func(c *Config) { c.RADMM.Graph = "complete" },
+		"graph seed": func(c *Config) { c.RADMM.GraphSeed = 2 },
+		"iters":      func(c *Config) { c.RADMM.Iters = 12 },
+		"alpha":      func(c *Config) { c.RADMM.Alpha = math.Inf(1) },
+		"eta":        func(c *Config) { c.RADMM.Eta = 2 },
+		"eta growth": func(c *Config) { c.RADMM.EtaGrowth = 1.2 },
+		"eta max":    func(c *Config) { c.RADMM.EtaMax = 6 },
+		"gamma":      func(c *Config) { c.RADMM.Gamma = 0.4 },
+		"paper C":    func(c *Config) { c.RADMM.PaperC = 6 },
 		"l2":         func(c *Config) { c.Problem.Reg.L2 = 0.02 },
 		"loss":       func(c *Config) { c.Problem.Loss = consensus.Squared },
 		"run":        func(c *Config) { c.Run = "h2" },
@@ -372,7 +372,7 @@ func TestRADMMConfigHash(t *testing.T) {
 		}
 	}
 	c := radmmTestConfig("h", d, p)
-	c.Gossip.Barrier, c.Gossip.MaxWait, c.Gossip.OnMissing = time.Second, time.Minute, MissingStale
+	c.RADMM.Barrier, c.RADMM.MaxWait, c.RADMM.OnMissing = time.Second, time.Minute, MissingStale
 	if c.RunConfig().Hash() != h0 {
 		t.Error("local barrier settings changed the config hash")
 	}

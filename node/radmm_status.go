@@ -9,8 +9,8 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipStatus is the neighbour-exchange part of /status (Status.Gossip).
-type GossipStatus struct {
+// RADMMStatus is the neighbour-exchange part of /status (Status.RADMM).
+type RADMMStatus struct {
 	// Algorithm is the announced algorithm (radmm, mradmm, ...).
 	Algorithm string `json:"algo"`
 	// Iter is the last iteration this node computed and released (-1 before the run
@@ -182,13 +182,13 @@ func (v *radmmView) conditions() (bool, string) {
 	return true, ""
 }
 
-// gossipStatus returns the neighbour-exchange part of /status (nil for the walk).
-func (n *Node) gossipStatus() *GossipStatus {
+// radmmStatus returns the neighbour-exchange part of /status (nil for the walk).
+func (n *Node) radmmStatus() *RADMMStatus {
 	v := n.metrics.radmm.Load()
 	if v == nil {
 		return nil
 	}
-	st := &GossipStatus{Algorithm: v.algo, Iter: -1, Iters: v.iters, Neighbors: []int{}, Theorem: privacy.ObjPertTheorem,
+	st := &RADMMStatus{Algorithm: v.algo, Iter: -1, Iters: v.iters, Neighbors: []int{}, Theorem: privacy.ObjPertTheorem,
 		Conditions: privacy.ObjPertConditions}
 	if v.plan != nil {
 		st.Theorem, st.Conditions = v.plan.Theorem, v.plan.Conditions

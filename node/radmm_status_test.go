@@ -63,7 +63,7 @@ func TestRADMMStatusHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	const T = 40
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
 	nodes, logs, _ := radmmClusterWith(t, ctx, "gstat", sh, p, func(i int, c *Config) {
 		if i == 0 {
 			c.HTTP = "127.0.0.1:0"
@@ -74,8 +74,8 @@ func TestRADMMStatusHTTP(t *testing.T) {
 	if err := json.Unmarshal(httpGet(t, base+"/status"), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Gossip != nil {
-		t.Fatalf("gossip status before RunGossip: %+v", st.Gossip)
+	if st.RADMM != nil {
+		t.Fatalf("gossip status before RunRADMM: %+v", st.RADMM)
 	}
 	w, r := p.PaperC*4/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	term := 2 * w * (1.4*0.25/(r+2*p.Eta*2) + p.Alpha) // ring: V = 2
@@ -108,7 +108,7 @@ func TestRADMMStatusHTTP(t *testing.T) {
 				pollErr = err
 				return
 			}
-			g := s.Gossip
+			g := s.RADMM
 			if g == nil || g.Iter < 0 {
 				continue
 			}
@@ -137,7 +137,7 @@ func TestRADMMStatusHTTP(t *testing.T) {
 	if err := json.Unmarshal(httpGet(t, base+"/status"), &st); err != nil {
 		t.Fatal(err)
 	}
-	g := st.Gossip
+	g := st.RADMM
 	if g == nil {
 		t.Fatal("no gossip section in /status")
 	}
@@ -192,10 +192,10 @@ func TestRADMMStatusNoNoise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 4, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 4, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
 	nodes, logs, _ := radmmCluster(t, ctx, "gstat0", sh, p)
 	runRADMMAll(t, ctx, nodes, logs)
-	g := nodes[1].Status().Gossip
+	g := nodes[1].Status().RADMM
 	if g == nil || g.EpsilonSpent.Bounded() || g.ConditionsHold || g.Reason == "" || !g.Done || g.Iter != 4 {
 		t.Fatalf("status without noise: %+v", g)
 	}

@@ -218,7 +218,7 @@ func pureRun(t *testing.T, ms []*gossip.Machine) {
 // and drive it themselves). The Node is closed at the end of the test.
 func exchangeNode(t *testing.T, run, dir string) *Node {
 	t.Helper()
-	c := radmmTestConfig(run, radmmData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c := radmmTestConfig(run, radmmData(t), RADMMParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
 	c.DataDir = dir
 	nd, err := New(context.Background(), c)
 	if err != nil {
@@ -239,7 +239,7 @@ func newExchange(t *testing.T, nd *Node, cfg radmmConfig) (*radmmExchange, error
 	return x, err
 }
 
-// closeExchange stops x and closes its Node (host and store), as the end of RunGossip and
+// closeExchange stops x and closes its Node (host and store), as the end of RunRADMM and
 // Node.Close do.
 func closeExchange(x *radmmExchange) {
 	x.stop()
@@ -355,7 +355,7 @@ func TestExchangeRejects(t *testing.T) {
 	enc := func(f exchangeFrame) []byte { b, _ := encodeExchangeFrame(nil, f); return b }
 	good := exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
-	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
+	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestExchangeRejects(t *testing.T) {
 		t.Errorf("non-member: ack %d", c)
 	}
 	s.Close()
-	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
+	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestExchangeRejects(t *testing.T) {
 	}
 	s.Close()
 
-	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), GossipProtocol("r"))
+	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +424,7 @@ func TestExchangeConfigErrors(t *testing.T) {
 	nd := exchangeNode(t, "r", dir)
 	id := nd.ID()
 	// The run name, data directory and host are the Node's: a Node refuses an empty run.
-	c := radmmTestConfig("", radmmData(t), GossipParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c := radmmTestConfig("", radmmData(t), RADMMParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
 	c.DataDir = t.TempDir()
 	if bad, err := New(context.Background(), c); err == nil {
 		bad.Close()

@@ -206,7 +206,7 @@ func TestRADMMRejoinFromStartFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 8, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 8, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
 	nodes, logs, _ := radmmCluster(t, ctx, "gsf", sh, p)
 	names := make([]string, len(nodes))
 	for i, nd := range nodes {
@@ -219,12 +219,12 @@ func TestRADMMRejoinFromStartFile(t *testing.T) {
 		}
 		nd.startMsg = ctlMsg{}
 	}
-	models := make([]*GossipModel, len(nodes))
+	models := make([]*RADMMModel, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunRADMM(ctx) }()
 	}
 	wg.Wait()
 	for i, err := range errs {
