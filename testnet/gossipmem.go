@@ -31,7 +31,7 @@ type GossipMemConfig struct {
 	// Sync makes ledger and stale-record writes fsync (off by default: testnets).
 	Sync bool
 	// Barrier, MaxWait and OnMissing are the nodes' barrier timeout, the longest wait for a
-	// connected neighbour, and the missing-neighbour policy (see node.GossipConfig).
+	// connected neighbour, and the missing-neighbour policy (see node.RADMMParams).
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
@@ -306,7 +306,7 @@ const gossipTraceNote = "trace_hash is empty: the vectors travel between hosts a
 	"messages counts the vectors released to neighbours (ledger entries times degree)"
 
 // effectiveWaits returns the barrier timeout and maximum wait a node uses for cfg's values
-// (node.GossipConfig's defaults for zeros).
+// (node.RADMMParams' defaults for zeros).
 func effectiveWaits(barrier, maxWait time.Duration) (time.Duration, time.Duration) {
 	if barrier == 0 {
 		barrier = 30 * time.Second

@@ -33,7 +33,7 @@ type GossipProcsConfig struct {
 	Dir  string
 	Sync bool
 	// Barrier, MaxWait (0 = node defaults: 30 s and 10 x Barrier) and OnMissing: see
-	// node.GossipConfig.
+	// node.RADMMParams.
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
