@@ -125,19 +125,22 @@
 //
 // # Neighbour exchange (R-ADMM family)
 //
-// With Config.Gossip set, Node.RunGossip (gossiprun.go) uses the same announce/join/start
+// With Config.RADMM set, Node.RunRADMM (radmm_run.go) uses the same announce/join/start
 // control plane: the announced configuration (and so the config hash) adds the
 // algorithm, graph spec and seed, T, alpha, the penalty schedule, gamma and C. Once the
 // membership is fixed every node builds the same graph from (spec, members, seed), finds
 // its neighbours, weights its objective as testnet.NewGossipSim does (C_i/B_i = C n/M,
-// rho/N = C l2, M the total rows of the start message) and runs a GossipNode
-// (gossip.go: vectors over /dpadmm/<run>/radmm/1, ledger fsynced before each send, a
-// barrier per iteration with the stop|wait|stale policy of docs/radmm-network.md). Noise
+// rho/N = C l2, M the total rows of the start message) and drives its R-ADMM exchange
+// (radmm.go: a gossip.Exchange on the node's own host, store and data directory; vectors
+// over direct streams of /dpadmm/<run>/radmm/1, never GossipSub; journal and ledger
+// fsynced before each send, a barrier per iteration with the stop|wait|stale policy of
+// docs/radmm-network.md). Noise
 // is privacy.NewSecureNoise unless a testnet seed is given. A node refuses data with a row
 // of norm > 1 (Theorem V.1 needs normalised rows). model.json holds the node's own f_i(T)
 // and its own Theorem V.1 figure; the network average and the network figure (the max over
-// members) need the members' files. Gossip state is not checkpointed, so a node does not
-// rejoin a run after a restart.
+// members) need the members' files. A node restarted on its data directory resumes the
+// run from its journal, gossip-journal (radmm_journal.go), and refuses to when the journal
+// does not reproduce its releases bit for bit.
 //
 // # Data directory
 //

@@ -1063,9 +1063,9 @@ type Status struct {
 	// verdict (privacy.WalkPlannedBound, the same decision as model.json and the
 	// simulator's report); nil for R-ADMM.
 	Network *BoundJSON `json:"network_planned,omitempty"`
-	// Gossip is the state of a neighbour-exchange run (RunGossip); nil for the walk. Its
+	// RADMM is the state of a neighbour-exchange run (RunRADMM); nil for the walk. Its
 	// epsilon_spent is then also reported in Epsilon, with its theorem in EpsilonNote.
-	Gossip *GossipStatus `json:"gossip,omitempty"`
+	RADMM *RADMMStatus `json:"gossip,omitempty"`
 	// Join is the state of the wait for the run to start; nil once the membership is fixed.
 	Join *JoinStatus `json:"join,omitempty"`
 }
@@ -1104,8 +1104,8 @@ func (n *Node) Status() Status {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
 	st.Join = n.join.snapshot(st.Peers)
-	if gs := n.gossipStatus(); gs != nil {
-		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
+	if gs := n.radmmStatus(); gs != nil {
+		st.RADMM, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
 	}
 	return st
 }
@@ -1170,7 +1170,7 @@ func resourceManager(run string) (network.ResourceManager, error) {
 	scaling := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&scaling)
 	for _, p := range []protocol.ID{WalkProtocol(run), ReleaseProtocol(run), AliveProtocol(run), FinalProtocol(run),
-		DoneProtocol(run), GossipProtocol(run)} {
+		DoneProtocol(run), RADMMProtocol(run)} {
 		scaling.AddProtocolPeerLimit(p, rcmgr.BaseLimit{Streams: 2 * streamsPerPeer, StreamsInbound: streamsPerPeer,
 			StreamsOutbound: streamsPerPeer, Memory: 16 << 20}, rcmgr.BaseLimitIncrease{})
 	}

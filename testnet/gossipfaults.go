@@ -15,11 +15,12 @@ import (
 
 // GossipFaultConfig configures one run of the R-ADMM fault network (RunGossipFaults): the
 // machines NewGossipSim builds for Options, each wrapped in the gossip.Exchange that
-// node.GossipNode drives, on a deterministic virtual-clock network with a fault schedule.
+// the production node drives (node.Node.RunRADMM), on a deterministic virtual-clock
+// network with a fault schedule.
 //
-// The network models node.GossipNode's transport: one FIFO stream per directed link whose
-// sender retries a frame until it is acknowledged, so frames wait out a partition or a
-// crashed receiver and arrive afterwards; a failed attempt (Loss) is retried after Retry
+// The network models the production node's transport: one FIFO stream per directed link
+// whose sender retries a frame until it is acknowledged, so frames wait out a partition or
+// a crashed receiver and arrive afterwards; a failed attempt (Loss) is retried after Retry
 // ticks; a lost acknowledgement (Dup) makes the sender deliver the same frame once more.
 // A crashed node loses everything but its durable state (journal of releases, ledger,
 // stale uses) and its send queues; restarted, it replays its journal through a fresh
@@ -538,7 +539,7 @@ func (w *GossipFaultNet) crash(i int) {
 	w.dropQueues(i)
 }
 
-// restart rebuilds node i as node.GossipNode does: a fresh machine (same configuration,
+// restart rebuilds node i as a restarted production node does: a fresh machine (same configuration,
 // the noise source seeded again so that the replay reproduces the draws), the journal
 // replayed through a fresh exchange without sending anything, then Resume.
 func (w *GossipFaultNet) restart(i int) {

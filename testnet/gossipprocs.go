@@ -33,7 +33,7 @@ type GossipProcsConfig struct {
 	Dir  string
 	Sync bool
 	// Barrier, MaxWait (0 = node defaults: 30 s and 10 x Barrier) and OnMissing: see
-	// node.GossipConfig.
+	// node.RADMMParams.
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
@@ -52,7 +52,7 @@ type GossipProcsConfig struct {
 // prob. A penalty table (p.EtaTable) is passed as the file etaFile, which the caller
 // writes with WriteEtaFile. Floats are written in their shortest exact form, so the node
 // parses back the same values and its configuration hashes as p does.
-func GossipNodeArgs(p node.GossipParams, prob consensus.Problem, etaFile string) []string {
+func GossipNodeArgs(p node.RADMMParams, prob consensus.Problem, etaFile string) []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	alpha := f(p.Alpha)
 	if math.IsInf(p.Alpha, 1) {
@@ -96,7 +96,7 @@ func WriteEtaFile(path string, table [][]float64) error {
 }
 
 // RunGossipProcs starts one 'dpadmm node --algo ... --static' process per node: the
-// production node (node.New and Node.RunGossip) with a static membership in node-index
+// production node (node.New and Node.RunRADMM) with a static membership in node-index
 // order (static.json, whose config_hash every node checks against its own
 // configuration), the simulator's shard as exact CSV (--scale none), the run's
 // hyperparameters as the node's own flags (GossipNodeArgs) and --seed (f_i(0) and the noise
@@ -156,7 +156,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		return nil, err
 	}
 	// Every node's configuration hashes alike (same dimension, problem and parameters).
-	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, Gossip: &p}).RunConfig().Hash()
+	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, RADMM: &p}).RunConfig().Hash()
 	st := node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}
 	dirs := make([]string, n)
 	for i := range dirs {
@@ -288,7 +288,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 
 // readGossipModel reads model.json of a neighbour-exchange node's data directory; nil
 // when there is none (the node did not complete its run).
-func readGossipModel(dir string) (*node.GossipModel, error) {
+func readGossipModel(dir string) (*node.RADMMModel, error) {
 	b, err := os.ReadFile(filepath.Join(dir, node.ModelFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -296,7 +296,7 @@ func readGossipModel(dir string) (*node.GossipModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m node.GossipModel
+	var m node.RADMMModel
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", node.ModelFile, err)
 	}

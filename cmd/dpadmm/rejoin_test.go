@@ -427,7 +427,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		t.Errorf("node %d did not resume from its journal:\n%s", x, cs[x].stderr)
 	}
 	t.Logf("node %d stopped after %d of %d ledger entries", x, before, iters+1)
-	got := make([]node.GossipModel, 3)
+	got := make([]node.RADMMModel, 3)
 	for i := range got {
 		b, err := os.ReadFile(filepath.Join(dirs[i], node.ModelFile))
 		if err != nil {
@@ -484,7 +484,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var want node.GossipModel
+		var want node.RADMMModel
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatal(err)
 		}

@@ -18,31 +18,31 @@ import (
 	"github.com/dpadmm/dpadmm/gossip"
 )
 
-func sampleGossip(dim int) GossipFrame {
-	f := GossipFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
+func sampleFrame(dim int) exchangeFrame {
+	f := exchangeFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
 	for k := range f.Vec {
 		f.Vec[k] = float64(k)*0.25 - 1
 	}
 	return f
 }
 
-func TestGossipFrameRoundTrip(t *testing.T) {
-	f := sampleGossip(4)
+func TestExchangeFrameRoundTrip(t *testing.T) {
+	f := sampleFrame(4)
 	f.Vec[2] = math.Copysign(0, -1) // bit-exactness includes the sign of zero
-	b, err := EncodeGossip(nil, f)
+	b, err := encodeExchangeFrame(nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != GossipFrameSize("r1", 4) {
-		t.Fatalf("size %d, want %d", len(b), GossipFrameSize("r1", 4))
+	if len(b) != exchangeFrameSize("r1", 4) {
+		t.Fatalf("size %d, want %d", len(b), exchangeFrameSize("r1", 4))
 	}
 	// Layout: version, iter, from, dim, runlen, run, vector (little-endian).
-	if b[0] != GossipWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
+	if b[0] != exchangeWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
 		binary.LittleEndian.Uint32(b[13:]) != 4 || b[17] != 2 || string(b[18:20]) != "r1" ||
 		binary.LittleEndian.Uint64(b[20+16:]) != math.Float64bits(math.Copysign(0, -1)) {
 		t.Fatalf("unexpected layout % x", b)
 	}
-	got, err := DecodeGossip(b)
+	got, err := decodeExchangeFrame(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +56,8 @@ func TestGossipFrameRoundTrip(t *testing.T) {
 	}
 }
 
-func TestGossipDecodeErrors(t *testing.T) {
-	good, _ := EncodeGossip(nil, sampleGossip(3))
+func TestExchangeFrameDecodeErrors(t *testing.T) {
+	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
 	huge := append([]byte(nil), good...)
 	binary.LittleEndian.PutUint32(huge[13:], MaxDim+1)
 	longRun := append([]byte(nil), good...)
@@ -69,25 +69,25 @@ func TestGossipDecodeErrors(t *testing.T) {
 	}{
 		{"empty", nil, ErrMalformed},
 		{"version", append([]byte{9}, good[1:]...), ErrVersion},
-		{"short header", good[:gossipHeader-1], ErrMalformed},
+		{"short header", good[:exchangeHeader-1], ErrMalformed},
 		{"truncated", good[:len(good)-1], ErrMalformed},
 		{"trailing", append(append([]byte(nil), good...), 0), ErrMalformed},
 		{"huge dim", huge, ErrMalformed},
 		{"long run", longRun, ErrMalformed},
 	} {
-		if _, err := DecodeGossip(c.b); !errors.Is(err, c.want) {
+		if _, err := decodeExchangeFrame(c.b); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
 		}
 	}
-	if _, err := EncodeGossip(nil, GossipFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
+	if _, err := encodeExchangeFrame(nil, exchangeFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
 		t.Error("over-long run name encoded")
 	}
 }
 
-func TestGossipValidator(t *testing.T) {
-	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
-	ok := sampleGossip(3)
-	mod := func(f func(*GossipFrame)) GossipFrame {
+func TestExchangeValidator(t *testing.T) {
+	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
+	ok := sampleFrame(3)
+	mod := func(f func(*exchangeFrame)) exchangeFrame {
 		g := ok
 		g.Vec = append([]float64(nil), ok.Vec...)
 		f(&g)
@@ -95,21 +95,21 @@ func TestGossipValidator(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		f      GossipFrame
+		f      exchangeFrame
 		sender int
 		want   Verdict
 		reason string
 	}{
 		{"ok", ok, 1, Accept, ""},
 		{"non-member", ok, -1, Reject, "not a member"},
-		{"forged sender", mod(func(g *GossipFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
-		{"not a neighbour", mod(func(g *GossipFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
-		{"out of range", mod(func(g *GossipFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
-		{"run", mod(func(g *GossipFrame) { g.Run = "r2" }), 1, Reject, "run"},
-		{"dim", mod(func(g *GossipFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
-		{"beyond T", mod(func(g *GossipFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
-		{"nan", mod(func(g *GossipFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
-		{"inf", mod(func(g *GossipFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
+		{"forged sender", mod(func(g *exchangeFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
+		{"not a neighbour", mod(func(g *exchangeFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
+		{"out of range", mod(func(g *exchangeFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
+		{"run", mod(func(g *exchangeFrame) { g.Run = "r2" }), 1, Reject, "run"},
+		{"dim", mod(func(g *exchangeFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
+		{"beyond T", mod(func(g *exchangeFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
+		{"nan", mod(func(g *exchangeFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
+		{"inf", mod(func(g *exchangeFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
 	} {
 		got, reason := v.Check(c.f, c.sender)
 		if got != c.want || !strings.Contains(reason, c.reason) {
@@ -133,14 +133,14 @@ func TestParseMissingPolicy(t *testing.T) {
 	}
 }
 
-func FuzzDecodeGossip(f *testing.F) {
-	good, _ := EncodeGossip(nil, sampleGossip(3))
+func FuzzDecodeExchangeFrame(f *testing.F) {
+	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
 	f.Add(good)
 	f.Add([]byte{})
-	f.Add(good[:gossipHeader])
-	v := GossipValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
+	f.Add(good[:exchangeHeader])
+	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g, err := DecodeGossip(b)
+		g, err := decodeExchangeFrame(b)
 		if err != nil {
 			return
 		}
@@ -152,7 +152,7 @@ func FuzzDecodeGossip(f *testing.F) {
 				}
 			}
 		}
-		re, err := EncodeGossip(nil, g)
+		re, err := encodeExchangeFrame(nil, g)
 		if err != nil {
 			t.Fatalf("decoded frame does not re-encode: %v", err)
 		}
@@ -213,64 +213,92 @@ func pureRun(t *testing.T, ms []*gossip.Machine) {
 	}
 }
 
-// gossipNet creates one GossipNode per machine on loopback and fills the peerstores.
-// Each mod may change node i's configuration before the node is created.
-func gossipNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *GossipConfig)) []*GossipNode {
+// exchangeNode starts a Node of run on loopback with data directory dir: a static R-ADMM
+// configuration that the tests never run (they build its exchange with newRADMMExchange
+// and drive it themselves). The Node is closed at the end of the test.
+func exchangeNode(t *testing.T, run, dir string) *Node {
+	t.Helper()
+	c := radmmTestConfig(run, radmmData(t), RADMMParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c.DataDir = dir
+	nd, err := New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nd.Close() })
+	return nd
+}
+
+// newExchange builds nd's exchange for cfg; a built exchange is stopped at the end of
+// the test (before its Node is closed).
+func newExchange(t *testing.T, nd *Node, cfg radmmConfig) (*radmmExchange, error) {
+	t.Helper()
+	x, err := nd.newRADMMExchange(cfg)
+	if err == nil {
+		t.Cleanup(x.stop)
+	}
+	return x, err
+}
+
+// closeExchange stops x and closes its Node (host and store), as the end of RunRADMM and
+// Node.Close do.
+func closeExchange(x *radmmExchange) {
+	x.stop()
+	x.n.Close()
+}
+
+// exchangeNet creates one Node per machine on loopback, builds its R-ADMM exchange and
+// fills the peerstores. Each mod may change node i's exchange configuration before the
+// exchange is built.
+func exchangeNet(t *testing.T, ms []*gossip.Machine, nbrs [][]int, iters int, barrier time.Duration, pol MissingPolicy, mods ...func(i int, c *radmmConfig)) []*radmmExchange {
 	t.Helper()
 	n := len(ms)
+	nds := make([]*Node, n)
 	ids := make([]peer.ID, n)
-	dirs := make([]string, n)
-	for i := range ids {
-		dirs[i] = t.TempDir()
-		id, err := DataDirPeerID(dirs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
+	for i := range nds {
+		nds[i] = exchangeNode(t, "r", t.TempDir())
+		ids[i] = nds[i].ID()
 	}
-	nodes := make([]*GossipNode, n)
-	for i := range nodes {
-		c := GossipConfig{Run: "r", DataDir: dirs[i], NoSync: true, Members: ids, Self: i,
-			Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol}
+	xs := make([]*radmmExchange, n)
+	for i := range xs {
+		c := radmmConfig{Members: ids, Self: i, Neighbors: nbrs[i], Machine: ms[i], Iters: iters, Barrier: barrier, OnMissing: pol}
 		for _, mod := range mods {
 			mod(i, &c)
 		}
-		g, err := NewGossipNode(context.Background(), c)
+		x, err := newExchange(t, nds[i], c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes[i] = g
-		t.Cleanup(func() { g.Close() })
+		xs[i] = x
 	}
-	for _, a := range nodes {
-		for _, b := range nodes {
+	for _, a := range nds {
+		for _, b := range nds {
 			if a != b {
 				a.Host.Peerstore().AddAddrs(b.ID(), b.Host.Addrs(), time.Hour)
 			}
 		}
 	}
-	return nodes
+	return xs
 }
 
-// TestGossipNodeRun: three nodes on a path 0-1-2 over real streams end with the models of
+// TestExchangeRun: three nodes on a path 0-1-2 over real streams end with the models of
 // the same machines driven in one goroutine, bit for bit, and one ledger entry per
 // iteration 0..T on disk.
-func TestGossipNodeRun(t *testing.T) {
+func TestExchangeRun(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	const T = 6
 	ref := testMachines(t, nbrs, T)
 	pureRun(t, ref)
-	nodes := gossipNet(t, testMachines(t, nbrs, T), nbrs, T, 20*time.Second, MissingStop)
+	nodes := exchangeNet(t, testMachines(t, nbrs, T), nbrs, T, 20*time.Second, MissingStop)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	type out struct {
-		r   *GossipResult
+		r   *exchangeResult
 		err error
 	}
 	ch := make([]chan out, len(nodes))
 	for i, g := range nodes {
 		ch[i] = make(chan out, 1)
-		go func() { r, err := g.Run(ctx); ch[i] <- out{r, err} }()
+		go func() { r, err := g.run(ctx); ch[i] <- out{r, err} }()
 	}
 	for i := range nodes {
 		o := <-ch[i]
@@ -285,7 +313,7 @@ func TestGossipNodeRun(t *testing.T) {
 				t.Fatalf("node %d: model %v, reference %v", i, o.r.Model, ref[i].ModelView())
 			}
 		}
-		es, err := nodes[i].Store().Ledger()
+		es, err := nodes[i].n.Store().Ledger()
 		if err != nil || len(es) != T+1 {
 			t.Fatalf("node %d: %d entries on disk (%v)", i, len(es), err)
 		}
@@ -297,21 +325,20 @@ func TestGossipNodeRun(t *testing.T) {
 	}
 }
 
-// TestGossipNodeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
+// TestExchangeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
 // non-member, from the member that is not its neighbour, and malformed, foreign, forged,
 // non-finite or oversized frames from its neighbour; it accepts a valid frame.
-func TestGossipNodeRejects(t *testing.T) {
+func TestExchangeRejects(t *testing.T) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
-	nodes := gossipNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
-	met := newMetrics()
-	met.enableGossip()
-	nodes[0].met = met
+	nodes := exchangeNet(t, testMachines(t, nbrs, 4), nbrs, 4, 20*time.Second, MissingStop)
+	met := nodes[0].n.metrics
+	met.enableRADMM()
 	rogue, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rogue.Close()
-	rogue.Peerstore().AddAddrs(nodes[0].ID(), nodes[0].Host.Addrs(), time.Hour)
+	rogue.Peerstore().AddAddrs(nodes[0].n.ID(), nodes[0].n.Host.Addrs(), time.Hour)
 	ctx := context.Background()
 	send := func(s network.Stream, raw []byte) byte {
 		t.Helper()
@@ -325,10 +352,10 @@ func TestGossipNodeRejects(t *testing.T) {
 		}
 		return ack[0]
 	}
-	enc := func(f GossipFrame) []byte { b, _ := EncodeGossip(nil, f); return b }
-	good := GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
+	enc := func(f exchangeFrame) []byte { b, _ := encodeExchangeFrame(nil, f); return b }
+	good := exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
-	s, err := rogue.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +363,7 @@ func TestGossipNodeRejects(t *testing.T) {
 		t.Errorf("non-member: ack %d", c)
 	}
 	s.Close()
-	s, err = nodes[2].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,18 +374,18 @@ func TestGossipNodeRejects(t *testing.T) {
 	}
 	s.Close()
 
-	s, err = nodes[1].Host.NewStream(ctx, nodes[0].ID(), GossipProtocol("r"))
+	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, raw := range map[string][]byte{
-		"malformed": {GossipWireVersion, 1, 2},
+		"malformed": {exchangeWireVersion, 1, 2},
 		"version":   append([]byte{2}, enc(good)[1:]...),
-		"run":       enc(GossipFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
-		"forged":    enc(GossipFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
-		"dim":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
-		"nan":       enc(GossipFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
-		"beyond T":  enc(GossipFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
+		"run":       enc(exchangeFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
+		"forged":    enc(exchangeFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
+		"dim":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
+		"nan":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
+		"beyond T":  enc(exchangeFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
 	} {
 		if c := send(s, raw); c != AckReject {
 			t.Errorf("%s: ack %d", name, c)
@@ -373,7 +400,7 @@ func TestGossipNodeRejects(t *testing.T) {
 	// An oversized frame is refused from its length prefix and the stream is reset.
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(GossipFrameSize("r", 3)+1))
+	binary.LittleEndian.PutUint32(hdr[:], uint32(exchangeFrameSize("r", 3)+1))
 	s.Write(hdr[:])
 	var ack [1]byte
 	if _, err := s.Read(ack[:]); err != nil || ack[0] != AckReject {
@@ -390,56 +417,57 @@ func TestGossipNodeRejects(t *testing.T) {
 	}
 }
 
-func TestGossipConfigErrors(t *testing.T) {
+func TestExchangeConfigErrors(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms := testMachines(t, nbrs, 2)
 	dir := t.TempDir()
-	id, err := DataDirPeerID(dir)
-	if err != nil {
-		t.Fatal(err)
+	nd := exchangeNode(t, "r", dir)
+	id := nd.ID()
+	// The run name, data directory and host are the Node's: a Node refuses an empty run.
+	c := radmmTestConfig("", radmmData(t), RADMMParams{Algo: "radmm", Iters: 1, Alpha: math.Inf(1), Eta: 1, PaperC: 1})
+	c.DataDir = t.TempDir()
+	if bad, err := New(context.Background(), c); err == nil {
+		bad.Close()
+		t.Error("no run: accepted")
 	}
-	base := GossipConfig{Run: "r", DataDir: dir, Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 2}
-	for name, c := range map[string]func(*GossipConfig){
-		"no run":       func(c *GossipConfig) { c.Run = "" },
-		"no machine":   func(c *GossipConfig) { c.Machine = nil },
-		"self":         func(c *GossipConfig) { c.Self = 2 },
-		"degree":       func(c *GossipConfig) { c.Neighbors = nil },
-		"self nbr":     func(c *GossipConfig) { c.Neighbors = []int{0} },
-		"barrier":      func(c *GossipConfig) { c.Barrier = -time.Second },
-		"max wait":     func(c *GossipConfig) { c.Barrier, c.MaxWait = time.Second, time.Millisecond },
-		"policy":       func(c *GossipConfig) { c.OnMissing = 7 },
-		"dup member":   func(c *GossipConfig) { c.Members = []peer.ID{id, id} },
-		"wrong member": func(c *GossipConfig) { c.Members = []peer.ID{"x", id} },
+	base := radmmConfig{Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 2}
+	for name, c := range map[string]func(*radmmConfig){
+		"no machine":   func(c *radmmConfig) { c.Machine = nil },
+		"self":         func(c *radmmConfig) { c.Self = 2 },
+		"degree":       func(c *radmmConfig) { c.Neighbors = nil },
+		"self nbr":     func(c *radmmConfig) { c.Neighbors = []int{0} },
+		"barrier":      func(c *radmmConfig) { c.Barrier = -time.Second },
+		"max wait":     func(c *radmmConfig) { c.Barrier, c.MaxWait = time.Second, time.Millisecond },
+		"policy":       func(c *radmmConfig) { c.OnMissing = 7 },
+		"dup member":   func(c *radmmConfig) { c.Members = []peer.ID{id, id} },
+		"wrong member": func(c *radmmConfig) { c.Members = []peer.ID{"x", id} },
 	} {
 		c2 := base
 		c(&c2)
-		g, err := NewGossipNode(context.Background(), c2)
+		x, err := nd.newRADMMExchange(c2)
 		if err == nil {
-			g.Close()
+			x.stop()
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	g, err := NewGossipNode(context.Background(), base)
+	x, err := nd.newRADMMExchange(base)
 	if err != nil {
 		t.Fatalf("valid config refused: %v", err)
 	}
-	g.Close()
+	x.stop()
 	// A data directory whose ledger holds entries of the run cannot join it again.
-	st, err := OpenStore(dir)
-	if err != nil {
+	if err := nd.Store().AppendLedger(ms[0].Ready().Ledger); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.AppendLedger(ms[0].Ready().Ledger); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	if _, err := NewGossipNode(context.Background(), base); !errors.Is(err, ErrRejoin) {
+	if _, err := nd.newRADMMExchange(base); !errors.Is(err, ErrRejoin) {
 		t.Fatalf("rejoin: %v", err)
 	}
-	base.Run = "r2"
-	g, err = NewGossipNode(context.Background(), base)
+	// The same data directory takes part in another run.
+	nd.Close()
+	nd2 := exchangeNode(t, "r2", dir)
+	x, err = nd2.newRADMMExchange(base)
 	if err != nil {
 		t.Fatalf("another run refused: %v", err)
 	}
-	g.Close()
+	x.stop()
 }
