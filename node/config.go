@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -418,8 +419,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: the allow-list is for run %q, not %q", c.Allow.Run, c.Run)
 	}
 	switch {
-	case c.Run == "" || len(c.Run) > MaxRunName:
-		return fmt.Errorf("node: run name must have 1..%d bytes", MaxRunName)
+	case c.Run == "" || len(c.Run) > wire.MaxRunName:
+		return fmt.Errorf("node: run name must have 1..%d bytes", wire.MaxRunName)
 	case c.DataDir == "":
 		return errors.New("node: a data directory is required")
 	case c.Data == nil || c.Data.Rows < 1 || c.Data.Cols < 1:
@@ -444,8 +445,8 @@ func (c *Config) Validate() error {
 		return errors.New("node: wait-members must be >= 0")
 	case c.HeartbeatMisses < 0:
 		return errors.New("node: heartbeat misses must be >= 0")
-	case c.Depth < 0 || c.Depth > MaxDepth:
-		return fmt.Errorf("node: custody depth must be in 1..%d", MaxDepth)
+	case c.Depth < 0 || c.Depth > wire.MaxDepth:
+		return fmt.Errorf("node: custody depth must be in 1..%d", wire.MaxDepth)
 	case c.FallbackTimeout > 0 && c.FallbackTimeout <= c.AckTimeout:
 		return fmt.Errorf("node: fallback timeout %v must exceed the ack timeout %v (0 = derived, negative = off)", c.FallbackTimeout, c.AckTimeout)
 	case c.Delta < 0 || c.Delta >= 1:

@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -36,7 +37,7 @@ const MaxEpoch = walk.MaxEpoch
 
 type relMsg struct {
 	from peer.ID
-	r    Release
+	r    wire.Release
 }
 
 func markOf(t walk.Token) Mark { return Mark{Epoch: t.Epoch, Hop: t.Hop, Digest: walk.TokenDigest(t)} }
@@ -63,7 +64,7 @@ func cmpU(a, b uint64) int {
 
 // rawID returns the (epoch, hop) of an encoded token written by this node.
 func rawID(raw []byte) (uint64, uint64) {
-	if len(raw) < tokenHeader {
+	if len(raw) < wire.TokenHeader {
 		return 0, 0
 	}
 	return binary.LittleEndian.Uint64(raw[9:]), binary.LittleEndian.Uint64(raw[17:])
@@ -143,7 +144,7 @@ func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 			return c.raw
 		}
 	}
-	body, err := EncodeToken(nil, t)
+	body, err := wire.EncodeToken(nil, t)
 	if err != nil {
 		return nil // cannot happen: the machine's tokens are of the run's shape
 	}
@@ -226,7 +227,7 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 		s.Recent = append(s.Recent, walk.CustodyMark(m))
 	}
 	for _, b := range ck.Backups {
-		tok, err := DecodeToken(b.Token)
+		tok, err := wire.DecodeToken(b.Token)
 		if err != nil || tok.Epoch > MaxEpoch {
 			continue
 		}
@@ -244,7 +245,7 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 	if lim := walk.MaxBackups(n.cfg.Depth); len(s.Backups) > lim {
 		s.Backups = s.Backups[len(s.Backups)-lim:]
 	}
-	if tok, err := DecodeToken(ck.Out); err == nil && tok.Epoch <= MaxEpoch {
+	if tok, err := wire.DecodeToken(ck.Out); err == nil && tok.Epoch <= MaxEpoch {
 		s.Last, s.LastEvidence = &tok, heldEvidence(ck.Out)
 		n.keepRaw(tok, s.LastEvidence, ck.Out)
 		// A checkpoint of the first format keeps its token in custody in Out alone, until
@@ -261,13 +262,13 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 // it from, or from which it received the token it handed to itself), none for the
 // origin's token.
 func (n *Node) heldOf(raw []byte) (*walk.CustodyHeld, error) {
-	tok, err := DecodeToken(raw)
+	tok, err := wire.DecodeToken(raw)
 	if err != nil {
 		return nil, err
 	}
 	h := &walk.CustodyHeld{Token: tok, Evidence: heldEvidence(raw), Pred: -1}
-	if c, err := parseCert(h.Evidence, false); err == nil && c.ev.Present && c.ev.Signer != n.index && c.ev.Signer < len(n.members) {
-		h.Pred, h.PredEpoch, h.PredHop = c.ev.Signer, c.ev.Epoch, c.ev.Hop
+	if c, err := wire.ParseCert(h.Evidence, false); err == nil && c.Ev.Present && c.Ev.Signer != n.index && c.Ev.Signer < len(n.members) {
+		h.Pred, h.PredEpoch, h.PredHop = c.Ev.Signer, c.Ev.Epoch, c.Ev.Hop
 	}
 	return h, nil
 }
@@ -410,7 +411,7 @@ func (n *Node) applyReady(ctx context.Context, rd walk.CustodyReady, in *Custody
 		case walk.CustodyToken:
 			n.startSend(ctx, m)
 		case walk.CustodyRelease:
-			n.sendRelease(ctx, n.members[m.To], Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
+			n.sendRelease(ctx, n.members[m.To], wire.Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
 		}
 	}
 	if f := rd.Final; f != nil {
@@ -494,7 +495,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			if f == nil {
 				f = &Mark{}
 			}
-			n.log.Info().Str("verdict", Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			n.log.Info().Str("verdict", wire.Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.cust.Epoch()).
 				Msg("hand-off fenced: not above the highest token accepted or released here")
 		case walk.CustodyDuplicate:
@@ -682,7 +683,7 @@ const releaseBatch = 2 * time.Millisecond
 // mu guards pending and running. The one goroutine that runs (running) owns s.
 type relStream struct {
 	mu      sync.Mutex
-	pending []Release
+	pending []wire.Release
 	running bool
 	s       network.Stream
 }
@@ -690,7 +691,7 @@ type relStream struct {
 // add queues r, merging it with a queued release of the same backup: a retirement
 // replaces any release, a release is dropped after a retirement, and the higher
 // distance is kept.
-func (rs *relStream) add(r Release) {
+func (rs *relStream) add(r wire.Release) {
 	for i := range rs.pending {
 		q := &rs.pending[i]
 		if q.Epoch != r.Epoch || q.Hop != r.Hop {
@@ -714,7 +715,7 @@ func (rs *relStream) add(r Release) {
 // one frame and one ack byte each; a stream that fails (a peer restarted, or one that
 // closes the stream after one frame) is replaced once. A release delivered twice is
 // ignored by its receiver (its distance is not above the backup's).
-func (n *Node) sendRelease(ctx context.Context, p peer.ID, r Release) {
+func (n *Node) sendRelease(ctx context.Context, p peer.ID, r wire.Release) {
 	if p == n.ID() || n.isDown(p) {
 		return
 	}
@@ -753,8 +754,8 @@ func (n *Node) sendRelease(ctx context.Context, p peer.ID, r Release) {
 // acked before a failure are done; the others go again on a new stream, as long as each
 // attempt gets at least one of them through (a receiver that closes the stream after one
 // frame thus gets one per stream).
-func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []Release) {
-	buf := make([]byte, 0, len(batch)*(4+ReleaseSize))
+func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []wire.Release) {
+	buf := make([]byte, 0, len(batch)*(4+wire.ReleaseSize))
 	acks := make([]byte, len(batch))
 	for fails := 0; len(batch) > 0 && fails < 2; {
 		if rs.s == nil {
@@ -769,8 +770,8 @@ func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batc
 		}
 		buf = buf[:0]
 		for _, r := range batch {
-			buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
-			buf = append(buf, EncodeRelease(r)...)
+			buf = binary.LittleEndian.AppendUint32(buf, wire.ReleaseSize)
+			buf = append(buf, wire.EncodeRelease(r)...)
 		}
 		rs.s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
 		_, err := rs.s.Write(buf)
@@ -811,16 +812,16 @@ func (n *Node) handleRelease(s network.Stream) {
 		s.Reset()
 		return
 	}
-	br := bufio.NewReaderSize(s, 16*(4+ReleaseSize))
+	br := bufio.NewReaderSize(s, 16*(4+wire.ReleaseSize))
 	unacked := 0
 	for {
-		b, err := ReadFrame(br, ReleaseSize)
-		var r Release
+		b, err := wire.ReadFrame(br, wire.ReleaseSize)
+		var r wire.Release
 		if err == nil {
-			r, err = DecodeRelease(b)
+			r, err = wire.DecodeRelease(b)
 		}
 		if err != nil {
-			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+			if errors.Is(err, wire.ErrTooLarge) || errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrVersion) {
 				n.reject(lg, "release", err.Error())
 				s.Reset()
 			}

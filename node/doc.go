@@ -34,7 +34,7 @@
 //
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
 // before any allocation when larger than the encoded size of a token of the run's
-// dimension, then the token (see EncodeToken). The receiver answers one byte per frame,
+// dimension, then the token (see wire.EncodeToken). The receiver answers one byte per frame,
 // its custody machine's answer: AckOK after it has appended the token to
 // <datadir>/inbox.log and fsynced it, AckDuplicate for a retransmission of one of the last
 // 16 tokens it accepted, AckStale for a token not above its fence or one whose evidence
@@ -72,7 +72,7 @@
 //     resume.
 //   - Backups: each release is kept in the checkpoint (Checkpoint.Backups, written before
 //     the send) with its recipient and predecessor, until the token is Depth (default 8)
-//     acked hand-offs further on. When a hand-off is acked the sender sends a Release
+//     acked hand-offs further on. When a hand-off is acked the sender sends a wire.Release
 //     {Dist: 2} to its own predecessor on /dpadmm/<run>/release/1 (a 22-byte frame:
 //     version, flags, epoch, hop, distance; acked with one byte); each node passes the
 //     wave back with Dist+1 and drops a backup whose distance reaches Depth. Releases to
@@ -95,7 +95,7 @@
 //     ordered by (epoch, hop, walk.TokenDigest), and the highest epoch it accepted or
 //     created (Checkpoint.Fence, MaxEpoch). A retransmission of one of the last 16 tokens
 //     it accepted is answered AckDuplicate; any other token not above both is refused with
-//     AckStale. The sender of a refused token drops its backup and sends Release{Retire}
+//     AckStale. The sender of a refused token drops its backup and sends wire.Release{Retire}
 //     back along its chain. Two copies of one epoch thus merge where they meet: the
 //     higher hop goes on, then the higher digest; a higher epoch beats any hop.
 //   - Epoch bounds: a token or final model whose epoch exceeds MaxEpoch or lies more than

@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -231,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
-	n.limit = TokenSize(cfg.Run, cfg.Data.Cols) + MaxCert
+	n.limit = wire.TokenSize(cfg.Run, cfg.Data.Cols) + wire.MaxCert
 	n.closers = append(n.closers, h.Close, st.Close)
 	if err := n.startServices(ctx); err != nil {
 		n.Close()
@@ -744,14 +745,14 @@ func (n *Node) handleWalk(s network.Stream) {
 		// hand-off), and a frame must arrive whole within it: a peer cannot hold a stream
 		// and its reader forever.
 		s.SetReadDeadline(time.Now().Add(StreamIdle))
-		b, err := ReadFrame(s, n.limit)
+		b, err := wire.ReadFrame(s, n.limit)
 		if err != nil {
 			switch {
-			case errors.Is(err, ErrTooLarge):
+			case errors.Is(err, wire.ErrTooLarge):
 				n.reject(lg, "oversized", err.Error())
 				s.Write([]byte{AckReject})
 				s.Reset()
-			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, errPartialFrame)):
+			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, wire.ErrPartialFrame)):
 				n.reject(lg, "truncated", "the stream ended inside a frame")
 			}
 			return
@@ -781,10 +782,10 @@ func (n *Node) reject(lg zerolog.Logger, kind, reason string) {
 // receive decodes and validates one frame and, if it passes, hands it to the loop which
 // stores it durably before the ack is returned.
 func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan struct{}) {
-	tok, err := DecodeToken(b)
+	tok, err := wire.DecodeToken(b)
 	if err != nil {
 		kind := "malformed"
-		if errors.Is(err, ErrVersion) {
+		if errors.Is(err, wire.ErrVersion) {
 			kind = "version"
 		}
 		n.reject(lg, kind, err.Error())
@@ -800,8 +801,8 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "non-member", "sender is not a member of the run")
 		return AckReject, nil
 	}
-	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
-	if vd, reason := v.Check(tok, 0, 0, false); vd != Accept {
+	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
+	if vd, reason := v.Check(tok, 0, 0, false); vd != wire.Accept {
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
 	}
@@ -995,7 +996,7 @@ func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error)
 	if n.sendHook != nil {
 		n.sendHook(p, raw)
 	}
-	if err = WriteFrame(s, frame); err == nil {
+	if err = wire.WriteFrame(s, frame); err == nil {
 		_, err = s.Read(ack[:])
 	}
 	if err != nil {
@@ -1155,8 +1156,7 @@ func (n *Node) finishedModel() (*Model, error) {
 // closes it.
 const StreamIdle = 10 * time.Minute
 
-// errPartialFrame marks a frame whose read stopped after its header.
-var errPartialFrame = errors.New("node: partial frame")
+// wire.ErrPartialFrame marks a frame whose read stopped after its header.
 
 // Per-peer limits of the resource manager on the run's protocols: a member keeps one
 // long-lived stream per protocol and opens a few short ones (heartbeats, final pushes), so

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -196,7 +197,7 @@ type exchangeResult struct {
 }
 
 type exchangeIn struct {
-	f      exchangeFrame
+	f      wire.ExchangeFrame
 	sender int
 }
 
@@ -221,7 +222,7 @@ type radmmExchange struct {
 	log       zerolog.Logger
 	stale     *os.File
 	index     map[peer.ID]int
-	validator exchangeValidator
+	validator wire.ExchangeValidator
 	limit     int
 	dim       int
 	in        chan exchangeIn
@@ -284,8 +285,8 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 		return nil, err
 	}
 	x.dim = len(cfg.Machine.ModelView())
-	x.validator = exchangeValidator{Run: n.cfg.Run, Dim: x.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
-	x.limit = exchangeFrameSize(n.cfg.Run, x.dim)
+	x.validator = wire.ExchangeValidator{Run: n.cfg.Run, Dim: x.dim, Iters: uint64(cfg.Iters), Neighbors: nb}
+	x.limit = wire.ExchangeFrameSize(n.cfg.Run, x.dim)
 	for _, j := range cfg.Neighbors {
 		// Room for every release plus the re-sends after reconnections.
 		x.peers = append(x.peers, &exchangePeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
@@ -386,22 +387,22 @@ func (x *radmmExchange) handle(s network.Stream) {
 	}
 	lg := x.log.With().Int("from", sender).Logger()
 	for {
-		b, err := ReadFrame(s, x.limit)
+		b, err := wire.ReadFrame(s, x.limit)
 		if err != nil {
-			if errors.Is(err, ErrTooLarge) {
+			if errors.Is(err, wire.ErrTooLarge) {
 				x.reject(lg, "oversized", err.Error())
 				// The stream is out of sync: answer, then close it (Close flushes the ack).
 				s.Write([]byte{AckReject})
 			}
 			return
 		}
-		f, err := decodeExchangeFrame(b)
+		f, err := wire.DecodeExchangeFrame(b)
 		label := "malformed"
-		if errors.Is(err, ErrVersion) {
+		if errors.Is(err, wire.ErrVersion) {
 			label = "version"
 		}
 		if err == nil {
-			if vd, reason, l := x.validator.check(f, sender); vd != Accept {
+			if vd, reason, l := x.validator.CheckLabeled(f, sender); vd != wire.Accept {
 				err, label = errors.New(reason), l
 			}
 		}
@@ -685,7 +686,7 @@ func (x *radmmExchange) apply(rd gossip.ExchangeReady, res *exchangeResult) (int
 		raw, ok := enc[msg.Iter]
 		if !ok {
 			var err error
-			if raw, err = encodeExchangeFrame(nil, exchangeFrame{Run: x.n.cfg.Run, Iter: uint64(msg.Iter), From: uint32(x.cfg.Self), Vec: msg.Vec}); err != nil {
+			if raw, err = wire.EncodeExchangeFrame(nil, wire.ExchangeFrame{Run: x.n.cfg.Run, Iter: uint64(msg.Iter), From: uint32(x.cfg.Self), Vec: msg.Vec}); err != nil {
 				return 0, err
 			}
 			enc[msg.Iter] = raw
@@ -871,7 +872,7 @@ func (x *radmmExchange) sendOne(ctx context.Context, p *exchangePeer, raw []byte
 	}
 	p.s.SetDeadline(time.Now().Add(x.cfg.Barrier))
 	var ack [1]byte
-	err := WriteFrame(p.s, raw)
+	err := wire.WriteFrame(p.s, raw)
 	if err == nil {
 		_, err = p.s.Read(ack[:])
 	}

@@ -3,6 +3,8 @@ package node
 import (
 	"fmt"
 	"testing"
+
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
 // BenchmarkExchangeCodec: encode, then decode and validate, one frame of dimension p.
@@ -10,20 +12,20 @@ func BenchmarkExchangeCodec(b *testing.B) {
 	for _, p := range []int{64, 1000} {
 		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
 			f := sampleFrame(p)
-			v := exchangeValidator{Run: f.Run, Dim: p, Iters: 100, Neighbors: []bool{false, true}}
-			buf := make([]byte, 0, exchangeFrameSize(f.Run, p))
-			b.SetBytes(int64(exchangeFrameSize(f.Run, p)))
+			v := wire.ExchangeValidator{Run: f.Run, Dim: p, Iters: 100, Neighbors: []bool{false, true}}
+			buf := make([]byte, 0, wire.ExchangeFrameSize(f.Run, p))
+			b.SetBytes(int64(wire.ExchangeFrameSize(f.Run, p)))
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				raw, err := encodeExchangeFrame(buf[:0], f)
+				raw, err := wire.EncodeExchangeFrame(buf[:0], f)
 				if err != nil {
 					b.Fatal(err)
 				}
-				g, err := decodeExchangeFrame(raw)
+				g, err := wire.DecodeExchangeFrame(raw)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if vd, reason := v.Check(g, 1); vd != Accept {
+				if vd, reason := v.Check(g, 1); vd != wire.Accept {
 					b.Fatal(reason)
 				}
 			}

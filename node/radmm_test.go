@@ -16,10 +16,11 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
-func sampleFrame(dim int) exchangeFrame {
-	f := exchangeFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
+func sampleFrame(dim int) wire.ExchangeFrame {
+	f := wire.ExchangeFrame{Run: "r1", Iter: 7, From: 1, Vec: make([]float64, dim)}
 	for k := range f.Vec {
 		f.Vec[k] = float64(k)*0.25 - 1
 	}
@@ -29,20 +30,20 @@ func sampleFrame(dim int) exchangeFrame {
 func TestExchangeFrameRoundTrip(t *testing.T) {
 	f := sampleFrame(4)
 	f.Vec[2] = math.Copysign(0, -1) // bit-exactness includes the sign of zero
-	b, err := encodeExchangeFrame(nil, f)
+	b, err := wire.EncodeExchangeFrame(nil, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != exchangeFrameSize("r1", 4) {
-		t.Fatalf("size %d, want %d", len(b), exchangeFrameSize("r1", 4))
+	if len(b) != wire.ExchangeFrameSize("r1", 4) {
+		t.Fatalf("size %d, want %d", len(b), wire.ExchangeFrameSize("r1", 4))
 	}
 	// Layout: version, iter, from, dim, runlen, run, vector (little-endian).
-	if b[0] != exchangeWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
+	if b[0] != wire.ExchangeWireVersion || binary.LittleEndian.Uint64(b[1:]) != 7 || binary.LittleEndian.Uint32(b[9:]) != 1 ||
 		binary.LittleEndian.Uint32(b[13:]) != 4 || b[17] != 2 || string(b[18:20]) != "r1" ||
 		binary.LittleEndian.Uint64(b[20+16:]) != math.Float64bits(math.Copysign(0, -1)) {
 		t.Fatalf("unexpected layout % x", b)
 	}
-	got, err := decodeExchangeFrame(b)
+	got, err := wire.DecodeExchangeFrame(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,37 +58,37 @@ func TestExchangeFrameRoundTrip(t *testing.T) {
 }
 
 func TestExchangeFrameDecodeErrors(t *testing.T) {
-	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
+	good, _ := wire.EncodeExchangeFrame(nil, sampleFrame(3))
 	huge := append([]byte(nil), good...)
-	binary.LittleEndian.PutUint32(huge[13:], MaxDim+1)
+	binary.LittleEndian.PutUint32(huge[13:], wire.MaxDim+1)
 	longRun := append([]byte(nil), good...)
-	longRun[17] = MaxRunName + 1
+	longRun[17] = wire.MaxRunName + 1
 	for _, c := range []struct {
 		name string
 		b    []byte
 		want error
 	}{
-		{"empty", nil, ErrMalformed},
-		{"version", append([]byte{9}, good[1:]...), ErrVersion},
-		{"short header", good[:exchangeHeader-1], ErrMalformed},
-		{"truncated", good[:len(good)-1], ErrMalformed},
-		{"trailing", append(append([]byte(nil), good...), 0), ErrMalformed},
-		{"huge dim", huge, ErrMalformed},
-		{"long run", longRun, ErrMalformed},
+		{"empty", nil, wire.ErrMalformed},
+		{"version", append([]byte{9}, good[1:]...), wire.ErrVersion},
+		{"short header", good[:wire.ExchangeHeader-1], wire.ErrMalformed},
+		{"truncated", good[:len(good)-1], wire.ErrMalformed},
+		{"trailing", append(append([]byte(nil), good...), 0), wire.ErrMalformed},
+		{"huge dim", huge, wire.ErrMalformed},
+		{"long run", longRun, wire.ErrMalformed},
 	} {
-		if _, err := decodeExchangeFrame(c.b); !errors.Is(err, c.want) {
+		if _, err := wire.DecodeExchangeFrame(c.b); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want %v", c.name, err, c.want)
 		}
 	}
-	if _, err := encodeExchangeFrame(nil, exchangeFrame{Run: strings.Repeat("x", MaxRunName+1)}); err == nil {
+	if _, err := wire.EncodeExchangeFrame(nil, wire.ExchangeFrame{Run: strings.Repeat("x", wire.MaxRunName+1)}); err == nil {
 		t.Error("over-long run name encoded")
 	}
 }
 
 func TestExchangeValidator(t *testing.T) {
-	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
+	v := wire.ExchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true, false, true}}
 	ok := sampleFrame(3)
-	mod := func(f func(*exchangeFrame)) exchangeFrame {
+	mod := func(f func(*wire.ExchangeFrame)) wire.ExchangeFrame {
 		g := ok
 		g.Vec = append([]float64(nil), ok.Vec...)
 		f(&g)
@@ -95,21 +96,21 @@ func TestExchangeValidator(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		f      exchangeFrame
+		f      wire.ExchangeFrame
 		sender int
-		want   Verdict
+		want   wire.Verdict
 		reason string
 	}{
-		{"ok", ok, 1, Accept, ""},
-		{"non-member", ok, -1, Reject, "not a member"},
-		{"forged sender", mod(func(g *exchangeFrame) { g.From = 3 }), 1, Reject, "claims sender 3"},
-		{"not a neighbour", mod(func(g *exchangeFrame) { g.From = 2 }), 2, Reject, "not a graph neighbour"},
-		{"out of range", mod(func(g *exchangeFrame) { g.From = 9 }), 9, Reject, "not a graph neighbour"},
-		{"run", mod(func(g *exchangeFrame) { g.Run = "r2" }), 1, Reject, "run"},
-		{"dim", mod(func(g *exchangeFrame) { g.Vec = g.Vec[:2] }), 1, Reject, "dimension 2"},
-		{"beyond T", mod(func(g *exchangeFrame) { g.Iter = 11 }), 1, Reject, "beyond"},
-		{"nan", mod(func(g *exchangeFrame) { g.Vec[1] = math.NaN() }), 1, Reject, "non-finite coordinate 1"},
-		{"inf", mod(func(g *exchangeFrame) { g.Vec[2] = math.Inf(-1) }), 1, Reject, "non-finite coordinate 2"},
+		{"ok", ok, 1, wire.Accept, ""},
+		{"non-member", ok, -1, wire.Reject, "not a member"},
+		{"forged sender", mod(func(g *wire.ExchangeFrame) { g.From = 3 }), 1, wire.Reject, "claims sender 3"},
+		{"not a neighbour", mod(func(g *wire.ExchangeFrame) { g.From = 2 }), 2, wire.Reject, "not a graph neighbour"},
+		{"out of range", mod(func(g *wire.ExchangeFrame) { g.From = 9 }), 9, wire.Reject, "not a graph neighbour"},
+		{"run", mod(func(g *wire.ExchangeFrame) { g.Run = "r2" }), 1, wire.Reject, "run"},
+		{"dim", mod(func(g *wire.ExchangeFrame) { g.Vec = g.Vec[:2] }), 1, wire.Reject, "dimension 2"},
+		{"beyond T", mod(func(g *wire.ExchangeFrame) { g.Iter = 11 }), 1, wire.Reject, "beyond"},
+		{"nan", mod(func(g *wire.ExchangeFrame) { g.Vec[1] = math.NaN() }), 1, wire.Reject, "non-finite coordinate 1"},
+		{"inf", mod(func(g *wire.ExchangeFrame) { g.Vec[2] = math.Inf(-1) }), 1, wire.Reject, "non-finite coordinate 2"},
 	} {
 		got, reason := v.Check(c.f, c.sender)
 		if got != c.want || !strings.Contains(reason, c.reason) {
@@ -134,25 +135,25 @@ func TestParseMissingPolicy(t *testing.T) {
 }
 
 func FuzzDecodeExchangeFrame(f *testing.F) {
-	good, _ := encodeExchangeFrame(nil, sampleFrame(3))
+	good, _ := wire.EncodeExchangeFrame(nil, sampleFrame(3))
 	f.Add(good)
 	f.Add([]byte{})
-	f.Add(good[:exchangeHeader])
-	v := exchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
+	f.Add(good[:wire.ExchangeHeader])
+	v := wire.ExchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g, err := decodeExchangeFrame(b)
+		g, err := wire.DecodeExchangeFrame(b)
 		if err != nil {
 			return
 		}
 		vd, reason := v.Check(g, int(g.From%3)-1)
-		if vd == Accept {
+		if vd == wire.Accept {
 			for _, x := range g.Vec {
 				if math.IsNaN(x) || math.IsInf(x, 0) {
 					t.Fatalf("accepted a non-finite vector (%s)", reason)
 				}
 			}
 		}
-		re, err := encodeExchangeFrame(nil, g)
+		re, err := wire.EncodeExchangeFrame(nil, g)
 		if err != nil {
 			t.Fatalf("decoded frame does not re-encode: %v", err)
 		}
@@ -343,7 +344,7 @@ func TestExchangeRejects(t *testing.T) {
 	send := func(s network.Stream, raw []byte) byte {
 		t.Helper()
 		s.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := WriteFrame(s, raw); err != nil {
+		if err := wire.WriteFrame(s, raw); err != nil {
 			t.Fatal(err)
 		}
 		var ack [1]byte
@@ -352,8 +353,8 @@ func TestExchangeRejects(t *testing.T) {
 		}
 		return ack[0]
 	}
-	enc := func(f exchangeFrame) []byte { b, _ := encodeExchangeFrame(nil, f); return b }
-	good := exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
+	enc := func(f wire.ExchangeFrame) []byte { b, _ := wire.EncodeExchangeFrame(nil, f); return b }
+	good := wire.ExchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
 	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
 	if err != nil {
@@ -379,13 +380,13 @@ func TestExchangeRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, raw := range map[string][]byte{
-		"malformed": {exchangeWireVersion, 1, 2},
+		"malformed": {wire.ExchangeWireVersion, 1, 2},
 		"version":   append([]byte{2}, enc(good)[1:]...),
-		"run":       enc(exchangeFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
-		"forged":    enc(exchangeFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
-		"dim":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
-		"nan":       enc(exchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
-		"beyond T":  enc(exchangeFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
+		"run":       enc(wire.ExchangeFrame{Run: "x", Iter: 0, From: 1, Vec: good.Vec}),
+		"forged":    enc(wire.ExchangeFrame{Run: "r", Iter: 0, From: 0, Vec: good.Vec}),
+		"dim":       enc(wire.ExchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2}}),
+		"nan":       enc(wire.ExchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
+		"beyond T":  enc(wire.ExchangeFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
 	} {
 		if c := send(s, raw); c != AckReject {
 			t.Errorf("%s: ack %d", name, c)
@@ -400,7 +401,7 @@ func TestExchangeRejects(t *testing.T) {
 	// An oversized frame is refused from its length prefix and the stream is reset.
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(exchangeFrameSize("r", 3)+1))
+	binary.LittleEndian.PutUint32(hdr[:], uint32(wire.ExchangeFrameSize("r", 3)+1))
 	s.Write(hdr[:])
 	var ack [1]byte
 	if _, err := s.Read(ack[:]); err != nil || ack[0] != AckReject {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
 // GossipProcsConfig configures a neighbour-exchange testnet of one 'dpadmm node --algo
@@ -115,8 +116,8 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	if cfg.Run == "" {
 		cfg.Run = "gprocs"
 	}
-	if len(cfg.Run) > node.MaxRunName {
-		return nil, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", node.MaxRunName)
+	if len(cfg.Run) > wire.MaxRunName {
+		return nil, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", wire.MaxRunName)
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
 	if maxWait < barrier || barrier < 0 {

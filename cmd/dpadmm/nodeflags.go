@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -211,8 +212,8 @@ func (f *nodeFlags) checkWalk() error {
 		return fmt.Errorf("--budget-kind must be local or network, got %q", *f.budgetKind)
 	case *f.heartbeatMisses < 0:
 		return fmt.Errorf("--heartbeat-misses must be >= 0, got %d", *f.heartbeatMisses)
-	case *f.custodyDepth < 0 || *f.custodyDepth > node.MaxDepth:
-		return fmt.Errorf("--custody-depth must be in 0..%d (0 = 8), got %d", node.MaxDepth, *f.custodyDepth)
+	case *f.custodyDepth < 0 || *f.custodyDepth > wire.MaxDepth:
+		return fmt.Errorf("--custody-depth must be in 0..%d (0 = 8), got %d", wire.MaxDepth, *f.custodyDepth)
 	case *f.ackTimeout < 0:
 		return fmt.Errorf("--ack-timeout must be >= 0 (0 = profile), got %v", *f.ackTimeout)
 	case *f.pausePhase != "received" && *f.pausePhase != "custody":
