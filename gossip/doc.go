@@ -27,9 +27,9 @@
 // and the end of the run (Ready.Done or Ready.Stop). Both follow the contract of package
 // walk: Step/Tick/Ready/Advance, with the ledger entry of every release durable before its
 // Outbox is sent. They are pure and deterministic: noise comes from an injected
-// privacy.Noise, there is no I/O, clock or goroutine. node.GossipNode drives an Exchange
-// over libp2p, testnet.GossipFaultNet over a virtual clock with injected faults; the
-// transcripts in testdata/barrier show the policy step by step.
+// privacy.Noise, there is no I/O, clock or goroutine. node.Node.RunRADMM drives an
+// Exchange over libp2p, testnet.GossipFaultNet over a virtual clock with injected faults;
+// the transcripts in testdata/barrier show the policy step by step.
 //
 // The even step is computed the paper's way, (19): from the KKT-recovered noisy gradient
 // eps + grad O(f(2k-1)) = -2 lambda(2k-2) - eta sum_j (2 f_i(2k-1) - f_i(2k-2) - f_j(2k-2))

@@ -61,7 +61,8 @@ var (
 
 // ExchangeConfig is the barrier policy of one node, in ticks. The driver chooses the
 // length of a tick; the defaults assume a tick of 1/32 of the barrier timeout, which is
-// how node.GossipNode maps its durations (30 s barrier: a tick of 0.94 s).
+// how the production node (node.Node.RunRADMM) maps its durations (30 s barrier: a tick
+// of 0.94 s).
 type ExchangeConfig struct {
 	// Barrier is how many ticks the node waits at an iteration before it looks at the
 	// neighbours whose vector is still missing. A missing neighbour that is not connected

@@ -15,22 +15,23 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
 // serveFrames answers every frame with one ack byte after decoding and validating it.
 func serveFrames(rw io.ReadWriter, limit, dim int) {
-	v := Validator{Run: "bench", Dim: dim}
+	v := wire.Validator{Run: "bench", Dim: dim}
 	for {
-		b, err := ReadFrame(rw, limit)
+		b, err := wire.ReadFrame(rw, limit)
 		if err != nil {
 			return
 		}
 		code := AckOK
-		if tok, err := DecodeToken(b); err != nil {
+		if tok, err := wire.DecodeToken(b); err != nil {
 			code = AckReject
-		} else if vd, _ := v.Check(tok, 0, 0, false); vd != Accept {
+		} else if vd, _ := v.Check(tok, 0, 0, false); vd != wire.Accept {
 			code = AckReject
 		}
 		if _, err := rw.Write([]byte{code}); err != nil {
@@ -44,7 +45,7 @@ func benchRoundTrips(b *testing.B, rw io.ReadWriter, raw []byte) {
 	b.SetBytes(int64(len(raw)))
 	b.ResetTimer()
 	for b.Loop() {
-		if err := WriteFrame(rw, raw); err != nil {
+		if err := wire.WriteFrame(rw, raw); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := io.ReadFull(rw, ack[:]); err != nil || ack[0] != AckOK {
@@ -61,8 +62,8 @@ func benchRoundTrips(b *testing.B, rw io.ReadWriter, raw []byte) {
 func BenchmarkHandoff(b *testing.B) {
 	for _, dim := range []int{64, 1000, 10000} {
 		tok := walk.NewToken("bench", 0, dim, consensus.Regularizer{}, 1)
-		raw, _ := EncodeToken(nil, tok)
-		limit := TokenSize("bench", dim)
+		raw, _ := wire.EncodeToken(nil, tok)
+		limit := wire.TokenSize("bench", dim)
 		b.Run(fmt.Sprintf("libp2p/p=%d", dim), func(b *testing.B) {
 			ctx := context.Background()
 			h1, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
@@ -122,7 +123,7 @@ func BenchmarkDurableHop(b *testing.B) {
 			}
 			defer st.Close()
 			st.NoSync = !sync
-			ck := &Checkpoint{Run: "bench", U: make([]float64, 1000), Out: make([]byte, TokenSize("bench", 1000)), OutTo: "x"}
+			ck := &Checkpoint{Run: "bench", U: make([]float64, 1000), Out: make([]byte, wire.TokenSize("bench", 1000)), OutTo: "x"}
 			e := privacy.Entry{Node: "n", Run: "bench", Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 1, Clip: 1, Lambda: 0.5, Recipient: "m"}
 			for b.Loop() {
 				e.Hop++
@@ -131,7 +132,7 @@ func BenchmarkDurableHop(b *testing.B) {
 				}
 				ck.Hop = e.Hop
 				ck.U[e.Hop%1000]++
-				ck.Out = make([]byte, TokenSize("bench", 1000)) // a token is never modified once made
+				ck.Out = make([]byte, wire.TokenSize("bench", 1000)) // a token is never modified once made
 				ck.Out[17] = byte(e.Hop)
 				if err := st.SaveCheckpoint(ck); err != nil {
 					b.Fatal(err)
@@ -150,9 +151,9 @@ func (s fixedSource) Uint64() uint64 { return uint64(s) }
 // rawHandoff returns the mean time of one raw libp2p hand-off (frame out, decode and
 // validate, ack back) of tok over n round trips, as BenchmarkHandoff measures it.
 func rawHandoff(b *testing.B, tok walk.Token, n int) time.Duration {
-	raw, _ := EncodeToken(nil, tok)
+	raw, _ := wire.EncodeToken(nil, tok)
 	dim := len(tok.Z)
-	limit := TokenSize(tok.Run, dim)
+	limit := wire.TokenSize(tok.Run, dim)
 	ctx := context.Background()
 	h1, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
 	if err != nil {
@@ -175,12 +176,12 @@ func rawHandoff(b *testing.B, tok walk.Token, n int) time.Duration {
 	defer s.Close()
 	var ack [1]byte
 	for range 50 { // warm-up
-		WriteFrame(s, raw)
+		wire.WriteFrame(s, raw)
 		io.ReadFull(s, ack[:])
 	}
 	start := time.Now()
 	for range n {
-		if err := WriteFrame(s, raw); err != nil {
+		if err := wire.WriteFrame(s, raw); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := io.ReadFull(s, ack[:]); err != nil || ack[0] != AckOK {

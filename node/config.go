@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -210,19 +211,19 @@ type Config struct {
 	// Logger receives the node's log; the zero value logs nothing.
 	Logger zerolog.Logger
 
-	// Gossip, when set, makes this node a member of a neighbour-exchange run (R-ADMM,
+	// RADMM, when set, makes this node a member of a neighbour-exchange run (R-ADMM,
 	// MR-ADMM, M-ADMM, conventional ADMM and its DVP/PVP baselines) instead of a random
 	// walk: the walk fields (Gamma as the walk's prox parameter, Lambda, Clip, Sigma,
-	// MaxUpdates, Hops) are then ignored and the run is driven by RunGossip. Rand(i), when
+	// MaxUpdates, Hops) are then ignored and the run is driven by RunRADMM. Rand(i), when
 	// set, is node i's source of the initial vector f_i(0) and Noise(i) its objective
 	// noise (both default to crypto/rand-seeded sources). With static Members (in index
-	// order) the announce/join phase is skipped and Gossip.TotalRows gives M.
-	Gossip *GossipParams
+	// order) the announce/join phase is skipped and RADMM.TotalRows gives M.
+	RADMM *RADMMParams
 }
 
-// GossipParams are the neighbour-exchange parameters of a run. Everything here except
+// RADMMParams are the neighbour-exchange parameters of a run. Everything here except
 // the barrier settings is announced and enters the config hash.
-type GossipParams struct {
+type RADMMParams struct {
 	// Algo is radmm, mradmm, madmm, admm, admm-dvp or admm-pvp (gossip.ParseAlgo).
 	Algo string
 	// Graph is the graph spec (consensus/graph.Parse: ring, complete, regular:d, er:p,
@@ -250,27 +251,28 @@ type GossipParams struct {
 	// PaperC is the paper's C: node i's objective is (C n/M) sum_{D_i} L + C l2 ||f||^2/2
 	// with n members and M total rows (C_i/B_i = C n/M, rho/N = C l2), as in the simulator.
 	PaperC float64
-	// Barrier, MaxWait and OnMissing: see GossipConfig (0 = its defaults).
+	// Barrier is the iteration barrier's timeout (0 = 30 s), MaxWait how long a neighbour
+	// that is still connected is waited for (0 = 10 * Barrier) and OnMissing the policy for
+	// a neighbour declared missing (default stop); see docs/radmm-network.md.
 	Barrier, MaxWait time.Duration
 	OnMissing        MissingPolicy
 	// TotalRows is M, the total number of training rows of the run, with a static
 	// membership (Config.Members, StaticFile.TotalRows); announce/join learns it from the
 	// start message instead. Like the membership, it is not part of the config hash.
 	TotalRows int
-	// PauseAt is fault injection for harnesses (GossipConfig.PauseAt): stop after the
-	// release of this iteration is durable, before sending it, until the context ends.
-	// 0 = off; not announced.
+	// PauseAt is fault injection for harnesses: stop right after the release of this
+	// iteration is durable (journal and ledger), before any frame of it is sent, until the
+	// context ends. 0 = off; not announced.
 	PauseAt int
-	// HaltAfter is fault injection for harnesses (GossipConfig.HaltAfter): RunGossip
-	// returns ErrHalted once the neighbours acknowledged the release of this iteration.
-	// 0 = off; not announced.
+	// HaltAfter is fault injection for harnesses: RunRADMM returns ErrHalted once the
+	// neighbours acknowledged the release of this iteration. 0 = off; not announced.
 	HaltAfter int
 }
 
-// validateGossip checks the neighbour-exchange part of c, including the normalised rows
+// validateRADMM checks the neighbour-exchange part of c, including the normalised rows
 // that Theorem V.1 needs (a node refuses to take part with rows of norm > 1).
-func (c *Config) validateGossip() error {
-	p := c.Gossip
+func (c *Config) validateRADMM() error {
+	p := c.RADMM
 	algo, err := gossip.ParseAlgo(p.Algo)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -338,13 +340,13 @@ func (c *Config) validateGossip() error {
 	return c.Problem.Validate()
 }
 
-func (p *GossipParams) schedule() gossip.Schedule {
+func (p *RADMMParams) schedule() gossip.Schedule {
 	return gossip.Schedule{Eta: p.Eta, Q: p.EtaGrowth, Max: p.EtaMax}
 }
 
 // etaWidth checks EtaTable's shape and values and returns its number of columns (0 when
 // there is no table).
-func (p *GossipParams) etaWidth() (int, error) {
+func (p *RADMMParams) etaWidth() (int, error) {
 	if p.EtaTable == nil {
 		return 0, nil
 	}
@@ -366,7 +368,7 @@ func (p *GossipParams) etaWidth() (int, error) {
 }
 
 // column returns column c of EtaTable as an explicit schedule.
-func (p *GossipParams) column(c int) gossip.Schedule {
+func (p *RADMMParams) column(c int) gossip.Schedule {
 	l := make([]float64, len(p.EtaTable))
 	for k, row := range p.EtaTable {
 		l[k] = row[c]
@@ -375,7 +377,7 @@ func (p *GossipParams) column(c int) gossip.Schedule {
 }
 
 // scheduleFor returns the penalty schedule of the member with index i of n members.
-func (p *GossipParams) scheduleFor(i, n int) (gossip.Schedule, error) {
+func (p *RADMMParams) scheduleFor(i, n int) (gossip.Schedule, error) {
 	w, err := p.etaWidth()
 	switch {
 	case err != nil:
@@ -417,14 +419,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: the allow-list is for run %q, not %q", c.Allow.Run, c.Run)
 	}
 	switch {
-	case c.Run == "" || len(c.Run) > MaxRunName:
-		return fmt.Errorf("node: run name must have 1..%d bytes", MaxRunName)
+	case c.Run == "" || len(c.Run) > wire.MaxRunName:
+		return fmt.Errorf("node: run name must have 1..%d bytes", wire.MaxRunName)
 	case c.DataDir == "":
 		return errors.New("node: a data directory is required")
 	case c.Data == nil || c.Data.Rows < 1 || c.Data.Cols < 1:
 		return errors.New("node: a non-empty local dataset is required")
-	case c.Gossip != nil:
-		return c.validateGossip()
+	case c.RADMM != nil:
+		return c.validateRADMM()
 	case c.Hops < 1:
 		return errors.New("node: hops must be >= 1")
 	case !(c.Gamma > 0) || math.IsInf(c.Gamma, 0):
@@ -443,8 +445,8 @@ func (c *Config) Validate() error {
 		return errors.New("node: wait-members must be >= 0")
 	case c.HeartbeatMisses < 0:
 		return errors.New("node: heartbeat misses must be >= 0")
-	case c.Depth < 0 || c.Depth > MaxDepth:
-		return fmt.Errorf("node: custody depth must be in 1..%d", MaxDepth)
+	case c.Depth < 0 || c.Depth > wire.MaxDepth:
+		return fmt.Errorf("node: custody depth must be in 1..%d", wire.MaxDepth)
 	case c.FallbackTimeout > 0 && c.FallbackTimeout <= c.AckTimeout:
 		return fmt.Errorf("node: fallback timeout %v must exceed the ack timeout %v (0 = derived, negative = off)", c.FallbackTimeout, c.AckTimeout)
 	case c.Delta < 0 || c.Delta >= 1:
@@ -495,7 +497,7 @@ type RunConfig struct {
 	EtaGrowth float64 `json:"eta_growth,omitempty"`
 	EtaMax    float64 `json:"eta_max,omitempty"`
 	PaperC    float64 `json:"paper_c,omitempty"`
-	// EtaTable is GossipParams.EtaTable (the penalty file's rows), when one is used.
+	// EtaTable is RADMMParams.EtaTable (the penalty file's rows), when one is used.
 	EtaTable [][]float64 `json:"eta_table,omitempty"`
 
 	// Scaling is the fingerprint of the feature scaling (consensus.Scaler.Fingerprint;
@@ -512,7 +514,7 @@ func (c *Config) RunConfig() RunConfig {
 }
 
 func (c *Config) runConfig() RunConfig {
-	if p := c.Gossip; p != nil {
+	if p := c.RADMM; p != nil {
 		spec := p.Graph
 		if spec == "" {
 			spec = "ring"

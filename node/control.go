@@ -185,15 +185,15 @@ func (n *Node) runStarter(ctx context.Context) error {
 }
 
 // fixMembers installs the membership fixed by the start message: the walk machine with
-// the weight n*rows_i/N, or, for a neighbour-exchange run, only the member list (RunGossip
+// the weight n*rows_i/N, or, for a neighbour-exchange run, only the member list (RunRADMM
 // builds the machine from it and total).
 func (n *Node) fixMembers(ctx context.Context, ms []peer.ID, total int) error {
 	n.closeToMembers(ms)
-	if n.cfg.Gossip != nil {
-		if ctx.Value(gossipRunKey{}) == nil {
-			return errors.New("node: a neighbour-exchange run (Config.Gossip) is driven by RunGossip, not Run")
+	if n.cfg.RADMM != nil {
+		if ctx.Value(radmmRunKey{}) == nil {
+			return errors.New("node: a neighbour-exchange run (Config.RADMM) is driven by RunRADMM, not Run")
 		}
-		return n.setGossipMembers(ms)
+		return n.setRADMMMembers(ms)
 	}
 	return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(total))
 }

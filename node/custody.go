@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -36,7 +37,7 @@ const MaxEpoch = walk.MaxEpoch
 
 type relMsg struct {
 	from peer.ID
-	r    Release
+	r    wire.Release
 }
 
 func markOf(t walk.Token) Mark { return Mark{Epoch: t.Epoch, Hop: t.Hop, Digest: walk.TokenDigest(t)} }
@@ -63,7 +64,7 @@ func cmpU(a, b uint64) int {
 
 // rawID returns the (epoch, hop) of an encoded token written by this node.
 func rawID(raw []byte) (uint64, uint64) {
-	if len(raw) < tokenHeader {
+	if len(raw) < wire.TokenHeader {
 		return 0, 0
 	}
 	return binary.LittleEndian.Uint64(raw[9:]), binary.LittleEndian.Uint64(raw[17:])
@@ -143,7 +144,7 @@ func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 			return c.raw
 		}
 	}
-	body, err := EncodeToken(nil, t)
+	body, err := wire.EncodeToken(nil, t)
 	if err != nil {
 		return nil // cannot happen: the machine's tokens are of the run's shape
 	}
@@ -226,7 +227,7 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 		s.Recent = append(s.Recent, walk.CustodyMark(m))
 	}
 	for _, b := range ck.Backups {
-		tok, err := DecodeToken(b.Token)
+		tok, err := wire.DecodeToken(b.Token)
 		if err != nil || tok.Epoch > MaxEpoch {
 			continue
 		}
@@ -244,7 +245,7 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 	if lim := walk.MaxBackups(n.cfg.Depth); len(s.Backups) > lim {
 		s.Backups = s.Backups[len(s.Backups)-lim:]
 	}
-	if tok, err := DecodeToken(ck.Out); err == nil && tok.Epoch <= MaxEpoch {
+	if tok, err := wire.DecodeToken(ck.Out); err == nil && tok.Epoch <= MaxEpoch {
 		s.Last, s.LastEvidence = &tok, heldEvidence(ck.Out)
 		n.keepRaw(tok, s.LastEvidence, ck.Out)
 		// A checkpoint of the first format keeps its token in custody in Out alone, until
@@ -261,13 +262,13 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 // it from, or from which it received the token it handed to itself), none for the
 // origin's token.
 func (n *Node) heldOf(raw []byte) (*walk.CustodyHeld, error) {
-	tok, err := DecodeToken(raw)
+	tok, err := wire.DecodeToken(raw)
 	if err != nil {
 		return nil, err
 	}
 	h := &walk.CustodyHeld{Token: tok, Evidence: heldEvidence(raw), Pred: -1}
-	if c, err := parseCert(h.Evidence, false); err == nil && c.ev.Present && c.ev.Signer != n.index && c.ev.Signer < len(n.members) {
-		h.Pred, h.PredEpoch, h.PredHop = c.ev.Signer, c.ev.Epoch, c.ev.Hop
+	if c, err := wire.ParseCert(h.Evidence, false); err == nil && c.Ev.Present && c.Ev.Signer != n.index && c.Ev.Signer < len(n.members) {
+		h.Pred, h.PredEpoch, h.PredHop = c.Ev.Signer, c.Ev.Epoch, c.Ev.Hop
 	}
 	return h, nil
 }
@@ -422,7 +423,7 @@ func (f walkFx) Send(m walk.CustodyMsg) error {
 	case walk.CustodyToken:
 		n.startSend(f.ctx, m)
 	case walk.CustodyRelease:
-		n.sendRelease(f.ctx, n.members[m.To], Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
+		n.sendRelease(f.ctx, n.members[m.To], wire.Release{Epoch: m.Epoch, Hop: m.Hop, Dist: m.Dist, Retire: m.Retire})
 	}
 	return nil
 }
@@ -476,6 +477,12 @@ func (n *Node) releaseFinal(ctx context.Context, f *walk.CustodyFinal) error {
 // noteEvents turns the machine's events into metrics and log lines.
 func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 	staleAck := in != nil && in.Kind == "step" && in.Msg.Kind == walk.CustodyAck && in.Msg.Stale
+	peer := func(j int) string {
+		if j < 0 || j >= len(n.members) {
+			return "-"
+		}
+		return shortID(n.members[j])
+	}
 	for _, e := range evs {
 		switch e.Kind {
 		case walk.CustodyAccepted:
@@ -500,55 +507,77 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			if f == nil {
 				f = &Mark{}
 			}
-			n.log.Info().Str("verdict", Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			n.log.Info().Str("verdict", wire.Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.cust.Epoch()).
 				Msg("hand-off fenced: not above the highest token accepted or released here")
 		case walk.CustodyDuplicate:
 			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		case walk.CustodyRefused:
-			n.noteRefused(e)
+			n.noteRefusal(e, peer(e.Peer))
 		case walk.CustodyEvicted:
-			n.log.Warn().Str("peer", n.memberName(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
+			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
+		case walk.CustodyResent:
+			n.ownResends.Add(1)
+			n.limitedLog(zerolog.WarnLevel, "redirect").Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("redirecting the token to another peer after failures")
+		case walk.CustodyRegenerated:
+			n.ownResends.Add(1)
+			n.metrics.custody.WithLabelValues("regenerated").Inc()
+			n.log.Warn().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("regenerating the token from this node's backup: its recipient is down")
+		case walk.CustodyFallback:
+			n.ownResends.Add(1)
+			n.metrics.custody.WithLabelValues("fallback").Inc()
+			n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+				Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
+		case walk.CustodyDropped:
+			n.metrics.custody.WithLabelValues("released").Inc()
+		case walk.CustodyRetired:
+			if staleAck {
+				n.metrics.custody.WithLabelValues("fenced_out").Inc()
+				n.log.Warn().Str("to", peer(e.Peer)).Msg("receiver has a newer token: this copy is fenced and dropped")
+			} else {
+				n.metrics.custody.WithLabelValues("retired").Inc()
+			}
+		case walk.CustodyExpired:
+			n.metrics.custody.WithLabelValues("expired").Inc()
+		case walk.CustodyNoPeer:
+			n.metrics.custody.WithLabelValues("no_peer").Inc()
+		case walk.CustodyRetransmitted:
+			n.log.Debug().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).Msg("hand-off sent again to the same peer")
+		case walk.CustodyGaveUp:
+			n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
 		case walk.CustodyPaused:
 			n.notePaused(e)
 		case walk.CustodyStepFailed:
 			n.reject(n.log, "step", e.Err.Error())
-		default:
-			n.noteRecovery(e, staleAck)
 		}
 	}
 }
 
-// memberName returns the short peer ID of member j ("-" for none).
-func (n *Node) memberName(j int) string {
-	if j < 0 || j >= len(n.members) {
-		return "-"
-	}
-	return shortID(n.members[j])
-}
-
-// noteRefused logs and counts a token the machine refused.
-func (n *Node) noteRefused(e walk.CustodyEvent) {
+// noteRefusal logs and counts a hand-off the machine refused (CustodyRefused) from the
+// member named from.
+func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
 	switch e.Refusal {
 	case walk.RefuseEpoch:
 		n.metrics.rejected.WithLabelValues("epoch").Inc()
-		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).
+		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", from).Uint64("epoch", e.Epoch).
 			Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
 				MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
 	case walk.RefuseEvicted:
-		n.reject(n.log.With().Str("from", n.memberName(e.Peer)).Logger(), "evicted", "sender was evicted for implausible epochs")
+		n.reject(n.log.With().Str("from", from).Logger(), "evicted", "sender was evicted for implausible epochs")
 	case walk.RefuseEvidence:
 		// The sender showed a hand-off it received, which this node already took
 		// another token on: a second token of the same lineage position (a member
 		// re-sending under new epochs to burn this node's updates), refused as stale.
 		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
-		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
 	}
 }
 
-// notePaused reports the fault injection's pause (CustodyPaused).
+// notePaused marks the node paused at a hop (fault injection, CustodyPaused).
 func (n *Node) notePaused(e walk.CustodyEvent) {
 	if c := n.cur; c != nil && c.written != nil {
 		// Report the pause only once the ack is on its way, so that a harness that
@@ -564,45 +593,6 @@ func (n *Node) notePaused(e walk.CustodyEvent) {
 		n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
 	} else {
 		n.log.Warn().Uint64("hop", e.Hop).Msg("paused at this hop (fault injection): the token is stored and acked, not processed")
-	}
-}
-
-// noteRecovery turns the events of the custody's recovery (re-sends, regenerations, the
-// fallback, backups released or dropped) into metrics and log lines. staleAck: the input
-// was a stale ack (a backup retired by it was fenced out by its receiver).
-func (n *Node) noteRecovery(e walk.CustodyEvent, staleAck bool) {
-	switch e.Kind {
-	case walk.CustodyResent:
-		n.ownResends.Add(1)
-		n.limitedLog(zerolog.WarnLevel, "redirect").Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-			Msg("redirecting the token to another peer after failures")
-	case walk.CustodyRegenerated:
-		n.ownResends.Add(1)
-		n.metrics.custody.WithLabelValues("regenerated").Inc()
-		n.log.Warn().Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-			Msg("regenerating the token from this node's backup: its recipient is down")
-	case walk.CustodyFallback:
-		n.ownResends.Add(1)
-		n.metrics.custody.WithLabelValues("fallback").Inc()
-		n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-			Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
-	case walk.CustodyDropped:
-		n.metrics.custody.WithLabelValues("released").Inc()
-	case walk.CustodyRetired:
-		if staleAck {
-			n.metrics.custody.WithLabelValues("fenced_out").Inc()
-			n.log.Warn().Str("to", n.memberName(e.Peer)).Msg("receiver has a newer token: this copy is fenced and dropped")
-		} else {
-			n.metrics.custody.WithLabelValues("retired").Inc()
-		}
-	case walk.CustodyExpired:
-		n.metrics.custody.WithLabelValues("expired").Inc()
-	case walk.CustodyNoPeer:
-		n.metrics.custody.WithLabelValues("no_peer").Inc()
-	case walk.CustodyRetransmitted:
-		n.log.Debug().Str("to", n.memberName(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).Msg("hand-off sent again to the same peer")
-	case walk.CustodyGaveUp:
-		n.log.Error().Int("re_sends", walk.MaxFallbacks).Msg("slow fallback: no token, ack or release after the last re-sends; not re-sending again (the other members seem gone)")
 	}
 }
 
@@ -705,7 +695,7 @@ const releaseBatch = 2 * time.Millisecond
 // mu guards pending and running. The one goroutine that runs (running) owns s.
 type relStream struct {
 	mu      sync.Mutex
-	pending []Release
+	pending []wire.Release
 	running bool
 	s       network.Stream
 }
@@ -713,7 +703,7 @@ type relStream struct {
 // add queues r, merging it with a queued release of the same backup: a retirement
 // replaces any release, a release is dropped after a retirement, and the higher
 // distance is kept.
-func (rs *relStream) add(r Release) {
+func (rs *relStream) add(r wire.Release) {
 	for i := range rs.pending {
 		q := &rs.pending[i]
 		if q.Epoch != r.Epoch || q.Hop != r.Hop {
@@ -737,7 +727,7 @@ func (rs *relStream) add(r Release) {
 // one frame and one ack byte each; a stream that fails (a peer restarted, or one that
 // closes the stream after one frame) is replaced once. A release delivered twice is
 // ignored by its receiver (its distance is not above the backup's).
-func (n *Node) sendRelease(ctx context.Context, p peer.ID, r Release) {
+func (n *Node) sendRelease(ctx context.Context, p peer.ID, r wire.Release) {
 	if p == n.ID() || n.isDown(p) {
 		return
 	}
@@ -776,8 +766,8 @@ func (n *Node) sendRelease(ctx context.Context, p peer.ID, r Release) {
 // acked before a failure are done; the others go again on a new stream, as long as each
 // attempt gets at least one of them through (a receiver that closes the stream after one
 // frame thus gets one per stream).
-func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []Release) {
-	buf := make([]byte, 0, len(batch)*(4+ReleaseSize))
+func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batch []wire.Release) {
+	buf := make([]byte, 0, len(batch)*(4+wire.ReleaseSize))
 	acks := make([]byte, len(batch))
 	for fails := 0; len(batch) > 0 && fails < 2; {
 		if rs.s == nil {
@@ -792,8 +782,8 @@ func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batc
 		}
 		buf = buf[:0]
 		for _, r := range batch {
-			buf = binary.LittleEndian.AppendUint32(buf, ReleaseSize)
-			buf = append(buf, EncodeRelease(r)...)
+			buf = binary.LittleEndian.AppendUint32(buf, wire.ReleaseSize)
+			buf = append(buf, wire.EncodeRelease(r)...)
 		}
 		rs.s.SetDeadline(time.Now().Add(n.cfg.AckTimeout))
 		_, err := rs.s.Write(buf)
@@ -834,16 +824,16 @@ func (n *Node) handleRelease(s network.Stream) {
 		s.Reset()
 		return
 	}
-	br := bufio.NewReaderSize(s, 16*(4+ReleaseSize))
+	br := bufio.NewReaderSize(s, 16*(4+wire.ReleaseSize))
 	unacked := 0
 	for {
-		b, err := ReadFrame(br, ReleaseSize)
-		var r Release
+		b, err := wire.ReadFrame(br, wire.ReleaseSize)
+		var r wire.Release
 		if err == nil {
-			r, err = DecodeRelease(b)
+			r, err = wire.DecodeRelease(b)
 		}
 		if err != nil {
-			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+			if errors.Is(err, wire.ErrTooLarge) || errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrVersion) {
 				n.reject(lg, "release", err.Error())
 				s.Reset()
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -146,7 +147,7 @@ func TestNodeCustodyIsTheMachine(t *testing.T) {
 		}
 		wrote := map[string]int{}
 		for _, f := range frames[i] {
-			tok, err := DecodeToken(f.raw)
+			tok, err := wire.DecodeToken(f.raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +176,7 @@ func cloneTok(t walk.Token) walk.Token {
 
 func tokenKey(to peer.ID, t walk.Token, ev []byte) string {
 	if len(ev) == 0 {
-		ev = []byte{evNone}
+		ev = []byte{wire.EvNone}
 	}
 	return fmt.Sprintf("(epoch %d, hop %d, digest %x, evidence %x) to %s", t.Epoch, t.Hop, walk.TokenDigest(t), ev, shortID(to))
 }

@@ -16,82 +16,83 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
 func TestReleaseCodec(t *testing.T) {
-	for _, r := range []Release{{Epoch: 3, Hop: 17, Dist: 2}, {Epoch: 0, Hop: 1, Dist: MaxDepth}, {Epoch: 9, Hop: 4, Retire: true}} {
-		b := EncodeRelease(r)
-		if len(b) != ReleaseSize {
-			t.Fatalf("encoded %d bytes, want %d", len(b), ReleaseSize)
+	for _, r := range []wire.Release{{Epoch: 3, Hop: 17, Dist: 2}, {Epoch: 0, Hop: 1, Dist: wire.MaxDepth}, {Epoch: 9, Hop: 4, Retire: true}} {
+		b := wire.EncodeRelease(r)
+		if len(b) != wire.ReleaseSize {
+			t.Fatalf("encoded %d bytes, want %d", len(b), wire.ReleaseSize)
 		}
-		got, err := DecodeRelease(b)
+		got, err := wire.DecodeRelease(b)
 		if err != nil || got != r {
 			t.Fatalf("round trip of %+v: %+v, %v", r, got, err)
 		}
 	}
-	good := EncodeRelease(Release{Epoch: 1, Hop: 2, Dist: 3})
+	good := wire.EncodeRelease(wire.Release{Epoch: 1, Hop: 2, Dist: 3})
 	bad := map[string][]byte{
 		"empty":          nil,
 		"version":        append([]byte{2}, good[1:]...),
-		"short":          good[:ReleaseSize-1],
+		"short":          good[:wire.ReleaseSize-1],
 		"long":           append(append([]byte(nil), good...), 0),
 		"flags":          func() []byte { b := append([]byte(nil), good...); b[1] = 2; return b }(),
-		"dist 1":         EncodeRelease(Release{Dist: 1}),
-		"dist too large": EncodeRelease(Release{Dist: MaxDepth + 1}),
-		"retire dist":    func() []byte { b := EncodeRelease(Release{Retire: true}); b[18] = 2; return b }(),
+		"dist 1":         wire.EncodeRelease(wire.Release{Dist: 1}),
+		"dist too large": wire.EncodeRelease(wire.Release{Dist: wire.MaxDepth + 1}),
+		"retire dist":    func() []byte { b := wire.EncodeRelease(wire.Release{Retire: true}); b[18] = 2; return b }(),
 	}
 	for name, b := range bad {
-		if _, err := DecodeRelease(b); err == nil {
+		if _, err := wire.DecodeRelease(b); err == nil {
 			t.Errorf("%s: accepted", name)
-		} else if name == "version" && !errors.Is(err, ErrVersion) {
+		} else if name == "version" && !errors.Is(err, wire.ErrVersion) {
 			t.Errorf("%s: error %v is not ErrVersion", name, err)
 		}
 	}
 }
 
 func TestHeartbeatCodec(t *testing.T) {
-	b := EncodeHeartbeat(42)
-	if seq, err := DecodeHeartbeat(b); err != nil || seq != 42 || len(b) != HeartbeatSize {
+	b := wire.EncodeHeartbeat(42)
+	if seq, err := wire.DecodeHeartbeat(b); err != nil || seq != 42 || len(b) != wire.HeartbeatSize {
 		t.Fatalf("round trip: %d, %v (%d bytes)", seq, err, len(b))
 	}
 	for name, b := range map[string][]byte{"empty": nil, "version": append([]byte{0}, b[1:]...), "short": b[:4], "long": append(append([]byte(nil), b...), 1)} {
-		if _, err := DecodeHeartbeat(b); err == nil {
+		if _, err := wire.DecodeHeartbeat(b); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 }
 
 func FuzzDecodeRelease(f *testing.F) {
-	f.Add(EncodeRelease(Release{Epoch: 1, Hop: 2, Dist: 3}))
-	f.Add(EncodeRelease(Release{Epoch: 1, Hop: 2, Retire: true}))
+	f.Add(wire.EncodeRelease(wire.Release{Epoch: 1, Hop: 2, Dist: 3}))
+	f.Add(wire.EncodeRelease(wire.Release{Epoch: 1, Hop: 2, Retire: true}))
 	f.Add([]byte{})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRelease(b)
+		r, err := wire.DecodeRelease(b)
 		if err != nil {
 			return
 		}
-		if r.Retire && r.Dist != 0 || !r.Retire && (r.Dist < 2 || r.Dist > MaxDepth) {
+		if r.Retire && r.Dist != 0 || !r.Retire && (r.Dist < 2 || r.Dist > wire.MaxDepth) {
 			t.Fatalf("decoded an invalid release %+v", r)
 		}
-		if !bytes.Equal(EncodeRelease(r), b) {
+		if !bytes.Equal(wire.EncodeRelease(r), b) {
 			t.Fatal("re-encoding differs")
 		}
 	})
 }
 
 func FuzzDecodeHeartbeat(f *testing.F) {
-	f.Add(EncodeHeartbeat(1))
+	f.Add(wire.EncodeHeartbeat(1))
 	f.Add([]byte{})
 	f.Add([]byte{1, 2})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		seq, err := DecodeHeartbeat(b)
+		seq, err := wire.DecodeHeartbeat(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(EncodeHeartbeat(seq), b) {
+		if !bytes.Equal(wire.EncodeHeartbeat(seq), b) {
 			t.Fatal("re-encoding differs")
 		}
 	})
@@ -349,7 +350,7 @@ func TestRegenerateCharges(t *testing.T) {
 	nodes, _ := custodyNode(t, ctx, "regen", 3, nil, func(nodes []*Node, cols int) *Checkpoint {
 		tok = walk.NewToken("regen", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
 		tok.Hop, tok.Epoch = 4, 2
-		body, _ := EncodeToken(nil, tok)
+		body, _ := wire.EncodeToken(nil, tok)
 		return &Checkpoint{Epoch: 2, Hop: 3, MaxEpoch: 5, Fence: &Mark{Epoch: 5},
 			Backups: []Backup{{Token: hold(body, nil), To: nodes[1].ID().String(), Acked: true, Dist: 1}}}
 	})
@@ -373,7 +374,7 @@ func TestRegenerateCharges(t *testing.T) {
 	if e != 6 || h != 4 || b.Acked || b.To != nodes[2].ID().String() {
 		t.Fatalf("regenerated backup: epoch %d hop %d acked %v to %s", e, h, b.Acked, b.To)
 	}
-	if got, _ := DecodeToken(b.Token); !sameBits(got.Z, tok.Z) || !sameBits(got.Zhat, tok.Zhat) {
+	if got, _ := wire.DecodeToken(b.Token); !sameBits(got.Z, tok.Z) || !sameBits(got.Zhat, tok.Zhat) {
 		t.Fatal("the regenerated token is not the backup's release")
 	}
 	es, _ := n.store.Ledger()
@@ -437,7 +438,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 		tok := walk.NewToken("f", 0, cols, consensus.Regularizer{}, 1)
 		tok.Epoch, tok.Hop = epoch, hop
 		tok.Z[0], tok.Zhat[0] = z, z
-		body, _ := EncodeToken(nil, tok)
+		body, _ := wire.EncodeToken(nil, tok)
 		return inbound{tok: tok, raw: hold(body, nil), from: nodes[1].ID(), reply: make(chan byte, 1)}
 	}
 	admit := func(in inbound) byte {
@@ -484,7 +485,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if code := admit(mk(0, 99, 6)); code != AckStale {
 		t.Fatalf("old epoch at a high hop: %d, want stale", code)
 	}
-	// Release chain with depth 3: ack -> distance 1; release 2 -> kept; release 3 ->
+	// wire.Release chain with depth 3: ack -> distance 1; release 2 -> kept; release 3 ->
 	// dropped. Releases from a member other than the recipient count for nothing.
 	bs := n.cust.Backups()
 	b := bs[len(bs)-1]
@@ -505,15 +506,15 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if x, _ := find(); !x.Acked || x.Dist != 1 {
 		t.Fatalf("after the ack: %+v", x)
 	}
-	n.onRelease(ctx, relMsg{from: other, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	n.onRelease(ctx, relMsg{from: other, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
 	if x, _ := find(); x.Dist != 1 {
 		t.Fatal("a release from a member other than the recipient was applied")
 	}
-	n.onRelease(ctx, relMsg{from: to, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
 	if x, ok := find(); !ok || x.Dist != 2 {
 		t.Fatalf("after release 2: %+v", n.cust.Backups())
 	}
-	n.onRelease(ctx, relMsg{from: to, r: Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}})
+	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}})
 	if _, ok := find(); ok {
 		t.Fatalf("backup kept at depth 3: %+v", n.cust.Backups())
 	}
@@ -548,11 +549,11 @@ func TestWriteReleasesBatch(t *testing.T) {
 	if err := h1.Connect(ctx, peer.AddrInfo{ID: h2.ID(), Addrs: h2.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	batch := []Release{{Epoch: 0, Hop: 3, Dist: 2}, {Epoch: 0, Hop: 5, Dist: 4}, {Epoch: 1, Hop: 7, Retire: true}}
+	batch := []wire.Release{{Epoch: 0, Hop: 3, Dist: 2}, {Epoch: 0, Hop: 5, Dist: 4}, {Epoch: 1, Hop: 7, Retire: true}}
 	for _, perStream := range []bool{false, true} {
 		run := fmt.Sprintf("batch%v", perStream)
 		var mu sync.Mutex
-		var got []Release
+		var got []wire.Release
 		streams := 0
 		h2.SetStreamHandler(ReleaseProtocol(run), func(s network.Stream) {
 			defer s.Close()
@@ -560,11 +561,11 @@ func TestWriteReleasesBatch(t *testing.T) {
 			streams++
 			mu.Unlock()
 			for {
-				b, err := ReadFrame(s, ReleaseSize)
+				b, err := wire.ReadFrame(s, wire.ReleaseSize)
 				if err != nil {
 					return
 				}
-				r, err := DecodeRelease(b)
+				r, err := wire.DecodeRelease(b)
 				if err != nil {
 					t.Errorf("release frame: %v", err)
 					return
@@ -582,7 +583,7 @@ func TestWriteReleasesBatch(t *testing.T) {
 		n.writeReleases(ctx, h2.ID(), rs, batch)
 		n.writeReleases(ctx, h2.ID(), rs, batch[:1]) // the stream is reused (or replaced)
 		mu.Lock()
-		want := append(append([]Release(nil), batch...), batch[0])
+		want := append(append([]wire.Release(nil), batch...), batch[0])
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("one stream per frame %v: received %+v, want %+v", perStream, got, want)
 		}

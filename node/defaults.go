@@ -71,11 +71,11 @@ func DefaultConfig() Config {
 	return c
 }
 
-// DefaultGossipParams returns the neighbour-exchange parameters of 'dpadmm node --algo
+// DefaultRADMMParams returns the neighbour-exchange parameters of 'dpadmm node --algo
 // radmm|...' and the simulator (Zhang, Khalili, Liu 2020, Sec. VI): the caller sets Algo
 // (and Alpha for an algorithm other than the private ones, see DefaultAlpha).
-func DefaultGossipParams() GossipParams {
-	return GossipParams{
+func DefaultRADMMParams() RADMMParams {
+	return RADMMParams{
 		// A ring over the members in membership order: the paper's topology, connected
 		// with the fewest links.
 		Graph: "ring", GraphSeed: 1,
@@ -96,12 +96,12 @@ func DefaultGossipParams() GossipParams {
 }
 
 // DefaultAlpha returns the default noise parameter of a neighbour-exchange algorithm:
-// +Inf (no noise) for conventional ADMM, 2 (DefaultGossipParams) for the others.
+// +Inf (no noise) for conventional ADMM, 2 (DefaultRADMMParams) for the others.
 func DefaultAlpha(algo string) float64 {
 	if algo == "admm" {
 		return math.Inf(1)
 	}
-	return DefaultGossipParams().Alpha
+	return DefaultRADMMParams().Alpha
 }
 
 // ApplyProfile sets the network settings of profile name (ProfileTest, ProfileLAN,

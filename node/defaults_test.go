@@ -27,9 +27,9 @@ func TestDefaultConfig(t *testing.T) {
 		c.Hops != 1000 || !c.MDNS || c.AckTimeout == 0 || len(c.Listen) != 2 {
 		t.Errorf("walk defaults: %+v", c)
 	}
-	g := DefaultGossipParams()
+	g := DefaultRADMMParams()
 	g.Algo = "radmm"
-	c.Gossip = &g
+	c.RADMM = &g
 	if err := c.Validate(); err != nil {
 		t.Fatalf("neighbour-exchange defaults: %v", err)
 	}

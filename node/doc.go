@@ -36,7 +36,7 @@
 //
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
 // before any allocation when larger than the encoded size of a token of the run's
-// dimension, then the token (see EncodeToken). The receiver answers one byte per frame,
+// dimension, then the token (see wire.EncodeToken). The receiver answers one byte per frame,
 // its custody machine's answer: AckOK after it has appended the token to
 // <datadir>/inbox.log and fsynced it, AckDuplicate for a retransmission of one of the last
 // 16 tokens it accepted, AckStale for a token not above its fence or one whose evidence
@@ -74,7 +74,7 @@
 //     resume.
 //   - Backups: each release is kept in the checkpoint (Checkpoint.Backups, written before
 //     the send) with its recipient and predecessor, until the token is Depth (default 8)
-//     acked hand-offs further on. When a hand-off is acked the sender sends a Release
+//     acked hand-offs further on. When a hand-off is acked the sender sends a wire.Release
 //     {Dist: 2} to its own predecessor on /dpadmm/<run>/release/1 (a 22-byte frame:
 //     version, flags, epoch, hop, distance; acked with one byte); each node passes the
 //     wave back with Dist+1 and drops a backup whose distance reaches Depth. Releases to
@@ -97,7 +97,7 @@
 //     ordered by (epoch, hop, walk.TokenDigest), and the highest epoch it accepted or
 //     created (Checkpoint.Fence, MaxEpoch). A retransmission of one of the last 16 tokens
 //     it accepted is answered AckDuplicate; any other token not above both is refused with
-//     AckStale. The sender of a refused token drops its backup and sends Release{Retire}
+//     AckStale. The sender of a refused token drops its backup and sends wire.Release{Retire}
 //     back along its chain. Two copies of one epoch thus merge where they meet: the
 //     higher hop goes on, then the higher digest; a higher epoch beats any hop.
 //   - Epoch bounds: a token or final model whose epoch exceeds MaxEpoch or lies more than
@@ -127,19 +127,22 @@
 //
 // # Neighbour exchange (R-ADMM family)
 //
-// With Config.Gossip set, Node.RunGossip (gossiprun.go) uses the same announce/join/start
+// With Config.RADMM set, Node.RunRADMM (radmm_run.go) uses the same announce/join/start
 // control plane: the announced configuration (and so the config hash) adds the
 // algorithm, graph spec and seed, T, alpha, the penalty schedule, gamma and C. Once the
 // membership is fixed every node builds the same graph from (spec, members, seed), finds
 // its neighbours, weights its objective as testnet.NewGossipSim does (C_i/B_i = C n/M,
-// rho/N = C l2, M the total rows of the start message) and runs a GossipNode
-// (gossip.go: vectors over /dpadmm/<run>/radmm/1, ledger fsynced before each send, a
-// barrier per iteration with the stop|wait|stale policy of docs/radmm-network.md). Noise
+// rho/N = C l2, M the total rows of the start message) and drives its R-ADMM exchange
+// (radmm.go: a gossip.Exchange on the node's own host, store and data directory; vectors
+// over direct streams of /dpadmm/<run>/radmm/1, never GossipSub; journal and ledger
+// fsynced before each send, a barrier per iteration with the stop|wait|stale policy of
+// docs/radmm-network.md). Noise
 // is privacy.NewSecureNoise unless a testnet seed is given. A node refuses data with a row
 // of norm > 1 (Theorem V.1 needs normalised rows). model.json holds the node's own f_i(T)
 // and its own Theorem V.1 figure; the network average and the network figure (the max over
-// members) need the members' files. Gossip state is not checkpointed, so a node does not
-// rejoin a run after a restart.
+// members) need the members' files. A node restarted on its data directory resumes the
+// run from its journal, gossip-journal (radmm_journal.go), and refuses to when the journal
+// does not reproduce its releases bit for bit.
 //
 // # Data directory
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -77,7 +78,7 @@ func TestEpochJumpsRefused(t *testing.T) {
 		defer s.Close()
 		s.SetDeadline(time.Now().Add(10 * time.Second))
 		for {
-			WriteFrame(s, b)
+			wire.WriteFrame(s, b)
 			var ack [1]byte
 			if _, err := s.Read(ack[:]); err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -63,7 +64,7 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 		nodes[i] = nd
 		st := nd.Store()
 		nd.sendHook = func(to peer.ID, raw []byte) {
-			tok, err := DecodeToken(raw)
+			tok, err := wire.DecodeToken(raw)
 			es, lerr := st.Ledger()
 			found := false
 			for _, x := range es {
@@ -303,7 +304,7 @@ func TestFallbackCharges(t *testing.T) {
 				tok := walk.NewToken("fb", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
 				tok.Epoch, tok.Hop = epoch, hop
 				tok.Z[0], tok.Zhat[0] = z, -z
-				raw, _ := EncodeToken(nil, tok)
+				raw, _ := wire.EncodeToken(nil, tok)
 				return tok, hold(raw, nil)
 			}
 			_, older := mk(2, 6, 9)
@@ -339,7 +340,7 @@ func TestFallbackCharges(t *testing.T) {
 			n.CustodyEvents("fallback"), n.CustodyEvents("expired"))
 	}
 	b := ck.Backups[0]
-	got, err := DecodeToken(b.Token)
+	got, err := wire.DecodeToken(b.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -57,7 +58,7 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 		h.SetStreamHandler(WalkProtocol(run), func(s network.Stream) {
 			defer s.Close()
 			for {
-				b, err := ReadFrame(s, 1<<24)
+				b, err := wire.ReadFrame(s, 1<<24)
 				if err != nil {
 					return
 				}
@@ -115,7 +116,7 @@ func (r *attackRig) send(t *testing.T, h host.Host, b []byte) byte {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(20 * time.Second))
 	for {
-		if err := WriteFrame(s, b); err != nil {
+		if err := wire.WriteFrame(s, b); err != nil {
 			t.Fatal(err)
 		}
 		var ack [1]byte
@@ -153,7 +154,7 @@ func TestHandoffForgeriesRefused(t *testing.T) {
 	atk, honest, vid := r.atk, r.honest, r.v.ID()
 	prev := r.token(0, 3, 7) // the honest member's hand-off of hop 3 to the attacker
 	ev := evidenceOf(t, honest, 2, prev, atk.ID())
-	body := func(tok walk.Token) []byte { b, _ := EncodeToken(nil, tok); return b }
+	body := func(tok walk.Token) []byte { b, _ := wire.EncodeToken(nil, tok); return b }
 	flip := func(b []byte, at int) []byte { c := slices.Clone(b); c[at] ^= 1; return c }
 	bodyLen := len(body(r.token(0, 4, 1)))
 	for _, c := range []struct {
@@ -168,7 +169,7 @@ func TestHandoffForgeriesRefused(t *testing.T) {
 		{"evidence naming the honest member, signed by the attacker", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, atk, 2, prev, atk.ID()))},
 		{"evidence of a hand-off to someone else", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, honest, 2, prev, vid))},
 		{"frame signed for another recipient", signedFrame(t, atk, honest.ID(), r.token(0, 4, 1), ev)},
-		{"z changed after signing", flip(signedFrame(t, atk, vid, r.token(0, 4, 1), ev), tokenHeader+len("forge")+3)},
+		{"z changed after signing", flip(signedFrame(t, atk, vid, r.token(0, 4, 1), ev), wire.TokenHeader+len("forge")+3)},
 		{"signature damaged", flip(signedFrame(t, atk, vid, r.token(0, 4, 1), ev), bodyLen+len(ev)+5)},
 		{"evidence from a later epoch", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, honest, 2, r.token(1, 3, 7), atk.ID()))},
 	} {
@@ -195,13 +196,13 @@ func TestHandoffForgeriesRefused(t *testing.T) {
 	// hand-off as evidence.
 	select {
 	case f := <-r.got:
-		tok, err := DecodeToken(f)
+		tok, err := wire.DecodeToken(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := parseCert(f[bodyLen:], true)
-		if err != nil || !c.ev.Present || c.ev.Signer != 1 || c.ev.Hop != 4 || tok.Hop < 5 {
-			t.Fatalf("victim's hand-off: hop %d, evidence %+v, err %v", tok.Hop, c.ev, err)
+		c, err := wire.ParseCert(f[bodyLen:], true)
+		if err != nil || !c.Ev.Present || c.Ev.Signer != 1 || c.Ev.Hop != 4 || tok.Hop < 5 {
+			t.Fatalf("victim's hand-off: hop %d, evidence %+v, err %v", tok.Hop, c.Ev, err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the victim handed nothing on")

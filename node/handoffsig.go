@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -19,7 +20,7 @@ import (
 //
 // and carries the evidence that the sender holds the token legitimately: the signed
 // hand-off it received last from another member (walk.Evidence; the lineage rule is
-// walk.CheckLineage). Bytes after the token body (EncodeToken):
+// walk.CheckLineage). Bytes after the token body (wire.EncodeToken):
 //
 //	held  = body | evidence                  (inbox, custody, backups: as stored)
 //	frame = held | siglen u16 | sig          (on the wire, signed for one recipient)
@@ -32,30 +33,9 @@ import (
 // token it received (the sender's signature becomes that evidence), and keeps it
 // through hand-offs to itself and regenerations (which change only the epoch).
 
-const (
-	evNone    = 0x00
-	evPresent = 0x01
-	// maxSig bounds a signature's length (Ed25519: 64 bytes; RSA-4096: 512).
-	maxSig = 1024
-	// evFixed is the size of present evidence before its signature.
-	evFixed = 1 + 4 + 8 + 8 + 32 + 2
-	// MaxCert is the most bytes a frame carries after the token body.
-	MaxCert = evFixed + maxSig + 2 + maxSig
-)
-
 // ErrSignature marks a hand-off or final model whose signature or evidence does not
 // verify.
 var ErrSignature = errors.New("node: bad hand-off signature")
-
-// cert is the decoded trailer of a held token or a frame.
-type cert struct {
-	ev     walk.Evidence
-	evDig  [32]byte // digest of the evidence token
-	evSig  []byte
-	sig    []byte // the sender's signature (frames only)
-	evLen  int    // bytes of the evidence encoding
-	signed bool
-}
 
 // handoffDigest is the digest of a token's vectors as signed.
 func handoffDigest(z, zhat []float64) [32]byte {
@@ -96,68 +76,11 @@ func sigMsg(run string, wk, epoch, hop uint64, dig [32]byte, recipient peer.ID) 
 	return append(b, recipient...)
 }
 
-// bodyLen returns the length of the token body at the start of b (b is at least a
-// header; DecodeToken checked it).
-func bodyLen(b []byte) int {
-	return tokenHeader + int(b[29]) + 16*int(binary.LittleEndian.Uint32(b[25:]))
-}
-
-// parseCert decodes the bytes after a token body: evidence, then (frame) a signature.
-// An empty trailer is a held token of the first format: no evidence.
-func parseCert(tr []byte, frame bool) (cert, error) {
-	var c cert
-	bad := func(what string) (cert, error) { return c, fmt.Errorf("%w: %s", ErrMalformed, what) }
-	if len(tr) == 0 {
-		if frame {
-			return bad("hand-off without a signature")
-		}
-		return c, nil
-	}
-	switch tr[0] {
-	case evNone:
-		c.evLen = 1
-	case evPresent:
-		if len(tr) < evFixed {
-			return bad("short evidence")
-		}
-		c.ev = walk.Evidence{Present: true, Signer: int(binary.LittleEndian.Uint32(tr[1:])),
-			Epoch: binary.LittleEndian.Uint64(tr[5:]), Hop: binary.LittleEndian.Uint64(tr[13:])}
-		if c.ev.Signer < 0 || uint64(binary.LittleEndian.Uint32(tr[1:])) > math.MaxInt32 {
-			return bad("evidence signer out of range")
-		}
-		copy(c.evDig[:], tr[21:53])
-		n := int(binary.LittleEndian.Uint16(tr[53:]))
-		if n == 0 || n > maxSig || len(tr) < evFixed+n {
-			return bad("evidence signature length")
-		}
-		c.evSig = tr[evFixed : evFixed+n]
-		c.evLen = evFixed + n
-	default:
-		return bad(fmt.Sprintf("evidence tag %d", tr[0]))
-	}
-	rest := tr[c.evLen:]
-	if !frame {
-		if len(rest) != 0 {
-			return bad("bytes after the evidence")
-		}
-		return c, nil
-	}
-	if len(rest) < 2 {
-		return bad("hand-off without a signature")
-	}
-	n := int(binary.LittleEndian.Uint16(rest))
-	if n == 0 || n > maxSig || len(rest) != 2+n {
-		return bad("signature length")
-	}
-	c.sig, c.signed = rest[2:], true
-	return c, nil
-}
-
 // appendEvidence appends the evidence made of a received hand-off: the token tok signed
 // by member signer (index) with signature sig.
 func appendEvidence(b []byte, signer int, tok walk.Token, sig []byte) []byte {
 	d := handoffDigest(tok.Z, tok.Zhat)
-	b = append(b, evPresent)
+	b = append(b, wire.EvPresent)
 	b = binary.LittleEndian.AppendUint32(b, uint32(signer))
 	b = binary.LittleEndian.AppendUint64(b, tok.Epoch)
 	b = binary.LittleEndian.AppendUint64(b, tok.Hop)
@@ -169,20 +92,20 @@ func appendEvidence(b []byte, signer int, tok walk.Token, sig []byte) []byte {
 // heldEvidence returns the evidence bytes of a held token (a token without a trailer,
 // of the first format or the origin's, has the evidence "none").
 func heldEvidence(held []byte) []byte {
-	if len(held) < tokenHeader {
-		return []byte{evNone}
+	if len(held) < wire.TokenHeader {
+		return []byte{wire.EvNone}
 	}
-	tr := held[bodyLen(held):]
+	tr := held[wire.BodyLen(held):]
 	if len(tr) == 0 {
-		return []byte{evNone}
+		return []byte{wire.EvNone}
 	}
 	return tr
 }
 
-// hold returns body followed by the evidence ev (evNone when empty).
+// hold returns body followed by the evidence ev (wire.EvNone when empty).
 func hold(body, ev []byte) []byte {
 	if len(ev) == 0 {
-		ev = []byte{evNone}
+		ev = []byte{wire.EvNone}
 	}
 	return append(body[:len(body):len(body)], ev...)
 }
@@ -197,7 +120,7 @@ func reEpoch(raw []byte, epoch uint64) []byte {
 
 // signFrame returns the frame of the held token raw for recipient to, signed with key.
 func signFrame(key crypto.PrivKey, raw []byte, to peer.ID) ([]byte, error) {
-	tok, err := DecodeToken(raw)
+	tok, err := wire.DecodeToken(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -205,12 +128,12 @@ func signFrame(key crypto.PrivKey, raw []byte, to peer.ID) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: signing a hand-off: %w", err)
 	}
-	body := bodyLen(raw)
-	tr, err := parseCert(raw[body:], false)
+	body := wire.BodyLen(raw)
+	tr, err := wire.ParseCert(raw[body:], false)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, body+max(tr.evLen, 1)+2+len(sig))
+	out := make([]byte, 0, body+max(tr.EvLen, 1)+2+len(sig))
 	out = append(out, raw[:body]...)
 	out = append(out, heldEvidence(raw)...)
 	out = binary.LittleEndian.AppendUint16(out, uint16(len(sig)))
@@ -248,9 +171,9 @@ func verifySig(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }, msg, si
 // evidence's signature (the signer's hand-off of the evidence token to the sender) and
 // the lineage rule. members are in index order; origin is the member that created the
 // initial token. It returns the evidence to hold with the token for the next hand-off.
-func verifyHandoff(tok walk.Token, c cert, from, self peer.ID, members []peer.ID, origin int,
+func verifyHandoff(tok walk.Token, c wire.Cert, from, self peer.ID, members []peer.ID, origin int,
 	ps interface{ PubKey(peer.ID) crypto.PubKey }) ([]byte, error) {
-	if !c.signed {
+	if !c.Signed {
 		return nil, fmt.Errorf("%w: unsigned hand-off", ErrSignature)
 	}
 	sender := -1
@@ -262,20 +185,20 @@ func verifyHandoff(tok walk.Token, c cert, from, self peer.ID, members []peer.ID
 	if sender < 0 {
 		return nil, fmt.Errorf("%w: sender is not a member", ErrSignature)
 	}
-	if err := walk.CheckLineage(tok.Epoch, tok.Hop, c.ev, sender, origin, len(members)); err != nil {
+	if err := walk.CheckLineage(tok.Epoch, tok.Hop, c.Ev, sender, origin, len(members)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSignature, err)
 	}
 	// The two Ed25519 verifications dominate a hand-off's cost: the evidence's runs
 	// alongside the sender's.
 	evErr := make(chan error, 1)
-	if c.ev.Present {
+	if c.Ev.Present {
 		go func() {
-			evErr <- verifySig(members[c.ev.Signer], ps, sigMsg(tok.Run, tok.Walk, c.ev.Epoch, c.ev.Hop, c.evDig, from), c.evSig)
+			evErr <- verifySig(members[c.Ev.Signer], ps, sigMsg(tok.Run, tok.Walk, c.Ev.Epoch, c.Ev.Hop, c.EvDig, from), c.EvSig)
 		}()
 	} else {
 		evErr <- nil
 	}
-	err := verifySig(from, ps, sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), self), c.sig)
+	err := verifySig(from, ps, sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), self), c.Sig)
 	if e := <-evErr; e != nil && err == nil {
 		err = fmt.Errorf("%w (evidence)", e)
 	}
@@ -283,7 +206,7 @@ func verifyHandoff(tok walk.Token, c cert, from, self peer.ID, members []peer.ID
 		return nil, err
 	}
 	var ev []byte
-	return appendEvidence(ev, sender, tok, c.sig), nil
+	return appendEvidence(ev, sender, tok, c.Sig), nil
 }
 
 // FinalCert is the evidence published with a final model: the hand-off of the hop the
@@ -302,17 +225,17 @@ type FinalCert struct {
 // token of hop k (the evidence of its hand-off to this node) and zhat_K.
 func finalCert(ev []byte, k uint64, zhat []float64) (*FinalCert, error) {
 	if len(ev) == 0 {
-		ev = []byte{evNone}
+		ev = []byte{wire.EvNone}
 	}
-	c, err := parseCert(ev, false)
+	c, err := wire.ParseCert(ev, false)
 	if err != nil {
 		return nil, err
 	}
-	if !c.ev.Present {
+	if !c.Ev.Present {
 		return &FinalCert{Signer: -1}, nil
 	}
-	fc := &FinalCert{Signer: c.ev.Signer, Epoch: c.ev.Epoch, Hop: c.ev.Hop, Digest: c.evDig[:], Sig: c.evSig}
-	if c.ev.Hop == k {
+	fc := &FinalCert{Signer: c.Ev.Signer, Epoch: c.Ev.Epoch, Hop: c.Ev.Hop, Digest: c.EvDig[:], Sig: c.EvSig}
+	if c.Ev.Hop == k {
 		d := vecDigest(zhat)
 		fc.Digest = d[:]
 	}
@@ -341,7 +264,7 @@ func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releas
 	if !ev.Present {
 		return nil
 	}
-	if len(fc.Digest) != 32 || len(fc.Sig) == 0 || len(fc.Sig) > maxSig {
+	if len(fc.Digest) != 32 || len(fc.Sig) == 0 || len(fc.Sig) > wire.MaxSig {
 		return fmt.Errorf("%w: malformed final evidence", ErrSignature)
 	}
 	var dig [32]byte
@@ -356,8 +279,8 @@ func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releas
 // member from. It returns the token to hold (body and the evidence for its next
 // hand-off) and the evidence the sender showed (Node.evUsed).
 func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk.Evidence, error) {
-	body := bodyLen(b)
-	c, err := parseCert(b[body:], true)
+	body := wire.BodyLen(b)
+	c, err := wire.ParseCert(b[body:], true)
 	if err != nil {
 		return nil, walk.Evidence{}, err
 	}
@@ -368,5 +291,5 @@ func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk
 	if err != nil {
 		return nil, walk.Evidence{}, err
 	}
-	return hold(b[:body], ev), c.ev, nil
+	return hold(b[:body], ev), c.Ev, nil
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
 // startHeartbeats starts one sender per member: a heartbeat every Config.Heartbeat on a
@@ -56,7 +58,7 @@ func (n *Node) beat(ctx context.Context, p peer.ID) {
 		}
 		seq++
 		s.SetWriteDeadline(time.Now().Add(2 * every))
-		if err := WriteFrame(s, EncodeHeartbeat(seq)); err != nil {
+		if err := wire.WriteFrame(s, wire.EncodeHeartbeat(seq)); err != nil {
 			s.Reset()
 			s = nil
 		}
@@ -82,12 +84,12 @@ func (n *Node) handleAlive(s network.Stream) {
 	quiet := n.downAfter() + 10*time.Second
 	for {
 		s.SetReadDeadline(time.Now().Add(quiet))
-		b, err := ReadFrame(s, HeartbeatSize)
+		b, err := wire.ReadFrame(s, wire.HeartbeatSize)
 		if err == nil {
-			_, err = DecodeHeartbeat(b)
+			_, err = wire.DecodeHeartbeat(b)
 		}
 		if err != nil {
-			if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrMalformed) || errors.Is(err, ErrVersion) {
+			if errors.Is(err, wire.ErrTooLarge) || errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrVersion) {
 				n.reject(lg, "heartbeat", err.Error())
 			}
 			s.Reset()

@@ -30,15 +30,15 @@ type metrics struct {
 	nupd     atomic.Int64
 	done     atomic.Bool
 
-	// Neighbour-exchange runs (RunGossip); zero and unused for the walk.
-	gIters    prometheus.Counter
-	gStale    prometheus.Counter
-	gIgnored  prometheus.Counter
-	gRejected *prometheus.CounterVec
-	gossip    atomic.Pointer[gossipView]
-	// gCollectors are registered by enableGossip when a neighbour-exchange run starts.
-	gCollectors []prometheus.Collector
-	gOnce       sync.Once
+	// Neighbour-exchange runs (RunRADMM); zero and unused for the walk.
+	radmmIters    prometheus.Counter
+	radmmStale    prometheus.Counter
+	radmmIgnored  prometheus.Counter
+	radmmRejected *prometheus.CounterVec
+	radmm         atomic.Pointer[radmmView]
+	// radmmCollectors are registered by enableRADMM when a neighbour-exchange run starts.
+	radmmCollectors []prometheus.Collector
+	radmmOnce       sync.Once
 }
 
 func newMetrics() *metrics {
@@ -53,7 +53,7 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.pub.MustRegister(m.ignored, m.rejected, m.control)
-	m.registerGossip()
+	m.registerRADMM()
 	return m
 }
 
@@ -104,8 +104,8 @@ func (n *Node) PublicStatus() any {
 	n.pubMu.Lock()
 	defer n.pubMu.Unlock()
 	now := time.Now()
-	// R-ADMM (Gossip) iterations follow a public schedule: its status is served live.
-	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.Gossip != nil {
+	// R-ADMM (Config.RADMM) iterations follow a public schedule: its status is served live.
+	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.RADMM != nil {
 		n.pubSnap, n.pubAt = n.Status(), now
 	}
 	var m map[string]any

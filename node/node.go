@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -189,30 +190,7 @@ type inbound struct {
 // New creates the host, opens the data directory and joins the control topic. It does
 // not start the walk; call Run.
 func New(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.Delta == 0 {
-		cfg.Delta = 1e-5
-	}
-	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = 10 * time.Second
-	}
-	if cfg.FinalWait == 0 {
-		cfg.FinalWait = 30 * time.Second
-	}
-	if cfg.JoinWindow == 0 {
-		cfg.JoinWindow = 2 * time.Second
-	}
-	if cfg.MinPeers == 0 {
-		cfg.MinPeers = 2
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = time.Second
-	}
-	if cfg.HeartbeatMisses == 0 {
-		cfg.HeartbeatMisses = 15
-	}
-	if cfg.Depth == 0 {
-		cfg.Depth = 8
-	}
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -226,59 +204,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
-	var h host.Host
-	var relaySrc *dhtRelaySource
 	gater := &memberGater{}
-	if cfg.NewHost != nil {
-		if h, err = cfg.NewHost(key); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("node: libp2p host: %w", err)
-		}
-	} else {
-		listen := cfg.Listen
-		if len(listen) == 0 {
-			listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
-		}
-		if err := checkPorts(listen); err != nil {
-			st.Close()
-			return nil, err
-		}
-		rm, err := resourceManager(cfg.Run)
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater), libp2p.ResourceManager(rm)}
-		if cfg.SwarmKey != nil {
-			// go-libp2p refuses private networks with QUIC and WebTransport: TCP only.
-			var tcpAddrs []string
-			for _, a := range listen {
-				if !strings.Contains(a, "/quic") && !strings.Contains(a, "/webtransport") && !strings.Contains(a, "/udp/") {
-					tcpAddrs = append(tcpAddrs, a)
-				}
-			}
-			if len(tcpAddrs) == 0 {
-				st.Close()
-				return nil, fmt.Errorf("node: a swarm key needs a TCP listen address (QUIC does not support private networks), got %v", listen)
-			}
-			listen = tcpAddrs
-			opts = append(opts, libp2p.PrivateNetwork(cfg.SwarmKey), libp2p.Transport(tcp.NewTCPTransport))
-		}
-		opts = append(opts, libp2p.ListenAddrStrings(listen...))
-		if cfg.NAT {
-			opts = append(opts, libp2p.NATPortMap(), libp2p.EnableNATService(), libp2p.EnableHolePunching())
-		}
-		ropts, src, err := relayOptions(cfg, gater)
-		if err != nil {
-			st.Close()
-			return nil, err
-		}
-		relaySrc = src
-		opts = append(opts, ropts...)
-		if h, err = libp2p.New(opts...); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
-		}
+	h, relaySrc, err := newHost(cfg, key, gater)
+	if err != nil {
+		st.Close()
+		return nil, err
 	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
@@ -296,33 +226,136 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.limitedLog(zerolog.WarnLevel, "gater").Str("from", shortID(p)).Msg("connection refused: the peer is not a member of the run")
 	}
 	n.budgetCap.Store(-1)
-	if cfg.Start && cfg.Allow != nil && cfg.Allow.Owner != h.ID().String() {
+	if err := cfg.checkStarter(h.ID()); err != nil {
 		h.Close()
 		st.Close()
-		return nil, fmt.Errorf("node: only the allow-list's owner %s may start the run, this node is %s", cfg.Allow.Owner, h.ID())
-	}
-	if cfg.Start && cfg.Starter != "" && cfg.Starter != h.ID() {
-		h.Close()
-		st.Close()
-		return nil, fmt.Errorf("node: --starter %s pins another peer as the starter, this node is %s", cfg.Starter, h.ID())
+		return nil, err
 	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
-	n.limit = TokenSize(cfg.Run, cfg.Data.Cols) + MaxCert
+	n.limit = wire.TokenSize(cfg.Run, cfg.Data.Cols) + wire.MaxCert
 	n.closers = append(n.closers, h.Close, st.Close)
-	fail := func(err error) (*Node, error) { n.Close(); return nil, err }
+	if err := n.startServices(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Str("membership", cfg.Membership()).Msg("node up")
+	if cfg.Membership() == "open" {
+		n.log.Warn().Msg("open run: any peer with this configuration that joins in the join window becomes a member (close it with --swarm-key, --allow, --starter, --max-rows)")
+	}
+	return n, nil
+}
+
+// fillDefaults sets the zero fields of c that have a default.
+func (c *Config) fillDefaults() {
+	if c.Delta == 0 {
+		c.Delta = 1e-5
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 10 * time.Second
+	}
+	if c.FinalWait == 0 {
+		c.FinalWait = 30 * time.Second
+	}
+	if c.JoinWindow == 0 {
+		c.JoinWindow = 2 * time.Second
+	}
+	if c.MinPeers == 0 {
+		c.MinPeers = 2
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.HeartbeatMisses == 0 {
+		c.HeartbeatMisses = 15
+	}
+	if c.Depth == 0 {
+		c.Depth = 8
+	}
+}
+
+// checkStarter refuses a --start by a peer other than the allow-list's owner or the
+// pinned starter.
+func (c *Config) checkStarter(self peer.ID) error {
+	if c.Start && c.Allow != nil && c.Allow.Owner != self.String() {
+		return fmt.Errorf("node: only the allow-list's owner %s may start the run, this node is %s", c.Allow.Owner, self)
+	}
+	if c.Start && c.Starter != "" && c.Starter != self {
+		return fmt.Errorf("node: --starter %s pins another peer as the starter, this node is %s", c.Starter, self)
+	}
+	return nil
+}
+
+// newHost builds the libp2p host of cfg (cfg.NewHost when set): listen addresses, the
+// connection gater, the resource manager, a private network with a swarm key (TCP only),
+// NAT services and relays.
+func newHost(cfg Config, key crypto.PrivKey, gater *memberGater) (host.Host, *dhtRelaySource, error) {
+	if cfg.NewHost != nil {
+		h, err := cfg.NewHost(key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node: libp2p host: %w", err)
+		}
+		return h, nil, nil
+	}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		listen = []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}
+	}
+	if err := checkPorts(listen); err != nil {
+		return nil, nil, err
+	}
+	rm, err := resourceManager(cfg.Run)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater), libp2p.ResourceManager(rm)}
+	if cfg.SwarmKey != nil {
+		// go-libp2p refuses private networks with QUIC and WebTransport: TCP only.
+		var tcpAddrs []string
+		for _, a := range listen {
+			if !strings.Contains(a, "/quic") && !strings.Contains(a, "/webtransport") && !strings.Contains(a, "/udp/") {
+				tcpAddrs = append(tcpAddrs, a)
+			}
+		}
+		if len(tcpAddrs) == 0 {
+			return nil, nil, fmt.Errorf("node: a swarm key needs a TCP listen address (QUIC does not support private networks), got %v", listen)
+		}
+		listen = tcpAddrs
+		opts = append(opts, libp2p.PrivateNetwork(cfg.SwarmKey), libp2p.Transport(tcp.NewTCPTransport))
+	}
+	opts = append(opts, libp2p.ListenAddrStrings(listen...))
+	if cfg.NAT {
+		opts = append(opts, libp2p.NATPortMap(), libp2p.EnableNATService(), libp2p.EnableHolePunching())
+	}
+	ropts, src, err := relayOptions(cfg, gater)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, ropts...)
+	h, err := libp2p.New(opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: libp2p host (listen %v): %w", listen, err)
+	}
+	return h, src, nil
+}
+
+// startServices joins the control topic, sets the stream handlers and starts HTTP,
+// mDNS, the direct dials and the DHT.
+func (n *Node) startServices(ctx context.Context) error {
+	cfg, h := n.cfg, n.Host
+	var err error
 	params, th := controlScoreParams(ControlTopic(cfg.Run))
 	if n.ps, err = pubsub.NewGossipSub(ctx, h, pubsub.WithPeerScore(params, th)); err != nil {
-		return fail(fmt.Errorf("node: gossipsub: %w", err))
+		return fmt.Errorf("node: gossipsub: %w", err)
 	}
 	if err := n.ps.RegisterTopicValidator(ControlTopic(cfg.Run), n.validateControl); err != nil {
-		return fail(fmt.Errorf("node: gossipsub validator: %w", err))
+		return fmt.Errorf("node: gossipsub validator: %w", err)
 	}
 	if n.topic, err = n.ps.Join(ControlTopic(cfg.Run)); err != nil {
-		return fail(err)
+		return err
 	}
 	if n.sub, err = n.topic.Subscribe(); err != nil {
-		return fail(err)
+		return err
 	}
 	h.SetStreamHandler(WalkProtocol(cfg.Run), n.handleWalk)
 	h.SetStreamHandler(DoneProtocol(cfg.Run), n.handleDone)
@@ -331,22 +364,32 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	h.SetStreamHandler(AliveProtocol(cfg.Run), n.handleAlive)
 	if cfg.HTTP != "" {
 		if err := n.serveHTTP(cfg.HTTP); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	if cfg.MDNS {
 		if err := n.startMDNS(); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	for _, a := range cfg.Peers {
+	n.dialPeers(ctx)
+	if len(cfg.Bootstrap) > 0 {
+		return n.startDHT(ctx)
+	}
+	return nil
+}
+
+// dialPeers keeps the addresses of cfg.Peers and dials them (unless Run dials a static
+// membership itself).
+func (n *Node) dialPeers(ctx context.Context) {
+	for _, a := range n.cfg.Peers {
 		if ai, err := addrInfo(a); err == nil {
-			if ai.ID == h.ID() {
+			if ai.ID == n.Host.ID() {
 				continue // a launcher may list every member, this node included
 			}
 			// Keep the address for later hand-offs even if the peer is not up yet.
-			h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
-			if cfg.Members != nil && cfg.WaitMembers > 0 {
+			n.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+			if n.cfg.Members != nil && n.cfg.WaitMembers > 0 {
 				continue // Run dials the members until all are connected
 			}
 		}
@@ -354,16 +397,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			n.log.Warn().Err(err).Str("addr", a).Msg("cannot dial peer")
 		}
 	}
-	if len(cfg.Bootstrap) > 0 {
-		if err := n.startDHT(ctx); err != nil {
-			return fail(err)
-		}
-	}
-	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Str("membership", cfg.Membership()).Msg("node up")
-	if cfg.Membership() == "open" {
-		n.log.Warn().Msg("open run: any peer with this configuration that joins in the join window becomes a member (close it with --swarm-key, --allow, --starter, --max-rows)")
-	}
-	return n, nil
 }
 
 func shortID(p peer.ID) string {
@@ -473,35 +506,9 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		return errors.New("node: this node is not in the membership")
 	}
 	c := n.cfg
-	r := (*rand.Rand)(nil)
-	var noise privacy.Noise
-	switch {
-	case c.Sources != nil:
-		n.hopSrc, n.noiseSrc = c.Sources(idx)
-		if n.hopSrc == nil || n.noiseSrc == nil {
-			return errors.New("node: Sources returned a nil generator")
-		}
-		r, noise = rand.New(n.hopSrc), privacy.NewNoiseFromRand(rand.New(n.noiseSrc))
-	case c.Rand != nil:
-		r = c.Rand(idx)
-	default:
-		r = cryptoRand()
-	}
-	wc := walk.Config{
-		Node: idx, Nodes: len(ms), Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
-		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names, Step: c.Step,
-	}
-	if c.Sigma > 0 {
-		if noise != nil {
-			wc.Noise = noise
-		} else if c.Noise != nil {
-			wc.Noise = c.Noise(idx)
-		} else {
-			wc.Noise = privacy.NewSecureNoise()
-		}
-		if !wc.Noise.Secure() && !c.AllowSeededNoise {
-			return errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
-		}
+	wc, err := n.walkConfig(idx, names)
+	if err != nil {
+		return err
 	}
 	ll, err := consensus.NewLocalLoss(c.Data, c.Problem.Loss, weight)
 	if err != nil {
@@ -518,23 +525,8 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	n.mu.Lock()
 	n.step = step
 	n.mu.Unlock()
-	if c.BudgetEpsilon > 0 {
-		kind := c.BudgetKind
-		if kind == "" {
-			kind = walk.BudgetLocal
-		}
-		delta := c.Delta
-		if delta == 0 {
-			delta = 1e-5
-		}
-		plan, err := walk.BudgetCapsStep(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, len(ms), nil, step)
-		if err != nil {
-			return err
-		}
-		wc.Budgeted, wc.BudgetCap = true, plan.Caps[idx]
-		n.budgetCap.Store(int64(plan.Caps[idx]))
-		n.log.Info().Float64("budget_epsilon", c.BudgetEpsilon).Str("kind", kind).Int("cap", plan.Caps[idx]).
-			Str("theorem", plan.Theorem).Bool("conditions_hold", plan.ConditionsHold).Msg("privacy budget: noisy updates allowed")
+	if err := n.applyBudget(&wc, idx, len(ms), step); err != nil {
+		return err
 	}
 	var seed [16]byte
 	crand.Read(seed[:])
@@ -546,22 +538,116 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	if err != nil {
 		return err
 	}
-	ck, err := n.store.LoadCheckpoint()
+	restore, err := n.restoreInput(idx)
 	if err != nil {
 		return err
+	}
+	n.mu.Lock()
+	n.cust, n.wk = cust, NewWalk(cust)
+	n.mu.Unlock()
+	if restore != nil {
+		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
+			return fmt.Errorf("node: checkpoint: %w", err)
+		}
+		for _, b := range cust.Backups() {
+			if !b.Acked && !b.Pending && restore.Snapshot.Held == nil {
+				// The machine sends it again, the same bytes to the same member, at its
+				// first tick.
+				n.log.Info().Str("to", shortID(ms[b.To])).Uint64("epoch", b.Epoch).Uint64("hop", b.Hop).Msg("resending the token held in custody")
+			}
+		}
+		if n.custodyTrace != nil {
+			n.custodyTrace(*restore, nil)
+		}
+	}
+	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
+	return nil
+}
+
+// walkConfig returns the walk machine's configuration of member idx: its next-hop and
+// noise sources (seeded in testnets, secure otherwise) and the hyperparameters.
+func (n *Node) walkConfig(idx int, names []string) (walk.Config, error) {
+	c := n.cfg
+	r := (*rand.Rand)(nil)
+	var noise privacy.Noise
+	switch {
+	case c.Sources != nil:
+		n.hopSrc, n.noiseSrc = c.Sources(idx)
+		if n.hopSrc == nil || n.noiseSrc == nil {
+			return walk.Config{}, errors.New("node: Sources returned a nil generator")
+		}
+		r, noise = rand.New(n.hopSrc), privacy.NewNoiseFromRand(rand.New(n.noiseSrc))
+	case c.Rand != nil:
+		r = c.Rand(idx)
+	default:
+		r = cryptoRand()
+	}
+	wc := walk.Config{
+		Node: idx, Nodes: len(names), Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
+		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names, Step: c.Step,
+	}
+	if c.Sigma > 0 {
+		if noise != nil {
+			wc.Noise = noise
+		} else if c.Noise != nil {
+			wc.Noise = c.Noise(idx)
+		} else {
+			wc.Noise = privacy.NewSecureNoise()
+		}
+		if !wc.Noise.Secure() && !c.AllowSeededNoise {
+			return walk.Config{}, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+		}
+	}
+	return wc, nil
+}
+
+// applyBudget sets the noisy-update cap of member idx of nodes from Config.BudgetEpsilon
+// (walk.BudgetCapsStep); nothing without a budget.
+func (n *Node) applyBudget(wc *walk.Config, idx, nodes int, step privacy.WalkRun) error {
+	c := n.cfg
+	if c.BudgetEpsilon <= 0 {
+		return nil
+	}
+	kind := c.BudgetKind
+	if kind == "" {
+		kind = walk.BudgetLocal
+	}
+	delta := c.Delta
+	if delta == 0 {
+		delta = 1e-5
+	}
+	plan, err := walk.BudgetCapsStep(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, nodes, nil, step)
+	if err != nil {
+		return err
+	}
+	wc.Budgeted, wc.BudgetCap = true, plan.Caps[idx]
+	n.budgetCap.Store(int64(plan.Caps[idx]))
+	n.log.Info().Float64("budget_epsilon", c.BudgetEpsilon).Str("kind", kind).Int("cap", plan.Caps[idx]).
+		Str("theorem", plan.Theorem).Bool("conditions_hold", plan.ConditionsHold).Msg("privacy budget: noisy updates allowed")
+	return nil
+}
+
+// restoreInput reads the checkpoint and the inbox of member idx and returns the custody
+// input that restores them (nil for a fresh start). It restores the seeded sources and
+// the node's own copy of the checkpoint too.
+func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
+	c := n.cfg
+	ck, err := n.store.LoadCheckpoint()
+	if err != nil {
+		return nil, err
 	}
 	n.ckpt = Checkpoint{Run: c.Run, Node: idx}
 	var restore *CustodyInput
 	if ck != nil {
 		if ck.Run != c.Run || ck.Node != idx {
-			return fmt.Errorf("node: checkpoint in %s is for run %q node %d, not run %q node %d; use a fresh --datadir", n.store.Dir, ck.Run, ck.Node, c.Run, idx)
+			return nil, fmt.Errorf("node: checkpoint in %s is for run %q node %d, not run %q node %d; use a fresh --datadir", n.store.Dir, ck.Run, ck.Node, c.Run, idx)
 		}
 		if n.hopSrc != nil && len(ck.HopSource) > 0 {
 			if err := n.hopSrc.UnmarshalBinary(ck.HopSource); err != nil {
-				return fmt.Errorf("node: checkpoint: next-hop source: %w", err)
+				return nil, fmt.Errorf("node: checkpoint: next-hop source: %w", err)
 			}
 			if err := n.noiseSrc.UnmarshalBinary(ck.NoiseSource); err != nil {
-				return fmt.Errorf("node: checkpoint: noise source: %w", err)
+				return nil, fmt.Errorf("node: checkpoint: noise source: %w", err)
 			}
 		}
 		n.ckpt = *ck
@@ -588,26 +674,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 			}
 		}
 	}
-	n.mu.Lock()
-	n.cust, n.wk = cust, NewWalk(cust)
-	n.mu.Unlock()
-	if restore != nil {
-		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
-			return fmt.Errorf("node: checkpoint: %w", err)
-		}
-		for _, b := range cust.Backups() {
-			if !b.Acked && !b.Pending && restore.Snapshot.Held == nil {
-				// The machine sends it again, the same bytes to the same member, at its
-				// first tick.
-				n.log.Info().Str("to", shortID(ms[b.To])).Uint64("epoch", b.Epoch).Uint64("hop", b.Hop).Msg("resending the token held in custody")
-			}
-		}
-		if n.custodyTrace != nil {
-			n.custodyTrace(*restore, nil)
-		}
-	}
-	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
-	return nil
+	return restore, nil
 }
 
 // waitMembers dials every member not yet connected, from the peerstore's addresses,
@@ -679,14 +746,14 @@ func (n *Node) handleWalk(s network.Stream) {
 		// hand-off), and a frame must arrive whole within it: a peer cannot hold a stream
 		// and its reader forever.
 		s.SetReadDeadline(time.Now().Add(StreamIdle))
-		b, err := ReadFrame(s, n.limit)
+		b, err := wire.ReadFrame(s, n.limit)
 		if err != nil {
 			switch {
-			case errors.Is(err, ErrTooLarge):
+			case errors.Is(err, wire.ErrTooLarge):
 				n.reject(lg, "oversized", err.Error())
 				s.Write([]byte{AckReject})
 				s.Reset()
-			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, errPartialFrame)):
+			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, wire.ErrPartialFrame)):
 				n.reject(lg, "truncated", "the stream ended inside a frame")
 			}
 			return
@@ -716,10 +783,10 @@ func (n *Node) reject(lg zerolog.Logger, kind, reason string) {
 // receive decodes and validates one frame and, if it passes, hands it to the loop which
 // stores it durably before the ack is returned.
 func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan struct{}) {
-	tok, err := DecodeToken(b)
+	tok, err := wire.DecodeToken(b)
 	if err != nil {
 		kind := "malformed"
-		if errors.Is(err, ErrVersion) {
+		if errors.Is(err, wire.ErrVersion) {
 			kind = "version"
 		}
 		n.reject(lg, kind, err.Error())
@@ -735,8 +802,8 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "non-member", "sender is not a member of the run")
 		return AckReject, nil
 	}
-	v := Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
-	if vd, reason := v.Check(tok, 0, 0, false); vd != Accept {
+	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
+	if vd, reason := v.Check(tok, 0, 0, false); vd != wire.Accept {
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
 	}
@@ -930,7 +997,7 @@ func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error)
 	if n.sendHook != nil {
 		n.sendHook(p, raw)
 	}
-	if err = WriteFrame(s, frame); err == nil {
+	if err = wire.WriteFrame(s, frame); err == nil {
 		_, err = s.Read(ack[:])
 	}
 	if err != nil {
@@ -998,9 +1065,9 @@ type Status struct {
 	// verdict (privacy.WalkPlannedBound, the same decision as model.json and the
 	// simulator's report); nil for R-ADMM.
 	Network *BoundJSON `json:"network_planned,omitempty"`
-	// Gossip is the state of a neighbour-exchange run (RunGossip); nil for the walk. Its
+	// RADMM is the state of a neighbour-exchange run (RunRADMM); nil for the walk. Its
 	// epsilon_spent is then also reported in Epsilon, with its theorem in EpsilonNote.
-	Gossip *GossipStatus `json:"gossip,omitempty"`
+	RADMM *RADMMStatus `json:"gossip,omitempty"`
 	// Join is the state of the wait for the run to start; nil once the membership is fixed.
 	Join *JoinStatus `json:"join,omitempty"`
 }
@@ -1039,8 +1106,8 @@ func (n *Node) Status() Status {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
 	st.Join = n.join.snapshot(st.Peers)
-	if gs := n.gossipStatus(); gs != nil {
-		st.Gossip, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
+	if gs := n.radmmStatus(); gs != nil {
+		st.RADMM, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
 	}
 	return st
 }
@@ -1090,8 +1157,7 @@ func (n *Node) finishedModel() (*Model, error) {
 // closes it.
 const StreamIdle = 10 * time.Minute
 
-// errPartialFrame marks a frame whose read stopped after its header.
-var errPartialFrame = errors.New("node: partial frame")
+// wire.ErrPartialFrame marks a frame whose read stopped after its header.
 
 // Per-peer limits of the resource manager on the run's protocols: a member keeps one
 // long-lived stream per protocol and opens a few short ones (heartbeats, final pushes), so
@@ -1105,7 +1171,7 @@ func resourceManager(run string) (network.ResourceManager, error) {
 	scaling := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&scaling)
 	for _, p := range []protocol.ID{WalkProtocol(run), ReleaseProtocol(run), AliveProtocol(run), FinalProtocol(run),
-		DoneProtocol(run), GossipProtocol(run)} {
+		DoneProtocol(run), RADMMProtocol(run)} {
 		scaling.AddProtocolPeerLimit(p, rcmgr.BaseLimit{Streams: 2 * streamsPerPeer, StreamsInbound: streamsPerPeer,
 			StreamsOutbound: streamsPerPeer, Memory: 16 << 20}, rcmgr.BaseLimitIncrease{})
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -266,7 +267,7 @@ func TestRejectsHostileInput(t *testing.T) {
 		tok := walk.NewToken("hostile", 0, dim, consensus.Regularizer{}, 1)
 		tok.Hop = 1
 		mod(&tok)
-		b, err := EncodeToken(nil, tok)
+		b, err := wire.EncodeToken(nil, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +283,7 @@ func TestRejectsHostileInput(t *testing.T) {
 		if raw {
 			s.Write(frame)
 		} else {
-			WriteFrame(s, frame)
+			wire.WriteFrame(s, frame)
 		}
 		var ack [1]byte
 		for {
@@ -293,7 +294,7 @@ func TestRejectsHostileInput(t *testing.T) {
 				return ack[0], nil
 			}
 			time.Sleep(20 * time.Millisecond) // membership not fixed yet: resend
-			WriteFrame(s, frame)
+			wire.WriteFrame(s, frame)
 		}
 	}
 	versioned := enc(func(*walk.Token) {})
@@ -307,7 +308,7 @@ func TestRejectsHostileInput(t *testing.T) {
 		reason string
 	}{
 		{"oversized frame", atk, oversized, true, "oversized"},
-		{"garbage", atk, []byte{WireVersion, 2, 3}, false, "malformed"},
+		{"garbage", atk, []byte{wire.WireVersion, 2, 3}, false, "malformed"},
 		{"unknown version", atk, versioned, false, "version"},
 		{"wrong run", atk, enc(func(t *walk.Token) { t.Run = "other" }), false, "invalid"},
 		{"wrong dimension", atk, enc(func(t *walk.Token) { t.Z, t.Zhat = t.Z[:1], t.Zhat[:1] }), false, "invalid"},
@@ -638,7 +639,7 @@ func TestRestartResendsCustody(t *testing.T) {
 	tok := walk.NewToken("custody2", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	tok.Hop = 5
 	tok.Z[0], tok.Zhat[0] = 0.125, 0.5
-	raw, _ := EncodeToken(nil, tok)
+	raw, _ := wire.EncodeToken(nil, tok)
 	st, err := OpenStore(dirs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -672,7 +673,7 @@ func TestRestartResendsCustody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := DecodeToken(in)
+	got, _ := wire.DecodeToken(in)
 	if got.Hop != hops && !bytes.HasPrefix(in, raw) { // held with the evidence of its hand-off
 		t.Fatalf("node 1 inbox holds hop %d", got.Hop)
 	}
@@ -708,10 +709,10 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	}
 	old := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	old.Hop = 3
-	oldRaw, _ := EncodeToken(nil, old)
+	oldRaw, _ := wire.EncodeToken(nil, old)
 	in := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	in.Hop = 5
-	inRaw, _ := EncodeToken(nil, in)
+	inRaw, _ := wire.EncodeToken(nil, in)
 	st, err := OpenStore(dirs[0])
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 // --datadir and configuration it skips announce/join and resumes with that membership.
 const StartFile = "start.json"
 
-// ErrStartFile is returned by Run and RunGossip when the data directory's start.json is
+// ErrStartFile is returned by Run and RunRADMM when the data directory's start.json is
 // corrupt or belongs to another run or configuration.
 var ErrStartFile = errors.New("node: the data directory's start.json cannot be used")
 
@@ -146,7 +146,7 @@ func (n *Node) resumeMembership(ctx context.Context) (bool, error) {
 	}
 	n.log.Warn().Int("members", len(ms)).Int("updates", n.ckpt.Updates).Int("ledger", n.store.Entries()).
 		Msg("rejoining the run this data directory took part in (membership from " + StartFile + ")")
-	if n.cfg.Gossip != nil {
+	if n.cfg.RADMM != nil {
 		return true, nil
 	}
 	if r.Starter == n.ID().String() && !n.seen && len(n.ckpt.Out) == 0 && n.store.Entries() == 0 {

@@ -194,20 +194,20 @@ func TestRejoinFromStartFile(t *testing.T) {
 	}
 }
 
-// TestGossipRejoinFromStartFile: R-ADMM members whose data directories hold a start.json
+// TestRADMMRejoinFromStartFile: R-ADMM members whose data directories hold a start.json
 // but no journal yet (as after a stop between the start message and the first release)
 // skip announce/join, take the recorded membership and total rows, and end with the
 // models of an in-process run of the same machines, bit for bit.
-func TestGossipRejoinFromStartFile(t *testing.T) {
+func TestRADMMRejoinFromStartFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 3, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 8, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
-	nodes, logs, _ := gossipCluster(t, ctx, "gsf", sh, p)
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 8, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	nodes, logs, _ := radmmCluster(t, ctx, "gsf", sh, p)
 	names := make([]string, len(nodes))
 	for i, nd := range nodes {
 		names[i] = nd.ID().String()
@@ -219,12 +219,12 @@ func TestGossipRejoinFromStartFile(t *testing.T) {
 		}
 		nd.startMsg = ctlMsg{}
 	}
-	models := make([]*GossipModel, len(nodes))
+	models := make([]*RADMMModel, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunRADMM(ctx) }()
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -232,7 +232,7 @@ func TestGossipRejoinFromStartFile(t *testing.T) {
 			t.Fatalf("node %d: %v\n%s", i, err, logs[i].String())
 		}
 	}
-	ref := gossipReference(t, sh, p, d.Rows)
+	ref := radmmReference(t, sh, p, d.Rows)
 	for i, m := range models {
 		if m.Index != i || m.TotalRows != d.Rows || !sameFloats(m.Model, ref[i]) {
 			t.Fatalf("node %d: index %d, total rows %d, model %v; reference %v", i, m.Index, m.TotalRows, m.Model, ref[i])

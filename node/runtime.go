@@ -12,7 +12,7 @@ import (
 
 // This file is the contract between the runtime and the protocol machines it drives. A
 // machine (walk.Custody, gossip.Exchange) holds every protocol rule; its adapter here
-// (Walk, Gossip) applies each of its Readies strictly in the order the Ready prescribes,
+// (Walk, RADMM) applies each of its Readies strictly in the order the Ready prescribes,
 // through an Effects that does the I/O: the node's (disk, streams, control plane) or the
 // fault network's of testnet (memory, a virtual clock). Both drivers thus apply Readies
 // with the same code, and the fault studies check exactly the ordering that runs on the
@@ -166,9 +166,9 @@ func (w *Walk) Apply(fx WalkEffects) error {
 	return nil
 }
 
-// GossipRecord is the state a gossip.Exchange Ready makes durable before its frames go
+// RADMMRecord is the state a gossip.Exchange Ready makes durable before its frames go
 // out.
-type GossipRecord struct {
+type RADMMRecord struct {
 	// Stale are the stale substitutions made since the last Ready, oldest first (the
 	// release that uses one may be in this very Ready).
 	Stale []gossip.StaleUse
@@ -177,10 +177,10 @@ type GossipRecord struct {
 	Release *gossip.ExchangeState
 }
 
-// GossipEffects are the effects of a gossip.Exchange Ready.
-type GossipEffects = Effects[GossipRecord, gossip.Envelope, gossip.Event]
+// RADMMEffects are the effects of a gossip.Exchange Ready.
+type RADMMEffects = Effects[RADMMRecord, gossip.Envelope, gossip.Event]
 
-// Gossip adapts a gossip.Exchange to the runtime. Apply checks the Ready's invariants (a
+// RADMM adapts a gossip.Exchange to the runtime. Apply checks the Ready's invariants (a
 // release carries exactly one ledger entry, of its iteration, and is sent as released;
 // nothing else carries an entry) and performs it in this order:
 //
@@ -193,7 +193,7 @@ type GossipEffects = Effects[GossipRecord, gossip.Envelope, gossip.Event]
 //  4. Note(Ready.Events);
 //  5. Advance; the end decided by the machine is then reported by Done (the last
 //     iteration is released; Model) or Stopped (the missing-neighbour policy).
-type Gossip struct {
+type RADMM struct {
 	x        *gossip.Exchange
 	done     bool
 	model    []float64
@@ -201,68 +201,68 @@ type Gossip struct {
 	released int
 }
 
-// NewGossip wraps x.
-func NewGossip(x *gossip.Exchange) *Gossip { return &Gossip{x: x, released: -1} }
+// NewRADMM wraps x.
+func NewRADMM(x *gossip.Exchange) *RADMM { return &RADMM{x: x, released: -1} }
 
 // Exchange returns the wrapped machine (for its inputs and read-only use).
-func (g *Gossip) Exchange() *gossip.Exchange { return g.x }
+func (g *RADMM) Exchange() *gossip.Exchange { return g.x }
 
 // TickTo delivers the ticks up to t one by one (the exchange counts each).
-func (g *Gossip) TickTo(t int64) {
+func (g *RADMM) TickTo(t int64) {
 	for g.x.Now() < t {
 		g.x.Tick()
 	}
 }
 
 // NextDeadline returns gossip.Exchange.Deadline.
-func (g *Gossip) NextDeadline() (int64, bool) { return g.x.Deadline() }
+func (g *RADMM) NextDeadline() (int64, bool) { return g.x.Deadline() }
 
 // HasReady reports whether the exchange has a Ready pending.
-func (g *Gossip) HasReady() bool { return g.x.HasReady() }
+func (g *RADMM) HasReady() bool { return g.x.HasReady() }
 
 // Done reports whether the last iteration was computed and its release applied.
-func (g *Gossip) Done() bool { return g.done }
+func (g *RADMM) Done() bool { return g.done }
 
 // Model returns f_i(T) once Done.
-func (g *Gossip) Model() []float64 { return g.model }
+func (g *RADMM) Model() []float64 { return g.model }
 
 // Stopped returns the policy stop once the Ready carrying it was applied, else nil.
-func (g *Gossip) Stopped() *gossip.Stop { return g.stop }
+func (g *RADMM) Stopped() *gossip.Stop { return g.stop }
 
 // Released returns the iteration released by the last Apply (-1: none).
-func (g *Gossip) Released() int { return g.released }
+func (g *RADMM) Released() int { return g.released }
 
-// ErrGossipInvariant is returned by Gossip.Apply for a Ready that breaks the exchange's
+// ErrRADMMInvariant is returned by RADMM.Apply for a Ready that breaks the exchange's
 // contract (a bug): nothing of it is sent.
-var ErrGossipInvariant = errors.New("node: invariant of the exchange's Ready broken")
+var ErrRADMMInvariant = errors.New("node: invariant of the exchange's Ready broken")
 
-func checkGossipReady(rd *gossip.ExchangeReady) error {
+func checkRADMMReady(rd *gossip.ExchangeReady) error {
 	if rd.State == nil {
 		if len(rd.Ledger) != 0 {
-			return fmt.Errorf("%w: %d ledger entries without a release", ErrGossipInvariant, len(rd.Ledger))
+			return fmt.Errorf("%w: %d ledger entries without a release", ErrRADMMInvariant, len(rd.Ledger))
 		}
 		return nil
 	}
 	if len(rd.Ledger) != 1 || int(rd.Ledger[0].Hop) != rd.State.Iter {
-		return fmt.Errorf("%w: the release of iteration %d carries %d ledger entries", ErrGossipInvariant, rd.State.Iter, len(rd.Ledger))
+		return fmt.Errorf("%w: the release of iteration %d carries %d ledger entries", ErrRADMMInvariant, rd.State.Iter, len(rd.Ledger))
 	}
 	for _, env := range rd.Outbox {
 		if env.Msg.Iter == rd.State.Iter && !sameFloats(env.Msg.Vec, rd.State.Vec) {
-			return fmt.Errorf("%w: vector of iteration %d differs from the journaled release", ErrGossipInvariant, env.Msg.Iter)
+			return fmt.Errorf("%w: vector of iteration %d differs from the journaled release", ErrRADMMInvariant, env.Msg.Iter)
 		}
 	}
 	return nil
 }
 
-// Apply performs the pending Ready through fx (see Gossip for the order).
-func (g *Gossip) Apply(fx GossipEffects) error {
+// Apply performs the pending Ready through fx (see RADMM for the order).
+func (g *RADMM) Apply(fx RADMMEffects) error {
 	rd := g.x.Ready()
 	g.released = -1
-	if err := checkGossipReady(&rd); err != nil {
+	if err := checkRADMMReady(&rd); err != nil {
 		return err
 	}
 	if len(rd.StaleUses) > 0 || rd.State != nil {
-		if err := fx.Persist(GossipRecord{Stale: rd.StaleUses, Release: rd.State}); err != nil {
+		if err := fx.Persist(RADMMRecord{Stale: rd.StaleUses, Release: rd.State}); err != nil {
 			return err
 		}
 	}
@@ -290,9 +290,9 @@ func (g *Gossip) Apply(fx GossipEffects) error {
 	return nil
 }
 
-// GossipRelease is one journaled release: the vector sent and the neighbour vectors the
+// RADMMRelease is one journaled release: the vector sent and the neighbour vectors the
 // machine consumed to compute it.
-type GossipRelease struct {
+type RADMMRelease struct {
 	Vec    []float64
 	Inputs []gossip.Input
 }
@@ -302,7 +302,7 @@ type GossipRelease struct {
 // equal rec.Vec bit for bit, applied without sending anything. It returns the release's
 // ledger entry, which the driver checks against its ledger or appends (before anything is
 // sent). After the last release the driver calls the exchange's Resume.
-func (g *Gossip) Replay(r int, rec GossipRelease) (privacy.Entry, error) {
+func (g *RADMM) Replay(r int, rec RADMMRelease) (privacy.Entry, error) {
 	for _, in := range rec.Inputs {
 		if in.Iter != r-1 {
 			return privacy.Entry{}, fmt.Errorf("release %d lists an input of iteration %d", r, in.Iter)

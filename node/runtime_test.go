@@ -166,25 +166,25 @@ func TestWalkApplyFinal(t *testing.T) {
 	}
 }
 
-// testGossip returns node 0 of a 2-node R-ADMM exchange in its adapter (f(0) pending).
-func testGossip(t *testing.T) (*Gossip, []*gossip.Machine) {
+// testRADMM returns node 0 of a 2-node R-ADMM exchange in its adapter (f(0) pending).
+func testRADMM(t *testing.T) (*RADMM, []*gossip.Machine) {
 	t.Helper()
 	ms, _ := noisyMachines(t, [][]int{{1}, {0}}, 4)
 	x, err := gossip.NewExchange(ms[0], gossip.DefaultExchangeConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewGossip(x), ms
+	return NewRADMM(x), ms
 }
 
-type gossipRecorder = recorder[GossipRecord, gossip.Envelope, gossip.Event]
+type radmmRecorder = recorder[RADMMRecord, gossip.Envelope, gossip.Event]
 
-// TestGossipApplyOrder: Gossip.Apply journals a release before its ledger entry, both
+// TestRADMMApplyOrder: RADMM.Apply journals a release before its ledger entry, both
 // before its frames, and reports the release; a failing ledger or journal sends nothing
 // and keeps the Ready.
-func TestGossipApplyOrder(t *testing.T) {
-	g, _ := testGossip(t)
-	fx := &gossipRecorder{}
+func TestRADMMApplyOrder(t *testing.T) {
+	g, _ := testRADMM(t)
+	fx := &radmmRecorder{}
 	if err := g.Apply(fx); err != nil {
 		t.Fatal(err)
 	}
@@ -195,15 +195,15 @@ func TestGossipApplyOrder(t *testing.T) {
 		t.Fatalf("release %+v, released %d, sent %+v", fx.recs[0], g.Released(), fx.sent)
 	}
 	for _, fail := range []string{"persist", "ledger"} {
-		g, _ := testGossip(t)
-		fx := &gossipRecorder{fail: fail}
+		g, _ := testRADMM(t)
+		fx := &radmmRecorder{fail: fail}
 		if err := g.Apply(fx); !errors.Is(err, errDisk) {
 			t.Fatalf("%s failing: %v", fail, err)
 		}
 		if len(fx.sent) != 0 || g.Released() != -1 || !g.HasReady() {
 			t.Fatalf("%s failing: sent %d, released %d, pending %v", fail, len(fx.sent), g.Released(), g.HasReady())
 		}
-		if err := g.Apply(&gossipRecorder{}); err != nil || g.Released() != 0 {
+		if err := g.Apply(&radmmRecorder{}); err != nil || g.Released() != 0 {
 			t.Fatalf("%s failing, then applied again: %v, released %d", fail, err, g.Released())
 		}
 	}
@@ -211,43 +211,43 @@ func TestGossipApplyOrder(t *testing.T) {
 
 // journalRecorder is a gossip recorder that keeps a copy of every release it is given.
 type journalRecorder struct {
-	gossipRecorder
-	rels []GossipRelease
+	radmmRecorder
+	rels []RADMMRelease
 }
 
-func (j *journalRecorder) Persist(r GossipRecord) error {
+func (j *journalRecorder) Persist(r RADMMRecord) error {
 	if r.Release != nil {
-		rel := GossipRelease{Vec: slices.Clone(r.Release.Vec)}
+		rel := RADMMRelease{Vec: slices.Clone(r.Release.Vec)}
 		for _, in := range r.Release.Inputs {
 			in.Vec = slices.Clone(in.Vec)
 			rel.Inputs = append(rel.Inputs, in)
 		}
 		j.rels = append(j.rels, rel)
 	}
-	return j.gossipRecorder.Persist(r)
+	return j.radmmRecorder.Persist(r)
 }
 
-// TestGossipReplayAndDone: the adapter reports Done and the model after the last release;
-// the node's journaled releases, replayed through a fresh adapter (Gossip.Replay), are
+// TestRADMMReplayAndDone: the adapter reports Done and the model after the last release;
+// the node's journaled releases, replayed through a fresh adapter (RADMM.Replay), are
 // recomputed bit for bit with the same ledger entries, and a journaled vector that
 // differs is refused.
-func TestGossipReplayAndDone(t *testing.T) {
+func TestRADMMReplayAndDone(t *testing.T) {
 	const iters = 4
-	g, ms := testGossip(t)
+	g, ms := testRADMM(t)
 	other, err := gossip.NewExchange(ms[1], gossip.DefaultExchangeConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := NewGossip(other)
+	peer := NewRADMM(other)
 	fx, pfx := &journalRecorder{}, &journalRecorder{}
 	for rounds := 0; !g.Done(); rounds++ {
 		if rounds > 100 {
 			t.Fatal("no progress")
 		}
-		if err := Drain[GossipEffects](g, fx); err != nil {
+		if err := Drain[RADMMEffects](g, fx); err != nil {
 			t.Fatal(err)
 		}
-		if err := Drain[GossipEffects](peer, pfx); err != nil {
+		if err := Drain[RADMMEffects](peer, pfx); err != nil {
 			t.Fatal(err)
 		}
 		for _, env := range pfx.sent {
@@ -261,8 +261,8 @@ func TestGossipReplayAndDone(t *testing.T) {
 	if len(fx.rels) != iters+1 || len(fx.entries) != iters+1 || !sameFloats(g.Model(), fx.rels[iters].Vec) {
 		t.Fatalf("%d releases, %d entries, model %v", len(fx.rels), len(fx.entries), g.Model())
 	}
-	replay := func(rels []GossipRelease) (*Gossip, error) {
-		fresh, _ := testGossip(t)
+	replay := func(rels []RADMMRelease) (*RADMM, error) {
+		fresh, _ := testRADMM(t)
 		for r, rel := range rels {
 			e, err := fresh.Replay(r, rel)
 			if err != nil {

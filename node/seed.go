@@ -15,7 +15,7 @@ import (
 //
 //	1, 2   next hop of the walk (SeededRand; node -1: the initial holder)
 //	3      DP noise (SeededNoise)
-//	4, 5   f_i(0) of a neighbour-exchange node (SeededGossipInit); walk custody backups
+//	4, 5   f_i(0) of a neighbour-exchange node (SeededRADMMInit); walk custody backups
 //	7, 8   the fault schedule of the walk's crash study (node -2)
 //	9      heartbeat latencies of the fault network
 //	11, 12 the privacy audit's noise and decisions
@@ -51,8 +51,8 @@ func SeededNoise(seed uint64, i int) privacy.Noise {
 	return privacy.NewSeededNoise(SeedMix(seed, i, 3))
 }
 
-// SeededGossipInit returns the source of f_i(0) of neighbour-exchange node i for a run
+// SeededRADMMInit returns the source of f_i(0) of neighbour-exchange node i for a run
 // seed (Config.Rand of a neighbour-exchange node).
-func SeededGossipInit(seed uint64, i int) *rand.Rand {
+func SeededRADMMInit(seed uint64, i int) *rand.Rand {
 	return rand.New(rand.NewPCG(SeedMix(seed, i, 4), SeedMix(seed, i, 5)))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -16,7 +17,7 @@ import (
 // ev (nil: none, the origin's), signed with h's identity key as a node signs it.
 func signedFrame(t testing.TB, h host.Host, to peer.ID, tok walk.Token, ev []byte) []byte {
 	t.Helper()
-	body, err := EncodeToken(nil, tok)
+	body, err := wire.EncodeToken(nil, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func BenchmarkHandoffSignature(b *testing.B) {
 	prev := tok
 	prev.Hop = 4
 	ev := evidenceOf(b, hs[0], 0, prev, ids[1])
-	body, _ := EncodeToken(nil, tok)
+	body, _ := wire.EncodeToken(nil, tok)
 	held := hold(body, ev)
 	key := hs[1].Peerstore().PrivKey(ids[1])
 	b.Run("sign", func(b *testing.B) {
@@ -80,7 +81,7 @@ func BenchmarkHandoffSignature(b *testing.B) {
 		}
 	})
 	frame, _ := signFrame(key, held, ids[2])
-	c, err := parseCert(frame[len(body):], true)
+	c, err := wire.ParseCert(frame[len(body):], true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,11 +115,11 @@ func FuzzHandoffFrame(f *testing.F) {
 	prev.Hop = 6
 	good := signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[0], 0, prev, ids[1]))
 	accept := func(b []byte) bool {
-		t, err := DecodeToken(b)
-		if err != nil || len(b) < tokenHeader {
+		t, err := wire.DecodeToken(b)
+		if err != nil || len(b) < wire.TokenHeader {
 			return false
 		}
-		c, err := parseCert(b[bodyLen(b):], true)
+		c, err := wire.ParseCert(b[wire.BodyLen(b):], true)
 		if err != nil {
 			return false
 		}

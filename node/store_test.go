@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"errors"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"math"
 	"os"
@@ -39,7 +40,7 @@ func fullCheckpoint() *Checkpoint {
 		case reflect.Bool:
 			v.SetBool(true)
 		case reflect.Int:
-			v.SetInt(int64(seed % MaxDepth))
+			v.SetInt(int64(seed % wire.MaxDepth))
 		case reflect.Uint64:
 			v.SetUint(seed * 0x9e3779b97f4a7c15)
 		case reflect.Uint8:

@@ -18,9 +18,9 @@ func DefaultOptions() Options {
 
 // DefaultGossipOptions returns the neighbour-exchange defaults of 'dpadmm testnet --algo
 // radmm|...' (without data and algorithm): the paper's N = 5 nodes and node's parameters
-// (node.DefaultGossipParams: ring, 100 iterations, alpha 2, eta 1, gamma 0.5, C 10), seed 1.
+// (node.DefaultRADMMParams: ring, 100 iterations, alpha 2, eta 1, gamma 0.5, C 10), seed 1.
 func DefaultGossipOptions() GossipOptions {
-	p := node.DefaultGossipParams()
+	p := node.DefaultRADMMParams()
 	return GossipOptions{
 		Nodes: 5, Split: "iid", Problem: node.DefaultConfig().Problem, Graph: p.Graph, Iters: p.Iters, Alpha: p.Alpha,
 		Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, Gamma: p.Gamma, C: p.PaperC, Seed: 1,

@@ -10,7 +10,7 @@ import (
 
 // This file is the one virtual-clock network of the fault studies (the walk's crash study,
 // faults.go, and the R-ADMM fault study, gossipfaults.go). Each node is the node's own
-// adapter (node.Walk, node.Gossip) around its machine, driven through an in-memory
+// adapter (node.Walk, node.RADMM) around its machine, driven through an in-memory
 // node.Effects: the studies apply every Ready with the code the libp2p node uses, and only
 // the durable store, the transport and the clock are simulated. The network adds the
 // fault schedule: delay, loss, duplication, partitions, and crashes with restarts from
@@ -38,7 +38,7 @@ type FaultSchedule struct {
 	// phase (its index mod H), each pair with its own latency in 1..MaxLatency; a peer is
 	// reported down M*H ticks after the last beat that reached the observer and up at
 	// the first beat after that. With H = 0 liveness is the connection state, as
-	// node.GossipNode observes it: a node is told at once when a link to a neighbour goes
+	// the production R-ADMM node observes it: a node is told at once when a link to a neighbour goes
 	// down or comes back.
 	Heartbeat, Missed int
 }
@@ -179,7 +179,7 @@ type frame[M any] struct {
 //
 // Two transports model the node's: datagram links (Stream false; the walk's custody
 // messages: each message on its own, lost when the recipient is down or cut off, no
-// order between messages) and stream links (Stream true; node.GossipNode's long-lived
+// order between messages) and stream links (Stream true; the R-ADMM node's long-lived
 // stream per neighbour: FIFO, the sender retries a frame until it is acknowledged, so
 // frames wait out partitions and crashed receivers; a crashed sender's queue is lost).
 type faultNet[M any] struct {

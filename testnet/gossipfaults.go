@@ -16,16 +16,16 @@ import (
 
 // GossipFaultConfig configures one run of the R-ADMM fault study (RunGossipFaults): the
 // machines NewGossipSim builds for Options, each wrapped in the gossip.Exchange and the
-// node.Gossip adapter that node.GossipNode drives, on the fault network (faultnet.go)
-// with stream links and connection liveness.
+// node.RADMM adapter that the production node drives (node.Node.RunRADMM), on the fault
+// network (faultnet.go) with stream links and connection liveness.
 //
-// The stream links model node.GossipNode's transport: one FIFO stream per directed link
+// The stream links model the production node's transport: one FIFO stream per directed link
 // whose sender retries a frame until it is acknowledged, so frames wait out a partition
 // or a crashed receiver and arrive afterwards; a failed attempt (Loss) is retried after
 // Retry ticks; a lost acknowledgement (Dup) makes the sender deliver the same frame once
 // more. A crashed node loses everything but its durable state (journal of releases,
 // ledger, stale uses) and its send queues; restarted, it replays its journal through a
-// fresh exchange (node.Gossip.Replay, as the node does) and resumes. A node that stops
+// fresh exchange (node.RADMM.Replay, as the node does) and resumes. A node that stops
 // (policy) leaves; a node that finishes flushes its frames (at most one barrier timeout,
 // re-sending on reconnection) and then stays reachable without taking part, as a
 // finished --mem host does.
@@ -161,7 +161,7 @@ func NewGossipFaultNet(cfg GossipFaultConfig) (*GossipFaultNet, error) {
 		if err != nil {
 			return nil, err
 		}
-		nd := &gossipNode{w: w, i: i, ad: node.NewGossip(x), nbrs: sim.Graph.Neighbors(i), sent: map[int][]float64{}, recv: map[[2]int][][]float64{}}
+		nd := &gossipNode{w: w, i: i, ad: node.NewRADMM(x), nbrs: sim.Graph.Neighbors(i), sent: map[int][]float64{}, recv: map[[2]int][][]float64{}}
 		nd.fx = gossipEffects{nd: nd, release: -1}
 		w.nodes = append(w.nodes, nd)
 		nodes[i] = nd
@@ -241,21 +241,21 @@ func (w *GossipFaultNet) covered(i, j, it int) bool {
 	return false
 }
 
-// gossipNode drives one node's gossip.Exchange through node.Gossip on the fault network:
+// gossipNode drives one node's gossip.Exchange through node.RADMM on the fault network:
 // frames become Step, link changes PeerDown and Reconnected, ticks Tick; its effects keep
-// in memory what node.GossipNode makes durable (the journal of releases, the ledger and
+// in memory what the production node makes durable (the journal of releases, the ledger and
 // the stale uses, in the report), from which a restart replays the node.
 type gossipNode struct {
 	w      *GossipFaultNet
 	i      int
-	ad     *node.Gossip // nil while crashed and after the end
+	ad     *node.RADMM // nil while crashed and after the end
 	fx     gossipEffects
 	nbrs   []int
 	phase  gfPhase
 	doneAt int64
 	start  int64 // the exchange's tick 0 (the tick before its restart): it counts ticks from there
 	// Durable: the journal of releases.
-	journal []node.GossipRelease
+	journal []node.RADMMRelease
 	// What the checkers record (not node state).
 	sent      map[int][]float64      // iteration -> vector sent
 	recv      map[[2]int][][]float64 // (from, iteration) -> vectors delivered
@@ -280,7 +280,7 @@ func (nd *gossipNode) drain() error {
 	if nd.ad == nil {
 		return nil
 	}
-	if err := node.Drain[node.GossipEffects](nd.ad, &nd.fx); err != nil {
+	if err := node.Drain[node.RADMMEffects](nd.ad, &nd.fx); err != nil {
 		return err
 	}
 	switch {
@@ -350,7 +350,7 @@ func (nd *gossipNode) flushed() {
 	}
 }
 
-// restart rebuilds the node as node.GossipNode does: a fresh machine (same configuration,
+// restart rebuilds the node as a restarted production node does: a fresh machine (same configuration,
 // the noise source seeded again so that the replay reproduces the draws), the journal
 // replayed through a fresh exchange without sending anything, then Resume.
 func (nd *gossipNode) restart(now int64) error {
@@ -360,7 +360,7 @@ func (nd *gossipNode) restart(now int64) error {
 	if err != nil {
 		return err
 	}
-	ad := node.NewGossip(x)
+	ad := node.NewRADMM(x)
 	for r, rec := range nd.journal {
 		if _, err := ad.Replay(r, rec); err != nil {
 			// The node refuses to resume (node.ErrRejoin): it stays down for good.
@@ -394,7 +394,7 @@ func (w *GossipFaultNet) freshExchange(i int) (*gossip.Exchange, error) {
 	return gossip.NewExchange(m, w.cfg.Exchange)
 }
 
-// gossipEffects is a gossip node's node.GossipEffects: the in-memory durable store (the
+// gossipEffects is a gossip node's node.RADMMEffects: the in-memory durable store (the
 // journal, and the report's ledgers and stale uses) and the network, with the study's
 // checks of every Ready.
 type gossipEffects struct {
@@ -402,7 +402,7 @@ type gossipEffects struct {
 	release int // the iteration the Ready being applied releases (-1: none)
 }
 
-func (fx *gossipEffects) Persist(r node.GossipRecord) error {
+func (fx *gossipEffects) Persist(r node.RADMMRecord) error {
 	nd, w := fx.nd, fx.nd.w
 	w.rep.Stale[nd.i] = append(w.rep.Stale[nd.i], r.Stale...)
 	s := r.Release
@@ -410,7 +410,7 @@ func (fx *gossipEffects) Persist(r node.GossipRecord) error {
 		return nil
 	}
 	fx.release = s.Iter
-	rec := node.GossipRelease{Vec: slices.Clone(s.Vec)}
+	rec := node.RADMMRelease{Vec: slices.Clone(s.Vec)}
 	for _, in := range s.Inputs {
 		c := in
 		c.Vec = slices.Clone(in.Vec)

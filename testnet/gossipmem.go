@@ -18,7 +18,7 @@ import (
 )
 
 // GossipMemConfig configures an in-process neighbour-exchange network of full nodes
-// (node.New and node.Node.RunGossip, the runtime of 'dpadmm node --algo radmm|...') on
+// (node.New and node.Node.RunRADMM, the runtime of 'dpadmm node --algo radmm|...') on
 // loopback TCP, one per graph node, with a static membership in node-index order. Graph,
 // shards, initial vectors and noise sources are those of NewGossipSim for the same
 // options, so a fault-free run ends with models bit-identical to the simulator's.
@@ -31,13 +31,13 @@ type GossipMemConfig struct {
 	// Sync makes ledger and stale-record writes fsync (off by default: testnets).
 	Sync bool
 	// Barrier, MaxWait and OnMissing are the nodes' barrier timeout, the longest wait for a
-	// connected neighbour, and the missing-neighbour policy (see node.GossipConfig).
+	// connected neighbour, and the missing-neighbour policy (see node.RADMMParams).
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
 	// HaltNode, when HaltAfter > 0, is a node that stops (and closes its host) once its
 	// release of iteration HaltAfter is acknowledged: fault injection
-	// (node.GossipParams.HaltAfter).
+	// (node.RADMMParams.HaltAfter).
 	HaltNode  int
 	HaltAfter int
 	Logger    zerolog.Logger
@@ -49,15 +49,15 @@ type GossipMemResult struct {
 	// node that failed or halted contributes the vector it last released (its journal).
 	Model        []float64
 	MaxDeviation float64
-	Models       [][]float64         // per node; nil for a node that failed or halted
-	Outputs      []*node.GossipModel // per node, its model.json; nil for a node that failed or halted
-	Stale        [][]node.StaleUse   // per node (nil: none)
-	Ledger       [][]privacy.Entry   // per node, read back from its data directory; nil for a node that failed or halted
-	Errs         []error             // per node (node.ErrHalted for the halted node)
-	Rejected     []int               // per node: inbound frames rejected
-	Ignored      []int               // per node: inbound frames ignored (stale, duplicate)
-	Peers        []string            // peer IDs by node index
-	Wall         time.Duration       // from the start of Run to the last node's end
+	Models       [][]float64        // per node; nil for a node that failed or halted
+	Outputs      []*node.RADMMModel // per node, its model.json; nil for a node that failed or halted
+	Stale        [][]node.StaleUse  // per node (nil: none)
+	Ledger       [][]privacy.Entry  // per node, read back from its data directory; nil for a node that failed or halted
+	Errs         []error            // per node (node.ErrHalted for the halted node)
+	Rejected     []int              // per node: inbound frames rejected
+	Ignored      []int              // per node: inbound frames ignored (stale, duplicate)
+	Peers        []string           // peer IDs by node index
+	Wall         time.Duration      // from the start of Run to the last node's end
 	Iters        int
 }
 
@@ -122,7 +122,7 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 			q.HaltAfter = cfg.HaltAfter
 		}
 		c := node.Config{
-			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], Problem: cfg.Options.Problem, Members: gm.ids, Gossip: &q,
+			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], Problem: cfg.Options.Problem, Members: gm.ids, RADMM: &q,
 			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync, AllowSeededNoise: true, Insecure: true,
 			Rand:   func(i int) *rand.Rand { return GossipInitRand(seed, i) },
 			Noise:  func(i int) privacy.Noise { return NodeNoise(seed, i) },
@@ -188,7 +188,7 @@ func (gm *GossipMem) closeNode(i int) error {
 func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 	n := len(gm.nodes)
 	res := &GossipMemResult{
-		Models: make([][]float64, n), Outputs: make([]*node.GossipModel, n), Stale: make([][]node.StaleUse, n),
+		Models: make([][]float64, n), Outputs: make([]*node.RADMMModel, n), Stale: make([][]node.StaleUse, n),
 		Ledger: make([][]privacy.Entry, n), Errs: make([]error, n), Peers: make([]string, n), Iters: gm.cfg.Options.Iters,
 		Rejected: make([]int, n), Ignored: make([]int, n),
 	}
@@ -199,7 +199,7 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := nd.RunGossip(ctx)
+			m, err := nd.RunRADMM(ctx)
 			if err == nil && m.Index != i {
 				err = fmt.Errorf("testnet: gmem: node %d took index %d of the static membership", i, m.Index)
 			}
@@ -251,7 +251,7 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 
 // left reads what every node left in its data directory (outs[i]: its model.json, nil
 // when it did not complete the run).
-func (gm *GossipMem) left(outs []*node.GossipModel) ([]gossipLeft, error) {
+func (gm *GossipMem) left(outs []*node.RADMMModel) ([]gossipLeft, error) {
 	left := make([]gossipLeft, len(gm.dirs))
 	for i, d := range gm.dirs {
 		var err error
@@ -306,7 +306,7 @@ const gossipTraceNote = "trace_hash is empty: the vectors travel between hosts a
 	"messages counts the vectors released to neighbours (ledger entries times degree)"
 
 // effectiveWaits returns the barrier timeout and maximum wait a node uses for cfg's values
-// (node.GossipConfig's defaults for zeros).
+// (node.RADMMParams' defaults for zeros).
 func effectiveWaits(barrier, maxWait time.Duration) (time.Duration, time.Duration) {
 	if barrier == 0 {
 		barrier = 30 * time.Second

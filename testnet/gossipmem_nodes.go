@@ -20,8 +20,8 @@ func GossipInitRand(seed uint64, i int) *rand.Rand {
 // the simulator's options o (after NewGossipSim filled its defaults): the same graph
 // (seeded with o.Seed), schedules (an explicit per-node table for NodeSchedules, a
 // one-column table for EtaList), constants and M = o.Train.Rows.
-func GossipParamsFor(o *GossipOptions) (node.GossipParams, error) {
-	p := node.GossipParams{
+func GossipParamsFor(o *GossipOptions) (node.RADMMParams, error) {
+	p := node.RADMMParams{
 		Algo: o.Algo, Graph: o.Graph, GraphSeed: o.Seed, Iters: o.Iters, Alpha: o.Alpha, Eta: o.Eta,
 		EtaGrowth: o.EtaGrowth, EtaMax: o.EtaMax, Gamma: o.Gamma, PaperC: o.C, TotalRows: o.Train.Rows,
 	}
@@ -50,13 +50,13 @@ func GossipParamsFor(o *GossipOptions) (node.GossipParams, error) {
 }
 
 // RunGossipNodes runs the simulator's options o over full nodes (node.New and
-// node.Node.RunGossip, the runtime of 'dpadmm node --algo'), one per simulated node, in
+// node.Node.RunRADMM, the runtime of 'dpadmm node --algo'), one per simulated node, in
 // this process on loopback (GossipMem with the given run name and barrier timeout). Each
 // node's data directory is dir/node-<i> (dir "" = a temporary directory, removed
 // afterwards). It returns each node's model.json content by index; without stale uses
 // every model equals the simulator's machine's bit for bit. status, when set, is called
 // with the started nodes before the run begins (tests use it to watch /status).
-func RunGossipNodes(ctx context.Context, o GossipOptions, run, dir string, barrier time.Duration, status func([]*node.Node)) ([]*node.GossipModel, error) {
+func RunGossipNodes(ctx context.Context, o GossipOptions, run, dir string, barrier time.Duration, status func([]*node.Node)) ([]*node.RADMMModel, error) {
 	if run == "" {
 		run = "gnodes"
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// TestGossipNodesStaticEtaFileMatchesSim: four full nodes (node.Node.RunGossip) with a
+// TestGossipNodesStaticEtaFileMatchesSim: four full nodes (node.Node.RunRADMM) with a
 // static membership and a per-node MR-ADMM penalty table end with the simulator's models
 // for the same options and seed, bit for bit (every node and the average of
 // RunGossip's report), and each node's ledger equals the simulator's machine's ledger

@@ -15,7 +15,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// The runs over hosts (--mem, --procs) run full nodes, node.New and node.Node.RunGossip
+// The runs over hosts (--mem, --procs) run full nodes, node.New and node.Node.RunRADMM
 // (the runtime of 'dpadmm node --algo radmm|...'), with a static membership in node-index
 // order, the simulator's shards, f_i(0) drawn from GossipInitRand and seeded noise
 // (NodeNoise). What a node leaves in its data directory (model.json at the end of the
@@ -24,7 +24,7 @@ import (
 
 // gossipNetParams returns the node parameters of a run over hosts of the options o
 // (filled by NewGossipSim) with the given barrier settings (0 = the node's defaults).
-func gossipNetParams(o *GossipOptions, barrier, maxWait time.Duration, pol node.MissingPolicy) (node.GossipParams, error) {
+func gossipNetParams(o *GossipOptions, barrier, maxWait time.Duration, pol node.MissingPolicy) (node.RADMMParams, error) {
 	p, err := GossipParamsFor(o)
 	if err != nil {
 		return p, err
@@ -63,7 +63,7 @@ type gossipLeft struct {
 // readGossipLeft reads what the node with data directory dir left of run: from m, its
 // model.json when it completed the run (nil otherwise), and from the directory its ledger
 // and, without m, its journal and stale records. init is its f_i(0).
-func readGossipLeft(dir, run string, init []float64, m *node.GossipModel) (gossipLeft, error) {
+func readGossipLeft(dir, run string, init []float64, m *node.RADMMModel) (gossipLeft, error) {
 	var l gossipLeft
 	es, err := readLedgerFile(dir)
 	if err != nil {
@@ -83,7 +83,7 @@ func readGossipLeft(dir, run string, init []float64, m *node.GossipModel) (gossi
 		return l, nil
 	}
 	l.Model, l.Inexact = init, ledgerInexact(l.Ledger)
-	j, err := node.ReadGossipJournal(dir, run)
+	j, err := node.ReadRADMMJournal(dir, run)
 	if err != nil {
 		return l, err
 	}

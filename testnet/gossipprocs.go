@@ -17,6 +17,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
 // GossipProcsConfig configures a neighbour-exchange testnet of one 'dpadmm node --algo
@@ -33,7 +34,7 @@ type GossipProcsConfig struct {
 	Dir  string
 	Sync bool
 	// Barrier, MaxWait (0 = node defaults: 30 s and 10 x Barrier) and OnMissing: see
-	// node.GossipConfig.
+	// node.RADMMParams.
 	Barrier   time.Duration
 	MaxWait   time.Duration
 	OnMissing node.MissingPolicy
@@ -52,7 +53,7 @@ type GossipProcsConfig struct {
 // prob. A penalty table (p.EtaTable) is passed as the file etaFile, which the caller
 // writes with WriteEtaFile. Floats are written in their shortest exact form, so the node
 // parses back the same values and its configuration hashes as p does.
-func GossipNodeArgs(p node.GossipParams, prob consensus.Problem, etaFile string) []string {
+func GossipNodeArgs(p node.RADMMParams, prob consensus.Problem, etaFile string) []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	alpha := f(p.Alpha)
 	if math.IsInf(p.Alpha, 1) {
@@ -96,7 +97,7 @@ func WriteEtaFile(path string, table [][]float64) error {
 }
 
 // RunGossipProcs starts one 'dpadmm node --algo ... --static' process per node: the
-// production node (node.New and Node.RunGossip) with a static membership in node-index
+// production node (node.New and Node.RunRADMM) with a static membership in node-index
 // order (static.json, whose config_hash every node checks against its own
 // configuration), the simulator's shard as exact CSV (--scale none), the run's
 // hyperparameters as the node's own flags (GossipNodeArgs) and --seed (f_i(0) and the noise
@@ -194,8 +195,8 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 
 // gprocsSetup validates cfg and o (filling their defaults) and builds the run's setup: the
 // simulator's machines (data, graph, f_i(0)), the node parameters and the waits.
-func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.GossipParams, time.Duration, time.Duration, error) {
-	var p node.GossipParams
+func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.RADMMParams, time.Duration, time.Duration, error) {
+	var p node.RADMMParams
 	if o.Curve != nil {
 		return nil, p, 0, 0, errors.New("testnet: gprocs: the curve is simulator-only")
 	}
@@ -205,8 +206,8 @@ func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.Gos
 	if cfg.Run == "" {
 		cfg.Run = "gprocs"
 	}
-	if len(cfg.Run) > node.MaxRunName {
-		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", node.MaxRunName)
+	if len(cfg.Run) > wire.MaxRunName {
+		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: run name longer than %d bytes", wire.MaxRunName)
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
 	if maxWait < barrier || barrier < 0 {
@@ -243,14 +244,14 @@ type gprocsPlan struct {
 
 // gprocsFiles writes the shards, the membership file and the penalty table into dir and
 // returns the plan of the processes.
-func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p node.GossipParams, dir string) (*gprocsPlan, error) {
+func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p node.RADMMParams, dir string) (*gprocsPlan, error) {
 	n := len(sim.Machines)
 	ports, err := freePorts(n)
 	if err != nil {
 		return nil, err
 	}
 	// Every node's configuration hashes alike (same dimension, problem and parameters).
-	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, Gossip: &p}).RunConfig().Hash()
+	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, RADMM: &p}).RunConfig().Hash()
 	pl := &gprocsPlan{st: node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}, hash: hash,
 		dirs: make([]string, n), logs: make([]string, n), args: make([][]string, n)}
 	for i := range pl.dirs {
@@ -327,7 +328,7 @@ func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p
 
 // readGossipModel reads model.json of a neighbour-exchange node's data directory; nil
 // when there is none (the node did not complete its run).
-func readGossipModel(dir string) (*node.GossipModel, error) {
+func readGossipModel(dir string) (*node.RADMMModel, error) {
 	b, err := os.ReadFile(filepath.Join(dir, node.ModelFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -335,7 +336,7 @@ func readGossipModel(dir string) (*node.GossipModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m node.GossipModel
+	var m node.RADMMModel
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", node.ModelFile, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -64,7 +65,7 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 			if len(raw) == 0 {
 				return
 			}
-			tok, err := node.DecodeToken(raw)
+			tok, err := wire.DecodeToken(raw)
 			if err != nil {
 				return
 			}

@@ -231,13 +231,13 @@ func TestProcsRejects(t *testing.T) {
 func TestProcsSeedWrappers(t *testing.T) {
 	for _, i := range []int{-1, 0, 7} {
 		a, b := NodeRand(99, i), node.SeededRand(99, i)
-		c, d := GossipInitRand(99, i), node.SeededGossipInit(99, i)
+		c, d := GossipInitRand(99, i), node.SeededRADMMInit(99, i)
 		for k := 0; k < 20; k++ {
 			if x, y := a.Uint64(), b.Uint64(); x != y {
 				t.Fatalf("node %d draw %d: NodeRand %d, node.SeededRand %d", i, k, x, y)
 			}
 			if x, y := c.Uint64(), d.Uint64(); x != y {
-				t.Fatalf("node %d draw %d: GossipInitRand %d, node.SeededGossipInit %d", i, k, x, y)
+				t.Fatalf("node %d draw %d: GossipInitRand %d, node.SeededRADMMInit %d", i, k, x, y)
 			}
 		}
 		x, y := make([]float64, 16), make([]float64, 16)

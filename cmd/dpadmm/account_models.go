@@ -159,7 +159,7 @@ type averagedModel struct {
 // loadedModel is one validated model.json.
 type loadedModel struct {
 	file string
-	m    node.GossipModel
+	m    node.RADMMModel
 }
 
 // errMissingMembers is returned (wrapped) when members have no file and --allow-missing is off.
@@ -261,8 +261,8 @@ func readGossipModel(path string) (loadedModel, error) {
 }
 
 // decodeGossipModel decodes and checks one model.json (cheap checks first).
-func decodeGossipModel(b []byte) (node.GossipModel, error) {
-	var m node.GossipModel
+func decodeGossipModel(b []byte) (node.RADMMModel, error) {
+	var m node.RADMMModel
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("not a valid model.json: %w", err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
-// accountModelsRun runs a small R-ADMM run over four full nodes (node.Node.RunGossip on
+// accountModelsRun runs a small R-ADMM run over four full nodes (node.Node.RunRADMM on
 // loopback) and returns the data directory of each, the options and the training data.
 func accountModelsRun(t *testing.T) ([]string, testnet.GossipOptions) {
 	t.Helper()
@@ -45,20 +45,20 @@ func accountModelsRun(t *testing.T) ([]string, testnet.GossipOptions) {
 }
 
 // readModelFile decodes a model.json independently of the code under test.
-func readModelFile(t *testing.T, path string) node.GossipModel {
+func readModelFile(t *testing.T, path string) node.RADMMModel {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m node.GossipModel
+	var m node.RADMMModel
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func writeModelFile(t *testing.T, path string, m node.GossipModel) string {
+func writeModelFile(t *testing.T, path string, m node.RADMMModel) string {
 	t.Helper()
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -84,7 +84,7 @@ func closeTo(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math
 func TestAccountModels(t *testing.T) {
 	dirs, o := accountModelsRun(t)
 	files := make([]string, len(dirs))
-	ms := make([]node.GossipModel, len(dirs))
+	ms := make([]node.RADMMModel, len(dirs))
 	for i, d := range dirs {
 		files[i] = filepath.Join(d, node.ModelFile)
 		ms[i] = readModelFile(t, files[i])
@@ -367,7 +367,7 @@ func TestAccountModels(t *testing.T) {
 
 	t.Run("bad-input", func(t *testing.T) {
 		tmp := t.TempDir()
-		mod := func(name string, f func(m *node.GossipModel)) string {
+		mod := func(name string, f func(m *node.RADMMModel)) string {
 			m := ms[N-1]
 			m.Model = append([]float64(nil), m.Model...)
 			f(&m)
@@ -401,14 +401,14 @@ func TestAccountModels(t *testing.T) {
 			third string
 			want  []string
 		}{
-			{"wrong hash", mod("hash.json", func(m *node.GossipModel) { m.ConfigHash = "deadbeef" }), []string{"hash.json", "config hash deadbeef differs"}},
-			{"wrong run", mod("run.json", func(m *node.GossipModel) { m.Run = "other" }), []string{"run.json", `run "other" differs`}},
-			{"other members", mod("mem.json", func(m *node.GossipModel) { m.Members = append([]string{}, m.Members...); m.Members[0] = "x" }), []string{"mem.json", "member list"}},
+			{"wrong hash", mod("hash.json", func(m *node.RADMMModel) { m.ConfigHash = "deadbeef" }), []string{"hash.json", "config hash deadbeef differs"}},
+			{"wrong run", mod("run.json", func(m *node.RADMMModel) { m.Run = "other" }), []string{"run.json", `run "other" differs`}},
+			{"other members", mod("mem.json", func(m *node.RADMMModel) { m.Members = append([]string{}, m.Members...); m.Members[0] = "x" }), []string{"mem.json", "member list"}},
 			{"duplicate index", files[1], []string{"both hold member index 1", files[1]}},
-			{"dimension", mod("dim.json", func(m *node.GossipModel) { m.Dims++; m.Model = append(m.Model, 0) }), []string{"dim.json", "dimension 5 differs"}},
-			{"dims vs model", mod("len.json", func(m *node.GossipModel) { m.Model = m.Model[:2] }), []string{"len.json", "model has 2 coordinates, dims says 4"}},
-			{"iterations", mod("it.json", func(m *node.GossipModel) { m.Iters = 3 }), []string{"it.json", "iteration count 3 differs"}},
-			{"index range", mod("idx.json", func(m *node.GossipModel) { m.Index = 7 }), []string{"idx.json", "index 7 out of range"}},
+			{"dimension", mod("dim.json", func(m *node.RADMMModel) { m.Dims++; m.Model = append(m.Model, 0) }), []string{"dim.json", "dimension 5 differs"}},
+			{"dims vs model", mod("len.json", func(m *node.RADMMModel) { m.Model = m.Model[:2] }), []string{"len.json", "model has 2 coordinates, dims says 4"}},
+			{"iterations", mod("it.json", func(m *node.RADMMModel) { m.Iters = 3 }), []string{"it.json", "iteration count 3 differs"}},
+			{"index range", mod("idx.json", func(m *node.RADMMModel) { m.Index = 7 }), []string{"idx.json", "index 7 out of range"}},
 			{"epsilon", withEps("eps.json", "-3"), []string{"eps.json", "epsilon -3 is negative"}},
 			{"epsilon string", withEps("epss.json", `"2"`), []string{"epss.json", "want a number or null"}},
 			{"overflowing coordinate", withCoord("inf.json", "1e999"), []string{"inf.json", "not a valid model.json"}},
@@ -446,8 +446,8 @@ func TestAccountModels(t *testing.T) {
 // FuzzAccountModelsDecode: decoding any bytes as a model.json never panics, and what it
 // accepts is finite and consistent.
 func FuzzAccountModelsDecode(f *testing.F) {
-	good, _ := json.Marshal(node.GossipModel{Run: "r", ConfigHash: "h", Peer: "p", Algo: "radmm", Index: 0, Nodes: 1,
-		Members: []string{"p"}, Dims: 2, Model: []float64{1, -2}, Privacy: node.GossipPriv{Epsilon: 1, Formula: 1, Theorem: "T"}})
+	good, _ := json.Marshal(node.RADMMModel{Run: "r", ConfigHash: "h", Peer: "p", Algo: "radmm", Index: 0, Nodes: 1,
+		Members: []string{"p"}, Dims: 2, Model: []float64{1, -2}, Privacy: node.RADMMPriv{Epsilon: 1, Formula: 1, Theorem: "T"}})
 	for _, s := range []string{string(good), "", "null", "[]", "{}", `{"algo":"radmm","members":["a"],"nodes":1,"index":5}`,
 		`{"model":[1e999]}`, `{"dims":-1}`} {
 		f.Add([]byte(s))

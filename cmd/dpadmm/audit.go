@@ -76,7 +76,7 @@ type auditFlags struct {
 func newAuditFlags(stdout io.Writer) *auditFlags {
 	m := newModeFlags("audit", auditHelp, stdout)
 	f := &auditFlags{m: m}
-	d, gp := node.DefaultConfig(), node.DefaultGossipParams()
+	d, gp := node.DefaultConfig(), node.DefaultRADMMParams()
 	f.algo = m.String("algo", "walk", "mechanism to audit: walk or radmm")
 	f.trials = m.Int("trials", 12000, "trials per dataset (D and D'); half choose the tests, half evaluate them")
 	f.confidence = m.Float64("confidence", 0.95, "confidence of the lower bound and of its interval")

@@ -409,7 +409,7 @@ func TestDataNodeModels(t *testing.T) {
 		go func() { defer wg.Done(); codes[i] = run(args, &outs[i], &errs[i]) }()
 	}
 	wg.Wait()
-	ms := make([]node.GossipModel, n)
+	ms := make([]node.RADMMModel, n)
 	for i := 0; i < n; i++ {
 		if codes[i] != 0 {
 			t.Fatalf("node %d: exit %d: %s", i, codes[i], errs[i].String())

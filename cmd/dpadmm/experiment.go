@@ -118,7 +118,7 @@ func runExperimentRADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 	l2 := fs.Float64("l2", 2.2e-3, "L2 weight mu of the reported objective; rho = C*N*mu (default: the paper's rho = 0.22 with C = 20, N = 5)")
 	eta := fs.Float64("eta", 1, "penalty eta of R-ADMM and ADMM-DVP, base of the MR-ADMM and M-ADMM schedules")
 	etaGrowth := fs.Float64("eta-growth", 1.04, "MR-ADMM: eta(2k-1) = eta*q^k; M-ADMM-style: eta(t) = eta*q^ceil(t/2)")
-	gamma := fs.Float64("even-gamma", node.DefaultGossipParams().Gamma, "even-step proximal weight gamma >= 0 of R-ADMM and MR-ADMM")
+	gamma := fs.Float64("even-gamma", node.DefaultRADMMParams().Gamma, "even-step proximal weight gamma >= 0 of R-ADMM and MR-ADMM")
 	noNonPriv := fs.Bool("no-nonprivate", false, "leave out the non-private ADMM reference curve")
 	outDir := fs.String("out", "fig5", "output directory (created if missing)")
 	name := fs.String("name", "fig5", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")

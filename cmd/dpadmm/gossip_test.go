@@ -291,7 +291,7 @@ func TestTestnetGossipProcsEtaFileMatchesSim(t *testing.T) {
 		t.Fatalf("static.json: %+v (%v)", st, err)
 	}
 	for i := 0; i < 3; i++ {
-		var m node.GossipModel
+		var m node.RADMMModel
 		b, err := os.ReadFile(filepath.Join(nodes, fmt.Sprintf("node-%d", i), node.ModelFile))
 		if err != nil || json.Unmarshal(b, &m) != nil {
 			t.Fatalf("node %d: model.json: %v", i, err)

@@ -155,7 +155,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := f.applyStatic(&cfg); err != nil {
 		return err
 	}
-	if cfg.Gossip != nil {
+	if cfg.RADMM != nil {
 		return runGossipMember(ctx, cfg, *f.datadir, stdout, *f.quiet)
 	}
 	return runWalkMember(ctx, cfg, *f.datadir, stdout, *f.quiet)
@@ -170,7 +170,7 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Gossip = gp
+		cfg.RADMM = gp
 	} else {
 		if err := f.checkWalk(); err != nil {
 			return cfg, err
@@ -196,7 +196,7 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 		return cfg, fmt.Errorf("--log-format must be text or json, got %q", *f.logFormat)
 	case *f.joinWindow < 0:
 		return cfg, fmt.Errorf("--join-window must be >= 0 (0 = profile), got %v", *f.joinWindow)
-	case f.m.isSet("seed") && *f.static == "" && cfg.Gossip == nil:
+	case f.m.isSet("seed") && *f.static == "" && cfg.RADMM == nil:
 		return cfg, fmt.Errorf("--seed needs --static (seeded randomness is for testnets only)")
 	}
 	prob, err := checkProblemFlags("node", *f.lossName, *f.l1, *f.l2)
@@ -308,8 +308,8 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 		cfg.Weight = float64(n) * float64(cfg.Data.Rows) / float64(sf.TotalRows)
 		cfg.Peers = append(cfg.Peers, sf.PeerAddrs()...)
 		cfg.WaitMembers = 30 * time.Second
-		if gp := cfg.Gossip; gp != nil {
-			// Neighbour exchange: M from the file; the holder does not apply; RunGossip
+		if gp := cfg.RADMM; gp != nil {
+			// Neighbour exchange: M from the file; the holder does not apply; RunRADMM
 			// dials the neighbours (WaitMembers only keeps New from dialling everyone).
 			gp.TotalRows, cfg.Weight, cfg.Holder = sf.TotalRows, 0, 0
 			if h := cfg.RunConfig().Hash(); sf.ConfigHash != "" && sf.ConfigHash != h {
@@ -324,9 +324,9 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 			}
 		}
 	}
-	if cfg.Gossip != nil && seedSet {
+	if cfg.RADMM != nil && seedSet {
 		// f_i(0) and the noise as the simulator draws them for node i and this seed.
-		cfg.Rand = func(i int) *rand.Rand { return node.SeededGossipInit(s, i) }
+		cfg.Rand = func(i int) *rand.Rand { return node.SeededRADMMInit(s, i) }
 		cfg.Noise = func(i int) privacy.Noise { return node.SeededNoise(s, i) }
 		cfg.AllowSeededNoise = true
 	}
@@ -373,7 +373,7 @@ func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdou
 		return err
 	}
 	defer nd.Close()
-	fmt.Fprintf(stdout, "node %s run %q algo %s config %.12s\n", nd.ID(), cfg.Run, cfg.Gossip.Algo, nd.ConfigHash())
+	fmt.Fprintf(stdout, "node %s run %q algo %s config %.12s\n", nd.ID(), cfg.Run, cfg.RADMM.Algo, nd.ConfigHash())
 	for _, a := range nd.Host.Addrs() {
 		fmt.Fprintf(stdout, "  listening on %s/p2p/%s\n", a, nd.ID())
 	}
@@ -381,7 +381,7 @@ func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdou
 		fmt.Fprintf(stdout, "  status on http://%s/status (section gossip), metrics on /metrics (dpadmm_gossip_*)\n", nd.HTTPAddr)
 	}
 	stopProgress := nodeProgress(ctx, nd, cfg.Run, newProgress(stdout, quiet))
-	m, err := nd.RunGossip(ctx)
+	m, err := nd.RunRADMM(ctx)
 	stopProgress()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -81,7 +81,7 @@ func TestNodeGossipCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m node.GossipModel
+		var m node.RADMMModel
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func TestNodeGossipStaticCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m node.GossipModel
+		var m node.RADMMModel
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}

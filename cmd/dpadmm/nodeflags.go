@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -89,10 +90,10 @@ type nodeFlags struct {
 }
 
 // newNodeFlags defines the flags of 'dpadmm node' with their modes; the defaults come
-// from node.DefaultConfig and node.DefaultGossipParams.
+// from node.DefaultConfig and node.DefaultRADMMParams.
 func newNodeFlags(stdout io.Writer) *nodeFlags {
 	f := &nodeFlags{m: newModeFlags("node", nodeHelp, stdout)}
-	d, gp := node.DefaultConfig(), node.DefaultGossipParams()
+	d, gp := node.DefaultConfig(), node.DefaultRADMMParams()
 	f.defineCommon()
 	f.m.in("walk and neighbour-exchange nodes (every --algo)", "", "walk:*", nodeModeGossip)
 	f.defineNetwork(d)
@@ -168,7 +169,7 @@ func (f *nodeFlags) defineWalk(d node.Config) {
 	fs.hint("gamma", "the even-step proximal weight of neighbour exchange is --even-gamma")
 }
 
-func (f *nodeFlags) defineGossip(gp node.GossipParams) {
+func (f *nodeFlags) defineGossip(gp node.RADMMParams) {
 	fs := f.m
 	f.graphSpec = fs.String("graph", gp.Graph, "graph over the members in membership order: ring|complete|grid|regular:d|er:p")
 	f.graphSeed = fs.Uint64("graph-seed", gp.GraphSeed, "seed of a random graph (announced)")
@@ -211,8 +212,8 @@ func (f *nodeFlags) checkWalk() error {
 		return fmt.Errorf("--budget-kind must be local or network, got %q", *f.budgetKind)
 	case *f.heartbeatMisses < 0:
 		return fmt.Errorf("--heartbeat-misses must be >= 0, got %d", *f.heartbeatMisses)
-	case *f.custodyDepth < 0 || *f.custodyDepth > node.MaxDepth:
-		return fmt.Errorf("--custody-depth must be in 0..%d (0 = 8), got %d", node.MaxDepth, *f.custodyDepth)
+	case *f.custodyDepth < 0 || *f.custodyDepth > wire.MaxDepth:
+		return fmt.Errorf("--custody-depth must be in 0..%d (0 = 8), got %d", wire.MaxDepth, *f.custodyDepth)
 	case *f.ackTimeout < 0:
 		return fmt.Errorf("--ack-timeout must be >= 0 (0 = profile), got %v", *f.ackTimeout)
 	case *f.pausePhase != "received" && *f.pausePhase != "custody":
@@ -225,7 +226,7 @@ func (f *nodeFlags) checkWalk() error {
 }
 
 // gossipParams checks the neighbour-exchange flags and returns the parameters they give.
-func (f *nodeFlags) gossipParams() (*node.GossipParams, error) {
+func (f *nodeFlags) gossipParams() (*node.RADMMParams, error) {
 	alpha, err := parseAlpha(*f.alphaStr, *f.algo)
 	if err != nil {
 		return nil, fmt.Errorf("--alpha: %v", err)
@@ -252,7 +253,7 @@ func (f *nodeFlags) gossipParams() (*node.GossipParams, error) {
 	case *f.pauseIter < 0 || *f.pauseIter > *f.iters:
 		return nil, fmt.Errorf("--pause-at-iter must be in [0, --iters], got %d", *f.pauseIter)
 	}
-	gp := &node.GossipParams{Algo: *f.algo, Graph: *f.graphSpec, GraphSeed: *f.graphSeed, Iters: *f.iters, Alpha: alpha,
+	gp := &node.RADMMParams{Algo: *f.algo, Graph: *f.graphSpec, GraphSeed: *f.graphSeed, Iters: *f.iters, Alpha: alpha,
 		Eta: *f.eta, EtaGrowth: *f.etaGrowth, EtaMax: *f.etaMax, Gamma: *f.evenGamma, PaperC: *f.paperC,
 		Barrier: *f.barrier, MaxWait: *f.maxWait, OnMissing: pol, PauseAt: *f.pauseIter}
 	if *f.etaFile != "" {

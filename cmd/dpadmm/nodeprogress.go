@@ -50,7 +50,7 @@ func nodeProgressLine(st node.Status, run string) string {
 		}
 		return s
 	}
-	if g := st.Gossip; g != nil {
+	if g := st.RADMM; g != nil {
 		return fmt.Sprintf("run %s: iteration %d/%d, %d of %d neighbours reachable, %d ledger entries, epsilon spent %s",
 			run, max(g.Iter, 0), g.Iters, g.Reachable, len(g.Neighbors), g.LedgerEntries, eps)
 	}

@@ -190,8 +190,13 @@ func sameZ(t *testing.T, ms []node.Model) {
 func TestNodeRejoinWalkSIGINT(t *testing.T) {
 	const hops, pause = 90, 40
 	// No member is declared down during the restarts (100 missed beats of 200 ms): a
-	// backup holder would otherwise regenerate the token without the paused holder.
-	cs, dirs, start := walkRejoinNet(t, "rejoin-walk", hops, pause, "--heartbeat-misses", "100")
+	// backup holder would otherwise regenerate the token without the paused holder. The
+	// restarted X re-sends its last release to the paused Y (X's record of Y's ack had not
+	// reached its disk), and Y answers busy until it is restarted; with the test profile's
+	// ack timeout of 2 s X would redirect that release to the third member, which pauses
+	// at the same hop (every node has --pause-at-hop), and the walk would crawl on between
+	// two members. A busy peer is retried until the ack timeout, so 20 s keeps X on Y.
+	cs, dirs, start := walkRejoinNet(t, "rejoin-walk", hops, pause, "--heartbeat-misses", "100", "--ack-timeout", "20s")
 	y := pausedNode(t, cs, pause)
 	x := (y + 1) % 3
 	if code, _ := cs[x].stop(t, syscall.SIGINT, 10*time.Second); code != 130 {
@@ -422,7 +427,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		t.Errorf("node %d did not resume from its journal:\n%s", x, cs[x].stderr)
 	}
 	t.Logf("node %d stopped after %d of %d ledger entries", x, before, iters+1)
-	got := make([]node.GossipModel, 3)
+	got := make([]node.RADMMModel, 3)
 	for i := range got {
 		b, err := os.ReadFile(filepath.Join(dirs[i], node.ModelFile))
 		if err != nil {
@@ -479,7 +484,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var want node.GossipModel
+		var want node.RADMMModel
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatal(err)
 		}

@@ -152,7 +152,7 @@ func writeDatasetCSV(t *testing.T, path string, d *consensus.Dataset) {
 	}
 }
 
-// gossipNodeDirs runs a small R-ADMM run over full nodes (node.Node.RunGossip, the
+// gossipNodeDirs runs a small R-ADMM run over full nodes (node.Node.RunRADMM, the
 // runtime of 'dpadmm node --algo radmm') and returns their data directories and the
 // training data, which it also writes as CSV to dir/train.csv.
 func gossipNodeDirs(t *testing.T, dir string) ([]string, *consensus.Dataset) {

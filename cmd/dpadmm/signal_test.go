@@ -470,7 +470,7 @@ func TestNodeProgressLine(t *testing.T) {
 			"run demo started without this node (it arrived after the join window closed); waiting for another start (2 peers connected)"},
 		{node.Status{HopsSeen: 40, Updates: 63, Ledger: 64, Epsilon: 19.1534},
 			"run demo: hops seen 40, own updates 63, ledger entries 64, epsilon spent 19.15 (local)"},
-		{node.Status{Epsilon: -1, Gossip: &node.GossipStatus{Iter: 12, Iters: 100, Neighbors: []int{1, 3}, Reachable: 1, LedgerEntries: 13}},
+		{node.Status{Epsilon: -1, RADMM: &node.RADMMStatus{Iter: 12, Iters: 100, Neighbors: []int{1, 3}, Reachable: 1, LedgerEntries: 13}},
 			"run demo: iteration 12/100, 1 of 2 neighbours reachable, 13 ledger entries, epsilon spent unbounded"},
 	} {
 		if got := nodeProgressLine(c.st, "demo"); got != c.want {

@@ -140,7 +140,7 @@ func (f *testnetFlags) defineGossip(g testnet.GossipOptions) {
 	f.paperC = fs.Float64("paper-c", g.C, "the paper's C (weight of the data term against the penalties and the noise); rho = C*N*l2")
 	f.evenGamma = fs.Float64("even-gamma", g.Gamma, "even-step proximal weight gamma >= 0 of the recycled algorithms (the walk's prox parameter is --gamma)")
 	fs.hint("even-gamma", "the walk's prox parameter is --gamma")
-	gp := node.DefaultGossipParams()
+	gp := node.DefaultRADMMParams()
 	fs.in(sectionGossip, "neighbour exchange with --mem or --procs", "gossip/"+netMem, "gossip/"+netProcs)
 	f.onMissing = fs.String("on-missing", gp.OnMissing.String(), "with --mem/--procs: what a node does when a neighbour's vector is missing at the barrier timeout: stop (end the run with an error), wait (keep waiting) or stale (continue with its last vector, recorded and reported)")
 	f.barrierTimeout = fs.Duration("barrier-timeout", gp.Barrier, "with --mem/--procs: how long a node waits at an iteration before it checks a missing neighbour")

@@ -1,4 +1,4 @@
-package node
+package wire
 
 import (
 	"encoding/binary"
@@ -6,38 +6,38 @@ import (
 	"math"
 )
 
-// GossipWireVersion is the version byte of the neighbour-exchange frame.
-const GossipWireVersion = 1
+// ExchangeWireVersion is the version byte of the neighbour-exchange frame.
+const ExchangeWireVersion = 1
 
-// gossipHeader is the fixed part of an encoded gossip frame: version(1) iter(8) from(4)
+// ExchangeHeader is the fixed part of an encoded exchange frame: version(1) iter(8) from(4)
 // dim(4) runlen(1).
-const gossipHeader = 1 + 8 + 4 + 4 + 1
+const ExchangeHeader = 1 + 8 + 4 + 4 + 1
 
-// GossipFrame is one node's primal vector f_From(Iter) sent to one neighbour.
-type GossipFrame struct {
+// ExchangeFrame is one node's primal vector f_From(Iter) sent to one neighbour.
+type ExchangeFrame struct {
 	Run  string
 	Iter uint64
 	From uint32 // sender's index in the run's membership
 	Vec  []float64
 }
 
-// GossipFrameSize returns the encoded size of a frame with the given run name and
+// ExchangeFrameSize returns the encoded size of a frame with the given run name and
 // dimension; receivers refuse any larger frame before reading it.
-func GossipFrameSize(run string, dim int) int { return gossipHeader + len(run) + 8*dim }
+func ExchangeFrameSize(run string, dim int) int { return ExchangeHeader + len(run) + 8*dim }
 
-// EncodeGossip appends the binary encoding of f to dst:
+// EncodeExchangeFrame appends the binary encoding of f to dst:
 //
 //	version u8 | iter u64 | from u32 | dim u32 | runlen u8 | run | vec[dim] f64
 //
 // all integers and float64 bit patterns little-endian, so vectors travel bit-exactly.
-func EncodeGossip(dst []byte, f GossipFrame) ([]byte, error) {
+func EncodeExchangeFrame(dst []byte, f ExchangeFrame) ([]byte, error) {
 	if len(f.Run) > MaxRunName {
-		return dst, fmt.Errorf("node: run name longer than %d bytes", MaxRunName)
+		return dst, fmt.Errorf("wire: run name longer than %d bytes", MaxRunName)
 	}
 	if len(f.Vec) > MaxDim {
-		return dst, fmt.Errorf("node: gossip vector of dimension %d over the limit %d", len(f.Vec), MaxDim)
+		return dst, fmt.Errorf("wire: R-ADMM vector of dimension %d over the limit %d", len(f.Vec), MaxDim)
 	}
-	dst = append(dst, GossipWireVersion)
+	dst = append(dst, ExchangeWireVersion)
 	dst = binary.LittleEndian.AppendUint64(dst, f.Iter)
 	dst = binary.LittleEndian.AppendUint32(dst, f.From)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(f.Vec)))
@@ -49,19 +49,19 @@ func EncodeGossip(dst []byte, f GossipFrame) ([]byte, error) {
 	return dst, nil
 }
 
-// DecodeGossip decodes a gossip frame. It checks the version and that the length matches
-// the declared dimension exactly before allocating; it does not judge run, sender,
-// dimension or finiteness (see GossipValidator).
-func DecodeGossip(b []byte) (GossipFrame, error) {
-	var f GossipFrame
+// DecodeExchangeFrame decodes an exchange frame. It checks the version and that the
+// length matches the declared dimension exactly before allocating; it does not judge run,
+// sender, dimension or finiteness (see ExchangeValidator).
+func DecodeExchangeFrame(b []byte) (ExchangeFrame, error) {
+	var f ExchangeFrame
 	if len(b) < 1 {
 		return f, fmt.Errorf("%w: empty", ErrMalformed)
 	}
-	if b[0] != GossipWireVersion {
-		return f, fmt.Errorf("%w %d (want %d)", ErrVersion, b[0], GossipWireVersion)
+	if b[0] != ExchangeWireVersion {
+		return f, fmt.Errorf("%w %d (want %d)", ErrVersion, b[0], ExchangeWireVersion)
 	}
-	if len(b) < gossipHeader {
-		return f, fmt.Errorf("%w: %d bytes, header needs %d", ErrMalformed, len(b), gossipHeader)
+	if len(b) < ExchangeHeader {
+		return f, fmt.Errorf("%w: %d bytes, header needs %d", ErrMalformed, len(b), ExchangeHeader)
 	}
 	f.Iter = binary.LittleEndian.Uint64(b[1:])
 	f.From = binary.LittleEndian.Uint32(b[9:])
@@ -73,11 +73,11 @@ func DecodeGossip(b []byte) (GossipFrame, error) {
 	if rl > MaxRunName {
 		return f, fmt.Errorf("%w: run name of %d bytes", ErrMalformed, rl)
 	}
-	want := gossipHeader + rl + 8*int(dim)
+	want := ExchangeHeader + rl + 8*int(dim)
 	if len(b) != want {
 		return f, fmt.Errorf("%w: %d bytes, dimension %d needs %d", ErrMalformed, len(b), dim, want)
 	}
-	p := gossipHeader
+	p := ExchangeHeader
 	f.Run = string(b[p : p+rl])
 	p += rl
 	f.Vec = make([]float64, dim)
@@ -88,9 +88,9 @@ func DecodeGossip(b []byte) (GossipFrame, error) {
 	return f, nil
 }
 
-// GossipValidator holds what an inbound gossip frame is checked against before it reaches
-// the loop. Freshness against the machine's iteration is judged in the loop.
-type GossipValidator struct {
+// ExchangeValidator holds what an inbound exchange frame is checked against before it
+// reaches the loop. Freshness against the machine's iteration is judged in the loop.
+type ExchangeValidator struct {
 	Run string
 	Dim int
 	// Iters is T: a frame for an iteration beyond T is rejected.
@@ -103,14 +103,14 @@ type GossipValidator struct {
 // member with index sender (-1 when the remote peer is not a member): membership, claimed
 // sender, neighbourhood, run, dimension, iteration range, finiteness. It returns the
 // verdict and, unless Accept, the reason.
-func (v GossipValidator) Check(f GossipFrame, sender int) (Verdict, string) {
-	vd, reason, _ := v.check(f, sender)
+func (v ExchangeValidator) Check(f ExchangeFrame, sender int) (Verdict, string) {
+	vd, reason, _ := v.CheckLabeled(f, sender)
 	return vd, reason
 }
 
-// check is Check that also returns a short label of the failed check for the metrics
+// CheckLabeled is Check that also returns a short label of the failed check for the metrics
 // (non-member, forged, not-neighbor, run, dimension, iteration, non-finite).
-func (v GossipValidator) check(f GossipFrame, sender int) (Verdict, string, string) {
+func (v ExchangeValidator) CheckLabeled(f ExchangeFrame, sender int) (Verdict, string, string) {
 	switch {
 	case sender < 0:
 		return Reject, "sender is not a member of the run", "non-member"

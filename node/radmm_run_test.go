@@ -20,8 +20,8 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// gossipData returns the row-normalised synthetic data set (120 rows, 4 columns).
-func gossipData(t *testing.T) *consensus.Dataset {
+// radmmData returns the row-normalised synthetic data set (120 rows, 4 columns).
+func radmmData(t *testing.T) *consensus.Dataset {
 	t.Helper()
 	d, _ := consensus.SyntheticLogistic(120, 4, 3, 5)
 	sc, err := consensus.FitScaler(d, consensus.ScaleRowNorm)
@@ -31,31 +31,31 @@ func gossipData(t *testing.T) *consensus.Dataset {
 	return sc.Apply(d)
 }
 
-var gossipProblem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
+var radmmProblem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
 
-func gossipTestConfig(run string, d *consensus.Dataset, p GossipParams) Config {
+func radmmTestConfig(run string, d *consensus.Dataset, p RADMMParams) Config {
 	q := p
 	return Config{
-		Run: run, Data: d, Problem: gossipProblem, Listen: loopback, NoSync: true, AllowSeededNoise: true,
-		Rand: testRand(21), Noise: testNoise(21), Gossip: &q,
+		Run: run, Data: d, Problem: radmmProblem, Listen: loopback, NoSync: true, AllowSeededNoise: true,
+		Rand: testRand(21), Noise: testNoise(21), RADMM: &q,
 	}
 }
 
-// gossipCluster starts n nodes (node 0 the starter waiting for n members) plus the
+// radmmCluster starts n nodes (node 0 the starter waiting for n members) plus the
 // extra configurations, all connected, and returns them with their log buffers.
-func gossipCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
+func radmmCluster(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p RADMMParams, extra ...Config) ([]*Node, []*syncBuffer, []string) {
 	t.Helper()
-	return gossipClusterWith(t, ctx, run, sh, p, nil, extra...)
+	return radmmClusterWith(t, ctx, run, sh, p, nil, extra...)
 }
 
-// gossipClusterWith is gossipCluster with mod(i, &config) applied to the configuration
+// radmmClusterWith is radmmCluster with mod(i, &config) applied to the configuration
 // of node i (i < len(sh)) before it is created.
-func gossipClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p GossipParams,
+func radmmClusterWith(t *testing.T, ctx context.Context, run string, sh []*consensus.Dataset, p RADMMParams,
 	mod func(int, *Config), extra ...Config) ([]*Node, []*syncBuffer, []string) {
 	t.Helper()
 	var cfgs []Config
 	for i := range sh {
-		c := gossipTestConfig(run, sh[i], p)
+		c := radmmTestConfig(run, sh[i], p)
 		if i == 0 {
 			c.Start, c.MinPeers, c.JoinWindow = true, len(sh), 300*time.Millisecond
 		}
@@ -83,14 +83,14 @@ func gossipClusterWith(t *testing.T, ctx context.Context, run string, sh []*cons
 	return nodes, logs, dirs
 }
 
-func runGossipAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncBuffer) []*GossipModel {
+func runRADMMAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*syncBuffer) []*RADMMModel {
 	t.Helper()
-	models := make([]*GossipModel, len(nodes))
+	models := make([]*RADMMModel, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); models[i], errs[i] = nd.RunGossip(ctx) }()
+		go func() { defer wg.Done(); models[i], errs[i] = nd.RunRADMM(ctx) }()
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -101,9 +101,9 @@ func runGossipAll(t *testing.T, ctx context.Context, nodes []*Node, logs []*sync
 	return models
 }
 
-// gossipReference runs the machines of the same run in one goroutine, built from the
+// radmmReference runs the machines of the same run in one goroutine, built from the
 // same seeded sources: shards[i] is the shard of the member with index i.
-func gossipReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, total int) [][]float64 {
+func radmmReference(t *testing.T, shards []*consensus.Dataset, p RADMMParams, total int) [][]float64 {
 	t.Helper()
 	N := len(shards)
 	g, err := graph.Parse(p.Graph, N, p.GraphSeed)
@@ -116,7 +116,7 @@ func gossipReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, 
 	}
 	ms := make([]*gossip.Machine, N)
 	for i := range ms {
-		obj, err := gossip.NewObjective(shards[i], gossipProblem.Loss, p.PaperC*float64(N)/float64(total), p.PaperC*gossipProblem.Reg.L2)
+		obj, err := gossip.NewObjective(shards[i], radmmProblem.Loss, p.PaperC*float64(N)/float64(total), p.PaperC*radmmProblem.Reg.L2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func gossipReference(t *testing.T, shards []*consensus.Dataset, p GossipParams, 
 }
 
 // byIndex returns the shards ordered by the members' indices in the run.
-func byIndex(t *testing.T, models []*GossipModel, sh []*consensus.Dataset) []*consensus.Dataset {
+func byIndex(t *testing.T, models []*RADMMModel, sh []*consensus.Dataset) []*consensus.Dataset {
 	t.Helper()
 	out := make([]*consensus.Dataset, len(models))
 	for k, m := range models {
@@ -183,29 +183,29 @@ func byIndex(t *testing.T, models []*GossipModel, sh []*consensus.Dataset) []*co
 	return out
 }
 
-// TestGossipRunJoin: four nodes go through announce/join/start on loopback and run
+// TestRADMMRunJoin: four nodes go through announce/join/start on loopback and run
 // private R-ADMM on a ring; every node's model.json equals an in-process run of the same
 // machines from the same seeds, and its privacy figure equals the Theorem V.1 sum computed
 // here. A fifth node with a different graph is refused.
-func TestGossipRunJoin(t *testing.T) {
+func TestRADMMRunJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 4, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 10, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
-	odd := gossipTestConfig("gjoin", sh[3], p)
-	odd.Gossip.Graph = "complete"
-	nodes, logs, dirs := gossipCluster(t, ctx, "gjoin", sh, p, odd)
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 10, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	odd := radmmTestConfig("gjoin", sh[3], p)
+	odd.RADMM.Graph = "complete"
+	nodes, logs, dirs := radmmCluster(t, ctx, "gjoin", sh, p, odd)
 	if nodes[4].ConfigHash() == nodes[0].ConfigHash() {
 		t.Fatal("a different graph must give a different config hash")
 	}
 	octx, ocancel := context.WithCancel(ctx)
 	oddDone := make(chan error, 1)
-	go func() { _, err := nodes[4].RunGossip(octx); oddDone <- err }()
-	models := runGossipAll(t, ctx, nodes[:4], logs)
+	go func() { _, err := nodes[4].RunRADMM(octx); oddDone <- err }()
+	models := runRADMMAll(t, ctx, nodes[:4], logs)
 	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -222,15 +222,15 @@ func TestGossipRunJoin(t *testing.T) {
 		}
 	}
 
-	ref := gossipReference(t, byIndex(t, models, sh), p, d.Rows)
+	ref := radmmReference(t, byIndex(t, models, sh), p, d.Rows)
 	N, V, K := 4.0, 2, 5 // ring: degree 2; R-ADMM charges the ceil(10/2) odd iterations
-	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*gossipProblem.Reg.L2
+	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	want := 0.0
 	for k := 0; k < K; k++ {
 		want += 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
 	}
 	for k, m := range models {
-		var disk GossipModel
+		var disk RADMMModel
 		b, err := os.ReadFile(filepath.Join(dirs[k], ModelFile))
 		if err != nil {
 			t.Fatal(err)
@@ -258,19 +258,19 @@ func TestGossipRunJoin(t *testing.T) {
 	}
 }
 
-// TestGossipRunConverges: without noise, after 100 iterations the four nodes agree and
+// TestRADMMRunConverges: without noise, after 100 iterations the four nodes agree and
 // their average reaches the centralized optimum of consensus.Solve.
-func TestGossipRunConverges(t *testing.T) {
+func TestRADMMRunConverges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 4, "iid", 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 100, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 20, Barrier: 15 * time.Second}
-	nodes, logs, _ := gossipCluster(t, ctx, "gconv", sh, p)
-	models := runGossipAll(t, ctx, nodes, logs)
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 100, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 20, Barrier: 15 * time.Second}
+	nodes, logs, _ := radmmCluster(t, ctx, "gconv", sh, p)
+	models := runRADMMAll(t, ctx, nodes, logs)
 	avg := make([]float64, d.Cols)
 	for _, m := range models {
 		for j, v := range m.Model {
@@ -289,94 +289,94 @@ func TestGossipRunConverges(t *testing.T) {
 			t.Fatalf("node %d is %v away from the average: no consensus", k, math.Sqrt(dev))
 		}
 	}
-	_, opt, err := consensus.Solve(d, gossipProblem, consensus.SolveOptions{})
+	_, opt, err := consensus.Solve(d, radmmProblem, consensus.SolveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := gossipProblem.Objective(d, avg)
+	got := radmmProblem.Objective(d, avg)
 	if gap := (got - opt) / math.Abs(opt); gap > 1e-5 || gap < -1e-9 {
 		t.Fatalf("objective of the average %v, optimum %v (relative gap %v)", got, opt, gap)
 	}
 }
 
-// TestGossipRunRefuses: rows of norm > 1 are refused at New with a clear message, and a
+// TestRADMMRunRefuses: rows of norm > 1 are refused at New with a clear message, and a
 // neighbour-exchange configuration cannot be driven by the walk's Run.
-func TestGossipRunRefuses(t *testing.T) {
+func TestRADMMRunRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	raw, _ := consensus.SyntheticLogistic(40, 4, 3, 5)
 	if _, norm := maxRowNorm(raw); !(norm > 1) {
 		t.Fatalf("test data should have a row of norm > 1, max %v", norm)
 	}
-	p := GossipParams{Algo: "radmm", Iters: 4, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 1}
-	c := gossipTestConfig("gbad", raw, p)
+	p := RADMMParams{Algo: "radmm", Iters: 4, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 1}
+	c := radmmTestConfig("gbad", raw, p)
 	c.DataDir = t.TempDir()
 	_, err := New(ctx, c)
 	if err == nil || !strings.Contains(err.Error(), "Theorem V.1 needs every row normalised") {
 		t.Fatalf("unnormalised rows: %v, want a refusal", err)
 	}
-	for _, bad := range []func(*GossipParams){
-		func(q *GossipParams) { q.Algo = "walk" },
-		func(q *GossipParams) { q.Iters = 0 },
-		func(q *GossipParams) { q.Alpha = 0 },
-		func(q *GossipParams) { q.Eta = 0 },
-		func(q *GossipParams) { q.PaperC = math.Inf(1) },
-		func(q *GossipParams) { q.Algo, q.EtaGrowth = "radmm", 1.5 }, // R-ADMM needs a constant schedule
+	for _, bad := range []func(*RADMMParams){
+		func(q *RADMMParams) { q.Algo = "walk" },
+		func(q *RADMMParams) { q.Iters = 0 },
+		func(q *RADMMParams) { q.Alpha = 0 },
+		func(q *RADMMParams) { q.Eta = 0 },
+		func(q *RADMMParams) { q.PaperC = math.Inf(1) },
+		func(q *RADMMParams) { q.Algo, q.EtaGrowth = "radmm", 1.5 }, // R-ADMM needs a constant schedule
 	} {
-		c := gossipTestConfig("gbad", gossipData(t), p)
+		c := radmmTestConfig("gbad", radmmData(t), p)
 		c.DataDir = t.TempDir()
-		bad(c.Gossip)
+		bad(c.RADMM)
 		if _, err := New(ctx, c); err == nil {
-			t.Errorf("parameters %+v accepted", *c.Gossip)
+			t.Errorf("parameters %+v accepted", *c.RADMM)
 		}
 	}
-	c = gossipTestConfig("gbad", gossipData(t), p)
+	c = radmmTestConfig("gbad", radmmData(t), p)
 	c.DataDir, c.Start, c.MinPeers, c.JoinWindow = t.TempDir(), true, 1, 10*time.Millisecond
 	nd, err := New(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nd.Close()
-	if _, err := nd.Run(ctx); err == nil || !strings.Contains(err.Error(), "RunGossip") {
+	if _, err := nd.Run(ctx); err == nil || !strings.Contains(err.Error(), "RunRADMM") {
 		t.Fatalf("Run of a gossip configuration: %v, want a refusal", err)
 	}
 }
 
-// TestGossipConfigHash: every announced neighbour-exchange parameter changes the config
+// TestRADMMConfigHash: every announced neighbour-exchange parameter changes the config
 // hash; the barrier settings (local) do not; a walk configuration's JSON carries none of
 // the neighbour-exchange keys.
-func TestGossipConfigHash(t *testing.T) {
-	d := gossipData(t)
-	p := GossipParams{Algo: "mradmm", Graph: "ring", GraphSeed: 1, Iters: 10, Alpha: 2, Eta: 1, EtaGrowth: 1.1, EtaMax: 5, Gamma: 0.5, PaperC: 5}
-	base := gossipTestConfig("h", d, p)
+func TestRADMMConfigHash(t *testing.T) {
+	d := radmmData(t)
+	p := RADMMParams{Algo: "mradmm", Graph: "ring", GraphSeed: 1, Iters: 10, Alpha: 2, Eta: 1, EtaGrowth: 1.1, EtaMax: 5, Gamma: 0.5, PaperC: 5}
+	base := radmmTestConfig("h", d, p)
 	h0 := base.RunConfig().Hash()
 	for name, mod := range map[string]func(c *Config){
-		"algo":       func(c *Config) { c.Gossip.Algo = "madmm" },
-		"graph":      func(c *Config) { c.Gossip.Graph = "complete" },
-		"graph seed": func(c *Config) { c.Gossip.GraphSeed = 2 },
-		"iters":      func(c *Config) { c.Gossip.Iters = 12 },
-		"alpha":      func(c *Config) { c.Gossip.Alpha = math.Inf(1) },
-		"eta":        func(c *Config) { c.Gossip.Eta = 2 },
-		"eta growth": func(c *Config) { c.Gossip.EtaGrowth = 1.2 },
-		"eta max":    func(c *Config) { c.Gossip.EtaMax = 6 },
-		"gamma":      func(c *Config) { c.Gossip.Gamma = 0.4 },
-		"paper C":    func(c *Config) { c.Gossip.PaperC = 6 },
+		"algo":       func(c *Config) { c.RADMM.Algo = "madmm" },
+		"graph":      func(c *Config) { c.RADMM.Graph = "complete" },
+		"graph seed": func(c *Config) { c.RADMM.GraphSeed = 2 },
+		"iters":      func(c *Config) { c.RADMM.Iters = 12 },
+		"alpha":      func(c *Config) { c.RADMM.Alpha = math.Inf(1) },
+		"eta":        func(c *Config) { c.RADMM.Eta = 2 },
+		"eta growth": func(c *Config) { c.RADMM.EtaGrowth = 1.2 },
+		"eta max":    func(c *Config) { c.RADMM.EtaMax = 6 },
+		"gamma":      func(c *Config) { c.RADMM.Gamma = 0.4 },
+		"paper C":    func(c *Config) { c.RADMM.PaperC = 6 },
 		"l2":         func(c *Config) { c.Problem.Reg.L2 = 0.02 },
 		"loss":       func(c *Config) { c.Problem.Loss = consensus.Squared },
 		"run":        func(c *Config) { c.Run = "h2" },
 	} {
-		c := gossipTestConfig("h", d, p)
+		c := radmmTestConfig("h", d, p)
 		mod(&c)
 		if c.RunConfig().Hash() == h0 {
 			t.Errorf("changing the %s keeps the config hash", name)
 		}
 	}
-	c := gossipTestConfig("h", d, p)
-	c.Gossip.Barrier, c.Gossip.MaxWait, c.Gossip.OnMissing = time.Second, time.Minute, MissingStale
+	c := radmmTestConfig("h", d, p)
+	c.RADMM.Barrier, c.RADMM.MaxWait, c.RADMM.OnMissing = time.Second, time.Minute, MissingStale
 	if c.RunConfig().Hash() != h0 {
 		t.Error("local barrier settings changed the config hash")
 	}
-	walkJSON := string(marshal((&Config{Run: "w", Data: d, Problem: gossipProblem, Gamma: 1, Lambda: 0.5, Clip: 1, Hops: 3}).RunConfig()))
+	walkJSON := string(marshal((&Config{Run: "w", Data: d, Problem: radmmProblem, Gamma: 1, Lambda: 0.5, Clip: 1, Hops: 3}).RunConfig()))
 	for _, k := range []string{"graph", "iters", "alpha", "eta", "paper_c"} {
 		if strings.Contains(walkJSON, `"`+k+`"`) {
 			t.Errorf("walk config JSON has %q: %s", k, walkJSON)

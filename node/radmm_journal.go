@@ -18,7 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipJournalFile is the data-directory file that lets a neighbour-exchange node resume
+// RADMMJournalFile is the data-directory file that lets a neighbour-exchange node resume
 // its run after a crash: one JSON line per release, made durable BEFORE the release's
 // ledger entry and before any frame of it is sent. A line holds the released vector, the
 // neighbour vectors the machine consumed at the barrier before it and every noise draw
@@ -27,9 +27,9 @@ import (
 // the journaled vector bit for bit; it then re-sends its last released vectors unchanged.
 // An already-released iteration is therefore never re-noised. The file holds private
 // state (the noise of past releases): it must stay on the node, like the data.
-const GossipJournalFile = "gossip-journal"
+const RADMMJournalFile = "gossip-journal"
 
-// journalRec is one line of GossipJournalFile.
+// journalRec is one line of RADMMJournalFile.
 type journalRec struct {
 	Run  string `json:"run"`
 	Iter int    `json:"iter"`
@@ -66,7 +66,7 @@ type noiseDraw struct {
 
 // JournalNoise wraps a machine's noise source so that its draws can be journaled with
 // the release they went into and replayed after a restart. Build the machine with it as
-// gossip.Config.Noise and pass the same value as GossipConfig.Noise. During a replay the
+// gossip.Config.Noise and pass the same value as the exchange's radmmConfig.Noise. During a replay the
 // wrapped source is drawn too and its values discarded, so a seeded source continues
 // where it stood at the crash (and must reproduce the recorded values).
 type JournalNoise struct {
@@ -148,9 +148,9 @@ func sameFloats(a, b []float64) bool {
 	return true
 }
 
-// GossipJournal is what a data directory's journal says about a run: the membership, M
+// RADMMJournal is what a data directory's journal says about a run: the membership, M
 // and f_i(0) recorded with the first release, and how many releases are journaled.
-type GossipJournal struct {
+type RADMMJournal struct {
 	Members  []string
 	Addrs    [][]string // the members' addresses known at the first release
 	Total    int
@@ -159,20 +159,20 @@ type GossipJournal struct {
 	recs     []journalRec
 }
 
-// ReadGossipJournal returns the journal of run in dir, or nil when there is none. A
+// ReadRADMMJournal returns the journal of run in dir, or nil when there is none. A
 // truncated last line (a crash while it was written, before it was durable and so before
 // any send of its release) is ignored.
-func ReadGossipJournal(dir, run string) (*GossipJournal, error) {
-	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), run)
+func ReadRADMMJournal(dir, run string) (*RADMMJournal, error) {
+	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), run)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	return &GossipJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
+	return &RADMMJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
 }
 
 // Last returns the last journaled release: its iteration and the vector f_i(iter) sent
 // to the neighbours (a copy).
-func (j *GossipJournal) Last() (int, []float64) {
+func (j *RADMMJournal) Last() (int, []float64) {
 	r := j.recs[len(j.recs)-1]
 	return r.Iter, append([]float64(nil), r.Vec...)
 }
@@ -184,7 +184,7 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	good := int64(bytes.LastIndexByte(b, '\n') + 1)
 	var out []journalRec
@@ -193,18 +193,18 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 	for line := 1; sc.Scan(); line++ {
 		var r journalRec
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, 0, fmt.Errorf("node: %s line %d: %w", GossipJournalFile, line, err)
+			return nil, 0, fmt.Errorf("node: %s line %d: %w", RADMMJournalFile, line, err)
 		}
 		if r.Run != run {
 			continue
 		}
 		if r.Iter != len(out) {
-			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", GossipJournalFile, line, r.Iter, len(out), run)
+			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", RADMMJournalFile, line, r.Iter, len(out), run)
 		}
 		out = append(out, r)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	return out, good, nil
 }
@@ -213,40 +213,40 @@ func readJournal(path, run string) ([]journalRec, int64, error) {
 // recomputed release must equal the journaled vector bit for bit and the ledger entries
 // prior of the run must be those of the journaled releases (a release journaled but not
 // yet in the ledger, from a crash between the two writes, gets its entry now, before
-// anything is sent). Nothing is sent: Run re-sends the last releases (Exchange.Resume).
-func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
-	jn := g.cfg.Noise
+// anything is sent). Nothing is sent: run re-sends the last releases (Exchange.Resume).
+func (x *radmmExchange) restore(recs []journalRec, prior []privacy.Entry) error {
+	jn := x.cfg.Noise
 	refuse := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrRejoin, g.cfg.DataDir, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s: %s", ErrRejoin, x.n.cfg.DataDir, fmt.Sprintf(format, a...))
 	}
 	if len(prior) > len(recs) {
-		return refuse("the ledger holds %d entries of run %q but the journal only %d releases", len(prior), g.cfg.Run, len(recs))
+		return refuse("the ledger holds %d entries of run %q but the journal only %d releases", len(prior), x.n.cfg.Run, len(recs))
 	}
 	for _, r := range recs {
 		jn.replay = append(jn.replay, r.Noise...)
 	}
 	for r, rec := range recs {
-		rel := GossipRelease{Vec: rec.Vec}
+		rel := RADMMRelease{Vec: rec.Vec}
 		for _, in := range rec.In {
 			rel.Inputs = append(rel.Inputs, gossip.Input{Message: gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}, StandIn: in.Stale, UsedIter: in.Used})
 		}
-		e, err := g.ad.Replay(r, rel)
+		e, err := x.ad.Replay(r, rel)
 		if jn.err != nil {
 			return refuse("%v", jn.err)
 		}
 		if err != nil {
 			return refuse("%v", err)
 		}
-		e.Run = g.cfg.Run
+		e.Run = x.n.cfg.Run
 		if r < len(prior) {
 			p := prior[r]
 			if p.Hop != e.Hop || p.Mechanism != e.Mechanism || math.Float64bits(p.Epsilon) != math.Float64bits(e.Epsilon) {
 				return refuse("ledger entry %d (%s, iteration %d) does not match the replayed release %d", r, p.Mechanism, p.Hop, r)
 			}
-		} else if err := g.store.AppendLedger([]privacy.Entry{e}); err != nil {
+		} else if err := x.n.store.AppendLedger([]privacy.Entry{e}); err != nil {
 			return fmt.Errorf("node: cannot make the ledger durable: %w", err)
 		}
-		g.progress([]privacy.Entry{e}, r)
+		x.progress([]privacy.Entry{e}, r)
 	}
 	if jn.pos != len(jn.replay) {
 		return refuse("%d journaled noise draws were not used by the replay", len(jn.replay)-jn.pos)
@@ -256,39 +256,39 @@ func (g *GossipNode) restore(recs []journalRec, prior []privacy.Entry) error {
 }
 
 // journal appends the record of the release st and fsyncs it (before the ledger entry).
-func (g *GossipNode) journal(st *gossip.ExchangeState) error {
-	rec := journalRec{Run: g.cfg.Run, Iter: st.Iter, Vec: st.Vec}
+func (x *radmmExchange) journal(st *gossip.ExchangeState) error {
+	rec := journalRec{Run: x.n.cfg.Run, Iter: st.Iter, Vec: st.Vec}
 	for _, in := range st.Inputs {
 		rec.In = append(rec.In, journalIn{From: in.From, Iter: in.Iter, Vec: in.Vec, Stale: in.StandIn, Used: in.UsedIter})
 	}
-	if g.cfg.Noise != nil {
-		rec.Noise = g.cfg.Noise.take()
+	if x.cfg.Noise != nil {
+		rec.Noise = x.cfg.Noise.take()
 	}
 	if st.Iter == 0 {
-		rec.Members = make([]string, len(g.cfg.Members))
-		rec.Addrs = make([][]string, len(g.cfg.Members))
-		for i, p := range g.cfg.Members {
+		rec.Members = make([]string, len(x.cfg.Members))
+		rec.Addrs = make([][]string, len(x.cfg.Members))
+		for i, p := range x.cfg.Members {
 			rec.Members[i] = p.String()
-			addrs := g.Host.Peerstore().Addrs(p)
-			if i == g.cfg.Self {
-				addrs = g.Host.Addrs()
+			addrs := x.n.Host.Peerstore().Addrs(p)
+			if i == x.cfg.Self {
+				addrs = x.n.Host.Addrs()
 			}
 			for _, a := range addrs {
 				rec.Addrs[i] = append(rec.Addrs[i], a.String())
 			}
 		}
-		rec.Total = g.cfg.TotalRows
+		rec.Total = x.cfg.TotalRows
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
-	if _, err := g.jfile.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("node: %s: %w", GossipJournalFile, err)
+	if _, err := x.jfile.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
-	if !g.cfg.NoSync {
-		if err := g.jfile.Sync(); err != nil {
-			return fmt.Errorf("node: %s fsync: %w", GossipJournalFile, err)
+	if !x.n.cfg.NoSync {
+		if err := x.jfile.Sync(); err != nil {
+			return fmt.Errorf("node: %s fsync: %w", RADMMJournalFile, err)
 		}
 	}
 	return nil
@@ -306,15 +306,15 @@ func (noNoise) Normal(dst []float64, _ float64) {
 func (noNoise) Uniform() float64 { return math.NaN() }
 func (noNoise) Secure() bool     { return true }
 
-// watchReconnects reports, on g.reconn, every neighbour that connects again after all
+// watchReconnects reports, on x.reconn, every neighbour that connects again after all
 // its connections had closed.
-func (g *GossipNode) watchReconnects() {
+func (x *radmmExchange) watchReconnects() {
 	var mu sync.Mutex
 	down := map[peer.ID]bool{}
-	g.notifee = &network.NotifyBundle{
+	x.notifee = &network.NotifyBundle{
 		DisconnectedF: func(n network.Network, c network.Conn) {
 			p := c.RemotePeer()
-			if _, ok := g.index[p]; ok && n.Connectedness(p) != network.Connected {
+			if _, ok := x.index[p]; ok && n.Connectedness(p) != network.Connected {
 				mu.Lock()
 				down[p] = true
 				mu.Unlock()
@@ -326,13 +326,13 @@ func (g *GossipNode) watchReconnects() {
 			was := down[p]
 			delete(down, p)
 			mu.Unlock()
-			if i, ok := g.index[p]; ok && was {
+			if i, ok := x.index[p]; ok && was {
 				select {
-				case g.reconn <- i:
+				case x.reconn <- i:
 				default:
 				}
 			}
 		},
 	}
-	g.Host.Network().Notify(g.notifee)
+	x.n.Host.Network().Notify(x.notifee)
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// GossipStatus is the neighbour-exchange part of /status (Status.Gossip).
-type GossipStatus struct {
+// RADMMStatus is the neighbour-exchange part of /status (Status.RADMM).
+type RADMMStatus struct {
 	// Algorithm is the announced algorithm (radmm, mradmm, ...).
 	Algorithm string `json:"algo"`
 	// Iter is the last iteration this node computed and released (-1 before the run
@@ -46,8 +46,8 @@ type GossipStatus struct {
 	Done bool `json:"done"`
 }
 
-// GossipProgress is a snapshot of a running GossipNode, safe to take from any goroutine.
-type GossipProgress struct {
+// exchangeProgress is a snapshot of a running R-ADMM exchange (radmmExchange.snapshot).
+type exchangeProgress struct {
 	Iter          int   // last iteration released; -1 before f_i(0)
 	Iters         int   // T
 	Neighbors     []int // member indices
@@ -62,19 +62,19 @@ type GossipProgress struct {
 	Done     bool
 }
 
-// Progress returns a snapshot of the node's progress.
-func (g *GossipNode) Progress() GossipProgress {
-	g.progMu.Lock()
-	pr := g.prog
-	g.progMu.Unlock()
-	p := GossipProgress{
-		Iter: pr.iter, Iters: g.cfg.Iters, Neighbors: append([]int(nil), g.cfg.Neighbors...),
+// snapshot returns the exchange's progress; safe to call from any goroutine.
+func (x *radmmExchange) snapshot() exchangeProgress {
+	x.progMu.Lock()
+	pr := x.prog
+	x.progMu.Unlock()
+	p := exchangeProgress{
+		Iter: pr.iter, Iters: x.cfg.Iters, Neighbors: append([]int(nil), x.cfg.Neighbors...),
 		StaleUses: pr.stale, LedgerEntries: pr.entries, Epsilon: pr.eps,
-		Rejected: int(g.rejected.Load()), Ignored: int(g.ignored.Load()), Done: pr.done,
+		Rejected: int(x.rejected.Load()), Ignored: int(x.ignored.Load()), Done: pr.done,
 	}
-	if h := g.Host; h != nil {
-		for _, j := range g.cfg.Neighbors {
-			if h.Network().Connectedness(g.cfg.Members[j]) == network.Connected {
+	if h := x.n.Host; h != nil {
+		for _, j := range x.cfg.Neighbors {
+			if h.Network().Connectedness(x.cfg.Members[j]) == network.Connected {
 				p.Reachable++
 			}
 		}
@@ -84,72 +84,70 @@ func (g *GossipNode) Progress() GossipProgress {
 
 // progress records the durable ledger entries es of the release of iteration iter
 // (loop goroutine only).
-func (g *GossipNode) progress(es []privacy.Entry, iter int) {
-	g.progMu.Lock()
-	defer g.progMu.Unlock()
-	g.prog.entries += len(es)
+func (x *radmmExchange) progress(es []privacy.Entry, iter int) {
+	x.progMu.Lock()
+	defer x.progMu.Unlock()
+	x.prog.entries += len(es)
 	for _, e := range es {
 		if e.Mechanism != privacy.MechPure {
 			continue
 		}
 		if e.Epsilon >= math.MaxFloat64 || math.IsNaN(e.Epsilon) {
-			g.prog.eps = math.Inf(1)
+			x.prog.eps = math.Inf(1)
 		} else {
-			g.prog.eps += e.Epsilon
+			x.prog.eps += e.Epsilon
 		}
 	}
-	prev := g.prog.iter
-	g.prog.iter = iter
-	if g.met != nil && iter > prev && iter > 0 {
-		g.met.gIters.Add(float64(iter - max(prev, 0)))
+	prev := x.prog.iter
+	x.prog.iter = iter
+	if iter > prev && iter > 0 {
+		x.n.metrics.radmmIters.Add(float64(iter - max(prev, 0)))
 	}
 }
 
-func (g *GossipNode) ignore() {
-	g.ignored.Add(1)
-	if g.met != nil {
-		g.met.gIgnored.Inc()
-	}
+func (x *radmmExchange) ignore() {
+	x.ignored.Add(1)
+	x.n.metrics.radmmIgnored.Inc()
 }
 
-// gossipView is what the status endpoint knows of a neighbour-exchange run: the announced
+// radmmView is what the status endpoint knows of a neighbour-exchange run: the announced
 // algorithm and T, the planned Theorem V.1 figure (conditions checked from the data and
-// parameters) and, once the membership is fixed, the running GossipNode.
-type gossipView struct {
+// parameters) and, once the membership is fixed, the running exchange.
+type radmmView struct {
 	algo  string
 	iters int
 	plan  *privacy.ObjPertFigure
-	gn    *GossipNode
+	ex    *radmmExchange
 }
 
-func (m *metrics) registerGossip() {
-	m.gIters = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_iterations_total",
+func (m *metrics) registerRADMM() {
+	m.radmmIters = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_iterations_total",
 		Help: "Neighbour exchange: iterations computed and released by this node (f_i(0) not counted)."})
-	m.gStale = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_stale_total",
+	m.radmmStale = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_stale_total",
 		Help: "Neighbour exchange: neighbour vectors reused after a missed barrier (policy stale)."})
-	m.gIgnored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_ignored_total",
+	m.radmmIgnored = prometheus.NewCounter(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_ignored_total",
 		Help: "Neighbour exchange: inbound frames ignored (stale, duplicate, too far ahead)."})
-	m.gRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_rejected_total",
+	m.radmmRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_gossip_messages_rejected_total",
 		Help: "Neighbour exchange: inbound frames rejected, by reason (oversized, malformed, version, non-member, forged, " +
 			"not-neighbor, run, dimension, iteration, non-finite, machine)."}, []string{"reason"})
-	view := func(f func(v *gossipView, p GossipProgress) float64) func() float64 {
+	view := func(f func(v *radmmView, p exchangeProgress) float64) func() float64 {
 		return func() float64 {
-			v := m.gossip.Load()
-			if v == nil || v.gn == nil {
+			v := m.radmm.Load()
+			if v == nil || v.ex == nil {
 				return 0
 			}
-			return f(v, v.gn.Progress())
+			return f(v, v.ex.snapshot())
 		}
 	}
 	eps := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_epsilon_spent",
 		Help: "Neighbour exchange: pure-DP epsilon of this node's releases so far, the running sum of the per-iteration " +
 			"terms of " + privacy.ObjPertTheorem + " in the ledger (+Inf: a release without guarantee). " +
 			"See dpadmm_gossip_epsilon_conditions_hold."},
-		view(func(_ *gossipView, p GossipProgress) float64 { return p.Epsilon }))
+		view(func(_ *radmmView, p exchangeProgress) float64 { return p.Epsilon }))
 	hold := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_epsilon_conditions_hold",
 		Help: "Neighbour exchange: 1 when the conditions of the theorem behind dpadmm_gossip_epsilon_spent hold as far as known, else 0."},
 		func() float64 {
-			if v := m.gossip.Load(); v != nil {
+			if v := m.radmm.Load(); v != nil {
 				if ok, _ := v.conditions(); ok {
 					return 1
 				}
@@ -158,46 +156,46 @@ func (m *metrics) registerGossip() {
 		})
 	iter := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_iteration",
 		Help: "Neighbour exchange: last iteration released by this node."},
-		view(func(_ *gossipView, p GossipProgress) float64 { return float64(p.Iter) }))
+		view(func(_ *radmmView, p exchangeProgress) float64 { return float64(p.Iter) }))
 	reach := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dpadmm_gossip_neighbors_reachable",
 		Help: "Neighbour exchange: graph neighbours connected now."},
-		view(func(_ *gossipView, p GossipProgress) float64 { return float64(p.Reachable) }))
-	m.gCollectors = []prometheus.Collector{m.gIters, m.gStale, m.gIgnored, m.gRejected, eps, hold, iter, reach}
+		view(func(_ *radmmView, p exchangeProgress) float64 { return float64(p.Reachable) }))
+	m.radmmCollectors = []prometheus.Collector{m.radmmIters, m.radmmStale, m.radmmIgnored, m.radmmRejected, eps, hold, iter, reach}
 }
 
-// enableGossip registers the neighbour-exchange metrics (once; walk nodes do not show them).
-func (m *metrics) enableGossip() {
-	m.gOnce.Do(func() { m.reg.MustRegister(m.gCollectors...); m.pub.MustRegister(m.gCollectors...) })
+// enableRADMM registers the neighbour-exchange metrics (once; walk nodes do not show them).
+func (m *metrics) enableRADMM() {
+	m.radmmOnce.Do(func() { m.reg.MustRegister(m.radmmCollectors...); m.pub.MustRegister(m.radmmCollectors...) })
 }
 
 // conditions reports whether the Theorem V.1 conditions hold as far as known, and why not.
-func (v *gossipView) conditions() (bool, string) {
+func (v *radmmView) conditions() (bool, string) {
 	if v.plan == nil {
 		return false, "not known before the membership is fixed"
 	}
 	if !v.plan.ConditionsHold {
 		return false, v.plan.Reason
 	}
-	if v.gn != nil && math.IsInf(v.gn.Progress().Epsilon, 1) {
+	if v.ex != nil && math.IsInf(v.ex.snapshot().Epsilon, 1) {
 		return false, "a release carried no guarantee (a perturbed subproblem missed the solver tolerance)"
 	}
 	return true, ""
 }
 
-// gossipStatus returns the neighbour-exchange part of /status (nil for the walk).
-func (n *Node) gossipStatus() *GossipStatus {
-	v := n.metrics.gossip.Load()
+// radmmStatus returns the neighbour-exchange part of /status (nil for the walk).
+func (n *Node) radmmStatus() *RADMMStatus {
+	v := n.metrics.radmm.Load()
 	if v == nil {
 		return nil
 	}
-	st := &GossipStatus{Algorithm: v.algo, Iter: -1, Iters: v.iters, Neighbors: []int{}, Theorem: privacy.ObjPertTheorem,
+	st := &RADMMStatus{Algorithm: v.algo, Iter: -1, Iters: v.iters, Neighbors: []int{}, Theorem: privacy.ObjPertTheorem,
 		Conditions: privacy.ObjPertConditions}
 	if v.plan != nil {
 		st.Theorem, st.Conditions = v.plan.Theorem, v.plan.Conditions
 	}
 	st.ConditionsHold, st.Reason = v.conditions()
-	if v.gn != nil {
-		p := v.gn.Progress()
+	if v.ex != nil {
+		p := v.ex.snapshot()
 		st.Iter, st.Neighbors, st.Reachable, st.StaleUses = p.Iter, p.Neighbors, p.Reachable, p.StaleUses
 		st.LedgerEntries, st.EpsilonSpent, st.Rejected, st.Ignored = p.LedgerEntries, finiteOr(p.Epsilon), p.Rejected, p.Ignored
 		st.Done = p.Done

@@ -61,25 +61,25 @@ func noisyMachinesSecure(t *testing.T, nbrs [][]int, iters, secure int) ([]*goss
 }
 
 type runOut struct {
-	r   *GossipResult
+	r   *exchangeResult
 	err error
 }
 
-// TestGossipNodeResume: the middle node of a path 0-1-2 stops right after its release of
+// TestExchangeResume: the middle node of a path 0-1-2 stops right after its release of
 // iteration 3 is durable and before it is sent (the state a SIGKILL leaves). Restarted on
 // the same data directory with a fresh machine, it replays its journal, re-sends the same
 // vectors and the run (neighbours on policy wait) completes with every model equal, bit
 // for bit, to an uninterrupted run of the same seeded machines; its ledger holds each
 // release exactly once. A tampered journal is refused.
-func TestGossipNodeResume(t *testing.T) { testGossipNodeResume(t, false) }
+func TestExchangeResume(t *testing.T) { testExchangeResume(t, false) }
 
-// TestGossipNodeResumeSecure: as TestGossipNodeResume with crypto/rand noise on the
+// TestExchangeResumeSecure: as TestExchangeResume with crypto/rand noise on the
 // restarted node (its noise cannot be drawn again): the neighbours consume, for every
 // iteration it released before the crash, exactly the vector it journaled then, and the
 // journal written before the crash is kept byte for byte.
-func TestGossipNodeResumeSecure(t *testing.T) { testGossipNodeResume(t, true) }
+func TestExchangeResumeSecure(t *testing.T) { testExchangeResume(t, true) }
 
-func testGossipNodeResume(t *testing.T, secure bool) {
+func testExchangeResume(t *testing.T, secure bool) {
 	nbrs := [][]int{{1}, {0, 2}, {1}}
 	const T, pause = 9, 3
 	sec := -1
@@ -89,7 +89,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	ref, _ := noisyMachines(t, nbrs, T)
 	pureRun(t, ref)
 	ms, jns := noisyMachinesSecure(t, nbrs, T, sec)
-	nodes := gossipNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *GossipConfig) {
+	nodes := exchangeNet(t, ms, nbrs, T, 100*time.Millisecond, MissingWait, func(i int, c *radmmConfig) {
 		c.Noise, c.MaxWait = jns[i], time.Hour
 	})
 	nodes[1].cfg.PauseAt = pause
@@ -103,11 +103,11 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 		if i == 1 {
 			c = ctx1
 		}
-		go func() { r, err := g.Run(c); ch[i] <- runOut{r, err} }()
+		go func() { r, err := g.run(c); ch[i] <- runOut{r, err} }()
 	}
-	dir := nodes[1].cfg.DataDir
+	dir := nodes[1].n.cfg.DataDir
 	for k := 0; ; k++ {
-		if es, err := nodes[1].Store().Ledger(); err == nil && len(es) == pause+1 {
+		if es, err := nodes[1].n.Store().Ledger(); err == nil && len(es) == pause+1 {
 			break
 		}
 		if k > 2000 {
@@ -120,21 +120,26 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	if o := <-ch[1]; !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("paused node: %v", o.err)
 	}
-	nodes[1].Close()
-	recs, _, err := readJournal(filepath.Join(dir, GossipJournalFile), "r")
+	closeExchange(nodes[1])
+	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), "r")
 	if err != nil || len(recs) != pause+1 {
 		t.Fatalf("journal: %d records (%v)", len(recs), err)
 	}
 
-	restart := func() (*GossipNode, error) {
+	// A restart is a new Node (host and store) on the same data directory.
+	restart := func() (*radmmExchange, error) {
 		fresh, fjn := noisyMachinesSecure(t, nbrs, T, sec)
-		return NewGossipNode(context.Background(), GossipConfig{Run: "r", DataDir: dir, NoSync: true, Members: nodes[1].cfg.Members,
-			Self: 1, Neighbors: nbrs[1], Machine: fresh[1], Iters: T, Barrier: 100 * time.Millisecond, MaxWait: time.Hour,
-			OnMissing: MissingWait, Noise: fjn[1]})
+		nd := exchangeNode(t, "r", dir)
+		x, err := nd.newRADMMExchange(radmmConfig{Members: nodes[1].cfg.Members, Self: 1, Neighbors: nbrs[1], Machine: fresh[1],
+			Iters: T, Barrier: 100 * time.Millisecond, MaxWait: time.Hour, OnMissing: MissingWait, Noise: fjn[1]})
+		if err != nil {
+			nd.Close()
+		}
+		return x, err
 	}
 	// A journal whose noise was altered does not reproduce the releases: refused, and
 	// the ledger is left as it was.
-	jpath := filepath.Join(dir, GossipJournalFile)
+	jpath := filepath.Join(dir, RADMMJournalFile)
 	orig, err := os.ReadFile(jpath)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +158,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	os.WriteFile(jpath, []byte(lines[0]+tampered+strings.Join(lines[2:], "")), 0o600)
 	if g, err := restart(); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), want) {
 		if g != nil {
-			g.Close()
+			closeExchange(g)
 		}
 		t.Fatalf("tampered journal: %v, want ErrRejoin", err)
 	}
@@ -164,15 +169,15 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
-	defer g1.Close()
-	if p := g1.Progress(); p.Iter != pause || p.LedgerEntries != pause+1 {
+	defer closeExchange(g1)
+	if p := g1.snapshot(); p.Iter != pause || p.LedgerEntries != pause+1 {
 		t.Fatalf("restored progress %+v", p)
 	}
 	for _, j := range []int{0, 2} {
-		g1.Host.Peerstore().AddAddrs(nodes[j].ID(), nodes[j].Host.Addrs(), time.Hour)
-		nodes[j].Host.Peerstore().AddAddrs(g1.ID(), g1.Host.Addrs(), time.Hour)
+		g1.n.Host.Peerstore().AddAddrs(nodes[j].n.ID(), nodes[j].n.Host.Addrs(), time.Hour)
+		nodes[j].n.Host.Peerstore().AddAddrs(g1.n.ID(), g1.n.Host.Addrs(), time.Hour)
 	}
-	go func() { r, err := g1.Run(ctx); ch[1] <- runOut{r, err} }()
+	go func() { r, err := g1.run(ctx); ch[1] <- runOut{r, err} }()
 	for i := range nodes {
 		o := <-ch[i]
 		if o.err != nil {
@@ -214,7 +219,7 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	// What the neighbours consumed from node 1 is what node 1 journaled, for every
 	// iteration: before the crash, at the paused release and after the restart.
 	for _, j := range []int{0, 2} {
-		theirs, _, err := readJournal(filepath.Join(nodes[j].cfg.DataDir, GossipJournalFile), "r")
+		theirs, _, err := readJournal(filepath.Join(nodes[j].n.cfg.DataDir, RADMMJournalFile), "r")
 		if err != nil || len(theirs) != T+1 {
 			t.Fatalf("node %d journal: %d records (%v)", j, len(theirs), err)
 		}
@@ -235,19 +240,15 @@ func testGossipNodeResume(t *testing.T, secure bool) {
 	}
 }
 
-// TestGossipResumeRefusals: a journal whose released vector differs from what the machine
+// TestExchangeResumeRefusals: a journal whose released vector differs from what the machine
 // recomputes, or a ledger with more releases than the journal, is refused.
-func TestGossipResumeRefusals(t *testing.T) {
+func TestExchangeResumeRefusals(t *testing.T) {
 	nbrs := [][]int{{1}, {0}}
 	ms, jns := noisyMachines(t, nbrs, 4)
-	dir := t.TempDir()
-	id, err := DataDirPeerID(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := GossipConfig{Run: "r", DataDir: dir, NoSync: true, Members: []peer.ID{id, "x"}, Self: 0, Neighbors: []int{1},
-		Machine: ms[0], Iters: 4, Noise: jns[0]}
-	g, err := NewGossipNode(context.Background(), cfg)
+	// Every exchange below is built on the same Node (data directory), one after the other.
+	nd := exchangeNode(t, "r", t.TempDir())
+	cfg := radmmConfig{Members: []peer.ID{nd.ID(), "x"}, Self: 0, Neighbors: []int{1}, Machine: ms[0], Iters: 4, Noise: jns[0]}
+	g, err := nd.newRADMMExchange(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,17 +256,17 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if err := g.ad.Apply(g.effects(nil)); err != nil { // release f(0): journal, then ledger
 		t.Fatal(err)
 	}
-	g.Close()
-	fresh := func() GossipConfig {
+	g.stop()
+	fresh := func() radmmConfig {
 		m, jn := noisyMachines(t, nbrs, 4)
 		c := cfg
 		c.Machine, c.Noise = m[0], jn[0]
 		return c
 	}
-	if g, err := NewGossipNode(context.Background(), fresh()); err != nil {
+	if g, err := nd.newRADMMExchange(fresh()); err != nil {
 		t.Fatalf("valid journal refused: %v", err)
 	} else {
-		g.Close()
+		g.stop()
 	}
 	c := fresh()
 	// Another f(0) than the one released.
@@ -277,66 +278,61 @@ func TestGossipResumeRefusals(t *testing.T) {
 	if c.Machine, err = gossip.New(other, obj); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := NewGossipNode(context.Background(), c); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "bit for bit") {
+	if g, err := nd.newRADMMExchange(c); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "bit for bit") {
 		if g != nil {
-			g.Close()
+			g.stop()
 		}
 		t.Fatalf("different f(0): %v", err)
 	}
 	// A ledger entry without its journal line.
-	st, err := OpenStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := e0
 	e.Run, e.Hop = "r", 1
-	if err := st.AppendLedger([]privacy.Entry{e}); err != nil {
+	if err := nd.Store().AppendLedger([]privacy.Entry{e}); err != nil {
 		t.Fatal(err)
 	}
-	st.Close()
-	if g, err := NewGossipNode(context.Background(), fresh()); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "journal only 1") {
+	if g, err := nd.newRADMMExchange(fresh()); !errors.Is(err, ErrRejoin) || !strings.Contains(err.Error(), "journal only 1") {
 		if g != nil {
-			g.Close()
+			g.stop()
 		}
 		t.Fatalf("ledger ahead of the journal: %v", err)
 	}
 }
 
-// TestGossipRunResume: a member of an announce/join R-ADMM run is stopped mid-run
+// TestRADMMRunResume: a member of an announce/join R-ADMM run is stopped mid-run
 // (context cancelled, host closed) and started again with the same configuration and
-// data directory: RunGossip takes the membership, M, f_i(0) and the neighbours' addresses
+// data directory: RunRADMM takes the membership, M, f_i(0) and the neighbours' addresses
 // from its journal (no join), resumes, and the run (neighbours on policy wait) ends with
 // every model equal bit for bit to an uninterrupted run of the same machines; the
 // restarted node's model.json charges all T iterations and /status reports them.
-func TestGossipRunResume(t *testing.T) {
+func TestRADMMRunResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 3, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const T = 30
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5,
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5,
 		Barrier: 100 * time.Millisecond, MaxWait: time.Hour, OnMissing: MissingWait}
 	listen := []string{"/ip4/127.0.0.1/tcp/" + strconv.Itoa(freePort(t))}
-	nodes, logs, dirs := gossipClusterWith(t, ctx, "gresume", sh, p, func(i int, c *Config) {
+	nodes, logs, dirs := radmmClusterWith(t, ctx, "gresume", sh, p, func(i int, c *Config) {
 		if i == 2 {
 			c.Listen = listen
 		}
 	})
-	models := make([]*GossipModel, 3)
+	models := make([]*RADMMModel, 3)
 	errs := make([]error, 3)
 	done := make(chan int, 3)
 	for i := 0; i < 2; i++ {
-		go func() { models[i], errs[i] = nodes[i].RunGossip(ctx); done <- i }()
+		go func() { models[i], errs[i] = nodes[i].RunRADMM(ctx); done <- i }()
 	}
 	ctx2, stop2 := context.WithCancel(ctx)
 	first := make(chan error, 1)
-	nodes[2].cfg.Gossip.PauseAt = 9
-	go func() { _, err := nodes[2].RunGossip(ctx2); first <- err }()
+	nodes[2].cfg.RADMM.PauseAt = 9
+	go func() { _, err := nodes[2].RunRADMM(ctx2); first <- err }()
 	for k := 0; ; k++ {
-		if g := nodes[2].Status().Gossip; g != nil && g.Iter == 9 && g.LedgerEntries == 10 {
+		if g := nodes[2].Status().RADMM; g != nil && g.Iter == 9 && g.LedgerEntries == 10 {
 			break
 		}
 		if k > 4000 {
@@ -349,7 +345,7 @@ func TestGossipRunResume(t *testing.T) {
 		t.Fatalf("stopped node: %v", err)
 	}
 	nodes[2].Close()
-	c := gossipTestConfig("gresume", sh[2], p)
+	c := radmmTestConfig("gresume", sh[2], p)
 	c.DataDir, c.Listen, c.HTTP = dirs[2], listen, "127.0.0.1:0"
 	var again *Node
 	for k := 0; ; k++ { // the port is released asynchronously after Close
@@ -362,7 +358,7 @@ func TestGossipRunResume(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	defer again.Close()
-	models[2], errs[2] = again.RunGossip(ctx)
+	models[2], errs[2] = again.RunRADMM(ctx)
 	for i := 0; i < 2; i++ {
 		<-done
 	}
@@ -371,20 +367,20 @@ func TestGossipRunResume(t *testing.T) {
 			t.Fatalf("node %d: %v\n%s", i, err, logs[i].String())
 		}
 	}
-	ref := gossipReference(t, byIndex(t, models, sh), p, d.Rows)
+	ref := radmmReference(t, byIndex(t, models, sh), p, d.Rows)
 	for k, m := range models {
 		if !sameFloats(m.Model, ref[m.Index]) {
 			t.Fatalf("node %d (index %d): model %v, uninterrupted %v", k, m.Index, m.Model, ref[m.Index])
 		}
 	}
 	N, V, K := 3.0, 2, (T+1)/2
-	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*gossipProblem.Reg.L2
+	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	want := float64(K) * 2 * w * (1.4*0.25/(r+2*p.Eta*float64(V)) + p.Alpha)
 	pr := models[2].Privacy
 	if pr.LedgerEntries != T+1 || math.Abs(float64(pr.Ledger)-want) > 1e-9*want || !pr.ConditionsHold {
 		t.Fatalf("restarted node privacy %+v, want ledger epsilon %v over %d entries", pr, want, T+1)
 	}
-	if g := again.Status().Gossip; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(float64(g.EpsilonSpent)-want) > 1e-9*want {
+	if g := again.Status().RADMM; g == nil || g.Iter != T || g.LedgerEntries != T+1 || math.Abs(float64(g.EpsilonSpent)-want) > 1e-9*want {
 		t.Fatalf("restarted node status %+v", g)
 	}
 }
@@ -399,18 +395,19 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// FuzzGossipJournal: any journal file gives records or an error, never a panic, and
+// FuzzRADMMJournal: any journal file gives records or an error, never a panic, and
 // replaying parsed records into a fresh exchange either restores it or refuses with
 // ErrRejoin.
-func FuzzGossipJournal(f *testing.F) {
+func FuzzRADMMJournal(f *testing.F) {
 	f.Add([]byte(`{"run":"r","iter":0,"members":["a","b"],"total_rows":40,"vec":[0,-0.2,0.05]}` + "\n"))
 	f.Add([]byte(`{"run":"r","iter":0,"vec":[0,-0.2,0.05]}` + "\n" + `{"run":"r","iter":1,"vec":[1,2,3],"in":[{"from":1,"iter":0,"vec":[1,1,1]}],"noise":[{"s":1,"v":[0.1,0.2,0.3]},{"u":true,"v":[0.5]}]}` + "\n"))
 	f.Add([]byte(`{"run":"r","iter":0,"vec":[0,-0.2,0.05]}` + "\n" + `{"run":"r","iter":1,"vec":[1],"in":[{"from":5,"iter":7,"vec":[]}],"noise":[{"u":true,"v":[]}]}`))
 	f.Add([]byte("{\n"))
 	nbrs := [][]int{{1}, {0}}
+	met := newMetrics()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
-		path := filepath.Join(dir, GossipJournalFile)
+		path := filepath.Join(dir, RADMMJournalFile)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +432,9 @@ func FuzzGossipJournal(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &GossipNode{cfg: GossipConfig{Run: "r", DataDir: dir, Machine: ms[0], Noise: jns[0], Iters: 4}, store: st, ex: ex, ad: NewGossip(ex)}
+		// restore needs the Node's run, data directory, store and metrics only.
+		nd := &Node{cfg: Config{Run: "r", DataDir: dir, NoSync: true}, store: st, metrics: met}
+		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex, ad: NewRADMM(ex)}
 		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}

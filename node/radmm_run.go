@@ -21,17 +21,17 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// gossipRunKey marks the context of RunGossip, so that the walk's Run refuses a
+// radmmRunKey marks the context of RunRADMM, so that the walk's Run refuses a
 // neighbour-exchange configuration instead of running a walk without a machine.
-type gossipRunKey struct{}
+type radmmRunKey struct{}
 
-// GossipModelNote explains what model.json of a neighbour-exchange run holds.
-const GossipModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
+// RADMMModelNote explains what model.json of a neighbour-exchange run holds.
+const RADMMModelNote = "model is this node's own f_i(T); the network average is not known to a single node " +
 	"(average the members' model.json files to get it). The privacy figure is this node's: the pure epsilon of " +
 	"its own releases (Theorem V.1); the network figure of Definition V.1 is the maximum over the members."
 
-// GossipModel is model.json of a neighbour-exchange run (RunGossip).
-type GossipModel struct {
+// RADMMModel is model.json of a neighbour-exchange run (RunRADMM).
+type RADMMModel struct {
 	// Guarantee is InsecureGuarantee for a test-harness node (Config.Insecure).
 	Guarantee string `json:"guarantee,omitempty"`
 	// Membership says how the run was closed to outsiders (Config.Membership).
@@ -64,12 +64,12 @@ type GossipModel struct {
 	Rejected int        `json:"rejected_frames"`
 	Ignored  int        `json:"ignored_frames"`
 	WallSecs float64    `json:"wall_seconds"`
-	Privacy  GossipPriv `json:"privacy"`
+	Privacy  RADMMPriv  `json:"privacy"`
 }
 
-// GossipPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
+// RADMMPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
 // conditions fail or there is no noise).
-type GossipPriv struct {
+type RADMMPriv struct {
 	// Epsilon is the guarantee: the formula value when the conditions hold, else unbounded.
 	Epsilon privacy.Epsilon `json:"epsilon"`
 	// Formula is the sum of the per-iteration terms regardless of the conditions.
@@ -86,7 +86,7 @@ type GossipPriv struct {
 	Scope          string          `json:"scope"`
 }
 
-func (n *Node) setGossipMembers(ms []peer.ID) error {
+func (n *Node) setRADMMMembers(ms []peer.ID) error {
 	idx := -1
 	for i, p := range ms {
 		if p == n.ID() {
@@ -103,158 +103,223 @@ func (n *Node) setGossipMembers(ms []peer.ID) error {
 	return nil
 }
 
-// RunGossip takes part in a neighbour-exchange run (Config.Gossip): announce/join/start
-// on the control topic (or a static Config.Members with Gossip.TotalRows) fixes the
-// ordered membership and the total row count; the node
+// RunRADMM takes part in a neighbour-exchange run (Config.RADMM): announce/join/start
+// on the control topic (or a static Config.Members with RADMM.TotalRows, or the journal
+// of a restarted node) fixes the ordered membership and the total row count; the node
 // then builds the graph from (spec, members, seed), its machine (objective weights
 // C_i/B_i = C n/M and rho/N = C l2, penalty schedule, f_i(0) from Config.Rand or a
 // crypto/rand source, noise from Config.Noise or privacy.NewSecureNoise), dials its
-// neighbours and runs a GossipNode on the same host (ledger fsync before every send,
-// barrier, missing-neighbour policy). At the end it writes model.json (GossipModel: its
-// own model and its own Theorem V.1 figure) and returns it.
-func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
-	p := n.cfg.Gossip
+// neighbours and runs its R-ADMM exchange on its own host and store (journal and ledger
+// fsynced before every send, barrier, missing-neighbour policy). At the end it writes
+// model.json (RADMMModel: its own model and its own Theorem V.1 figure) and returns it.
+// Close ends a run in progress.
+func (n *Node) RunRADMM(ctx context.Context) (*RADMMModel, error) {
+	p := n.cfg.RADMM
 	if p == nil {
-		return nil, errors.New("node: RunGossip needs Config.Gossip")
+		return nil, errors.New("node: RunRADMM needs Config.RADMM")
 	}
 	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
 	n.mu.Lock()
 	n.cancel = cancel
 	n.mu.Unlock()
-	view := &gossipView{algo: n.rc.Algorithm, iters: p.Iters}
-	n.metrics.gossip.Store(view)
-	n.metrics.enableGossip()
+	view := &radmmView{algo: n.rc.Algorithm, iters: p.Iters}
+	n.metrics.radmm.Store(view)
+	n.metrics.enableRADMM()
 	// The walk's protocols are not served in a neighbour-exchange run.
 	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run), FinalProtocol(n.cfg.Run)} {
 		n.Host.RemoveStreamHandler(proto)
 	}
-	static := n.cfg.Members != nil
-	journal, err := ReadGossipJournal(n.cfg.DataDir, n.cfg.Run)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
-	}
-	var total int
-	switch {
-	case journal != nil:
-		// A restart: the journal fixes the membership, M and f_i(0) of the run this node
-		// already took part in (NewGossipNode replays it and checks every release).
-		ms, err := journalMembers(journal, n.cfg.Members)
-		if err != nil {
-			return nil, err
-		}
-		n.closeToMembers(ms)
-		if err := n.setGossipMembers(ms); err != nil {
-			return nil, err
-		}
-		if len(journal.Addrs) == len(ms) {
-			for i, p := range ms {
-				if p != n.ID() {
-					n.addAddrs(p, journal.Addrs[i])
-				}
-			}
-		}
-		total = journal.Total
-		n.log.Warn().Int("releases", journal.Releases).Msg("resuming the neighbour-exchange run from the journal")
-	case static:
-		// A fixed membership (StaticFile): no announce/join; M comes with it.
-		n.closeToMembers(n.cfg.Members)
-		if err := n.setGossipMembers(n.cfg.Members); err != nil {
-			return nil, err
-		}
-		total = p.TotalRows
-	default:
-		n.bg.Add(1)
-		go func() { defer n.bg.Done(); n.readControl(ctx) }()
-		if err := n.membership(context.WithValue(ctx, gossipRunKey{}, true)); err != nil {
-			return nil, err
-		}
-		total = n.startMsg.Total
-	}
-	n.mu.Lock()
-	members, self := append([]peer.ID(nil), n.members...), n.index
-	n.mu.Unlock()
-	if n.cfg.Start && !static && journal == nil {
-		// A member that missed the start message gets it again; a node that arrives late
-		// learns from the announcement that the run exists (and from the start that it
-		// missed it) and a node with another configuration logs the mismatch.
-		rc := n.rc
-		announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc}
-		n.bg.Add(1)
-		go func() {
-			defer n.bg.Done()
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					n.publish(ctx, announce)
-					n.publish(ctx, n.startMsg)
-				}
-			}
-		}()
-	}
-	N := len(members)
-	spec := p.Graph
-	if spec == "" {
-		spec = "ring"
-	}
-	if N < 2 {
-		return nil, errors.New("node: a neighbour-exchange run needs at least 2 members")
-	}
-	if total < N {
-		return nil, fmt.Errorf("node: start message with %d total rows for %d members", total, N)
-	}
-	g, err := graph.Parse(spec, N, p.GraphSeed)
-	if err != nil {
-		return nil, fmt.Errorf("node: graph %q with %d members: %w", spec, N, err)
-	}
-	if !g.Connected() {
-		return nil, fmt.Errorf("node: graph %q with %d members is not connected", spec, N)
-	}
-	nbrs := g.Neighbors(self)
-	if len(nbrs) == 0 {
-		return nil, fmt.Errorf("node: graph %q gives node %d no neighbours", spec, self)
-	}
-	var init []float64
-	if journal != nil {
-		init = journal.Init
-	}
-	m, jn, acc, secure, err := n.gossipMachine(self, N, nbrs, total, init)
+	r, err := n.radmmMembers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	gn, err := NewGossipNode(ctx, GossipConfig{
-		Run: n.cfg.Run, DataDir: n.cfg.DataDir, NoSync: n.cfg.NoSync, Members: members, Self: self,
-		Neighbors: nbrs, Machine: m, Iters: p.Iters, Host: n.Host, Barrier: p.Barrier, MaxWait: p.MaxWait,
-		OnMissing: p.OnMissing, Logger: n.cfg.Logger, metrics: n.metrics, Noise: jn, TotalRows: total, PauseAt: p.PauseAt,
-		HaltAfter: p.HaltAfter,
+	if err := n.radmmMachine(r); err != nil {
+		return nil, err
+	}
+	x, err := n.newRADMMExchange(radmmConfig{
+		Members: r.members, Self: r.self, Neighbors: r.nbrs, Machine: r.m, Iters: p.Iters, Barrier: p.Barrier, MaxWait: p.MaxWait,
+		OnMissing: p.OnMissing, Noise: r.noise, TotalRows: r.total, PauseAt: p.PauseAt, HaltAfter: p.HaltAfter,
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer gn.Close()
-	plan := privacy.ObjPertBound(acc)
-	n.metrics.gossip.Store(&gossipView{algo: view.algo, iters: view.iters, plan: &plan, gn: gn})
+	defer x.stop()
+	plan := privacy.ObjPertBound(r.acc)
+	n.metrics.radmm.Store(&radmmView{algo: view.algo, iters: view.iters, plan: &plan, ex: x})
 	wait := p.Barrier
 	if wait == 0 {
 		wait = 30 * time.Second
 	}
-	if err := n.connectNeighbors(ctx, members, nbrs, wait); err != nil {
+	if err := n.connectNeighbors(ctx, r.members, r.nbrs, wait); err != nil {
 		return nil, err
 	}
-	n.log.Info().Int("index", self).Ints("neighbors", nbrs).Str("graph", spec).Msg("gossip run started")
-	res, err := gn.Run(ctx)
+	n.log.Info().Int("index", r.self).Ints("neighbors", r.nbrs).Str("graph", r.spec).Msg("R-ADMM run started")
+	res, err := x.run(ctx)
 	if err != nil {
 		return nil, err
 	}
-	_, inexact := m.MaxResidual()
+	out, err := n.radmmModel(r, res)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
+		return nil, err
+	}
+	n.metrics.done.Store(true)
+	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("own model written")
+	return out, nil
+}
+
+// radmmRun is what RunRADMM learns before it starts the exchange: the membership and M
+// (radmmMembers), then the graph, this node's machine and its accountant inputs
+// (radmmMachine).
+type radmmRun struct {
+	journal *RADMMJournal // the run's journal when the node restarts, else nil
+	members []peer.ID
+	self    int
+	total   int // M
+	spec    string
+	nbrs    []int
+	m       *gossip.Machine
+	noise   *JournalNoise
+	acc     privacy.ObjPertNode
+	secure  bool
+}
+
+// radmmMembers fixes the ordered membership and M of the run: from the journal when the
+// node restarts, from the static Config.Members (with RADMM.TotalRows), or through
+// announce/join/start on the control topic. A starter keeps re-publishing its
+// announcement and the start message while the run lasts.
+func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
+	static := n.cfg.Members != nil
+	journal, err := ReadRADMMJournal(n.cfg.DataDir, n.cfg.Run)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
+	}
+	r := &radmmRun{journal: journal}
+	switch {
+	case journal != nil:
+		// A restart: the journal fixes the membership, M and f_i(0) of the run this node
+		// already took part in (newRADMMExchange replays it and checks every release).
+		if err := n.resumeMembers(journal); err != nil {
+			return nil, err
+		}
+		r.total = journal.Total
+	case static:
+		// A fixed membership (StaticFile): no announce/join; M comes with it.
+		n.closeToMembers(n.cfg.Members)
+		if err := n.setRADMMMembers(n.cfg.Members); err != nil {
+			return nil, err
+		}
+		r.total = n.cfg.RADMM.TotalRows
+	default:
+		n.bg.Add(1)
+		go func() { defer n.bg.Done(); n.readControl(ctx) }()
+		if err := n.membership(context.WithValue(ctx, radmmRunKey{}, true)); err != nil {
+			return nil, err
+		}
+		r.total = n.startMsg.Total
+	}
+	n.mu.Lock()
+	r.members, r.self = append([]peer.ID(nil), n.members...), n.index
+	n.mu.Unlock()
+	if n.cfg.Start && !static && journal == nil {
+		n.repeatStart(ctx)
+	}
+	return r, nil
+}
+
+// resumeMembers takes the membership and the members' addresses from the journal of a
+// restarted node.
+func (n *Node) resumeMembers(journal *RADMMJournal) error {
+	ms, err := journalMembers(journal, n.cfg.Members)
+	if err != nil {
+		return err
+	}
+	n.closeToMembers(ms)
+	if err := n.setRADMMMembers(ms); err != nil {
+		return err
+	}
+	if len(journal.Addrs) == len(ms) {
+		for i, p := range ms {
+			if p != n.ID() {
+				n.addAddrs(p, journal.Addrs[i])
+			}
+		}
+	}
+	n.log.Warn().Int("releases", journal.Releases).Msg("resuming the neighbour-exchange run from the journal")
+	return nil
+}
+
+// repeatStart re-publishes the starter's announcement and start message every second
+// until ctx ends: a member that missed the start message gets it again; a node that
+// arrives late learns from the announcement that the run exists (and from the start that
+// it missed it) and a node with another configuration logs the mismatch.
+func (n *Node) repeatStart(ctx context.Context) {
+	rc := n.rc
+	announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc}
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n.publish(ctx, announce)
+				n.publish(ctx, n.startMsg)
+			}
+		}
+	}()
+}
+
+// radmmMachine checks r's membership and M, builds the graph from (spec, members, seed),
+// finds this node's neighbours and builds its machine (f_i(0) from the journal on a
+// restart).
+func (n *Node) radmmMachine(r *radmmRun) error {
+	p := n.cfg.RADMM
+	N := len(r.members)
+	r.spec = p.Graph
+	if r.spec == "" {
+		r.spec = "ring"
+	}
+	if N < 2 {
+		return errors.New("node: a neighbour-exchange run needs at least 2 members")
+	}
+	if r.total < N {
+		return fmt.Errorf("node: start message with %d total rows for %d members", r.total, N)
+	}
+	g, err := graph.Parse(r.spec, N, p.GraphSeed)
+	if err != nil {
+		return fmt.Errorf("node: graph %q with %d members: %w", r.spec, N, err)
+	}
+	if !g.Connected() {
+		return fmt.Errorf("node: graph %q with %d members is not connected", r.spec, N)
+	}
+	if r.nbrs = g.Neighbors(r.self); len(r.nbrs) == 0 {
+		return fmt.Errorf("node: graph %q gives node %d no neighbours", r.spec, r.self)
+	}
+	var init []float64
+	if r.journal != nil {
+		init = r.journal.Init
+	}
+	r.m, r.noise, r.acc, r.secure, err = n.buildMachine(r.self, N, r.nbrs, r.total, init)
+	return err
+}
+
+// radmmModel is model.json of the completed run res: this node's model and its Theorem
+// V.1 figure, charged over every entry of the run in the ledger (after a restart they
+// include the releases made before it).
+func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error) {
+	p := n.cfg.RADMM
+	_, inexact := r.m.MaxResidual()
+	acc := r.acc
 	acc.ExactSolves = inexact == 0
 	fig := privacy.ObjPertBound(acc)
-	// The run's entries on disk: after a restart they include the releases made before it.
-	all, err := gn.Store().Ledger()
+	all, err := n.store.Ledger()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
@@ -270,20 +335,20 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 			ledger += e.Epsilon
 		}
 	}
-	names := make([]string, N)
-	for i, q := range members {
+	names := make([]string, len(r.members))
+	for i, q := range r.members {
 		names[i] = q.String()
 	}
-	out := &GossipModel{
-		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: self, Nodes: N,
-		Members: names, Graph: spec, GraphSeed: p.GraphSeed, Neighbors: nbrs, Iters: res.Iter,
-		Rows: n.cfg.Data.Rows, TotalRows: total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: GossipModelNote,
+	out := &RADMMModel{
+		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: r.self,
+		Nodes: len(r.members), Members: names, Graph: r.spec, GraphSeed: p.GraphSeed, Neighbors: r.nbrs, Iters: res.Iter,
+		Rows: n.cfg.Data.Rows, TotalRows: r.total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: RADMMModelNote,
 		Inexact: inexact, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
 		WallSecs: res.Wall.Seconds(),
-		Privacy: GossipPriv{
+		Privacy: RADMMPriv{
 			Epsilon: finiteOr(fig.Guarantee()), Formula: finiteOr(fig.Epsilon), Ledger: finiteOr(ledger),
 			LedgerEntries: len(res.Ledger), Theorem: fig.Theorem, Conditions: fig.Conditions,
-			ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, SecureNoise: secure,
+			ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, SecureNoise: r.secure,
 			Scope: "this node's releases only; the run's figure is the maximum over the members' model.json",
 		},
 	}
@@ -294,11 +359,6 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 		out.Guarantee = InsecureGuarantee
 	}
 	out.Membership = n.cfg.Membership()
-	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
-		return nil, err
-	}
-	n.metrics.done.Store(true)
-	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("own model written")
 	return out, nil
 }
 
@@ -306,10 +366,10 @@ func (n *Node) RunGossip(ctx context.Context) (*GossipModel, error) {
 // ledger's MaxFloat64 marker of a release without guarantee.
 func finiteOr(v float64) privacy.Epsilon { return privacy.Eps(v) }
 
-// gossipMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
+// buildMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.
-func (n *Node) gossipMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
-	p, d := n.cfg.Gossip, n.cfg.Data
+func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
+	p, d := n.cfg.RADMM, n.cfg.Data
 	var acc privacy.ObjPertNode
 	var jn *JournalNoise
 	algo, err := gossip.ParseAlgo(p.Algo)
@@ -395,7 +455,7 @@ func (n *Node) gossipMachine(self, N int, nbrs []int, total int, journaled []flo
 
 // journalMembers returns the membership recorded in a journal, checked against a static
 // membership when one is configured.
-func journalMembers(j *GossipJournal, static []peer.ID) ([]peer.ID, error) {
+func journalMembers(j *RADMMJournal, static []peer.ID) ([]peer.ID, error) {
 	ms := make([]peer.ID, len(j.Members))
 	for i, s := range j.Members {
 		id, err := peer.Decode(s)

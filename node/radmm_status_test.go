@@ -49,22 +49,22 @@ func metricValue(t *testing.T, text, name string) float64 {
 	return 0
 }
 
-// TestGossipStatusHTTP: a node of a four-node private R-ADMM ring serves /status and
+// TestRADMMStatusHTTP: a node of a four-node private R-ADMM ring serves /status and
 // /metrics over HTTP. While the run goes on, every /status it serves has an epsilon equal
 // to the Theorem V.1 sum over the odd iterations released so far (computed here from the
 // formula); at the end it reports iteration T, both neighbours, T+1 ledger entries, the
 // full epsilon with the theorem's name and conditions holding, and done; /metrics agrees.
-func TestGossipStatusHTTP(t *testing.T) {
+func TestRADMMStatusHTTP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 4, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const T = 40
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
-	nodes, logs, _ := gossipClusterWith(t, ctx, "gstat", sh, p, func(i int, c *Config) {
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	nodes, logs, _ := radmmClusterWith(t, ctx, "gstat", sh, p, func(i int, c *Config) {
 		if i == 0 {
 			c.HTTP = "127.0.0.1:0"
 		}
@@ -74,10 +74,10 @@ func TestGossipStatusHTTP(t *testing.T) {
 	if err := json.Unmarshal(httpGet(t, base+"/status"), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Gossip != nil {
-		t.Fatalf("gossip status before RunGossip: %+v", st.Gossip)
+	if st.RADMM != nil {
+		t.Fatalf("gossip status before RunRADMM: %+v", st.RADMM)
 	}
-	w, r := p.PaperC*4/float64(d.Rows), p.PaperC*gossipProblem.Reg.L2
+	w, r := p.PaperC*4/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
 	term := 2 * w * (1.4*0.25/(r+2*p.Eta*2) + p.Alpha) // ring: V = 2
 	epsAt := func(iter int) float64 { return float64((iter+1)/2) * term }
 
@@ -108,7 +108,7 @@ func TestGossipStatusHTTP(t *testing.T) {
 				pollErr = err
 				return
 			}
-			g := s.Gossip
+			g := s.RADMM
 			if g == nil || g.Iter < 0 {
 				continue
 			}
@@ -123,7 +123,7 @@ func TestGossipStatusHTTP(t *testing.T) {
 			seen = append(seen, g.Iter)
 		}
 	}()
-	models := runGossipAll(t, ctx, nodes, logs)
+	models := runRADMMAll(t, ctx, nodes, logs)
 	close(stop)
 	wg.Wait()
 	if pollErr != nil {
@@ -137,7 +137,7 @@ func TestGossipStatusHTTP(t *testing.T) {
 	if err := json.Unmarshal(httpGet(t, base+"/status"), &st); err != nil {
 		t.Fatal(err)
 	}
-	g := st.Gossip
+	g := st.RADMM
 	if g == nil {
 		t.Fatal("no gossip section in /status")
 	}
@@ -182,20 +182,20 @@ func TestGossipStatusHTTP(t *testing.T) {
 	}
 }
 
-// TestGossipStatusNoNoise: without noise the status reports no guarantee (epsilon -1,
+// TestRADMMStatusNoNoise: without noise the status reports no guarantee (epsilon -1,
 // conditions not holding, with a reason) and the metric +Inf.
-func TestGossipStatusNoNoise(t *testing.T) {
+func TestRADMMStatusNoNoise(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := gossipData(t)
+	d := radmmData(t)
 	sh, err := consensus.Split(d, 3, "iid", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := GossipParams{Algo: "radmm", Graph: "ring", Iters: 4, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
-	nodes, logs, _ := gossipCluster(t, ctx, "gstat0", sh, p)
-	runGossipAll(t, ctx, nodes, logs)
-	g := nodes[1].Status().Gossip
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 4, Alpha: math.Inf(1), Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	nodes, logs, _ := radmmCluster(t, ctx, "gstat0", sh, p)
+	runRADMMAll(t, ctx, nodes, logs)
+	g := nodes[1].Status().RADMM
 	if g == nil || g.EpsilonSpent.Bounded() || g.ConditionsHold || g.Reason == "" || !g.Done || g.Iter != 4 {
 		t.Fatalf("status without noise: %+v", g)
 	}

@@ -1,4 +1,4 @@
-package node
+package wire
 
 import (
 	"bytes"
@@ -57,16 +57,16 @@ func TestDecodeTokenErrors(t *testing.T) {
 	}
 	// A held token's evidence "none" (0), and a frame's signature after it, are trailers
 	// DecodeToken accepts; a signature of the wrong length is not.
-	if _, err := DecodeToken(append(good, evNone)); err != nil {
+	if _, err := DecodeToken(append(good, EvNone)); err != nil {
 		t.Fatalf("evidence none: %v", err)
 	}
-	if _, err := DecodeToken(append(good, evNone, 2, 0, 9, 9)); err != nil {
+	if _, err := DecodeToken(append(good, EvNone, 2, 0, 9, 9)); err != nil {
 		t.Fatalf("evidence none and a signature: %v", err)
 	}
-	if _, err := DecodeToken(append(good, evNone, 3, 0, 9, 9)); !errors.Is(err, ErrMalformed) {
+	if _, err := DecodeToken(append(good, EvNone, 3, 0, 9, 9)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short signature: %v", err)
 	}
-	huge := append([]byte(nil), good[:tokenHeader]...)
+	huge := append([]byte(nil), good[:TokenHeader]...)
 	huge[25], huge[26], huge[27], huge[28] = 0xff, 0xff, 0xff, 0x7f
 	if _, err := DecodeToken(huge); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("huge dim: %v", err)
@@ -119,10 +119,10 @@ func FuzzDecodeToken(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add(good[:tokenHeader])
+	f.Add(good[:TokenHeader])
 	f.Add(append([]byte{2}, good[1:]...))
-	f.Add(append(append([]byte(nil), good...), evNone))
-	f.Add(append(append([]byte(nil), good...), evNone, 2, 0, 9, 9))
+	f.Add(append(append([]byte(nil), good...), EvNone))
+	f.Add(append(append([]byte(nil), good...), EvNone, 2, 0, 9, 9))
 	v := Validator{Run: "r1", Walk: 3, Dim: 3}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tok, err := DecodeToken(b)
@@ -140,8 +140,8 @@ func FuzzDecodeToken(f *testing.F) {
 			t.Fatalf("re-encoding differs")
 		}
 		if tr := b[len(re):]; len(tr) > 0 {
-			_, e1 := parseCert(tr, false)
-			_, e2 := parseCert(tr, true)
+			_, e1 := ParseCert(tr, false)
+			_, e2 := ParseCert(tr, true)
 			if e1 != nil && e2 != nil {
 				t.Fatalf("accepted trailer that is neither evidence nor a signed frame: %v / %v", e1, e2)
 			}
