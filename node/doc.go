@@ -32,6 +32,13 @@
 // loop sleeps until the machine's next deadline or an input and then catches up, so an
 // idle node does not wake up between its deadlines.
 //
+// The loop itself (runtime.go, runLoop) is the one both algorithms run: settle the
+// machine's Readies, sleep until its next deadline, an input or the end of the context,
+// advance its clock, hand the input over. What differs is small: the walk's inputs and
+// their mapping onto custody inputs (walkLoop) on a wall clock (every custody timeout is
+// real time), the R-ADMM's (exchangeLoop) on a clock of the time spent waiting (a node's
+// own computing is not time its neighbours kept it waiting).
+//
 // # Hand-off protocol /dpadmm/<run>/walk/1
 //
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
@@ -133,7 +140,8 @@
 // membership is fixed every node builds the same graph from (spec, members, seed), finds
 // its neighbours, weights its objective as testnet.NewGossipSim does (C_i/B_i = C n/M,
 // rho/N = C l2, M the total rows of the start message) and drives its R-ADMM exchange
-// (radmm.go: a gossip.Exchange on the node's own host, store and data directory; vectors
+// (radmm.go: a gossip.Exchange in the RADMM adapter, run by the runtime loop, on the node's
+// own host, store and data directory; vectors
 // over direct streams of /dpadmm/<run>/radmm/1, never GossipSub; journal and ledger
 // fsynced before each send, a barrier per iteration with the stop|wait|stale policy of
 // docs/radmm-network.md). Noise

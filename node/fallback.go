@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"math"
 	"time"
 
@@ -11,9 +10,10 @@ import (
 // This file maps wall-clock time to the ticks of walk.Custody, which holds the custody
 // rules with their timers: ack timeouts, busy retries, backup expiry and the slow
 // fallback (its timeout fixed by Config.FallbackTimeout or derived from the observed hop
-// time, its backoff and its give-up after walk.MaxFallbacks). The loop ticks lazily: it
-// sleeps until the machine's next deadline or an input, and then catches up to the
-// current tick, so that an idle node does not wake up between its deadlines.
+// time, its backoff and its give-up after walk.MaxFallbacks). The runtime loop (runLoop
+// on a wallClock) ticks lazily: it sleeps until the machine's next deadline or an input,
+// and then catches up to the current tick, so that an idle node does not wake up between
+// its deadlines.
 
 // MaxFallbacks is how many fallback re-sends a node makes without any token, ack or
 // release in between before it stops (walk.MaxFallbacks).
@@ -58,24 +58,4 @@ func (n *Node) hopTime() time.Duration {
 		return 0
 	}
 	return time.Duration(n.cust.HopTicks() * float64(n.tick))
-}
-
-// now returns the current tick of the loop's clock.
-func (n *Node) now() int64 { return int64(time.Since(n.t0) / n.tick) }
-
-// catchUp advances the machine to the current tick.
-func (n *Node) catchUp(ctx context.Context) {
-	if t := n.now(); t > n.cust.Now() {
-		n.input(ctx, CustodyInput{Kind: "tick", Tick: t})
-	}
-}
-
-// wake returns how long the loop may sleep before the machine's next deadline (false:
-// no deadline).
-func (n *Node) wake() (time.Duration, bool) {
-	nd := n.cust.NextDeadline()
-	if nd == math.MaxInt64 || nd > int64(100*365*24*time.Hour/n.tick) {
-		return 0, false
-	}
-	return max(time.Until(n.t0.Add(time.Duration(nd)*n.tick)), 0), true
 }

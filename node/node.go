@@ -860,7 +860,9 @@ func (n *Node) onInbound(ctx context.Context, msg inbound) {
 	}
 }
 
-// loop is the one goroutine that owns the custody machine.
+// loop is the one goroutine that owns the custody machine: it steps a token held at a
+// restart, starts the walk at its origin and then runs the runtime loop (runLoop) with
+// the walk's inputs (walkLoop) on the wall clock.
 func (n *Node) loop(ctx context.Context) (*Model, error) {
 	n.t0 = time.Now()
 	n.drain(ctx, nil) // a token held at the restart is stepped now
@@ -883,48 +885,65 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if n.fatal != nil {
-			return nil, n.fatal
-		}
-		if n.model != nil {
-			return n.finish(ctx)
-		}
-		if d, ok := n.wake(); ok {
-			timer.Reset(d)
-		} else {
-			timer.Stop()
-		}
-		select {
-		case <-ctx.Done():
-			n.quiesce()
-			return nil, ctx.Err()
-		case msg := <-n.in:
-			n.catchUp(ctx)
-			n.onInbound(ctx, msg)
-		case r := <-n.sent:
-			n.catchUp(ctx)
-			n.onSent(ctx, r)
-		case m := <-n.rel:
-			n.catchUp(ctx)
-			n.onRelease(ctx, m)
-		case <-live:
-			n.catchUp(ctx)
-			n.checkLiveness(ctx)
-		case <-timer.C:
-			n.catchUp(ctx)
-		case f := <-n.final:
-			n.takeFinal(f)
-		case <-n.start: // membership already fixed
-		case <-n.announces:
-		case j := <-n.joins:
-			if n.cfg.Start && j.m.Hash == n.hash && n.startMsg.Type == "start" {
-				n.publish(ctx, n.startMsg) // a late joiner may have missed the start
-			}
+	if err := runLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, wallClock{t0: n.t0, tick: n.tick}); err != nil {
+		return nil, err
+	}
+	return n.finish(ctx)
+}
+
+// walkLoop is the walk's part of the runtime loop (runLoop): the inputs of its custody
+// machine are the hand-offs received, the outcomes of its own hand-offs, releases, the
+// heartbeat checks (PeerDown/PeerUp) and final models from the control plane; the run is
+// over when the machine could not apply a Ready (fatal) or a final model is kept.
+type walkLoop struct {
+	n    *Node
+	ctx  context.Context
+	live <-chan time.Time // heartbeat checks (nil: none)
+}
+
+func (w walkLoop) settle(context.Context) (bool, error) {
+	switch {
+	case w.n.fatal != nil:
+		return true, w.n.fatal
+	case w.n.model != nil:
+		return true, nil
+	}
+	return false, nil
+}
+
+func (w walkLoop) deadline() (int64, bool) { return w.n.wk.NextDeadline() }
+
+func (w walkLoop) tickTo(t int64) {
+	if t > w.n.cust.Now() {
+		w.n.input(w.ctx, CustodyInput{Kind: "tick", Tick: t})
+	}
+}
+
+func (w walkLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+	n := w.n
+	select {
+	case <-ctx.Done():
+		n.quiesce()
+		return nil, ctx.Err()
+	case msg := <-n.in:
+		return func() { n.onInbound(ctx, msg) }, nil
+	case r := <-n.sent:
+		return func() { n.onSent(ctx, r) }, nil
+	case m := <-n.rel:
+		return func() { n.onRelease(ctx, m) }, nil
+	case <-w.live:
+		return func() { n.checkLiveness(ctx) }, nil
+	case <-timer:
+	case f := <-n.final:
+		return func() { n.takeFinal(f) }, nil
+	case <-n.start: // membership already fixed
+	case <-n.announces:
+	case j := <-n.joins:
+		if n.cfg.Start && j.m.Hash == n.hash && n.startMsg.Type == "start" {
+			n.publish(ctx, n.startMsg) // a late joiner may have missed the start
 		}
 	}
+	return nil, nil
 }
 
 // stopDrain bounds how long a stopping node keeps its host up for the members that

@@ -448,12 +448,13 @@ func exchangeConfig(cfg radmmConfig) (time.Duration, gossip.ExchangeConfig) {
 }
 
 // run drives the exchange until iteration T is computed (or the policy stops the run) and
-// returns the node's result. The loop does I/O only: it applies every Ready in the
-// contract's order (stale records, journal and ledger fsynced, then the frames queued to
-// the neighbours, then Advance), hands validated frames to Step, reports reconnections,
-// observes the neighbours' connections when a barrier check is due and turns the time it
-// spent waiting for input into ticks (time spent computing is not waiting time). It sleeps
-// until the exchange's next deadline or the next input.
+// returns the node's result. The loop (runLoop with exchangeLoop) does I/O only: it applies
+// every Ready through the adapter in the contract's order (stale records, journal and
+// ledger fsynced, then the frames queued to the neighbours, then Advance), hands validated
+// frames to Step, reports reconnections, observes the neighbours' connections when a
+// barrier check is due and turns the time it spent waiting for input into ticks (time
+// spent computing is not waiting time: waitClock). It sleeps until the exchange's next
+// deadline or the next input.
 func (x *radmmExchange) run(ctx context.Context) (*exchangeResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	x.cancelMu.Lock()
@@ -473,20 +474,11 @@ func (x *radmmExchange) run(ctx context.Context) (*exchangeResult, error) {
 		x.log.Warn().Int("iter", x.ex.Iter()).Msg("resumed from the journal: re-sending the last released vectors unchanged")
 		x.ex.Resume()
 	}
-	w := &waiter{timer: time.NewTimer(time.Hour)}
-	defer w.timer.Stop()
-	for {
-		if end, err := x.drain(ctx, res); end || err != nil {
-			if err != nil {
-				return nil, err
-			}
-			res.Wall = time.Since(start)
-			return res, nil
-		}
-		if err := x.wait(ctx, w); err != nil {
-			return nil, err
-		}
+	if err := runLoop(ctx, exchangeLoop{x: x, res: res}, &waitClock{now: x.ex.Now(), tick: x.tick}); err != nil {
+		return nil, err
 	}
+	res.Wall = time.Since(start)
+	return res, nil
 }
 
 // drain carries out every pending Ready of the exchange through its adapter (RADMM.Apply:
@@ -526,62 +518,45 @@ func (x *radmmExchange) drain(ctx context.Context, res *exchangeResult) (bool, e
 	return false, nil
 }
 
-// waiter is the loop's clock: the timer of the exchange's next deadline and the waiting
-// time not yet delivered as a tick.
-type waiter struct {
-	timer *time.Timer
-	carry time.Duration
+// exchangeLoop is the R-ADMM's part of the runtime loop (runLoop, on a waitClock): the
+// inputs of its exchange are validated frames and the reconnections of neighbours, and
+// the neighbours' connections, observed when a barrier check is due; the run is over when
+// the adapter reports the last release, a stop, a halt, a pause or a failed write (drain).
+type exchangeLoop struct {
+	x   *radmmExchange
+	res *exchangeResult
 }
 
-// rearm sets the timer to fire after d (at once when d <= 0).
-func (w *waiter) rearm(d time.Duration) {
-	if !w.timer.Stop() {
-		select {
-		case <-w.timer.C:
-		default:
-		}
+func (l exchangeLoop) settle(ctx context.Context) (bool, error) { return l.x.drain(ctx, l.res) }
+
+func (l exchangeLoop) deadline() (int64, bool) { return l.x.ad.NextDeadline() }
+
+// tickTo delivers the ticks waited, observing the neighbours' connections first when a
+// barrier check is due.
+func (l exchangeLoop) tickTo(t int64) {
+	if due, ok := l.x.ex.Deadline(); ok && t >= due {
+		l.x.observeLiveness()
 	}
-	w.timer.Reset(max(d, 0))
+	l.x.ad.TickTo(t)
 }
 
-// wait sleeps until the exchange's next deadline, a frame or a reconnection, delivers the
-// ticks of the time it waited (observing the neighbours' connections first when a
-// deadline is due) and then hands the frame or the reconnection to the exchange.
-func (x *radmmExchange) wait(ctx context.Context, w *waiter) error {
-	due, _ := x.ex.Deadline()
-	w.rearm(time.Duration(due-x.ex.Now())*x.tick - w.carry)
-	blocked := time.Now()
-	var in *exchangeIn
-	reconn := -1
+func (l exchangeLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+	x := l.x
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	case j := <-x.reconn:
-		reconn = j
-	case f := <-x.in:
-		in = &f
-	case <-w.timer.C:
-	}
-	w.carry += time.Since(blocked)
-	if k := int64(w.carry / x.tick); k > 0 {
-		w.carry -= time.Duration(k) * x.tick
-		if x.ex.Now()+k >= due {
-			x.observeLiveness()
-		}
-		for ; k > 0; k-- {
-			x.ex.Tick()
-		}
-	}
-	switch {
-	case in != nil:
-		x.step(gossip.Message{From: in.sender, Iter: int(in.f.Iter), Vec: in.f.Vec})
-	case reconn >= 0:
 		// A neighbour that comes back (a restart) may have lost vectors it acknowledged
 		// before it crashed: the exchange sends it the last releases again.
-		x.log.Info().Int("neighbor", reconn).Msg("neighbour reconnected: re-sending the last released vectors")
-		x.ex.Reconnected(reconn)
+		return func() {
+			x.log.Info().Int("neighbor", j).Msg("neighbour reconnected: re-sending the last released vectors")
+			x.ex.Reconnected(j)
+		}, nil
+	case f := <-x.in:
+		return func() { x.step(gossip.Message{From: f.sender, Iter: int(f.f.Iter), Vec: f.f.Vec}) }, nil
+	case <-timer:
 	}
-	return nil
+	return nil, nil
 }
 
 // step hands a validated frame to the exchange. Frames the exchange ignores are counted

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
@@ -283,5 +286,89 @@ func TestRADMMReplayAndDone(t *testing.T) {
 	bad[2].Vec[0] += 1e-12
 	if _, err := replay(bad); err == nil {
 		t.Fatal("a journaled release that the machine does not recompute was accepted")
+	}
+}
+
+// TestWaitClock: the R-ADMM clock counts whole ticks of the time spent waiting and
+// carries the rest over; the sleep to a deadline deducts the carry.
+func TestWaitClock(t *testing.T) {
+	c := &waitClock{tick: 10 * time.Millisecond}
+	if got := c.passed(25 * time.Millisecond); got != 2 || c.carry != 5*time.Millisecond {
+		t.Fatalf("25 ms: tick %d, carry %v; want 2 and 5ms", got, c.carry)
+	}
+	if d := c.until(4); d != 15*time.Millisecond {
+		t.Fatalf("sleep to tick 4 from tick 2 with 5 ms carried: %v, want 15ms", d)
+	}
+	if got := c.passed(5 * time.Millisecond); got != 3 || c.carry != 0 {
+		t.Fatalf("5 ms more: tick %d, carry %v; want 3 and 0", got, c.carry)
+	}
+	w := wallClock{t0: time.Now(), tick: time.Millisecond}
+	if d := w.until(math.MaxInt64); d < maxSleep {
+		t.Fatalf("a deadline at the end of time sleeps %v", d)
+	}
+}
+
+// fakeLoop is a loopRuntime over a counter of ticks with one deadline: it records what
+// the loop did, in order.
+type fakeLoop struct {
+	log   []string
+	now   int64
+	due   int64
+	in    chan int
+	ended func(f *fakeLoop) bool
+}
+
+func (f *fakeLoop) settle(context.Context) (bool, error) {
+	f.log = append(f.log, "settle")
+	return f.ended(f), nil
+}
+
+func (f *fakeLoop) deadline() (int64, bool) { return f.due, f.due > f.now }
+
+func (f *fakeLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case v := <-f.in:
+		return func() { f.log = append(f.log, fmt.Sprint("input ", v)) }, nil
+	case <-timer:
+		f.log = append(f.log, "timer")
+	}
+	return nil, nil
+}
+
+func (f *fakeLoop) tickTo(t int64) {
+	if t > f.now {
+		f.now = t
+		f.log = append(f.log, fmt.Sprint("tick ", t))
+	}
+}
+
+// TestRunLoop: the loop sleeps until the machine's deadline, advances its clock by the
+// time waited before it hands an input over, settles after every wake and stops when
+// settle says the run is over or the context ends.
+func TestRunLoop(t *testing.T) {
+	f := &fakeLoop{due: 3, in: make(chan int, 1), ended: func(f *fakeLoop) bool { return f.now >= 3 }}
+	start := time.Now()
+	if err := runLoop(context.Background(), f, &waitClock{tick: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 3*time.Millisecond || f.now < 3 || f.log[0] != "settle" || f.log[len(f.log)-1] != "settle" || !slices.Contains(f.log, "timer") {
+		t.Fatalf("after %v at tick %d: %v", el, f.now, f.log)
+	}
+	// An input is handed over after the clock caught up, then settled.
+	f = &fakeLoop{due: 1 << 40, in: make(chan int, 1), ended: func(f *fakeLoop) bool { return slices.Contains(f.log, "input 7") }}
+	f.in <- 7
+	if err := runLoop(context.Background(), f, &waitClock{tick: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.log, []string{"settle", "input 7", "settle"}) {
+		t.Fatalf("input: %v", f.log)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f = &fakeLoop{in: make(chan int), ended: func(*fakeLoop) bool { return false }}
+	if err := runLoop(ctx, f, &waitClock{tick: time.Millisecond}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
 	}
 }

@@ -440,9 +440,9 @@ func (nd *walkNode) liveness(j int, up bool) error {
 }
 
 // restart rebuilds the node from its durable state, as node.Node does: its generators,
-// u_i and K_i from the checkpoint, the custody snapshot (liveness is observed afresh, the
-// clock restarts at now), and the token of the inbox when it is newer than the last one
-// processed (stepped now).
+// u_i and K_i from the checkpoint, the custody snapshot (liveness, timers and the
+// fallback's observations start afresh at now), and the token of the inbox when it is
+// newer than the last one processed (stepped now).
 func (nd *walkNode) restart(now int64) error {
 	nd.restarts++
 	nd.f.rep.Restarts++
@@ -454,7 +454,15 @@ func (nd *walkNode) restart(now int64) error {
 	if nd.snap != nil {
 		snap = *nd.snap
 	}
-	snap.Held, snap.Down, snap.Now, snap.Fallback.Active = nil, nil, now, now
+	// The node's checkpoint keeps neither liveness, timers nor the fallback's observations
+	// (node.snapshotOf): they start afresh at the restart, so an unacked release goes again
+	// to its recipient at the first tick.
+	snap.Held, snap.Down, snap.Now, snap.Fallback = nil, nil, now, walk.CustodyFallbackState{Active: now}
+	snap.Backups = slices.Clone(snap.Backups)
+	for k := range snap.Backups {
+		b := &snap.Backups[k]
+		b.Deadline, b.BusyAt, b.BusyWait, b.Retried, b.Progress = now, 0, 0, false, now
+	}
 	if h := nd.held; h != nil && (!nd.stepped || h.Token.Epoch > nd.epoch || h.Token.Epoch == nd.epoch && h.Token.Hop > nd.hop) {
 		snap.Held = h
 	}
