@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,7 +159,9 @@ func TestNodeCustodyIsTheMachine(t *testing.T) {
 			}
 		}
 		for k := range outbox {
-			if wrote[k] == 0 {
+			// A hand-off to the closed member fails at the dial once its address is in
+			// backoff, before a frame exists; every other one is written.
+			if wrote[k] == 0 && !strings.HasSuffix(k, " to "+shortID(ids[killed])) {
 				t.Errorf("node %d: the machine's %s was never written", i, k)
 			}
 		}
