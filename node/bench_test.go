@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -117,13 +118,13 @@ func BenchmarkHandoff(b *testing.B) {
 func BenchmarkDurableHop(b *testing.B) {
 	for _, sync := range []bool{true, false} {
 		b.Run(fmt.Sprintf("fsync=%v", sync), func(b *testing.B) {
-			st, err := OpenStore(b.TempDir())
+			st, err := store.Open(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer st.Close()
 			st.NoSync = !sync
-			ck := &Checkpoint{Run: "bench", U: make([]float64, 1000), Out: make([]byte, wire.TokenSize("bench", 1000)), OutTo: "x"}
+			ck := &store.Checkpoint{Run: "bench", U: make([]float64, 1000), Out: make([]byte, wire.TokenSize("bench", 1000)), OutTo: "x"}
 			e := privacy.Entry{Node: "n", Run: "bench", Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 1, Clip: 1, Lambda: 0.5, Recipient: "m"}
 			for b.Loop() {
 				e.Hop++
@@ -216,7 +217,7 @@ func BenchmarkRuntimeHop(b *testing.B) {
 			ids := make([]peer.ID, 2)
 			dirs := []string{b.TempDir(), b.TempDir()}
 			for i := range ids {
-				if ids[i], err = DataDirPeerID(dirs[i]); err != nil {
+				if ids[i], err = store.DataDirPeerID(dirs[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

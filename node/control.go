@@ -18,6 +18,7 @@ import (
 	"github.com/multiformats/go-multiaddr"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -397,12 +398,12 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 // digest is FNV-1a over z alone, as published (zhat is never published), and every
 // receiver computes it from the model itself, so a publisher cannot claim a digest its
 // model does not have.
-func finalMark(epoch, hop uint64, z []float64) Mark {
-	return Mark{Epoch: epoch, Hop: hop, Digest: walk.TokenDigest(walk.Token{Z: z})}
+func finalMark(epoch, hop uint64, z []float64) store.Mark {
+	return store.Mark{Epoch: epoch, Hop: hop, Digest: walk.TokenDigest(walk.Token{Z: z})}
 }
 
 // keepFinal makes m, of mark mk, the node's final model.
-func (n *Node) keepFinal(m *Model, mk Mark) {
+func (n *Node) keepFinal(m *Model, mk store.Mark) {
 	n.model, n.finalMk = m, mk
 }
 
@@ -454,7 +455,7 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	}
 	mk := finalMark(f.m.Epoch, f.m.Hop, f.m.Model)
 	if n.model != nil {
-		c := mk.cmp(n.finalMk)
+		c := mk.Cmp(n.finalMk)
 		if c == 0 {
 			// The same token published by two nodes (it reached hop K twice): the
 			// publisher with the higher peer ID is kept, so that every node names the same.
@@ -529,11 +530,11 @@ func (n *Node) settleFinal(ctx context.Context) {
 func (n *Node) finish(ctx context.Context) (*Model, error) {
 	n.settleFinal(ctx)
 	for {
-		if err := n.store.WriteAtomic(ModelFile, append(marshal(n.model), '\n')); err != nil {
+		if err := n.store.WriteAtomic(store.ModelFile, append(marshal(n.model), '\n')); err != nil {
 			return nil, err
 		}
 		n.metrics.done.Store(true)
-		n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Uint64("epoch", n.model.Epoch).Msg("final model written")
+		n.log.Info().Str("file", filepath.Join(n.store.Dir, store.ModelFile)).Uint64("epoch", n.model.Epoch).Msg("final model written")
 		by, _ := peer.Decode(n.model.ReleasedBy)
 		if by != n.ID() {
 			n.confirmFinal(ctx, by)

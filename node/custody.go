@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -40,26 +41,8 @@ type relMsg struct {
 	r    wire.Release
 }
 
-func markOf(t walk.Token) Mark { return Mark{Epoch: t.Epoch, Hop: t.Hop, Digest: walk.TokenDigest(t)} }
-
-func (a Mark) cmp(b Mark) int {
-	switch {
-	case a.Epoch != b.Epoch:
-		return cmpU(a.Epoch, b.Epoch)
-	case a.Hop != b.Hop:
-		return cmpU(a.Hop, b.Hop)
-	}
-	return cmpU(a.Digest, b.Digest)
-}
-
-func cmpU(a, b uint64) int {
-	if a < b {
-		return -1
-	}
-	if a > b {
-		return 1
-	}
-	return 0
+func markOf(t walk.Token) store.Mark {
+	return store.Mark{Epoch: t.Epoch, Hop: t.Hop, Digest: walk.TokenDigest(t)}
 }
 
 // rawID returns the (epoch, hop) of an encoded token written by this node.
@@ -140,7 +123,7 @@ func (n *Node) custodyConfig(seed [2]uint64) walk.CustodyConfig {
 func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 	k := [2]uint64{t.Epoch, t.Hop}
 	for _, c := range n.raws[k] {
-		if c.tok.Run == t.Run && c.tok.Walk == t.Walk && equalBits(c.tok.Z, t.Z) && equalBits(c.tok.Zhat, t.Zhat) && bytes.Equal(c.ev, ev) {
+		if c.tok.Run == t.Run && c.tok.Walk == t.Walk && store.EqualBits(c.tok.Z, t.Z) && store.EqualBits(c.tok.Zhat, t.Zhat) && bytes.Equal(c.ev, ev) {
 			return c.raw
 		}
 	}
@@ -177,14 +160,14 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 	c := &n.ckpt
 	c.Fence = nil
 	if s.Fence != nil {
-		f := Mark(*s.Fence)
+		f := store.Mark(*s.Fence)
 		c.Fence = &f
 	}
 	c.MaxEpoch = s.Epoch
 	// The store keeps copies of what it wrote, so the slices are reused.
 	c.Recent = c.Recent[:0]
 	for _, m := range s.Recent {
-		c.Recent = append(c.Recent, Mark(m))
+		c.Recent = append(c.Recent, store.Mark(m))
 	}
 	n.mu.Lock()
 	ms := n.members
@@ -195,7 +178,7 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 		c.Out = n.rawOf(*s.Last, s.LastEvidence)
 	}
 	for _, b := range s.Backups {
-		k := Backup{Token: n.rawOf(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
+		k := store.Backup{Token: n.rawOf(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
 		if b.To >= 0 && !b.Pending {
 			k.To = n.pid(ms[b.To])
 		}
@@ -212,7 +195,7 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 // snapshotOf returns the custody snapshot of a checkpoint written by checkpointFrom (or
 // by an earlier build), with a clock that starts again at 0: unacked releases go again
 // to their recipient at the first tick, and the fallback waits a full timeout.
-func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
+func (n *Node) snapshotOf(ck *store.Checkpoint) walk.CustodySnapshot {
 	s := walk.CustodySnapshot{Epoch: min(ck.MaxEpoch, MaxEpoch)}
 	switch {
 	case ck.Fence != nil:
@@ -250,7 +233,7 @@ func (n *Node) snapshotOf(ck *Checkpoint) walk.CustodySnapshot {
 		n.keepRaw(tok, s.LastEvidence, ck.Out)
 		// A checkpoint of the first format keeps its token in custody in Out alone, until
 		// its recipient OutTo acks it: a backup (sent again at the first tick).
-		if to := n.indexOf(ck.OutTo); to >= 0 && to != n.index && !slices.ContainsFunc(ck.Backups, func(b Backup) bool { return bytes.Equal(b.Token, ck.Out) }) {
+		if to := n.indexOf(ck.OutTo); to >= 0 && to != n.index && !slices.ContainsFunc(ck.Backups, func(b store.Backup) bool { return bytes.Equal(b.Token, ck.Out) }) {
 			s.Backups = append(s.Backups, walk.CustodyBackup{Token: tok, Evidence: s.LastEvidence, To: to, Pred: -1})
 		}
 	}
@@ -505,7 +488,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.metrics.custody.WithLabelValues("fenced").Inc()
 			f := n.ckpt.Fence
 			if f == nil {
-				f = &Mark{}
+				f = &store.Mark{}
 			}
 			n.log.Info().Str("verdict", wire.Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.cust.Epoch()).

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -58,7 +59,7 @@ func TestNodeCustodyIsTheMachine(t *testing.T) {
 	ids := make([]peer.ID, nn)
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	total := 0
 	for _, s := range sh {

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -64,40 +64,6 @@ func TestHeartbeatCodec(t *testing.T) {
 	}
 }
 
-func FuzzDecodeRelease(f *testing.F) {
-	f.Add(wire.EncodeRelease(wire.Release{Epoch: 1, Hop: 2, Dist: 3}))
-	f.Add(wire.EncodeRelease(wire.Release{Epoch: 1, Hop: 2, Retire: true}))
-	f.Add([]byte{})
-	f.Add([]byte{2})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := wire.DecodeRelease(b)
-		if err != nil {
-			return
-		}
-		if r.Retire && r.Dist != 0 || !r.Retire && (r.Dist < 2 || r.Dist > wire.MaxDepth) {
-			t.Fatalf("decoded an invalid release %+v", r)
-		}
-		if !bytes.Equal(wire.EncodeRelease(r), b) {
-			t.Fatal("re-encoding differs")
-		}
-	})
-}
-
-func FuzzDecodeHeartbeat(f *testing.F) {
-	f.Add(wire.EncodeHeartbeat(1))
-	f.Add([]byte{})
-	f.Add([]byte{1, 2})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		seq, err := wire.DecodeHeartbeat(b)
-		if err != nil {
-			return
-		}
-		if !bytes.Equal(wire.EncodeHeartbeat(seq), b) {
-			t.Fatal("re-encoding differs")
-		}
-	})
-}
-
 // TestMarkOrder: the fence orders tokens by epoch, then hop, then digest. A node restored
 // from a checkpoint with a fence and a highest epoch refuses anything not above the
 // highest token it accepted or released, or below its highest epoch: the checkpoint's
@@ -106,23 +72,23 @@ func TestMarkOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sh := shards(t, 2)
-	fence := Mark{Epoch: 1, Hop: 5, Digest: 10}
+	fence := store.Mark{Epoch: 1, Hop: 5, Digest: 10}
 	cases := []struct {
-		m    Mark
+		m    store.Mark
 		want bool
 	}{
-		{Mark{1, 5, 10}, false}, // equal: not above
-		{Mark{1, 5, 11}, true},  // same (epoch, hop), higher digest
-		{Mark{1, 5, 9}, false},  // lower digest
-		{Mark{1, 4, 99}, false}, // lower hop
-		{Mark{1, 6, 0}, true},   // higher hop
-		{Mark{0, 99, 0}, false}, // lower epoch, any hop
-		{Mark{2, 0, 0}, true},   // higher epoch beats any hop
+		{store.Mark{Epoch: 1, Hop: 5, Digest: 10}, false}, // equal: not above
+		{store.Mark{Epoch: 1, Hop: 5, Digest: 11}, true},  // same (epoch, hop), higher digest
+		{store.Mark{Epoch: 1, Hop: 5, Digest: 9}, false},  // lower digest
+		{store.Mark{Epoch: 1, Hop: 4, Digest: 99}, false}, // lower hop
+		{store.Mark{Epoch: 1, Hop: 6, Digest: 0}, true},   // higher hop
+		{store.Mark{Epoch: 0, Hop: 99, Digest: 0}, false}, // lower epoch, any hop
+		{store.Mark{Epoch: 2, Hop: 0, Digest: 0}, true},   // higher epoch beats any hop
 	}
 	for _, maxEpoch := range []uint64{1, 3} {
 		nodes := staticCluster(t, ctx, "mark", sh, 10, 0, []string{"", ""})
 		n := nodes[0]
-		if err := n.store.SaveCheckpoint(&Checkpoint{Run: "mark", Node: 0, U: make([]float64, sh[0].Cols), Fence: &fence, MaxEpoch: maxEpoch}); err != nil {
+		if err := n.store.SaveCheckpoint(&store.Checkpoint{Run: "mark", Node: 0, U: make([]float64, sh[0].Cols), Fence: &fence, MaxEpoch: maxEpoch}); err != nil {
 			t.Fatal(err)
 		}
 		fixMembers(t, n, n.cfg.Members)
@@ -131,7 +97,7 @@ func TestMarkOrder(t *testing.T) {
 			if got := n.cust.Accepts(c.m.Epoch, c.m.Hop, c.m.Digest); got != want {
 				t.Errorf("max epoch %d: accepts(%+v) = %v, want %v", maxEpoch, c.m, got, want)
 			}
-			if c.m.cmp(fence) > 0 != c.want {
+			if c.m.Cmp(fence) > 0 != c.want {
 				t.Errorf("%+v cmp %+v: above %v, want %v", c.m, fence, !c.want, c.want)
 			}
 		}
@@ -175,7 +141,7 @@ func holderCrash(t *testing.T, afterStep bool) {
 	ids := make([]peer.ID, nn)
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	fl := &frameLog{frames: map[int]int{}, keys: map[int]map[string]bool{}}
 	nodes := make([]*Node, nn)
@@ -310,7 +276,7 @@ func holderCrash(t *testing.T, afterStep bool) {
 // membership is fixed after the checkpoint prepare returns (if not nil) was saved to its
 // data directory, as a restart restores it; the test then drives node 0's loop functions
 // itself. It also returns the model dimension.
-func custodyNode(t *testing.T, ctx context.Context, run string, n int, mut func(i int, c *Config), prepare func(nodes []*Node, cols int) *Checkpoint) ([]*Node, int) {
+func custodyNode(t *testing.T, ctx context.Context, run string, n int, mut func(i int, c *Config), prepare func(nodes []*Node, cols int) *store.Checkpoint) ([]*Node, int) {
 	t.Helper()
 	sh := shards(t, n)
 	nodes := staticClusterWith(t, ctx, run, sh, 100, 0, make([]string, n), mut)
@@ -330,7 +296,7 @@ func custodyNode(t *testing.T, ctx context.Context, run string, n int, mut func(
 }
 
 // savedCheckpoint returns the node's checkpoint as it is on disk.
-func savedCheckpoint(t *testing.T, n *Node) *Checkpoint {
+func savedCheckpoint(t *testing.T, n *Node) *store.Checkpoint {
 	t.Helper()
 	ck, err := n.store.LoadCheckpoint()
 	if err != nil || ck == nil {
@@ -347,12 +313,12 @@ func TestRegenerateCharges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var tok walk.Token
-	nodes, _ := custodyNode(t, ctx, "regen", 3, nil, func(nodes []*Node, cols int) *Checkpoint {
+	nodes, _ := custodyNode(t, ctx, "regen", 3, nil, func(nodes []*Node, cols int) *store.Checkpoint {
 		tok = walk.NewToken("regen", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
 		tok.Hop, tok.Epoch = 4, 2
 		body, _ := wire.EncodeToken(nil, tok)
-		return &Checkpoint{Epoch: 2, Hop: 3, MaxEpoch: 5, Fence: &Mark{Epoch: 5},
-			Backups: []Backup{{Token: hold(body, nil), To: nodes[1].ID().String(), Acked: true, Dist: 1}}}
+		return &store.Checkpoint{Epoch: 2, Hop: 3, MaxEpoch: 5, Fence: &store.Mark{Epoch: 5},
+			Backups: []store.Backup{{Token: hold(body, nil), To: nodes[1].ID().String(), Acked: true, Dist: 1}}}
 	})
 	n := nodes[0]
 	var sent []string

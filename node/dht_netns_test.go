@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 )
@@ -295,7 +296,7 @@ func sameModel(t *testing.T, ms []*member) []float64 {
 	t.Helper()
 	var first []float64
 	for i, m := range ms {
-		b, err := os.ReadFile(filepath.Join(m.dir, ModelFile))
+		b, err := os.ReadFile(filepath.Join(m.dir, store.ModelFile))
 		if err != nil {
 			t.Fatalf("%s: %v", m.name, err)
 		}
@@ -530,7 +531,7 @@ func TestDHTNetnsRelay(t *testing.T) {
 			}
 		}
 	}
-	st, err := OpenStore(d.dir)
+	st, err := store.Open(d.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,7 +627,7 @@ func publicRelay(t *testing.T, static bool) {
 		l.dump(ms)
 		t.Fatalf("a reached the NAT'd member via %q, not through the relay", via)
 	}
-	st, err := OpenStore(d.dir)
+	st, err := store.Open(d.dir)
 	if err != nil {
 		t.Fatal(err)
 	}

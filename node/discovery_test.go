@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -191,7 +192,7 @@ func TestRelayInUseAdmitted(t *testing.T) {
 	defer cancel()
 	sh := shards(t, 2)
 	dir := t.TempDir()
-	self, err := DataDirPeerID(dir)
+	self, err := store.DataDirPeerID(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

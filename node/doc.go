@@ -152,7 +152,7 @@
 // run from its journal, gossip-journal (radmm_journal.go), and refuses to when the journal
 // does not reproduce its releases bit for bit.
 //
-// # Data directory
+// # Data directory (package node/store)
 //
 // identity.key (the libp2p key; the peer ID survives restarts), ledger (privacy.Entry
 // lines with a CRC, Seq renumbered monotonically across restarts), checkpoint.log and

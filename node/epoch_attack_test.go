@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -27,7 +28,7 @@ func TestEpochJumpsRefused(t *testing.T) {
 	defer cancel()
 	sh := shards(t, 2)
 	dir := t.TempDir()
-	vid, err := DataDirPeerID(dir)
+	vid, err := store.DataDirPeerID(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestStreamLimitsAndTruncation(t *testing.T) {
 	defer cancel()
 	sh := shards(t, 2)
 	dir := t.TempDir()
-	vid, err := DataDirPeerID(dir)
+	vid, err := store.DataDirPeerID(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

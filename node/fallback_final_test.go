@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -51,7 +52,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 		fc := certFor(t, signer, idx, "final", epoch, hops, z, from)
 		return finalMsg{from: from, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops, Epoch: epoch, Model: z, Cert: fc}}
 	}
-	reset := func() { n.model, n.finalMk = nil, Mark{} }
+	reset := func() { n.model, n.finalMk = nil, store.Mark{} }
 	// Same epoch, different z: the winner is the higher digest of z.
 	za, zb := vec(1), vec(2)
 	hiID := p1 // equal marks: the higher peer ID (string form) is kept
@@ -92,7 +93,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 			if wantSecond := pair[1].from == c.wantFrom && sameBits(pair[1].m.Model, c.want); second != wantSecond {
 				t.Fatalf("%s, order %d: second final kept = %v, want %v", c.name, order, second, wantSecond)
 			}
-			if n.finalMk != (Mark{Epoch: c.epoch, Hop: hops, Digest: zDigest(c.want)}) {
+			if n.finalMk != (store.Mark{Epoch: c.epoch, Hop: hops, Digest: zDigest(c.want)}) {
 				t.Fatalf("%s: kept mark %+v", c.name, n.finalMk)
 			}
 			// A republication of either changes nothing.

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -42,7 +43,7 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 	ids := make([]peer.ID, nn)
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	var mu sync.Mutex
 	var frames []sentFrame
@@ -299,7 +300,7 @@ func TestFallbackCharges(t *testing.T) {
 	var mu sync.Mutex
 	var sent [][]byte
 	nodes, _ := custodyNode(t, ctx, "fb", 3, func(i int, c *Config) { c.FallbackTimeout = 6 * time.Second },
-		func(nodes []*Node, cols int) *Checkpoint {
+		func(nodes []*Node, cols int) *store.Checkpoint {
 			mk := func(epoch, hop uint64, z float64) (walk.Token, []byte) {
 				tok := walk.NewToken("fb", 0, cols, consensus.Regularizer{L2: 0.01}, 1)
 				tok.Epoch, tok.Hop = epoch, hop
@@ -311,8 +312,8 @@ func TestFallbackCharges(t *testing.T) {
 			var raw []byte
 			last, raw = mk(2, 7, 0.25) // the last release: (2, 7), also in custody
 			f := markOf(last)
-			return &Checkpoint{Epoch: 2, Hop: 6, MaxEpoch: 4, Fence: &f, Out: raw, OutTo: nodes[2].ID().String(),
-				Backups: []Backup{{Token: older, To: nodes[1].ID().String(), Acked: true, Dist: 1}, {Token: raw, To: nodes[2].ID().String(), Acked: true, Dist: 1}}}
+			return &store.Checkpoint{Epoch: 2, Hop: 6, MaxEpoch: 4, Fence: &f, Out: raw, OutTo: nodes[2].ID().String(),
+				Backups: []store.Backup{{Token: older, To: nodes[1].ID().String(), Acked: true, Dist: 1}, {Token: raw, To: nodes[2].ID().String(), Acked: true, Dist: 1}}}
 		})
 	n := nodes[0]
 	n.sendHook = func(to peer.ID, b []byte) {

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -45,7 +46,7 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 	sh := shards(t, 2)
 	r := &attackRig{ctx: ctx, run: run, dim: sh[0].Cols, dir: t.TempDir(), got: make(chan []byte, 64),
 		runErr: make(chan error, 1), runModel: make(chan *Model, 1)}
-	vid, err := DataDirPeerID(r.dir)
+	vid, err := store.DataDirPeerID(r.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestForgedFinalRefused(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second) // past the end window a kept final would have been written
-	if _, err := os.Stat(filepath.Join(r.dir, ModelFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(r.dir, store.ModelFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("model.json written after forged finals only (%v)", err)
 	}
 	push(ctlMsg{Cert: real, By: atk.ID().String()})

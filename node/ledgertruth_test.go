@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -18,7 +19,7 @@ import (
 func ledgerStore(t *testing.T, k int) string {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func ledgerStore(t *testing.T, k int) string {
 			t.Fatal(err)
 		}
 	}
-	if err := st.SaveCheckpoint(&Checkpoint{Run: "r", Updates: k, U: []float64{0.25}, Hop: uint64(k)}); err != nil {
+	if err := st.SaveCheckpoint(&store.Checkpoint{Run: "r", Updates: k, U: []float64{0.25}, Hop: uint64(k)}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -36,8 +37,8 @@ func ledgerStore(t *testing.T, k int) string {
 }
 
 // openCheckpoint opens dir and loads its checkpoint, returning the first error.
-func openCheckpoint(dir string) (*Checkpoint, error) {
-	st, err := OpenStore(dir)
+func openCheckpoint(dir string) (*store.Checkpoint, error) {
+	st, err := store.Open(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -52,14 +53,14 @@ func openCheckpoint(dir string) (*Checkpoint, error) {
 // are all refused with ErrLedger or a corruption error; the intact directory opens.
 func TestLedgerIsTheTruth(t *testing.T) {
 	lines := func(dir string) [][]byte {
-		b, err := os.ReadFile(filepath.Join(dir, LedgerFile))
+		b, err := os.ReadFile(filepath.Join(dir, store.LedgerFile))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return bytes.SplitAfter(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
 	}
 	write := func(dir string, ls [][]byte) {
-		if err := os.WriteFile(filepath.Join(dir, LedgerFile), bytes.Join(ls, nil), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, store.LedgerFile), bytes.Join(ls, nil), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,12 +86,12 @@ func TestLedgerIsTheTruth(t *testing.T) {
 			write(dir, ls)
 		},
 		"checkpoint deleted": func(dir string) {
-			if err := os.Remove(filepath.Join(dir, CheckpointLog)); err != nil {
+			if err := os.Remove(filepath.Join(dir, store.CheckpointLog)); err != nil {
 				t.Fatal(err)
 			}
 		},
 		"checkpoint record corrupt": func(dir string) {
-			p := filepath.Join(dir, CheckpointLog)
+			p := filepath.Join(dir, store.CheckpointLog)
 			b, _ := os.ReadFile(p)
 			b[len(b)/2] ^= 0x10
 			os.WriteFile(p, b, 0o600)
@@ -101,21 +102,21 @@ func TestLedgerIsTheTruth(t *testing.T) {
 		damage(dir)
 		if c, err := openCheckpoint(dir); err == nil {
 			t.Errorf("%s: opened with checkpoint %+v", name, c)
-		} else if name != "checkpoint record corrupt" && !errors.Is(err, ErrLedger) {
-			t.Errorf("%s: %v, want ErrLedger", name, err)
+		} else if name != "checkpoint record corrupt" && !errors.Is(err, store.ErrLedger) {
+			t.Errorf("%s: %v, want store.ErrLedger", name, err)
 		}
 	}
 	// A checkpoint that counts more noisy updates than the ledger holds.
 	dir := ledgerStore(t, 3)
-	st, err := OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SaveCheckpoint(&Checkpoint{Run: "r", Updates: 5, U: []float64{0.25}}); err != nil {
+	if err := st.SaveCheckpoint(&store.Checkpoint{Run: "r", Updates: 5, U: []float64{0.25}}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
-	if _, err := openCheckpoint(dir); !errors.Is(err, ErrLedger) || !strings.Contains(err.Error(), "counts 5 noisy updates, the ledger 3") {
+	if _, err := openCheckpoint(dir); !errors.Is(err, store.ErrLedger) || !strings.Contains(err.Error(), "counts 5 noisy updates, the ledger 3") {
 		t.Errorf("checkpoint ahead of the ledger: %v", err)
 	}
 }
@@ -124,10 +125,10 @@ func TestLedgerIsTheTruth(t *testing.T) {
 // names the old peer ID) is refused at load instead of failing every handshake.
 func TestIdentityKeyPartsMustMatch(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := DataDirPeerID(dir); err != nil {
+	if _, err := store.DataDirPeerID(dir); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, IdentityFile)
+	p := filepath.Join(dir, store.IdentityFile)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestIdentityKeyPartsMustMatch(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

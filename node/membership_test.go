@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -89,9 +90,9 @@ func TestClosedRunRefusesOutsiders(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	ids := make([]peer.ID, 4)
 	for i := range ids {
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
-	st, _ := OpenStore(dirs[0])
+	st, _ := store.Open(dirs[0])
 	key, _ := st.Identity()
 	st.Close()
 	// Node 0 owns the run; 1 is listed; 2 is listed with a bound below its rows; 3 is not

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
 	"github.com/libp2p/go-libp2p"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -31,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -66,7 +68,7 @@ type Node struct {
 	cfg   Config
 	log   zerolog.Logger
 	Host  host.Host
-	store *Store
+	store *store.Store
 	ps    *pubsub.PubSub
 	topic *pubsub.Topic
 	sub   *pubsub.Subscription
@@ -125,10 +127,10 @@ type Node struct {
 	raws     map[[2]uint64][]rawEntry // encodings of tokens (rawOf)
 	cur      *inbound                 // the hand-off being served: its ack is the machine's
 	fatal    error                    // a Ready could not be applied: the loop stops
-	ckpt     Checkpoint
+	ckpt     store.Checkpoint
 	seen     bool
 	model    *Model
-	finalMk  Mark // (epoch, hop, digest of z) of model, to keep the highest final
+	finalMk  store.Mark // (epoch, hop, digest of z) of model, to keep the highest final
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
 
@@ -194,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := OpenStore(cfg.DataDir)
+	st, err := store.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +416,7 @@ func (n *Node) ID() peer.ID { return n.Host.ID() }
 func (n *Node) ConfigHash() string { return n.hash }
 
 // Store returns the node's data directory store.
-func (n *Node) Store() *Store { return n.store }
+func (n *Node) Store() *store.Store { return n.store }
 
 // Close stops the host and closes the store.
 func (n *Node) Close() error {
@@ -636,7 +638,7 @@ func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.ckpt = Checkpoint{Run: c.Run, Node: idx}
+	n.ckpt = store.Checkpoint{Run: c.Run, Node: idx}
 	var restore *CustodyInput
 	if ck != nil {
 		if ck.Run != c.Run || ck.Node != idx {
@@ -1152,23 +1154,23 @@ var ErrRunOver = errors.New("node: the data directory holds the final model of a
 // must not take part again nor re-send its custody token. It returns nil, nil when there
 // is no model yet.
 func (n *Node) finishedModel() (*Model, error) {
-	b, err := os.ReadFile(filepath.Join(n.store.Dir, ModelFile))
+	b, err := os.ReadFile(filepath.Join(n.store.Dir, store.ModelFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("node: %s: %w", ModelFile, err)
+		return nil, fmt.Errorf("node: %s: %w", store.ModelFile, err)
 	}
 	var m Model
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("node: %s is corrupt: %v (move it away to take part in the run again)", ModelFile, err)
+		return nil, fmt.Errorf("node: %s is corrupt: %v (move it away to take part in the run again)", store.ModelFile, err)
 	}
 	if m.Run != n.cfg.Run || m.ConfigHash != n.hash {
 		return nil, fmt.Errorf("%w: %s is for run %q (config %.12s), this node runs %q (config %.12s); use another --datadir",
-			ErrRunOver, ModelFile, m.Run, m.ConfigHash, n.cfg.Run, n.hash)
+			ErrRunOver, store.ModelFile, m.Run, m.ConfigHash, n.cfg.Run, n.hash)
 	}
 	n.metrics.done.Store(true)
-	n.log.Warn().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("the run is over: this data directory already holds its final model; not taking part again")
+	n.log.Warn().Str("file", filepath.Join(n.store.Dir, store.ModelFile)).Msg("the run is over: this data directory already holds its final model; not taking part again")
 	return &m, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -73,7 +74,7 @@ func staticClusterWith(t *testing.T, ctx context.Context, run string, sh []*cons
 		if dirs[i] == "" {
 			dirs[i] = t.TempDir()
 		}
-		id, err := DataDirPeerID(dirs[i])
+		id, err := store.DataDirPeerID(dirs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func TestStaticRunLoopback(t *testing.T) {
 			t.Fatalf("node %d model %v, reference %v", i, m.Model, want)
 		}
 		entries += nodes[i].Store().Entries()
-		b, err := os.ReadFile(filepath.Join(nodes[i].Store().Dir, ModelFile))
+		b, err := os.ReadFile(filepath.Join(nodes[i].Store().Dir, store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +228,7 @@ func TestRejectsHostileInput(t *testing.T) {
 	sh := shards(t, 2)
 	var logBuf syncBuffer
 	dir := t.TempDir()
-	vid, err := DataDirPeerID(dir)
+	vid, err := store.DataDirPeerID(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +389,7 @@ func TestRestartKeepsIdentityAndLedger(t *testing.T) {
 	nodes := staticCluster(t, ctx, "restart", sh, 12, 0, dirs)
 	runAll(t, ctx, nodes)
 	id0, n0 := nodes[0].ID(), nodes[0].Store().Entries()
-	led0, _ := os.ReadFile(filepath.Join(dirs[0], LedgerFile))
+	led0, _ := os.ReadFile(filepath.Join(dirs[0], store.LedgerFile))
 	for _, nd := range nodes {
 		nd.Close()
 	}
@@ -413,17 +414,17 @@ func TestRestartKeepsIdentityAndLedger(t *testing.T) {
 	// A corrupt or missing ledger next to a checkpoint makes the node refuse.
 	bad := append([]byte(nil), led0...)
 	bad[len(bad)/2] ^= 0x20
-	os.WriteFile(filepath.Join(dirs[0], LedgerFile), bad, 0o600)
-	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) {
-		t.Fatalf("corrupt ledger: %v, want ErrLedger", err)
+	os.WriteFile(filepath.Join(dirs[0], store.LedgerFile), bad, 0o600)
+	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) {
+		t.Fatalf("corrupt ledger: %v, want store.ErrLedger", err)
 	}
-	os.WriteFile(filepath.Join(dirs[0], LedgerFile), led0[:len(led0)-3], 0o600)
-	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) {
-		t.Fatalf("truncated ledger: %v, want ErrLedger", err)
+	os.WriteFile(filepath.Join(dirs[0], store.LedgerFile), led0[:len(led0)-3], 0o600)
+	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) {
+		t.Fatalf("truncated ledger: %v, want store.ErrLedger", err)
 	}
-	os.Remove(filepath.Join(dirs[0], LedgerFile))
-	if _, err := New(ctx, c); !errors.Is(err, ErrLedger) || !strings.Contains(err.Error(), "missing") {
-		t.Fatalf("missing ledger: %v, want ErrLedger", err)
+	os.Remove(filepath.Join(dirs[0], store.LedgerFile))
+	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("missing ledger: %v, want store.ErrLedger", err)
 	}
 }
 
@@ -493,7 +494,7 @@ func TestHTTPStatusAndMetrics(t *testing.T) {
 	sh := shards(t, 1)
 	c := baseConfig("http", sh[0], 8)
 	c.DataDir, c.HTTP, c.DebugStatus = t.TempDir(), "127.0.0.1:0", true // the per-hop counters
-	id, _ := DataDirPeerID(c.DataDir)
+	id, _ := store.DataDirPeerID(c.DataDir)
 	c.Members, c.Weight = []peer.ID{id}, 1
 	nd, err := New(ctx, c)
 	if err != nil {
@@ -554,7 +555,7 @@ func TestCustodyRedirect(t *testing.T) {
 	}
 	ids := make([]peer.ID, 3)
 	for i := range ids {
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	nodes := make([]*Node, 3)
 	for i := range nodes {
@@ -633,14 +634,14 @@ func TestRestartResendsCustody(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	ids := make([]peer.ID, 2)
 	for i := range ids {
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	// Node 0's state as if it crashed right after persisting hop 4 -> 5 for node 1.
 	tok := walk.NewToken("custody2", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	tok.Hop = 5
 	tok.Z[0], tok.Zhat[0] = 0.125, 0.5
 	raw, _ := wire.EncodeToken(nil, tok)
-	st, err := OpenStore(dirs[0])
+	st, err := store.Open(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,7 +651,7 @@ func TestRestartResendsCustody(t *testing.T) {
 	}
 	u := make([]float64, sh[0].Cols)
 	u[1] = 0.75
-	if err := st.SaveCheckpoint(&Checkpoint{Run: "custody2", Node: 0, Updates: 1, U: u, Hop: 4, Out: raw, OutTo: ids[1].String()}); err != nil {
+	if err := st.SaveCheckpoint(&store.Checkpoint{Run: "custody2", Node: 0, Updates: 1, U: u, Hop: 4, Out: raw, OutTo: ids[1].String()}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -705,7 +706,7 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	ids := make([]peer.ID, 2)
 	for i := range ids {
-		ids[i], _ = DataDirPeerID(dirs[i])
+		ids[i], _ = store.DataDirPeerID(dirs[i])
 	}
 	old := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	old.Hop = 3
@@ -713,7 +714,7 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	in := walk.NewToken("inbox", 0, sh[0].Cols, consensus.Regularizer{L2: 0.01}, 1)
 	in.Hop = 5
 	inRaw, _ := wire.EncodeToken(nil, in)
-	st, err := OpenStore(dirs[0])
+	st, err := store.Open(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -722,9 +723,9 @@ func TestRestartProcessesStoredInbox(t *testing.T) {
 	// The custody copy's backup is saved unacked, as a node leaves it when it stops
 	// before the checkpoint after the ack; the stored newer token shows the hand-off was
 	// finished, so the restart marks it acked.
-	st.SaveCheckpoint(&Checkpoint{Run: "inbox", Node: 0, Updates: 1, U: make([]float64, sh[0].Cols), Hop: 2, Out: oldRaw, OutTo: ids[1].String(),
-		Backups: []Backup{{Token: oldRaw, To: ids[1].String()}}})
-	st.WriteAtomic(InboxFile, inRaw)
+	st.SaveCheckpoint(&store.Checkpoint{Run: "inbox", Node: 0, Updates: 1, U: make([]float64, sh[0].Cols), Hop: 2, Out: oldRaw, OutTo: ids[1].String(),
+		Backups: []store.Backup{{Token: oldRaw, To: ids[1].String()}}})
+	st.WriteAtomic(store.InboxFile, inRaw)
 	st.Close()
 	nodes := make([]*Node, 2)
 	for i := range nodes {

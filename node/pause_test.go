@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -30,7 +31,7 @@ func pausedCluster(t *testing.T, ctx context.Context, run string, sh []*consensu
 	ids := make([]peer.ID, n)
 	for i := range ids {
 		var err error
-		if ids[i], err = DataDirPeerID(dirs[i]); err != nil {
+		if ids[i], err = store.DataDirPeerID(dirs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,9 +114,9 @@ func TestJournalCrashRestart(t *testing.T) {
 	// not with the store's reader).
 	offsets := func(b []byte) []int {
 		var offs []int
-		for off := 0; off+journalHeader <= len(b) && string(b[off:off+4]) == journalMagic; {
+		for off := 0; off+store.RecordHeader <= len(b) && string(b[off:off+4]) == store.RecordMagic; {
 			offs = append(offs, off)
-			off += journalHeader + int(binary.LittleEndian.Uint32(b[off+5:]))
+			off += store.RecordHeader + int(binary.LittleEndian.Uint32(b[off+5:]))
 		}
 		return offs
 	}
@@ -127,7 +128,7 @@ func TestJournalCrashRestart(t *testing.T) {
 		twice     bool // the paused hop's entry is made again
 	}{
 		{"torn-checkpoint", true, func(t *testing.T, dir string) {
-			p := filepath.Join(dir, CheckpointLog)
+			p := filepath.Join(dir, store.CheckpointLog)
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -137,10 +138,10 @@ func TestJournalCrashRestart(t *testing.T) {
 				t.Fatalf("checkpoint journal with %d records, want a previous one to fall back on", len(offs))
 			}
 			last := offs[len(offs)-1]
-			if err := os.WriteFile(p, b[:last+journalHeader+(len(b)-last-journalHeader)/2], 0o600); err != nil {
+			if err := os.WriteFile(p, b[:last+store.RecordHeader+(len(b)-last-store.RecordHeader)/2], 0o600); err != nil {
 				t.Fatal(err)
 			}
-			st, err := OpenStore(dir)
+			st, err := store.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +153,7 @@ func TestJournalCrashRestart(t *testing.T) {
 			lastEntry = es[len(es)-1]
 		}, true},
 		{"zero-tail", true, func(t *testing.T, dir string) {
-			f, err := os.OpenFile(filepath.Join(dir, CheckpointLog), os.O_WRONLY|os.O_APPEND, 0)
+			f, err := os.OpenFile(filepath.Join(dir, store.CheckpointLog), os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,17 +163,17 @@ func TestJournalCrashRestart(t *testing.T) {
 			}
 		}, false},
 		{"torn-inbox", false, func(t *testing.T, dir string) {
-			p := filepath.Join(dir, InboxLog)
+			p := filepath.Join(dir, store.InboxLog)
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			offs := offsets(b)
-			if len(offs) == 0 || offs[len(offs)-1]+journalHeader >= len(b) {
+			if len(offs) == 0 || offs[len(offs)-1]+store.RecordHeader >= len(b) {
 				t.Fatalf("inbox journal of %d bytes, records at %v", len(b), offs)
 			}
 			rec := b[offs[len(offs)-1]:]
-			if err := os.WriteFile(p, append(b, rec[:journalHeader+20]...), 0o600); err != nil {
+			if err := os.WriteFile(p, append(b, rec[:store.RecordHeader+20]...), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -227,7 +228,7 @@ func pauseReference(t *testing.T, ctx context.Context, sh []*consensus.Dataset, 
 // data directory, restarts it and runs to the end. Every node's model must equal ref bit
 // for bit. It returns how many ledger entries each hop has over all nodes, and the
 // restarted node's store.
-func pauseCrashRestart(t *testing.T, ctx context.Context, sh []*consensus.Dataset, run string, hops, pause uint64, afterStep bool, ref *Model, damage func(*testing.T, string)) (map[uint64]int, *Store) {
+func pauseCrashRestart(t *testing.T, ctx context.Context, sh []*consensus.Dataset, run string, hops, pause uint64, afterStep bool, ref *Model, damage func(*testing.T, string)) (map[uint64]int, *store.Store) {
 	t.Helper()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	nodes := pausedCluster(t, ctx, run, sh, hops, pause, afterStep, dirs)
@@ -319,7 +320,7 @@ func pauseCrashRestart(t *testing.T, ctx context.Context, sh []*consensus.Datase
 			hopsSeen[e.Hop]++
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dirs[paused], ModelFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dirs[paused], store.ModelFile)); err != nil {
 		t.Fatal(err)
 	}
 	return hopsSeen, again.Store()

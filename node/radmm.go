@@ -2,11 +2,9 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 )
@@ -27,11 +26,6 @@ import (
 // RADMMProtocol returns the neighbour-exchange protocol ID of a run: the direct stream
 // that carries R-ADMM/MR-ADMM/ADMM vectors between graph neighbours (never pubsub).
 func RADMMProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/radmm/1") }
-
-// StaleFile is the data-directory file recording every use of a stale neighbour vector
-// (policy stale), one JSON line each, made durable before the release that depends on it
-// is sent.
-const StaleFile = "gossip-stale"
 
 // MissingPolicy is what a node does when a neighbour's vector for the current iteration
 // has not arrived within the barrier timeout (gossip.MissingPolicy; the policy itself is
@@ -221,7 +215,6 @@ type radmmExchange struct {
 	n         *Node
 	cfg       radmmConfig
 	log       zerolog.Logger
-	stale     *os.File
 	index     map[peer.ID]int
 	validator wire.ExchangeValidator
 	limit     int
@@ -247,8 +240,9 @@ type radmmExchange struct {
 	ad   *RADMM
 	tick time.Duration
 
-	// Journal (RADMMJournalFile) and resumption; loop-owned after newRADMMExchange.
-	jfile   *os.File
+	// Journal and stale-use record (store.RADMMJournalFile, store.StaleFile) and
+	// resumption; loop-owned after newRADMMExchange.
+	files   *store.RADMMLog
 	resumed bool     // the exchange was restored from the journal
 	reconn  chan int // neighbours that reconnected after a disconnection
 	notifee *network.NotifyBundle
@@ -306,7 +300,7 @@ func (x *radmmExchange) openFiles() error {
 	dir, run := x.n.cfg.DataDir, x.n.cfg.Run
 	prior, err := x.n.store.Ledger()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %v", ErrLedger, err)
+		return fmt.Errorf("%w: %v", store.ErrLedger, err)
 	}
 	var priorRun []privacy.Entry
 	for _, e := range prior {
@@ -314,24 +308,14 @@ func (x *radmmExchange) openFiles() error {
 			priorRun = append(priorRun, e)
 		}
 	}
-	jpath := filepath.Join(dir, RADMMJournalFile)
-	recs, good, err := readJournal(jpath, run)
+	files, recs, err := x.n.store.OpenRADMM(run)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRejoin, err)
 	}
+	x.files = files
 	if len(priorRun) > 0 && len(recs) == 0 {
 		return fmt.Errorf("%w: %s already holds ledger entries of run %q but no journal of it: the node cannot resume (its releases would be re-noised); use a new run name or a fresh data directory",
 			ErrRejoin, dir, run)
-	}
-	if x.jfile, err = os.OpenFile(jpath, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
-		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	// A torn last line was never durable, so its release was never sent: drop it.
-	if err := x.jfile.Truncate(good); err != nil {
-		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	if _, err := x.jfile.Seek(good, 0); err != nil {
-		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
 	}
 	if len(recs) > 0 {
 		if x.cfg.Noise == nil {
@@ -341,10 +325,6 @@ func (x *radmmExchange) openFiles() error {
 			return err
 		}
 		x.resumed = true
-	}
-	x.stale, err = os.OpenFile(filepath.Join(dir, StaleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("node: %s: %w", StaleFile, err)
 	}
 	return nil
 }
@@ -367,13 +347,8 @@ func (x *radmmExchange) stop() {
 			x.notifee = nil
 		}
 		x.bg.Wait()
-		if x.stale != nil {
-			x.stale.Close()
-			x.stale = nil
-		}
-		if x.jfile != nil {
-			x.jfile.Close()
-			x.jfile = nil
+		if x.files != nil {
+			x.files.Close()
 		}
 	})
 }
@@ -724,18 +699,7 @@ func (x *radmmExchange) peerOf(j int) *exchangePeer {
 }
 
 // recordStale appends one line to StaleFile and fsyncs it.
-func (x *radmmExchange) recordStale(u StaleUse) error {
-	b, _ := json.Marshal(u)
-	if _, err := x.stale.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("node: %s: %w", StaleFile, err)
-	}
-	if !x.n.cfg.NoSync {
-		if err := x.stale.Sync(); err != nil {
-			return fmt.Errorf("node: %s fsync: %w", StaleFile, err)
-		}
-	}
-	return nil
-}
+func (x *radmmExchange) recordStale(u StaleUse) error { return x.files.AppendStale(u) }
 
 // flush waits until every neighbour answered every queued frame it needs, at most one
 // barrier timeout. Neighbours that res records as stale at the last iteration are not waited for.

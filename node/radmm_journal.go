@@ -1,68 +1,17 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
-
-// RADMMJournalFile is the data-directory file that lets a neighbour-exchange node resume
-// its run after a crash: one JSON line per release, made durable BEFORE the release's
-// ledger entry and before any frame of it is sent. A line holds the released vector, the
-// neighbour vectors the machine consumed at the barrier before it and every noise draw
-// that went into it. A restarted node rebuilds a fresh machine, replays the journal
-// (recorded inputs, recorded noise) and checks that every release it recomputes equals
-// the journaled vector bit for bit; it then re-sends its last released vectors unchanged.
-// An already-released iteration is therefore never re-noised. The file holds private
-// state (the noise of past releases): it must stay on the node, like the data.
-const RADMMJournalFile = "gossip-journal"
-
-// journalRec is one line of RADMMJournalFile.
-type journalRec struct {
-	Run  string `json:"run"`
-	Iter int    `json:"iter"`
-	// Members and Total (first line only) are the run's membership in index order and M,
-	// so that a restarted node of an announce/join run takes the same place.
-	Members []string   `json:"members,omitempty"`
-	Addrs   [][]string `json:"addrs,omitempty"` // members' known multiaddrs (no /p2p)
-	Total   int        `json:"total_rows,omitempty"`
-	Vec     []float64  `json:"vec"`
-	// In are the neighbour vectors of iteration Iter-1 the machine consumed (a stale
-	// substitution is recorded with the vector used).
-	In    []journalIn `json:"in,omitempty"`
-	Noise []noiseDraw `json:"noise,omitempty"`
-}
-
-type journalIn struct {
-	From int       `json:"from"`
-	Iter int       `json:"iter"`
-	Vec  []float64 `json:"vec"`
-	// Stale marks a stale substitution; Used is then the iteration the vector was released
-	// for (journals written before these fields existed replay such an input as a vector
-	// of iteration Iter).
-	Stale bool `json:"stale,omitempty"`
-	Used  int  `json:"used_iter,omitempty"`
-}
-
-// noiseDraw is one call of the noise source: Normal (Sigma and the values filled) or
-// Uniform (Uniform true, one value).
-type noiseDraw struct {
-	Uniform bool      `json:"u,omitempty"`
-	Sigma   float64   `json:"s,omitempty"`
-	Vals    []float64 `json:"v"`
-}
 
 // JournalNoise wraps a machine's noise source so that its draws can be journaled with
 // the release they went into and replayed after a restart. Build the machine with it as
@@ -71,8 +20,8 @@ type noiseDraw struct {
 // where it stood at the crash (and must reproduce the recorded values).
 type JournalNoise struct {
 	src    privacy.Noise
-	rec    []noiseDraw
-	replay []noiseDraw
+	rec    []store.NoiseDraw
+	replay []store.NoiseDraw
 	pos    int
 	err    error
 }
@@ -101,7 +50,7 @@ func (j *JournalNoise) Normal(dst []float64, sigma float64) {
 		}
 		copy(dst, d.Vals)
 	}
-	j.rec = append(j.rec, noiseDraw{Sigma: sigma, Vals: append([]float64(nil), dst...)})
+	j.rec = append(j.rec, store.NoiseDraw{Sigma: sigma, Vals: append([]float64(nil), dst...)})
 }
 
 // Uniform returns the replayed value when a replay is pending, else a fresh one.
@@ -119,7 +68,7 @@ func (j *JournalNoise) Uniform() float64 {
 		}
 		u = d.Vals[0]
 	}
-	j.rec = append(j.rec, noiseDraw{Uniform: true, Vals: []float64{u}})
+	j.rec = append(j.rec, store.NoiseDraw{Uniform: true, Vals: []float64{u}})
 	return u
 }
 
@@ -130,7 +79,7 @@ func (j *JournalNoise) fail(err error) {
 }
 
 // take returns and clears the draws recorded since the last take.
-func (j *JournalNoise) take() []noiseDraw {
+func (j *JournalNoise) take() []store.NoiseDraw {
 	r := j.rec
 	j.rec = nil
 	return r
@@ -148,73 +97,12 @@ func sameFloats(a, b []float64) bool {
 	return true
 }
 
-// RADMMJournal is what a data directory's journal says about a run: the membership, M
-// and f_i(0) recorded with the first release, and how many releases are journaled.
-type RADMMJournal struct {
-	Members  []string
-	Addrs    [][]string // the members' addresses known at the first release
-	Total    int
-	Init     []float64
-	Releases int
-	recs     []journalRec
-}
-
-// ReadRADMMJournal returns the journal of run in dir, or nil when there is none. A
-// truncated last line (a crash while it was written, before it was durable and so before
-// any send of its release) is ignored.
-func ReadRADMMJournal(dir, run string) (*RADMMJournal, error) {
-	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), run)
-	if err != nil || len(recs) == 0 {
-		return nil, err
-	}
-	return &RADMMJournal{Members: recs[0].Members, Addrs: recs[0].Addrs, Total: recs[0].Total, Init: recs[0].Vec, Releases: len(recs), recs: recs}, nil
-}
-
-// Last returns the last journaled release: its iteration and the vector f_i(iter) sent
-// to the neighbours (a copy).
-func (j *RADMMJournal) Last() (int, []float64) {
-	r := j.recs[len(j.recs)-1]
-	return r.Iter, append([]float64(nil), r.Vec...)
-}
-
-// readJournal returns the records of run and the length of the file's complete lines.
-func readJournal(path, run string) ([]journalRec, int64, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	good := int64(bytes.LastIndexByte(b, '\n') + 1)
-	var out []journalRec
-	sc := bufio.NewScanner(bytes.NewReader(b[:good]))
-	sc.Buffer(make([]byte, 0, 1<<16), 1<<30)
-	for line := 1; sc.Scan(); line++ {
-		var r journalRec
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, 0, fmt.Errorf("node: %s line %d: %w", RADMMJournalFile, line, err)
-		}
-		if r.Run != run {
-			continue
-		}
-		if r.Iter != len(out) {
-			return nil, 0, fmt.Errorf("node: %s line %d: release %d follows %d releases of run %q", RADMMJournalFile, line, r.Iter, len(out), run)
-		}
-		out = append(out, r)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, 0, fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	return out, good, nil
-}
-
 // restore replays the journal recs into the fresh exchange (noise from the journal): every
 // recomputed release must equal the journaled vector bit for bit and the ledger entries
 // prior of the run must be those of the journaled releases (a release journaled but not
 // yet in the ledger, from a crash between the two writes, gets its entry now, before
 // anything is sent). Nothing is sent: run re-sends the last releases (Exchange.Resume).
-func (x *radmmExchange) restore(recs []journalRec, prior []privacy.Entry) error {
+func (x *radmmExchange) restore(recs []store.RADMMRecord, prior []privacy.Entry) error {
 	jn := x.cfg.Noise
 	refuse := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrRejoin, x.n.cfg.DataDir, fmt.Sprintf(format, a...))
@@ -257,9 +145,9 @@ func (x *radmmExchange) restore(recs []journalRec, prior []privacy.Entry) error 
 
 // journal appends the record of the release st and fsyncs it (before the ledger entry).
 func (x *radmmExchange) journal(st *gossip.ExchangeState) error {
-	rec := journalRec{Run: x.n.cfg.Run, Iter: st.Iter, Vec: st.Vec}
+	rec := store.RADMMRecord{Run: x.n.cfg.Run, Iter: st.Iter, Vec: st.Vec}
 	for _, in := range st.Inputs {
-		rec.In = append(rec.In, journalIn{From: in.From, Iter: in.Iter, Vec: in.Vec, Stale: in.StandIn, Used: in.UsedIter})
+		rec.In = append(rec.In, store.RADMMInput{From: in.From, Iter: in.Iter, Vec: in.Vec, Stale: in.StandIn, Used: in.UsedIter})
 	}
 	if x.cfg.Noise != nil {
 		rec.Noise = x.cfg.Noise.take()
@@ -279,19 +167,7 @@ func (x *radmmExchange) journal(st *gossip.ExchangeState) error {
 		}
 		rec.Total = x.cfg.TotalRows
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	if _, err := x.jfile.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("node: %s: %w", RADMMJournalFile, err)
-	}
-	if !x.n.cfg.NoSync {
-		if err := x.jfile.Sync(); err != nil {
-			return fmt.Errorf("node: %s fsync: %w", RADMMJournalFile, err)
-		}
-	}
-	return nil
+	return x.files.Append(&rec)
 }
 
 // noNoise stands in for the noise source of a machine built without one (no noise): a

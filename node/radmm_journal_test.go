@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -121,7 +122,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 		t.Fatalf("paused node: %v", o.err)
 	}
 	closeExchange(nodes[1])
-	recs, _, err := readJournal(filepath.Join(dir, RADMMJournalFile), "r")
+	recs, _, err := store.ReadRADMMRecords(filepath.Join(dir, store.RADMMJournalFile), "r")
 	if err != nil || len(recs) != pause+1 {
 		t.Fatalf("journal: %d records (%v)", len(recs), err)
 	}
@@ -139,7 +140,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 	}
 	// A journal whose noise was altered does not reproduce the releases: refused, and
 	// the ledger is left as it was.
-	jpath := filepath.Join(dir, RADMMJournalFile)
+	jpath := filepath.Join(dir, store.RADMMJournalFile)
 	orig, err := os.ReadFile(jpath)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func testExchangeResume(t *testing.T, secure bool) {
 			t.Errorf("node %d: %d frames rejected", i, o.r.Rejected)
 		}
 	}
-	st, err := OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,14 +213,14 @@ func testExchangeResume(t *testing.T, secure bool) {
 	if err != nil || !strings.HasPrefix(string(after), string(orig)) {
 		t.Fatalf("the journal of the releases before the crash changed (%v)", err)
 	}
-	mine, _, err := readJournal(jpath, "r")
+	mine, _, err := store.ReadRADMMRecords(jpath, "r")
 	if err != nil || len(mine) != T+1 {
 		t.Fatalf("journal after the run: %d records (%v)", len(mine), err)
 	}
 	// What the neighbours consumed from node 1 is what node 1 journaled, for every
 	// iteration: before the crash, at the paused release and after the restart.
 	for _, j := range []int{0, 2} {
-		theirs, _, err := readJournal(filepath.Join(nodes[j].n.cfg.DataDir, RADMMJournalFile), "r")
+		theirs, _, err := store.ReadRADMMRecords(filepath.Join(nodes[j].n.cfg.DataDir, store.RADMMJournalFile), "r")
 		if err != nil || len(theirs) != T+1 {
 			t.Fatalf("node %d journal: %d records (%v)", j, len(theirs), err)
 		}
@@ -407,11 +408,11 @@ func FuzzRADMMJournal(f *testing.F) {
 	met := newMetrics()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
-		path := filepath.Join(dir, RADMMJournalFile)
+		path := filepath.Join(dir, store.RADMMJournalFile)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		recs, good, err := readJournal(path, "r")
+		recs, good, err := store.ReadRADMMRecords(path, "r")
 		if err != nil {
 			return
 		}
@@ -422,7 +423,7 @@ func FuzzRADMMJournal(f *testing.F) {
 			return
 		}
 		ms, jns := noisyMachines(t, nbrs, 4)
-		st, err := OpenStore(dir)
+		st, err := store.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +436,7 @@ func FuzzRADMMJournal(f *testing.F) {
 		// restore needs the Node's run, data directory, store and metrics only.
 		nd := &Node{cfg: Config{Run: "r", DataDir: dir, NoSync: true}, store: st, metrics: met}
 		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex, ad: NewRADMM(ex)}
-		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, ErrLedger) {
+		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, store.ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -163,11 +164,11 @@ func (n *Node) RunRADMM(ctx context.Context) (*RADMMModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.store.WriteAtomic(ModelFile, append(marshal(out), '\n')); err != nil {
+	if err := n.store.WriteAtomic(store.ModelFile, append(marshal(out), '\n')); err != nil {
 		return nil, err
 	}
 	n.metrics.done.Store(true)
-	n.log.Info().Str("file", filepath.Join(n.store.Dir, ModelFile)).Msg("own model written")
+	n.log.Info().Str("file", filepath.Join(n.store.Dir, store.ModelFile)).Msg("own model written")
 	return out, nil
 }
 
@@ -175,7 +176,7 @@ func (n *Node) RunRADMM(ctx context.Context) (*RADMMModel, error) {
 // (radmmMembers), then the graph, this node's machine and its accountant inputs
 // (radmmMachine).
 type radmmRun struct {
-	journal *RADMMJournal // the run's journal when the node restarts, else nil
+	journal *store.RADMMJournal // the run's journal when the node restarts, else nil
 	members []peer.ID
 	self    int
 	total   int // M
@@ -193,7 +194,7 @@ type radmmRun struct {
 // announcement and the start message while the run lasts.
 func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 	static := n.cfg.Members != nil
-	journal, err := ReadRADMMJournal(n.cfg.DataDir, n.cfg.Run)
+	journal, err := store.ReadRADMMJournal(n.cfg.DataDir, n.cfg.Run)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRejoin, err)
 	}
@@ -232,7 +233,7 @@ func (n *Node) radmmMembers(ctx context.Context) (*radmmRun, error) {
 
 // resumeMembers takes the membership and the members' addresses from the journal of a
 // restarted node.
-func (n *Node) resumeMembers(journal *RADMMJournal) error {
+func (n *Node) resumeMembers(journal *store.RADMMJournal) error {
 	ms, err := journalMembers(journal, n.cfg.Members)
 	if err != nil {
 		return err
@@ -321,7 +322,7 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error)
 	fig := privacy.ObjPertBound(acc)
 	all, err := n.store.Ledger()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
+		return nil, fmt.Errorf("%w: %v", store.ErrLedger, err)
 	}
 	res.Ledger = res.Ledger[:0]
 	for _, e := range all {
@@ -455,7 +456,7 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 
 // journalMembers returns the membership recorded in a journal, checked against a static
 // membership when one is configured.
-func journalMembers(j *RADMMJournal, static []peer.ID) ([]peer.ID, error) {
+func journalMembers(j *store.RADMMJournal, static []peer.ID) ([]peer.ID, error) {
 	ms := make([]peer.ID, len(j.Members))
 	for i, s := range j.Members {
 		id, err := peer.Decode(s)

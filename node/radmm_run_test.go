@@ -17,6 +17,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -216,8 +217,8 @@ func TestRADMMRunJoin(t *testing.T) {
 	if !strings.Contains(logs[4].String(), "refusing run announcement: config hash mismatch") {
 		t.Errorf("mismatched node did not log the refusal:\n%s", logs[4].String())
 	}
-	if _, err := os.Stat(filepath.Join(dirs[4], LedgerFile)); err == nil {
-		if b, _ := os.ReadFile(filepath.Join(dirs[4], LedgerFile)); len(b) > 0 {
+	if _, err := os.Stat(filepath.Join(dirs[4], store.LedgerFile)); err == nil {
+		if b, _ := os.ReadFile(filepath.Join(dirs[4], store.LedgerFile)); len(b) > 0 {
 			t.Fatal("refused node wrote ledger entries")
 		}
 	}
@@ -231,7 +232,7 @@ func TestRADMMRunJoin(t *testing.T) {
 	}
 	for k, m := range models {
 		var disk RADMMModel
-		b, err := os.ReadFile(filepath.Join(dirs[k], ModelFile))
+		b, err := os.ReadFile(filepath.Join(dirs[k], store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}

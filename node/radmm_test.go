@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -132,35 +131,6 @@ func TestParseMissingPolicy(t *testing.T) {
 	if _, err := ParseMissingPolicy("ignore"); err == nil || !strings.Contains(err.Error(), "stop, wait or stale") {
 		t.Errorf("bad policy: %v", err)
 	}
-}
-
-func FuzzDecodeExchangeFrame(f *testing.F) {
-	good, _ := wire.EncodeExchangeFrame(nil, sampleFrame(3))
-	f.Add(good)
-	f.Add([]byte{})
-	f.Add(good[:wire.ExchangeHeader])
-	v := wire.ExchangeValidator{Run: "r1", Dim: 3, Iters: 10, Neighbors: []bool{false, true}}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		g, err := wire.DecodeExchangeFrame(b)
-		if err != nil {
-			return
-		}
-		vd, reason := v.Check(g, int(g.From%3)-1)
-		if vd == wire.Accept {
-			for _, x := range g.Vec {
-				if math.IsNaN(x) || math.IsInf(x, 0) {
-					t.Fatalf("accepted a non-finite vector (%s)", reason)
-				}
-			}
-		}
-		re, err := wire.EncodeExchangeFrame(nil, g)
-		if err != nil {
-			t.Fatalf("decoded frame does not re-encode: %v", err)
-		}
-		if !bytes.Equal(re, b) {
-			t.Fatalf("re-encoding differs")
-		}
-	})
 }
 
 // testMachines builds fresh R-ADMM machines (noise off) over a small logistic data set on

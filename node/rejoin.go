@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -229,7 +230,7 @@ func (n *Node) answerFinal(s network.Stream, from peer.ID) {
 	if !n.isMember(from) {
 		return
 	}
-	b, err := osReadFile(n.store.Dir, ModelFile)
+	b, err := osReadFile(n.store.Dir, store.ModelFile)
 	if err != nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 // TestStartFile: the start record written when the membership is fixed is read back as
@@ -26,7 +27,7 @@ func TestStartFile(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	ids := make([]peer.ID, 2)
 	for i, d := range dirs {
-		id, err := DataDirPeerID(d)
+		id, err := store.DataDirPeerID(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +114,7 @@ func TestFinalRequest(t *testing.T) {
 	// A model.json without the final's certificate: answered, but refused by the asker
 	// (a member cannot pass off a model without the hop-K hand-off to its releaser).
 	m := Model{Run: "freq", ConfigHash: holder.hash, Hops: hops, Epoch: 3, Model: z, ReleasedBy: holder.ID().String()}
-	if err := holder.store.WriteAtomic(ModelFile, marshal(m)); err != nil {
+	if err := holder.store.WriteAtomic(store.ModelFile, marshal(m)); err != nil {
 		t.Fatal(err)
 	}
 	if f, ok := asker.requestFinal(ctx, holder.ID(), req); !ok {
@@ -123,7 +124,7 @@ func TestFinalRequest(t *testing.T) {
 	}
 	// With the certificate: the asker's own signed hand-off of hop K to the holder.
 	m.Cert = certFor(t, asker, 0, "freq", 3, hops, z, holder.ID())
-	if err := holder.store.WriteAtomic(ModelFile, marshal(m)); err != nil {
+	if err := holder.store.WriteAtomic(store.ModelFile, marshal(m)); err != nil {
 		t.Fatal(err)
 	}
 	f, ok := asker.requestFinal(ctx, holder.ID(), req)
@@ -161,7 +162,7 @@ func TestRejoinFromStartFile(t *testing.T) {
 	total := 0
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		id, err := DataDirPeerID(dirs[i])
+		id, err := store.DataDirPeerID(dirs[i])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -110,7 +111,7 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 	gm.ids = make([]peer.ID, n)
 	for i := range dirs {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		if gm.ids[i], err = node.DataDirPeerID(dirs[i]); err != nil {
+		if gm.ids[i], err = store.DataDirPeerID(dirs[i]); err != nil {
 			return fail(err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -125,7 +126,7 @@ func TestGossipMemLedgerOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range res.Ledger {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.LedgerFile))
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), store.LedgerFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func TestGossipMemLedgerOnDisk(t *testing.T) {
 				t.Fatalf("node %d entry %d on disk: %+v", i, k, es[k])
 			}
 		}
-		st, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.StaleFile))
+		st, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), store.StaleFile))
 		if err != nil || len(st) != 0 {
 			t.Fatalf("node %d: stale records %q (%v) in a fault-free run", i, st, err)
 		}
@@ -213,7 +214,7 @@ func TestGossipMemStale(t *testing.T) {
 		if i == 2 {
 			continue
 		}
-		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("node-%d", i), node.StaleFile))
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("node-%d", i), store.StaleFile))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -83,7 +84,7 @@ func readGossipLeft(dir, run string, init []float64, m *node.RADMMModel) (gossip
 		return l, nil
 	}
 	l.Model, l.Inexact = init, ledgerInexact(l.Ledger)
-	j, err := node.ReadRADMMJournal(dir, run)
+	j, err := store.ReadRADMMJournal(dir, run)
 	if err != nil {
 		return l, err
 	}
@@ -109,10 +110,10 @@ func ledgerInexact(es []privacy.Entry) bool {
 	return false
 }
 
-// readStaleFile returns the stale uses recorded in dir (node.StaleFile; nil when none).
+// readStaleFile returns the stale uses recorded in dir (store.StaleFile; nil when none).
 // A torn last line (a crash while it was written) is ignored.
 func readStaleFile(dir string) ([]node.StaleUse, error) {
-	b, err := os.ReadFile(filepath.Join(dir, node.StaleFile))
+	b, err := os.ReadFile(filepath.Join(dir, store.StaleFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -125,7 +126,7 @@ func readStaleFile(dir string) ([]node.StaleUse, error) {
 	for line := 1; sc.Scan(); line++ {
 		var u node.StaleUse
 		if err := json.Unmarshal(sc.Bytes(), &u); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", node.StaleFile, line, err)
+			return nil, fmt.Errorf("%s line %d: %w", store.StaleFile, line, err)
 		}
 		out = append(out, u)
 	}

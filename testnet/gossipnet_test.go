@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -34,14 +35,14 @@ func TestLedgerInexact(t *testing.T) {
 	}
 }
 
-// TestReadStaleFile: the records of node.StaleFile in order, a torn last line ignored, nil
+// TestReadStaleFile: the records of store.StaleFile in order, a torn last line ignored, nil
 // without the file; a corrupt complete line is an error.
 func TestReadStaleFile(t *testing.T) {
 	dir := t.TempDir()
 	if got, err := readStaleFile(dir); got != nil || err != nil {
 		t.Fatalf("no file: %v, %v", got, err)
 	}
-	path := filepath.Join(dir, node.StaleFile)
+	path := filepath.Join(dir, store.StaleFile)
 	os.WriteFile(path, []byte(`{"iter":5,"neighbor":2,"used_iter":4}`+"\n"+`{"iter":6,"neighbor":2,"used_iter":4}`+"\n"+`{"iter":7,"nei`), 0o600)
 	got, err := readStaleFile(dir)
 	want := []node.StaleUse{{Iter: 5, Neighbor: 2, UsedIter: 4}, {Iter: 6, Neighbor: 2, UsedIter: 4}}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 )
 
@@ -256,10 +257,10 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 		dirs: make([]string, n), logs: make([]string, n), args: make([][]string, n)}
 	for i := range pl.dirs {
 		pl.dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		if _, err := os.Stat(filepath.Join(pl.dirs[i], node.LedgerFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(pl.dirs[i], store.LedgerFile)); err == nil {
 			return nil, fmt.Errorf("testnet: gprocs: %s already holds a ledger (use an empty --dir per run)", pl.dirs[i])
 		}
-		id, err := node.DataDirPeerID(pl.dirs[i])
+		id, err := store.DataDirPeerID(pl.dirs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -307,14 +308,14 @@ func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p
 	for i, d := range pl.dirs {
 		m, err := readGossipModel(d)
 		if err == nil && m == nil {
-			err = fmt.Errorf("no %s", node.ModelFile)
+			err = fmt.Errorf("no %s", store.ModelFile)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %w", i, err)
 		}
 		if m.Run != cfg.Run || m.Index != i || m.Peer != pl.st.Members[i].ID || m.Iters != o.Iters || m.ConfigHash != pl.hash {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %s of run %q index %d peer %s config %.12s at iteration %d",
-				i, node.ModelFile, m.Run, m.Index, m.Peer, m.ConfigHash, m.Iters)
+				i, store.ModelFile, m.Run, m.Index, m.Peer, m.ConfigHash, m.Iters)
 		}
 		if left[i], err = readGossipLeft(d, cfg.Run, sim.Configs[i].Init, m); err != nil {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %w", i, err)
@@ -329,7 +330,7 @@ func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p
 // readGossipModel reads model.json of a neighbour-exchange node's data directory; nil
 // when there is none (the node did not complete its run).
 func readGossipModel(dir string) (*node.RADMMModel, error) {
-	b, err := os.ReadFile(filepath.Join(dir, node.ModelFile))
+	b, err := os.ReadFile(filepath.Join(dir, store.ModelFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -338,7 +339,7 @@ func readGossipModel(dir string) (*node.RADMMModel, error) {
 	}
 	var m node.RADMMModel
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", node.ModelFile, err)
+		return nil, fmt.Errorf("%s: %w", store.ModelFile, err)
 	}
 	return &m, nil
 }
@@ -381,7 +382,7 @@ func interruptedGossipProcs(o *GossipOptions, sim *GossipSim, procs []*proc, dir
 // running (a process that exits first is an error).
 func waitLedger(ctx context.Context, p *proc, dir string, entries int) error {
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, node.LedgerFile)); err == nil && bytes.Count(b, []byte{'\n'}) >= entries {
+		if b, err := os.ReadFile(filepath.Join(dir, store.LedgerFile)); err == nil && bytes.Count(b, []byte{'\n'}) >= entries {
 			return nil
 		}
 		select {

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -18,9 +18,9 @@ import (
 // readLedgerFile reads the ledger of a node data directory. A missing file is an empty
 // ledger. A last line without its newline (a process killed in the middle of the write,
 // before it could send the release the entry covers) is left out. The checksums and the
-// chain links are checked as a node checks them on start (node.ReadLedgerChain).
+// chain links are checked as a node checks them on start (store.ReadLedgerChain).
 func readLedgerFile(dir string) ([]privacy.Entry, error) {
-	b, err := os.ReadFile(filepath.Join(dir, node.LedgerFile))
+	b, err := os.ReadFile(filepath.Join(dir, store.LedgerFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -30,7 +30,7 @@ func readLedgerFile(dir string) ([]privacy.Entry, error) {
 	if k := bytes.LastIndexByte(b, '\n'); k+1 < len(b) {
 		b = b[:k+1]
 	}
-	es, _, _, err := node.ReadLedgerChain(b)
+	es, _, _, err := store.ReadLedgerChain(b)
 	return es, err
 }
 
@@ -73,10 +73,10 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 				pw.z, pw.zHop = tok.Z, tok.Hop
 			}
 		}
-		if raw, err := (&node.Store{Dir: d}).LoadInbox(); err == nil {
+		if raw, err := (&store.Store{Dir: d}).LoadInbox(); err == nil {
 			consider(raw)
 		}
-		if ck, err := (&node.Store{Dir: d}).LoadCheckpoint(); err == nil && ck != nil {
+		if ck, err := (&store.Store{Dir: d}).LoadCheckpoint(); err == nil && ck != nil {
 			consider(ck.Out)
 			for _, b := range ck.Backups {
 				consider(b.Token)
@@ -136,7 +136,7 @@ func pollEvery(ctx context.Context, d time.Duration, f func()) func() {
 func ledgerIters(dirs []string) int {
 	least := -1
 	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, node.LedgerFile))
+		b, err := os.ReadFile(filepath.Join(d, store.LedgerFile))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue
 		}

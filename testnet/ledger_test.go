@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -312,7 +312,7 @@ func TestLedgerFilesAreNodeLedgers(t *testing.T) {
 		}
 	}
 	for i := 0; i < n; i++ {
-		st, err := node.OpenStore(filepath.Join(t.TempDir(), "node"))
+		st, err := store.Open(filepath.Join(t.TempDir(), "node"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestLedgerFilesAreNodeLedgers(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Close()
-		want, err := os.ReadFile(filepath.Join(st.Dir, node.LedgerFile))
+		want, err := os.ReadFile(filepath.Join(st.Dir, store.LedgerFile))
 		if err != nil {
 			t.Fatal(err)
 		}

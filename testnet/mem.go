@@ -17,6 +17,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -191,7 +192,7 @@ func (cfg *MemConfig) members(dir string) (*memMembers, error) {
 	}
 	for i := range m.ids {
 		m.dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		id, err := node.DataDirPeerID(m.dirs[i])
+		id, err := store.DataDirPeerID(m.dirs[i])
 		if err != nil {
 			return nil, err
 		}

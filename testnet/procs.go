@@ -22,6 +22,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -252,10 +253,10 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 	args := make([][]string, n)
 	for i, sh := range cfg.Shards {
 		dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
-		if _, err := os.Stat(filepath.Join(dirs[i], node.LedgerFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(dirs[i], store.LedgerFile)); err == nil {
 			return nil, nil, nil, fmt.Errorf("testnet: procs: %s already holds a ledger (use an empty --dir per run)", dirs[i])
 		}
-		id, err := node.DataDirPeerID(dirs[i])
+		id, err := store.DataDirPeerID(dirs[i])
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -370,13 +371,13 @@ func (cfg *ProcsConfig) collect(res *ProcsResult, dirs []string) error {
 	var err error
 	ledgers := make([][]privacy.Entry, n)
 	for i, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(d, store.ModelFile))
 		if err != nil {
 			return fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
 		var m node.Model
 		if err := json.Unmarshal(b, &m); err != nil {
-			return fmt.Errorf("testnet: procs: node %d: %s: %w", i, node.ModelFile, err)
+			return fmt.Errorf("testnet: procs: node %d: %s: %w", i, store.ModelFile, err)
 		}
 		if m.Peer != res.Peers[i] || m.Hops != cfg.Hops {
 			return fmt.Errorf("testnet: procs: node %d: model.json of peer %s at hop %d", i, m.Peer, m.Hops)
@@ -386,11 +387,11 @@ func (cfg *ProcsConfig) collect(res *ProcsResult, dirs []string) error {
 		if !sameBits(m.Model, res.Models[0].Model) {
 			return fmt.Errorf("testnet: procs: node %d ended with a different model", i)
 		}
-		lb, err := os.ReadFile(filepath.Join(d, node.LedgerFile))
+		lb, err := os.ReadFile(filepath.Join(d, store.LedgerFile))
 		if err != nil {
 			return fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
-		if ledgers[i], _, _, err = node.ReadLedgerChain(lb); err != nil {
+		if ledgers[i], _, _, err = store.ReadLedgerChain(lb); err != nil {
 			return fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
 		}
 		res.Ledger[i] = len(ledgers[i])

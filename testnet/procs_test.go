@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -80,7 +81,7 @@ func readLedgers(t *testing.T, dir string, n int) [][]privacy.Entry {
 	t.Helper()
 	out := make([][]privacy.Entry, n)
 	for i := range out {
-		b, err := os.ReadFile(filepath.Join(dir, "node-"+itoa(i), node.LedgerFile))
+		b, err := os.ReadFile(filepath.Join(dir, "node-"+itoa(i), store.LedgerFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestProcs(t *testing.T) {
 		sameReport(t, "procs", procs, sim)
 		// The nodes ran with --insecure-testnet (seeded noise, fixed membership): their
 		// model.json says there is no guarantee.
-		b, err := os.ReadFile(filepath.Join(dir, "node-0", node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(dir, "node-0", store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +144,7 @@ func TestProcs(t *testing.T) {
 		}
 		// The processes' own files: one model.json per node, all equal to the report's.
 		for i := 0; i < n; i++ {
-			b, err := os.ReadFile(filepath.Join(dir, "node-"+itoa(i), node.ModelFile))
+			b, err := os.ReadFile(filepath.Join(dir, "node-"+itoa(i), store.ModelFile))
 			if err != nil || !bytes.Contains(b, []byte(`"hops":120`)) {
 				t.Errorf("node %d model.json: %v %.200s", i, err, b)
 			}

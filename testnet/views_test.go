@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -319,7 +320,7 @@ func withheldAck(t *testing.T, no NetOptions) {
 	}
 	voided := false
 	for s := range senders {
-		b, err := os.ReadFile(filepath.Join(dir, "node-"+strconv.Itoa(s), node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(dir, "node-"+strconv.Itoa(s), store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +342,7 @@ func withheldAck(t *testing.T, no NetOptions) {
 	if e := rep.Privacy.Local.PerNodeEpsilon[w]; e != 0 {
 		t.Fatalf("report: local epsilon %v for a node with no update", e)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "node-"+strconv.Itoa(w), node.ModelFile))
+	b, err := os.ReadFile(filepath.Join(dir, "node-"+strconv.Itoa(w), store.ModelFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -239,7 +240,7 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 // may be a data directory). Every error names the file.
 func readGossipModel(path string) (loadedModel, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, node.ModelFile)
+		path = filepath.Join(path, store.ModelFile)
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
@@ -86,7 +87,7 @@ func TestAccountModels(t *testing.T) {
 	files := make([]string, len(dirs))
 	ms := make([]node.RADMMModel, len(dirs))
 	for i, d := range dirs {
-		files[i] = filepath.Join(d, node.ModelFile)
+		files[i] = filepath.Join(d, store.ModelFile)
 		ms[i] = readModelFile(t, files[i])
 	}
 	dims := ms[0].Dims
@@ -414,7 +415,7 @@ func TestAccountModels(t *testing.T) {
 			{"overflowing coordinate", withCoord("inf.json", "1e999"), []string{"inf.json", "not a valid model.json"}},
 			{"string coordinate", withCoord("nan.json", `"NaN"`), []string{"nan.json", "not a valid model.json"}},
 			{"unreadable", filepath.Join(tmp, "absent.json"), []string{"absent.json", "no such file"}},
-			{"dir without model.json", emptyDir, []string{filepath.Join(emptyDir, node.ModelFile), "no such file"}},
+			{"dir without model.json", emptyDir, []string{filepath.Join(emptyDir, store.ModelFile), "no such file"}},
 			{"not JSON", raw("txt.json", "model: 1,2,3"), []string{"txt.json", "not a valid model.json"}},
 			{"truncated", raw("trunc.json", string(orig[:len(orig)/2])), []string{"trunc.json", "not a valid model.json"}},
 			{"array", raw("arr.json", "[1,2,3]"), []string{"arr.json", "not a valid model.json"}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 // loadFlags parses args with the data flags of cfg, checks them and loads the data.
@@ -383,7 +384,7 @@ func TestDataNodeModels(t *testing.T) {
 	sf := node.StaticFile{Run: "gdata", TotalRows: total}
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		id, err := node.DataDirPeerID(dirs[i])
+		id, err := store.DataDirPeerID(dirs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +415,7 @@ func TestDataNodeModels(t *testing.T) {
 		if codes[i] != 0 {
 			t.Fatalf("node %d: exit %d: %s", i, codes[i], errs[i].String())
 		}
-		ms[i] = readModelFile(t, filepath.Join(dirs[i], node.ModelFile))
+		ms[i] = readModelFile(t, filepath.Join(dirs[i], store.ModelFile))
 		sc := ms[i].Scaling
 		if sc == nil || sc.Kind != consensus.ScaleStandardizeUnitBall || fmt.Sprint(sc.Mean, sc.Std) != "[1 -2] [3 2]" {
 			t.Fatalf("node %d: model.json scaling %+v", i, sc)

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 const evalHelp = `Usage: dpadmm eval --data FILE [--label L] [--positive P] [--loss L] [--scale S] [--json] MODEL.json
@@ -107,7 +107,7 @@ type modelFile struct {
 // readModelAny reads the "model" of a model.json, averaged model or testnet report.
 func readModelAny(path string) (*modelFile, string, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, node.ModelFile)
+		path = filepath.Join(path, store.ModelFile)
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -234,7 +235,7 @@ func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
 				u.Node, u.Iter+1, u.Neighbor, u.UsedIter)
 		}
 		if nw.Dir != "" {
-			fmt.Fprintf(w, "  data directories (ledgers, %s) in %s\n", node.StaleFile, nw.Dir)
+			fmt.Fprintf(w, "  data directories (ledgers, %s) in %s\n", store.StaleFile, nw.Dir)
 		}
 	}
 	g := r.Gossip

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 func TestTestnetGossipReport(t *testing.T) {
@@ -292,7 +293,7 @@ func TestTestnetGossipProcsEtaFileMatchesSim(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		var m node.RADMMModel
-		b, err := os.ReadFile(filepath.Join(nodes, fmt.Sprintf("node-%d", i), node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(nodes, fmt.Sprintf("node-%d", i), store.ModelFile))
 		if err != nil || json.Unmarshal(b, &m) != nil {
 			t.Fatalf("node %d: model.json: %v", i, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 const keysHelp = `Usage:
@@ -88,7 +89,7 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 			}
 			entries = append(entries, e)
 		}
-		st, err := node.OpenStore(*datadir)
+		st, err := store.Open(*datadir)
 		if err != nil {
 			return err
 		}
@@ -117,7 +118,7 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 		if *datadir == "" {
 			return usagef("keys", "id needs --datadir")
 		}
-		id, err := node.DataDirPeerID(*datadir)
+		id, err := store.DataDirPeerID(*datadir)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-multiaddr"
@@ -357,7 +358,7 @@ func runWalkMember(ctx context.Context, cfg node.Config, datadir string, stdout 
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "run %q done after %d hops: model written to %s\n", m.Run, m.Hops, filepath.Join(datadir, node.ModelFile))
+	fmt.Fprintf(stdout, "run %q done after %d hops: model written to %s\n", m.Run, m.Hops, filepath.Join(datadir, store.ModelFile))
 	fmt.Fprintf(stdout, "  own noisy updates %d, ledger entries %d\n", m.Privacy.Updates, m.Privacy.LedgerEntries)
 	for _, b := range []node.BoundJSON{m.Privacy.Local, m.Privacy.Network} {
 		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", b.Epsilon, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
@@ -390,7 +391,7 @@ func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdou
 		return err
 	}
 	fmt.Fprintf(stdout, "run %q node %d of %d (%s, neighbours %v): %d iterations done; this node's own model f_i(T) written to %s\n",
-		m.Run, m.Index, m.Nodes, m.Graph, m.Neighbors, m.Iters, filepath.Join(datadir, node.ModelFile))
+		m.Run, m.Index, m.Nodes, m.Graph, m.Neighbors, m.Iters, filepath.Join(datadir, store.ModelFile))
 	fmt.Fprintf(stdout, "  %d stale uses, %d inexact solves, %d ledger entries\n", len(m.Stale), m.Inexact, m.Privacy.LedgerEntries)
 	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0): %s; conditions: %s (hold: %v", m.Privacy.Epsilon, m.Privacy.Theorem, m.Privacy.Conditions, m.Privacy.ConditionsHold)
 	if m.Privacy.Reason != "" {

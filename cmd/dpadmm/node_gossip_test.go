@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 )
@@ -32,7 +33,7 @@ func TestNodeGossipCLI(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	id0, err := node.DataDirPeerID(dirs[0])
+	id0, err := store.DataDirPeerID(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestNodeGossipCLI(t *testing.T) {
 		if !strings.Contains(outs[i].String(), "Theorem V.1") || !strings.Contains(outs[i].String(), "own model") {
 			t.Errorf("node %d output lacks the figure's theorem: %s", i, outs[i].String())
 		}
-		b, err := os.ReadFile(filepath.Join(dirs[i], node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(dirs[i], store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func (s *syncBuf) String() string {
 }
 
 func readLedger(dir string) ([]privacy.Entry, error) {
-	st, err := node.OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func TestNodeGossipStaticCLI(t *testing.T) {
 	sf := node.StaticFile{Run: "gstatic", TotalRows: 0}
 	for i := range dirs {
 		dirs[i] = t.TempDir()
-		id, err := node.DataDirPeerID(dirs[i])
+		id, err := store.DataDirPeerID(dirs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +225,7 @@ func TestNodeGossipStaticCLI(t *testing.T) {
 		if codes[i] != 0 {
 			t.Fatalf("node %d: exit %d: %s", i, codes[i], errs[i].String())
 		}
-		b, err := os.ReadFile(filepath.Join(dirs[i], node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(dirs[i], store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}

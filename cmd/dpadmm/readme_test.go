@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 )
 
 // TestREADMECommands runs every command of the README's shell code blocks, so that a
@@ -841,7 +841,7 @@ func (e *readmeEnv) starterAddr(dir string, args []string) ([]string, string, in
 	if err := os.MkdirAll(datadir, 0o700); err != nil {
 		e.t.Fatal(err)
 	}
-	id, err := node.DataDirPeerID(datadir)
+	id, err := store.DataDirPeerID(datadir)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -979,7 +979,7 @@ func (e *readmeEnv) checkOutputs(l readmeLine, dir string, args []string, p *rea
 		}
 		if f == "datadir" {
 			if args[0] == "node" {
-				e.checkFile(l, filepath.Join(v, node.ModelFile))
+				e.checkFile(l, filepath.Join(v, store.ModelFile))
 			}
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -50,7 +51,7 @@ func nodeStatus(c *child) (node.Status, bool) {
 // noisyEntries counts the noisy updates in the ledger of a stopped node's directory.
 func noisyEntries(t *testing.T, dir string) int {
 	t.Helper()
-	st, err := node.OpenStore(dir)
+	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func noisyEntries(t *testing.T, dir string) int {
 
 func readModel(t *testing.T, dir string) node.Model {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, node.ModelFile))
+	b, err := os.ReadFile(filepath.Join(dir, store.ModelFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func walkRejoinNet(t *testing.T, run string, hops, pause int, extra ...string) (
 	ports := []int{freePort(t), freePort(t), freePort(t)}
 	port := ports[0]
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	id0, err := node.DataDirPeerID(dirs[0])
+	id0, err := store.DataDirPeerID(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func readModelStatusRef(t *testing.T, dir string) int {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	id, err := node.DataDirPeerID(dir)
+	id, err := store.DataDirPeerID(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestNodeRejoinWalkAfterEnd(t *testing.T) {
 	for {
 		done := 0
 		for i := range dirs {
-			if _, err := os.Stat(filepath.Join(dirs[i], node.ModelFile)); i != x && err == nil {
+			if _, err := os.Stat(filepath.Join(dirs[i], store.ModelFile)); i != x && err == nil {
 				done++
 			}
 		}
@@ -320,7 +321,7 @@ func TestNodeRejoinWalkAfterEnd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := os.Stat(filepath.Join(dirs[x], node.ModelFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dirs[x], store.ModelFile)); err == nil {
 		t.Fatalf("node %d has a model.json while it was stopped", x)
 	}
 	t0 := time.Now()
@@ -366,7 +367,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 	const iters = 60
 	port := freePort(t)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	id0, err := node.DataDirPeerID(dirs[0])
+	id0, err := store.DataDirPeerID(dirs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +394,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 	// Stop node 1 once it released a few iterations.
 	const x = 1
 	lines := func(dir string) int {
-		b, _ := os.ReadFile(filepath.Join(dir, node.LedgerFile))
+		b, _ := os.ReadFile(filepath.Join(dir, store.LedgerFile))
 		return strings.Count(string(b), "\n")
 	}
 	deadline := time.Now().Add(40 * time.Second)
@@ -429,7 +430,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 	t.Logf("node %d stopped after %d of %d ledger entries", x, before, iters+1)
 	got := make([]node.RADMMModel, 3)
 	for i := range got {
-		b, err := os.ReadFile(filepath.Join(dirs[i], node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(dirs[i], store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -444,7 +445,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 	ref := make([]string, 3)
 	byID := map[string]int{}
 	for i := range dirs {
-		id, _ := node.DataDirPeerID(dirs[i])
+		id, _ := store.DataDirPeerID(dirs[i])
 		byID[id.String()] = i
 	}
 	ports := make([]int, 3)
@@ -456,11 +457,11 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		ports[k] = freePort(t)
 		sf.Members = append(sf.Members, node.StaticMember{ID: m, Addrs: []string{fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ports[k])}})
 		ref[i] = t.TempDir()
-		key, err := os.ReadFile(filepath.Join(dirs[i], node.IdentityFile))
+		key, err := os.ReadFile(filepath.Join(dirs[i], store.IdentityFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(ref[i], node.IdentityFile), key, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(ref[i], store.IdentityFile), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -480,7 +481,7 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		waitExit(t, fmt.Sprintf("reference node %d", i), c, 50*time.Second)
 	}
 	for i := range ref {
-		b, err := os.ReadFile(filepath.Join(ref[i], node.ModelFile))
+		b, err := os.ReadFile(filepath.Join(ref[i], store.ModelFile))
 		if err != nil {
 			t.Fatal(err)
 		}

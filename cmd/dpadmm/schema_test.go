@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -227,8 +227,8 @@ func TestSchemaKeys(t *testing.T) {
 		"account-models-data":   models,
 		"eval-logistic":         runJSON(t, "eval", "--data", data, "--scale", "none", "--json", gdirs[0]),
 		"eval-squared":          runJSON(t, "eval", "--data", "embedded", "--json", sqReport),
-		"model-walk":            readJSONAny(t, filepath.Join(memDir, "node-1", node.ModelFile)),
-		"model-radmm":           readJSONAny(t, filepath.Join(gdirs[1], node.ModelFile)),
+		"model-walk":            readJSONAny(t, filepath.Join(memDir, "node-1", store.ModelFile)),
+		"model-radmm":           readJSONAny(t, filepath.Join(gdirs[1], store.ModelFile)),
 	}
 	var names []string
 	for name := range blocks {

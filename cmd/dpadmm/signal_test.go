@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
@@ -102,7 +103,7 @@ func (c *child) waitForLedger(t *testing.T, dirs []string, timeout time.Duration
 	deadline := time.Now().Add(timeout)
 	for {
 		for _, d := range dirs {
-			if fi, err := os.Stat(filepath.Join(d, node.LedgerFile)); err == nil && fi.Size() > 0 {
+			if fi, err := os.Stat(filepath.Join(d, store.LedgerFile)); err == nil && fi.Size() > 0 {
 				return
 			}
 		}
@@ -348,7 +349,7 @@ func TestInterruptProcsSIGINT(t *testing.T) {
 	}
 	assertEmptyDir(t, c.tmp)
 	for i := 0; i < 3; i++ {
-		st, err := node.OpenStore(filepath.Join(nodes, "node-"+strconv.Itoa(i)))
+		st, err := store.Open(filepath.Join(nodes, "node-"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatalf("node %d: data directory after the interruption: %v", i, err)
 		}
@@ -414,7 +415,7 @@ func TestNodeWaitingProgress(t *testing.T) {
 	if s := c.stderr.String(); !strings.Contains(s, "dpadmm node: interrupted: stopped before the run ended") || !strings.Contains(s, dd) {
 		t.Errorf("stderr:\n%s", s)
 	}
-	st, err := node.OpenStore(dd)
+	st, err := store.Open(dd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package node
+package store
 
 import (
 	"bytes"
@@ -150,7 +150,7 @@ func TestReadLedgerChain(t *testing.T) {
 func TestStoreWritesLedgerChain(t *testing.T) {
 	dir := t.TempDir()
 	es := ledgerEntries(7)
-	s, err := OpenStore(dir)
+	s, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestStoreWritesLedgerChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if s, err = OpenStore(dir); err != nil {
+	if s, err = Open(dir); err != nil {
 		t.Fatal(err)
 	}
 	s.NoSync = true
@@ -186,7 +186,7 @@ func TestStoreWritesLedgerChain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, LedgerFile), bytes.Join(append(lines[:2:2], lines[3:]...), nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenStore(dir); err == nil || !strings.Contains(err.Error(), "does not chain") {
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "does not chain") {
 		t.Errorf("ledger with a line removed: %v", err)
 	}
 }

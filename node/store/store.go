@@ -1,7 +1,8 @@
-package node
+package store
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,7 @@ const (
 
 // ErrLedger is returned when a data directory has a checkpoint but its ledger is missing
 // or corrupt: the node refuses to take part rather than under-count privacy spending.
-var ErrLedger = errors.New("node: privacy ledger missing or corrupt; refusing to take part (restore the ledger or start with a fresh --datadir)")
+var ErrLedger = errors.New("store: privacy ledger missing or corrupt; refusing to take part (restore the ledger or start with a fresh --datadir)")
 
 // Checkpoint is the durable private state of a node between hops.
 type Checkpoint struct {
@@ -83,6 +84,17 @@ type Mark struct {
 	Digest uint64 `json:"digest"`
 }
 
+// Cmp compares a and b in the order (Epoch, Hop, Digest): -1, 0 or 1.
+func (a Mark) Cmp(b Mark) int {
+	switch {
+	case a.Epoch != b.Epoch:
+		return cmp.Compare(a.Epoch, b.Epoch)
+	case a.Hop != b.Hop:
+		return cmp.Compare(a.Hop, b.Hop)
+	}
+	return cmp.Compare(a.Digest, b.Digest)
+}
+
 // Backup is one of a node's own releases kept in custody (see Checkpoint.Backups).
 type Backup struct {
 	Token     []byte `json:"token"`          // encoded release as sent (re-encoded with the new epoch on regeneration)
@@ -121,14 +133,14 @@ type journal struct {
 	spare ckTable
 }
 
-// OpenStore opens (creating if needed) a data directory and checks the ledger: if a
+// Open opens (creating if needed) a data directory and checks the ledger: if a
 // checkpoint exists, the ledger must exist and parse, else ErrLedger.
-func OpenStore(dir string) (*Store, error) {
+func Open(dir string) (*Store, error) {
 	if dir == "" {
-		return nil, errors.New("node: a data directory is required")
+		return nil, errors.New("store: a data directory is required")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("node: data directory: %w", err)
+		return nil, fmt.Errorf("store: data directory: %w", err)
 	}
 	s := &Store{Dir: dir}
 	lp := filepath.Join(dir, LedgerFile)
@@ -156,7 +168,7 @@ func OpenStore(dir string) (*Store, error) {
 	}
 	f, err := os.OpenFile(lp, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("node: ledger: %w", err)
+		return nil, fmt.Errorf("store: ledger: %w", err)
 	}
 	s.ledger = f
 	return s, nil
@@ -207,7 +219,7 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ledger == nil {
-		return errors.New("node: ledger is closed")
+		return errors.New("store: ledger is closed")
 	}
 	// The lines are encoded on a copy of the chain, which replaces it once they are
 	// durable: an invalid entry or a failed write leaves the ledger state as it was.
@@ -226,11 +238,11 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 		}
 	}
 	if _, err := s.ledger.Write(buf); err != nil {
-		return fmt.Errorf("node: ledger write: %w", err)
+		return fmt.Errorf("store: ledger write: %w", err)
 	}
 	if !s.NoSync {
 		if err := s.ledger.Sync(); err != nil {
-			return fmt.Errorf("node: ledger fsync: %w", err)
+			return fmt.Errorf("store: ledger fsync: %w", err)
 		}
 	}
 	s.chain = chain
@@ -284,24 +296,24 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 	p := filepath.Join(s.Dir, name)
 	tmp, err := os.CreateTemp(s.Dir, "."+name+".tmp*")
 	if err != nil {
-		return fmt.Errorf("node: write %s: %w", name, err)
+		return fmt.Errorf("store: write %s: %w", name, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("node: write %s: %w", name, err)
+		return fmt.Errorf("store: write %s: %w", name, err)
 	}
 	if !s.NoSync {
 		if err := tmp.Sync(); err != nil {
 			tmp.Close()
-			return fmt.Errorf("node: fsync %s: %w", name, err)
+			return fmt.Errorf("store: fsync %s: %w", name, err)
 		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
-		return fmt.Errorf("node: rename %s: %w", name, err)
+		return fmt.Errorf("store: rename %s: %w", name, err)
 	}
 	if !s.NoSync {
 		if d, err := os.Open(s.Dir); err == nil {
@@ -312,7 +324,8 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 	return nil
 }
 
-// A journal (CheckpointLog, InboxLog) is a sequence of records, each
+// A journal (CheckpointLog, InboxLog) is a sequence of records (RecordMagic, RecordHeader
+// bytes of header), each
 //
 //	magic "DPCK" | version u8 | length u32 | CRC-32C u32 of the payload | payload
 //
@@ -327,21 +340,21 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 // returned, so a torn record was never acted on. A record that is not last and does not
 // check is corruption.
 const (
-	journalMagic   = "DPCK"
+	RecordMagic    = "DPCK"
 	journalVersion = 1
-	journalHeader  = 4 + 1 + 4 + 4
+	RecordHeader   = 4 + 1 + 4 + 4
 	journalCompact = 1 << 20
 )
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
-// frameRecord writes the header of the record b, whose payload follows journalHeader
+// frameRecord writes the header of the record b, whose payload follows RecordHeader
 // bytes reserved for it.
 func frameRecord(b []byte) {
-	copy(b, journalMagic)
+	copy(b, RecordMagic)
 	b[4] = journalVersion
-	binary.LittleEndian.PutUint32(b[5:], uint32(len(b)-journalHeader))
-	binary.LittleEndian.PutUint32(b[9:], crc32.Checksum(b[journalHeader:], crc32c))
+	binary.LittleEndian.PutUint32(b[5:], uint32(len(b)-RecordHeader))
+	binary.LittleEndian.PutUint32(b[9:], crc32.Checksum(b[RecordHeader:], crc32c))
 }
 
 // appendRecord appends the record whose payload fill appends to its argument; fresh
@@ -349,10 +362,10 @@ func frameRecord(b []byte) {
 // save of the process, or the journal reached journalCompact). j.mu is held.
 func (s *Store) appendRecord(j *journal, name string, fill func(b []byte, fresh bool) ([]byte, error)) error {
 	fresh := j.f == nil || j.size >= journalCompact
-	b := append(j.buf[:0], make([]byte, journalHeader)...)
+	b := append(j.buf[:0], make([]byte, RecordHeader)...)
 	b, err := fill(b, fresh)
 	if err != nil {
-		return fmt.Errorf("node: %s: %w", name, err)
+		return fmt.Errorf("store: %s: %w", name, err)
 	}
 	frameRecord(b)
 	j.buf = b
@@ -366,7 +379,7 @@ func (s *Store) appendRecord(j *journal, name string, fill func(b []byte, fresh 
 		}
 		f, err := os.OpenFile(filepath.Join(s.Dir, name), os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return fmt.Errorf("node: %s: %w", name, err)
+			return fmt.Errorf("store: %s: %w", name, err)
 		}
 		j.f, j.size = f, int64(len(b))
 		return nil
@@ -374,13 +387,13 @@ func (s *Store) appendRecord(j *journal, name string, fill func(b []byte, fresh 
 	if _, err := j.f.Write(b); err != nil {
 		j.f.Close()
 		j.f = nil // the next save rewrites the journal
-		return fmt.Errorf("node: %s write: %w", name, err)
+		return fmt.Errorf("store: %s write: %w", name, err)
 	}
 	if !s.NoSync {
 		if err := j.f.Sync(); err != nil {
 			j.f.Close()
 			j.f = nil
-			return fmt.Errorf("node: %s fsync: %w", name, err)
+			return fmt.Errorf("store: %s fsync: %w", name, err)
 		}
 	}
 	j.size += int64(len(b))
@@ -409,30 +422,30 @@ func (s *Store) records(name string, fn func([]byte) error) error {
 		if last != nil && allZero(r) {
 			break // torn last record whose bytes never reached the disk (a file extended with zeros)
 		}
-		if len(r) < journalHeader || string(r[:4]) != journalMagic {
-			if k := min(len(r), 4); last != nil && len(r) < journalHeader && string(r[:k]) == journalMagic[:k] {
+		if len(r) < RecordHeader || string(r[:4]) != RecordMagic {
+			if k := min(len(r), 4); last != nil && len(r) < RecordHeader && string(r[:k]) == RecordMagic[:k] {
 				break // torn last record: the previous one is current
 			}
-			return fmt.Errorf("node: %s is corrupt: no record at byte %d", p, off)
+			return fmt.Errorf("store: %s is corrupt: no record at byte %d", p, off)
 		}
 		if r[4] != journalVersion {
-			return fmt.Errorf("node: %s: record version %d not supported", p, r[4])
+			return fmt.Errorf("store: %s: record version %d not supported", p, r[4])
 		}
 		n := int(binary.LittleEndian.Uint32(r[5:]))
-		if n > len(r)-journalHeader || crc32.Checksum(r[journalHeader:journalHeader+n], crc32c) != binary.LittleEndian.Uint32(r[9:]) {
-			if last != nil && n >= len(r)-journalHeader {
+		if n > len(r)-RecordHeader || crc32.Checksum(r[RecordHeader:RecordHeader+n], crc32c) != binary.LittleEndian.Uint32(r[9:]) {
+			if last != nil && n >= len(r)-RecordHeader {
 				break // torn last record
 			}
-			return fmt.Errorf("node: %s is corrupt: record at byte %d does not check", p, off)
+			return fmt.Errorf("store: %s is corrupt: record at byte %d does not check", p, off)
 		}
-		last = r[journalHeader : journalHeader+n]
+		last = r[RecordHeader : RecordHeader+n]
 		if err := fn(last); err != nil {
-			return fmt.Errorf("node: %s: record at byte %d: %w", p, off, err)
+			return fmt.Errorf("store: %s: record at byte %d: %w", p, off, err)
 		}
-		off += journalHeader + n
+		off += RecordHeader + n
 	}
 	if last == nil {
-		return fmt.Errorf("node: %s is corrupt: no complete record", p)
+		return fmt.Errorf("store: %s is corrupt: no complete record", p)
 	}
 	return nil
 }
@@ -470,7 +483,7 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 	s.ck.tab, s.ck.spare = s.ck.spare, s.ck.tab
 	if first {
 		if err := os.Remove(filepath.Join(s.Dir, CheckpointFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("node: checkpoint: %w", err)
+			return fmt.Errorf("store: checkpoint: %w", err)
 		}
 	}
 	return nil
@@ -551,7 +564,7 @@ func (s *Store) loadCheckpointJSON() (*Checkpoint, error) {
 	}
 	c, err := decodeCheckpoint(b, nil)
 	if err != nil {
-		return nil, fmt.Errorf("node: %s: %w", p, err)
+		return nil, fmt.Errorf("store: %s: %w", p, err)
 	}
 	return c, nil
 }
@@ -586,7 +599,7 @@ func (s *Store) Identity() (crypto.PrivKey, error) {
 	if err == nil {
 		k, err := crypto.UnmarshalPrivateKey(b)
 		if err != nil {
-			return nil, fmt.Errorf("node: identity key %s is corrupt: %v", p, err)
+			return nil, fmt.Errorf("store: identity key %s is corrupt: %v", p, err)
 		}
 		// The key's parts must agree: an Ed25519 key whose seed was damaged still names
 		// the old peer ID (from its public half) but signs for another key, and every
@@ -594,15 +607,15 @@ func (s *Store) Identity() (crypto.PrivKey, error) {
 		msg := []byte("dpadmm identity check")
 		sig, err := k.Sign(msg)
 		if err != nil {
-			return nil, fmt.Errorf("node: identity key %s is corrupt: %v", p, err)
+			return nil, fmt.Errorf("store: identity key %s is corrupt: %v", p, err)
 		}
 		if ok, err := k.GetPublic().Verify(msg, sig); err != nil || !ok {
-			return nil, fmt.Errorf("node: identity key %s is corrupt: its private and public parts do not match (restore it from a backup, or start with a fresh --datadir and a new peer ID)", p)
+			return nil, fmt.Errorf("store: identity key %s is corrupt: its private and public parts do not match (restore it from a backup, or start with a fresh --datadir and a new peer ID)", p)
 		}
 		return k, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("node: identity key: %w", err)
+		return nil, fmt.Errorf("store: identity key: %w", err)
 	}
 	k, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
@@ -625,7 +638,7 @@ func (s *Store) Identity() (crypto.PrivKey, error) {
 // the directory) if needed, so that a launcher can fix a static membership before
 // starting the nodes.
 func DataDirPeerID(dir string) (peer.ID, error) {
-	st, err := OpenStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		return "", err
 	}

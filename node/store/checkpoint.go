@@ -1,4 +1,4 @@
-package node
+package store
 
 import (
 	"bytes"
@@ -67,8 +67,8 @@ func (t *ckTable) next(c *Checkpoint) ckTable {
 	return nt
 }
 
-// equalBits reports whether a and b hold the same float64 bit patterns.
-func equalBits(a, b []float64) bool {
+// EqualBits reports whether a and b hold the same float64 bit patterns.
+func EqualBits(a, b []float64) bool {
 	if len(a) != len(b) || (a == nil) != (b == nil) {
 		return false
 	}
@@ -201,7 +201,7 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 // appendCheckpointU appends u_i: a 1 when it equals the previous record's (bit for bit),
 // else a 0, its length and its values.
 func appendCheckpointU(b []byte, u []float64, prev, next *ckTable) []byte {
-	if prev.ok && equalBits(prev.u, u) {
+	if prev.ok && EqualBits(prev.u, u) {
 		next.u = prev.u
 		return append(b, 1)
 	}

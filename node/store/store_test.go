@@ -1,16 +1,17 @@
-package node
+package store
 
 import (
 	"bytes"
 	"errors"
-	"github.com/dpadmm/dpadmm/node/wire"
-	"github.com/dpadmm/dpadmm/privacy"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dpadmm/dpadmm/node/wire"
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // fullCheckpoint returns a checkpoint with every field set to a value that differs from
@@ -133,7 +134,7 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 
 func TestCheckpointJournal(t *testing.T) {
 	dir := t.TempDir()
-	st, err := OpenStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestCheckpointJournal(t *testing.T) {
 	p := filepath.Join(dir, CheckpointLog)
 	full, _ := os.ReadFile(p)
 	// A torn last record (a crash during the append) leaves the previous checkpoint.
-	for _, cut := range []int64{1, 3, journalHeader, journalHeader + 5, delta - 1} {
+	for _, cut := range []int64{1, 3, RecordHeader, RecordHeader + 5, delta - 1} {
 		os.WriteFile(p, full[:sizes[2]+cut], 0o600)
 		if c, err := st.LoadCheckpoint(); err != nil || c.Hop != 10 || len(c.U) != 1 {
 			t.Fatalf("torn last record (%d bytes): %+v, %v", cut, c, err)
@@ -189,7 +190,7 @@ func TestCheckpointJournal(t *testing.T) {
 	}
 	// Zeros where the file grew before the record's data reached the disk: skipped too;
 	// zeros followed by a record are corruption.
-	for _, z := range []int{1, journalHeader, int(delta) + 7} {
+	for _, z := range []int{1, RecordHeader, int(delta) + 7} {
 		os.WriteFile(p, append(bytes.Clone(full[:sizes[2]]), make([]byte, z)...), 0o600)
 		if c, err := st.LoadCheckpoint(); err != nil || c.Hop != 10 {
 			t.Fatalf("zero tail of %d bytes: %+v, %v", z, c, err)
@@ -202,7 +203,7 @@ func TestCheckpointJournal(t *testing.T) {
 	// A damaged record followed by others, a damaged only record, a record that refers
 	// to a missing previous one, or another file: errors.
 	bad := bytes.Clone(full)
-	bad[first+journalHeader+2] ^= 0xff
+	bad[first+RecordHeader+2] ^= 0xff
 	os.WriteFile(p, bad, 0o600)
 	if _, err := st.LoadCheckpoint(); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("damaged middle record: %v", err)
@@ -226,7 +227,7 @@ func TestCheckpointJournal(t *testing.T) {
 		t.Fatalf("unknown record version: %v", err)
 	}
 	// A JSON record is read like checkpoint.json.
-	js := append(make([]byte, journalHeader), old...)
+	js := append(make([]byte, RecordHeader), old...)
 	frameRecord(js)
 	os.WriteFile(p, js, 0o600)
 	if c, err := st.LoadCheckpoint(); err != nil || c.Hop != 7 {
@@ -244,7 +245,7 @@ func TestCheckpointJournal(t *testing.T) {
 // last record, and the store then goes on appending to the new file.
 func TestCheckpointJournalCompacts(t *testing.T) {
 	dir := t.TempDir()
-	st, err := OpenStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestCheckpointJournalCompacts(t *testing.T) {
 		t.Fatalf("journal of %v bytes after 100 saves of ~32 KB, want at most %d: %v", fi.Size(), journalCompact, err)
 	}
 	st.Close()
-	again, err := OpenStore(dir)
+	again, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestCheckpointJournalCompacts(t *testing.T) {
 
 func TestInboxJournal(t *testing.T) {
 	dir := t.TempDir()
-	st, err := OpenStore(dir)
+	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
