@@ -113,17 +113,11 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		return nil, err
 	}
 	n := len(sim.Machines)
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "dpadmm-gprocs-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("testnet: gprocs: %w", err)
+	dir, cleanup, err := workDir(cfg.Dir, "dpadmm-gprocs-", "gprocs")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	plan, err := gprocsFiles(&cfg, &o, sim, p, dir)
 	if err != nil {
 		return nil, err

@@ -162,17 +162,11 @@ func RunProcs(ctx context.Context, cfg ProcsConfig) (*ProcsResult, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "dpadmm-procs-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("testnet: procs: %w", err)
+	dir, cleanup, err := workDir(cfg.Dir, "dpadmm-procs-", "procs")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	res, dirs, args, err := cfg.prepare(dir)
 	if err != nil {
 		return nil, err
@@ -828,4 +822,21 @@ func StepArgs(p walk.StepParams) []string {
 		a = []string{"--local-step", p.Kind.String()}
 	}
 	return append(a, "--step-size", f(p.Eta))
+}
+
+// workDir returns dir, created if needed, or a new temporary directory named after
+// prefix when dir is empty; cleanup removes the temporary directory (a given dir is
+// kept). what names the launcher in errors.
+func workDir(dir, prefix, what string) (string, func(), error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("testnet: %s: %w", what, err)
+		}
+		return dir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("testnet: %s: %w", what, err)
+	}
+	return d, func() { os.RemoveAll(d) }, nil
 }

@@ -510,18 +510,7 @@ func (c *Custody) Evicted(j int) bool {
 // Holding reports whether the token is here: held (accepted, not yet stepped) or sent
 // and not yet acked.
 func (c *Custody) Holding() bool {
-	if c.done {
-		return false
-	}
-	if c.held != nil {
-		return true
-	}
-	for _, b := range c.backups {
-		if !b.acked {
-			return true
-		}
-	}
-	return false
+	return !c.done && !c.idle()
 }
 
 // HopTicks returns the slowest number of ticks per hop observed here between two visits
