@@ -229,12 +229,12 @@ func BenchmarkRuntimeHop(b *testing.B) {
 			nodes := make([]*Node, 2)
 			for i := range nodes {
 				c := Config{
-					Run: "bench", Data: sh[i], Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
-					Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, MaxUpdates: 1, Hops: hops, Listen: loopback, NoSync: !fsync,
-					AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second, AllowSeededNoise: true,
-					Rand:    func(i int) *rand.Rand { return rand.New(fixedSource(1 - i)) },
-					Noise:   func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) },
-					DataDir: dirs[i], Members: ids, Holder: 0, Weight: 1,
+					Run: "bench", Data: sh[i], DataDir: dirs[i],
+					Training:    Training{Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, MaxUpdates: 1, Hops: hops},
+					Admission:   Admission{Members: ids, Holder: 0, Weight: 1},
+					Seeding:     Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return rand.New(fixedSource(1 - i)) }, Noise: func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) }},
+					Network:     Network{Listen: loopback},
+					Reliability: Reliability{NoSync: !fsync, AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second},
 				}
 				nd, err := New(ctx, c)
 				if err != nil {

@@ -24,7 +24,9 @@ import (
 	"github.com/dpadmm/dpadmm/walk"
 )
 
-// Config configures one node.
+// Config configures one node. Its fields are grouped by concern in the embedded
+// structs below (Training, Admission, Seeding, Network, Reliability, Harness), whose
+// fields are promoted: cfg.Gamma is cfg.Training.Gamma.
 type Config struct {
 	// Run names the run; it selects the protocol /dpadmm/<run>/walk/1 and the control
 	// topic dpadmm/<run>/control.
@@ -38,6 +40,30 @@ type Config struct {
 	// with the same parameters; it is written to model.json, where evaluations of the
 	// model read it.
 	Scaling *consensus.Scaler
+
+	Training
+	Admission
+	Seeding
+	Network
+	Reliability
+	Harness
+
+	// Logger receives the node's log; the zero value logs nothing.
+	Logger zerolog.Logger
+
+	// RADMM, when set, makes this node a member of a neighbour-exchange run (R-ADMM,
+	// MR-ADMM, M-ADMM, conventional ADMM and its DVP/PVP baselines) instead of a random
+	// walk: the walk fields (Gamma as the walk's prox parameter, Lambda, Clip, Sigma,
+	// MaxUpdates, Hops) are then ignored and the run is driven by RunRADMM. Rand(i), when
+	// set, is node i's source of the initial vector f_i(0) and Noise(i) its objective
+	// noise (both default to crypto/rand-seeded sources). With static Members (in index
+	// order) the announce/join phase is skipped and RADMM.TotalRows gives M.
+	RADMM *RADMMParams
+}
+
+// Training is what the run trains and what it may spend: the objective, the walk's
+// hyperparameters (see walk.Config) and this node's privacy budget.
+type Training struct {
 	// Problem, Gamma, Lambda, Clip, Sigma, MaxUpdates: the walk's hyperparameters (see walk.Config).
 	Problem    consensus.Problem
 	Gamma      float64
@@ -61,7 +87,11 @@ type Config struct {
 	// enter the config hash.
 	BudgetEpsilon float64
 	BudgetKind    string
+}
 
+// Admission is how the members of a run are found and who may be one: the starter's
+// announce/join phase, or a static membership, and the closed-run settings.
+type Admission struct {
 	// Start makes this node the starter: it announces the run, collects joins and creates
 	// the token. Ignored with static Members.
 	Start bool
@@ -69,7 +99,6 @@ type Config struct {
 	MinPeers int
 	// JoinWindow is how long the starter keeps collecting joins once MinPeers is reached.
 	JoinWindow time.Duration
-
 	// Members fixes the membership (peer IDs in node-index order, this node included),
 	// skipping the announce/join phase (testnets). Weight and Holder must then be set.
 	Members []peer.ID
@@ -78,7 +107,30 @@ type Config struct {
 	// Holder is the index of the initial token holder in static mode; that node creates
 	// the token.
 	Holder int
+	// WaitMembers, with static Members, makes the node wait up to this long until it is
+	// connected to every member (dialling the addresses given in Peers) before the walk
+	// starts, so that no first hand-off is redirected because a member was still starting
+	// (a redirection changes the path). 0 = no wait. Used by the multi-process testnet.
+	WaitMembers time.Duration
+	// SwarmKey, when set, makes the host join the libp2p private network of that
+	// pre-shared key (ParseSwarmKey): peers without it cannot connect. QUIC does not
+	// support private networks, so only TCP addresses are listened on and dialled.
+	SwarmKey []byte
+	// Allow, when set, closes the run to the peers it lists, with their row bounds; its
+	// owner is the only peer whose announcement and start message are accepted, and the
+	// starter (Start) must be the owner.
+	Allow *AllowList
+	// Starter, when set, pins the starter: announcements and start messages of any other
+	// peer are ignored.
+	Starter peer.ID
+	// MaxRows, when > 0, bounds the rows any member may claim (it sets the weights
+	// n*rows_i/N); it enters the config hash.
+	MaxRows int
+}
 
+// Seeding selects the node's sources of randomness: crypto/rand-seeded and secure by
+// default; seeded sources only for test harnesses.
+type Seeding struct {
 	// Rand returns node i's next-hop source once the node's index i is known; nil means
 	// a source seeded from crypto/rand. Index -1 is asked for the initial holder.
 	Rand func(i int) *rand.Rand
@@ -91,7 +143,10 @@ type Config struct {
 	// node killed and restarted continues the same random sequences and the run stays
 	// reproducible. It overrides Rand and Noise and needs AllowSeededNoise.
 	Sources func(i int) (hop, noise *rand.PCG)
+}
 
+// Network is the node's libp2p host, its discovery and its HTTP endpoint.
+type Network struct {
 	// Listen are libp2p listen multiaddrs; default /ip4/0.0.0.0/tcp/0 and QUIC.
 	Listen []string
 	// NewHost, when set, builds the libp2p host from the node's identity key instead of
@@ -133,7 +188,11 @@ type Config struct {
 	// StatusPeriod is the refresh period of the public /status snapshot; 0 means
 	// DefaultStatusPeriod.
 	StatusPeriod time.Duration
+}
 
+// Reliability holds the timeouts and depths of the acked hand-off, the custody of
+// releases, the heartbeats and the end of the run, and the durability of writes.
+type Reliability struct {
 	// AckTimeout bounds the wait for a hand-off ack before the sender retries (first the
 	// same peer, then another). Default 10 s.
 	AckTimeout time.Duration
@@ -170,25 +229,11 @@ type Config struct {
 	FallbackTimeout time.Duration
 	// NoSync skips fsync (testnets on tmpfs); the write order is unchanged.
 	NoSync bool
-	// WaitMembers, with static Members, makes the node wait up to this long until it is
-	// connected to every member (dialling the addresses given in Peers) before the walk
-	// starts, so that no first hand-off is redirected because a member was still starting
-	// (a redirection changes the path). 0 = no wait. Used by the multi-process testnet.
-	WaitMembers time.Duration
-	// SwarmKey, when set, makes the host join the libp2p private network of that
-	// pre-shared key (ParseSwarmKey): peers without it cannot connect. QUIC does not
-	// support private networks, so only TCP addresses are listened on and dialled.
-	SwarmKey []byte
-	// Allow, when set, closes the run to the peers it lists, with their row bounds; its
-	// owner is the only peer whose announcement and start message are accepted, and the
-	// starter (Start) must be the owner.
-	Allow *AllowList
-	// Starter, when set, pins the starter: announcements and start messages of any other
-	// peer are ignored.
-	Starter peer.ID
-	// MaxRows, when > 0, bounds the rows any member may claim (it sets the weights
-	// n*rows_i/N); it enters the config hash.
-	MaxRows int
+}
+
+// Harness holds the fault injection and markings of test harnesses; the zero value is
+// a production node.
+type Harness struct {
 	// Insecure marks a test-harness node (dpadmm node --insecure-testnet: seeded noise,
 	// fixed membership or fault injection, loopback only): model.json then carries
 	// InsecureGuarantee.
@@ -208,17 +253,6 @@ type Config struct {
 	// same release to another member, so the release has been seen by two peers. The
 	// node otherwise takes part in the run (heartbeats, releases, the final model).
 	WithholdAcks bool
-	// Logger receives the node's log; the zero value logs nothing.
-	Logger zerolog.Logger
-
-	// RADMM, when set, makes this node a member of a neighbour-exchange run (R-ADMM,
-	// MR-ADMM, M-ADMM, conventional ADMM and its DVP/PVP baselines) instead of a random
-	// walk: the walk fields (Gamma as the walk's prox parameter, Lambda, Clip, Sigma,
-	// MaxUpdates, Hops) are then ignored and the run is driven by RunRADMM. Rand(i), when
-	// set, is node i's source of the initial vector f_i(0) and Noise(i) its objective
-	// noise (both default to crypto/rand-seeded sources). With static Members (in index
-	// order) the announce/join phase is skipped and RADMM.TotalRows gives M.
-	RADMM *RADMMParams
 }
 
 // RADMMParams are the neighbour-exchange parameters of a run. Everything here except

@@ -544,7 +544,10 @@ func TestWriteReleasesBatch(t *testing.T) {
 				}
 			}
 		})
-		n := &Node{Host: h1, cfg: Config{Run: run, AckTimeout: 5 * time.Second}, log: zerolog.Nop()}
+		n := &Node{Host: h1, cfg: Config{
+			Run:         run,
+			Reliability: Reliability{AckTimeout: 5 * time.Second},
+		}, log: zerolog.Nop()}
 		rs := &relStream{}
 		n.writeReleases(ctx, h2.ID(), rs, batch)
 		n.writeReleases(ctx, h2.ID(), rs, batch[:1]) // the stream is reused (or replaced)

@@ -29,42 +29,41 @@ var Profiles = []string{ProfileTest, ProfileLAN, ProfileInternet}
 // hyperparameters are those of the simulator's demo ('dpadmm testnet'), so that a run
 // over real nodes and a simulated one start from the same settings.
 func DefaultConfig() Config {
-	c := Config{
-		// The problem: L2-regularised logistic regression, l2 1e-2 (the demo's; strong
-		// enough that a short noisy walk stays near the optimum).
-		Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 1e-2}},
-		// Gamma (prox parameter, dimensionless) 100: a large gamma moves z further per
-		// update, and so per unit of privacy spent (README: the demo's trade-off).
-		Gamma: 100,
-		// Lambda 0.5: the relaxation of classical ADMM.
-		Lambda: 0.5,
-		// Clip 0.1 bounds ||x - z|| (feature units, rows scaled to norm <= 1) and Sigma 1 is
-		// the noise std of eq. (7) in the same units: the demo's accuracy/privacy
-		// trade-off (README: local epsilon near 24 at the cap, delta 1e-5, Theorem 3).
-		Clip: 0.1, Sigma: 1,
-		// MaxUpdates 100: the hard cap K_i that every privacy bound needs.
-		MaxUpdates: 100,
-		// Hops 1000: K, the walk's length.
-		Hops: 1000,
-		// Delta 1e-5: the delta of every (epsilon, delta) figure (below 1/rows of the
-		// embedded data).
-		Delta: 1e-5,
-		// BudgetKind local: a budget (if any) bounds the figure that holds against any
-		// observer.
-		BudgetKind: walk.BudgetLocal,
-		// MinPeers 2: the smallest run that is a network.
-		MinPeers: 2,
-		// Heartbeat 1 s and HeartbeatMisses 15: a member is declared down after 15 s of
-		// silence, generous enough that a busy machine or a quick restart does not trigger
-		// a regeneration.
-		Heartbeat: time.Second, HeartbeatMisses: 15,
-		// Depth 8: backups are kept until the token is 8 acked hand-offs further on; losing
-		// the token then needs 9 simultaneous crashes along the path, about 0.25^8 = 1.5e-5
-		// at 25% crashes (docs/fault-tolerance.md).
-		Depth: 8,
-		// StatusPeriod: the public /status snapshot is refreshed this often.
-		StatusPeriod: DefaultStatusPeriod,
-	}
+	var c Config
+	// The problem: L2-regularised logistic regression, l2 1e-2 (the demo's; strong
+	// enough that a short noisy walk stays near the optimum).
+	c.Problem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 1e-2}}
+	// Gamma (prox parameter, dimensionless) 100: a large gamma moves z further per
+	// update, and so per unit of privacy spent (README: the demo's trade-off).
+	c.Gamma = 100
+	// Lambda 0.5: the relaxation of classical ADMM.
+	c.Lambda = 0.5
+	// Clip 0.1 bounds ||x - z|| (feature units, rows scaled to norm <= 1) and Sigma 1 is
+	// the noise std of eq. (7) in the same units: the demo's accuracy/privacy
+	// trade-off (README: local epsilon near 24 at the cap, delta 1e-5, Theorem 3).
+	c.Clip, c.Sigma = 0.1, 1
+	// MaxUpdates 100: the hard cap K_i that every privacy bound needs.
+	c.MaxUpdates = 100
+	// Hops 1000: K, the walk's length.
+	c.Hops = 1000
+	// Delta 1e-5: the delta of every (epsilon, delta) figure (below 1/rows of the
+	// embedded data).
+	c.Delta = 1e-5
+	// BudgetKind local: a budget (if any) bounds the figure that holds against any
+	// observer.
+	c.BudgetKind = walk.BudgetLocal
+	// MinPeers 2: the smallest run that is a network.
+	c.MinPeers = 2
+	// Heartbeat 1 s and HeartbeatMisses 15: a member is declared down after 15 s of
+	// silence, generous enough that a busy machine or a quick restart does not trigger
+	// a regeneration.
+	c.Heartbeat, c.HeartbeatMisses = time.Second, 15
+	// Depth 8: backups are kept until the token is 8 acked hand-offs further on; losing
+	// the token then needs 9 simultaneous crashes along the path, about 0.25^8 = 1.5e-5
+	// at 25% crashes (docs/fault-tolerance.md).
+	c.Depth = 8
+	// StatusPeriod: the public /status snapshot is refreshed this often.
+	c.StatusPeriod = DefaultStatusPeriod
 	if err := ApplyProfile(&c, ProfileLAN); err != nil {
 		panic(err) // a known profile
 	}

@@ -149,10 +149,14 @@ func TestRelayOptions(t *testing.T) {
 	const relayID = "12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"
 	const otherID = "12D3KooWGDrzQ4N534RWuWDSTkxuY2RRBvKM9XxFa4cb5dKJD2Nq"
 	g := &memberGater{}
-	if _, _, err := relayOptions(Config{Relays: []string{"/ip4/5.0.0.1/tcp/4001"}}, g); err == nil {
+	if _, _, err := relayOptions(Config{
+		Network: Network{Relays: []string{"/ip4/5.0.0.1/tcp/4001"}},
+	}, g); err == nil {
 		t.Fatal("relay without a peer ID accepted")
 	}
-	opts, src, err := relayOptions(Config{Relays: []string{"/ip4/5.0.0.1/tcp/4001/p2p/" + relayID}, NAT: true, Bootstrap: []string{"x"}}, g)
+	opts, src, err := relayOptions(Config{
+		Network: Network{Relays: []string{"/ip4/5.0.0.1/tcp/4001/p2p/" + relayID}, NAT: true, Bootstrap: []string{"x"}},
+	}, g)
 	if err != nil || len(opts) != 2 || src != nil {
 		t.Fatalf("static relays: %d options, source %v, %v", len(opts), src, err)
 	}
@@ -163,7 +167,9 @@ func TestRelayOptions(t *testing.T) {
 		t.Fatalf("after fix: relay allowed %v, other allowed %v", g.allowed(relay), g.allowed(other))
 	}
 	g2 := &memberGater{}
-	opts, src, err = relayOptions(Config{NAT: true, Bootstrap: []string{"x"}}, g2)
+	opts, src, err = relayOptions(Config{
+		Network: Network{NAT: true, Bootstrap: []string{"x"}},
+	}, g2)
 	if err != nil || len(opts) != 2 || src == nil || g2.relays != nil {
 		t.Fatalf("dht source: %d options, source %v, %v", len(opts), src, err)
 	}
@@ -174,12 +180,18 @@ func TestRelayOptions(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d candidates before the DHT is up", n)
 	}
-	for _, c := range []Config{{NAT: true}, {Bootstrap: []string{"x"}}} {
+	for _, c := range []Config{{
+		Network: Network{NAT: true},
+	}, {
+		Network: Network{Bootstrap: []string{"x"}},
+	}} {
 		if opts, src, _ := relayOptions(c, &memberGater{}); len(opts) != 0 || src != nil {
 			t.Fatalf("%+v: %d options", c, len(opts))
 		}
 	}
-	if opts, _, _ := relayOptions(Config{RelayService: true}, &memberGater{}); len(opts) != 2 {
+	if opts, _, _ := relayOptions(Config{
+		Network: Network{RelayService: true},
+	}, &memberGater{}); len(opts) != 2 {
 		t.Fatalf("relay service: %d options", len(opts))
 	}
 }

@@ -226,7 +226,10 @@ func TestFallbackRecoversLostToken(t *testing.T) {
 // the regeneration time (down declaration plus ack timeout) with the derived timeout
 // 20*n*h above it, h the slowest hop time observed between two visits of one lineage.
 func TestFallbackTimeoutDerived(t *testing.T) {
-	c := Config{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15, Depth: 8, Hops: 100}
+	c := Config{
+		Training:    Training{Hops: 100},
+		Reliability: Reliability{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15, Depth: 8},
+	}
 	n := &Node{cfg: c, tick: tickOf(c)}
 	if n.tick != 100*time.Millisecond {
 		t.Fatalf("tick %v, want 100ms (AckTimeout/100)", n.tick)

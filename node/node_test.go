@@ -51,10 +51,11 @@ func shards(t *testing.T, n int) []*consensus.Dataset {
 
 func baseConfig(run string, d *consensus.Dataset, hops uint64) Config {
 	return Config{
-		Run: run, Data: d, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
-		Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, Hops: hops, Listen: loopback, NoSync: true,
-		AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second, AllowSeededNoise: true,
-		Rand: testRand(11), Noise: testNoise(11),
+		Run: run, Data: d,
+		Training:    Training{Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, Hops: hops},
+		Seeding:     Seeding{AllowSeededNoise: true, Rand: testRand(11), Noise: testNoise(11)},
+		Network:     Network{Listen: loopback},
+		Reliability: Reliability{NoSync: true, AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second},
 	}
 }
 

@@ -434,7 +434,10 @@ func FuzzRADMMJournal(f *testing.F) {
 			t.Fatal(err)
 		}
 		// restore needs the Node's run, data directory, store and metrics only.
-		nd := &Node{cfg: Config{Run: "r", DataDir: dir, NoSync: true}, store: st, metrics: met}
+		nd := &Node{cfg: Config{
+			Run: "r", DataDir: dir,
+			Reliability: Reliability{NoSync: true},
+		}, store: st, metrics: met}
 		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex, ad: NewRADMM(ex)}
 		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, store.ErrLedger) {
 			t.Fatalf("restore: %v", err)

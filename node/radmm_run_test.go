@@ -37,8 +37,11 @@ var radmmProblem = consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Re
 func radmmTestConfig(run string, d *consensus.Dataset, p RADMMParams) Config {
 	q := p
 	return Config{
-		Run: run, Data: d, Problem: radmmProblem, Listen: loopback, NoSync: true, AllowSeededNoise: true,
-		Rand: testRand(21), Noise: testNoise(21), RADMM: &q,
+		Run: run, Data: d, RADMM: &q,
+		Training:    Training{Problem: radmmProblem},
+		Seeding:     Seeding{AllowSeededNoise: true, Rand: testRand(21), Noise: testNoise(21)},
+		Network:     Network{Listen: loopback},
+		Reliability: Reliability{NoSync: true},
 	}
 }
 
@@ -377,7 +380,10 @@ func TestRADMMConfigHash(t *testing.T) {
 	if c.RunConfig().Hash() != h0 {
 		t.Error("local barrier settings changed the config hash")
 	}
-	walkJSON := string(marshal((&Config{Run: "w", Data: d, Problem: radmmProblem, Gamma: 1, Lambda: 0.5, Clip: 1, Hops: 3}).RunConfig()))
+	walkJSON := string(marshal((&Config{
+		Run: "w", Data: d,
+		Training: Training{Problem: radmmProblem, Gamma: 1, Lambda: 0.5, Clip: 1, Hops: 3},
+	}).RunConfig()))
 	for _, k := range []string{"graph", "iters", "alpha", "eta", "paper_c"} {
 		if strings.Contains(walkJSON, `"`+k+`"`) {
 			t.Errorf("walk config JSON has %q: %s", k, walkJSON)

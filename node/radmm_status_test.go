@@ -175,7 +175,9 @@ func TestRADMMStatusHTTP(t *testing.T) {
 	rec := httptest.NewRecorder()
 	(&Node{metrics: newMetrics()}).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	dbg := httptest.NewRecorder()
-	(&Node{metrics: newMetrics(), cfg: Config{DebugStatus: true}}).Handler().ServeHTTP(dbg, httptest.NewRequest("GET", "/metrics", nil))
+	(&Node{metrics: newMetrics(), cfg: Config{
+		Network: Network{DebugStatus: true},
+	}}).Handler().ServeHTTP(dbg, httptest.NewRequest("GET", "/metrics", nil))
 	if strings.Contains(rec.Body.String(), "dpadmm_gossip_") || strings.Contains(rec.Body.String(), "dpadmm_hops_processed_total") ||
 		!strings.Contains(dbg.Body.String(), "dpadmm_hops_processed_total") {
 		t.Error("walk node metrics: gossip metrics shown, or per-hop metrics public or missing with DebugStatus")

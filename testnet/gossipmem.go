@@ -123,11 +123,13 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 			q.HaltAfter = cfg.HaltAfter
 		}
 		c := node.Config{
-			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], Problem: cfg.Options.Problem, Members: gm.ids, RADMM: &q,
-			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, NoSync: !cfg.Sync, AllowSeededNoise: true, Insecure: true,
-			Rand:   func(i int) *rand.Rand { return GossipInitRand(seed, i) },
-			Noise:  func(i int) privacy.Noise { return NodeNoise(seed, i) },
-			Logger: cfg.Logger.With().Int("node", i).Logger(),
+			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], RADMM: &q, Logger: cfg.Logger.With().Int("node", i).Logger(),
+			Training:    node.Training{Problem: cfg.Options.Problem},
+			Admission:   node.Admission{Members: gm.ids},
+			Seeding:     node.Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return GossipInitRand(seed, i) }, Noise: func(i int) privacy.Noise { return NodeNoise(seed, i) }},
+			Network:     node.Network{Listen: []string{"/ip4/127.0.0.1/tcp/0"}},
+			Reliability: node.Reliability{NoSync: !cfg.Sync},
+			Harness:     node.Harness{Insecure: true},
 		}
 		if gm.nodes[i], err = node.New(ctx, c); err != nil {
 			return fail(fmt.Errorf("testnet: gmem: node %d: %w", i, err))

@@ -246,7 +246,10 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 		return nil, err
 	}
 	// Every node's configuration hashes alike (same dimension, problem and parameters).
-	hash := (&node.Config{Run: cfg.Run, Data: sim.Shards[0], Problem: o.Problem, RADMM: &p}).RunConfig().Hash()
+	hash := (&node.Config{
+		Run: cfg.Run, Data: sim.Shards[0], RADMM: &p,
+		Training: node.Training{Problem: o.Problem},
+	}).RunConfig().Hash()
 	pl := &gprocsPlan{st: node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}, hash: hash,
 		dirs: make([]string, n), logs: make([]string, n), args: make([][]string, n)}
 	for i := range pl.dirs {

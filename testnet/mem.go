@@ -220,13 +220,13 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 	}
 	for i, sh := range cfg.Shards {
 		c := node.Config{
-			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda,
-			Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta,
-			Members: m.ids, Holder: m.holder, Weight: float64(n) * float64(sh.Rows) / float64(m.total),
-			Sources:          func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) },
-			AllowSeededNoise: true, Insecure: true, NewHost: hosts.newHost(i), NoSync: !cfg.Sync,
-			AckTimeout: cfg.AckTimeout, WithholdAcks: m.withhold[i], Heartbeat: beat,
-			Logger: cfg.Logger.With().Int("node", i).Logger(),
+			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Logger: cfg.Logger.With().Int("node", i).Logger(),
+			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta},
+			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: float64(n) * float64(sh.Rows) / float64(m.total)},
+			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
+			Network:     node.Network{NewHost: hosts.newHost(i)},
+			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},
+			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i]},
 		}
 		nd, err := node.New(ctx, c)
 		if err != nil {

@@ -276,7 +276,10 @@ func TestDataScaleSameOnEveryNode(t *testing.T) {
 	sf := writeFile(t, dir, "scale.json", `{"kind":"standardize+unitball","mean":[0.5,-1],"std":[4,2]}`)
 	other := writeFile(t, dir, "other.json", `{"kind":"standardize+unitball","mean":[0.5,-1],"std":[4,3]}`)
 	hash := func(ld *loadedData) string {
-		c := node.Config{Run: "r", Data: ld.train, Scaling: ld.scaler, Problem: consensus.Problem{Loss: consensus.Logistic}}
+		c := node.Config{
+			Run: "r", Data: ld.train, Scaling: ld.scaler,
+			Training: node.Training{Problem: consensus.Problem{Loss: consensus.Logistic}},
+		}
 		return c.RunConfig().Hash()
 	}
 	for _, extra := range [][]string{nil, {"--scale-file", sf}} {
