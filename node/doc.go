@@ -50,11 +50,14 @@
 // it already took another token on (the sender drops its copy: fencing, see below),
 // AckReject for anything malformed, foreign, from a peer outside the membership or
 // evicted, or of an implausible epoch, and AckBusy when it cannot take the token yet, or
-// any more (membership not fixed, paused, walk over): a node whose run is stopped (SIGTERM) answers AckBusy,
-// resets its own hand-off streams and keeps its host up while members still have a
-// hand-off stream open to it, at most min(AckTimeout, 2 s) (Node.quiesce). Members
-// stopped with it then keep the token in custody instead of redirecting it to a peer
-// that is itself stopping; members that go on running redirect after AckTimeout.
+// any more (membership not fixed, paused, walk over). A node whose run is stopped (SIGINT,
+// SIGTERM) takes no new token, answered AckBusy, resets its own hand-off streams and
+// keeps its host up while members still have a hand-off stream open to it, at most
+// min(AckTimeout, 2 s) (Node.quiesce), still answering a re-send of a token it already
+// took with AckDuplicate (custody passed with its first ack: the token is in its inbox,
+// stepped at its restart). Members stopped with it then keep the token in custody
+// instead of redirecting it to a peer that is itself stopping; members that go on
+// running redirect after AckTimeout.
 //
 // Validation runs cheapest first: frame size, decode (version, exact length), sender in
 // the membership, run and walk, dimension, finiteness, hop within the run, then

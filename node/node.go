@@ -168,9 +168,11 @@ type Node struct {
 	HTTPAddr string
 	closers  []func() error
 	cancel   context.CancelFunc
-	// halt is the Done channel of the running walk's context (nil before Run): once it
-	// is closed the node takes no token any more (see quiesce).
-	halt <-chan struct{}
+	// loopEnd is closed once the loop reads no more hand-offs (n.in): the run is over, or
+	// it was stopped and the hand-off streams open to it are drained (quiesce); receive
+	// then answers AckBusy at once. nil before Run.
+	loopEnd  chan struct{}
+	loopOnce sync.Once
 	// inWalk counts the inbound hand-off streams being served (handleWalk).
 	inWalk atomic.Int64
 	bg     sync.WaitGroup
@@ -448,8 +450,9 @@ func (n *Node) Run(ctx context.Context) (*Model, error) {
 	ctx, cancel := context.WithCancel(allowRelayed(ctx))
 	defer cancel()
 	n.mu.Lock()
-	n.cancel, n.halt = cancel, ctx.Done()
+	n.cancel, n.loopEnd = cancel, make(chan struct{})
 	n.mu.Unlock()
+	defer n.endLoop()
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); n.readControl(ctx) }()
 	if err := n.membership(ctx); err != nil {
@@ -795,10 +798,10 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	n.mu.Lock()
-	ready, halt := n.cust != nil, n.halt
+	ready, end := n.cust != nil, n.loopEnd
 	n.mu.Unlock()
-	if !ready || isClosed(halt) {
-		return AckBusy, nil // not started, or stopping (see quiesce)
+	if !ready || isClosed(end) {
+		return AckBusy, nil // not started, or the loop has ended (see quiesce)
 	}
 	if !n.isMember(from) {
 		n.reject(lg, "non-member", "sender is not a member of the run")
@@ -825,9 +828,9 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 			t.Stop()
 		case <-t.C:
 			return AckBusy, nil
-		case <-halt:
+		case <-end:
 			t.Stop()
-			return AckBusy, nil // the loop has stopped: the token was not taken
+			return AckBusy, nil // the loop has ended: the token was not taken
 		}
 	}
 	return <-reply, written
@@ -846,7 +849,17 @@ func isClosed(c <-chan struct{}) bool {
 // onInbound gives the custody machine a hand-off that passed the stream's checks (decode,
 // membership, run, shape, signature and evidence); the machine's ack (or refusal) is the
 // byte written back, once the Ready that carries it is durable (Walk.Apply).
+//
+// Once the run is stopped (ctx ended, see quiesce) the node takes no new token: a token
+// the machine would accept (walk.Custody.Accepts) is answered AckBusy without it. Any
+// other still goes to the machine, which would not take it anyway and answers by its
+// rules: a re-send of a token it took is a duplicate (custody passed with the first ack;
+// the token is in the inbox, stepped at the restart), one not above its fence is stale.
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
+	if ctx.Err() != nil && n.cust.Accepts(msg.tok.Epoch, msg.tok.Hop, walk.TokenDigest(msg.tok)) {
+		msg.reply <- AckBusy
+		return
+	}
 	msg.idx = n.memberIndex(msg.from)
 	n.cur = &msg
 	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
@@ -887,10 +900,23 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
-	if err := runLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, wallClock{t0: n.t0, tick: n.tick}); err != nil {
+	err := runLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, wallClock{t0: n.t0, tick: n.tick})
+	n.endLoop()
+	if err != nil {
 		return nil, err
 	}
 	return n.finish(ctx)
+}
+
+// endLoop records that the loop reads no more hand-offs: receive answers AckBusy at once.
+func (n *Node) endLoop() {
+	n.loopOnce.Do(func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.loopEnd != nil {
+			close(n.loopEnd)
+		}
+	})
 }
 
 // walkLoop is the walk's part of the runtime loop (runLoop): the inputs of its custody
@@ -925,7 +951,7 @@ func (w walkLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), err
 	n := w.n
 	select {
 	case <-ctx.Done():
-		n.quiesce()
+		n.quiesce(ctx)
 		return nil, ctx.Err()
 	case msg := <-n.in:
 		return func() { n.onInbound(ctx, msg) }, nil
@@ -958,17 +984,23 @@ const stopDrain = 2 * time.Second
 // Its own hand-off in flight ends without a redirection: it was started with the
 // stopped context, so a failure is not charged to the peer, and the token stays in
 // custody (durable, resent on restart). Its outbound hand-off streams are reset, which
-// also tells the members that this node sends nothing more. From the moment the context
-// ended the node answers AckBusy to every hand-off (receive): it takes no token it
-// would not process. It then keeps the host up while members still have a hand-off
-// stream open to it, at most min(AckTimeout, stopDrain). A member that is still
-// running meanwhile sees a busy peer, not a failed one: it keeps custody and retries
-// the same peer until AckTimeout, so a member stopped at the same time (every node of
-// a testnet) ends with its token in custody instead of redirecting it. A redirection
-// at that moment would name in the ledger a peer that is itself stopping, charged as a
-// view of the release (a safe over-count, but a path that is not the walk's). Members
-// that go on running redirect after AckTimeout, as from any peer that stays busy.
-func (n *Node) quiesce() {
+// also tells the members that this node sends nothing more. It then keeps the host up
+// while members still have a hand-off stream open to it, at most min(AckTimeout,
+// stopDrain), and keeps answering their hand-offs (onInbound): from the moment the
+// context ended it takes no new token, answered AckBusy (it would not process it), while
+// a re-send of a token it already took is answered by its custody machine, AckDuplicate:
+// custody passed to this node with its first ack (the token is in its inbox and stepped
+// at its restart), so the sender must not redirect it. A member that restarts re-sends
+// its unacked releases at its first tick and may meet their holder stopping just then.
+// A member that is still running meanwhile sees a busy peer for a new token, not a
+// failed one: it keeps custody and retries the same peer until AckTimeout, so a member
+// stopped at the same time (every node of a testnet) ends with its token in custody
+// instead of redirecting it. A redirection at that moment would name in the ledger a
+// peer that is itself stopping, charged as a view of the release (a safe over-count, but
+// a path that is not the walk's). Members that go on running redirect after AckTimeout,
+// as from any peer that stays busy. Once it returns the loop reads no more hand-offs
+// (endLoop): receive answers AckBusy at once.
+func (n *Node) quiesce(ctx context.Context) {
 	n.mu.Lock()
 	out := n.streams
 	n.streams = map[peer.ID]network.Stream{}
@@ -976,9 +1008,18 @@ func (n *Node) quiesce() {
 	for _, s := range out {
 		s.Reset()
 	}
-	deadline := time.Now().Add(min(n.cfg.AckTimeout, stopDrain))
-	for n.inWalk.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	deadline := time.NewTimer(min(n.cfg.AckTimeout, stopDrain))
+	defer deadline.Stop()
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for n.inWalk.Load() > 0 {
+		select {
+		case msg := <-n.in:
+			n.onInbound(ctx, msg)
+		case <-poll.C:
+		case <-deadline.C:
+			return
+		}
 	}
 }
 

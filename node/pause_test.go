@@ -3,10 +3,13 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,5 +393,109 @@ func runUntilPaused(t *testing.T, ctx context.Context, nodes []*Node) ([]chan ru
 			t.Fatal("no node paused at the hop of the crash")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestStoppingHolderAnswersResend: the holder of a paused token answers a byte-identical
+// re-send of it with AckDuplicate, whether it is running or its run is being stopped
+// (its context ended, as on SIGINT or SIGTERM, and it drains the hand-off streams still
+// open to it, Node.quiesce): custody passed to it with its first ack (the token is in
+// its inbox, stepped at its restart), and a busy answer would make the sender redirect
+// the token to another member at its ack timeout. A restarted member re-sends its
+// unacked release at its first tick, possibly to a holder being stopped at that moment.
+// A token the stopping holder has not taken (the same release under a higher epoch, as
+// a regeneration sends it) is answered AckBusy: a stopping node takes no new token.
+func TestStoppingHolderAnswersResend(t *testing.T) {
+	const hops, pause = 40, 18
+	sh := shards(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nodes := pausedCluster(t, ctx, "stopdup", sh, hops, pause, false, []string{t.TempDir(), t.TempDir(), t.TempDir()})
+	type frame struct {
+		from int
+		to   peer.ID
+		raw  []byte
+	}
+	var mu sync.Mutex
+	var sent []frame
+	for i, nd := range nodes {
+		nd.sendHook = func(to peer.ID, raw []byte) {
+			mu.Lock()
+			sent = append(sent, frame{i, to, slices.Clone(raw)})
+			mu.Unlock()
+		}
+	}
+	stops := make([]context.CancelFunc, len(nodes))
+	ended := make([]chan error, len(nodes))
+	for i, nd := range nodes {
+		rctx, stop := context.WithCancel(ctx)
+		stops[i], ended[i] = stop, make(chan error, 1)
+		go func() { _, err := nd.Run(rctx); ended[i] <- err }()
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	p := -1
+	for p < 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no node paused")
+		case <-time.After(10 * time.Millisecond):
+		}
+		for i, nd := range nodes {
+			if nd.Status().Paused {
+				p = i
+			}
+		}
+	}
+	waitAcked(t, ctx, nodes, p)
+	holder := nodes[p].ID()
+	var held frame
+	mu.Lock()
+	for _, f := range sent {
+		if e, h := rawID(f.raw); f.to == holder && e == 0 && h == pause {
+			held = f
+		}
+	}
+	mu.Unlock()
+	if held.raw == nil {
+		t.Fatalf("no frame of hop %d to the paused node %d was sent", pause, p)
+	}
+	// resend has the sender write raw to the holder again, as its custody does (signed
+	// for the holder, on its hand-off stream, one at a time per peer).
+	resend := func(raw []byte) byte {
+		t.Helper()
+		s := nodes[held.from]
+		lk, _ := s.sendLocks.LoadOrStore(holder, &sync.Mutex{})
+		lk.(*sync.Mutex).Lock()
+		defer lk.(*sync.Mutex).Unlock()
+		code, err := s.handoff(ctx, holder, raw)
+		if err != nil {
+			t.Fatalf("re-send to the paused node: %v", err)
+		}
+		return code
+	}
+	if code := resend(held.raw); code != AckDuplicate {
+		t.Fatalf("paused holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
+	}
+	stops[p]() // the holder's run is stopped; it drains the stream the sender keeps open
+	if code := resend(held.raw); code != AckDuplicate {
+		t.Fatalf("stopping holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
+	}
+	if code := resend(reEpoch(held.raw, 1)); code != AckBusy {
+		t.Fatalf("stopping holder answered a token it has not taken with %d, want AckBusy (%d)", code, AckBusy)
+	}
+	select {
+	case err := <-ended[p]:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("stopped holder's run ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(stopDrain + 5*time.Second):
+		t.Fatal("stopped holder did not end its run")
+	}
+	if st := nodes[p].Status(); !st.Paused || !st.Holding || st.Hop != pause {
+		t.Fatalf("stopped holder's status %+v: want paused at hop %d, holding", st, pause)
 	}
 }
