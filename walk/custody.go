@@ -78,9 +78,11 @@ type Custody struct {
 	evUsed  EvidenceUse
 	fb      fallbackState
 	paused  bool
-	done    bool
-	seq     uint64
-	names   []string
+	// stopping: the driver is stopping (Stop); not part of the snapshot.
+	stopping bool
+	done     bool
+	seq      uint64
+	names    []string
 
 	ledger  []privacy.Entry
 	state   *Checkpoint
@@ -498,6 +500,25 @@ func (c *Custody) Epoch() uint64 { return c.epoch }
 // Done reports whether the walk is over for this node (see CustodyReady.Done).
 func (c *Custody) Done() bool { return c.done }
 
+// Stop tells the machine that its driver is stopping (its process ends; it restarts
+// from the last Snapshot). From then on the machine takes no new token: one it would
+// accept is refused RefuseBusy, and the sender keeps it in custody and tries again. A
+// token it already took (a re-send whose ack was lost, or that crossed the stop) is
+// still answered as a duplicate and one below its fence as stale, by the same rules as
+// before the stop: custody of it passed with the first ack (the token is durable here and
+// stepped at the restart), so the sender must not redirect it. A stopping machine steps
+// nothing, sends no token (no re-send, no retransmission) and its Tick does nothing; acks
+// and releases still update its backups. Stop is not part of the snapshot: a restored
+// machine runs.
+func (c *Custody) Stop() { c.stopping = true }
+
+// Stopping reports whether Stop was called (and no Restore since).
+func (c *Custody) Stopping() bool { return c.stopping }
+
+// quiet reports whether the machine does nothing of its own: the walk ended here, it is
+// paused (CustodyConfig.PauseAtHop) or its driver is stopping (Stop).
+func (c *Custody) quiet() bool { return c.done || c.paused || c.stopping }
+
 // Paused reports whether CustodyConfig.PauseAtHop was reached.
 func (c *Custody) Paused() bool { return c.paused }
 
@@ -585,7 +606,7 @@ func (c *Custody) HasReady() bool {
 		c.persist || c.final != nil || c.doneOut || c.stepDue()
 }
 
-func (c *Custody) stepDue() bool { return c.held != nil && !c.paused && !c.done }
+func (c *Custody) stepDue() bool { return c.held != nil && !c.quiet() }
 
 // Ready returns the pending work; the slices are reused after Advance.
 func (c *Custody) Ready() CustodyReady {
@@ -627,7 +648,7 @@ func (c *Custody) Handover(to int, t Token) error {
 	if err := c.check(&t); err != nil {
 		return err
 	}
-	if c.done || c.paused {
+	if c.quiet() {
 		return nil
 	}
 	t = cloneToken(t)
@@ -802,7 +823,7 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		}
 		return nil
 	}
-	if c.done || c.paused || c.held != nil || (from < 0 && c.epochRefused(t.Epoch)) {
+	if c.quiet() || c.held != nil || (from < 0 && c.epochRefused(t.Epoch)) {
 		c.refuse(from, &t, RefuseBusy)
 		return nil
 	}
@@ -985,7 +1006,10 @@ func (c *Custody) pickPeer(avoid int) int {
 // live peer, charging a forward entry that names it.
 func (c *Custody) resend(b *backup, why CustodyEventKind) {
 	c.persist = true
-	to := c.pickPeer(b.to)
+	to := -1
+	if !c.stopping { // a stopping node sends nothing: the release waits, pending, for the restart
+		to = c.pickPeer(b.to)
+	}
 	if to < 0 {
 		b.pending = true
 		b.deadline = c.now + int64(c.cfg.AckTimeout)
@@ -1014,6 +1038,9 @@ func (c *Custody) retransmit(b *backup, timeout bool) {
 		b.retried = true
 		b.deadline = c.now + int64(c.cfg.AckTimeout)
 		b.busyAt, b.busyWait = 0, 0
+	}
+	if c.stopping {
+		return // sent again at the restart (unacked backups go again at the first tick)
 	}
 	c.event(CustodyRetransmitted, b.tok.Epoch, b.tok.Hop, b.to)
 	c.send(CustodyMsg{Kind: CustodyToken, To: b.to, Epoch: b.tok.Epoch, Hop: b.tok.Hop, Token: cloneToken(b.tok), Evidence: b.ev})
@@ -1147,7 +1174,7 @@ func (c *Custody) PeerDown(j int) {
 		return
 	}
 	c.down[j] = true
-	if c.done || c.paused {
+	if c.quiet() {
 		return
 	}
 	for _, b := range slices.Clone(c.backups) { // resend does not change the slice
@@ -1170,7 +1197,7 @@ func (c *Custody) PeerUp(j int) {
 		return
 	}
 	c.down[j] = false
-	if c.done || c.paused {
+	if c.quiet() {
 		return
 	}
 	for _, b := range c.backups { // resend does not change the slice
@@ -1215,7 +1242,7 @@ func (c *Custody) fallbackAt(fb int64) (int64, bool) {
 // expiry and the fallback.
 func (c *Custody) Tick() {
 	c.now++
-	if c.done || c.paused {
+	if c.quiet() {
 		return
 	}
 	fb := c.FallbackTimeout()
@@ -1273,7 +1300,7 @@ func (c *Custody) fallback() {
 // (math.MaxInt64: none). Until then Tick only advances Now, so a driver may sleep and
 // catch up with TickTo. It is valid until the next input.
 func (c *Custody) NextDeadline() int64 {
-	if c.done || c.paused {
+	if c.quiet() {
 		return math.MaxInt64
 	}
 	fb := c.FallbackTimeout()
@@ -1437,6 +1464,7 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 		}
 	}
 	c.now, c.epoch, c.seq, c.paused, c.done = s.Now, s.Epoch, s.Seq, s.Paused, s.Done
+	c.stopping = false // a restored machine runs (Stop)
 	c.seen = tokenMark{}
 	if s.Fence != nil {
 		c.seen = s.Fence.mark()

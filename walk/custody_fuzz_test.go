@@ -30,6 +30,8 @@ type fuzzNet struct {
 	fence  []CustodyMark      // highest fence seen per node
 	epoch  []uint64
 	done   []bool
+	// stopped[i]: node i's driver is stopping (Custody.Stop), until a Restore.
+	stopped []bool
 }
 
 type sentKey struct {
@@ -53,7 +55,7 @@ func newFuzzNet(t *testing.T, n int, cc CustodyConfig) *fuzzNet {
 		names[i] = strconv.Itoa(i)
 	}
 	w := &fuzzNet{t: t, cc: cc, ledger: make([][]privacy.Entry, n), sent: make([]map[sentKey]bool, n),
-		down: make([][]bool, n), fence: make([]CustodyMark, n), epoch: make([]uint64, n), done: make([]bool, n)}
+		down: make([][]bool, n), fence: make([]CustodyMark, n), epoch: make([]uint64, n), done: make([]bool, n), stopped: make([]bool, n)}
 	build := func(i int) *Custody {
 		ll, err := consensus.NewLocalLoss(shards[i], consensus.Squared, 1)
 		if err != nil {
@@ -104,6 +106,9 @@ func (w *fuzzNet) drain(i int) {
 			w.t.Fatalf("node %d: Tick and TickTo disagree:\n%+v\n%+v", i, rd, trd)
 		}
 		w.check(i, rd)
+		if w.stopped[i] && (hasToken(rd.Outbox) || rd.Held != nil || len(rd.Ledger) > 0) {
+			w.t.Fatalf("node %d is stopping but took, stepped or sent a token: %+v", i, rd)
+		}
 		c.Advance(rd)
 		tw.Advance(trd)
 	}
@@ -361,7 +366,7 @@ func fuzzCustody(t *testing.T, b []byte) {
 			op, arg := b[0], int(b[1])
 			b = b[2:]
 			i := arg % n
-			switch op % 12 {
+			switch op % 13 {
 			case 0: // deliver
 				if len(w.wire) == 0 {
 					break
@@ -414,12 +419,16 @@ func fuzzCustody(t *testing.T, b []byte) {
 			case 9: // a final model
 				from, e := arg/n%n, uint64(arg/(n*n))
 				w.input(i, func(c *Custody, _ bool) error { c.StepFinal(from, e<<(arg%3*30), cc.Hops); return nil })
-			case 10: // Snapshot and Restore
+			case 10: // Snapshot and Restore (a restart: the machine runs again)
 				s := w.nodes[i].Snapshot()
 				w.input(i, func(c *Custody, _ bool) error { return c.Restore(nil, c.Snapshot()) })
+				w.stopped[i] = false
 				if got := w.nodes[i].Snapshot(); !reflect.DeepEqual(got, s) {
 					t.Fatalf("node %d: Restore(Snapshot()) changed the state:\n%+v\n%+v", i, s, got)
 				}
+			case 12: // the driver stops (Ctrl-C); inputs may still arrive until a Restore
+				w.input(i, func(c *Custody, _ bool) error { c.Stop(); return nil })
+				w.stopped[i] = true
 			case 11: // tick every node
 				for k := 0; k < 1+arg%16; k++ {
 					for j := range w.nodes {

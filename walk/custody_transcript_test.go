@@ -32,6 +32,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the tr
 //	inject from=I to=J epoch=E hop=H [v=V] [shown=S]   deliver a made-up token (z = zhat =
 //	                             V) showing as evidence a hand-off of hop S from node 0
 //	down node=I peer=J / up ...  I is told that J went down (came back)
+//	stop node=I                  I's driver is stopping (Custody.Stop)
 //	fallback node=I              I's fallback timeout, ticks per hop, next deadline
 //	final node=I from=J epoch=E hop=H   I learns of a final model released by J
 //	ledger node=I                node I's ledger
@@ -209,6 +210,11 @@ func runTranscript(t *testing.T, path string) {
 			} else {
 				w.nodes[i].PeerUp(j)
 			}
+			w.collect(i)
+		case "stop":
+			// Node `node`'s driver is stopping (Custody.Stop).
+			i := num("node", 0)
+			w.nodes[i].Stop()
 			w.collect(i)
 		case "fallback":
 			c := w.nodes[num("node", 0)]
