@@ -260,7 +260,7 @@ func (n *Node) heldOf(raw []byte) (*walk.CustodyHeld, error) {
 // test hook: replayed into a fresh machine, the inputs must give the Readies the node
 // applied).
 type CustodyInput struct {
-	Kind       string // start, handover, step, down, up, tick, final, restore
+	Kind       string // start, handover, step, down, up, tick, stop, final, restore
 	Msg        walk.CustodyMsg
 	Token      walk.Token
 	Peer       int
@@ -296,6 +296,8 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 		n.cust.PeerUp(in.Peer)
 	case "tick":
 		n.cust.TickTo(in.Tick)
+	case "stop":
+		n.cust.Stop()
 	case "final":
 		if r := n.cust.StepFinal(in.Peer, in.Epoch, in.Hop); r != walk.RefuseNone {
 			err = refusal(r)

@@ -224,6 +224,8 @@ func replayCustody(t *testing.T, nd *Node, d *consensus.Dataset, ms []peer.ID, r
 			m.PeerUp(in.Peer)
 		case "tick":
 			m.TickTo(in.Tick)
+		case "stop":
+			m.Stop()
 		case "final":
 			m.StepFinal(in.Peer, in.Epoch, in.Hop)
 		default:

@@ -850,16 +850,11 @@ func isClosed(c <-chan struct{}) bool {
 // membership, run, shape, signature and evidence); the machine's ack (or refusal) is the
 // byte written back, once the Ready that carries it is durable (Walk.Apply).
 //
-// Once the run is stopped (ctx ended, see quiesce) the node takes no new token: a token
-// the machine would accept (walk.Custody.Accepts) is answered AckBusy without it. Any
-// other still goes to the machine, which would not take it anyway and answers by its
-// rules: a re-send of a token it took is a duplicate (custody passed with the first ack;
-// the token is in the inbox, stepped at the restart), one not above its fence is stale.
+// Once the run is stopped (ctx ended) the machine was told so (quiesce: Custody.Stop) and
+// answers by its rules: a new token is refused busy, a re-send of a token it took is a
+// duplicate (custody passed with the first ack; the token is in the inbox, stepped at the
+// restart), one not above its fence is stale.
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
-	if ctx.Err() != nil && n.cust.Accepts(msg.tok.Epoch, msg.tok.Hop, walk.TokenDigest(msg.tok)) {
-		msg.reply <- AckBusy
-		return
-	}
 	msg.idx = n.memberIndex(msg.from)
 	n.cur = &msg
 	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
@@ -986,9 +981,10 @@ const stopDrain = 2 * time.Second
 // custody (durable, resent on restart). Its outbound hand-off streams are reset, which
 // also tells the members that this node sends nothing more. It then keeps the host up
 // while members still have a hand-off stream open to it, at most min(AckTimeout,
-// stopDrain), and keeps answering their hand-offs (onInbound): from the moment the
-// context ended it takes no new token, answered AckBusy (it would not process it), while
-// a re-send of a token it already took is answered by its custody machine, AckDuplicate:
+// stopDrain), and keeps answering their hand-offs (onInbound) through its custody
+// machine, told first that the node stops (walk.Custody.Stop): from then on it takes no
+// new token, answered AckBusy (it would not process it), while a re-send of a token it
+// already took is answered AckDuplicate:
 // custody passed to this node with its first ack (the token is in its inbox and stepped
 // at its restart), so the sender must not redirect it. A member that restarts re-sends
 // its unacked releases at its first tick and may meet their holder stopping just then.
@@ -1001,6 +997,7 @@ const stopDrain = 2 * time.Second
 // as from any peer that stays busy. Once it returns the loop reads no more hand-offs
 // (endLoop): receive answers AckBusy at once.
 func (n *Node) quiesce(ctx context.Context) {
+	n.input(ctx, CustodyInput{Kind: "stop"}) // the machine takes no new token and sends none
 	n.mu.Lock()
 	out := n.streams
 	n.streams = map[peer.ID]network.Stream{}

@@ -403,8 +403,10 @@ func runUntilPaused(t *testing.T, ctx context.Context, nodes []*Node) ([]chan ru
 // its inbox, stepped at its restart), and a busy answer would make the sender redirect
 // the token to another member at its ack timeout. A restarted member re-sends its
 // unacked release at its first tick, possibly to a holder being stopped at that moment.
-// A token the stopping holder has not taken (the same release under a higher epoch, as
-// a regeneration sends it) is answered AckBusy: a stopping node takes no new token.
+// The stopping node's answers are its custody machine's (walk.Custody.Stop; a new
+// token refused busy is in walk/testdata/custody/stop.txt): the same release under a
+// higher epoch, as a regeneration would send it, is refused by the evidence rule
+// (AckStale) before the stop and after it alike.
 func TestStoppingHolderAnswersResend(t *testing.T) {
 	const hops, pause = 40, 18
 	sh := shards(t, 3)
@@ -480,12 +482,15 @@ func TestStoppingHolderAnswersResend(t *testing.T) {
 	if code := resend(held.raw); code != AckDuplicate {
 		t.Fatalf("paused holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
 	}
+	if code := resend(reEpoch(held.raw, 1)); code != AckStale {
+		t.Fatalf("paused holder answered the same release under epoch 1 with %d, want AckStale (%d): its evidence was used", code, AckStale)
+	}
 	stops[p]() // the holder's run is stopped; it drains the stream the sender keeps open
 	if code := resend(held.raw); code != AckDuplicate {
 		t.Fatalf("stopping holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
 	}
-	if code := resend(reEpoch(held.raw, 1)); code != AckBusy {
-		t.Fatalf("stopping holder answered a token it has not taken with %d, want AckBusy (%d)", code, AckBusy)
+	if code := resend(reEpoch(held.raw, 1)); code != AckStale {
+		t.Fatalf("stopping holder answered the same release under epoch 1 with %d, want AckStale (%d) as before the stop", code, AckStale)
 	}
 	select {
 	case err := <-ended[p]:
