@@ -51,7 +51,8 @@
 // AckReject for anything malformed, foreign, from a peer outside the membership or
 // evicted, or of an implausible epoch, and AckBusy when it cannot take the token yet, or
 // any more (membership not fixed, paused, walk over). A node whose run is stopped (SIGINT,
-// SIGTERM) takes no new token, answered AckBusy, resets its own hand-off streams and
+// SIGTERM) tells its custody machine (walk.Custody.Stop), which takes no new token,
+// answered AckBusy; the node resets its own hand-off streams and
 // keeps its host up while members still have a hand-off stream open to it, at most
 // min(AckTimeout, 2 s) (Node.quiesce), still answering a re-send of a token it already
 // took with AckDuplicate (custody passed with its first ack: the token is in its inbox,
