@@ -559,6 +559,10 @@ func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
 		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
 		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+	case walk.RefuseBusy:
+		// Not a fault of the sender: it keeps the token and tries again (debug level).
+		n.limitedLog(zerolog.DebugLevel, "busy").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Bool("stopping", n.cust.Stopping()).Bool("paused", n.cust.Paused()).Msg("hand-off answered busy: this node takes no token now")
 	}
 }
 
