@@ -49,7 +49,10 @@ type sentToken struct {
 // configuration and seeds, the inputs must give exactly the Readies the node applied.
 // And what the node did is those Readies: its ledger file holds exactly their entries,
 // in order, and every token frame it wrote (to whom, which token, which evidence) is a
-// token message of them, each of them written at least once.
+// token message of them, each of them written at least once. And the inputs are the
+// wire's (checkWireInputs): every token input is a frame its sender wrote, with that
+// frame's signature as evidence, and every ack and release input its sender's machine
+// sent.
 func TestNodeCustodyIsTheMachine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -112,12 +115,17 @@ func TestNodeCustodyIsTheMachine(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	all := make([][]walk.CustodyReady, nn)
+	for i, nd := range nodes {
+		all[i] = replayCustody(t, nd, sh[i], ids, records[i])
+	}
+	checkWireInputs(t, nodes, records, frames, all)
 	regenerated := 0
 	for i, nd := range nodes {
 		if i == killed {
 			continue
 		}
-		replayed := replayCustody(t, nd, sh[i], ids, records[i])
+		replayed := all[i]
 		var ledger []privacy.Entry
 		outbox := map[string]int{}
 		for _, rd := range replayed {
@@ -171,6 +179,94 @@ func TestNodeCustodyIsTheMachine(t *testing.T) {
 	if regenerated == 0 {
 		t.Fatal("no regeneration: the crash was not recovered by the custody rules")
 	}
+}
+
+// checkWireInputs: the node maps the wire to its machine's inputs and invents none. Every
+// token a node gave its machine was written to it, as a frame, by the member it names as
+// sender (the same token and evidence); every ack and release it gave its machine was
+// sent to it by that member's machine (replayed: its Readies). The exceptions are the
+// outcomes of a node's own hand-offs that no machine decided: a transport failure
+// (RefuseFailed), a frame refused before the machine (RefuseInvalid), and a busy answer
+// of a receiver that had no machine running (not started, or its loop had ended).
+func checkWireInputs(t *testing.T, nodes []*Node, records [][]custodyRecord, frames [][]sentToken, replayed [][]walk.CustodyReady) {
+	t.Helper()
+	ids := make([]peer.ID, len(nodes))
+	for i, nd := range nodes {
+		ids[i] = nd.ID()
+	}
+	msgKey := func(m walk.CustodyMsg) string {
+		return fmt.Sprintf("%d->%d kind %d (epoch %d, hop %d) stale %v duplicate %v refused %v dist %d retire %v",
+			m.From, m.To, m.Kind, m.Epoch, m.Hop, m.Stale, m.Duplicate, m.Refused, m.Dist, m.Retire)
+	}
+	// A frame is keyed by recipient, sender, token and the sender's signature on it; the
+	// receiver's machine gets that hand-off as its evidence (signer, epoch, hop, signature).
+	frameKey := func(to peer.ID, from int, tok walk.Token, sig []byte) string {
+		return fmt.Sprintf("(epoch %d, hop %d, digest %x) %d->%s signature %x", tok.Epoch, tok.Hop, walk.TokenDigest(tok), from, shortID(to), sig)
+	}
+	wrote := map[string]bool{}
+	for i, fs := range frames {
+		for _, f := range fs {
+			tok, err := wire.DecodeToken(f.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The hook sees the token as held; the frame written is it signed for the
+			// recipient (Ed25519 signatures are deterministic: the same bytes).
+			fr, err := signFrame(nodes[i].key, f.raw, f.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := wire.ParseCert(fr[wire.BodyLen(fr):], true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrote[frameKey(f.to, i, tok, c.Sig)] = true
+		}
+	}
+	sent := map[string]bool{}
+	for _, rds := range replayed {
+		for _, rd := range rds {
+			for _, m := range rd.Outbox {
+				if m.Kind != walk.CustodyToken {
+					sent[msgKey(m)] = true
+				}
+			}
+		}
+	}
+	var tokens, msgs, outcomes int
+	for j, recs := range records {
+		for k, r := range recs {
+			if r.in.Kind != "step" {
+				continue
+			}
+			m := r.in.Msg
+			switch {
+			case m.Kind == walk.CustodyToken:
+				c, err := wire.ParseCert(m.Evidence, false)
+				switch {
+				case err != nil:
+					t.Errorf("node %d, input %d: token with evidence that does not parse: %v", j, k, err)
+				case !c.Ev.Present || c.Ev.Signer != m.From || c.Ev.Epoch != m.Token.Epoch || c.Ev.Hop != m.Token.Hop:
+					t.Errorf("node %d, input %d: token (epoch %d, hop %d) from %d with the evidence of %+v", j, k, m.Token.Epoch, m.Token.Hop, m.From, c.Ev)
+				case !wrote[frameKey(ids[j], m.From, m.Token, c.EvSig)]:
+					t.Errorf("node %d, input %d: token %s that no member wrote to it", j, k, frameKey(ids[j], m.From, m.Token, c.EvSig))
+				}
+				tokens++
+			case m.Kind == walk.CustodyAck && (m.Refused == walk.RefuseFailed || m.Refused == walk.RefuseInvalid ||
+				m.Refused == walk.RefuseBusy && !sent[msgKey(m)]):
+				outcomes++
+			default:
+				if !sent[msgKey(m)] {
+					t.Errorf("node %d, input %d: %s that no machine sent", j, k, msgKey(m))
+				}
+				msgs++
+			}
+		}
+	}
+	if tokens == 0 || msgs == 0 {
+		t.Fatalf("%d token and %d ack or release inputs: the trace holds no hand-off", tokens, msgs)
+	}
+	t.Logf("wire: %d token inputs, each a frame its sender wrote; %d acks and releases, each its sender's machine's; %d transport outcomes", tokens, msgs, outcomes)
 }
 
 func cloneTok(t walk.Token) walk.Token {
