@@ -10,7 +10,8 @@ import (
 
 // FuzzCheckpointLog: any bytes in checkpoint.log give a checkpoint or an error from
 // LoadCheckpoint, never a panic; a checkpoint it returns encodes and decodes to itself;
-// the bytes of a record that did not check are never returned as part of one.
+// the bytes of a record that did not check are never returned as part of one. Inputs
+// starting with 0xFF are a record's payload, framed before the load.
 func FuzzCheckpointLog(f *testing.F) {
 	c := fullCheckpoint()
 	c.Version, c.LedgerSeq, c.LedgerHash = 1, 0, 0
@@ -25,7 +26,15 @@ func FuzzCheckpointLog(f *testing.F) {
 	f.Add(append(append([]byte(nil), first...), second[:RecordHeader+3]...))
 	f.Add([]byte(RecordMagic))
 	f.Add([]byte{})
+	// A payload framed as a valid record (CRC and all), so that the mutations reach the
+	// checkpoint decoder and not only the framing: the first byte 0xFF says so.
+	f.Add(append([]byte{0xFF}, first[RecordHeader:]...))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 0 && b[0] == 0xFF {
+			rec := append(make([]byte, RecordHeader), b[1:]...)
+			frameRecord(rec)
+			b = rec
+		}
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, CheckpointLog), b, 0o600); err != nil {
 			t.Fatal(err)
