@@ -1,14 +1,14 @@
 package gossip
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dpadmm/dpadmm/testnet/transcript"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the transcript tests (testdata/barrier/*.txt)")
@@ -51,52 +51,15 @@ func TestBarrierTranscripts(t *testing.T) {
 	}
 }
 
-// tcBlock is one command of a transcript with the comment lines before it.
-type tcBlock struct{ notes, cmd, want string }
-
-func readTranscript(t *testing.T, path string) []tcBlock {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []tcBlock
-	var notes strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			notes.WriteString(line + "\n")
-			continue
-		}
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		blk := tcBlock{notes: notes.String(), cmd: line}
-		notes.Reset()
-		if !sc.Scan() || sc.Text() != "----" {
-			t.Fatalf("%s: command %q without ----", path, line)
-		}
-		var want []string
-		for sc.Scan() && sc.Text() != "" {
-			want = append(want, sc.Text())
-		}
-		blk.want = strings.Join(want, "\n")
-		out = append(out, blk)
-	}
-	return out
-}
-
 func runBarrierTranscript(t *testing.T, path string) {
-	blocks := readTranscript(t, path)
+	tf := transcript.Open(t, path, *rewrite)
 	var w *exchNet
-	var rewritten strings.Builder
-	for _, blk := range blocks {
-		f := strings.Fields(blk.cmd)
+	for _, blk := range tf.Blocks {
+		f := strings.Fields(blk.Cmd)
 		atoi := func(s string) int {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				t.Fatalf("%s: %q is not a number", blk.cmd, s)
+				t.Fatalf("%s: %q is not a number", blk.Cmd, s)
 			}
 			return n
 		}
@@ -263,29 +226,13 @@ func runBarrierTranscript(t *testing.T, path string) {
 				out = append(out, fmt.Sprintf("%d->%d i%d", e.Msg.From, e.To, e.Msg.Iter))
 			}
 		default:
-			t.Fatalf("unknown command %q", blk.cmd)
+			t.Fatalf("unknown command %q", blk.Cmd)
 		}
 		if len(out) == 0 {
 			out = []string{"ok"}
 		}
 		got := strings.Join(out, "\n")
-		// Blocks are separated by an empty line; the file's leading comment by one more.
-		first := rewritten.Len() == 0
-		if !first {
-			rewritten.WriteString("\n")
-		}
-		rewritten.WriteString(blk.notes)
-		if first && blk.notes != "" {
-			rewritten.WriteString("\n")
-		}
-		fmt.Fprintf(&rewritten, "%s\n----\n%s\n", blk.cmd, got)
-		if !*rewrite && got != blk.want {
-			t.Fatalf("%s: %s\ngot:\n%s\nwant:\n%s", path, blk.cmd, got, blk.want)
-		}
+		tf.Check(blk, got)
 	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(rewritten.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tf.Close()
 }

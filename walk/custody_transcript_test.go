@@ -1,17 +1,16 @@
 package walk
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet/transcript"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the transcript tests (testdata/custody/*.txt)")
@@ -53,42 +52,12 @@ func TestCustodyTranscripts(t *testing.T) {
 	}
 }
 
-type tcBlock struct{ cmd, want string }
-
-func readTranscript(t *testing.T, path string) []tcBlock {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []tcBlock
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		blk := tcBlock{cmd: line}
-		if !sc.Scan() || sc.Text() != "----" {
-			t.Fatalf("%s: command %q without ----", path, line)
-		}
-		var want []string
-		for sc.Scan() && sc.Text() != "" {
-			want = append(want, sc.Text())
-		}
-		blk.want = strings.Join(want, "\n")
-		out = append(out, blk)
-	}
-	return out
-}
-
 func runTranscript(t *testing.T, path string) {
-	blocks := readTranscript(t, path)
+	tf := transcript.Open(t, path, *rewrite)
 	var w *custodyNet
 	crashed := map[int]bool{}
-	var rewritten strings.Builder
-	for _, blk := range blocks {
-		f := strings.Fields(blk.cmd)
+	for _, blk := range tf.Blocks {
+		f := strings.Fields(blk.Cmd)
 		args := map[string]string{}
 		for _, kv := range f[1:] {
 			k, v, _ := strings.Cut(kv, "=")
@@ -101,7 +70,7 @@ func runTranscript(t *testing.T, path string) {
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				t.Fatalf("%s: %s=%q", blk.cmd, k, v)
+				t.Fatalf("%s: %s=%q", blk.Cmd, k, v)
 			}
 			return n
 		}
@@ -239,32 +208,15 @@ func runTranscript(t *testing.T, path string) {
 				out = append(out, msgString(m))
 			}
 		default:
-			t.Fatalf("unknown command %q", blk.cmd)
+			t.Fatalf("unknown command %q", blk.Cmd)
 		}
 		if len(out) == 0 {
 			out = []string{"ok"}
 		}
 		got := strings.Join(out, "\n")
-		fmt.Fprintf(&rewritten, "%s\n----\n%s\n\n", blk.cmd, got)
-		if !*rewrite && got != blk.want {
-			t.Fatalf("%s: %s\ngot:\n%s\nwant:\n%s", path, blk.cmd, got, blk.want)
-		}
+		tf.Check(blk, got)
 	}
-	if *rewrite {
-		// Keep the comments: rewrite only the outputs, block by block.
-		b, _ := os.ReadFile(path)
-		var keep strings.Builder
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "#") {
-				keep.WriteString(line + "\n")
-			} else {
-				break
-			}
-		}
-		if err := os.WriteFile(path, []byte(keep.String()+"\n"+rewritten.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tf.Close()
 }
 
 func deadline(t int64) string {
