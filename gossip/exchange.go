@@ -3,7 +3,6 @@ package gossip
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -352,10 +351,8 @@ func (x *Exchange) Step(msg Message) error {
 	if len(msg.Vec) != x.m.dim {
 		return ErrDim
 	}
-	for _, v := range msg.Vec {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return ErrNotFinite
-		}
+	if err := checkVec(msg.Vec); err != nil {
+		return err
 	}
 	if x.ended() {
 		x.ignored(msg, ErrEnded)

@@ -120,11 +120,31 @@ func (a Algo) Scheme() privacy.ObjPertScheme {
 var (
 	ErrNotNeighbor = errors.New("gossip: message from a node that is not a neighbour")
 	ErrDim         = errors.New("gossip: vector dimension mismatch")
-	ErrNotFinite   = errors.New("gossip: vector has a non-finite coordinate")
+	ErrNotFinite   = errors.New("gossip: vector has a non-finite coordinate or one beyond MaxCoord in magnitude")
 	ErrStale       = errors.New("gossip: message for an iteration already completed")
 	ErrDuplicate   = errors.New("gossip: duplicate message for this iteration")
 	ErrFuture      = errors.New("gossip: message more than one iteration ahead")
 )
+
+// MaxCoord bounds the magnitude of every coordinate a machine accepts from a neighbour
+// (ErrNotFinite beyond it). A finite vector of coordinates near math.MaxFloat64 would
+// make the sum of the neighbours' vectors, the dual update or the local solve overflow
+// and the node's state and releases non-finite. No honest run comes near the bound: rows
+// have norm at most 1 and the models of the regularised losses are of the order of
+// 1/lambda; below it the sums over the neighbours and the products with the penalty
+// eta stay far from overflow for any eta below 1e100.
+const MaxCoord = 1e100
+
+// checkVec returns ErrNotFinite unless every coordinate of v is finite and at most
+// MaxCoord in magnitude.
+func checkVec(v []float64) error {
+	for _, x := range v {
+		if !(math.Abs(x) <= MaxCoord) { // false for NaN too
+			return ErrNotFinite
+		}
+	}
+	return nil
+}
 
 // Config is one node's configuration. Constants follow Zhang-Khalili-Liu 2020 (see Objective).
 type Config struct {
@@ -475,12 +495,8 @@ func (m *Machine) Step(msg Message) error {
 	if len(msg.Vec) != m.dim {
 		return ErrDim
 	}
-	var chk float64
-	for _, v := range msg.Vec {
-		chk += v * 0
-	}
-	if chk != 0 {
-		return ErrNotFinite
+	if err := checkVec(msg.Vec); err != nil {
+		return err
 	}
 	switch {
 	case msg.Iter < m.t:

@@ -246,6 +246,8 @@ func TestStepValidation(t *testing.T) {
 	check(Message{From: 1, Iter: 0, Vec: []float64{1}}, ErrDim)
 	check(Message{From: 1, Iter: 0, Vec: []float64{math.NaN(), 0}}, ErrNotFinite)
 	check(Message{From: 1, Iter: 0, Vec: []float64{math.Inf(1), 0}}, ErrNotFinite)
+	check(Message{From: 1, Iter: 0, Vec: []float64{0, -1e101}}, ErrNotFinite) // finite, but beyond MaxCoord
+	check(Message{From: 1, Iter: 0, Vec: []float64{0, math.MaxFloat64}}, ErrNotFinite)
 	check(Message{From: 1, Iter: 2, Vec: v}, ErrFuture)
 	check(Message{From: 1, Iter: 0, Vec: v}, nil)
 	check(Message{From: 1, Iter: 0, Vec: v}, ErrDuplicate)
@@ -374,7 +376,7 @@ func FuzzStep(f *testing.F) {
 			var want error
 			finite := true
 			for _, v := range msg.Vec {
-				finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0)
+				finite = finite && !math.IsNaN(v) && !math.IsInf(v, 0) && math.Abs(v) <= MaxCoord
 			}
 			switch {
 			case msg.From != 1 && msg.From != 2:

@@ -110,6 +110,7 @@ func TestExchangeValidator(t *testing.T) {
 		{"beyond T", mod(func(g *wire.ExchangeFrame) { g.Iter = 11 }), 1, wire.Reject, "beyond"},
 		{"nan", mod(func(g *wire.ExchangeFrame) { g.Vec[1] = math.NaN() }), 1, wire.Reject, "non-finite coordinate 1"},
 		{"inf", mod(func(g *wire.ExchangeFrame) { g.Vec[2] = math.Inf(-1) }), 1, wire.Reject, "non-finite coordinate 2"},
+		{"huge", mod(func(g *wire.ExchangeFrame) { g.Vec[0] = 1e300 }), 1, wire.Reject, "coordinate 0 beyond"},
 	} {
 		got, reason := v.Check(c.f, c.sender)
 		if got != c.want || !strings.Contains(reason, c.reason) {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/dpadmm/dpadmm/gossip"
 )
 
 // ExchangeWireVersion is the version byte of the neighbour-exchange frame.
@@ -128,6 +130,9 @@ func (v ExchangeValidator) CheckLabeled(f ExchangeFrame, sender int) (Verdict, s
 	for k, x := range f.Vec {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return Reject, fmt.Sprintf("non-finite coordinate %d", k), "non-finite"
+		}
+		if math.Abs(x) > gossip.MaxCoord {
+			return Reject, fmt.Sprintf("coordinate %d beyond %g in magnitude", k, gossip.MaxCoord), "non-finite"
 		}
 	}
 	return Accept, "", ""
