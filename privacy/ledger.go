@@ -19,8 +19,9 @@ const (
 	MechPure     = "pure"     // pure Epsilon-DP release
 	MechForward  = "forward"  // forwarding without new data use: no privacy cost
 	// MechSubsampled is the Poisson-subsampled Gaussian mechanism: each record included
-	// with probability Rate, noise std Sigma on a sum of L2 sensitivity Sensitivity
-	// (add/remove one record). See SubsampledEntryNote.
+	// with probability Rate, noise std Sigma on a sum of examples each clipped at
+	// Sensitivity, under replace-one adjacency (one record replaced, counts unchanged).
+	// See SubsampledEntryNote.
 	MechSubsampled = "subsampled"
 	// MechGADMM is one noisy gradient-ADMM iteration (gadmm.go): a Gaussian mechanism on
 	// the x-step, Sensitivity = eta*Delta and Sigma the noise std on x, in x units.
@@ -85,7 +86,7 @@ func (e Entry) Validate() error {
 }
 
 // Curve returns the entry's RDP curve: GaussianCurve(Sensitivity, Sigma) for "gaussian" and
-// "gadmm", SubsampledGaussianCurve(Rate, Sigma/Sensitivity, 1) for "subsampled",
+// "gadmm", SubsampledReplaceCurve(Rate, Sigma/Sensitivity, 1) for "subsampled",
 // PureDPCurve(Epsilon) for "pure", zeros for "forward", and +Inf for an invalid entry.
 func (e Entry) Curve() Curve {
 	if e.Validate() != nil {

@@ -11,11 +11,13 @@ import (
 //
 // One update is the Poisson-subsampled Gaussian mechanism: each row of node i included
 // with probability q, every example's gradient clipped at C, Gaussian noise of std sigma on
-// the clipped sum (noise multiplier sigma/C), record-level add/remove-one adjacency of a
-// row of node i. Its RDP is SubsampledGaussianCurve(q, sigma/C, 1); a node's K_i updates
-// compose to SubsampledGaussianCurve(q, sigma/C, K_i): the local figure, against an
+// the clipped sum (noise multiplier sigma/C), record-level REPLACE-ONE adjacency of a row of
+// node i (one row replaced, the node's row count unchanged; add/remove-one cannot be hidden,
+// see subsampled_replace.go). Its RDP is SubsampledReplaceCurve(q, sigma/C, 1); a node's K_i
+// updates compose to SubsampledReplaceCurve(q, sigma/C, K_i): the local figure, against an
 // observer of every message (everything after the noise, the smoothing included, is
-// post-processing). With one row per node the record is the user.
+// post-processing). With one row per node the record is the user. At q = 1 the update is
+// exactly a Gaussian mechanism of sensitivity 2C.
 //
 // Network figures. "ls-sgd": none. The amplification theorems of the walk (Cyffers et al.
 // 2023, Theorem 4, amplification by iteration on the released z) need the maps between two
@@ -30,8 +32,8 @@ import (
 // amplification factor is of the same O(ln n / n) order as Theorem 4 (Cyffers et al. 2023,
 // sec. 5.4). SGDNetworkCurve writes it in the walk's conservative corrected form: per
 // update, with e1 = alpha (C/sigma)^2/2 the unsampled Gaussian RDP of one update in theta
-// units (sensitivity eta c_q C against noise std eta c_q sigma; the subsampling is ignored,
-// which only over-charges), c = (alpha-1) e1 <= 1 (Feldman et al. 2018 weak convexity, Prop.
+// units (sensitivity eta c_q 2C under replace-one against noise std eta c_q sigma; the
+// subsampling is ignored, which only over-charges), here e1 = alpha (2C)^2/(2 sigma^2), c = (alpha-1) e1 <= 1 (Feldman et al. 2018 weak convexity, Prop.
 // 3 of the walk paper) and the exact geometric law ln(n)/(n-1) of the first passage on the
 // complete graph, plus the final model released to every node; and it is capped by the
 // local curve at every order (both bound the same divergence). When a condition fails
@@ -47,7 +49,7 @@ import (
 // deviation from the paper); it is left out.
 
 // SubsampledEntryNote names the result a "subsampled" ledger entry rests on.
-const SubsampledEntryNote = SubsampledGaussianNote
+const SubsampledEntryNote = SubsampledReplaceNote
 
 // validateSubsampledEntry checks a "subsampled" entry: q in (0,1].
 func validateSubsampledEntry(e Entry) error {
@@ -58,7 +60,11 @@ func validateSubsampledEntry(e Entry) error {
 }
 
 // subsampledEntryCurve is the RDP curve of one "subsampled" entry: zeros for sensitivity 0,
-// +Inf for sigma 0, else SubsampledGaussianCurve(q, sigma/sensitivity, 1).
+// +Inf for sigma 0, else SubsampledReplaceCurve(q, sigma/sensitivity, 1): the entry's
+// sensitivity is the per-example clip C and the adjacency is replace-one (one row of the
+// node replaced, its row count unchanged), the only one the walk can hide (see
+// subsampled_replace.go). A ledger written before this rule is recomputed with it, which
+// only raises its figure.
 func subsampledEntryCurve(e Entry) Curve {
 	switch {
 	case e.Sensitivity == 0:
@@ -66,7 +72,7 @@ func subsampledEntryCurve(e Entry) Curve {
 	case e.Sigma == 0:
 		return InfCurve()
 	}
-	return SubsampledGaussianCurve(e.Rate, e.Sigma/e.Sensitivity, 1)
+	return SubsampledReplaceCurve(e.Rate, e.Sigma/e.Sensitivity, 1)
 }
 
 // ValidateGradStep checks the privacy parameters of an "ls-sgd" or "sgd" run: rate q in
@@ -94,7 +100,7 @@ func ValidateGradStep(rate, clip, sigma, nu, eta float64, rows int) error {
 }
 
 // SGDLocalCurve is the local RDP curve of `updates` ls-sgd or sgd updates of one node:
-// SubsampledGaussianCurve(rate, sigma/clip, updates). Invalid input (a rate outside (0,1]
+// SubsampledReplaceCurve(rate, sigma/clip, updates) (replace-one adjacency). Invalid input (a rate outside (0,1]
 // included) gives +Inf; sigma 0 (no noise) gives +Inf unless updates is 0.
 func SGDLocalCurve(rate, clip, sigma float64, updates int) Curve {
 	switch {
@@ -105,16 +111,18 @@ func SGDLocalCurve(rate, clip, sigma float64, updates int) Curve {
 	case updates < 0 || !(clip > 0) || math.IsInf(clip, 0) || !(sigma > 0) || math.IsInf(sigma, 0):
 		return InfCurve()
 	}
-	return SubsampledGaussianCurve(rate, sigma/clip, updates)
+	return SubsampledReplaceCurve(rate, sigma/clip, updates)
 }
 
 // SGDLocalName names the result SGDLocalBound rests on.
-const SGDLocalName = "Poisson-subsampled Gaussian mechanism per update (Mironov, Talwar, Zhang 2019), composed over K_i updates"
+const SGDLocalName = "Poisson-subsampled Gaussian mechanism per update under replace-one adjacency (Mironov, Talwar, Zhang 2019 " +
+	"with the weak triangle inequality, Mironov 2017 Prop. 11; exactly the Gaussian of sensitivity 2C at q = 1), composed over K_i updates"
 
 // SGDLocalConditions lists the assumptions of SGDLocalBound.
 const SGDLocalConditions = "every example's gradient clipped at C; Gaussian noise of std sigma on the clipped sum, on the lattice " +
 	"of the discrete Gaussian; each row included independently with probability q (secret sample); record-level " +
-	"add/remove-one adjacency of a row of node i; at most K_i updates (hard cap); holds against an observer of every message"
+	"replace-one adjacency of a row of node i (its row count is public: add/remove-one is not claimed); at most K_i " +
+	"updates (hard cap); holds against an observer of every message"
 
 // SGDLocalBound is the local (eps, delta) bound of `updates` ls-sgd or sgd updates.
 func SGDLocalBound(rate, clip, sigma float64, updates int, delta float64) Bound {
@@ -127,11 +135,12 @@ func SGDLocalBound(rate, clip, sigma float64, updates int, delta float64) Bound 
 	return b
 }
 
-// sgdUnit returns, per order, (1+c) e1 with e1 = alpha (clip/sigma)^2 / 2 and
-// c = (alpha-1) e1, or +Inf where c > 1.
+// sgdUnit returns, per order, (1+c) e1 with e1 = alpha (2 clip/sigma)^2 / 2 (one update's
+// shift 2C under replace-one against noise sigma, in gradient units) and c = (alpha-1) e1,
+// or +Inf where c > 1.
 func sgdUnit(clip, sigma float64) Curve {
 	out := make(Curve, len(Orders))
-	r := clip / sigma
+	r := 2 * clip / sigma
 	for k, a := range Orders {
 		e1 := a * r * r / 2
 		c := (a - 1) * e1
@@ -147,7 +156,7 @@ func sgdUnit(clip, sigma float64) Curve {
 // SGDNetworkCurve is the pairwise (network) RDP curve of one node of the random-walk
 // DP-SGD ("sgd") on the complete graph with n nodes: at each order the smaller of the local
 // curve SGDLocalCurve(rate, clip, sigma, K_i) and the amplified form
-// (1+c) e1 (K_i ln(n)/(n-1) + FinalReleaseWeight(1/n, hops, K_i)), e1 = alpha C^2/(2 sigma^2),
+// (1+c) e1 (K_i ln(n)/(n-1) + FinalReleaseWeight(1/n, hops, K_i)), e1 = 2 alpha C^2/sigma^2,
 // c = (alpha-1) e1 <= 1 (see the comment at the top of this file). Invalid input gives +Inf;
 // K_i = 0 gives zeros.
 func SGDNetworkCurve(n, updates int, hops uint64, rate, clip, sigma float64) Curve {
@@ -170,7 +179,7 @@ const SGDNetworkName = "random-walk DP-SGD, amplification by iteration (Feldman 
 // SGDNetworkConditions lists the assumptions of the sgd pairwise figure.
 const SGDNetworkConditions = "every node's loss a convex generalized linear loss, clipped per example, and its step eta <= 2/beta " +
 	"(walk.SGDSmoothness), so that every hop's map is non-expansive; complete graph with uniform next hop (self included); " +
-	"secret path; c = (alpha-1)*alpha*C^2/(2 sigma^2) <= 1; hard cap K_i; every hop a noisy update; each release seen " +
+	"secret path; c = (alpha-1)*2*alpha*C^2/sigma^2 <= 1; hard cap K_i; every hop a noisy update; each release seen " +
 	"by one peer; only j's first observation after each update charged"
 
 // LSSGDName names the result the ls-sgd figure rests on.
@@ -211,8 +220,15 @@ func gradDecide(r WalkRun) WalkVerdict {
 		v.Reasons = append(v.Reasons, "sgd: the step is not certified non-expansive on every node (needs a convex generalized linear "+
 			"loss and eta <= 2/beta, walk.SGDSmoothness): amplification by iteration does not apply")
 	}
+	// The step eta_k = eta/sqrt(k) (k the holder's own count) scales every hop's noise and
+	// every update's shift differently; the planned form charges one scale for all, which
+	// under-charges (a later holder's small noise cannot hide an early large update). The
+	// realised figure charges each hop its own variance (RealisedPairwiseScaled).
+	v.Reasons = append(v.Reasons, "sgd: the step size eta/sqrt(k) gives every hop its own noise scale and every update its own "+
+		"shift, which the planned form (one noise scale) does not charge: a plan cannot promise the amplification; the "+
+		"realised figure, which charges each hop its own variance, is the amplified one after the run")
 	if allInf(sgdUnit(r.Clip, r.Sigma)) {
-		v.Reasons = append(v.Reasons, "the order condition c = (alpha-1)*alpha*C^2/(2 sigma^2) <= 1 fails at every order (sigma too small for clip C)")
+		v.Reasons = append(v.Reasons, "the order condition c = (alpha-1)*2*alpha*C^2/sigma^2 <= 1 fails at every order (sigma too small for clip C)")
 	}
 	if r.Cap <= 0 && !r.Own {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("no hard cap K_i: K_i is set to %d, but the bound needs a hard cap", v.K))
@@ -273,10 +289,10 @@ func gradPlannedBound(r WalkRun, delta float64) Bound {
 }
 
 // SGDTraceClip returns the clip to record in a Trace (RealisedPairwise) or in PlanOptions
-// (PlannedPairwise) of an "sgd" run: C/4. Those accountants charge one update the unit
+// (PlannedPairwise) of an "sgd" run: C/2. Those accountants charge one update the unit
 // WalkUpdateCurve(clip, sigma) = 8 alpha clip^2/sigma^2 (sensitivity 4 lambda C against noise
-// lambda sigma); one sgd update is alpha C^2/(2 sigma^2) (sensitivity eta c_q C against noise
-// eta c_q sigma), which is that unit at clip C/4. The realised and planned figures then hold
+// lambda sigma); one sgd update is 2 alpha C^2/sigma^2 (sensitivity eta c_q 2C under
+// replace-one against noise eta c_q sigma), which is that unit at clip C/2. The realised and planned figures then hold
 // under the sgd conditions of WalkDecide (non-expansive steps); for "ls-sgd" no pairwise
 // accountant applies and the local figure is the pairwise one.
-func SGDTraceClip(clip float64) float64 { return clip / 4 }
+func SGDTraceClip(clip float64) float64 { return clip / 2 }

@@ -83,8 +83,9 @@ func LemmaSigma(eps, delta float64, T, n, b int, l float64) (float64, error) {
 // SubsampledSigma is recipe C: the smallest noise multiplier z (noise std over the L2
 // sensitivity of the clipped sum) such that T compositions of the Poisson-subsampled
 // Gaussian at rate q meet (eps, delta) with this package's accountant
-// (SubsampledGaussianCurve, ToDP), add/remove adjacency. For replace-one adjacency
-// calibrate to (eps/2, delta/(1+e^(eps/2))) (group privacy, digest sec. 3.3).
+// (SubsampledGaussianCurve, ToDP), add/remove adjacency: the recipe of the paper. The walk's
+// gradient steps are accounted under replace-one (SubsampledReplaceCurve); their noise is
+// calibrated with SGDReplaceSigma.
 func SubsampledSigma(eps, delta float64, T int, q float64) (float64, error) {
 	if err := validateSubsampled(q, 1, T); err != nil {
 		return 0, err
@@ -104,4 +105,15 @@ func validateRecipe(eps, delta float64, T, n, b int, l float64) error {
 		return fmt.Errorf("privacy: Lipschitz constant %v must be > 0 and finite", l)
 	}
 	return nil
+}
+
+// SGDReplaceSigma is the smallest noise multiplier z (noise std over the per-example clip
+// C) such that T compositions of the Poisson-subsampled Gaussian at rate q meet
+// (eps, delta) under replace-one adjacency (SubsampledReplaceCurve): the calibration of the
+// walk's ls-sgd and sgd steps.
+func SGDReplaceSigma(eps, delta float64, T int, q float64) (float64, error) {
+	if err := validateSubsampled(q, 1, T); err != nil {
+		return 0, err
+	}
+	return CalibrateSigma(eps, delta, func(z float64) Curve { return SubsampledReplaceCurve(q, z, T) })
 }

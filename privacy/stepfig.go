@@ -82,8 +82,9 @@ type StepRealised struct {
 // StepRealisedPairwise is the realised pairwise accountant of r's step over the trace tr
 // (tr's Clip, Sigma and Nodes must be r's): RealisedPairwise for the prox and linearized
 // steps; GADMMRealisedPairwise for gradient ADMM; for the DP-SGD walk RealisedPairwise with
-// each update charged as a walk update of clip SGDTraceClip(C), when every node's step is
-// non-expansive on the complete graph (r.SGDNonExpansive, r.Complete); ErrNoNetworkFigure
+// each update charged as a walk update of clip SGDTraceClip(C) with its own step size
+// (RealisedPairwiseScaled with SGDStepScales), when every node's step is non-expansive on
+// the complete graph (r.SGDNonExpansive, r.Complete); ErrNoNetworkFigure
 // (wrapped, with the reason) for ls-sgd and an uncertified sgd run.
 func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised, StepRealised, error) {
 	info := StepRealised{Theorem: TheoremRealised, Conditions: RealisedConditions, Gaps: RealisedGaps}
@@ -102,9 +103,15 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 			return nil, info, fmt.Errorf("%w: the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both", ErrNoNetworkFigure)
 		}
 		t := *tr
-		t.Clip = SGDTraceClip(tr.Clip) // one sgd update charged as one walk update of clip C/4
-		res, err := RealisedPairwise(&t, coalitions...)
-		info.Theorem = TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/4)"
+		t.Clip = SGDTraceClip(tr.Clip) // one sgd update charged as one walk update of clip C/2
+		// Each hop with its own step: the k-th update of its holder adds noise of std
+		// eta_k c_q sigma and shifts by at most eta_k c_q 2C, eta_k = eta/sqrt(k).
+		res, err := RealisedPairwiseScaled(&t, SGDStepScales(&t), coalitions...)
+		info.Theorem = TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/2: sensitivity 2C under " +
+			"replace-one; each hop charged with its own step size eta/sqrt(k), hence its own noise variance and shift, the minorant " +
+			"taken in cumulative variance)"
+		info.Conditions = RealisedConditions + "; sgd: the k-th update of a node uses the step eta/sqrt(k) for both its noise and " +
+			"its gradient, and the trace lists every node's updates in the order it made them"
 		info.CapAtLocal = true
 		return res, info, err
 	}

@@ -31,8 +31,8 @@ func TestTraceStepRoundTrip(t *testing.T) {
 
 // TestStepRealisedDispatch: the realised accountant of each step: the prox figure for the
 // prox step; gradient ADMM's own (never above its local figure at the busiest node's
-// count); sgd as walk updates of clip C/4 (exactly RealisedPairwise of that trace) only
-// when certified; ls-sgd never.
+// count); sgd as walk updates of clip C/2 with each hop's own step size (exactly
+// RealisedPairwiseScaled of that trace with SGDStepScales) only when certified; ls-sgd never.
 func TestStepRealisedDispatch(t *testing.T) {
 	steps := []TraceStep{{0, true}, {1, true}, {2, true}, {0, true}, {1, true}, {2, false}, {1, true}}
 	tr := &Trace{Nodes: 3, Clip: 1, Sigma: 2, Steps: steps, FinalReleasedToAll: true}
@@ -48,12 +48,19 @@ func TestStepRealisedDispatch(t *testing.T) {
 		t.Errorf("uncertified sgd: %v", err)
 	}
 	sgd.SGDNonExpansive = true
-	t4 := *tr
-	t4.Clip = tr.Clip / 4
-	want, _ := RealisedPairwise(&t4)
+	t2 := *tr
+	t2.Clip = tr.Clip / 2
+	want, _ := RealisedPairwiseScaled(&t2, SGDStepScales(&t2))
 	got, info, err = StepRealisedPairwise(tr, sgd)
 	if err != nil || !info.CapAtLocal || !sameCurve(got.Pairs.Unit, want.Pairs.Unit) {
 		t.Errorf("sgd: %v %+v", err, info)
+	}
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			if got.Pairs.Weight(i, j) != want.Pairs.Weight(i, j) {
+				t.Errorf("sgd: weight (%d,%d) %v want %v", i, j, got.Pairs.Weight(i, j), want.Pairs.Weight(i, j))
+			}
+		}
 	}
 	ls := base
 	ls.Step = "ls-sgd"

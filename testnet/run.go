@@ -412,7 +412,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	}
 	planClip := in.Clip
 	if wr.Step == "sgd" {
-		planClip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/4
+		planClip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/2
 	}
 	horizon := 0
 	if in.Hops > 0 {

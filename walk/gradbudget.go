@@ -10,22 +10,18 @@ import (
 // GradBudgetEpsilon returns the epsilon, at b.Delta, of k noisy updates of one node of an
 // ls-sgd or sgd run on n nodes (the complete graph), of the budget's kind:
 //
-//   - local: ToDP(privacy.SGDLocalCurve(rate, clip, sigma, k), delta);
-//   - network, sgd with nonExpansive (every node's step certified, Machine.SGDNonExpansive):
-//     ToDP(privacy.SGDNetworkCurve(n, k, b.Hops, rate, clip, sigma), delta), which is never
-//     above the local figure (with b.Hops = 0 the final-release term is charged in full, one
-//     update per update);
-//   - network otherwise (ls-sgd has no network figure, sgd without the certificate): the
-//     local figure.
+//   - local: ToDP(privacy.SGDLocalCurve(rate, clip, sigma, k), delta) (replace-one);
+//   - network: the local figure too. ls-sgd has no network figure; for sgd a plan cannot
+//     promise the amplification, because the step eta_k = eta/sqrt(k) gives every hop its
+//     own noise scale and every update its own shift, which the planned form (one noise
+//     scale) does not charge (privacy.WalkDecide); only the realised figure, which charges
+//     each hop its own variance, amplifies. nonExpansive is kept for the callers and is
+//     not used.
 //
 // k <= 0 gives 0.
 func GradBudgetEpsilon(b Budget, n int, step StepKind, rate, clip, sigma float64, nonExpansive bool, k int) float64 {
 	if k <= 0 {
 		return 0
-	}
-	if b.Kind == BudgetNetwork && step == StepSGD && nonExpansive && n >= 2 {
-		e, _ := privacy.ToDP(privacy.SGDNetworkCurve(n, k, b.Hops, rate, clip, sigma), b.Delta)
-		return e
 	}
 	e, _ := privacy.ToDP(privacy.SGDLocalCurve(rate, clip, sigma, k), b.Delta)
 	return e
@@ -52,9 +48,6 @@ func GradBudgetCap(b Budget, n int, step StepKind, rate, clip, sigma float64, no
 		return 0, "", fmt.Errorf("%w: sigma must be >= 0 and finite, got %v", errBudget, sigma)
 	}
 	name := privacy.SGDLocalName
-	if b.Kind == BudgetNetwork && step == StepSGD && nonExpansive && n >= 2 {
-		name = privacy.SGDNetworkName
-	}
 	if sigma == 0 {
 		return 0, name, nil
 	}

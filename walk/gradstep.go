@@ -25,7 +25,9 @@ import (
 // Algorithm 4's clip of x - z and the noise on u_i. StepLSSGD and StepSGD clip every
 // example's gradient d_r a_r (the gradient of the unweighted loss of row r) at C =
 // Config.Clip and add Gaussian noise of std sigma = Config.Sigma to the clipped SUM, the
-// DP-SGD mechanism with noise multiplier sigma/C under add/remove-one of a row of node i.
+// DP-SGD mechanism with noise multiplier sigma/C. Its figures are for replace-one of a row of
+// node i (privacy.SubsampledReplaceCurve): the node's row count is public, and the release
+// encodes the total row count exactly (c_q), so adding or removing a row is visible.
 //
 // The noise on the lattice. With sigma > 0 the noisy sum is computed exactly on the lattice
 // hZ of the secure sampler at std sigma, h = privacy.Granularity(sigma) (a power of two,
@@ -40,7 +42,8 @@ import (
 // Every row is rounded on its own and the integers add exactly, so adding or removing one
 // row r changes R by exactly round(g_r / h), whose norm is at most ||g_r||/h + sqrt(p)/2.
 // GradLatticeClip picks C' so that h (C'/h (1 + rounding margin) + sqrt(p)/2) <= C: the
-// integer query has l2 sensitivity at most C/h, and the discrete Gaussian of parameter
+// integer query has l2 sensitivity at most C/h per added or removed row (2C/h for a
+// replaced one, the adjacency the figures use), and the discrete Gaussian of parameter
 // sigma/h on it has the Renyi curve of the continuous Gaussian mechanism with noise
 // multiplier sigma/C (Canonne, Kamath, Steinke 2020, Theorem 14). Everything the step
 // computes afterwards (the bracket, LS_nu, the new u_i, the token) is a deterministic

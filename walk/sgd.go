@@ -23,7 +23,8 @@ import (
 // global mean loss: the walk is proximal SGD on mean loss + r.
 //
 // Privacy. Per update, the Gaussian mechanism on the clipped sum with noise multiplier
-// sigma/C, Poisson-subsampled at rate q (record-level, add/remove one row of node i): the
+// sigma/C, Poisson-subsampled at rate q (record-level, one row of node i replaced: see
+// privacy.SubsampledReplaceCurve): the
 // ledger entry is "subsampled" (privacy.MechSubsampled). The pairwise (network) figure of
 // privacy.SGDPlannedCurve uses amplification by iteration on theta, which needs every
 // holder's map theta -> prox(theta - eta_k G(theta)) to be non-expansive: true when G is

@@ -114,24 +114,27 @@ func TestSGDNonExpansive(t *testing.T) {
 }
 
 // TestGradBudgetCap: the cap is the largest K whose epsilon is within the budget (checked
-// at K and K+1), and the network kind allows more sgd updates than the local kind.
+// at K and K+1), and the network kind gives the local cap (a plan cannot promise the sgd
+// amplification).
 func TestGradBudgetCap(t *testing.T) {
 	b := Budget{Kind: BudgetLocal, Epsilon: 2, Delta: 1e-5}
 	for _, step := range []StepKind{StepLSSGD, StepSGD} {
-		k, name, err := GradBudgetCap(b, 20, step, 0.1, 1, 1.5, true)
+		k, name, err := GradBudgetCap(b, 20, step, 0.1, 1, 3, true)
 		if err != nil || k < 1 || name != privacy.SGDLocalName {
 			t.Fatalf("%s: cap %d %q %v", step, k, name, err)
 		}
-		e1, _ := privacy.ToDP(privacy.SubsampledGaussianCurve(0.1, 1.5, k), 1e-5)
-		e2, _ := privacy.ToDP(privacy.SubsampledGaussianCurve(0.1, 1.5, k+1), 1e-5)
+		e1, _ := privacy.ToDP(privacy.SubsampledReplaceCurve(0.1, 3, k), 1e-5)
+		e2, _ := privacy.ToDP(privacy.SubsampledReplaceCurve(0.1, 3, k+1), 1e-5)
 		if !(e1 <= 2) || !(e2 > 2) {
 			t.Errorf("%s: cap %d: eps %v, next %v", step, k, e1, e2)
 		}
 	}
 	loc, _, _ := GradBudgetCap(b, 200, StepSGD, 1, 1, 4, true)
 	b.Kind, b.Hops = BudgetNetwork, 1000
+	// A plan cannot promise the sgd amplification (per-hop step sizes): the network cap is
+	// the local one.
 	net, name, _ := GradBudgetCap(b, 200, StepSGD, 1, 1, 4, true)
-	if !(net > loc) || name != privacy.SGDNetworkName {
+	if net != loc || name != privacy.SGDLocalName {
 		t.Errorf("network cap %d (%s), local %d", net, name, loc)
 	}
 	if ls, _, _ := GradBudgetCap(b, 200, StepLSSGD, 1, 1, 4, true); ls != loc {

@@ -84,11 +84,9 @@ func BudgetCapsStep(b Budget, n int, g *graph.Graph, r privacy.WalkRun) (*Budget
 		}
 		nonExp := r.SGDNonExpansive && complete
 		name := privacy.SGDLocalName
-		if b.Kind == BudgetNetwork && kind == StepSGD && nonExp && n >= 2 {
-			name = privacy.SGDNetworkName
-			p.Conditions = "complete graph; every node's sgd step non-expansive; " + p.Conditions
-		} else if b.Kind == BudgetNetwork {
-			p.Note = "no network figure for this step (or its conditions fail): the network budget is the local figure"
+		if b.Kind == BudgetNetwork {
+			p.Note = "a plan cannot promise a network figure for this step (ls-sgd has none; the sgd step size eta/sqrt(k) " +
+				"gives every hop its own noise scale, which only the realised figure charges): the network budget is the local figure"
 		}
 		p.Theorem = name
 		p.eps = func(k int) float64 { return GradBudgetEpsilon(b, n, kind, r.Rate, r.Clip, r.Sigma, nonExp, k) }

@@ -9,7 +9,7 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-const accountSubsampledHelp = `Usage: dpadmm account subsampled --q Q (--noise-multiplier Z | --target-epsilon E) --steps T [--delta D] [--json]
+const accountSubsampledHelp = `Usage: dpadmm account subsampled --q Q (--noise-multiplier Z | --target-epsilon E) --steps T [--adjacency add-remove|replace-one] [--delta D] [--json]
 
 (epsilon, delta) of T compositions of the Poisson-subsampled Gaussian mechanism (each record
 included with probability Q, Gaussian noise of std Z times the L2 sensitivity), as in DP-SGD:
@@ -22,11 +22,18 @@ relative 1e-10) whose epsilon is at most E. Targets below what the conversion al
 delta D even without privacy loss (0.0035 at delta 1e-5, as the order grid stops at 1024)
 are refused. Abadi et al.'s example:
   dpadmm account subsampled --q 0.01 --noise-multiplier 4 --steps 10000 --delta 1e-5
+
+--adjacency replace-one gives the figure for one record replaced (the count unchanged), the
+adjacency of the walk's ls-sgd and sgd steps: the add/remove curve at two orders joined by
+the weak triangle inequality of Renyi divergence, capped by the Gaussian of sensitivity 2
+(exact at q = 1). The walk-sgd figure of a run with per-example clip C and noise sigma is
+  dpadmm account subsampled --adjacency replace-one --q Q --noise-multiplier sigma/C --steps K
 `
 
 // subsampledReport is the JSON output of "account subsampled".
 type subsampledReport struct {
 	Q               float64         `json:"q"`
+	Adjacency       string          `json:"adjacency"`
 	NoiseMultiplier float64         `json:"noise_multiplier"`
 	Calibrated      bool            `json:"noise_multiplier_calibrated"`
 	TargetEpsilon   float64         `json:"target_epsilon,omitempty"`
@@ -55,6 +62,7 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figure, in (0,1)")
 	target := fs.Float64("target-epsilon", 0, "calibrate the noise multiplier: smallest one meeting this epsilon")
 	asJSON := fs.Bool("json", false, "print JSON")
+	adj := fs.String("adjacency", "add-remove", "neighbouring datasets: add-remove (one record added or removed) or replace-one (one record replaced)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -66,6 +74,14 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	}
 	if *steps < 1 {
 		return usageErr(stderr, "subsampled: --steps must be >= 1, got %d", *steps)
+	}
+	curveOf, theorem := privacy.SubsampledGaussianCurveChecked, privacy.SubsampledGaussianNote
+	switch *adj {
+	case "add-remove":
+	case "replace-one":
+		curveOf, theorem = privacy.SubsampledReplaceCurveChecked, privacy.SubsampledReplaceNote
+	default:
+		return usageErr(stderr, "subsampled: --adjacency must be add-remove or replace-one, got %q", *adj)
 	}
 	calibrate := false
 	fs.Visit(func(f *flag.Flag) {
@@ -85,21 +101,25 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 			return usageErr(stderr, "subsampled: --target-epsilon needs --q > 0 (with q = 0 no record is used and no noise is needed)")
 		}
 		s, err := privacy.CalibrateSigma(*target, *delta, func(s float64) privacy.Curve {
-			return privacy.SubsampledGaussianCurve(*q, s, *steps)
+			c, err := curveOf(*q, s, *steps)
+			if err != nil {
+				return privacy.InfCurve()
+			}
+			return c
 		})
 		if err != nil {
 			return fmt.Errorf("subsampled: %w", err)
 		}
 		*z = s
 	}
-	c, err := privacy.SubsampledGaussianCurveChecked(*q, *z, *steps)
+	c, err := curveOf(*q, *z, *steps)
 	if err != nil {
 		return usageErr(stderr, "subsampled: %v", err)
 	}
 	r := subsampledReport{
-		Q: *q, NoiseMultiplier: *z, Calibrated: calibrate, Steps: *steps, Delta: *delta,
+		Q: *q, Adjacency: *adj, NoiseMultiplier: *z, Calibrated: calibrate, Steps: *steps, Delta: *delta,
 		Conversion: privacy.Conversion, ConversionClass: privacy.ConversionClassic,
-		Theorem: privacy.SubsampledGaussianNote, ConditionsHold: true, Note: subsampledAssumed,
+		Theorem: theorem, ConditionsHold: true, Note: subsampledAssumed,
 	}
 	if calibrate {
 		r.TargetEpsilon = *target
@@ -118,7 +138,7 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	if calibrate {
 		fmt.Fprintf(stdout, " (calibrated for epsilon %g)", *target)
 	}
-	fmt.Fprintf(stdout, ", %d steps, delta %g\n", *steps, *delta)
+	fmt.Fprintf(stdout, ", %d steps, delta %g, %s adjacency\n", *steps, *delta, *adj)
 	fmt.Fprintf(stdout, "  epsilon %.6g at order %g (%s)\n", r.Epsilon, r.Order, r.Conversion)
 	fmt.Fprintf(stdout, "  epsilon %.6g at order %g with the classic conversion (%s)\n", r.EpsilonClassic, r.OrderClassic, r.ConversionClass)
 	fmt.Fprintf(stdout, "  %s\n", r.Theorem)
