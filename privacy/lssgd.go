@@ -156,7 +156,7 @@ func sgdUnit(clip, sigma float64) Curve {
 // SGDNetworkCurve is the pairwise (network) RDP curve of one node of the random-walk
 // DP-SGD ("sgd") on the complete graph with n nodes: at each order the smaller of the local
 // curve SGDLocalCurve(rate, clip, sigma, K_i) and the amplified form
-// (1+c) e1 (K_i ln(n)/(n-1) + FinalReleaseWeight(1/n, hops, K_i)), e1 = 2 alpha C^2/sigma^2,
+// (1+c) e1 PlannedCompleteWeight(n, K_i, hops) (the joint per-segment form), e1 = 2 alpha C^2/sigma^2,
 // c = (alpha-1) e1 <= 1 (see the comment at the top of this file). Invalid input gives +Inf;
 // K_i = 0 gives zeros.
 func SGDNetworkCurve(n, updates int, hops uint64, rate, clip, sigma float64) Curve {
@@ -167,8 +167,10 @@ func SGDNetworkCurve(n, updates int, hops uint64, rate, clip, sigma float64) Cur
 		return InfCurve()
 	}
 	local := SGDLocalCurve(rate, clip, sigma, updates)
-	w := float64(updates)*GeometricFactor(n) + FinalReleaseWeight(1/float64(n), hops, updates)
-	return sgdUnit(clip, sigma).Scale(w).Min(local)
+	if n < 3 {
+		return local
+	}
+	return sgdUnit(clip, sigma).Scale(PlannedCompleteWeight(n, updates, hops)).Min(local)
 }
 
 // SGDNetworkName names the result of the sgd pairwise figure.

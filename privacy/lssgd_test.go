@@ -121,7 +121,7 @@ func TestGradVerdictSGD(t *testing.T) {
 	c := SGDNetworkCurve(50, 40, 1500, 1, 1, 6)
 	k := orderIndex(t, 3)
 	e1 := 3.0 * 4 / (2 * 36) // alpha (2C)^2 / (2 sigma^2)
-	amp := (1 + 2*e1) * e1 * (40*math.Log(50)/49 + FinalReleaseWeight(1.0/50, 1500, 40))
+	amp := (1 + 2*e1) * e1 * PlannedCompleteWeight(50, 40, 1500)
 	if math.Abs(c[k]-math.Min(amp, 40*e1)) > 1e-12 {
 		t.Errorf("order 3: %v want %v", c[k], amp)
 	}

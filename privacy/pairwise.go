@@ -558,6 +558,8 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 		return nil, err
 	}
 	if complete {
+		// The joint per-segment form (planned_joint.go); n = 2 has none (+Inf, and
+		// WalkDecide says why).
 		if opt.Horizon > 0 {
 			return &Plan{
 				Pairs:        &PairwiseMatrix{N: n, Uniform: true, UniformWeight: 1, Unit: Theorem4FinalCurve(n, opt.Updates, uint64(opt.Horizon), opt.Clip, opt.Sigma)},
@@ -567,8 +569,8 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt PlanOptions) (*Plan,
 			}, nil
 		}
 		return &Plan{
-			Pairs:      &PairwiseMatrix{N: n, Uniform: true, UniformWeight: 1, Unit: Theorem4Curve(n, opt.Updates, opt.Clip, opt.Sigma)},
-			Theorem:    Theorem4Name,
+			Pairs:      &PairwiseMatrix{N: n, Uniform: true, UniformWeight: 1, Unit: PlannedCompleteCurve(n, opt.Updates, 0, opt.Clip, opt.Sigma)},
+			Theorem:    Theorem4FinalName,
 			Conditions: Theorem4Conditions,
 		}, nil
 	}

@@ -449,6 +449,9 @@ func ringAdj(n int) [][]int {
 	return adj
 }
 
+// TestPairwisePlannedCompleteMatchesTheorem4: the first-passage recursion on the complete
+// adjacency gives E[1/m] = ln(n)/(n-1) per update, the printed Theorem 4's weight; the
+// planned figure of the complete graph is the joint per-segment form, never below it.
 func TestPairwisePlannedCompleteMatchesTheorem4(t *testing.T) {
 	for _, n := range []int{2, 5, 20} {
 		opt := PlanOptions{Clip: 0.1, Sigma: 2, Updates: 7}
@@ -481,15 +484,18 @@ func TestPairwisePlannedCompleteMatchesTheorem4(t *testing.T) {
 						}
 						continue
 					}
-					if math.Abs(got[a]-ref[a]) > 1e-9*ref[a] || math.Abs(cl[a]-ref[a]) > 1e-12*ref[a] {
+					if math.Abs(got[a]-ref[a]) > 1e-9*ref[a] || !(cl[a] >= ref[a]) {
 						t.Fatalf("n=%d order %v: planned %v closed %v Theorem4 %v", n, Orders[a], got[a], cl[a], ref[a])
+					}
+					if n > 2 && math.Abs(cl[a]-PlannedCompleteCurve(n, 7, 0, 0.1, 2)[a]) > 0 {
+						t.Fatalf("n=%d order %v: closed %v is not the joint form", n, Orders[a], cl[a])
 					}
 				}
 			}
 		}
 		s1, s2 := plan.Pairs.Summarize(1e-5), closed.Pairs.Summarize(1e-5)
-		if math.Abs(s1.Worst.Epsilon-s2.Worst.Epsilon) > 1e-6*s2.Worst.Epsilon {
-			t.Fatalf("n=%d: worst %v vs closed %v", n, s1.Worst.Epsilon, s2.Worst.Epsilon)
+		if !(s1.Worst.Epsilon <= s2.Worst.Epsilon) {
+			t.Fatalf("n=%d: worst %v above the joint form's %v", n, s1.Worst.Epsilon, s2.Worst.Epsilon)
 		}
 	}
 }

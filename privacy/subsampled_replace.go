@@ -1,9 +1,6 @@
 package privacy
 
-import (
-	"math"
-	"sync"
-)
+import "math"
 
 // Replace-one adjacency for the Poisson-subsampled Gaussian mechanism.
 //
@@ -83,29 +80,8 @@ func SubsampledReplaceCurveChecked(q, noiseMultiplier float64, steps int) (Curve
 	return per, nil
 }
 
-// replaceCache memoises the single-step curve of the most recent (q, z): budgets search
-// over the number of updates with the same parameters many times.
-var replaceCache struct {
-	sync.Mutex
-	q, z float64
-	c    Curve
-}
-
 // replaceOneOn is the single-step replace-one curve on the given orders.
 func replaceOneOn(orders []float64, q, z float64) Curve {
-	same := len(orders) == len(Orders) && &orders[0] == &Orders[0]
-	if same {
-		replaceCache.Lock()
-		hit := replaceCache.c != nil && replaceCache.q == q && replaceCache.z == z
-		var c Curve
-		if hit {
-			c = append(Curve(nil), replaceCache.c...)
-		}
-		replaceCache.Unlock()
-		if hit {
-			return c
-		}
-	}
 	c := make(Curve, len(orders))
 	r := 2 / z // sensitivity 2C against noise z C
 	for k, a := range orders {
@@ -139,11 +115,6 @@ func replaceOneOn(orders []float64, q, z float64) Curve {
 				}
 			}
 		}
-	}
-	if same {
-		replaceCache.Lock()
-		replaceCache.q, replaceCache.z, replaceCache.c = q, z, append(Curve(nil), c...)
-		replaceCache.Unlock()
 	}
 	return c
 }

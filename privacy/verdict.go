@@ -76,8 +76,8 @@ type WalkVerdict struct {
 	Warnings []string
 }
 
-// WalkDecide decides which walk figure holds. The planned pairwise figure (Theorem 4 on
-// the complete graph, the first-passage form elsewhere) needs: noise and clipping; n >= 2;
+// WalkDecide decides which walk figure holds. The planned pairwise figure (on the complete
+// graph; Theorem4FinalCurve) needs: noise and clipping; the complete graph and n >= 3;
 // the order condition c = (alpha-1) 8 alpha C^2/sigma^2 <= 1 at some order; a hard cap
 // K_i; every hop of the run a noisy update (forwards void the first-passage law the
 // figure averages over); and every release seen by one peer (no re-sends). A plan whose length exceeds n K_i makes forwards certain, so the
@@ -104,6 +104,15 @@ func WalkDecide(r WalkRun) WalkVerdict {
 	}
 	if r.Nodes < 2 {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("n = %d: no pairwise figure", r.Nodes))
+	}
+	if r.Nodes == 2 {
+		v.Reasons = append(v.Reasons, "n = 2: the observer holds the token at every other visit and sees the whole path between them; "+
+			"no amplification is claimed")
+	}
+	if !r.Complete && r.Nodes > 2 {
+		v.Reasons = append(v.Reasons, "graph other than the complete one: the first-passage planned form charges i's updates one by "+
+			"one, and several updates of i between two views of j cost more jointly; no bound of that joint cost is computed for "+
+			"this graph, so no planned network figure is claimed (the realised figure after the run charges it)")
 	}
 	if !orderConditionMet(r.Clip, r.Sigma) {
 		v.Reasons = append(v.Reasons, "the order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1 fails at every order (sigma too small for clip C)")
@@ -190,22 +199,37 @@ func harmonic(k int) float64 {
 	return h
 }
 
-// Theorem4FinalCurve is Theorem4Curve (conservative corrected form) plus the final
-// release seen by every node: (1+c) e1 (K_i ln(n)/(n-1) + FinalReleaseWeight(1/n, hops,
-// K_i)). Orders with c > 1 are +Inf; K_i = 0 gives zeros.
+// Theorem4FinalCurve is the planned figure of a run of `hops` hops whose final model is
+// released to every node: (1+c) e1 PlannedCompleteWeight(n, K_i, hops), the weight an upper
+// bound on the expected JOINT realised weight of every pair over the secret uniform path
+// (planned_joint.go; the printed Theorem 4 charges updates one by one, K_i ln(n)/(n-1),
+// which is below it). Orders with c > 1 are +Inf; K_i = 0 gives zeros; n < 3 or hops 0
+// gives +Inf (n = 2: no amplification; an unbounded run has no final release to bound).
 func Theorem4FinalCurve(n, updates int, hops uint64, clip, sigma float64) Curve {
-	if n < 2 || updates < 0 {
+	if hops == 0 {
+		return InfCurve()
+	}
+	return PlannedCompleteCurve(n, updates, hops, clip, sigma)
+}
+
+// PlannedCompleteCurve is (1+c) e1 PlannedCompleteWeight(n, K_i, hops): the planned curve
+// on the complete graph, with the final release charged when hops > 0 and not charged when
+// hops is 0 (the run's length unknown). Orders with c > 1 are +Inf; K_i = 0 gives zeros;
+// n < 3 gives +Inf.
+func PlannedCompleteCurve(n, updates int, hops uint64, clip, sigma float64) Curve {
+	if n < 3 || updates < 0 {
 		return InfCurve()
 	}
 	if updates == 0 {
 		return ZeroCurve()
 	}
-	w := float64(updates)*GeometricFactor(n) + FinalReleaseWeight(1/float64(n), hops, updates)
-	return amplifiedUnit(clip, sigma, 1).Scale(w)
+	return amplifiedUnit(clip, sigma, 1).Scale(PlannedCompleteWeight(n, updates, hops))
 }
 
 // Theorem4FinalName names the result WalkPlannedBound rests on.
-const Theorem4FinalName = Theorem4Name + ", plus the final model as a view of every node"
+const Theorem4FinalName = "planned pairwise bound on the complete graph: Cyffers et al. 2023, Theorem 4's amplification " +
+	"(conservative corrected form, (1+c) weak-convexity factor) with the joint cost of all of i's updates between two views " +
+	"of j (greatest convex minorant) in expectation over the secret uniform path, plus the final model as a view of every node"
 
 // WalkPlannedBound is the planned network figure of one node on the complete graph with
 // its verdict: Theorem4FinalCurve at K = WalkDecide(r).K when the conditions hold, else

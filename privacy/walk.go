@@ -158,7 +158,8 @@ const Theorem4Name = "Cyffers et al. 2023, Theorem 4 (conservative corrected for
 const Theorem4Conditions = "clip C bounds ||x - z|| (or f is L-Lipschitz with L*gamma <= C and the prox is exact), " +
 	"so one update has sensitivity 4*lambda*C against noise std lambda*sigma; complete graph with uniform next hop " +
 	"(self included); the path is secret from the observer j; order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1; " +
-	"user i performs at most K_i noisy updates (hard cap); only j's first observation after each update is charged"
+	"user i performs at most K_i noisy updates (hard cap); every hop a noisy update; the figure is an expectation over the " +
+	"secret uniform path (the realised figure of one run can be above it)"
 
 // LocalName names the result LocalBound rests on.
 const LocalName = "Cyffers et al. 2023, Theorem 3 (local), composed over K_i updates"

@@ -22,9 +22,6 @@ const (
 // updates than this is reported as MaxCap (more than any run makes).
 const MaxCap = 1<<31 - 1
 
-// maxNetworkGraphNodes bounds n for the network kind on a general graph: the planned
-// figure needs the n x n first-passage matrix (8 n^2 bytes).
-const maxNetworkGraphNodes = 4096
 
 // errBudget prefixes budget validation errors.
 var errBudget = errors.New("walk: budget")
@@ -74,9 +71,7 @@ type BudgetPlan struct {
 	n        int
 	clip     float64
 	sigma    float64
-	complete bool      // network kind on the complete graph (Theorem 4)
-	weight   []float64 // network kind on a general graph: node i's worst row weight
-	unit     privacy.Curve
+	complete bool // network kind on the complete graph (the joint planned form)
 	// eps, when set (BudgetCapsStep), is the figure of k updates of every node.
 	eps func(k int) float64
 }
@@ -96,26 +91,16 @@ func (p *BudgetPlan) Epsilon(i, k int) float64 {
 	}
 	d := p.Budget.Delta
 	loc, _ := privacy.ToDP(privacy.WalkLocalCurve(p.clip, p.sigma, k), d)
-	if p.Budget.Kind == BudgetLocal || (!p.complete && p.weight == nil) {
-		return loc // local kind, or no noise (no planned figure: loc is +Inf)
+	if p.Budget.Kind == BudgetLocal || !p.complete {
+		return loc // local kind, another graph, or no noise (no planned figure: loc is +Inf)
 	}
-	var net float64
-	if p.complete {
-		if p.Budget.Hops > 0 {
-			net, _ = privacy.ToDP(privacy.Theorem4FinalCurve(p.n, k, p.Budget.Hops, p.clip, p.sigma), d)
-		} else {
-			net, _ = privacy.ToDP(privacy.Theorem4Curve(p.n, k, p.clip, p.sigma), d)
-		}
-	} else {
-		net, _ = privacy.ToDP(p.unit.Scale(float64(k)*p.weight[i]), d)
-	}
+	net, _ := privacy.ToDP(privacy.PlannedCompleteCurve(p.n, k, p.Budget.Hops, p.clip, p.sigma), d)
 	return math.Min(net, loc)
 }
 
 // Network names and conditions of the budget figures.
 const (
-	budgetNetworkCompleteName = "min(" + privacy.Theorem4Name + "; " + privacy.LocalName + ")"
-	budgetNetworkGraphName    = "min(" + privacy.TheoremPlannedGraph + ", worst observer j; " + privacy.LocalName + ")"
+	budgetNetworkCompleteName = "min(" + privacy.Theorem4FinalName + "; " + privacy.LocalName + ")"
 	budgetNetworkNote         = "per node the smaller of the worst planned pairwise epsilon and the local epsilon: both bound what " +
 		"any observer j learns about node i, so the smaller is valid. The planned figure assumes every hop is a noisy update; " +
 		"once nodes exhaust their budgets and only forward, fewer noisy updates separate i's update from j's next view, so the " +
@@ -127,11 +112,10 @@ const (
 // nondecreasing in K, so the cap is found by doubling and bisection.
 //
 //   - local: ToDP(privacy.WalkLocalCurve(clip, sigma, K), delta).
-//   - network, complete graph (g nil or complete): min of ToDP(privacy.Theorem4Curve(n,
-//     K, clip, sigma), delta) (conservative form) and the local epsilon.
-//   - network, any other graph: with unit the planned pairwise unit curve and w_i the
-//     largest weight of node i's row (privacy.PlannedPairwise with one update; the
-//     curve is linear in K), min of ToDP(K*w_i*unit, delta) and the local epsilon.
+//   - network, complete graph (g nil or complete): min of ToDP(privacy.PlannedCompleteCurve(n,
+//     K, hops, clip, sigma), delta) (the joint per-segment planned form; n = 2 has none) and
+//     the local epsilon.
+//   - network, any other graph: the local epsilon (no planned network figure holds there).
 //
 // sigma = 0 gives cap 0 for every node (one update has infinite epsilon). Caps larger
 // than MaxCap are reported as MaxCap.
@@ -158,9 +142,13 @@ func BudgetCaps(b Budget, n int, g *graph.Graph, clip, sigma float64) (*BudgetPl
 		p.complete = true
 		p.Theorem, p.Conditions, p.Note = budgetNetworkCompleteName, privacy.Theorem4Conditions, budgetNetworkNote
 	default:
-		p.Theorem, p.Note = budgetNetworkGraphName, budgetNetworkNote
-		p.Conditions = "walk uniform over neighbours; path secret from j; every hop a noisy update; each node makes at most " +
-			"K_i noisy updates (the cap); c=(alpha-1)e1 <= 1 at the order used; only j's first view after each update is charged"
+		// No planned network figure holds on another graph (privacy.WalkDecide: the
+		// first-passage form charges updates one by one, below their joint cost): the
+		// network budget is the local figure there.
+		p.Theorem, p.Conditions = privacy.LocalName, privacy.LocalConditions
+		p.ConditionsHold = false
+		p.Note = "graph other than the complete one: no planned network figure holds there (the first-passage form charges " +
+			"i's updates one by one, below their joint cost), so every node is charged its local figure, which holds regardless"
 	}
 	if sigma == 0 || math.IsInf(clip, 1) {
 		p.Note = "no noise or no clipping: one noisy update has infinite epsilon, so the budget allows none and every node only forwards"
@@ -169,43 +157,9 @@ func BudgetCaps(b Budget, n int, g *graph.Graph, clip, sigma float64) (*BudgetPl
 		}
 		return p, nil
 	}
-	if b.Kind == BudgetNetwork && !complete {
-		if n > maxNetworkGraphNodes {
-			return nil, fmt.Errorf("%w: network kind on graph %q with %d nodes needs the %d x %d planned pairwise matrix (limit %d nodes); use the local kind or the complete graph",
-				errBudget, g.Spec, n, n, n, maxNetworkGraphNodes)
-		}
-		// One update per unit; the final-release term (with Hops) is then charged at most
-		// once per update, k min(F, 1) >= min(F, k): an upper bound.
-		plan, err := privacy.PlannedPairwise(n, g.Adj, false, privacy.PlanOptions{Clip: clip, Sigma: sigma, Updates: 1,
-			Horizon: int(min(b.Hops, uint64(math.MaxInt)))})
-		if err != nil {
-			return nil, fmt.Errorf("walk: budget: %w", err)
-		}
-		p.unit = plan.Pairs.Unit
-		p.weight = make([]float64, n)
-		for i := range p.weight {
-			w := 0.0
-			for j := 0; j < n; j++ {
-				w = math.Max(w, plan.Pairs.Weight(i, j))
-			}
-			p.weight[i] = w
-		}
-		if plan.TailBounded {
-			p.Note += "; the first-passage recursion was cut off and its remaining mass charged as an upper bound"
-		}
-	}
-	// Nodes with the same figure share one search (all of them for local and complete).
-	cache := make(map[float64]int)
+	// Every node has the same figure: one search.
+	c := capOf(func(k int) float64 { return p.Epsilon(0, k) }, b.Epsilon)
 	for i := range p.Caps {
-		key := 0.0
-		if p.weight != nil {
-			key = p.weight[i]
-		}
-		c, ok := cache[key]
-		if !ok {
-			c = capOf(func(k int) float64 { return p.Epsilon(i, k) }, b.Epsilon)
-			cache[key] = c
-		}
 		p.Caps[i] = c
 	}
 	if b.Kind == BudgetNetwork {
@@ -213,14 +167,12 @@ func BudgetCaps(b Budget, n int, g *graph.Graph, clip, sigma float64) (*BudgetPl
 		// infinite at every order (order condition c <= 1 never met).
 		var net float64
 		if p.complete {
-			net, _ = privacy.ToDP(privacy.Theorem4Curve(n, 1, clip, sigma), b.Delta)
-		} else {
-			net, _ = privacy.ToDP(p.unit, b.Delta)
-		}
-		if math.IsInf(net, 1) || n < 2 {
-			p.ConditionsHold = false
-			p.Note = "the network figure's order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1 fails at every order (or n < 2): " +
-				"every node is charged its local figure (" + privacy.LocalName + "), which holds regardless"
+			net, _ = privacy.ToDP(privacy.PlannedCompleteCurve(n, 1, 0, clip, sigma), b.Delta)
+			if math.IsInf(net, 1) || n < 3 {
+				p.ConditionsHold = false
+				p.Note = "the network figure's order condition c = (alpha-1)*8*alpha*C^2/sigma^2 <= 1 fails at every order (or n < 3: " +
+					"no amplification with two nodes): every node is charged its local figure (" + privacy.LocalName + "), which holds regardless"
+			}
 		}
 	}
 	return p, nil
