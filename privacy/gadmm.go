@@ -53,7 +53,9 @@ const (
 		"convex, nu-smooth one with g mu_g-strongly convex and eta inside interval (23); consensus form A = I, B = -I, " +
 		"c = 0; the other nodes draw their noise honestly and do not collude with the observer; the trace is the " +
 		"run's true path; no averaging over the secret path (the token carries its hop counter, so the observer " +
-		"knows how many iterations separate its views)"
+		"knows how many iterations separate its views); each later step's rounding onto the noise lattice (at most " +
+		"h sqrt(p) per step) charged as extra distance (needs the dimension in the run's parameters; a trace without it " +
+		"leaves the drift uncharged)"
 )
 
 // GADMMParams are the public parameters of a gradient-ADMM walk that the accountant needs.
@@ -81,6 +83,20 @@ type GADMMParams struct {
 	// (C L^(2T-1)/T), which the paper's own lemmas do not support; the default is the
 	// conservative form.
 	Printed bool `json:"printed,omitempty"`
+	// Dim is the model dimension p, for the lattice drift of the later steps (Drift); 0
+	// (a trace recorded without it) leaves the drift uncharged, and the conditions say so.
+	Dim int `json:"dim,omitempty"`
+}
+
+// Drift returns the additive drift of one later noisy step, h sqrt(p) with h the lattice
+// step Granularity(sigma): every release is rounded onto the lattice, so a step's map is
+// non-expansive only up to that additive term (||R(x) - R(y)|| <= ||x - y|| + h sqrt(p)).
+// 0 when Dim or Sigma is unknown.
+func (p GADMMParams) Drift() float64 {
+	if p.Dim <= 0 || !(p.Sigma > 0) || math.IsInf(p.Sigma, 0) {
+		return 0
+	}
+	return Granularity(p.Sigma) * math.Sqrt(float64(p.Dim))
 }
 
 func (p GADMMParams) normA2() float64 {
@@ -228,19 +244,34 @@ func (p GADMMParams) LocalTerm() float64 {
 // Factor returns B(t)/eps_loc in [0, 1]: the amplification of one contribution seen after t
 // further noisy iterations by other nodes. It is 1 for t < 2 (T = floor(t/2) = 0) and for
 // invalid parameters (see Validate), where only the local term holds.
+//
+// The lattice drift. The theorems assume exactly non-expansive maps between the noise
+// injections; each later step rounds onto the lattice, which adds at most d = Drift() to
+// the distance of the two coupled runs. In the shifted-divergence argument an additive d
+// at a step is paid for by d more shift (D^(z+d)(psi(X) || psi(Y)) <= D^(z)(X || Y) when
+// ||psi(x) - psi(y)|| <= ||x - y|| + d), so t steps cost as an initial distance
+// Sensitivity + t d: the factor is multiplied by (1 + t d/Sensitivity)^2 (eps_loc is
+// quadratic in the distance), still capped at 1 (the release of i's own step is exact).
 func (p GADMMParams) Factor(t int) float64 {
 	T := t / 2
 	if T <= 0 || p.Validate() != nil {
 		return 1
 	}
+	var f float64
 	if !p.Strong {
-		return math.Min(1, GADMMConvexC(p.Beta, p.Eta, p.normA2())/float64(T))
+		f = math.Min(1, GADMMConvexC(p.Beta, p.Eta, p.normA2())/float64(T))
+	} else {
+		k, err := StrongConstants(p.Nu, p.Mu, p.MuG, p.Beta, p.Eta, p.normAB(), p.normA2())
+		if err != nil {
+			return 1
+		}
+		f = math.Min(1, strongFactor(k.C, k.Contraction, T, p.Printed))
 	}
-	k, err := StrongConstants(p.Nu, p.Mu, p.MuG, p.Beta, p.Eta, p.normAB(), p.normA2())
-	if err != nil {
-		return 1
+	if d := p.Drift(); d > 0 && p.Sensitivity > 0 {
+		g := 1 + float64(t)*d/p.Sensitivity
+		f = math.Min(1, f*g*g)
 	}
-	return math.Min(1, strongFactor(k.C, k.Contraction, T, p.Printed))
+	return f
 }
 
 // strongFactor is C L^(2T-1)/T (printed) or C L^(2T-1) (1-L^2)/(1-L^(2T)) (conservative).

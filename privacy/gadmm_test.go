@@ -312,3 +312,33 @@ func TestGADMMLedgerEntry(t *testing.T) {
 		t.Fatalf("round trip %v %v", es, err)
 	}
 }
+
+// TestGADMMDriftCharged: with the dimension known, the factor of a contribution seen after
+// t steps is the paper's factor times (1 + t h sqrt(p)/Sensitivity)^2 (capped at 1), never
+// below the factor without the drift; without the dimension it is the paper's factor.
+func TestGADMMDriftCharged(t *testing.T) {
+	p := GADMMParams{Eta: 0.5, Beta: 1, Sigma: 1e-9, Sensitivity: 1e-9, Nu: 1}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	q := p
+	q.Dim = 400
+	d := Granularity(p.Sigma) * 20
+	if q.Drift() != d || p.Drift() != 0 {
+		t.Fatalf("drift %v want %v", q.Drift(), d)
+	}
+	for _, tt := range []int{0, 1, 2, 10, 1000, 100000} {
+		base, got := p.Factor(tt), q.Factor(tt)
+		g := 1 + float64(tt)*d/p.Sensitivity
+		want := math.Min(1, base*g*g)
+		if tt < 2 {
+			want = 1
+		}
+		if got != want || got < base {
+			t.Errorf("t %d: factor %v want %v (without drift %v)", tt, got, want, base)
+		}
+	}
+	if !(q.Factor(100000) > p.Factor(100000)) {
+		t.Error("the drift changes nothing at t = 100000: the test cannot catch it")
+	}
+}

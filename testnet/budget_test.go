@@ -61,12 +61,13 @@ func ledgerEpsilon(es []privacy.Entry, kind, graphSpec string, n int, w float64,
 	if kind == walk.BudgetLocal {
 		return loc, k
 	}
-	var net float64
-	if graphSpec == "complete" {
-		net, _ = privacy.ToDP(privacy.Theorem4Curve(n, k, clip, sigma), delta)
-	} else {
-		net, _ = privacy.ToDP(privacy.AmplifiedUpdateCurve(clip, sigma, k).Scale(w), delta)
+	if graphSpec != "complete" {
+		return loc, k // no planned network figure holds on a ring: the network budget is the local one
 	}
+	// The joint per-segment planned form without the final release (the budget has no
+	// planned length): (k+3) rho(n) + 2 ln(n)/(n-1) amplified updates.
+	w = float64(k+3)*privacy.JointSegmentRho(n) + 2*math.Log(float64(n))/float64(n-1)
+	net, _ := privacy.ToDP(privacy.AmplifiedUpdateCurve(clip, sigma, 1).Scale(w), delta)
 	return math.Min(net, loc), k
 }
 

@@ -2,17 +2,18 @@ package testnet
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // TestRingNeighbourLeaksMore runs the walk on a ring of 24 nodes. What a ring neighbour
 // (i, i+1) learns about node i must be visibly more than what the opposite node
 // (i, i+12) learns: the walk reaches a neighbour after about one update and the far node
-// only after about 144 hops on average. The planned figure (first-passage law of the
-// walk) must agree with the realised one within a factor 10 for both pairs.
+// only after about 144 hops on average. No planned network figure holds on a ring (the
+// first-passage form charges updates one by one, below their joint cost): the planned
+// figure is the local one, with the reason, and the realised figure is never above it.
 func TestRingNeighbourLeaksMore(t *testing.T) {
 	const n, hops, delta = 24, 24 * 150, 1e-5
 	full, err := consensus.Embedded()
@@ -29,7 +30,7 @@ func TestRingNeighbourLeaksMore(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl, re := rep.Privacy.PairwisePlanned, rep.Privacy.PairwiseRealised
-	if !pl.ConditionsHold || pl.Theorem != privacy.TheoremPlannedGraph || re == nil || !re.ConditionsHold {
+	if pl.ConditionsHold || !strings.Contains(pl.Note, "other than the complete one") || re == nil || !re.ConditionsHold {
 		t.Fatalf("planned %+v\nrealised %+v", pl, re)
 	}
 	planned, realised := rep.Pairs.PlannedEpsilons(), rep.Pairs.RealisedEpsilons()
@@ -40,8 +41,8 @@ func TestRingNeighbourLeaksMore(t *testing.T) {
 			t.Errorf("node %d: realised neighbour %.4g not above 2x far node %.4g", i, realised[near], realised[far])
 		}
 		for _, k := range []int{near, far} {
-			if r := planned[k] / realised[k]; !(r > 0.1 && r < 10) {
-				t.Errorf("pair (%d,%d): planned %.4g vs realised %.4g, ratio %.3g", k/n, k%n, planned[k], realised[k], r)
+			if !(realised[k] <= planned[k]) {
+				t.Errorf("pair (%d,%d): realised %.4g above the planned (local) %.4g", k/n, k%n, realised[k], planned[k])
 			}
 		}
 		ratioSum += realised[near] / realised[far]

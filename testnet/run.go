@@ -405,14 +405,11 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops), Resends: uint64(in.Views)})
 	verdict := privacy.WalkDecide(wr)
 	K := max(verdict.K, 1)
-	if wr.Step == privacy.StepGADMM || wr.Step == "ls-sgd" {
+	if wr.Step == privacy.StepGADMM || wr.Step == "ls-sgd" || wr.Step == "sgd" {
 		// No pairwise matrix: the planned figure of these steps is one number for every
-		// pair (the local figure; see privacy.WalkPlannedBound).
+		// pair, named and computed by privacy.WalkPlannedBound as every other output does
+		// (a plan cannot promise their amplification: the local figure).
 		return uniformPlanned(in, wr, verdict, busiest, pm)
-	}
-	planClip := in.Clip
-	if wr.Step == "sgd" {
-		planClip = privacy.SGDTraceClip(in.Clip) // one sgd update charged as one walk update of clip C/2
 	}
 	horizon := 0
 	if in.Hops > 0 {
@@ -424,7 +421,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	}
 	reasons, notes := verdict.Reasons, append([]string(nil), verdict.Warnings...)
 	plan, err := PlannedPairwise(n, adj, complete, privacy.PlanOptions{
-		Clip: planClip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
+		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
 	var pw Pairwise
 	if err != nil {
 		reasons = append(reasons, "not computed: "+err.Error())

@@ -173,7 +173,7 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 // GADMMCheck fails or when the run-wide parameters fail privacy.GADMMParams.Validate (in the
 // strongly convex mode interval (23) is that of the largest nu).
 func GADMMRunParams(cfg Config, losses []*consensus.LocalLoss, dim int) (privacy.GADMMParams, error) {
-	p := privacy.GADMMParams{Eta: cfg.Step.Eta, Beta: cfg.Step.Beta, Sigma: cfg.Sigma, Strong: cfg.Step.Strong}
+	p := privacy.GADMMParams{Eta: cfg.Step.Eta, Beta: cfg.Step.Beta, Sigma: cfg.Sigma, Strong: cfg.Step.Strong, Dim: dim}
 	if len(losses) == 0 {
 		return p, fmt.Errorf("%w: no local losses", ErrGADMMParams)
 	}

@@ -61,7 +61,7 @@ func TestAccountSubsampledJSONKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	num := []string{"q", "noise_multiplier", "steps", "delta", "epsilon", "order", "epsilon_classic", "order_classic"}
-	str := []string{"conversion", "conversion_classic", "theorem", "note"}
+	str := []string{"conversion", "conversion_classic", "theorem", "note", "adjacency"}
 	boolean := []string{"conditions_hold", "noise_multiplier_calibrated"}
 	if len(m) != len(num)+len(str)+len(boolean) {
 		t.Errorf("%d keys, want %d:\n%s", len(m), len(num)+len(str)+len(boolean), out.String())

@@ -40,6 +40,10 @@ network instead of loopback TCP: same hosts and streams, no sockets or encryptio
 runs of thousands of hosts (above 64 hosts --mem turns the heartbeats off). The report's
 "network" section gives the peak resident set and heap, in all and per host.
   dpadmm testnet --procs --nodes 3 --hops 2000 --kill-holder-at 1000 --dir /tmp/tn
+--withhold-acks 2,5 (mem, procs) makes those nodes keep every token sent to them and never
+ack it: the sender redirects the release, two peers see it, and the report charges both
+views (re-sends void the planned figure; the realised one counts each view):
+  dpadmm testnet --mem --nodes 6 --hops 300 --withhold-acks 2
 
 Noise convention: --sigma S is the std of eta in eq. (7); the noise added to a node's u
 has std lambda*S. --clip C bounds ||x - z|| before the u-update. One noisy update is a
@@ -236,7 +240,8 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 	var rep *testnet.Report
 	var err error
 	if net := network(mode); net != netSim {
-		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, netProgress, stderr)
+		withhold, _ := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)) // checked by checkWalk
+		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, withhold, netProgress, stderr)
 	} else {
 		rep, err = testnet.RunContext(ctx, opt)
 	}
@@ -515,12 +520,13 @@ func (p *procsFlag) Set(s string) error {
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
 func runNetwork(ctx context.Context, opt testnet.Options, mem bool, transport string, killAt uint64, killPhase, dir string, fsync bool,
-	progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
+	withhold []int, progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
 	}
-	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress}
+	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress,
+		Withhold: withhold}
 	if mem {
 		no.Transport = transport
 	} else {

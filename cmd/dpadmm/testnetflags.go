@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +48,7 @@ type testnetFlags struct {
 	hops, curveEvery, killAt                                        *uint64
 	maxUpd                                                          *int
 	tracePath, pairsPath, plotPath, plotKind, coalition, budgetKind *string
-	ledgerDir, transport, killPhase                                 *string
+	ledgerDir, transport, killPhase, withhold                       *string
 
 	// neighbour exchange
 	iters, killIter, killNode                 *int
@@ -76,6 +77,8 @@ func newTestnetFlags(stdout io.Writer) *testnetFlags {
 	f.m.in("the random walk over real hosts (--mem, --procs)", "the random walk with --procs", "walk:*/"+netProcs)
 	f.killAt = f.m.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
 	f.killPhase = f.m.String("kill-phase", "received", "with --kill-holder-at: received (the holder has acked the token, not stepped it) or custody (stepped; ledger entry and outgoing token durable, not sent)")
+	f.m.in("the random walk over real hosts (--mem, --procs)", "fault injection", "walk:*/"+netMem, "walk:*/"+netProcs)
+	f.withhold = f.m.String("withhold-acks", "", "fault injection: comma-separated node indices (not the initial holder) that read every token hand-off and never ack it, so each release sent to them is redirected and seen by two peers; the report charges every such view")
 	f.m.in(sectionGossip, "", "gossip/*")
 	f.defineGossip(g)
 	f.defineNetworks()
@@ -256,6 +259,9 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 	case *f.killAt > 0 && *f.nodes < 2:
 		return walk.StepParams{}, errors.New("--kill-holder-at needs at least 2 nodes")
 	}
+	if _, err := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)); err != nil {
+		return walk.StepParams{}, err
+	}
 	if err := checkGamma("testnet", *f.gamma); err != nil {
 		return walk.StepParams{}, err
 	}
@@ -297,4 +303,34 @@ func (f *testnetFlags) checkGossip() (float64, error) {
 		return 0, fmt.Errorf("--kill-node must be in [0, %d), got %d", *f.nodes, *f.killNode)
 	}
 	return alpha, nil
+}
+
+// parseWithhold parses --withhold-acks: distinct node indices in [0, nodes) other than the
+// initial holder (which starts the walk and receives no token first). "" is none.
+func parseWithhold(s string, nodes, holder int) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--withhold-acks: %q is not a node index", strings.TrimSpace(f))
+		}
+		switch {
+		case v < 0 || v >= nodes:
+			return nil, fmt.Errorf("--withhold-acks: node %d outside [0, %d)", v, nodes)
+		case v == holder:
+			return nil, fmt.Errorf("--withhold-acks: node %d is the initial holder of this seed and cannot withhold acks", v)
+		case seen[v]:
+			return nil, fmt.Errorf("--withhold-acks: node %d listed twice", v)
+		}
+		seen[v] = true
+		out = append(out, v)
+	}
+	if len(out) >= nodes-1 {
+		return nil, fmt.Errorf("--withhold-acks: %d of %d nodes withhold: at least one node besides the initial holder must ack", len(out), nodes)
+	}
+	return out, nil
 }
