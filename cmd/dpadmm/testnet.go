@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -241,7 +242,11 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 	var err error
 	if net := network(mode); net != netSim {
 		withhold, _ := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)) // checked by checkWalk
-		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, withhold, netProgress, stderr)
+		ack := *f.ackTimeout
+		if ack == 0 && len(withhold) > 0 {
+			ack = 300 * time.Millisecond // every hand-off to a withholding node waits this long
+		}
+		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, withhold, ack, netProgress, stderr)
 	} else {
 		rep, err = testnet.RunContext(ctx, opt)
 	}
@@ -520,13 +525,13 @@ func (p *procsFlag) Set(s string) error {
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
 func runNetwork(ctx context.Context, opt testnet.Options, mem bool, transport string, killAt uint64, killPhase, dir string, fsync bool,
-	withhold []int, progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
+	withhold []int, ackTimeout time.Duration, progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
 	}
 	no := testnet.NetOptions{Mode: "mem", Dir: dir, Sync: fsync, Logger: log, KillHolderAt: killAt, KillPhase: killPhase, Progress: progress,
-		Withhold: withhold}
+		Withhold: withhold, AckTimeout: ackTimeout}
 	if mem {
 		no.Transport = transport
 	} else {

@@ -55,6 +55,7 @@ type testnetFlags struct {
 	alphaStr, etaFile, onMissing              *string
 	eta, etaGrowth, etaMax, paperC, evenGamma *float64
 	barrierTimeout, maxWait                   *time.Duration
+	ackTimeout                                *time.Duration
 }
 
 // newTestnetFlags defines the flags of 'dpadmm testnet' with their modes; the defaults
@@ -78,6 +79,7 @@ func newTestnetFlags(stdout io.Writer) *testnetFlags {
 	f.killAt = f.m.Uint64("kill-holder-at", 0, "with --procs: SIGKILL the token holder at this hop (hops done) and restart it on the same data directory; 0 = no kill")
 	f.killPhase = f.m.String("kill-phase", "received", "with --kill-holder-at: received (the holder has acked the token, not stepped it) or custody (stepped; ledger entry and outgoing token durable, not sent)")
 	f.m.in("the random walk over real hosts (--mem, --procs)", "fault injection", "walk:*/"+netMem, "walk:*/"+netProcs)
+	f.ackTimeout = f.m.Duration("ack-timeout", 0, "the nodes' hand-off ack timeout; 0 = the mode's default (10 s with --procs), 300ms with --withhold-acks")
 	f.withhold = f.m.String("withhold-acks", "", "fault injection: comma-separated node indices (not the initial holder) that read every token hand-off and never ack it, so each release sent to them is redirected and seen by two peers; the report charges every such view")
 	f.m.in(sectionGossip, "", "gossip/*")
 	f.defineGossip(g)
@@ -261,6 +263,9 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 	}
 	if _, err := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)); err != nil {
 		return walk.StepParams{}, err
+	}
+	if *f.ackTimeout < 0 {
+		return walk.StepParams{}, fmt.Errorf("--ack-timeout must be >= 0, got %v", *f.ackTimeout)
 	}
 	if err := checkGamma("testnet", *f.gamma); err != nil {
 		return walk.StepParams{}, err
