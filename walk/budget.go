@@ -22,7 +22,6 @@ const (
 // updates than this is reported as MaxCap (more than any run makes).
 const MaxCap = 1<<31 - 1
 
-
 // errBudget prefixes budget validation errors.
 var errBudget = errors.New("walk: budget")
 

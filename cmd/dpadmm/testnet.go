@@ -8,8 +8,8 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"time"
 	"strings"
+	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
