@@ -56,7 +56,7 @@ clip 0.1, sigma 1, 3500 hops and a hard cap of 100 noisy updates per node (the b
 maximum K_i). Rows are scaled to norm <= 1. A large gamma makes each local step move z
 further per unit of privacy spent; the noise accumulates in u, so a short walk with a cap
 gives the better trade-off on this small data set: about 0.91-0.97 test accuracy (seeds 1-3)
-with a local epsilon per node near 24, a planned pairwise epsilon (Theorem 4) of 7.5 and a
+with a local epsilon per node near 24, a planned pairwise epsilon of 8.5 and a
 realised worst-pair epsilon near 8 (delta 1e-5).
 With --sigma 0 (no privacy) the walk reaches the reference optimum: try
   dpadmm testnet --sigma 0 --gamma 1 --hops 20000 --max-updates 0
