@@ -14,7 +14,8 @@ import (
 	"github.com/dpadmm/dpadmm/walk"
 )
 
-// Empirical privacy audit of the walk (random-walk private ADMM) and of R-ADMM.
+// Empirical privacy audit of the walk (random-walk private ADMM), with every local step of
+// walk.StepKind, and of R-ADMM.
 //
 // The harness runs the real machine code many times on two neighbouring datasets D and D'
 // that differ only at the audited node, and applies to what each observer sees the strongest
@@ -40,21 +41,31 @@ const (
 	// primal vector under each dataset (KKT condition of the perturbed solve) and compares
 	// its likelihood exp(-alpha ||eps||) under D and D'.
 	AuditNoiseRecovery = "noise recovery"
+	// AuditRowCountScale is the scale test of the DP-SGD-type steps (ls-sgd, sgd): it reads
+	// the total row count off the release (see scaleScore).
+	AuditRowCountScale = "row-count scale"
 )
 
 // AuditResult is one line of an audit: one observer, one distinguishing test.
 type AuditResult struct {
-	Algo     string `json:"algo"`
+	// Algo is the algorithm as --algo names it: "walk" (prox, linearized and ls-sgd steps),
+	// "walk-sgd", "walk-gadmm" (WalkAlgo) or "radmm".
+	Algo string `json:"algo"`
+	// Step names the mechanism within Algo: the walk's local step (walk.StepKind.String():
+	// prox, linearized, ls-sgd, sgd, gadmm) or "radmm" for the R-ADMM release.
+	Step     string `json:"step"`
 	Observer string `json:"observer"`
 	View     string `json:"view"` // what the observer sees
 	Test     string `json:"test"`
-	// LowerEpsilon is the empirical lower bound: with probability at least Confidence, the
-	// mechanism is not (e, Delta)-DP for this observer for any e < LowerEpsilon.
+	// LowerEpsilon is the empirical lower bound: with probability at least RowConfidence,
+	// the mechanism is not (e, Delta)-DP for this observer for any e < LowerEpsilon; all the
+	// FamilySize bounds of the audit run hold together with probability at least Confidence
+	// (AuditBonferroni).
 	LowerEpsilon privacy.Epsilon `json:"lower_epsilon"`
 	// LowerTheorem is the result LowerEpsilon rests on (privacy.AuditTheorem).
 	LowerTheorem string `json:"lower_theorem"`
-	// LowerEpsilonCI is a two-sided Confidence interval for the epsilon implied by the test's
-	// true error rates (the lower end is at most LowerEpsilon); +Inf is JSON null.
+	// LowerEpsilonCI is a two-sided RowConfidence interval for the epsilon implied by the
+	// test's true error rates (the lower end is at most LowerEpsilon); +Inf is JSON null.
 	LowerEpsilonCI [2]privacy.Epsilon `json:"lower_epsilon_ci"`
 	// Estimate is the epsilon implied by the observed error rates (+Inf: JSON null).
 	Estimate privacy.Epsilon `json:"estimate"`
@@ -64,7 +75,12 @@ type AuditResult struct {
 	Theorem        string          `json:"theorem"`
 	ConditionsHold bool            `json:"conditions_hold"`
 	Delta          float64         `json:"delta"`
-	Confidence     float64         `json:"confidence"`
+	// Confidence is the family-wise confidence of the audit run; RowConfidence =
+	// 1 - (1-Confidence)/FamilySize is that of this row's bound and interval, FamilySize the
+	// number of bounds the run reports (Bonferroni).
+	Confidence    float64 `json:"confidence"`
+	RowConfidence float64 `json:"row_confidence"`
+	FamilySize    int     `json:"family_size"`
 	// Trials is the number of trials per dataset (calibration and evaluation); EvalTrials of
 	// them, per dataset, give the bound.
 	Trials     int                   `json:"trials"`
@@ -73,10 +89,14 @@ type AuditResult struct {
 	Rule       privacy.ThresholdTest `json:"rule"`
 	Secure     bool                  `json:"secure_noise"`
 	// SensitivityUsed is the fraction of the sensitivity assumed by the claim that the
-	// canary attains without noise: for the walk ||v_D - v_D'|| / (4 lambda C) with v i's
-	// (lattice-rounded) data part, for R-ADMM ||grad O_D - grad O_D'|| / (2 C_i/B_i) at the
-	// noiseless release.
+	// canary attains without noise, SensitivityOf saying of what: for the prox and
+	// linearized steps ||v_D - v_D'|| / (4 lambda C) with v i's (lattice-rounded) data part;
+	// for ls-sgd and sgd h ||N_D - N_D'|| / (2C), N the integer clipped gradient sum read off
+	// the release (replace-one: one row changed); for gadmm ||x~_D - x~_D'|| / (eta Delta),
+	// eta Delta the run's privacy.GADMMParams.Sensitivity (node-level); for R-ADMM
+	// ||grad O_D - grad O_D'|| / (2 C_i/B_i) at the noiseless release.
 	SensitivityUsed float64 `json:"sensitivity_used"`
+	SensitivityOf   string  `json:"sensitivity_of"`
 	// Violation is LowerEpsilon > UpperEpsilon: the audit refutes the claim.
 	Violation bool   `json:"violation"`
 	Note      string `json:"note,omitempty"`
@@ -104,7 +124,40 @@ func (r *AuditResult) finish(est privacy.AuditEstimate, upper float64) {
 	r.UpperEpsilon = privacy.Eps(upper)
 }
 
-// zeroNoise is a Noise that draws zeros: the noiseless run of a mechanism through its own code.
+// AuditBonferroni corrects the rows of one audit run for multiple testing: every row's
+// bound and interval are recomputed from its evaluation counts at the confidence
+// 1 - (1-confidence)/len(res) (Bonferroni's inequality: the probability that some row's
+// bound is wrong is at most the sum of the rows' error probabilities, whatever their
+// dependence), so that all of them hold together with probability at least confidence.
+// Without it an audit of R rows at 95% each would flag a tight but correct mechanism with
+// probability up to 1 - 0.95^R. Verdicts are recomputed against UpperEpsilon. WalkAudit and
+// RADMMAudit apply it to their own rows; a run that reports several audits applies it again
+// to all of them.
+func AuditBonferroni(res []AuditResult, confidence float64) error {
+	if !(confidence > 0 && confidence < 1) {
+		return fmt.Errorf("testnet: audit: confidence must be in (0,1), got %v", confidence)
+	}
+	row := rowConfidence(confidence, len(res))
+	for k := range res {
+		r := &res[k]
+		est, err := privacy.EmpiricalEpsilon(r.Counts, r.Delta, row)
+		if err != nil {
+			return fmt.Errorf("testnet: audit: %s/%s/%s: %w", r.Step, r.Observer, r.Test, err)
+		}
+		r.Confidence, r.RowConfidence, r.FamilySize = confidence, row, len(res)
+		r.finish(est, float64(r.UpperEpsilon))
+	}
+	return nil
+}
+
+// rowConfidence is the confidence of each of `rows` bounds that hold together with
+// confidence c (Bonferroni).
+func rowConfidence(c float64, rows int) float64 { return 1 - (1-c)/float64(max(rows, 1)) }
+
+// zeroNoise is a Noise that draws zeros: the noiseless run of a mechanism through its own
+// code. Uniform returns 0, so that a Poisson sample at any rate q > 0 takes every row: the
+// reference of a subsampled step is its update with the canary row sampled, the case the
+// tests distinguish.
 type zeroNoise struct{}
 
 func (zeroNoise) Normal(dst []float64, sigma float64) {
@@ -116,7 +169,7 @@ func (zeroNoise) Normal(dst []float64, sigma float64) {
 		dst[i] = v
 	}
 }
-func (zeroNoise) Uniform() float64 { return 0.5 }
+func (zeroNoise) Uniform() float64 { return 0 }
 func (zeroNoise) Secure() bool     { return false }
 
 // switchNoise forwards to the current source; the machines of a worker hold it, and the
@@ -207,35 +260,41 @@ func (p projScore) score(v []float64) float64 {
 	return s
 }
 
-// residueScore compares the residues modulo a lattice step h of the update read off a view
-// with those of the noiseless updates under D and D': sum_k cos 2 pi (phi_k - rho_D,k) -
-// cos 2 pi (phi_k - rho_D',k), with phi = frac(r/h) and r = (scale*v - base)*n the update in
-// units of u. A mechanism whose released update is a multiple of h plus a data part leaks
-// the data part's residue; an update that is a multiple of h leaks nothing this way.
+// residueScore compares the residues modulo 1 of the update read off a view in units of a
+// lattice step h with those of the noiseless updates under D and D': sum_k
+// cos 2 pi (phi_k - rho_D,k) - cos 2 pi (phi_k - rho_D',k), with phi = frac(read(v, k)). A
+// mechanism whose released update is a multiple of h plus a data part leaks the data
+// part's residue; an update that is a multiple of h leaks nothing this way. read returns
+// NaN for a coordinate the view does not determine (it is left out).
 type residueScore struct {
-	h, scale, n float64
-	base        []float64
+	read        func(v []float64, k int) float64
 	rhoD, rhoD2 []float64
 }
 
-func (r *residueScore) frac(v []float64, k int) float64 {
-	x := (r.scale*v[k] - r.base[k]) * r.n / r.h
-	return x - math.Floor(x)
-}
+func fracPart(x float64) float64 { return x - math.Floor(x) }
 
-func newResidueScore(h, scale, n float64, base, refD, refD2 []float64) *residueScore {
-	r := &residueScore{h: h, scale: scale, n: n, base: base}
-	r.rhoD, r.rhoD2 = make([]float64, len(refD)), make([]float64, len(refD))
-	for k := range refD {
-		r.rhoD[k], r.rhoD2[k] = r.frac(refD, k), r.frac(refD2, k)
+func newResidueScore(read func(v []float64, k int) float64, dims int, refD, refD2 []float64) *residueScore {
+	r := &residueScore{read: read}
+	r.rhoD, r.rhoD2 = make([]float64, dims), make([]float64, dims)
+	for k := range dims {
+		r.rhoD[k], r.rhoD2[k] = fracPart(read(refD, k)), fracPart(read(refD2, k))
 	}
 	return r
 }
 
+// walkRead is the read-off of the prox and linearized steps: r = (scale*v - base)*n is the
+// update in units of u, divided by h.
+func walkRead(h, scale, n float64, base []float64) func(v []float64, k int) float64 {
+	return func(v []float64, k int) float64 { return (scale*v[k] - base[k]) * n / h }
+}
+
 func (r *residueScore) score(v []float64) float64 {
 	s := 0.0
-	for k := range v {
-		phi := r.frac(v, k)
+	for k := range r.rhoD {
+		phi := fracPart(r.read(v, k))
+		if math.IsNaN(phi) || math.IsNaN(r.rhoD[k]) || math.IsNaN(r.rhoD2[k]) {
+			continue
+		}
 		s += math.Cos(2*math.Pi*(phi-r.rhoD[k])) - math.Cos(2*math.Pi*(phi-r.rhoD2[k]))
 	}
 	return s
@@ -319,12 +378,14 @@ type WalkUpdateFactory func(s WalkAuditSetup, noise privacy.Noise) (WalkUpdate, 
 type machineUpdate struct {
 	m    [2]*walk.Machine
 	zero []float64
+	mech string
 }
 
 // MachineUpdate is the WalkUpdateFactory of the shipped walk machine (walk.New, Step, Ready,
-// Advance): the update the audit runs unless another is injected.
+// Advance) with the local step of s.Config: the update the audit runs unless another is
+// injected.
 func MachineUpdate(s WalkAuditSetup, noise privacy.Noise) (WalkUpdate, error) {
-	mu := &machineUpdate{zero: make([]float64, s.Dim)}
+	mu := &machineUpdate{zero: make([]float64, s.Dim), mech: auditMechanism(s.Config.Step.Kind)}
 	for w := range mu.m {
 		ll, err := consensus.NewLocalLoss(s.Data[w], s.Loss, s.Weight)
 		if err != nil {
@@ -340,12 +401,15 @@ func MachineUpdate(s WalkAuditSetup, noise privacy.Noise) (WalkUpdate, error) {
 }
 
 func (mu *machineUpdate) Update(world int, tok *walk.Token) error {
-	return stepFresh(mu.m[world], mu.zero, tok)
+	return stepFresh(mu.m[world], mu.zero, tok, mu.mech)
 }
 
-// stepFresh resets m to u = 0 with no update made, steps it on tok (updated in place, the
-// machine works on the token's vectors) and advances it.
-func stepFresh(m *walk.Machine, zero []float64, tok *walk.Token) error {
+// stepFresh resets m to u = 0 with no update made (so that a decaying step size is at its
+// first value), steps it on tok (updated in place, the machine works on the token's
+// vectors) and advances it. The step must be one noisy update whose ledger entry has the
+// mechanism mech of the machine's local step (auditMechanism): an update charged as
+// anything else is not the mechanism the claim is about.
+func stepFresh(m *walk.Machine, zero []float64, tok *walk.Token, mech string) error {
 	if err := m.Restore(walk.Checkpoint{U: zero}); err != nil {
 		return err
 	}
@@ -353,8 +417,11 @@ func stepFresh(m *walk.Machine, zero []float64, tok *walk.Token) error {
 		return err
 	}
 	rd := m.Ready()
-	if len(rd.Outbox) != 1 || len(rd.Ledger) != 1 || rd.Ledger[0].Mechanism != walk.MechGaussian {
+	if len(rd.Outbox) != 1 || len(rd.Ledger) != 1 {
 		return errors.New("testnet: audit: the machine made no noisy update")
+	}
+	if got := rd.Ledger[0].Mechanism; got != mech {
+		return fmt.Errorf("testnet: audit: the machine's update is charged as %q, its step's mechanism is %q", got, mech)
 	}
 	out := rd.Outbox[0].Token
 	copy(tok.Z, out.Z)
@@ -371,9 +438,14 @@ type WalkAuditOptions struct {
 	Nodes int    // n (>= FinalHops + 2)
 	Split string // iid (default), contiguous or label
 	Seed  uint64 // data split and canary (not the noise)
-	// Problem, Gamma, Lambda, Clip and Sigma are the walk's settings (walk.Config).
+	// Problem, Gamma, Lambda, Clip and Sigma are the walk's settings (walk.Config): for
+	// ls-sgd and sgd Clip is the per-example gradient clip and Sigma the noise std on the
+	// clipped sum, for gadmm Clip the per-example clip and Sigma the noise std on x.
 	Problem                    consensus.Problem
 	Gamma, Lambda, Clip, Sigma float64
+	// Step is the local step of every node (walk.Config.Step); the zero value is the prox
+	// step. The gradient steps need Step.Eta > 0, ls-sgd and sgd a rate in (0,1].
+	Step walk.StepParams
 	// Node is the audited node i.
 	Node int
 	// PairHops is m: the noisy updates by other nodes between i's update and the pairwise
@@ -385,15 +457,14 @@ type WalkAuditOptions struct {
 	// Trials is the number of trials per dataset (default 2000); the first half calibrates
 	// the tests, the second half evaluates them.
 	Trials int
-	// Delta and Confidence of the bounds (defaults 1e-5 and 0.95).
+	// Delta and Confidence of the bounds (defaults 1e-5 and 0.95); Confidence is
+	// family-wise over the audit's rows (AuditBonferroni).
 	Delta, Confidence float64
 	// Noise returns the noise source of a block of trials (AuditNoise); nil means crypto/rand.
 	Noise func(block uint64) privacy.Noise
 	// Workers is the number of goroutines (0: min(2, GOMAXPROCS)).
 	Workers int
-	// Canary gives node i's data in D and D'; nil means the node's shard plus a canary row
-	// (a, +1) in D and (a, -1) in D', with a chosen to maximise the noiseless difference of
-	// i's update (see WalkAudit).
+	// Canary gives node i's data in D and D'; nil means the canary search of WalkAudit.
 	Canary *AuditCanary
 	// Update is the audited node's update; nil means MachineUpdate, the shipped machine.
 	Update WalkUpdateFactory
@@ -448,7 +519,19 @@ func (o *WalkAuditOptions) defaults() error {
 	case !(o.Confidence > 0 && o.Confidence < 1):
 		return fmt.Errorf("testnet: audit: confidence must be in (0,1), got %v", o.Confidence)
 	}
+	// The data-free checks of the machine's configuration, step included, before any trial.
+	c := o.baseStepConfig()
+	c.Rand, c.Noise = rand.New(rand.NewPCG(0, 0)), zeroNoise{}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("testnet: audit: %w", err)
+	}
 	return o.Problem.Validate()
+}
+
+// baseStepConfig is the configuration every node shares, for the data-free checks.
+func (o *WalkAuditOptions) baseStepConfig() walk.Config {
+	return walk.Config{Node: 0, Nodes: o.Nodes, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
+		Reg: o.Problem.Reg, Run: "audit", Step: o.Step}
 }
 
 // walkEnv is the fixed setup of a walk audit.
@@ -460,16 +543,20 @@ type walkEnv struct {
 	weight []float64
 	dim    int
 	tok0   walk.Token
+	mech   string // the ledger mechanism of one noisy update of the step
+	// totalRows is the total row count M of the run with node i's data in D.
+	totalRows int
 }
 
 // baseConfig is the walk configuration of node k.
 func (e *walkEnv) baseConfig(k int) walk.Config {
-	o := e.o
-	return walk.Config{Node: k, Nodes: o.Nodes, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
-		Reg: o.Problem.Reg, Run: "audit"}
+	c := e.o.baseStepConfig()
+	c.Node = k
+	return c
 }
 
-// walkViews are the three observers' views of one trial.
+// walkViews are the three observers' views of one trial: the token as the next holder
+// and as j receive it (tokenView), and the final model z.
 type walkViews struct{ local, pair, final []float64 }
 
 // walkWorker runs trials on one goroutine: the update under test and the real machines of
@@ -485,7 +572,7 @@ type walkWorker struct {
 func (e *walkEnv) newWorker(up WalkUpdateFactory, noise privacy.Noise) (*walkWorker, error) {
 	u, err := up(e.setup, noise)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("testnet: audit: node %d: %w", e.o.Node, err)
 	}
 	w := &walkWorker{e: e, up: u, zero: make([]float64, e.dim)}
 	sc := walk.NewScratch(e.dim)
@@ -498,7 +585,7 @@ func (e *walkEnv) newWorker(up WalkUpdateFactory, noise privacy.Noise) (*walkWor
 		cfg.Noise, cfg.Rand, cfg.Scratch = noise, rand.New(rand.NewPCG(2, uint64(t))), sc
 		m, err := walk.New(cfg, ll, e.dim)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("testnet: audit: node %d: %w", k, err)
 		}
 		w.path = append(w.path, m)
 	}
@@ -516,24 +603,25 @@ func (w *walkWorker) run(world int, v *walkViews, localOnly bool) error {
 	if err := w.up.Update(world, &w.tok); err != nil {
 		return fmt.Errorf("testnet: audit: node %d: %w", e.o.Node, err)
 	}
-	copy(v.local, w.tok.Zhat)
+	e.tokenView(v.local, &w.tok)
 	if localOnly {
 		return nil
 	}
 	for t, m := range w.path {
-		if err := stepFresh(m, w.zero, &w.tok); err != nil {
+		if err := stepFresh(m, w.zero, &w.tok, e.mech); err != nil {
 			return fmt.Errorf("testnet: audit: node %d: %w", e.path[t], err)
 		}
 		if t+1 == e.o.PairHops {
-			copy(v.pair, w.tok.Zhat)
+			e.tokenView(v.pair, &w.tok)
 		}
 	}
 	copy(v.final, w.tok.Z)
 	return nil
 }
 
-func newViews(dim int) *walkViews {
-	return &walkViews{local: make([]float64, dim), pair: make([]float64, dim), final: make([]float64, dim)}
+func (e *walkEnv) newViews() *walkViews {
+	tv := e.tokenDim()
+	return &walkViews{local: make([]float64, tv), pair: make([]float64, tv), final: make([]float64, e.dim)}
 }
 
 // reference runs the noiseless trial of both datasets through the same code (zero noise).
@@ -544,7 +632,7 @@ func (e *walkEnv) reference(up WalkUpdateFactory, localOnly bool) ([2]*walkViews
 	}
 	var ref [2]*walkViews
 	for world := range ref {
-		ref[world] = newViews(e.dim)
+		ref[world] = e.newViews()
 		if err := w.run(world, ref[world], localOnly); err != nil {
 			return ref, err
 		}
@@ -560,41 +648,44 @@ func dist(a, b []float64) float64 {
 	return math.Sqrt(s)
 }
 
-// searchCanary returns node i's D and D' data: its shard plus (a, +1) in D and (a, -1) in
-// D', with a chosen to maximise the distance between the two noiseless local views (i's
-// update). Candidates are r*d for d the normalised mean of the shard's rows, one of its first
-// three rows or the direction of the shard's own update, and r in 1/4..16; the best is then
-// refined by a random local search (seeded by Seed). For both losses
-// (a, -1) is the same loss as (-a, +1), so -d need not be tried.
+// searchCanary returns node i's D and D' data (canaryPair: for every step but gadmm its
+// shard plus (a, +1) in D and (a, -1) in D', a replace-one pair with equal row counts; for
+// gadmm, whose figures are node-level, every row of the node (a, +1) in D and (a, -1) in
+// D'), with a chosen to maximise localDistance: the distance between the two noiseless
+// local views (i's update), or between the queries a gradient step releases. Candidates are r*d for d the normalised mean of the shard's rows, one of its
+// first three rows or the direction of the shard's own update, and r in 1/4..16; the best
+// is then refined by a random local search (seeded by Seed). A candidate must beat the best
+// by a relative 1e-9: the gradient steps clip every example, so beyond the clip all radii
+// give the same update up to rounding, and the search keeps the smallest (which keeps the
+// smoothness conditions of the network figures). A candidate the step refuses (gadmm: eta
+// above 1/nu for the canary's smoothness) is skipped. For both losses (a, -1) is the same
+// loss as (-a, +1), so -d need not be tried.
 func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64, error) {
 	p := shard.Cols
+	var skipped error
 	eval := func(a []float64) (float64, error) {
-		e.setup.Data = [2]*consensus.Dataset{withRow(shard, a, 1), withRow(shard, a, -1)}
+		e.setup.Data = e.canaryPair(shard, a)
 		ref, err := e.reference(e.o.Update, true)
+		if errors.Is(err, walk.ErrGADMMParams) {
+			skipped = err
+			return -1, nil
+		}
 		if err != nil {
 			return 0, err
 		}
-		return dist(ref[0].local, ref[1].local), nil
+		return e.localDistance(ref), nil
 	}
-	mean := make([]float64, p)
-	for r := 0; r < shard.Rows; r++ {
-		for k, v := range shard.Row(r) {
-			mean[k] += v
-		}
-	}
-	dirs := [][]float64{mean}
-	for r := 0; r < min(3, shard.Rows); r++ {
-		dirs = append(dirs, append([]float64(nil), shard.Row(r)...))
-	}
-	// The shard's own update (a zero row adds nothing to either loss).
-	e.setup.Data = [2]*consensus.Dataset{withRow(shard, make([]float64, p), 1), withRow(shard, make([]float64, p), 1)}
-	ref, err := e.reference(e.o.Update, true)
+	dirs, err := e.canaryDirections(shard)
 	if err != nil {
 		return nil, 0, err
 	}
-	dirs = append(dirs, append([]float64(nil), ref[0].local...))
 	var best []float64
 	bestD := -1.0
+	better := func(a []float64, dd float64) {
+		if dd > 0 && dd > bestD*(1+1e-9) || bestD < 0 && dd >= 0 {
+			best, bestD = a, dd
+		}
+	}
 	for _, d := range dirs {
 		nd := math.Sqrt(dotp(d, d))
 		if !(nd > 0) || math.IsInf(nd, 0) {
@@ -609,12 +700,13 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 			if err != nil {
 				return nil, 0, err
 			}
-			if dd > bestD {
-				best, bestD = a, dd
-			}
+			better(a, dd)
 		}
 	}
 	if best == nil {
+		if skipped != nil {
+			return nil, 0, fmt.Errorf("testnet: audit: the %s step refuses every canary row: %w", e.o.Step.Kind, skipped)
+		}
 		return nil, 0, errors.New("testnet: audit: no canary direction")
 	}
 	rnd := rand.New(rand.NewPCG(mix(e.o.Seed, e.o.Node, 12), 0))
@@ -632,14 +724,35 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 		if err != nil {
 			return nil, 0, err
 		}
-		if dd > bestD {
-			best, bestD = a, dd
+		better(a, dd)
+	}
+	pair := e.canaryPair(shard, best)
+	c := &AuditCanary{D: pair[0], DPrime: pair[1], Description: e.canaryDescription(math.Sqrt(dotp(best, best)))}
+	return c, bestD, nil
+}
+
+// canaryDirections returns the directions the canary search tries: the mean of the
+// shard's rows, its first three rows and the direction of the shard's own update.
+func (e *walkEnv) canaryDirections(shard *consensus.Dataset) ([][]float64, error) {
+	p := shard.Cols
+	mean := make([]float64, p)
+	for r := 0; r < shard.Rows; r++ {
+		for k, v := range shard.Row(r) {
+			mean[k] += v
 		}
 	}
-	c := &AuditCanary{D: withRow(shard, best, 1), DPrime: withRow(shard, best, -1),
-		Description: fmt.Sprintf("D: node %d's shard plus a canary row a (||a|| = %.3g) labelled +1, D': the same row labelled -1",
-			e.o.Node, math.Sqrt(dotp(best, best)))}
-	return c, bestD, nil
+	dirs := [][]float64{mean}
+	for r := 0; r < min(3, shard.Rows); r++ {
+		dirs = append(dirs, append([]float64(nil), shard.Row(r)...))
+	}
+	// The shard's own update (a zero row adds nothing to either loss).
+	zero := withRow(shard, make([]float64, p), 1)
+	e.setup.Data = [2]*consensus.Dataset{zero, zero}
+	ref, err := e.reference(e.o.Update, true)
+	if err != nil {
+		return nil, err
+	}
+	return append(dirs, append([]float64(nil), ref[0].local[:p]...)), nil
 }
 
 func dotp(a, b []float64) float64 {
@@ -659,22 +772,28 @@ func withRow(d *consensus.Dataset, a []float64, y float64) *consensus.Dataset {
 	return c
 }
 
-// WalkAudit audits one noisy update of node i of the walk against three observers, each
-// with the projection test and the lattice residue test:
+// WalkAudit audits one noisy update of node i of the walk, with the local step of
+// o.Step, against three observers:
 //
 //   - local: the next holder, who sees the token right after i's update and knows the token
-//     i received; claim: one update's local bound (privacy.LocalBound, Theorem 3);
+//     i received; claim: one update's local bound of the step (privacy.StepLocalBound, for
+//     the prox step Cyffers et al. Theorem 3);
 //   - pairwise: node j, who receives the token after PairHops further noisy updates by
-//     other nodes (their real machines); claim: the realised-path figure of that path for
-//     (i, j) (privacy.RealisedPairwise, m = PairHops + 1 noisy updates);
+//     other nodes (their real machines); claim: the realised-path figure of the step for
+//     (i, j) on that path (privacy.StepRealisedPairwise, m = PairHops + 1 noisy updates; see
+//     realisedClaim for the steps without a network figure);
 //   - final: a node off the path that sees only the final model z, released after
 //     FinalHops further updates; claim: the realised-path figure with the final model
 //     released to all (m = FinalHops + 1).
 //
-// The residue test reads the update off the view (zhat, or z divided by the L2 shrinking
-// factor when L1 = 0; skipped for the final model with L1 > 0) and tries the lattice steps
-// privacy.Granularity(lambda sigma), lambda privacy.Granularity(sigma) and
-// privacy.Granularity(sigma).
+// Every observer gets the projection test. The residue test reads the update off the view
+// in units of a lattice step: for the prox and linearized steps at every observer (zhat, or
+// z divided by the L2 shrinking factor when L1 = 0; skipped for the final model with
+// L1 > 0), with the lattice steps privacy.Granularity(lambda sigma), lambda
+// privacy.Granularity(sigma) and privacy.Granularity(sigma); for the gradient steps at the
+// local observer, in units of privacy.Granularity(sigma) of their integer noisy query
+// (stepRead). ls-sgd and sgd also get the row-count scale test at the local observer
+// (scaleScore). The rows are corrected for multiple testing (AuditBonferroni).
 func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -684,7 +803,7 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 		return nil, err
 	}
 	n, i, dim := o.Nodes, o.Node, o.Train.Cols
-	e := &walkEnv{o: &o, shards: shards, dim: dim}
+	e := &walkEnv{o: &o, shards: shards, dim: dim, mech: auditMechanism(o.Step.Kind)}
 	for t := 1; t <= o.FinalHops; t++ {
 		e.path = append(e.path, (i+t)%n)
 	}
@@ -697,31 +816,45 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	sens := dist(ref[0].local, ref[1].local) * float64(n) / (4 * o.Lambda * o.Clip)
+	run, err := e.walkRun()
+	if err != nil {
+		return nil, err
+	}
+	sens, sensOf := e.sensitivity(ref, run)
 	observers := e.observers(ref)
 	if err := e.trials(observers); err != nil {
 		return nil, err
 	}
-	claims, err := e.claims()
+	claims, err := e.claims(run)
 	if err != nil {
 		return nil, err
 	}
+	return e.results(observers, claims, canary, sens, sensOf)
+}
+
+// results evaluates every observer's tests and returns the audit's rows, corrected for
+// multiple testing.
+func (e *walkEnv) results(observers []*walkObserver, claims []walkClaim, canary *AuditCanary, sens float64, sensOf string) ([]AuditResult, error) {
+	o := e.o
+	rows := 0
+	for _, ob := range observers {
+		rows += len(ob.tests)
+	}
+	conf := rowConfidence(o.Confidence, rows)
 	secure := o.Noise(0).Secure()
 	T := o.Trials
 	cal := T / 2
 	var out []AuditResult
 	for k, ob := range observers {
-		for _, cs := range []*candidateScores{ob.proj, ob.res} {
-			if cs == nil {
-				continue
-			}
-			rule, est, which, err := cs.evaluate(cal, o.Delta, o.Confidence)
+		for _, cs := range ob.tests {
+			rule, est, which, err := cs.evaluate(cal, o.Delta, conf)
 			if err != nil {
 				return nil, err
 			}
-			r := AuditResult{Algo: "walk", Observer: ob.name, View: ob.view, Test: cs.test, Theorem: claims[k].thm,
-				ConditionsHold: claims[k].hold, Delta: o.Delta, Confidence: o.Confidence, Trials: T, EvalTrials: T - T/2,
-				Rule: rule, Secure: secure, SensitivityUsed: sens, Note: which + "; " + canary.Description}
+			r := AuditResult{Algo: WalkAlgo(o.Step), Step: o.Step.Kind.String(), Observer: ob.name, View: ob.view, Test: cs.test,
+				Theorem: claims[k].thm, ConditionsHold: claims[k].hold, Delta: o.Delta, Confidence: o.Confidence,
+				Trials: T, EvalTrials: T - cal, Rule: rule, Secure: secure, SensitivityUsed: sens, SensitivityOf: sensOf,
+				Note: which + "; " + canary.Description + "; " + AuditStepNote(o.Step)}
 			upper := claims[k].eps
 			if !claims[k].hold {
 				upper = math.Inf(1)
@@ -730,7 +863,7 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out, AuditBonferroni(out, o.Confidence)
 }
 
 // setWeights sets every node's loss weight n*rows_k/N from e.shards.
@@ -740,7 +873,7 @@ func (e *walkEnv) setWeights() {
 	for _, s := range e.shards {
 		total += s.Rows
 	}
-	e.weight = make([]float64, n)
+	e.weight, e.totalRows = make([]float64, n), total
 	for k, s := range e.shards {
 		e.weight[k] = float64(n) * float64(s.Rows) / float64(total)
 	}
@@ -772,30 +905,60 @@ func (e *walkEnv) setCanary(base *consensus.Dataset) (*AuditCanary, error) {
 	return canary, nil
 }
 
-// walkObserver is one observer of the walk audit with its scorers.
+// walkObserver is one observer of the walk audit with its tests.
 type walkObserver struct {
 	name, view string
 	get        func(v *walkViews) []float64
-	scale      float64 // view -> zhat
-	proj, res  *candidateScores
+	tests      []*candidateScores
 }
 
-// observers returns the local, pairwise and final observers with their projection and
-// residue scorers built on the noiseless references ref.
+// observers returns the local, pairwise and final observers with their tests built on the
+// noiseless references ref.
 func (e *walkEnv) observers(ref [2]*walkViews) []*walkObserver {
-	o, n := e.o, e.o.Nodes
-	observers := []*walkObserver{
-		{name: "local", view: "zhat right after i's update (token i received known)", get: func(v *walkViews) []float64 { return v.local }, scale: 1},
-		{name: "pairwise", view: fmt.Sprintf("zhat received by j = node %d after %d further noisy updates", e.path[o.PairHops], o.PairHops),
-			get: func(v *walkViews) []float64 { return v.pair }, scale: 1},
-		{name: "final", view: fmt.Sprintf("final model z after %d further noisy updates", o.FinalHops),
-			get: func(v *walkViews) []float64 { return v.final }, scale: 1 + o.Gamma*o.Problem.Reg.L2},
+	o := e.o
+	tv := "zhat"
+	if o.Step.Kind == walk.StepGADMM {
+		tv = "the token (x~, lambda)"
 	}
-	if o.Problem.Reg.L1 != 0 {
-		observers[2].scale = 0 // z = soft(zhat) loses the low-order bits of small coordinates
+	observers := []*walkObserver{
+		{name: "local", view: tv + " right after i's update (token i received known)", get: func(v *walkViews) []float64 { return v.local }},
+		{name: "pairwise", view: fmt.Sprintf("%s received by j = node %d after %d further noisy updates", tv, e.path[o.PairHops], o.PairHops),
+			get: func(v *walkViews) []float64 { return v.pair }},
+		{name: "final", view: fmt.Sprintf("final model z after %d further noisy updates", o.FinalHops),
+			get: func(v *walkViews) []float64 { return v.final }},
+	}
+	T := o.Trials
+	for k, ob := range observers {
+		rD, rD2 := ob.get(ref[0]), ob.get(ref[1])
+		ob.tests = append(ob.tests, newCandidates(AuditProjection, T, []string{"direction: noiseless difference"}, []scorer{newProjScore(rD, rD2)}))
+		if res := e.residueTest(k, rD, rD2); res != nil {
+			ob.tests = append(ob.tests, res)
+		}
+		if k == 0 {
+			if sc := e.scaleTest(); sc != nil {
+				ob.tests = append(ob.tests, sc)
+			}
+		}
+	}
+	return observers
+}
+
+// walkResidueTest is the residue test of the prox and linearized steps for observer k
+// (0 local, 1 pairwise, 2 final): the view, times scale (1 for zhat, the L2 shrinking
+// factor for the final model z; none with L1 > 0), minus the initial zhat, times n, on the
+// candidate lattice steps.
+func (e *walkEnv) walkResidueTest(k int, rD, rD2 []float64) *candidateScores {
+	o, n := e.o, float64(e.o.Nodes)
+	scale := 1.0
+	if k == 2 {
+		if o.Problem.Reg.L1 != 0 {
+			return nil // z = soft(zhat) loses the low-order bits of small coordinates
+		}
+		scale = 1 + o.Gamma*o.Problem.Reg.L2
 	}
 	var steps []float64
-	var stepNames []string
+	var names []string
+	var sc []scorer
 	for _, h := range []float64{privacy.Granularity(o.Lambda * o.Sigma), o.Lambda * privacy.Granularity(o.Sigma), privacy.Granularity(o.Sigma)} {
 		dup := !(h > 0)
 		for _, g := range steps {
@@ -803,22 +966,11 @@ func (e *walkEnv) observers(ref [2]*walkViews) []*walkObserver {
 		}
 		if !dup {
 			steps = append(steps, h)
-			stepNames = append(stepNames, fmt.Sprintf("lattice step %g", h))
+			names = append(names, fmt.Sprintf("lattice step %g", h))
+			sc = append(sc, newResidueScore(walkRead(h, scale, n, e.tok0.Zhat), e.dim, rD, rD2))
 		}
 	}
-	T := o.Trials
-	for _, ob := range observers {
-		rD, rD2 := ob.get(ref[0]), ob.get(ref[1])
-		ob.proj = newCandidates(AuditProjection, T, []string{"direction: noiseless difference"}, []scorer{newProjScore(rD, rD2)})
-		if ob.scale != 0 {
-			var sc []scorer
-			for _, h := range steps {
-				sc = append(sc, newResidueScore(h, ob.scale, float64(n), e.tok0.Zhat, rD, rD2))
-			}
-			ob.res = newCandidates(AuditResidue, T, stepNames, sc)
-		}
-	}
-	return observers
+	return newCandidates(AuditResidue, o.Trials, names, sc)
 }
 
 // trials runs the trials of both worlds and records every observer's view.
@@ -829,7 +981,7 @@ func (e *walkEnv) trials(observers []*walkObserver) error {
 		if err != nil {
 			return nil, err
 		}
-		v := newViews(e.dim)
+		v := e.newViews()
 		return func(t int) error {
 			for world := 0; world < 2; world++ {
 				if err := w.run(world, v, false); err != nil {
@@ -837,56 +989,12 @@ func (e *walkEnv) trials(observers []*walkObserver) error {
 				}
 				for _, ob := range observers {
 					view := ob.get(v)
-					ob.proj.record(world, t, view)
-					if ob.res != nil {
-						ob.res.record(world, t, view)
+					for _, cs := range ob.tests {
+						cs.record(world, t, view)
 					}
 				}
 			}
 			return nil
 		}, nil
 	})
-}
-
-// walkClaim is the accountant's claim for one observer.
-type walkClaim struct {
-	eps  float64
-	thm  string
-	hold bool
-}
-
-// claims returns the accountant's claims for the local, pairwise and final observers, on
-// the traces of the audited path: up to j's observation for the pairwise observer, the
-// whole path with the final model released to all for the final observer (who never
-// holds the token).
-func (e *walkEnv) claims() ([]walkClaim, error) {
-	o, n, i := e.o, e.o.Nodes, e.o.Node
-	j, finalObs := e.path[o.PairHops], (i+o.FinalHops+1)%n
-	realised := func(upto, observer int, final bool) (float64, error) {
-		tr := &privacy.Trace{Nodes: n, Clip: o.Clip, Sigma: o.Sigma, FinalReleasedToAll: final}
-		tr.Steps = append(tr.Steps, privacy.TraceStep{Node: i, Noisy: true})
-		for _, k := range e.path[:upto] {
-			tr.Steps = append(tr.Steps, privacy.TraceStep{Node: k, Noisy: true})
-		}
-		rp, err := privacy.RealisedPairwise(tr)
-		if err != nil {
-			return 0, err
-		}
-		eps, _ := rp.Pairs.Epsilon(i, observer, o.Delta)
-		return eps, nil
-	}
-	pairEps, err := realised(o.PairHops+1, j, false) // the last step is j holding the token
-	if err != nil {
-		return nil, err
-	}
-	finalEps, err := realised(o.FinalHops, finalObs, true)
-	if err != nil {
-		return nil, err
-	}
-	loc := privacy.LocalBound(o.Clip, o.Sigma, 1, o.Delta)
-	return []walkClaim{
-		{loc.Epsilon, loc.Theorem, loc.ConditionsHold},
-		{pairEps, fmt.Sprintf("%s; m = %d noisy updates", privacy.TheoremRealised, o.PairHops+1), true},
-		{finalEps, fmt.Sprintf("%s; final model released to all, m = %d noisy updates", privacy.TheoremRealised, o.FinalHops+1), true},
-	}, nil
 }

@@ -32,8 +32,8 @@ type RADMMAuditOptions struct {
 	Node int
 	// Trials per dataset (default 2000): the first half calibrates, the second evaluates.
 	Trials int
-	// Confidence of the bounds (default 0.95). The claim is pure DP, so the bounds are at
-	// delta = 0.
+	// Confidence of the bounds (default 0.95), family-wise over the audit's rows
+	// (AuditBonferroni). The claim is pure DP, so the bounds are at delta = 0.
 	Confidence float64
 	// Noise returns the noise source of a block of trials (AuditNoise); nil means crypto/rand.
 	Noise   func(block uint64) privacy.Noise
@@ -249,22 +249,25 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 	}
 	secure := o.Noise(0).Secure()
 	cal := T / 2
+	tests := []*candidateScores{proj, rec}
+	conf := rowConfidence(o.Confidence, len(tests))
 	var out []AuditResult
-	for _, cs := range []*candidateScores{proj, rec} {
-		rule, est, which, err := cs.evaluate(cal, 0, o.Confidence)
+	for _, cs := range tests {
+		rule, est, which, err := cs.evaluate(cal, 0, conf)
 		if err != nil {
 			return nil, err
 		}
-		r := AuditResult{Algo: "radmm", Observer: "neighbour",
+		r := AuditResult{Algo: "radmm", Step: "radmm", Observer: "neighbour",
 			View: fmt.Sprintf("f_i(1), node %d's first (odd, perturbed) release, sent to its %d neighbours", i, len(e.neighbors)),
 			Test: cs.test, Theorem: fig.Theorem + "; one odd iteration", ConditionsHold: fig.ConditionsHold,
 			Delta: 0, Confidence: o.Confidence, Trials: T, EvalTrials: T - cal, Rule: rule, Secure: secure, SensitivityUsed: sens,
+			SensitivityOf: "2 C_i/B_i (gradient of i's objective)",
 			Note: fmt.Sprintf("%s%s; %s; alpha %g, C_i/B_i %.4g, rho/N %.4g, eta %g, V_i %d", note, which, canary.Description,
 				o.Alpha, e.rowWeight, e.regOverN, o.Eta, len(e.neighbors))}
 		r.finish(est, upper)
 		out = append(out, r)
 	}
-	return out, nil
+	return out, AuditBonferroni(out, o.Confidence)
 }
 
 // reference returns the noiseless releases of both worlds.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -375,6 +376,8 @@ func TestAuditOptionErrors(t *testing.T) {
 		func(o *WalkAuditOptions) { o.Sigma = math.NaN() },
 		func(o *WalkAuditOptions) { o.Confidence = 1 },
 		func(o *WalkAuditOptions) { o.Node = 99 },
+		func(o *WalkAuditOptions) { o.Step = walk.StepParams{Kind: walk.StepSGD, Eta: 0.5} },  // no rate
+		func(o *WalkAuditOptions) { o.Step = walk.StepParams{Kind: walk.StepGADMM, Beta: 1} }, // no step size
 	} {
 		o := smallWalkAudit(t, 100, AuditNoise(true, 1))
 		mod(&o)
@@ -384,5 +387,250 @@ func TestAuditOptionErrors(t *testing.T) {
 	}
 	if _, err := RADMMAudit(RADMMAuditOptions{Train: auditData(t), Problem: consensus.Problem{Loss: consensus.Logistic}}); err == nil {
 		t.Error("R-ADMM audit without l2 accepted")
+	}
+}
+
+// auditSteps are the local steps of the walk with the audit's default parameters (those of
+// 'dpadmm audit'): every step the walk ships.
+var auditSteps = []walk.StepParams{
+	{Kind: walk.StepProx},
+	{Kind: walk.StepLinearized, Eta: 1},
+	{Kind: walk.StepLSSGD, Eta: 1, Rate: 1},
+	{Kind: walk.StepSGD, Eta: 0.5, Rate: 1},
+	{Kind: walk.StepGADMM, Eta: 1, Beta: 1},
+}
+
+// TestAuditStepsShipped: for every local step the shipped machine (seeded noise) stays
+// below every claim; each step has its tests (the row-count scale test for ls-sgd and sgd),
+// its step name on every row, the Bonferroni confidence of its rows, and a canary that
+// reaches the step's per-example clip.
+func TestAuditStepsShipped(t *testing.T) {
+	for _, st := range auditSteps {
+		o := smallWalkAudit(t, 1000, AuditNoise(true, 3))
+		o.Step = st
+		res, err := WalkAudit(o)
+		if err != nil {
+			t.Fatalf("%s: %v", st.Kind, err)
+		}
+		checkNoViolation(t, res)
+		tests := map[string]bool{}
+		for _, r := range res {
+			tests[r.Observer+"/"+r.Test] = true
+			if r.Step != st.Kind.String() || r.Algo != WalkAlgo(st) {
+				t.Errorf("%s: row named algo %q step %q", st.Kind, r.Algo, r.Step)
+			}
+			if want := 1 - 0.05/float64(len(res)); r.FamilySize != len(res) || math.Abs(r.RowConfidence-want) > 1e-15 || r.Confidence != 0.95 {
+				t.Errorf("%s: family %d, row confidence %v, confidence %v; want %d, %v, 0.95", st.Kind, r.FamilySize, r.RowConfidence, r.Confidence, len(res), want)
+			}
+		}
+		wantScale := st.Kind == walk.StepLSSGD || st.Kind == walk.StepSGD
+		if tests["local/"+AuditRowCountScale] != wantScale || !tests["local/"+AuditResidue] || !tests["final/"+AuditProjection] {
+			t.Errorf("%s: tests %v", st.Kind, tests)
+		}
+		sens := res[0].SensitivityUsed
+		switch st.Kind {
+		case walk.StepLSSGD, walk.StepSGD:
+			// Both canary gradients clipped, opposite: 2C' with C' the lattice-reduced clip.
+			if !(sens > 0.999 && sens <= 1) {
+				t.Errorf("%s: the canary attains %v of 2C", st.Kind, sens)
+			}
+		case walk.StepGADMM:
+			// Every row clipped: eta 2 w C / (1 + eta beta) of eta 2 w_max C.
+			if want := 1 / (1 + st.Eta*st.Beta); !(sens > 0.9*want && sens <= want) {
+				t.Errorf("gadmm: the canary attains %v of eta Delta, want about %v", sens, want)
+			}
+		default:
+			if !(sens > 0.5 && sens <= 1) {
+				t.Errorf("%s: the canary attains %v of 4 lambda C", st.Kind, sens)
+			}
+		}
+		t.Logf("%s: sensitivity used %.3g; local claim %.3g, pairwise %.3g, final %.3g", st.Kind, sens,
+			find(t, res, "local", AuditProjection).UpperEpsilon, find(t, res, "pairwise", AuditProjection).UpperEpsilon,
+			find(t, res, "final", AuditProjection).UpperEpsilon)
+	}
+}
+
+// TestAuditStepClaims: the claims are the accountant's figures of each step: the local one
+// is the step's local bound for one update (ls-sgd and sgd at q = 1: the Gaussian mechanism
+// with sensitivity 2C, replace-one), ls-sgd has no network figure (pairwise and final are
+// the local one), sgd's realised figure is capped by the local one, gadmm's local figure is
+// eta^2 Delta^2 / (2 sigma^2) as zCDP.
+func TestAuditStepClaims(t *testing.T) {
+	claim := func(st walk.StepParams) (loc, pair, final float64, res []AuditResult) {
+		o := smallWalkAudit(t, 40, AuditNoise(true, 1))
+		o.Step = st
+		res, err := WalkAudit(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(find(t, res, "local", AuditProjection).UpperEpsilon), float64(find(t, res, "pairwise", AuditProjection).UpperEpsilon),
+			float64(find(t, res, "final", AuditProjection).UpperEpsilon), res
+	}
+	const clip, sigma, delta = 0.1, 1.0, 1e-5
+	gauss, _ := privacy.ToDP(privacy.GaussianCurve(2*clip, sigma), delta)
+	for _, st := range auditSteps[2:4] {
+		loc, pair, final, res := claim(st)
+		if math.Abs(loc-gauss) > 1e-9*gauss {
+			t.Errorf("%s: local claim %v, want the Gaussian mechanism's %v (sensitivity 2C, noise sigma)", st.Kind, loc, gauss)
+		}
+		if st.Kind == walk.StepLSSGD && (pair != loc || final != loc) {
+			t.Errorf("ls-sgd: pairwise %v and final %v, want the local figure %v", pair, final, loc)
+		}
+		if st.Kind == walk.StepSGD && !(pair <= loc && final <= pair && final > 0) {
+			t.Errorf("sgd: pairwise %v and final %v: want 0 < final <= pairwise <= local %v", pair, final, loc)
+		}
+		if r := find(t, res, "pairwise", AuditProjection); st.Kind == walk.StepLSSGD && !strings.Contains(r.Theorem, "no network figure") {
+			t.Errorf("ls-sgd: pairwise theorem %q does not say why it is the local figure", r.Theorem)
+		}
+	}
+	loc, _, _, res := claim(auditSteps[4])
+	// Delta = 2 w C with w the largest node weight n*rows/N (node 0 holds its shard's rows
+	// plus one), and one update's curve is the Gaussian mechanism's at eta Delta / sigma.
+	o := smallWalkAudit(t, 40, nil)
+	shards, err := consensus.Split(o.Train, o.Nodes, o.Split, o.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := shards[0].Rows + 1
+	for _, s := range shards[1:] {
+		most = max(most, s.Rows)
+	}
+	w := float64(o.Nodes) * float64(most) / float64(o.Train.Rows+1)
+	want, _ := privacy.ToDP(privacy.GaussianCurve(auditSteps[4].Eta*2*w*clip, sigma), delta)
+	if math.Abs(loc-want) > 1e-9*want || !find(t, res, "local", AuditProjection).ConditionsHold {
+		t.Errorf("gadmm: local claim %v, want %v (the Gaussian mechanism at eta Delta = 2 eta w C against sigma)", loc, want)
+	}
+}
+
+// TestAuditStepsFlagSmallNoise: every step's machine with its noise divided by 20 (the
+// accountant still told sigma) is flagged by the local observer's projection test.
+func TestAuditStepsFlagSmallNoise(t *testing.T) {
+	for _, st := range auditSteps[1:] {
+		seeded := AuditNoise(true, 5)
+		o := smallWalkAudit(t, 600, func(b uint64) privacy.Noise { return scaledNoise{seeded(b), 0.05} })
+		o.Step = st
+		res, err := WalkAudit(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := find(t, res, "local", AuditProjection)
+		if !r.Violation || !(r.LowerEpsilon > r.UpperEpsilon) {
+			t.Errorf("%s: noise / 20 not flagged: lower %v, upper %v, counts %+v", st.Kind, r.LowerEpsilon, r.UpperEpsilon, r.Counts)
+		}
+		t.Logf("%s, noise / 20: local lower bound %.3g > claim %.3g", st.Kind, r.LowerEpsilon, r.UpperEpsilon)
+	}
+}
+
+// addRemove is the shipped machine run on add/remove neighbours instead of the audit's
+// replace-one pair: in D' node i's data is D without its canary row (the last), with the
+// loss weight n m_i/M of a total of M - 1 rows, as a mechanism whose figures wrongly
+// assumed add/remove and a public-count-free release would run.
+type addRemove struct {
+	m    [2]*walk.Machine
+	zero []float64
+	mech string
+}
+
+func newAddRemove(s WalkAuditSetup, noise privacy.Noise) (WalkUpdate, error) {
+	d := s.Data[0]
+	n := float64(s.Config.Nodes)
+	total := math.Round(n * float64(d.Rows) / s.Weight)
+	less := &consensus.Dataset{Name: d.Name, Rows: d.Rows - 1, Cols: d.Cols, X: d.X[:(d.Rows-1)*d.Cols], Y: d.Y[:d.Rows-1], Features: d.Features}
+	a := &addRemove{zero: make([]float64, s.Dim), mech: auditMechanism(s.Config.Step.Kind)}
+	for w, c := range []struct {
+		d      *consensus.Dataset
+		weight float64
+	}{{d, s.Weight}, {less, n * float64(less.Rows) / (total - 1)}} {
+		ll, err := consensus.NewLocalLoss(c.d, s.Loss, c.weight)
+		if err != nil {
+			return nil, err
+		}
+		cfg := s.Config
+		cfg.Noise, cfg.Rand = noise, rand.New(rand.NewPCG(1, uint64(w)))
+		if a.m[w], err = walk.New(cfg, ll, s.Dim); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *addRemove) Update(world int, tok *walk.Token) error {
+	return stepFresh(a.m[world], a.zero, tok, a.mech)
+}
+
+// TestAuditStepsFlagAddRemove: ls-sgd and sgd run on add/remove neighbours (D' one row
+// fewer, the total row count one less) are caught by the row-count scale test, which
+// separates the datasets in (nearly) every trial, while the projection test finds nothing beyond
+// the claim (one row removed moves the clipped sum by C, within the replace-one 2C): the
+// reason the figures are for replace-one and the audit's canary keeps the counts equal.
+func TestAuditStepsFlagAddRemove(t *testing.T) {
+	for _, st := range auditSteps[2:4] {
+		o := smallWalkAudit(t, 600, AuditNoise(true, 6))
+		o.Step, o.Update = st, newAddRemove
+		res, err := WalkAudit(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := find(t, res, "local", AuditRowCountScale)
+		if !r.Violation || r.Counts.FP+r.Counts.FN > r.EvalTrials/100 {
+			t.Errorf("%s: add/remove not caught by the scale test: lower %v, upper %v, counts %+v", st.Kind, r.LowerEpsilon, r.UpperEpsilon, r.Counts)
+		}
+		if p := find(t, res, "local", AuditProjection); p.Violation {
+			t.Errorf("%s: the projection test flags one row removed: %+v", st.Kind, p)
+		}
+		t.Logf("%s, add/remove: scale test lower bound %.3g > claim %.3g (%+v)", st.Kind, r.LowerEpsilon, r.UpperEpsilon, r.Counts)
+	}
+}
+
+// TestAuditBonferroni: the rows' bounds are recomputed at 1 - (1-confidence)/R, which can
+// turn a line that would be a violation at 95% alone into a correct one, and a second
+// correction of the same rows with the same confidence changes nothing.
+func TestAuditBonferroni(t *testing.T) {
+	cnt := privacy.AttackCounts{Pos: 500, Neg: 500, FN: 250, FP: 95}
+	one, err := privacy.EmpiricalEpsilon(cnt, 1e-5, 0.95)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := one.Epsilon * 0.99 // just below the uncorrected bound
+	res := make([]AuditResult, 30)
+	for k := range res {
+		res[k] = AuditResult{Counts: cnt, Delta: 1e-5, Confidence: 0.95, UpperEpsilon: privacy.Eps(upper)}
+	}
+	single := []AuditResult{res[0]}
+	if err := AuditBonferroni(single, 0.95); err != nil || !single[0].Violation {
+		t.Fatalf("alone at 95%%: violation %v (%v), lower %v upper %v", single[0].Violation, err, single[0].LowerEpsilon, upper)
+	}
+	if err := AuditBonferroni(res, 0.95); err != nil {
+		t.Fatal(err)
+	}
+	again := append([]AuditResult(nil), res...)
+	if err := AuditBonferroni(again, 0.95); err != nil {
+		t.Fatal(err)
+	}
+	for k, r := range res {
+		want, _ := privacy.EmpiricalEpsilon(cnt, 1e-5, 1-0.05/30)
+		if r.Violation || r.FamilySize != 30 || r.RowConfidence != 1-0.05/30 || float64(r.LowerEpsilon) != want.Epsilon || r != again[k] {
+			t.Errorf("row %d: %+v", k, r)
+		}
+	}
+	if err := AuditBonferroni(res, 1); err == nil {
+		t.Error("confidence 1 accepted")
+	}
+}
+
+// TestAuditStepsShippedSecure: the gradient steps with the crypto/rand lattice sampler (the
+// production noise path of their integer queries) stay below every claim.
+func TestAuditStepsShippedSecure(t *testing.T) {
+	for _, st := range []walk.StepParams{auditSteps[3], auditSteps[4]} {
+		o := smallWalkAudit(t, 400, nil)
+		o.Step = st
+		res, err := WalkAudit(o)
+		if err != nil {
+			t.Fatalf("%s: %v", st.Kind, err)
+		}
+		checkNoViolation(t, res)
+		if !res[0].Secure {
+			t.Errorf("%s: crypto/rand noise not reported as secure", st.Kind)
+		}
 	}
 }

@@ -27,8 +27,9 @@ func (b auditBars) YError(i int) (float64, float64) {
 	return b.y[i] - b.lo[i], b.hi[i] - b.y[i]
 }
 
-// WriteAuditPNG draws an audit as PNG: for each line (observer and test) the empirical lower
-// bound on epsilon with its confidence interval, and beside it the accountant's upper bound.
+// WriteAuditPNG draws an audit as PNG: for each line (step when the audit has several,
+// observer and test) the empirical lower bound on epsilon with its confidence interval, and
+// beside it the accountant's upper bound.
 // Infinite values (an interval without upper end, an observer without guarantee) are drawn
 // at the top of the plot and marked "inf" in the axis label. The legend is below the plot.
 func WriteAuditPNG(w io.Writer, results []AuditResult, title string) (err error) {
@@ -86,8 +87,15 @@ func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, e
 	var bars auditBars
 	var upper plotter.XYs
 	names := make([]string, len(results))
+	steps := map[string]bool{}
+	for _, r := range results {
+		steps[r.Step] = true
+	}
 	for i, r := range results {
 		names[i] = fmt.Sprintf("%s\n%s", r.Observer, r.Test)
+		if len(steps) > 1 {
+			names[i] = r.Step + "\n" + names[i]
+		}
 		if !finite(r.UpperEpsilon) {
 			names[i] += "\n(upper: inf)"
 		}
@@ -105,6 +113,9 @@ func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, e
 	p.Title.Text = title
 	p.Y.Label.Text = "epsilon"
 	p.X.Label.Text = "observer and distinguishing test"
+	if len(steps) > 1 {
+		p.X.Label.Text = "step, observer and distinguishing test"
+	}
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.6, float64(len(results))-0.4
 	p.Y.Min, p.Y.Max = 0, top
@@ -127,11 +138,19 @@ func auditPlot(results []AuditResult, title string) (*plot.Plot, *plot.Legend, e
 	}
 	up.GlyphStyle = draw.GlyphStyle{Color: red, Radius: vg.Points(5), Shape: draw.PyramidGlyph{}}
 	p.Add(eb, lower, up)
-	conf := results[0].Confidence
 	leg := plot.NewLegend()
-	leg.Add(fmt.Sprintf("empirical lower bound on epsilon, %g%% interval", 100*conf), lower)
+	leg.Add(auditLegend(results[0]), lower)
 	leg.Add("claimed upper bound (accountant)", up)
 	leg.Top, leg.Left = true, true
 	leg.XOffs = vg.Points(12)
 	return p, &leg, nil
+}
+
+// auditLegend describes the lower bounds of an audit whose first row is r.
+func auditLegend(r AuditResult) string {
+	if r.FamilySize > 1 {
+		return fmt.Sprintf("empirical lower bound on epsilon, %.4g%% interval (Bonferroni: %d bounds, %g%% jointly)",
+			100*r.RowConfidence, r.FamilySize, 100*r.Confidence)
+	}
+	return fmt.Sprintf("empirical lower bound on epsilon, %g%% interval", 100*r.Confidence)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
-// smallAudit keeps the walk audit of a CLI test to about a second.
+// smallAudit keeps the walk audit of a CLI test to about a second per step.
 var smallAudit = []string{"--nodes", "8", "--pair-hops", "1", "--final-hops", "3", "--seed", "3"}
 
 // TestAuditJSONAndPNG: --json prints a JSON list with the documented keys, --out writes the
@@ -21,7 +21,7 @@ func TestAuditJSONAndPNG(t *testing.T) {
 	dir := t.TempDir()
 	png, out := filepath.Join(dir, "a.png"), filepath.Join(dir, "a.json")
 	var stdout, stderr bytes.Buffer
-	args := append([]string{"audit", "--trials", "60", "--json", "--png", png, "--out", out}, smallAudit...)
+	args := append([]string{"audit", "--algo", "walk", "--trials", "60", "--json", "--png", png, "--out", out}, smallAudit...)
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -34,7 +34,8 @@ func TestAuditJSONAndPNG(t *testing.T) {
 	}
 	observers := map[string]bool{}
 	for _, r := range list {
-		for _, k := range []string{"observer", "lower_epsilon", "lower_epsilon_ci", "upper_epsilon", "theorem", "trials", "test", "violation", "secure_noise"} {
+		for _, k := range []string{"observer", "lower_epsilon", "lower_epsilon_ci", "upper_epsilon", "theorem", "trials", "test", "violation",
+			"secure_noise", "step", "row_confidence", "family_size", "sensitivity_of"} {
 			if _, ok := r[k]; !ok {
 				t.Errorf("result lacks %q: %v", k, r)
 			}
@@ -44,6 +45,9 @@ func TestAuditJSONAndPNG(t *testing.T) {
 		}
 		if r["trials"].(float64) != 60 || r["secure_noise"] != false || r["theorem"] == "" {
 			t.Errorf("trials %v, secure %v, theorem %q", r["trials"], r["secure_noise"], r["theorem"])
+		}
+		if r["step"] != "prox" || r["algo"] != "walk" || r["family_size"] != 6.0 || r["row_confidence"] != 1-0.05/6 {
+			t.Errorf("algo %v step %v, family %v, row confidence %v", r["algo"], r["step"], r["family_size"], r["row_confidence"])
 		}
 		observers[r["observer"].(string)] = true
 	}
@@ -68,7 +72,8 @@ func TestAuditTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	s := stdout.String()
-	for _, want := range []string{"verdict", "local", "pairwise", "final", "lattice residue", "projection", "OK", "NOT secure", "Theorem 3", "realised-path"} {
+	for _, want := range []string{"verdict", "local", "pairwise", "final", "lattice residue", "projection", "OK", "NOT secure", "Theorem 3",
+		"realised-path", "row-count scale", "ls-sgd", "gadmm", "neighbour", "Bonferroni", "Chan, Xie, Zhao"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)
 		}
@@ -96,6 +101,68 @@ func TestAuditTableViolation(t *testing.T) {
 	}
 }
 
+// TestAuditAllSteps: the default audit (--algo all) has rows for every local step of the
+// walk and for R-ADMM, each naming its step and algorithm, all corrected together for
+// multiple testing, none a violation on the shipped machines; the step flags select and
+// parameterise one step.
+func TestAuditAllSteps(t *testing.T) {
+	list := auditJSON(t, append([]string{"audit", "--trials", "200", "--json"}, smallAudit...)...)
+	steps := map[string]int{}
+	algos := map[string]string{}
+	for _, r := range list {
+		step := r["step"].(string)
+		steps[step]++
+		algos[step] = r["algo"].(string)
+		R := float64(len(list))
+		if r["family_size"] != R || r["row_confidence"] != 1-0.05/R || r["confidence"] != 0.95 {
+			t.Errorf("%s: family %v, row confidence %v, confidence %v; want %v rows", step, r["family_size"], r["row_confidence"], r["confidence"], R)
+		}
+		if r["violation"] != false {
+			t.Errorf("%s/%s/%s: violation: lower %v, upper %v", step, r["observer"], r["test"], r["lower_epsilon"], r["upper_epsilon"])
+		}
+	}
+	want := map[string]string{"prox": "walk", "linearized": "walk", "ls-sgd": "walk", "sgd": "walk-sgd", "gadmm": "walk-gadmm", "radmm": "radmm"}
+	for step, algo := range want {
+		if steps[step] == 0 || algos[step] != algo {
+			t.Errorf("step %s: %d rows, algo %q (want %q)", step, steps[step], algos[step], algo)
+		}
+	}
+	if len(steps) != len(want) {
+		t.Errorf("steps %v", steps)
+	}
+
+	list = auditJSON(t, append([]string{"audit", "--algo", "walk-sgd", "--step-size", "0.25", "--sample-rate", "0.8", "--trials", "60", "--json"}, smallAudit...)...)
+	scale := false
+	for _, r := range list {
+		note := r["note"].(string)
+		if r["step"] != "sgd" || !strings.Contains(note, "step size 0.25, sample rate 0.8") {
+			t.Errorf("step %v, note %q", r["step"], note)
+		}
+		scale = scale || r["test"] == testnet.AuditRowCountScale
+	}
+	if !scale {
+		t.Error("no row-count scale test for walk-sgd")
+	}
+	list = auditJSON(t, append([]string{"audit", "--algo", "walk", "--local-step", "ls-sgd", "--nu", "2", "--trials", "60", "--json"}, smallAudit...)...)
+	if list[0]["step"] != "ls-sgd" || !strings.Contains(list[0]["note"].(string), "nu 2") {
+		t.Errorf("--local-step ls-sgd --nu 2: %v", list[0])
+	}
+}
+
+// auditJSON runs an audit that must succeed and returns its JSON list.
+func auditJSON(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+	}
+	var list []map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &list); err != nil {
+		t.Fatalf("%v: stdout is not a JSON list: %v", args, err)
+	}
+	return list
+}
+
 func TestAuditUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"audit", "--algo", "gossip"},
@@ -103,7 +170,13 @@ func TestAuditUsageErrors(t *testing.T) {
 		{"audit", "--confidence", "1"},
 		{"audit", "--delta", "0"},
 		{"audit", "--sigma", "-1"},
-		{"audit", "--alpha", "3"},
+		{"audit", "--algo", "walk", "--alpha", "3"},
+		{"audit", "--local-step", "linearized"},            // --algo all audits every step
+		{"audit", "--algo", "walk", "--local-step", "sgd"}, // sgd is --algo walk-sgd
+		{"audit", "--algo", "walk-sgd", "--nu", "2"},       // nu is ls-sgd's
+		{"audit", "--algo", "walk", "--step-size", "1"},    // the prox step has no step size
+		{"audit", "--algo", "walk-gadmm", "--step-size", "-1"},
+		{"audit", "--sample-rate", "2"},
 		{"audit", "--algo", "radmm", "--sigma", "2"},
 		{"audit", "--pair-hops", "5", "--final-hops", "5"},
 		{"audit", "extra"},

@@ -229,6 +229,8 @@ func TestSchemaKeys(t *testing.T) {
 		"eval-squared":          runJSON(t, "eval", "--data", "embedded", "--json", sqReport),
 		"model-walk":            readJSONAny(t, filepath.Join(memDir, "node-1", store.ModelFile)),
 		"model-radmm":           readJSONAny(t, filepath.Join(gdirs[1], store.ModelFile)),
+		// A JSON list: its keys are written "[].key", the list under the empty key.
+		"audit": map[string]any{"": runJSON(t, "audit", "--json", "--trials", "60", "--seed", "3", "--nodes", "8", "--pair-hops", "1", "--final-hops", "3")},
 	}
 	var names []string
 	for name := range blocks {

@@ -49,15 +49,22 @@ func addStepFlags(m *modeFlags, section, suffix string) *stepFlags {
 // flags kind does not read, so the others hold their defaults); stepSet reports whether
 // --step-size was given.
 func (s *stepFlags) params(kind walk.StepKind, stepSet bool) (walk.StepParams, error) {
+	if kind != walk.StepProx && !stepSet {
+		return walk.StepParams{Kind: kind}, fmt.Errorf("the %s step needs --step-size", kind)
+	}
+	return s.paramsSize(kind, *s.size)
+}
+
+// paramsSize is params with the step size eta in place of --step-size, for a command that
+// has its own default step size ('dpadmm audit').
+func (s *stepFlags) paramsSize(kind walk.StepKind, eta float64) (walk.StepParams, error) {
 	p := walk.StepParams{Kind: kind}
 	if kind == walk.StepProx {
 		return p, nil
 	}
 	switch {
-	case !stepSet:
-		return p, fmt.Errorf("the %s step needs --step-size", kind)
-	case !(*s.size > 0) || math.IsInf(*s.size, 0):
-		return p, fmt.Errorf("--step-size must be finite and > 0, got %v", *s.size)
+	case !(eta > 0) || math.IsInf(eta, 0):
+		return p, fmt.Errorf("--step-size must be finite and > 0, got %v", eta)
 	case !(*s.beta > 0) || math.IsInf(*s.beta, 0):
 		return p, fmt.Errorf("--beta must be finite and > 0, got %v", *s.beta)
 	case !(*s.nu >= 0) || math.IsInf(*s.nu, 0):
@@ -65,7 +72,7 @@ func (s *stepFlags) params(kind walk.StepKind, stepSet bool) (walk.StepParams, e
 	case !(*s.rate > 0 && *s.rate <= 1):
 		return p, fmt.Errorf("--sample-rate must be in (0,1], got %v", *s.rate)
 	}
-	p.Eta = *s.size
+	p.Eta = eta
 	switch kind {
 	case walk.StepGADMM:
 		p.Beta, p.Strong = *s.beta, *s.strong
