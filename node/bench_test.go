@@ -32,7 +32,7 @@ func serveFrames(rw io.ReadWriter, limit, dim int) {
 		code := AckOK
 		if tok, err := wire.DecodeToken(b); err != nil {
 			code = AckReject
-		} else if vd, _ := v.Check(tok, 0, 0, false); vd != wire.Accept {
+		} else if vd, _ := v.Check(tok); vd != wire.Accept {
 			code = AckReject
 		}
 		if _, err := rw.Write([]byte{code}); err != nil {

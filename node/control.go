@@ -196,7 +196,7 @@ func (n *Node) fixMembers(ctx context.Context, ms []peer.ID, total int) error {
 		}
 		return n.setRADMMMembers(ms)
 	}
-	return n.setMembers(ms, float64(len(ms))*float64(n.cfg.Data.Rows)/float64(total))
+	return n.setMembers(ms, walk.LossWeight(len(ms), n.cfg.Data.Rows, total))
 }
 
 // runJoiner waits for an announcement with a matching config hash, joins, and waits for

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -48,7 +49,7 @@ func DefaultConfig() Config {
 	c.Hops = 1000
 	// Delta 1e-5: the delta of every (epsilon, delta) figure (below 1/rows of the
 	// embedded data).
-	c.Delta = 1e-5
+	c.Delta = privacy.DefaultDelta
 	// BudgetKind local: a budget (if any) bounds the figure that holds against any
 	// observer.
 	c.BudgetKind = walk.BudgetLocal

@@ -253,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 // fillDefaults sets the zero fields of c that have a default.
 func (c *Config) fillDefaults() {
 	if c.Delta == 0 {
-		c.Delta = 1e-5
+		c.Delta = privacy.DefaultDelta
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 10 * time.Second
@@ -599,8 +599,8 @@ func (n *Node) walkConfig(idx int, names []string) (walk.Config, error) {
 		} else {
 			wc.Noise = privacy.NewSecureNoise()
 		}
-		if !wc.Noise.Secure() && !c.AllowSeededNoise {
-			return walk.Config{}, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+		if err := privacy.CheckNoise(wc.Noise, c.AllowSeededNoise); err != nil {
+			return walk.Config{}, fmt.Errorf("node: %w", err)
 		}
 	}
 	return wc, nil
@@ -619,7 +619,7 @@ func (n *Node) applyBudget(wc *walk.Config, idx, nodes int, step privacy.WalkRun
 	}
 	delta := c.Delta
 	if delta == 0 {
-		delta = 1e-5
+		delta = privacy.DefaultDelta
 	}
 	plan, err := walk.BudgetCapsStep(walk.Budget{Kind: kind, Epsilon: c.BudgetEpsilon, Delta: delta, Hops: c.Hops}, nodes, nil, step)
 	if err != nil {
@@ -808,7 +808,7 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return AckReject, nil
 	}
 	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
-	if vd, reason := v.Check(tok, 0, 0, false); vd != wire.Accept {
+	if vd, reason := v.Check(tok); vd != wire.Accept {
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
 	}

@@ -377,15 +377,10 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	if err != nil {
 		return nil, nil, acc, false, err
 	}
-	rowWeight := p.PaperC * float64(N) / float64(total) // C_i/B_i
-	regOverN := p.PaperC * n.cfg.Problem.Reg.L2         // rho/N with rho = C N l2
-	obj, err := gossip.NewObjective(d, n.cfg.Problem.Loss, rowWeight, regOverN)
+	setup := gossip.NewSetup(n.cfg.Problem.Loss, p.PaperC, n.cfg.Problem.Reg.L2, N, total)
+	obj, err := setup.Objective(d)
 	if err != nil {
 		return nil, nil, acc, false, err
-	}
-	c1 := 0.25
-	if n.cfg.Problem.Loss == consensus.Squared {
-		c1 = 1
 	}
 	// f_i(0): random and data-independent (Theorem V.1 (f)).
 	r := cryptoRand()
@@ -415,7 +410,7 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	}
 	cfg := gossip.Config{
 		Node: self, Nodes: N, Neighbors: nbrs, Algo: algo, Iters: p.Iters, Penalty: sched,
-		Gamma: p.Gamma, Alpha: p.Alpha, C1: c1, Init: init, Run: n.cfg.Run, Names: names,
+		Gamma: p.Gamma, Alpha: p.Alpha, C1: setup.C1, Init: init, Run: n.cfg.Run, Names: names,
 	}
 	secure := true
 	if !math.IsInf(p.Alpha, 1) {
@@ -425,8 +420,8 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 			cfg.Noise = privacy.NewSecureNoise()
 		}
 		secure = cfg.Noise.Secure()
-		if !secure && !n.cfg.AllowSeededNoise {
-			return nil, nil, acc, false, errors.New("node: refusing a seeded (non-secure) noise source outside testnets")
+		if err := privacy.CheckNoise(cfg.Noise, n.cfg.AllowSeededNoise); err != nil {
+			return nil, nil, acc, false, fmt.Errorf("node: %w", err)
 		}
 		jn = NewJournalNoise(cfg.Noise)
 		cfg.Noise = jn
@@ -435,22 +430,8 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	if err != nil {
 		return nil, nil, acc, false, err
 	}
-	K := algo.PerturbedCount(p.Iters)
-	etas := sched.Values(K)
-	alphas := make([]float64, K)
-	for k := range alphas {
-		alphas[k] = algo.NoiseAlpha(p.Alpha, etas[k])
-	}
-	_, maxNorm := maxRowNorm(d)
-	pm1 := true
-	for _, y := range d.Y {
-		pm1 = pm1 && (y == 1 || y == -1)
-	}
-	acc = privacy.ObjPertNode{
-		Scheme: algo.Scheme(), RowWeight: rowWeight, RegOverN: regOverN, C1: c1, Degree: len(nbrs),
-		Rows: d.Rows, C: rowWeight * float64(d.Rows), Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm,
-		LabelsPM1: pm1, LossOK: n.cfg.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
-	}
+	maxNorm, pm1 := gossip.RowChecks(d)
+	acc = setup.Account(algo, len(nbrs), d.Rows, maxNorm, pm1, p.Alpha, sched.Values(algo.PerturbedCount(p.Iters)))
 	return m, jn, acc, secure, nil
 }
 

@@ -188,7 +188,7 @@ const SGDNetworkConditions = "every node's loss a convex generalized linear loss
 const LSSGDName = "ls-sgd: no network amplification theorem; the pairwise figure is the local figure (" + SGDLocalName + ")"
 
 // gradStep reports whether r.Step is one of the gradient-noise steps accounted here.
-func gradStep(r WalkRun) bool { return r.Step == "ls-sgd" || r.Step == "sgd" }
+func gradStep(r WalkRun) bool { return r.Step == StepLSSGD || r.Step == StepSGD }
 
 // gradDecide is WalkDecide for "ls-sgd" and "sgd".
 func gradDecide(r WalkRun) WalkVerdict {
@@ -206,7 +206,7 @@ func gradDecide(r WalkRun) WalkVerdict {
 		}
 		return v
 	}
-	if r.Step == "ls-sgd" {
+	if r.Step == StepLSSGD {
 		v.Reasons = append(v.Reasons, "ls-sgd: no network amplification theorem covers this step (the released z also moves "+
 			"with every holder's private u_i, and the smoothed update is not shown non-expansive on z): the pairwise figure "+
 			"is the local figure (Poisson-subsampled Gaussian, composed over K_i)")
@@ -261,7 +261,7 @@ func allInf(c Curve) bool {
 func gradPlannedBound(r WalkRun, delta float64) Bound {
 	v := WalkDecide(r)
 	b := Bound{Theorem: SGDNetworkName, Conditions: SGDNetworkConditions, ConditionsHold: v.PlannedHolds}
-	if r.Step == "ls-sgd" {
+	if r.Step == StepLSSGD {
 		b.Theorem, b.Conditions = LSSGDName, SGDLocalConditions
 	}
 	if err := validateDelta(delta); err != nil {

@@ -93,3 +93,20 @@ func (s *seeded) Uniform() float64 {
 
 // Secure implements Noise; always false.
 func (s *seeded) Secure() bool { return false }
+
+// ErrSeededNoise refuses a seeded (non-secure) noise source outside a test harness.
+var ErrSeededNoise = errors.New("privacy: refusing a seeded (non-secure) noise source outside testnets")
+
+// CheckNoise is the one rule for the noise source of a release outside the simulator: a
+// source that is not Secure (a seeded generator, reproducible and predictable) is refused
+// unless the caller is a test harness that allows it (allowSeeded), which must then say
+// that its figures carry no guarantee. Both machines' drivers call it.
+func CheckNoise(n Noise, allowSeeded bool) error {
+	if n == nil {
+		return errors.New("privacy: no noise source")
+	}
+	if !n.Secure() && !allowSeeded {
+		return ErrSeededNoise
+	}
+	return nil
+}

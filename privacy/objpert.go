@@ -314,3 +314,83 @@ func ObjPertEntryEpsilon(term float64, ok bool) float64 {
 	}
 	return term
 }
+
+// MemberFigure is one member's own Theorem V.1 figure as its model.json reports it, the
+// input of DefinitionV1.
+type MemberFigure struct {
+	Index          int
+	Epsilon        Epsilon // its guarantee (unbounded when it has none)
+	Formula        Epsilon // the formula value whatever the conditions
+	ConditionsHold bool
+	Reason         string
+	SecureNoise    bool
+}
+
+// NetworkV1 is the network figure of Definition V.1 over reported member figures.
+type NetworkV1 struct {
+	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else
+	// unbounded.
+	Epsilon Epsilon
+	// Formula is the maximum of the formula values regardless of the conditions.
+	Formula Epsilon
+	// GivenMax is the maximum over the members given that have a guarantee (unbounded:
+	// none) and WorstNode its member (-1: none, or when the figure does not hold).
+	GivenMax       Epsilon
+	WorstNode      int
+	ConditionsHold bool
+	Reason         string
+	FailingNodes   []int // members without a guarantee
+	SecureNoise    bool  // every member drew secure noise
+}
+
+// DefinitionV1Scope states what DefinitionV1 computes.
+const DefinitionV1Scope = "Definition V.1: the maximum over the members of each node's pure epsilon of its own releases (Theorem V.1); pure DP, delta = 0"
+
+// DefinitionV1 is the network figure of Definition V.1 (Zhang, Khalili, Liu): the maximum
+// over the members of each member's own Theorem V.1 guarantee. It holds only when every
+// member is present (missing lists the indices of the absent ones) and has a guarantee;
+// otherwise Epsilon is unbounded and Reason names every failing or missing member. It is
+// the one rule for the figure computed from the members' reports ('dpadmm account models');
+// ObjPertNetwork computes the same maximum from the members' inputs.
+func DefinitionV1(members []MemberFigure, missing []int) NetworkV1 {
+	p := NetworkV1{Epsilon: Unbounded, GivenMax: Unbounded, WorstNode: -1, FailingNodes: []int{}, SecureNoise: true}
+	var reasons []string
+	for _, m := range members {
+		if !m.SecureNoise {
+			p.SecureNoise = false
+		}
+		p.Formula = max(p.Formula, m.Formula)
+		if m.Epsilon.Bounded() && m.ConditionsHold {
+			if p.WorstNode < 0 || m.Epsilon > p.GivenMax {
+				p.GivenMax, p.WorstNode = m.Epsilon, m.Index
+			}
+			continue
+		}
+		p.FailingNodes = append(p.FailingNodes, m.Index)
+		why := m.Reason
+		if why == "" {
+			why = "its model.json reports no guarantee (epsilon null)"
+			if m.Epsilon.Bounded() {
+				why = "its conditions do not hold"
+			}
+		}
+		reasons = append(reasons, fmt.Sprintf("member %d: %s", m.Index, why))
+	}
+	if len(missing) > 0 {
+		s := make([]string, len(missing))
+		for k, v := range missing {
+			s[k] = fmt.Sprint(v)
+		}
+		reasons = append(reasons, fmt.Sprintf("members %s missing: the network figure is the maximum over every member", strings.Join(s, ",")))
+	}
+	if len(members) == 0 && len(missing) == 0 {
+		reasons = append(reasons, "no members")
+	}
+	if len(reasons) == 0 {
+		p.Epsilon, p.ConditionsHold = p.GivenMax, true
+	} else {
+		p.Reason = strings.Join(reasons, "; ")
+		p.WorstNode = -1
+	}
+	return p
+}

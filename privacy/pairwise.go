@@ -143,17 +143,24 @@ func (m *PairwiseMatrix) Summarize(delta float64) PairwiseSummary {
 	return s
 }
 
-// unitConverter returns w -> ToDP(w*Unit, delta) evaluated without allocation. The
-// conversion at each order is r + g(alpha) (clamped at 0); g is read off ToDP itself
-// with a single finite order so that the conversion stays the package's one. As in ToDP,
-// a curve w*Unit that is 0 at some order (w == 0, or Unit 0 there) converts to 0.
+// unitConverter is UnitConverter(m.Unit, delta).
 func (m *PairwiseMatrix) unitConverter(delta float64) func(w float64) float64 {
+	return UnitConverter(m.Unit, delta)
+}
+
+// UnitConverter returns w -> ToDP(w*unit, delta) evaluated without allocation per call:
+// the one converter of weighted curves (pairwise summaries, per-pair CSVs and plots,
+// coalitions). The conversion at each order is w*unit(alpha) + g(alpha), clamped at 0; g
+// is read off ToDP itself with a single finite order, so that the conversion stays the
+// package's one. As in ToDP, a curve w*unit that is 0 at some order (w == 0, or unit 0
+// there) converts to ToDP of the zero curve; a negative or NaN weight gives +Inf.
+func UnitConverter(unit Curve, delta float64) func(w float64) float64 {
 	const probe = 1000.0
 	var us, gs []float64
 	one := make(Curve, len(Orders))
 	unitZero := false
 	for a := range Orders {
-		u := m.Unit.at(a)
+		u := unit.at(a)
 		if u == 0 {
 			unitZero = true
 		}
@@ -175,6 +182,9 @@ func (m *PairwiseMatrix) unitConverter(delta float64) func(w float64) float64 {
 	return func(w float64) float64 {
 		if w == 0 || unitZero && w > 0 && !math.IsInf(w, 1) {
 			return eps0
+		}
+		if !(w > 0) {
+			return math.Inf(1)
 		}
 		best := math.Inf(1)
 		for k, u := range us {

@@ -264,10 +264,28 @@ func CalibrateSigma(targetEps, delta float64, curveFor func(sigma float64) Curve
 			"epsilon %.6g (at order %v; the order grid stops at %v), even with no privacy loss; raise delta or the target",
 			targetEps, delta, floor, order, Orders[len(Orders)-1])
 	}
-	ok := func(l float64) bool {
-		e, _ := ToDP(curveFor(math.Exp2(l)), delta)
-		return e <= targetEps
+	return CalibrateFigure(targetEps, func(s float64) float64 {
+		e, _ := ToDP(curveFor(s), delta)
+		return e
+	})
+}
+
+// CalibrateFigure returns the smallest sigma, to relative precision CalibrateRelTol, whose
+// figure(sigma) is at most targetEps; figure must be non-increasing in sigma (every figure
+// of this package is: a local bound, a planned bound with its verdict). It is the one
+// search every calibration uses (CalibrateSigma, 'dpadmm account plan', the walk
+// experiment): from sigma = 1 it expands the bracket with steps 1, 2, 4, ... in log2(sigma)
+// (sigma up to 2^1000 or down to 2^-1000 in about ten evaluations), then bisects until the
+// bracket's ratio is at most 1 + CalibrateRelTol (about 45 evaluations). The returned sigma
+// always meets the target; when even sigma = 2^-1000 does, that value is returned.
+func CalibrateFigure(targetEps float64, figure func(sigma float64) float64) (float64, error) {
+	if !(targetEps > 0) || math.IsInf(targetEps, 0) {
+		return 0, fmt.Errorf("privacy: target epsilon %v must be positive and finite", targetEps)
 	}
+	if figure == nil {
+		return 0, errors.New("privacy: nil figure function")
+	}
+	ok := func(l float64) bool { return figure(math.Exp2(l)) <= targetEps }
 	// Bracket: ok(hi) and !ok(lo), in log2(sigma).
 	var lo, hi float64
 	if ok(0) {
@@ -293,7 +311,7 @@ func CalibrateSigma(targetEps, delta float64, curveFor func(sigma float64) Curve
 			}
 			lo = l
 			if l >= calibrateMaxLog2 {
-				return 0, fmt.Errorf("privacy: no sigma up to 2^%d meets epsilon %v at delta %v", calibrateMaxLog2, targetEps, delta)
+				return 0, fmt.Errorf("privacy: no sigma up to 2^%d meets epsilon %v", calibrateMaxLog2, targetEps)
 			}
 		}
 	}

@@ -96,9 +96,9 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 		info.Theorem, info.Conditions = GADMMRealisedName, GADMMRealisedConditions
 		info.Gaps = "the strongly convex exponent and the composition over several contributions are conservative derivations, not the paper's statements"
 		return res, info, err
-	case r.Step == "ls-sgd":
+	case r.Step == StepLSSGD:
 		return nil, info, fmt.Errorf("%w: no network amplification theorem covers the ls-sgd step (its noise is on a subsampled gradient, not on a contraction the walk's proofs apply to)", ErrNoNetworkFigure)
-	case r.Step == "sgd":
+	case r.Step == StepSGD:
 		if !(r.SGDNonExpansive && r.Complete) {
 			return nil, info, fmt.Errorf("%w: the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both", ErrNoNetworkFigure)
 		}

@@ -40,7 +40,7 @@ type Trace struct {
 // TraceStepInfo is the local step of a trace's noisy updates (the step fields of a
 // WalkRun).
 type TraceStepInfo struct {
-	Step            string       `json:"step"`
+	Step            StepName     `json:"step"`
 	Rate            float64      `json:"sample_rate,omitempty"`
 	SGDNonExpansive bool         `json:"sgd_non_expansive,omitempty"`
 	GADMM           *GADMMParams `json:"gadmm,omitempty"`
@@ -60,7 +60,7 @@ func (tr *Trace) WalkRun() WalkRun {
 
 // TraceStepOf returns the TraceStepInfo of r's step (nil for the prox step).
 func TraceStepOf(r WalkRun) *TraceStepInfo {
-	if r.Step == "" || r.Step == "prox" {
+	if r.Step == "" || r.Step == StepProx {
 		return nil
 	}
 	s := &TraceStepInfo{Step: r.Step, Rate: r.Rate, SGDNonExpansive: r.SGDNonExpansive}

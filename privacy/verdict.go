@@ -44,7 +44,7 @@ type WalkRun struct {
 	// of lssgd.go, with Clip the per-example gradient clip C, Sigma the std of the noise on
 	// the clipped gradient sum and Rate the sampling rate; StepGADMM ("gadmm") uses those
 	// of gadmm.go.
-	Step string
+	Step StepName
 	// Rate is the Poisson sampling rate q in (0,1] of "ls-sgd" and "sgd".
 	Rate float64
 	// SGDNonExpansive is true for "sgd" when EVERY node's step is certified non-expansive
@@ -57,8 +57,28 @@ type WalkRun struct {
 	GADMM GADMMParams
 }
 
-// StepGADMM is the WalkRun.Step of gradient ADMM with amplification by iteration.
-const StepGADMM = "gadmm"
+// StepName names a local step of the walk: the one vocabulary of walk.StepKind (whose
+// String and Name return these), WalkRun.Step, the trace header's local_step and every
+// comparison in the accountants and drivers.
+type StepName string
+
+// The local steps of the walk.
+const (
+	// StepProx is Algorithm 4's exact prox ("" in a WalkRun means the same).
+	StepProx StepName = "prox"
+	// StepLinearized is one gradient step in place of the prox (the prox's figures).
+	StepLinearized StepName = "linearized"
+	// StepLSSGD is the Laplacian-smoothed subsampled DP-SGD step.
+	StepLSSGD StepName = "ls-sgd"
+	// StepSGD is the DP-SGD random walk.
+	StepSGD StepName = "sgd"
+	// StepGADMM is gradient ADMM with amplification by iteration.
+	StepGADMM StepName = "gadmm"
+)
+
+// ProxFigures reports whether s is accounted with the walk's own figures (Algorithm 4's
+// clipped u-update): the prox step ("" included) and the linearized step.
+func (s StepName) ProxFigures() bool { return s == "" || s == StepProx || s == StepLinearized }
 
 // WalkVerdict says which walk figure holds for a WalkRun.
 type WalkVerdict struct {

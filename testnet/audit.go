@@ -490,7 +490,7 @@ func (o *WalkAuditOptions) defaults() error {
 		o.Trials = 2000
 	}
 	if o.Delta == 0 {
-		o.Delta = 1e-5
+		o.Delta = privacy.DefaultDelta
 	}
 	if o.Confidence == 0 {
 		o.Confidence = 0.95
@@ -875,7 +875,7 @@ func (e *walkEnv) setWeights() {
 	}
 	e.weight, e.totalRows = make([]float64, n), total
 	for k, s := range e.shards {
-		e.weight[k] = float64(n) * float64(s.Rows) / float64(total)
+		e.weight[k] = walk.LossWeight(n, s.Rows, total)
 	}
 }
 

@@ -103,6 +103,7 @@ type radmmEnv struct {
 	neighbors           []int
 	rowWeight, regOverN float64
 	c1                  float64
+	setup               gossip.Setup // the objective's weights and c1, as every node builds them
 	data                [2]*consensus.Dataset
 	dim                 int
 }
@@ -208,12 +209,9 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 		return nil, err
 	}
 	i, dim := o.Node, o.Train.Cols
-	M := float64(o.Train.Rows + 1) // with the canary row
-	e := &radmmEnv{o: &o, neighbors: g.Neighbors(i), rowWeight: o.PaperC * float64(o.Nodes) / M,
-		regOverN: o.PaperC * o.Problem.Reg.L2, c1: 0.25, dim: dim}
-	if o.Problem.Loss == consensus.Squared {
-		e.c1 = 1
-	}
+	setup := gossip.NewSetup(o.Problem.Loss, o.PaperC, o.Problem.Reg.L2, o.Nodes, o.Train.Rows+1) // with the canary row
+	e := &radmmEnv{o: &o, neighbors: g.Neighbors(i), rowWeight: setup.RowWeight, regOverN: setup.RegOverN, c1: setup.C1,
+		setup: setup, dim: dim}
 	canary := o.Canary
 	if canary == nil {
 		if canary, err = e.searchCanary(shards[i]); err != nil {
@@ -384,20 +382,10 @@ func (e *radmmEnv) trials(proj, rec *candidateScores) (int, error) {
 // checked on both datasets.
 func (e *radmmEnv) claim(inexact int) privacy.ObjPertFigure {
 	o := e.o
-	maxNorm, pm1 := 0.0, true
-	for _, d := range e.data {
-		for r := 0; r < d.Rows; r++ {
-			maxNorm = math.Max(maxNorm, math.Sqrt(dotp(d.Row(r), d.Row(r))))
-			if y := d.Y[r]; y != 1 && y != -1 {
-				pm1 = false
-			}
-		}
-	}
-	rows := max(e.data[0].Rows, e.data[1].Rows)
-	return privacy.ObjPertBound(privacy.ObjPertNode{
-		Scheme: privacy.SchemeRecycled, RowWeight: e.rowWeight, RegOverN: e.regOverN, C1: e.c1,
-		Degree: len(e.neighbors), Rows: rows, C: e.rowWeight * float64(rows),
-		Alphas: []float64{o.Alpha}, Etas: []float64{o.Eta}, MaxRowNorm: maxNorm, LabelsPM1: pm1,
-		LossOK: o.Problem.Loss == consensus.Logistic, ExactSolves: inexact == 0, FixedIters: true,
-	})
+	// One perturbed iteration of R-ADMM (the recycled scheme) with the audit's eta and alpha,
+	// over both datasets' rows.
+	maxNorm, pm1 := gossip.RowChecks(e.data[0], e.data[1])
+	acc := e.setup.Account(gossip.RADMM, len(e.neighbors), max(e.data[0].Rows, e.data[1].Rows), maxNorm, pm1, o.Alpha, []float64{o.Eta})
+	acc.ExactSolves = inexact == 0
+	return privacy.ObjPertBound(acc)
 }

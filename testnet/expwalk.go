@@ -229,33 +229,10 @@ func StepEpsilon(step privacy.WalkRun, figure string, n, cap int, hops uint64, s
 	return privacy.WalkPlannedBound(r, delta).Epsilon
 }
 
-// CalibrateFigure returns the smallest sigma (relative precision 1e-6) whose figure is at
-// most eps, by bisection on log2(sigma) in [2^-60, 2^60]; figure must be non-increasing
-// in sigma (every figure of the verdict is). It is how 'dpadmm account plan' and the
-// walk experiment calibrate the noise of any step.
+// CalibrateFigure is privacy.CalibrateFigure: the one calibration search ('dpadmm account
+// plan' and the walk experiment calibrate the noise of any step with it).
 func CalibrateFigure(eps float64, figure func(sigma float64) float64) (float64, error) {
-	return calibrate(eps, figure)
-}
-
-// calibrate is CalibrateFigure.
-func calibrate(eps float64, figure func(sigma float64) float64) (float64, error) {
-	ok := func(l float64) bool { return figure(math.Exp2(l)) <= eps }
-	lo, hi := -60.0, 60.0
-	if !ok(hi) {
-		return 0, fmt.Errorf("testnet: no sigma up to 2^60 meets epsilon %v", eps)
-	}
-	if ok(lo) {
-		return math.Exp2(lo), nil
-	}
-	for hi-lo > 1e-6/math.Ln2 {
-		mid := (lo + hi) / 2
-		if ok(mid) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return math.Exp2(hi), nil
+	return privacy.CalibrateFigure(eps, figure)
 }
 
 // walkRunResult is the final training and test objective of one run.
@@ -401,7 +378,7 @@ func (x *walkExp) sigmaFor(m WalkMethod, st walkSetting, eps float64) (float64, 
 		return 0, err
 	}
 	r.Clip = st.clip
-	return calibrate(eps, func(s float64) float64 {
+	return privacy.CalibrateFigure(eps, func(s float64) float64 {
 		return StepEpsilon(r, o.Figure, x.n, o.Cap, o.Hops, s, o.Delta)
 	})
 }

@@ -284,7 +284,7 @@ func newFaultSim(cfg FaultConfig) (*faultSim, error) {
 	nodes := make([]netNode[walk.CustodyMsg], n)
 	for i, sh := range shards {
 		f.lastAcc[i] = -1
-		ll, err := consensus.NewLocalLoss(sh, prob.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		ll, err := consensus.NewLocalLoss(sh, prob.Loss, walk.LossWeight(n, sh.Rows, total))
 		if err != nil {
 			return nil, err
 		}

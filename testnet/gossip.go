@@ -295,22 +295,16 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	if err != nil {
 		return nil, err
 	}
-	M := float64(o.Train.Rows)
-	rowWeight := o.C * float64(n) / M  // C_i/B_i, the same for every node
-	regOverN := o.C * o.Problem.Reg.L2 // rho/N with rho = C N L2
 	if o.NodeSchedules != nil && len(o.NodeSchedules) != n {
 		return nil, fmt.Errorf("testnet: %d node schedules for %d nodes", len(o.NodeSchedules), n)
 	}
-	c1 := 0.25
-	if o.Problem.Loss == consensus.Squared {
-		c1 = 1
-	}
+	setup := gossip.NewSetup(o.Problem.Loss, o.C, o.Problem.Reg.L2, n, o.Train.Rows)
 	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
-		RowWeight: rowWeight, RegOverN: regOverN, Loss: o.Problem.Loss}
-	if err := sim.buildMachines(o, c1); err != nil {
+		RowWeight: setup.RowWeight, RegOverN: setup.RegOverN, Loss: o.Problem.Loss}
+	if err := sim.buildMachines(o, setup); err != nil {
 		return nil, err
 	}
-	sim.accountingInputs(o, c1)
+	sim.accountingInputs(o, setup)
 	return sim, nil
 }
 
@@ -368,14 +362,14 @@ func (o *GossipOptions) schedule(i int) gossip.Schedule {
 }
 
 // buildMachines builds one machine per node (with its objective and configuration).
-func (sim *GossipSim) buildMachines(o *GossipOptions, c1 float64) error {
+func (sim *GossipSim) buildMachines(o *GossipOptions, setup gossip.Setup) error {
 	n, dim, g := o.Nodes, o.Train.Cols, sim.Graph
 	names := make([]string, n)
 	for i := range names {
 		names[i] = strconv.Itoa(i)
 	}
 	for i := 0; i < n; i++ {
-		obj, err := gossip.NewObjective(sim.Shards[i], o.Problem.Loss, sim.RowWeight, sim.RegOverN)
+		obj, err := setup.Objective(sim.Shards[i])
 		if err != nil {
 			return err
 		}
@@ -387,7 +381,7 @@ func (sim *GossipSim) buildMachines(o *GossipOptions, c1 float64) error {
 		}
 		cfg := gossip.Config{
 			Node: i, Nodes: n, Neighbors: g.Neighbors(i), Algo: sim.Algo, Iters: o.Iters, Penalty: o.schedule(i),
-			Gamma: o.Gamma, Alpha: o.Alpha, C1: c1, Init: init, Run: "sim", Names: names,
+			Gamma: o.Gamma, Alpha: o.Alpha, C1: setup.C1, Init: init, Run: "sim", Names: names,
 		}
 		if !math.IsInf(o.Alpha, 1) {
 			cfg.Noise = NodeNoise(o.Seed, i)
@@ -404,38 +398,16 @@ func (sim *GossipSim) buildMachines(o *GossipOptions, c1 float64) error {
 }
 
 // accountingInputs fills K and Acc: the accountant's inputs, data-independent except for
-// the checked preconditions.
-func (sim *GossipSim) accountingInputs(o *GossipOptions, c1 float64) {
+// the checked preconditions (gossip.Setup.Account, as a node builds its own).
+func (sim *GossipSim) accountingInputs(o *GossipOptions, setup gossip.Setup) {
 	n, algo := o.Nodes, sim.Algo
 	K := algo.PerturbedCount(o.Iters)
 	sim.K = K
 	sim.Acc = make([]privacy.ObjPertNode, n)
 	for i := 0; i < n; i++ {
-		etas := o.schedule(i).Values(K)
-		alphas := make([]float64, K)
-		for k := range alphas {
-			// The alpha of the noise actually added (madmm scales it with the penalty).
-			alphas[k] = algo.NoiseAlpha(o.Alpha, etas[k])
-		}
 		sh := sim.Shards[i]
-		maxNorm, pm1 := 0.0, true
-		for r := 0; r < sh.Rows; r++ {
-			row := sh.Row(r)
-			s := 0.0
-			for _, v := range row {
-				s += v * v
-			}
-			maxNorm = math.Max(maxNorm, math.Sqrt(s))
-			if y := sh.Y[r]; y != 1 && y != -1 {
-				pm1 = false
-			}
-		}
-		sim.Acc[i] = privacy.ObjPertNode{
-			Scheme: algo.Scheme(), RowWeight: sim.RowWeight, RegOverN: sim.RegOverN, C1: c1,
-			Degree: sim.Graph.Degree(i), Rows: sh.Rows, C: sim.RowWeight * float64(sh.Rows),
-			Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm, LabelsPM1: pm1,
-			LossOK: o.Problem.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
-		}
+		maxNorm, pm1 := gossip.RowChecks(sh)
+		sim.Acc[i] = setup.Account(algo, sim.Graph.Degree(i), sh.Rows, maxNorm, pm1, o.Alpha, o.schedule(i).Values(K))
 	}
 }
 
@@ -621,7 +593,7 @@ func gossipPrivacyOf(o *GossipOptions, fig privacy.ObjPertNetworkFigure, ledgers
 	gp.Exact = privacy.Eps(exact)
 	delta := o.Delta
 	if delta == 0 {
-		delta = 1e-5
+		delta = privacy.DefaultDelta
 	}
 	gp.RDP = GossipRDP{
 		Delta: delta, Conversion: privacy.Conversion,

@@ -222,7 +222,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 		c := node.Config{
 			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Logger: cfg.Logger.With().Int("node", i).Logger(),
 			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta},
-			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: float64(n) * float64(sh.Rows) / float64(m.total)},
+			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: walk.LossWeight(n, sh.Rows, m.total)},
 			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
 			Network:     node.Network{NewHost: hosts.newHost(i)},
 			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},

@@ -37,56 +37,9 @@ type PairMatrices struct {
 	RealisedLabel string
 }
 
-// unitEpsilon returns w -> ToDP(w*unit, delta) without allocating per call. The
-// conversion at one order is rdp + g(alpha), clamped at 0; g(alpha) is read off ToDP with
-// a curve finite at that order only, so the conversion stays privacy.ToDP's. As in
-// privacy.ToDP, a curve w*unit that is 0 at some order (w == 0, or unit 0 there) gives 0.
+// unitEpsilon is privacy.UnitConverter, the one converter of weighted curves.
 func unitEpsilon(unit privacy.Curve, delta float64) func(w float64) float64 {
-	const probe = 1000.0
-	var us, gs []float64
-	one := make(privacy.Curve, len(privacy.Orders))
-	unitZero := false
-	for a := range privacy.Orders {
-		u := math.Inf(1)
-		if a < len(unit) && !math.IsNaN(unit[a]) {
-			u = unit[a]
-		}
-		if unit == nil {
-			u = 0
-		}
-		if u == 0 {
-			unitZero = true
-		}
-		if math.IsInf(u, 1) || u < 0 {
-			continue
-		}
-		for k := range one {
-			one[k] = math.Inf(1)
-		}
-		one[a] = probe
-		e, _ := privacy.ToDP(one, delta)
-		if math.IsInf(e, 1) {
-			continue
-		}
-		us = append(us, u)
-		gs = append(gs, e-probe)
-	}
-	eps0, _ := privacy.ToDP(privacy.ZeroCurve(), delta)
-	return func(w float64) float64 {
-		if w == 0 || unitZero && w > 0 && !math.IsInf(w, 1) {
-			return eps0
-		}
-		if !(w > 0) {
-			return math.Inf(1)
-		}
-		best := math.Inf(1)
-		for k, u := range us {
-			if e := w*u + gs[k]; e < best {
-				best = e
-			}
-		}
-		return math.Max(best, 0)
-	}
+	return privacy.UnitConverter(unit, delta)
 }
 
 // matrixEpsilons returns the n*n row-major epsilons of m at delta, NaN on the diagonal.

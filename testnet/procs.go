@@ -208,7 +208,7 @@ func (cfg *ProcsConfig) check() error {
 		cfg.Run = "procs"
 	}
 	if cfg.Delta == 0 {
-		cfg.Delta = 1e-5
+		cfg.Delta = privacy.DefaultDelta
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second

@@ -346,8 +346,6 @@ func localSection(in AccountInput) Local {
 }
 
 // noisy reports whether updates carry a finite-sensitivity Gaussian (sigma > 0, C finite).
-func noisy(clip, sigma float64) bool { return sigma > 0 && !math.IsInf(clip, 0) }
-
 func noPrivacyNote(clip, sigma float64) string {
 	if math.IsInf(clip, 0) {
 		return "no clipping (clip +Inf): unbounded sensitivity, no privacy"
@@ -405,7 +403,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 		Cap: max(hard, 0), Hops: in.Hops, Updates: kmax, Forwards: in.Hops - min(noisyHops, in.Hops), Resends: uint64(in.Views)})
 	verdict := privacy.WalkDecide(wr)
 	K := max(verdict.K, 1)
-	if wr.Step == privacy.StepGADMM || wr.Step == "ls-sgd" || wr.Step == "sgd" {
+	if !wr.Step.ProxFigures() {
 		// No pairwise matrix: the planned figure of these steps is one number for every
 		// pair, named and computed by privacy.WalkPlannedBound as every other output does
 		// (a plan cannot promise their amplification: the local figure).
@@ -663,7 +661,7 @@ func StepRun(s walk.StepParams, prob consensus.Problem, clip, sigma float64, sha
 	n := len(shards)
 	losses := make([]*consensus.LocalLoss, n)
 	for i, sh := range shards {
-		l, err := consensus.NewLocalLoss(sh, prob.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		l, err := consensus.NewLocalLoss(sh, prob.Loss, walk.LossWeight(n, sh.Rows, total))
 		if err != nil {
 			return r, err
 		}

@@ -186,7 +186,7 @@ func (s *Sim) newMachines(g *graph.Graph, total int) error {
 	}
 	scratch := walk.NewScratch(dim) // one goroutine drives all machines
 	for i, sh := range cfg.Shards {
-		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, float64(n)*float64(sh.Rows)/float64(total))
+		ll, err := consensus.NewLocalLoss(sh, cfg.Problem.Loss, walk.LossWeight(n, sh.Rows, total))
 		if err != nil {
 			return fmt.Errorf("testnet: node %d: %w", i, err)
 		}

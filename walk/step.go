@@ -32,20 +32,29 @@ const (
 	StepSGD
 )
 
-var stepNames = [...]string{StepProx: "prox", StepLinearized: "linearized", StepLSSGD: "ls-sgd", StepGADMM: "gadmm", StepSGD: "sgd"}
+var stepNames = [...]privacy.StepName{StepProx: privacy.StepProx, StepLinearized: privacy.StepLinearized,
+	StepLSSGD: privacy.StepLSSGD, StepGADMM: privacy.StepGADMM, StepSGD: privacy.StepSGD}
 
 // String returns the step's name as used on the command line and in reports.
 func (k StepKind) String() string {
 	if int(k) < len(stepNames) {
-		return stepNames[k]
+		return string(stepNames[k])
 	}
 	return fmt.Sprintf("step(%d)", uint8(k))
+}
+
+// Name returns the step's name in the accountants' vocabulary (privacy.StepName).
+func (k StepKind) Name() privacy.StepName {
+	if int(k) < len(stepNames) {
+		return stepNames[k]
+	}
+	return privacy.StepName(k.String())
 }
 
 // ParseStep returns the step named s ("prox", "linearized", "ls-sgd", "gadmm", "sgd").
 func ParseStep(s string) (StepKind, error) {
 	for k, n := range stepNames {
-		if n == s {
+		if string(n) == s {
 			return StepKind(k), nil
 		}
 	}

@@ -23,10 +23,10 @@ func StepRun(cfg Config, losses []*consensus.LocalLoss, dim int, nodes int, r *p
 	case StepProx:
 		return nil
 	case StepLinearized:
-		r.Step = s.Kind.String()
+		r.Step = s.Kind.Name()
 		return nil
 	case StepLSSGD, StepSGD:
-		r.Step, r.Rate = s.Kind.String(), s.Rate
+		r.Step, r.Rate = s.Kind.Name(), s.Rate
 		if s.Kind == StepSGD && len(losses) == nodes {
 			ok := len(losses) > 0
 			for _, l := range losses {
@@ -54,7 +54,7 @@ func StepRun(cfg Config, losses []*consensus.LocalLoss, dim int, nodes int, r *p
 // same cap, and on a graph other than the complete one the network kind is charged the
 // local figure (which bounds it).
 func BudgetCapsStep(b Budget, n int, g *graph.Graph, r privacy.WalkRun) (*BudgetPlan, error) {
-	if r.Step == "" || r.Step == StepProx.String() || r.Step == StepLinearized.String() {
+	if r.Step.ProxFigures() {
 		return BudgetCaps(b, n, g, r.Clip, r.Sigma)
 	}
 	if err := b.Validate(); err != nil {
@@ -78,7 +78,7 @@ func BudgetCapsStep(b Budget, n int, g *graph.Graph, r privacy.WalkRun) (*Budget
 			p.Note = "gradient ADMM: a plan cannot promise amplification (the receiver learns the hop count), so the network budget is the local figure"
 		}
 	default:
-		kind, err := ParseStep(r.Step)
+		kind, err := ParseStep(string(r.Step))
 		if err != nil {
 			return nil, err
 		}

@@ -212,7 +212,7 @@ func newPlanFlags(stdout io.Writer) *planFlags {
 	f.maxUpd = m.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
 	f.target = m.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
 	f.budgetKind = m.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
-	f.delta = m.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	f.delta = m.Float64("delta", privacy.DefaultDelta, "delta of the (epsilon, delta) figures, in (0,1)")
 	f.asJSON = m.Bool("json", false, "print JSON")
 	f.seed = m.Uint64("seed", 1, "seed of random graphs (er, regular)")
 	f.algo = m.String("algo", "walk", "walk, walk-gadmm or walk-sgd (the local step's figures; see 'dpadmm testnet --help')")
@@ -422,7 +422,7 @@ func writeJSON(w io.Writer, v any) error {
 
 func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("account trace", accountTraceHelp, stdout)
-	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figures, in (0,1)")
+	delta := fs.Float64("delta", privacy.DefaultDelta, "delta of the (epsilon, delta) figures, in (0,1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	coalition := fs.String("coalition", "", "comma-separated observers pooling their views")
 	pairsPath := fs.String("pairs", "", "write every ordered pair as CSV i,j,planned_epsilon,realised_epsilon (planned is empty: a trace has no graph)")
@@ -618,7 +618,7 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 		updates = (a.hops + a.nodes - 1) / a.nodes
 	}
 	r := privacy.WalkRun{Nodes: a.nodes, Complete: true, Clip: a.clip, Cap: a.maxUpd, Hops: uint64(a.hops), Planning: true,
-		Step: step.Kind.String(), Rate: step.Rate, SGDNonExpansive: a.nonExp}
+		Step: step.Kind.Name(), Rate: step.Rate, SGDNonExpansive: a.nonExp}
 	if step.Kind == walk.StepGADMM {
 		r.Step = privacy.StepGADMM
 		// Without the data the smoothness bound is unknown: the plan assumes eta <= 1/nu

@@ -394,47 +394,23 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 	return rep, nil
 }
 
-// networkFigure is Definition V.1 over the members: the maximum of the per-node Theorem
-// V.1 guarantees, which holds only when every member is present and has a guarantee.
+// networkFigure is Definition V.1 over the members (privacy.DefinitionV1), in the report's
+// form.
 func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
-	p := modelsPrivacy{
-		Epsilon: privacy.Unbounded, WorstNode: -1, GivenMax: privacy.Unbounded, FailingNodes: []int{}, SecureNoise: true,
-		Scope: "Definition V.1: the maximum over the members of each node's pure epsilon of its own releases (Theorem V.1); pure DP, delta = 0",
+	figs := make([]privacy.MemberFigure, len(ms))
+	for k, lm := range ms {
+		pr := lm.m.Privacy
+		figs[k] = privacy.MemberFigure{Index: lm.m.Index, Epsilon: pr.Epsilon, Formula: pr.Formula,
+			ConditionsHold: pr.ConditionsHold, Reason: pr.Reason, SecureNoise: pr.SecureNoise}
 	}
-	var reasons []string
-	for _, lm := range ms {
-		m := lm.m
-		pr := m.Privacy
-		if !pr.SecureNoise {
-			p.SecureNoise = false
-		}
-		p.Formula = max(p.Formula, pr.Formula)
-		if pr.Epsilon.Bounded() && pr.ConditionsHold {
-			if p.WorstNode < 0 || pr.Epsilon > p.GivenMax {
-				p.GivenMax, p.WorstNode = pr.Epsilon, m.Index
-			}
-			continue
-		}
-		p.FailingNodes = append(p.FailingNodes, m.Index)
-		why := pr.Reason
-		if why == "" {
-			why = "its model.json reports no guarantee (epsilon null)"
-			if pr.Epsilon.Bounded() {
-				why = "its conditions do not hold"
-			}
-		}
-		reasons = append(reasons, fmt.Sprintf("member %d: %s", m.Index, why))
+	v := privacy.DefinitionV1(figs, missing)
+	p := modelsPrivacy{
+		Epsilon: v.Epsilon, Formula: v.Formula, WorstNode: v.WorstNode, GivenMax: v.GivenMax, ConditionsHold: v.ConditionsHold,
+		Reason: v.Reason, FailingNodes: v.FailingNodes, SecureNoise: v.SecureNoise, Scope: privacy.DefinitionV1Scope,
 	}
 	// Every member of one run (same algo) names the same theorem and conditions.
-	p.Theorem, p.Conditions = ms[0].m.Privacy.Theorem, ms[0].m.Privacy.Conditions
-	if len(missing) > 0 {
-		reasons = append(reasons, fmt.Sprintf("members %s missing: the network figure is the maximum over every member", intList(missing)))
-	}
-	if len(reasons) == 0 {
-		p.Epsilon, p.ConditionsHold = p.GivenMax, true
-	} else {
-		p.Reason = strings.Join(reasons, "; ")
-		p.WorstNode = -1
+	if len(ms) > 0 {
+		p.Theorem, p.Conditions = ms[0].m.Privacy.Theorem, ms[0].m.Privacy.Conditions
 	}
 	return p
 }

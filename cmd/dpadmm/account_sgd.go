@@ -59,7 +59,7 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	q := fs.Float64("q", 0, "sampling rate q in [0,1]")
 	z := fs.Float64("noise-multiplier", 0, "noise std divided by the L2 sensitivity (> 0); ignored with --target-epsilon")
 	steps := fs.Int("steps", 0, "number of compositions T (>= 1)")
-	delta := fs.Float64("delta", 1e-5, "delta of the (epsilon, delta) figure, in (0,1)")
+	delta := fs.Float64("delta", privacy.DefaultDelta, "delta of the (epsilon, delta) figure, in (0,1)")
 	target := fs.Float64("target-epsilon", 0, "calibrate the noise multiplier: smallest one meeting this epsilon")
 	asJSON := fs.Bool("json", false, "print JSON")
 	adj := fs.String("adjacency", "add-remove", "neighbouring datasets: add-remove (one record added or removed) or replace-one (one record replaced)")

@@ -17,6 +17,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -306,7 +307,7 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 		}
 		n := len(sf.Members)
 		cfg.Members, cfg.Holder = sf.IDs(), sf.Holder
-		cfg.Weight = float64(n) * float64(cfg.Data.Rows) / float64(sf.TotalRows)
+		cfg.Weight = walk.LossWeight(n, cfg.Data.Rows, sf.TotalRows)
 		cfg.Peers = append(cfg.Peers, sf.PeerAddrs()...)
 		cfg.WaitMembers = 30 * time.Second
 		if gp := cfg.RADMM; gp != nil {

@@ -352,12 +352,12 @@ func printSummary(w io.Writer, r *testnet.Report) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s on %s: %d nodes, %d train rows, p=%d, %s loss, l1=%g l2=%g, scale %s, graph %s\n",
 		r.Algo, r.Data, r.Nodes, r.TrainRows, r.Dims, r.Loss, r.L1, r.L2, r.Scale, r.Graph)
-	switch r.LocalStep {
-	case "", "prox":
+	switch privacy.StepName(r.LocalStep) {
+	case "", privacy.StepProx:
 		fmt.Fprintf(&b, "  gamma=%g lambda=%g clip=%g sigma=%g hops=%d seed=%d\n", r.Gamma, r.Lambda, r.Clip, r.Sigma, r.Hops, r.Seed)
-	case "gadmm":
+	case privacy.StepGADMM:
 		fmt.Fprintf(&b, "  gradient ADMM: step-size=%g beta=%g clip=%g sigma=%g hops=%d seed=%d\n", r.StepSize, r.Beta, r.Clip, r.Sigma, r.Hops, r.Seed)
-	case "sgd":
+	case privacy.StepSGD:
 		fmt.Fprintf(&b, "  DP-SGD walk: step-size=%g sample-rate=%g clip=%g sigma=%g hops=%d seed=%d\n", r.StepSize, r.SampleRate, r.Clip, r.Sigma, r.Hops, r.Seed)
 	default:
 		fmt.Fprintf(&b, "  local step %s: step-size=%g nu=%g sample-rate=%g gamma=%g lambda=%g clip=%g sigma=%g hops=%d seed=%d\n",

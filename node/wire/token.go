@@ -184,10 +184,12 @@ type Validator struct {
 	Hops uint64 // a token beyond the final hop is rejected; 0 = no limit
 }
 
-// Check runs the validation chain on a decoded token: run and walk, dimension,
-// finiteness, then freshness against the last (epoch, hop) this node accepted. It returns
-// the verdict and, unless Accept, the reason.
-func (v Validator) Check(t walk.Token, seenEpoch, seenHop uint64, seen bool) (Verdict, string) {
+// Check runs the validation chain on a decoded token: run and walk, dimension, the run's
+// last hop, finiteness. It returns the verdict and, unless Accept, the reason. Freshness
+// (stale or duplicated epochs and hops) is not the validator's: the custody machine's
+// fence (walk.Custody) is the one rule, so that the simulator, the fault studies and the
+// node decide it alike.
+func (v Validator) Check(t walk.Token) (Verdict, string) {
 	switch {
 	case t.Run != v.Run:
 		return Reject, fmt.Sprintf("run %q, want %q", t.Run, v.Run)
@@ -202,9 +204,6 @@ func (v Validator) Check(t walk.Token, seenEpoch, seenHop uint64, seen bool) (Ve
 		if math.IsNaN(t.Z[k]) || math.IsInf(t.Z[k], 0) || math.IsNaN(t.Zhat[k]) || math.IsInf(t.Zhat[k], 0) {
 			return Reject, fmt.Sprintf("non-finite coordinate %d", k)
 		}
-	}
-	if seen && (t.Epoch < seenEpoch || t.Epoch == seenEpoch && t.Hop <= seenHop) {
-		return Ignore, fmt.Sprintf("stale token (epoch %d, hop %d) <= seen (epoch %d, hop %d)", t.Epoch, t.Hop, seenEpoch, seenHop)
 	}
 	return Accept, ""
 }

@@ -1,0 +1,78 @@
+package gossip
+
+import (
+	"math"
+
+	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/privacy"
+)
+
+// Setup is the set-up of one R-ADMM node that every driver builds here and nowhere else:
+// the simulator (testnet.NewGossipSim), the in-process and process nodes (node's R-ADMM
+// run), and the empirical audit. It fixes the objective's weights and the constant c1 of
+// Theorem V.1, and turns a node's schedule into the accountant's input, so that a node's
+// figure and the simulator's prediction of it come from the same arithmetic.
+//
+// The paper's objective of node i is O(f, D_i) = (C_i/B_i) sum_{D_i} L + (rho/N) ||f||^2/2
+// with C_i = C N B_i / M (M = rows of all members; C_i = C for an even split) and
+// rho = C N l2, so C_i/B_i = C N/M and rho/N = C l2, the same for every node.
+type Setup struct {
+	// RowWeight is C_i/B_i = C N/M.
+	RowWeight float64
+	// RegOverN is rho/N = C l2.
+	RegOverN float64
+	// C1 bounds |L''| (Theorem V.1's c1): 1/4 for the logistic loss, 1 for the squared loss.
+	C1 float64
+	// Loss is the members' loss.
+	Loss consensus.Loss
+}
+
+// NewSetup returns the set-up of a run with N members holding totalRows rows in all, the
+// paper's constant C and the L2 weight l2.
+func NewSetup(loss consensus.Loss, paperC, l2 float64, members, totalRows int) Setup {
+	s := Setup{RowWeight: paperC * float64(members) / float64(totalRows), RegOverN: paperC * l2, C1: 0.25, Loss: loss}
+	if loss == consensus.Squared {
+		s.C1 = 1
+	}
+	return s
+}
+
+// Objective returns the node's objective on its shard.
+func (s Setup) Objective(shard *consensus.Dataset) (*Objective, error) {
+	return NewObjective(shard, s.Loss, s.RowWeight, s.RegOverN)
+}
+
+// RowChecks returns the largest row norm over the datasets and whether every label is
+// -1 or +1: the data preconditions of Theorem V.1 that the accountant checks.
+func RowChecks(ds ...*consensus.Dataset) (maxNorm float64, labelsPM1 bool) {
+	labelsPM1 = true
+	for _, d := range ds {
+		for r := 0; r < d.Rows; r++ {
+			s := 0.0
+			for _, v := range d.Row(r) {
+				s += v * v
+			}
+			maxNorm = math.Max(maxNorm, math.Sqrt(s))
+			if y := d.Y[r]; y != 1 && y != -1 {
+				labelsPM1 = false
+			}
+		}
+	}
+	return maxNorm, labelsPM1
+}
+
+// Account returns the accountant's input (privacy.ObjPertNode) of a node of algo with
+// the given degree, rows and data checks, whose perturbed iterations use the penalties
+// etas (one per perturbed iteration) and the base noise parameter alpha (algo.NoiseAlpha
+// gives the alpha of the noise actually added at each).
+func (s Setup) Account(algo Algo, degree, rows int, maxNorm float64, labelsPM1 bool, alpha float64, etas []float64) privacy.ObjPertNode {
+	alphas := make([]float64, len(etas))
+	for k := range alphas {
+		alphas[k] = algo.NoiseAlpha(alpha, etas[k])
+	}
+	return privacy.ObjPertNode{
+		Scheme: algo.Scheme(), RowWeight: s.RowWeight, RegOverN: s.RegOverN, C1: s.C1, Degree: degree,
+		Rows: rows, C: s.RowWeight * float64(rows), Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm,
+		LabelsPM1: labelsPM1, LossOK: s.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
+	}
+}
