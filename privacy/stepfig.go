@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // The local figure of one node, for every walk step: which curve and bound apply is
@@ -130,3 +131,23 @@ const SGDRealisedConditions = "every node's sgd step non-expansive on theta (a c
 const SGDRealisedGaps = "not charged: each map is non-expansive only up to the lattice rounding of the sampled per-example " +
 	"gradients, an additive eta_k c_q h sqrt(p) |B| per step (h about 2^-40 sigma), which the figure neglects; the " +
 	"amplification of the continuous Gaussian is applied to the discrete Gaussian of the lattice"
+
+// NoNetworkReason returns the reason carried by an ErrNoNetworkFigure error of
+// StepRealisedPairwise (ok false for nil or any other error): where no network theorem
+// covers the step, every output reports the local figure with this reason.
+func NoNetworkReason(err error) (reason string, ok bool) {
+	if !errors.Is(err, ErrNoNetworkFigure) {
+		return "", false
+	}
+	return strings.TrimPrefix(err.Error(), ErrNoNetworkFigure.Error()+": "), true
+}
+
+// Cap returns a realised pairwise epsilon as every output reports it: the smaller of eps
+// and the local epsilon loc when the step's local figure bounds every pair too
+// (CapAtLocal, the DP-SGD walk), else eps; capped reports whether the local figure won.
+func (info StepRealised) Cap(eps, loc float64) (float64, bool) {
+	if info.CapAtLocal && loc < eps {
+		return loc, true
+	}
+	return eps, false
+}

@@ -1,10 +1,8 @@
 package testnet
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -339,8 +337,7 @@ func (e *walkEnv) realisedClaim(run privacy.WalkRun, loc privacy.Bound, upto, ob
 		m = fmt.Sprintf("final model released to all, m = %d noisy updates", upto+1)
 	}
 	rp, info, err := privacy.StepRealisedPairwise(tr, run)
-	if errors.Is(err, privacy.ErrNoNetworkFigure) {
-		reason := strings.TrimPrefix(err.Error(), privacy.ErrNoNetworkFigure.Error()+": ")
+	if reason, ok := privacy.NoNetworkReason(err); ok {
 		return walkClaim{loc.Epsilon, fmt.Sprintf("%s, the local figure, which bounds every observer (no network figure: %s); %s",
 			loc.Theorem, reason, m), loc.ConditionsHold}, nil
 	}
@@ -349,8 +346,8 @@ func (e *walkEnv) realisedClaim(run privacy.WalkRun, loc privacy.Bound, upto, ob
 	}
 	eps, _ := rp.Pairs.Epsilon(i, observer, o.Delta)
 	thm := info.Theorem + "; " + m
-	if info.CapAtLocal && loc.Epsilon < eps {
-		eps = loc.Epsilon
+	eps, capped := info.Cap(eps, loc.Epsilon)
+	if capped {
 		thm += "; capped at the local figure (" + loc.Theorem + "), which bounds every observer"
 	}
 	return walkClaim{eps, thm, true}, nil

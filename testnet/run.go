@@ -499,8 +499,8 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		coal = [][]int{in.Coalition}
 	}
 	res, info, err := privacy.StepRealisedPairwise(tr, wr, coal...)
-	if errors.Is(err, privacy.ErrNoNetworkFigure) {
-		return fallback(strings.TrimPrefix(err.Error(), privacy.ErrNoNetworkFigure.Error()+": "))
+	if reason, ok := privacy.NoNetworkReason(err); ok {
+		return fallback(reason)
 	}
 	if err != nil {
 		return fallback(err.Error())
@@ -524,10 +524,11 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	}
 	pw.Note += "; " + gaps
 	if info.CapAtLocal {
-		// The local figure bounds every observer too (privacy.SGDNetworkCurve is capped by
-		// it in the same way): each pair gets the smaller of the two.
+		// The local figure bounds every observer too (privacy.StepRealised.Cap, the rule
+		// the audit's claims use): each pair gets the smaller of the two.
 		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
-		if e := privacy.Eps(loc.Epsilon); pw.Worst.Epsilon > e {
+		if _, capped := info.Cap(float64(pw.Worst.Epsilon), float64(privacy.Eps(loc.Epsilon))); capped {
+			e := privacy.Eps(loc.Epsilon)
 			pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
 			pw.Mean, pw.P50, pw.P90, pw.P99 = min(pw.Mean, e), min(pw.P50, e), min(pw.P90, e), min(pw.P99, e)
 			pw.Note += fmt.Sprintf("; capped at the local figure of the busiest node (%s, %d updates), which bounds every observer", loc.Theorem, kmax)
