@@ -83,6 +83,23 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 			}
 		}
 	}
+	// A release is logged before its custody record is written and before it is sent
+	// (the Ready order). A ledger hop beyond the latest release any node holds was logged
+	// by a node stopped between the two writes: that release was never sent, so nobody saw
+	// it, and the walk's progress (its model, its hops, its path) ends at the latest
+	// release that exists. Its ledger entries are still counted (entries).
+	if pw.z != nil && pw.zHop < pw.hops {
+		pw.hops = pw.zHop
+		for i, es := range ledgers {
+			kept := es[:0:0]
+			for _, e := range es {
+				if e.Hop <= pw.hops {
+					kept = append(kept, e)
+				}
+			}
+			ledgers[i] = kept
+		}
+	}
 	// The last release is held by the last peer its sender named for it (the ones named
 	// before it, after failed hand-offs, are views).
 	final := ""
