@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"sort"
 	"strconv"
 	"time"
 
@@ -656,6 +658,77 @@ func (f *StaticFile) PeerAddrs() []string {
 		for _, a := range m.Addrs {
 			out = append(out, a+"/p2p/"+m.ID)
 		}
+	}
+	return out
+}
+
+// ReadRunConfig reads a run configuration file: the JSON of a RunConfig, as
+// WriteRunConfig writes it (and as the starter announces it). Unknown keys are refused, so
+// that a misspelt key is not silently ignored.
+func ReadRunConfig(path string) (RunConfig, error) {
+	var rc RunConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rc, fmt.Errorf("node: run config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rc); err != nil {
+		return rc, fmt.Errorf("node: run config %s: %w", path, err)
+	}
+	if dec.More() {
+		return rc, fmt.Errorf("node: run config %s: trailing data after the configuration", path)
+	}
+	if rc.Run == "" {
+		return rc, fmt.Errorf("node: run config %s: no run name (key run)", path)
+	}
+	return rc, nil
+}
+
+// WriteRunConfig writes rc to path as indented JSON (the file ReadRunConfig reads).
+func WriteRunConfig(path string, rc RunConfig) error {
+	b, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Diff lists the keys whose values differ between r (this node's) and other (the run's),
+// sorted, each as "key: yours X, the run's Y" (a key absent on one side shows as "-").
+func (r RunConfig) Diff(other RunConfig) []string {
+	m := func(x RunConfig) map[string]json.RawMessage {
+		b, _ := json.Marshal(x)
+		out := map[string]json.RawMessage{}
+		_ = json.Unmarshal(b, &out)
+		return out
+	}
+	a, b := m(r), m(other)
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []string
+	for _, k := range names {
+		x, y := string(a[k]), string(b[k])
+		if x == y {
+			continue
+		}
+		if x == "" {
+			x = "-"
+		}
+		if y == "" {
+			y = "-"
+		}
+		out = append(out, fmt.Sprintf("%s: yours %s, the run's %s", k, x, y))
 	}
 	return out
 }

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,29 +47,12 @@ type GossipProcsConfig struct {
 	Logger     zerolog.Logger
 }
 
-// GossipNodeArgs returns the 'dpadmm node' flags that give a node the neighbour-exchange
-// parameters p (algorithm, graph, schedule, constants, barrier settings) and the problem
-// prob. A penalty table (p.EtaTable) is passed as the file etaFile, which the caller
-// writes with WriteEtaFile. Floats are written in their shortest exact form, so the node
-// parses back the same values and its configuration hashes as p does.
-func GossipNodeArgs(p node.RADMMParams, prob consensus.Problem, etaFile string) []string {
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	alpha := f(p.Alpha)
-	if math.IsInf(p.Alpha, 1) {
-		alpha = "inf"
-	}
-	graph := p.Graph
-	if graph == "" {
-		graph = "ring"
-	}
-	a := []string{"--algo", p.Algo, "--graph", graph, "--graph-seed", strconv.FormatUint(p.GraphSeed, 10),
-		"--iters", strconv.Itoa(p.Iters), "--alpha", alpha, "--even-gamma", f(p.Gamma), "--paper-c", f(p.PaperC),
-		"--loss", prob.Loss.String(), "--l2", f(prob.Reg.L2)}
-	if p.EtaTable != nil {
-		a = append(a, "--eta-file", etaFile)
-	} else {
-		a = append(a, "--eta", f(p.Eta), "--eta-growth", f(p.EtaGrowth), "--eta-max", f(p.EtaMax))
-	}
+// GossipPolicyArgs returns the 'dpadmm node' flags of a neighbour-exchange node's own
+// policy, which is not part of the run's configuration (the barrier timeout, the longest
+// wait and the policy for a missing neighbour); the run's parameters go in the run
+// configuration file (--run-config).
+func GossipPolicyArgs(p node.RADMMParams) []string {
+	var a []string
 	if p.Barrier > 0 {
 		a = append(a, "--barrier-timeout", p.Barrier.String())
 	}
@@ -81,27 +62,11 @@ func GossipNodeArgs(p node.RADMMParams, prob consensus.Problem, etaFile string) 
 	return append(a, "--on-missing", p.OnMissing.String())
 }
 
-// WriteEtaFile writes a penalty table in the format of 'dpadmm node|testnet --eta-file':
-// one line per perturbed iteration, the values of a line separated by commas.
-func WriteEtaFile(path string, table [][]float64) error {
-	var b strings.Builder
-	for _, row := range table {
-		for c, v := range row {
-			if c > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
-		}
-		b.WriteByte('\n')
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
 // RunGossipProcs starts one 'dpadmm node --algo ... --static' process per node: the
 // production node (node.New and Node.RunRADMM) with a static membership in node-index
 // order (static.json, whose config_hash every node checks against its own
 // configuration), the simulator's shard as exact CSV (--scale none), the run's
-// hyperparameters as the node's own flags (GossipNodeArgs) and --seed (f_i(0) and the noise
+// run configuration as a file (--run-config), its own policy flags (GossipPolicyArgs) and --seed (f_i(0) and the noise
 // as in the simulator; not secure). It waits for every process to exit and returns the
 // report RunGossip gives for the options, built from the nodes' model.json files and
 // durable ledgers, with a network section (mode "procs"). Without stale uses the model
@@ -245,11 +210,17 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 	if err != nil {
 		return nil, err
 	}
-	// Every node's configuration hashes alike (same dimension, problem and parameters).
-	hash := (&node.Config{
+	// Every node's configuration hashes alike (same dimension, problem and parameters); the
+	// nodes get it as one file (--run-config), not as flags rebuilt one by one.
+	runCfg := (&node.Config{
 		Run: cfg.Run, Data: sim.Shards[0], RADMM: &p,
 		Training: node.Training{Problem: o.Problem},
-	}).RunConfig().Hash()
+	}).RunConfig()
+	hash := runCfg.Hash()
+	rcPath := filepath.Join(dir, "run-config.json")
+	if err := node.WriteRunConfig(rcPath, runCfg); err != nil {
+		return nil, err
+	}
 	pl := &gprocsPlan{st: node.StaticFile{Run: cfg.Run, TotalRows: o.Train.Rows, ConfigHash: hash}, hash: hash,
 		dirs: make([]string, n), logs: make([]string, n), args: make([][]string, n)}
 	for i := range pl.dirs {
@@ -268,21 +239,14 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 	if err := os.WriteFile(staticPath, append(b, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	etaPath := ""
-	if p.EtaTable != nil {
-		etaPath = filepath.Join(dir, "eta.csv")
-		if err := WriteEtaFile(etaPath, p.EtaTable); err != nil {
-			return nil, err
-		}
-	}
-	hyper := GossipNodeArgs(p, o.Problem, etaPath)
+	hyper := GossipPolicyArgs(p)
 	for i := 0; i < n; i++ {
 		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
 		if err := writeShardCSV(csv, sim.Shards[i]); err != nil {
 			return nil, err
 		}
 		pl.logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
-		a := []string{"node", "--insecure-testnet", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", pl.dirs[i],
+		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--datadir", pl.dirs[i],
 			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
 			"--listen", pl.st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
 		if o.Problem.Loss == consensus.Logistic {

@@ -243,6 +243,17 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 		withhold[w] = true
 	}
 	res := &ProcsResult{Peers: make([]string, n), Ledger: make([]int, n), Updates: make([]int, n), Logs: make([]string, n), Hops: cfg.Hops}
+	// The run's parameters go to every node as one file, the canonical configuration whose
+	// hash every member checks (node.Config.RunConfig), not as flags rebuilt one by one: a
+	// parameter the launcher forgot could not then silently take a node's default.
+	var runCfg node.Config
+	runCfg.Run, runCfg.Problem, runCfg.Gamma, runCfg.Lambda, runCfg.Clip = cfg.Run, cfg.Problem, cfg.Gamma, cfg.Lambda, cfg.Clip
+	runCfg.Sigma, runCfg.MaxUpdates, runCfg.Hops, runCfg.Step, runCfg.Data = cfg.Sigma, cfg.MaxUpdates, cfg.Hops, cfg.Step, cfg.Shards[0]
+	rcPath := filepath.Join(dir, "run-config.json")
+	if err := node.WriteRunConfig(rcPath, runCfg.RunConfig()); err != nil {
+		return nil, nil, nil, fmt.Errorf("testnet: procs: %w", err)
+	}
+	st.ConfigHash = runCfg.RunConfig().Hash()
 	dirs := make([]string, n)
 	args := make([][]string, n)
 	for i, sh := range cfg.Shards {
@@ -262,19 +273,14 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 		}
 		res.Logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
 		f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-		a := []string{"node", "--insecure-testnet", "--run", cfg.Run, "--data", csv, "--scale", "none", "--datadir", dirs[i],
-			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10),
-			"--hops", strconv.FormatUint(cfg.Hops, 10), "--profile", "test",
+		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--datadir", dirs[i],
+			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10), "--profile", "test",
 			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",
-			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(),
-			"--loss", cfg.Problem.Loss.String(), "--l1", f(cfg.Problem.Reg.L1), "--l2", f(cfg.Problem.Reg.L2),
-			"--gamma", f(cfg.Gamma), "--lambda", f(cfg.Lambda), "--clip", f(cfg.Clip), "--sigma", f(cfg.Sigma),
-			"--max-updates", strconv.Itoa(cfg.MaxUpdates), "--delta", f(cfg.Delta)}
+			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta)}
 		if cfg.Problem.Loss == consensus.Logistic {
 			// The shard's labels are -1/+1 already; a shard may hold one class only.
 			a = append(a, "--positive", "1")
 		}
-		a = append(a, StepArgs(cfg.Step)...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
 		}
@@ -799,29 +805,6 @@ func killAll(procs []*proc) {
 			}
 		}
 	}
-}
-
-// StepArgs returns the 'dpadmm node' flags that select the walk's local step p: none for
-// the exact prox, so that the prox step's command lines are unchanged.
-func StepArgs(p walk.StepParams) []string {
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	var a []string
-	switch p.Kind {
-	case walk.StepProx:
-		return nil
-	case walk.StepGADMM:
-		a = []string{"--algo", "walk-gadmm", "--beta", f(p.Beta)}
-		if p.Strong {
-			a = append(a, "--strongly-convex")
-		}
-	case walk.StepSGD:
-		a = []string{"--algo", "walk-sgd", "--sample-rate", f(p.Rate)}
-	case walk.StepLSSGD:
-		a = []string{"--local-step", p.Kind.String(), "--nu", f(p.Nu), "--sample-rate", f(p.Rate)}
-	default:
-		a = []string{"--local-step", p.Kind.String()}
-	}
-	return append(a, "--step-size", f(p.Eta))
 }
 
 // workDir returns dir, created if needed, or a new temporary directory named after

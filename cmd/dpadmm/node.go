@@ -114,6 +114,14 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	bad := func(format string, a ...any) error { return usagef("node", format, a...) }
+	var rc *node.RunConfig
+	var overridden []string
+	if *f.runConfig != "" {
+		var err error
+		if rc, overridden, err = f.applyRunConfig(*f.runConfig); err != nil {
+			return bad("%v", err)
+		}
+	}
 	var harness []string
 	f.m.Visit(func(fl *flag.Flag) {
 		if harnessFlags[fl.Name] {
@@ -156,6 +164,13 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := f.applyStatic(&cfg); err != nil {
 		return err
+	}
+	warns, err := checkRunConfig(&cfg, rc, overridden)
+	if err != nil {
+		return bad("%v", err)
+	}
+	for _, w := range warns {
+		log.Warn().Msg(w)
 	}
 	if cfg.RADMM != nil {
 		return runGossipMember(ctx, cfg, *f.datadir, stdout, *f.quiet)
@@ -314,16 +329,16 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 			// Neighbour exchange: M from the file; the holder does not apply; RunRADMM
 			// dials the neighbours (WaitMembers only keeps New from dialling everyone).
 			gp.TotalRows, cfg.Weight, cfg.Holder = sf.TotalRows, 0, 0
-			if h := cfg.RunConfig().Hash(); sf.ConfigHash != "" && sf.ConfigHash != h {
-				return fmt.Errorf("%s is for config hash %.12s, this node's configuration hashes to %.12s (different data dimensions or hyperparameters)",
-					*f.static, sf.ConfigHash, h)
-			}
 		} else if seedSet {
 			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(s, i) }
 			cfg.AllowSeededNoise = true
 			if want := node.SeededHolder(s, n); want != sf.Holder {
 				return fmt.Errorf("%s names holder %d, seed %d gives %d", *f.static, sf.Holder, s, want)
 			}
+		}
+		if h := cfg.RunConfig().Hash(); sf.ConfigHash != "" && sf.ConfigHash != h {
+			return fmt.Errorf("%s is for config hash %.12s, this node's configuration hashes to %.12s (different data dimensions or hyperparameters)",
+				*f.static, sf.ConfigHash, h)
 		}
 	}
 	if cfg.RADMM != nil && seedSet {

@@ -87,6 +87,9 @@ type nodeFlags struct {
 	iters, pauseIter                          *int
 	eta, etaGrowth, etaMax, paperC, evenGamma *float64
 	barrier, maxWait                          *time.Duration
+	etaTable                                  [][]float64 // from --run-config
+
+	runConfig *string
 }
 
 // newNodeFlags defines the flags of 'dpadmm node' with their modes; the defaults come
@@ -107,7 +110,8 @@ func newNodeFlags(stdout io.Writer) *nodeFlags {
 
 func (f *nodeFlags) defineCommon() {
 	fs := f.m
-	f.run = fs.String("run", "", "run name (required); selects the protocol and topic names")
+	f.run = fs.String("run", "", "run name (required unless --run-config gives it); selects the protocol and topic names")
+	f.runConfig = fs.String("run-config", "", "a run configuration file (JSON: the run's announced configuration, every key that enters the config hash); it sets every run parameter that no flag on the command line sets (flags win, and a difference is reported)")
 	f.datadir = fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
 	f.logFormat = fs.String("log-format", "text", "log format: text|json")
 	f.logLevel = fs.String("log-level", "warn", "log level: debug|info|warn|error")
@@ -256,6 +260,9 @@ func (f *nodeFlags) gossipParams() (*node.RADMMParams, error) {
 	gp := &node.RADMMParams{Algo: *f.algo, Graph: *f.graphSpec, GraphSeed: *f.graphSeed, Iters: *f.iters, Alpha: alpha,
 		Eta: *f.eta, EtaGrowth: *f.etaGrowth, EtaMax: *f.etaMax, Gamma: *f.evenGamma, PaperC: *f.paperC,
 		Barrier: *f.barrier, MaxWait: *f.maxWait, OnMissing: pol, PauseAt: *f.pauseIter}
+	if f.etaTable != nil {
+		gp.EtaTable = f.etaTable
+	}
 	if *f.etaFile != "" {
 		if f.m.isSet("eta") || f.m.isSet("eta-growth") || f.m.isSet("eta-max") {
 			return nil, fmt.Errorf("--eta-file replaces --eta, --eta-growth and --eta-max; give one or the other")
