@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -371,7 +372,7 @@ func (f walkFx) AppendLedger(es []privacy.Entry) error {
 	return nil
 }
 
-func (f walkFx) Persist(r WalkRecord) error {
+func (f walkFx) Persist(r drive.WalkRecord) error {
 	n := f.n
 	if h := r.Held; h != nil {
 		if err := n.store.SaveInbox(n.rawOf(h.Token, h.Evidence)); err != nil {

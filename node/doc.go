@@ -11,7 +11,7 @@
 // checkpoint and the ledger file. It has no custody rule of its own: it gives the machine
 // its inputs (hand-offs, the outcome of its own hand-offs, releases, PeerDown/PeerUp from
 // the heartbeats, ticks of its clock, final models) and applies each Ready in order
-// through the Walk adapter (runtime.go; the node's effects are custody.go's walkFx), the
+// through the Walk adapter (node/drive; the node's effects are custody.go's walkFx), the
 // code the fault studies of testnet apply their Readies with:
 //
 //  1. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
@@ -32,7 +32,7 @@
 // loop sleeps until the machine's next deadline or an input and then catches up, so an
 // idle node does not wake up between its deadlines.
 //
-// The loop itself (runtime.go, runLoop) is the one both algorithms run: settle the
+// The loop itself (node/drive, RunLoop) is the one both algorithms run: settle the
 // machine's Readies, sleep until its next deadline, an input or the end of the context,
 // advance its clock, hand the input over. What differs is small: the walk's inputs and
 // their mapping onto custody inputs (walkLoop) on a wall clock (every custody timeout is

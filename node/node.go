@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -120,8 +121,8 @@ type Node struct {
 	// loop-owned state. cust holds every custody rule (custody.go); the loop maps its
 	// Ready to the journals and the wire, and wall-clock time to its ticks (fallback.go).
 	cust     *walk.Custody
-	wk       *Walk     // cust's adapter: applies its Readies through walkFx
-	custSeed [2]uint64 // seed of cust's re-send source
+	wk       *drive.Walk // cust's adapter: applies its Readies through walkFx
+	custSeed [2]uint64   // seed of cust's re-send source
 	tick     time.Duration
 	t0       time.Time                // tick 0 of the loop's clock
 	raws     map[[2]uint64][]rawEntry // encodings of tokens (rawOf)
@@ -548,7 +549,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		return err
 	}
 	n.mu.Lock()
-	n.cust, n.wk = cust, NewWalk(cust)
+	n.cust, n.wk = cust, drive.NewWalk(cust)
 	n.mu.Unlock()
 	if restore != nil {
 		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
@@ -895,7 +896,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
-	err := runLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, wallClock{t0: n.t0, tick: n.tick})
+	err := drive.RunLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, drive.WallClock{T0: n.t0, Tick: n.tick})
 	n.endLoop()
 	if err != nil {
 		return nil, err
@@ -924,7 +925,7 @@ type walkLoop struct {
 	live <-chan time.Time // heartbeat checks (nil: none)
 }
 
-func (w walkLoop) settle(context.Context) (bool, error) {
+func (w walkLoop) Settle(context.Context) (bool, error) {
 	switch {
 	case w.n.fatal != nil:
 		return true, w.n.fatal
@@ -934,15 +935,15 @@ func (w walkLoop) settle(context.Context) (bool, error) {
 	return false, nil
 }
 
-func (w walkLoop) deadline() (int64, bool) { return w.n.wk.NextDeadline() }
+func (w walkLoop) Deadline() (int64, bool) { return w.n.wk.NextDeadline() }
 
-func (w walkLoop) tickTo(t int64) {
+func (w walkLoop) TickTo(t int64) {
 	if t > w.n.cust.Now() {
 		w.n.input(w.ctx, CustodyInput{Kind: "tick", Tick: t})
 	}
 }
 
-func (w walkLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+func (w walkLoop) Wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
 	n := w.n
 	select {
 	case <-ctx.Done():

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -237,7 +238,7 @@ type radmmExchange struct {
 	// The barrier policy around the machine, its adapter (applies its Readies through
 	// exchangeFx) and the length of its tick; loop-owned.
 	ex   *gossip.Exchange
-	ad   *RADMM
+	ad   *drive.RADMM
 	tick time.Duration
 
 	// Journal and stale-use record (store.RADMMJournalFile, store.StaleFile) and
@@ -274,7 +275,7 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	x := &radmmExchange{n: n, cfg: cfg, index: index, in: make(chan exchangeIn, 4*len(cfg.Neighbors)+4), done: make(chan struct{}),
-		ex: ex, ad: NewRADMM(ex), tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
+		ex: ex, ad: drive.NewRADMM(ex), tick: tick, reconn: make(chan int, 4*len(cfg.Neighbors)+4)}
 	x.prog.iter = -1
 	x.log = n.cfg.Logger.With().Str("run", n.cfg.Run).Int("node", cfg.Self).Logger()
 	if err := x.openFiles(); err != nil {
@@ -449,7 +450,7 @@ func (x *radmmExchange) run(ctx context.Context) (*exchangeResult, error) {
 		x.log.Warn().Int("iter", x.ex.Iter()).Msg("resumed from the journal: re-sending the last released vectors unchanged")
 		x.ex.Resume()
 	}
-	if err := runLoop(ctx, exchangeLoop{x: x, res: res}, &waitClock{now: x.ex.Now(), tick: x.tick}); err != nil {
+	if err := drive.RunLoop(ctx, exchangeLoop{x: x, res: res}, &drive.WaitClock{Now: x.ex.Now(), Tick: x.tick}); err != nil {
 		return nil, err
 	}
 	res.Wall = time.Since(start)
@@ -502,20 +503,20 @@ type exchangeLoop struct {
 	res *exchangeResult
 }
 
-func (l exchangeLoop) settle(ctx context.Context) (bool, error) { return l.x.drain(ctx, l.res) }
+func (l exchangeLoop) Settle(ctx context.Context) (bool, error) { return l.x.drain(ctx, l.res) }
 
-func (l exchangeLoop) deadline() (int64, bool) { return l.x.ad.NextDeadline() }
+func (l exchangeLoop) Deadline() (int64, bool) { return l.x.ad.NextDeadline() }
 
 // tickTo delivers the ticks waited, observing the neighbours' connections first when a
 // barrier check is due.
-func (l exchangeLoop) tickTo(t int64) {
+func (l exchangeLoop) TickTo(t int64) {
 	if due, ok := l.x.ex.Deadline(); ok && t >= due {
 		l.x.observeLiveness()
 	}
 	l.x.ad.TickTo(t)
 }
 
-func (l exchangeLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+func (l exchangeLoop) Wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
 	x := l.x
 	select {
 	case <-ctx.Done():
@@ -574,7 +575,7 @@ func (x *radmmExchange) stopError(s *gossip.Stop) error {
 		ErrNeighborMissing, x.cfg.Self, x.waited(s.Waited), s.Iter, s.Neighbors)
 }
 
-// exchangeFx is the radmmExchange's RADMMEffects for one Ready: the stale records, the
+// exchangeFx is the radmmExchange's drive.RADMMEffects for one Ready: the stale records, the
 // journal and the ledger, fsynced in the adapter's order (RADMM), then the frames queued
 // to the neighbours' senders; events become logs and counters. res, when set, collects
 // the stale uses and ledger entries of the run.
@@ -588,7 +589,7 @@ func (x *radmmExchange) effects(res *exchangeResult) *exchangeFx {
 	return &exchangeFx{x: x, res: res, enc: map[int][]byte{}}
 }
 
-func (f *exchangeFx) Persist(r RADMMRecord) error {
+func (f *exchangeFx) Persist(r drive.RADMMRecord) error {
 	x := f.x
 	if x.cfg.Noise != nil && x.cfg.Noise.err != nil {
 		return fmt.Errorf("node: noise source: %w", x.cfg.Noise.err)
@@ -749,7 +750,7 @@ func (x *radmmExchange) flush(ctx context.Context, res *exchangeResult) {
 		case j := <-x.reconn:
 			// A neighbour that restarted meanwhile may need the last releases again.
 			x.ex.Reconnected(j)
-			if err := Drain[RADMMEffects](x.ad, x.effects(res)); err != nil {
+			if err := drive.Drain[drive.RADMMEffects](x.ad, x.effects(res)); err != nil {
 				x.log.Warn().Err(err).Msg("cannot re-send the last vectors")
 			}
 		case <-time.After(2 * time.Millisecond):

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
@@ -114,7 +115,7 @@ func (x *radmmExchange) restore(recs []store.RADMMRecord, prior []privacy.Entry)
 		jn.replay = append(jn.replay, r.Noise...)
 	}
 	for r, rec := range recs {
-		rel := RADMMRelease{Vec: rec.Vec}
+		rel := drive.RADMMRelease{Vec: rec.Vec}
 		for _, in := range rec.In {
 			rel.Inputs = append(rel.Inputs, gossip.Input{Message: gossip.Message{From: in.From, Iter: in.Iter, Vec: in.Vec}, StandIn: in.Stale, UsedIter: in.Used})
 		}

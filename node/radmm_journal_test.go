@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
@@ -438,7 +439,7 @@ func FuzzRADMMJournal(f *testing.F) {
 			Run: "r", DataDir: dir,
 			Reliability: Reliability{NoSync: true},
 		}, store: st, metrics: met}
-		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex, ad: NewRADMM(ex)}
+		g := &radmmExchange{n: nd, cfg: radmmConfig{Machine: ms[0], Noise: jns[0], Iters: 4}, ex: ex, ad: drive.NewRADMM(ex)}
 		if err := g.restore(recs, nil); err != nil && !errors.Is(err, ErrRejoin) && !errors.Is(err, store.ErrLedger) {
 			t.Fatalf("restore: %v", err)
 		}

@@ -10,8 +10,8 @@ import (
 
 // This file is the one virtual-clock network of the fault studies (the walk's crash study,
 // faults.go, and the R-ADMM fault study, gossipfaults.go). Each node is the node's own
-// adapter (node.Walk, node.RADMM) around its machine, driven through an in-memory
-// node.Effects: the studies apply every Ready with the code the libp2p node uses, and only
+// adapter (drive.Walk, drive.RADMM) around its machine, driven through an in-memory
+// drive.Effects: the studies apply every Ready with the code the libp2p node uses, and only
 // the durable store, the transport and the clock are simulated. The network adds the
 // fault schedule: delay, loss, duplication, partitions, and crashes with restarts from
 // what the Effects made durable.

@@ -10,13 +10,13 @@ import (
 	"strconv"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
 // FaultConfig configures one run of the walk's crash study: n walk.Custody machines, each
-// driven through node.Walk, on the fault network (faultnet.go: datagram links, heartbeat
+// driven through drive.Walk, on the fault network (faultnet.go: datagram links, heartbeat
 // liveness), with a crash of a fraction of the nodes that always includes the token's
 // current holder (docs/fault-tolerance.md).
 type FaultConfig struct {
@@ -207,7 +207,7 @@ type faultSim struct {
 // a bad configuration or a machine error (a bug); the report's fields say whether the
 // walk recovered and whether the ledgers cover every release.
 //
-// Every node is a walk.Custody driven through node.Walk, the adapter the libp2p node
+// Every node is a walk.Custody driven through drive.Walk, the adapter the libp2p node
 // applies its Readies with, on the fault network (faultnet.go) with datagram links and
 // heartbeat liveness. A lost token or ack makes the sender redirect the release
 // (walk.Custody), so one release reaches several peers. The fault simulator computes no
@@ -315,11 +315,11 @@ func newFaultSim(cfg FaultConfig) (*faultSim, error) {
 }
 
 // newCustody builds node nd's machine from its durable generators (its next-hop and noise
-// sources as of its last checkpoint: node.SeededSources for a fresh node, which draw as
+// sources as of its last checkpoint: drive.SeededSources for a fresh node, which draw as
 // NodeRand and NodeNoise).
-func (f *faultSim) newCustody(nd *walkNode) (*node.Walk, error) {
+func (f *faultSim) newCustody(nd *walkNode) (*drive.Walk, error) {
 	i, cfg := nd.i, f.cfg
-	nd.hopSrc, nd.noiseSrc = node.SeededSources(cfg.Seed, i)
+	nd.hopSrc, nd.noiseSrc = drive.SeededSources(cfg.Seed, i)
 	if nd.srcs[0] != nil {
 		if err := nd.hopSrc.UnmarshalBinary(nd.srcs[0]); err != nil {
 			return nil, err
@@ -339,7 +339,7 @@ func (f *faultSim) newCustody(nd *walkNode) (*node.Walk, error) {
 	if err != nil {
 		return nil, err
 	}
-	return node.NewWalk(c), nil
+	return drive.NewWalk(c), nil
 }
 
 // kill crashes the holder and enough random others to make KillFrac of the nodes (they
@@ -377,7 +377,7 @@ func (f *faultSim) kill() {
 	}
 }
 
-// walkNode drives one node's walk.Custody through node.Walk on the fault network: the
+// walkNode drives one node's walk.Custody through drive.Walk on the fault network: the
 // network's events become custody inputs (Step, TickTo, PeerDown/PeerUp), and its
 // effects keep in memory what the node's make durable (ledger, inbox, checkpoint with
 // the generators' state), from which a restart rebuilds the node as node.Node does.
@@ -385,7 +385,7 @@ type walkNode struct {
 	f      *faultSim
 	i      int
 	others []int
-	ad     *node.Walk // nil while crashed
+	ad     *drive.Walk // nil while crashed
 	fx     walkEffects
 	// hopSrc and noiseSrc are the live machine's generators.
 	hopSrc, noiseSrc *rand.PCG
@@ -409,7 +409,7 @@ func (nd *walkNode) crash()        { nd.ad, nd.crashNext, nd.fx.ledgered = nil, 
 // bookkeeping of CustodyAccepted), nil for other inputs.
 func (nd *walkNode) drain(in *tokKey, epoch uint64) error {
 	nd.fx.in, nd.fx.inEpoch = in, epoch
-	err := node.Drain[node.WalkEffects](nd.ad, &nd.fx)
+	err := drive.Drain[drive.WalkEffects](nd.ad, &nd.fx)
 	nd.fx.in = nil
 	return err
 }
@@ -473,7 +473,7 @@ func (nd *walkNode) restart(now int64) error {
 	return nd.drain(nil, 0)
 }
 
-// walkEffects is a walk node's node.WalkEffects: the in-memory durable store and the
+// walkEffects is a walk node's drive.WalkEffects: the in-memory durable store and the
 // network, with the study's checks of every Ready.
 type walkEffects struct {
 	nd       *walkNode
@@ -487,7 +487,7 @@ func (fx *walkEffects) AppendLedger(es []privacy.Entry) error {
 	return fx.nd.f.ledgerEntries(fx.nd.i, es)
 }
 
-func (fx *walkEffects) Persist(r node.WalkRecord) error {
+func (fx *walkEffects) Persist(r drive.WalkRecord) error {
 	nd := fx.nd
 	if h := r.Held; h != nil {
 		c := *h

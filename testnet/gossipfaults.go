@@ -10,13 +10,13 @@ import (
 	"strings"
 
 	"github.com/dpadmm/dpadmm/gossip"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // GossipFaultConfig configures one run of the R-ADMM fault study (RunGossipFaults): the
 // machines NewGossipSim builds for Options, each wrapped in the gossip.Exchange and the
-// node.RADMM adapter that the production node drives (node.Node.RunRADMM), on the fault
+// drive.RADMM adapter that the production node drives (node.Node.RunRADMM), on the fault
 // network (faultnet.go) with stream links and connection liveness.
 //
 // The stream links model the production node's transport: one FIFO stream per directed link
@@ -25,7 +25,7 @@ import (
 // Retry ticks; a lost acknowledgement (Dup) makes the sender deliver the same frame once
 // more. A crashed node loses everything but its durable state (journal of releases,
 // ledger, stale uses) and its send queues; restarted, it replays its journal through a
-// fresh exchange (node.RADMM.Replay, as the node does) and resumes. A node that stops
+// fresh exchange (drive.RADMM.Replay, as the node does) and resumes. A node that stops
 // (policy) leaves; a node that finishes flushes its frames (at most one barrier timeout,
 // re-sending on reconnection) and then stays reachable without taking part, as a
 // finished --mem host does.
@@ -161,7 +161,7 @@ func NewGossipFaultNet(cfg GossipFaultConfig) (*GossipFaultNet, error) {
 		if err != nil {
 			return nil, err
 		}
-		nd := &gossipNode{w: w, i: i, ad: node.NewRADMM(x), nbrs: sim.Graph.Neighbors(i), sent: map[int][]float64{}, recv: map[[2]int][][]float64{}}
+		nd := &gossipNode{w: w, i: i, ad: drive.NewRADMM(x), nbrs: sim.Graph.Neighbors(i), sent: map[int][]float64{}, recv: map[[2]int][][]float64{}}
 		nd.fx = gossipEffects{nd: nd, release: -1}
 		w.nodes = append(w.nodes, nd)
 		nodes[i] = nd
@@ -241,21 +241,21 @@ func (w *GossipFaultNet) covered(i, j, it int) bool {
 	return false
 }
 
-// gossipNode drives one node's gossip.Exchange through node.RADMM on the fault network:
+// gossipNode drives one node's gossip.Exchange through drive.RADMM on the fault network:
 // frames become Step, link changes PeerDown and Reconnected, ticks Tick; its effects keep
 // in memory what the production node makes durable (the journal of releases, the ledger and
 // the stale uses, in the report), from which a restart replays the node.
 type gossipNode struct {
 	w      *GossipFaultNet
 	i      int
-	ad     *node.RADMM // nil while crashed and after the end
+	ad     *drive.RADMM // nil while crashed and after the end
 	fx     gossipEffects
 	nbrs   []int
 	phase  gfPhase
 	doneAt int64
 	start  int64 // the exchange's tick 0 (the tick before its restart): it counts ticks from there
 	// Durable: the journal of releases.
-	journal []node.RADMMRelease
+	journal []drive.RADMMRelease
 	// What the checkers record (not node state).
 	sent      map[int][]float64      // iteration -> vector sent
 	recv      map[[2]int][][]float64 // (from, iteration) -> vectors delivered
@@ -280,7 +280,7 @@ func (nd *gossipNode) drain() error {
 	if nd.ad == nil {
 		return nil
 	}
-	if err := node.Drain[node.RADMMEffects](nd.ad, &nd.fx); err != nil {
+	if err := drive.Drain[drive.RADMMEffects](nd.ad, &nd.fx); err != nil {
 		return err
 	}
 	switch {
@@ -360,7 +360,7 @@ func (nd *gossipNode) restart(now int64) error {
 	if err != nil {
 		return err
 	}
-	ad := node.NewRADMM(x)
+	ad := drive.NewRADMM(x)
 	for r, rec := range nd.journal {
 		if _, err := ad.Replay(r, rec); err != nil {
 			// The node refuses to resume (node.ErrRejoin): it stays down for good.
@@ -394,7 +394,7 @@ func (w *GossipFaultNet) freshExchange(i int) (*gossip.Exchange, error) {
 	return gossip.NewExchange(m, w.cfg.Exchange)
 }
 
-// gossipEffects is a gossip node's node.RADMMEffects: the in-memory durable store (the
+// gossipEffects is a gossip node's drive.RADMMEffects: the in-memory durable store (the
 // journal, and the report's ledgers and stale uses) and the network, with the study's
 // checks of every Ready.
 type gossipEffects struct {
@@ -402,7 +402,7 @@ type gossipEffects struct {
 	release int // the iteration the Ready being applied releases (-1: none)
 }
 
-func (fx *gossipEffects) Persist(r node.RADMMRecord) error {
+func (fx *gossipEffects) Persist(r drive.RADMMRecord) error {
 	nd, w := fx.nd, fx.nd.w
 	w.rep.Stale[nd.i] = append(w.rep.Stale[nd.i], r.Stale...)
 	s := r.Release
@@ -410,7 +410,7 @@ func (fx *gossipEffects) Persist(r node.RADMMRecord) error {
 		return nil
 	}
 	fx.release = s.Iter
-	rec := node.RADMMRelease{Vec: slices.Clone(s.Vec)}
+	rec := drive.RADMMRelease{Vec: slices.Clone(s.Vec)}
 	for _, in := range s.Inputs {
 		c := in
 		c.Vec = slices.Clone(in.Vec)

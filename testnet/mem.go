@@ -17,6 +17,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -183,7 +184,7 @@ type memMembers struct {
 // members derives the nodes' identities and data directories under dir.
 func (cfg *MemConfig) members(dir string) (*memMembers, error) {
 	n := len(cfg.Shards)
-	m := &memMembers{ids: make([]peer.ID, n), dirs: make([]string, n), holder: node.SeededHolder(cfg.Seed, n), withhold: make([]bool, n)}
+	m := &memMembers{ids: make([]peer.ID, n), dirs: make([]string, n), holder: drive.SeededHolder(cfg.Seed, n), withhold: make([]bool, n)}
 	for i, s := range cfg.Shards {
 		if s.Rows < 1 {
 			return nil, fmt.Errorf("testnet: mem: node %d has no rows", i)
@@ -223,7 +224,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Logger: cfg.Logger.With().Int("node", i).Logger(),
 			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta},
 			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: walk.LossWeight(n, sh.Rows, m.total)},
-			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
+			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
 			Network:     node.Network{NewHost: hosts.newHost(i)},
 			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},
 			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i]},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -231,7 +232,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: node.SeededHolder(cfg.Seed, n)}
+	st := node.StaticFile{Run: cfg.Run, TotalRows: total, Holder: drive.SeededHolder(cfg.Seed, n)}
 	withhold := make([]bool, n)
 	for _, w := range cfg.Withhold {
 		switch {

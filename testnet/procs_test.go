@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
@@ -231,22 +232,22 @@ func TestProcsRejects(t *testing.T) {
 // for f_i(0) of a neighbour-exchange node.
 func TestProcsSeedWrappers(t *testing.T) {
 	for _, i := range []int{-1, 0, 7} {
-		a, b := NodeRand(99, i), node.SeededRand(99, i)
-		c, d := GossipInitRand(99, i), node.SeededRADMMInit(99, i)
+		a, b := NodeRand(99, i), drive.SeededRand(99, i)
+		c, d := GossipInitRand(99, i), drive.SeededRADMMInit(99, i)
 		for k := 0; k < 20; k++ {
 			if x, y := a.Uint64(), b.Uint64(); x != y {
-				t.Fatalf("node %d draw %d: NodeRand %d, node.SeededRand %d", i, k, x, y)
+				t.Fatalf("node %d draw %d: NodeRand %d, drive.SeededRand %d", i, k, x, y)
 			}
 			if x, y := c.Uint64(), d.Uint64(); x != y {
-				t.Fatalf("node %d draw %d: GossipInitRand %d, node.SeededRADMMInit %d", i, k, x, y)
+				t.Fatalf("node %d draw %d: GossipInitRand %d, drive.SeededRADMMInit %d", i, k, x, y)
 			}
 		}
 		x, y := make([]float64, 16), make([]float64, 16)
 		NodeNoise(99, i).Normal(x, 1)
-		node.SeededNoise(99, i).Normal(y, 1)
+		drive.SeededNoise(99, i).Normal(y, 1)
 		for k := range x {
 			if math.Float64bits(x[k]) != math.Float64bits(y[k]) {
-				t.Fatalf("node %d noise %d: %v, node.SeededNoise %v", i, k, x[k], y[k])
+				t.Fatalf("node %d noise %d: %v, drive.SeededNoise %v", i, k, x[k], y[k])
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -161,5 +162,36 @@ func TestPurePackagesUseNoGlobalRand(t *testing.T) {
 	})
 	if found != 1 {
 		t.Fatalf("the check found %d global draws in a sample with one", found)
+	}
+}
+
+// TestDriveImportsNoLibp2p: the driver contract (node/drive: the adapters that apply the
+// machines' Readies, the runtime loop, the seeded streams) imports no libp2p, no pubsub and
+// no part of node that does, and the simulator and fault simulators of this package reach
+// it without importing node: they run the machines through exactly the adapters the node
+// runs, without the network stack.
+func TestDriveImportsNoLibp2p(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/dpadmm/dpadmm/node/drive").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "libp2p") || strings.Contains(p, "prometheus") || strings.Contains(p, "zerolog") ||
+			p == "github.com/dpadmm/dpadmm/node" {
+			t.Errorf("node/drive depends on %s", p)
+		}
+	}
+	for _, f := range []string{"sim.go", "faults.go", "faultnet.go", "gossipfaults.go"} {
+		fset := token.NewFileSet()
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p == "github.com/dpadmm/dpadmm/node" || strings.Contains(p, "libp2p") {
+				t.Errorf("%s imports %s: the simulators reach the driver contract through node/drive", f, p)
+			}
+		}
 	}
 }

@@ -464,6 +464,19 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	return pw
 }
 
+// capRealised caps the realised summary at the local figure loc of the busiest node
+// (kmax updates) where the step's local figure bounds every observer too
+// (privacy.StepRealised.Cap, the rule the audit's claims use): each pair gets the smaller.
+func capRealised(pw *Pairwise, info privacy.StepRealised, loc privacy.Bound, kmax int) {
+	e := privacy.Eps(loc.Epsilon)
+	if _, capped := info.Cap(float64(pw.Worst.Epsilon), float64(e)); !capped {
+		return
+	}
+	pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
+	pw.Mean, pw.P50, pw.P90, pw.P99 = min(pw.Mean, e), min(pw.P50, e), min(pw.P90, e), min(pw.P99, e)
+	pw.Note += fmt.Sprintf("; capped at the local figure of the busiest node (%s, %d updates), which bounds every observer", loc.Theorem, kmax)
+}
+
 // realisedSection is the realised-path pairwise figure from the run's own path.
 func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	n := len(in.Updates)
@@ -523,17 +536,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 		pw.Note += "; the final model (the report's model) is treated as released to every node, so updates an observer never saw during the run are charged at the end"
 	}
 	pw.Note += "; " + gaps
-	if info.CapAtLocal {
-		// The local figure bounds every observer too (privacy.StepRealised.Cap, the rule
-		// the audit's claims use): each pair gets the smaller of the two.
-		loc := privacy.StepLocalBound(wr, kmax, in.Delta)
-		if _, capped := info.Cap(float64(pw.Worst.Epsilon), float64(privacy.Eps(loc.Epsilon))); capped {
-			e := privacy.Eps(loc.Epsilon)
-			pw.Worst.Epsilon, pw.Worst.Order = e, loc.Order
-			pw.Mean, pw.P50, pw.P90, pw.P99 = min(pw.Mean, e), min(pw.P50, e), min(pw.P90, e), min(pw.P99, e)
-			pw.Note += fmt.Sprintf("; capped at the local figure of the busiest node (%s, %d updates), which bounds every observer", loc.Theorem, kmax)
-		}
-	}
+	capRealised(&pw, info, privacy.StepLocalBound(wr, kmax, in.Delta), kmax)
 	pm.Realised, pm.RealisedLabel = res.Pairs, LabelRealised
 	if len(res.Coalitions) == 1 {
 		c := res.Coalitions[0]

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -39,15 +39,15 @@ type SimConfig struct {
 	Ledger LedgerSink
 }
 
-// mix derives a per-purpose, per-node seed from the run seed: node.SeedMix, the one
-// derivation every driver shares (the purposes are listed in node/seed.go).
-func mix(seed uint64, i int, purpose uint64) uint64 { return node.SeedMix(seed, i, purpose) }
+// mix derives a per-purpose, per-node seed from the run seed: drive.SeedMix, the one
+// derivation every driver shares (the purposes are listed in node/drive/seed.go).
+func mix(seed uint64, i int, purpose uint64) uint64 { return drive.SeedMix(seed, i, purpose) }
 
-// NodeRand returns node i's next-hop source for a run seed (node.SeededRand).
-func NodeRand(seed uint64, i int) *rand.Rand { return node.SeededRand(seed, i) }
+// NodeRand returns node i's next-hop source for a run seed (drive.SeededRand).
+func NodeRand(seed uint64, i int) *rand.Rand { return drive.SeededRand(seed, i) }
 
-// NodeNoise returns node i's seeded noise source for a run seed (node.SeededNoise).
-func NodeNoise(seed uint64, i int) privacy.Noise { return node.SeededNoise(seed, i) }
+// NodeNoise returns node i's seeded noise source for a run seed (drive.SeededNoise).
+func NodeNoise(seed uint64, i int) privacy.Noise { return drive.SeededNoise(seed, i) }
 
 // Store is the simulator's in-memory durable store: per-node counters of ledger entries
 // and a fingerprint of the trace (hop, node, noisy).
@@ -162,7 +162,7 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	s.done = plan != nil && s.atCap == n
 	s.Store = &Store{Entries: make([]int, n), Noisy: make([]int, n), LastHop: make([]uint64, n), Trace: 0x6a09e667f3bcc908}
 	s.msg = walk.Message{From: -1, Token: walk.NewToken(cfg.Run, 0, dim, cfg.Problem.Reg, cfg.Gamma)}
-	s.holder = node.SeededHolder(cfg.Seed, n)
+	s.holder = drive.SeededHolder(cfg.Seed, n)
 	switch {
 	case cfg.Ledger != nil:
 		s.ledger = cfg.Ledger
@@ -192,14 +192,14 @@ func (s *Sim) newMachines(g *graph.Graph, total int) error {
 		}
 		wc := walk.Config{
 			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
-			Reg: cfg.Problem.Reg, Graph: g, Rand: node.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
+			Reg: cfg.Problem.Reg, Graph: g, Rand: drive.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
 			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
 		}
 		if plan != nil {
 			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]
 		}
 		if cfg.Sigma > 0 {
-			wc.Noise = node.SeededNoise(cfg.Seed, i)
+			wc.Noise = drive.SeededNoise(cfg.Seed, i)
 		}
 		m, err := walk.New(wc, ll, dim)
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // Custody wraps one node's walk Machine with token fault tolerance (docs/fault-tolerance.md).
 // It is the one implementation of these rules: the fault network of testnet and the
-// libp2p node drive it through one adapter (node.Walk), and only map time, liveness and
+// libp2p node drive it through one adapter (node/drive.Walk), and only map time, liveness and
 // messages to its inputs.
 //
 //   - custody: a sender keeps a backup of every token it releases and re-sends the same

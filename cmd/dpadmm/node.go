@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
@@ -330,9 +331,9 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 			// dials the neighbours (WaitMembers only keeps New from dialling everyone).
 			gp.TotalRows, cfg.Weight, cfg.Holder = sf.TotalRows, 0, 0
 		} else if seedSet {
-			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return node.SeededSources(s, i) }
+			cfg.Sources = func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(s, i) }
 			cfg.AllowSeededNoise = true
-			if want := node.SeededHolder(s, n); want != sf.Holder {
+			if want := drive.SeededHolder(s, n); want != sf.Holder {
 				return fmt.Errorf("%s names holder %d, seed %d gives %d", *f.static, sf.Holder, s, want)
 			}
 		}
@@ -343,8 +344,8 @@ func (f *nodeFlags) applyStatic(cfg *node.Config) error {
 	}
 	if cfg.RADMM != nil && seedSet {
 		// f_i(0) and the noise as the simulator draws them for node i and this seed.
-		cfg.Rand = func(i int) *rand.Rand { return node.SeededRADMMInit(s, i) }
-		cfg.Noise = func(i int) privacy.Noise { return node.SeededNoise(s, i) }
+		cfg.Rand = func(i int) *rand.Rand { return drive.SeededRADMMInit(s, i) }
+		cfg.Noise = func(i int) privacy.Noise { return drive.SeededNoise(s, i) }
 		cfg.AllowSeededNoise = true
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
@@ -241,7 +242,7 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 	var rep *testnet.Report
 	var err error
 	if net := network(mode); net != netSim {
-		withhold, _ := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)) // checked by checkWalk
+		withhold, _ := parseWithhold(*f.withhold, *f.nodes, drive.SeededHolder(*f.seed, *f.nodes)) // checked by checkWalk
 		ack := *f.ackTimeout
 		if ack == 0 && len(withhold) > 0 {
 			ack = 300 * time.Millisecond // every hand-off to a withholding node waits this long

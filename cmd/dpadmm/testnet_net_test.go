@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 )
 
 // asMainEnv makes the test binary behave as the dpadmm command: 'testnet --procs'
@@ -132,7 +132,7 @@ func TestTestnetWithholdAcks(t *testing.T) {
 	}
 	// The initial holder of the seed cannot withhold.
 	var out, errb bytes.Buffer
-	h := strconv.Itoa(node.SeededHolder(2, 4))
+	h := strconv.Itoa(drive.SeededHolder(2, 4))
 	if code := run([]string{"testnet", "--mem", "--nodes", "4", "--seed", "2", "--withhold-acks", h}, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "initial holder") {
 		t.Errorf("holder %s: exit %d: %s", h, code, errb.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -261,7 +262,7 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 	case *f.killAt > 0 && *f.nodes < 2:
 		return walk.StepParams{}, errors.New("--kill-holder-at needs at least 2 nodes")
 	}
-	if _, err := parseWithhold(*f.withhold, *f.nodes, node.SeededHolder(*f.seed, *f.nodes)); err != nil {
+	if _, err := parseWithhold(*f.withhold, *f.nodes, drive.SeededHolder(*f.seed, *f.nodes)); err != nil {
 		return walk.StepParams{}, err
 	}
 	if *f.ackTimeout < 0 {

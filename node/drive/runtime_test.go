@@ -1,4 +1,4 @@
-package node
+package drive
 
 import (
 	"context"
@@ -292,23 +292,23 @@ func TestRADMMReplayAndDone(t *testing.T) {
 // TestWaitClock: the R-ADMM clock counts whole ticks of the time spent waiting and
 // carries the rest over; the sleep to a deadline deducts the carry.
 func TestWaitClock(t *testing.T) {
-	c := &waitClock{tick: 10 * time.Millisecond}
-	if got := c.passed(25 * time.Millisecond); got != 2 || c.carry != 5*time.Millisecond {
+	c := &WaitClock{Tick: 10 * time.Millisecond}
+	if got := c.Passed(25 * time.Millisecond); got != 2 || c.carry != 5*time.Millisecond {
 		t.Fatalf("25 ms: tick %d, carry %v; want 2 and 5ms", got, c.carry)
 	}
-	if d := c.until(4); d != 15*time.Millisecond {
+	if d := c.Until(4); d != 15*time.Millisecond {
 		t.Fatalf("sleep to tick 4 from tick 2 with 5 ms carried: %v, want 15ms", d)
 	}
-	if got := c.passed(5 * time.Millisecond); got != 3 || c.carry != 0 {
+	if got := c.Passed(5 * time.Millisecond); got != 3 || c.carry != 0 {
 		t.Fatalf("5 ms more: tick %d, carry %v; want 3 and 0", got, c.carry)
 	}
-	w := wallClock{t0: time.Now(), tick: time.Millisecond}
-	if d := w.until(math.MaxInt64); d < maxSleep {
+	w := WallClock{T0: time.Now(), Tick: time.Millisecond}
+	if d := w.Until(math.MaxInt64); d < MaxSleep {
 		t.Fatalf("a deadline at the end of time sleeps %v", d)
 	}
 }
 
-// fakeLoop is a loopRuntime over a counter of ticks with one deadline: it records what
+// fakeLoop is a Runtime over a counter of ticks with one deadline: it records what
 // the loop did, in order.
 type fakeLoop struct {
 	log   []string
@@ -318,14 +318,14 @@ type fakeLoop struct {
 	ended func(f *fakeLoop) bool
 }
 
-func (f *fakeLoop) settle(context.Context) (bool, error) {
+func (f *fakeLoop) Settle(context.Context) (bool, error) {
 	f.log = append(f.log, "settle")
 	return f.ended(f), nil
 }
 
-func (f *fakeLoop) deadline() (int64, bool) { return f.due, f.due > f.now }
+func (f *fakeLoop) Deadline() (int64, bool) { return f.due, f.due > f.now }
 
-func (f *fakeLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
+func (f *fakeLoop) Wait(ctx context.Context, timer <-chan time.Time) (func(), error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -337,7 +337,7 @@ func (f *fakeLoop) wait(ctx context.Context, timer <-chan time.Time) (func(), er
 	return nil, nil
 }
 
-func (f *fakeLoop) tickTo(t int64) {
+func (f *fakeLoop) TickTo(t int64) {
 	if t > f.now {
 		f.now = t
 		f.log = append(f.log, fmt.Sprint("tick ", t))
@@ -350,7 +350,7 @@ func (f *fakeLoop) tickTo(t int64) {
 func TestRunLoop(t *testing.T) {
 	f := &fakeLoop{due: 3, in: make(chan int, 1), ended: func(f *fakeLoop) bool { return f.now >= 3 }}
 	start := time.Now()
-	if err := runLoop(context.Background(), f, &waitClock{tick: time.Millisecond}); err != nil {
+	if err := RunLoop(context.Background(), f, &WaitClock{Tick: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el < 3*time.Millisecond || f.now < 3 || f.log[0] != "settle" || f.log[len(f.log)-1] != "settle" || !slices.Contains(f.log, "timer") {
@@ -359,7 +359,7 @@ func TestRunLoop(t *testing.T) {
 	// An input is handed over after the clock caught up, then settled.
 	f = &fakeLoop{due: 1 << 40, in: make(chan int, 1), ended: func(f *fakeLoop) bool { return slices.Contains(f.log, "input 7") }}
 	f.in <- 7
-	if err := runLoop(context.Background(), f, &waitClock{tick: time.Hour}); err != nil {
+	if err := RunLoop(context.Background(), f, &WaitClock{Tick: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(f.log, []string{"settle", "input 7", "settle"}) {
@@ -368,7 +368,50 @@ func TestRunLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	f = &fakeLoop{in: make(chan int), ended: func(*fakeLoop) bool { return false }}
-	if err := runLoop(ctx, f, &waitClock{tick: time.Millisecond}); !errors.Is(err, context.Canceled) {
+	if err := RunLoop(ctx, f, &WaitClock{Tick: time.Millisecond}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
+}
+
+func shards(t *testing.T, n int) []*consensus.Dataset {
+	t.Helper()
+	d, _ := consensus.SyntheticLogistic(120, 4, 3, 5)
+	sh, err := consensus.Split(d, n, "iid", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// noisyMachines returns R-ADMM machines of a small logistic problem over the graph nbrs,
+// each with its own seeded noise.
+func noisyMachines(t *testing.T, nbrs [][]int, iters int) ([]*gossip.Machine, []privacy.Noise) {
+	t.Helper()
+	n := len(nbrs)
+	d, _ := consensus.SyntheticLogistic(20*n, 3, 2, 7)
+	sc, err := consensus.FitScaler(d, consensus.ScaleRowNorm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = sc.Apply(d)
+	shards, err := consensus.Split(d, n, "contiguous", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]*gossip.Machine, n)
+	ns := make([]privacy.Noise, n)
+	for i := range ms {
+		obj, err := gossip.NewObjective(shards[i], consensus.Logistic, float64(n)/float64(d.Rows), 0.05)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns[i] = privacy.NewSeededNoise(uint64(100 + i))
+		c := gossip.DefaultConfig()
+		c.Node, c.Nodes, c.Neighbors, c.Iters, c.Run, c.Alpha, c.Noise = i, n, nbrs[i], iters, "r", 2, ns[i]
+		c.Init = []float64{0.1 * float64(i), -0.2, 0.05}
+		if ms[i], err = gossip.New(c, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ms, ns
 }

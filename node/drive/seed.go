@@ -1,4 +1,4 @@
-package node
+package drive
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package node
+package drive
 
 import (
 	"context"
@@ -328,101 +328,119 @@ func (g *RADMM) Replay(r int, rec RADMMRelease) (privacy.Entry, error) {
 	return e, nil
 }
 
-// The runtime loop. One goroutine owns a machine and runs runLoop until the run ends: it
+// The runtime loop. One goroutine owns a machine and runs RunLoop until the run ends: it
 // applies the machine's Readies, sleeps until the machine's next deadline, an input or the
 // end of the context, advances the machine's clock by the time that passed (as its clock
 // counts it) and hands the input over. The algorithm-specific parts are small: which
-// channels carry inputs and how each maps onto the machine's inputs (loopRuntime.wait),
-// and how the machine's end is recognised (loopRuntime.settle).
+// channels carry inputs and how each maps onto the machine's inputs (Runtime.Wait),
+// and how the machine's end is recognised (Runtime.Settle).
 
-// loopRuntime is an algorithm's part of the runtime loop.
-type loopRuntime interface {
-	// settle applies the machine's pending Readies and reports whether the run is over
+// Runtime is an algorithm's part of the runtime loop.
+type Runtime interface {
+	// Settle applies the machine's pending Readies and reports whether the run is over
 	// (with the error that ended it, if any).
-	settle(ctx context.Context) (end bool, err error)
-	// deadline returns the machine's next deadline in ticks (ok false: none).
-	deadline() (tick int64, ok bool)
-	// wait blocks until an input arrives, timer fires or ctx ends (err: the loop stops).
+	Settle(ctx context.Context) (end bool, err error)
+	// Deadline returns the machine's next deadline in ticks (ok false: none).
+	Deadline() (tick int64, ok bool)
+	// Wait blocks until an input arrives, timer fires or ctx ends (err: the loop stops).
 	// It returns the input's mapping onto the machine, run once the machine's clock has
 	// caught up (nil: none).
-	wait(ctx context.Context, timer <-chan time.Time) (input func(), err error)
-	// tickTo advances the machine's clock to tick t and applies what it produced.
-	tickTo(t int64)
+	Wait(ctx context.Context, timer <-chan time.Time) (input func(), err error)
+	// TickTo advances the machine's clock to tick t and applies what it produced.
+	TickTo(t int64)
 }
 
-// loopClock maps wall-clock time onto a machine's ticks.
-type loopClock interface {
-	// until returns how long the loop may sleep before tick due.
-	until(due int64) time.Duration
-	// passed records that the loop was blocked for d and returns the current tick.
-	passed(d time.Duration) int64
+// Clock maps wall-clock time onto a machine's ticks.
+type Clock interface {
+	// Until returns how long the loop may sleep before tick due.
+	Until(due int64) time.Duration
+	// Passed records that the loop was blocked for d and returns the current tick.
+	Passed(d time.Duration) int64
 }
 
-// wallClock counts ticks of wall-clock time since t0: every timeout of the walk's
-// custody is real time, whether the node was waiting or computing.
-type wallClock struct {
-	t0   time.Time
-	tick time.Duration
+// WallClock counts ticks of wall-clock time since T0, Tick each: every timeout of the
+// walk's custody is real time, whether the node was waiting or computing.
+type WallClock struct {
+	T0   time.Time
+	Tick time.Duration
 }
 
-func (c wallClock) until(due int64) time.Duration {
-	if due > int64(maxSleep/c.tick) {
-		return maxSleep
+// Until returns how long to sleep before tick due.
+func (c WallClock) Until(due int64) time.Duration {
+	if due > int64(MaxSleep/c.Tick) {
+		return MaxSleep
 	}
-	return time.Until(c.t0.Add(time.Duration(due) * c.tick))
+	return time.Until(c.T0.Add(time.Duration(due) * c.Tick))
 }
 
-func (c wallClock) passed(time.Duration) int64 { return int64(time.Since(c.t0) / c.tick) }
+// Passed returns the current tick.
+func (c WallClock) Passed(time.Duration) int64 { return int64(time.Since(c.T0) / c.Tick) }
 
-// waitClock counts ticks of the time spent waiting for input only: the R-ADMM barrier
-// waits for neighbours, and the time a node spends computing its own release is not
-// time its neighbours kept it waiting. carry is waiting time not yet a whole tick.
-type waitClock struct {
-	now   int64
+// WaitClock counts ticks (Tick each, from Now) of the time spent waiting for input only:
+// the R-ADMM barrier waits for neighbours, and the time a node spends computing its own
+// release is not time its neighbours kept it waiting. carry is waiting time not yet a
+// whole tick.
+type WaitClock struct {
+	Now   int64
 	carry time.Duration
-	tick  time.Duration
+	Tick  time.Duration
 }
 
-func (c *waitClock) until(due int64) time.Duration {
-	if due-c.now > int64(maxSleep/c.tick) {
-		return maxSleep
+// Until returns how long to sleep before tick due.
+func (c *WaitClock) Until(due int64) time.Duration {
+	if due-c.Now > int64(MaxSleep/c.Tick) {
+		return MaxSleep
 	}
-	return time.Duration(due-c.now)*c.tick - c.carry
+	return time.Duration(due-c.Now)*c.Tick - c.carry
 }
 
-func (c *waitClock) passed(d time.Duration) int64 {
+// Passed records d more waiting and returns the current tick.
+func (c *WaitClock) Passed(d time.Duration) int64 {
 	c.carry += d
-	k := int64(c.carry / c.tick)
-	c.carry -= time.Duration(k) * c.tick
-	c.now += k
-	return c.now
+	k := int64(c.carry / c.Tick)
+	c.carry -= time.Duration(k) * c.Tick
+	c.Now += k
+	return c.Now
 }
 
-// maxSleep bounds a sleep towards a deadline: one further away is no deadline.
-const maxSleep = 100 * 365 * 24 * time.Hour
+// MaxSleep bounds a sleep towards a deadline: one further away is no deadline.
+const MaxSleep = 100 * 365 * 24 * time.Hour
 
-// runLoop runs rt until its run is over or the context ends (rt.wait's error).
-func runLoop(ctx context.Context, rt loopRuntime, clock loopClock) error {
+// RunLoop runs rt until its run is over or the context ends (rt.Wait's error).
+func RunLoop(ctx context.Context, rt Runtime, clock Clock) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if end, err := rt.settle(ctx); end || err != nil {
+		if end, err := rt.Settle(ctx); end || err != nil {
 			return err
 		}
 		timer.Stop()
-		if due, ok := rt.deadline(); ok {
-			if d := clock.until(due); d < maxSleep {
+		if due, ok := rt.Deadline(); ok {
+			if d := clock.Until(due); d < MaxSleep {
 				timer.Reset(max(d, 0))
 			}
 		}
 		blocked := time.Now()
-		input, err := rt.wait(ctx, timer.C)
+		input, err := rt.Wait(ctx, timer.C)
 		if err != nil {
 			return err
 		}
-		rt.tickTo(clock.passed(time.Since(blocked)))
+		rt.TickTo(clock.Passed(time.Since(blocked)))
 		if input != nil {
 			input()
 		}
 	}
+}
+
+// sameFloats reports whether a and b hold the same float64 bit patterns.
+func sameFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
