@@ -66,8 +66,8 @@ func ledgerEpsilon(es []privacy.Entry, kind, graphSpec string, n int, w float64,
 	}
 	// The joint per-segment planned form without the final release (the budget has no
 	// planned length): (k+3) rho(n) + 2 ln(n)/(n-1) amplified updates.
-	w = float64(k+3)*privacy.JointSegmentRho(n) + 2*math.Log(float64(n))/float64(n-1)
-	net, _ := privacy.ToDP(privacy.AmplifiedUpdateCurve(clip, sigma, 1).Scale(w), delta)
+	wj := float64(k+3)*privacy.JointSegmentRho(n) + 2*math.Log(float64(n))/float64(n-1)
+	net, _ := privacy.ToDP(privacy.AmplifiedUpdateCurve(clip, sigma, 1).Scale(wj), delta)
 	return math.Min(net, loc), k
 }
 

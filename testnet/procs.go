@@ -135,7 +135,6 @@ type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error // Wait's result, valid after done
-	http chan string
 	mu   sync.Mutex
 	addr string // status endpoint host:port
 }

@@ -85,7 +85,7 @@ func TestWarnHopsBeyondCaps(t *testing.T) {
 	}
 	// Within the caps: no hops warning and no trailing forwards worth a warning.
 	o.Hops = 12
-	rep, before = runWarn(t, o)
+	rep, _ = runWarn(t, o)
 	if len(withText(rep.Warnings, "hops beyond")) != 0 || len(withText(rep.Warnings, "last noisy update")) != 0 {
 		t.Errorf("12 hops within 20 updates warned: %q", rep.Warnings)
 	}

@@ -226,9 +226,7 @@ func (w *fuzzNet) check(i int, rd CustodyReady) {
 	if rd.Done {
 		w.done[i] = true
 	}
-	for _, m := range rd.Outbox {
-		w.wire = append(w.wire, m)
-	}
+	w.wire = append(w.wire, rd.Outbox...)
 }
 
 func hasToken(ms []CustodyMsg) bool {

@@ -422,7 +422,7 @@ func (m *Machine) Step(msg Message) error {
 		return ErrNotFinite
 	}
 	hop := t.Hop + 1
-	next := c.Node
+	var next int
 	if c.Graph == nil {
 		next = c.Rand.IntN(c.Nodes)
 	} else {
