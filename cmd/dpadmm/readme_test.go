@@ -21,38 +21,45 @@ import (
 	"github.com/dpadmm/dpadmm/node/store"
 )
 
-// TestREADMECommands runs every command of the README's shell code blocks, so that a
-// README example that fails makes 'go test ./...' fail. The README itself is the list:
-// nothing here names a command, and a command the test cannot classify fails the test.
+// TestREADMECommands runs every command of the shell code blocks of README.md and of
+// every docs/*.md, so that a documented example that fails makes 'go test ./...' fail.
+// The documents themselves are the list: nothing here names a command, and a command the
+// test cannot classify fails the test. Each file is a subtest (README.md first, then
+// docs/*.md in name order) with its own /tmp; a unit (below) that does not touch /tmp and
+// is written exactly as in an earlier file (README.md's tour repeats commands of
+// docs/cli.md) runs once.
 //
-// What counts as a command. Every line of a ```sh block is one: lines ending in a
-// backslash are joined with the next, '# ...' comments are removed, and '&&' chains are
-// run in order in one working directory. A line must start with 'dpadmm' or 'go run
-// ./cmd/dpadmm' (run as 'dpadmm': the same program, not rebuilt); 'go test' lines are left
-// out ('go test ./...' is what runs this test). After the command, one '> FILE' (stdout
-// is written to FILE) or one '| jq FILTER' (stdout must be JSON; a path filter such as
-// .a.b must select a value; jq itself is not needed) is allowed. Any other form (another
-// program, '||', ';', '<', '$', backquotes, a 'dpadmm node' line that fits none of the
-// patterns below) fails the test, so a new README command cannot go untested.
+// What counts as a command. Every line of a ```sh (or ```bash, ```shell) block is one:
+// lines ending in a backslash are joined with the next, '# ...' comments are removed, and
+// '&&' chains are run in order in one working directory. Blocks in another language or
+// none (```text: for example an interactive session that needs Ctrl-C) are shown, not
+// run. A line must start with 'dpadmm' or 'go run ./cmd/dpadmm' (run as 'dpadmm': the
+// same program, not rebuilt); 'go test' lines are left out ('go test ./...' is what runs
+// this test). After the command, one '> FILE' (stdout is written to FILE) or one '| jq
+// FILTER' (stdout must be JSON; a path filter such as .a.b must select a value; jq itself
+// is not needed) is allowed. Any other form (another program, '||', ';', '<', '$',
+// backquotes, a 'dpadmm node' line that fits none of the patterns below) fails the test,
+// so a new documented command cannot go untested.
 //
 // How commands run. This test binary is the dpadmm program (DPADMM_TEST_AS_MAIN, see
-// TestMain); each command is a separate process started in a fresh working directory,
-// with TMPDIR inside the test's temporary directory. Before running, the arguments go
-// through a small-size table, applied alike to every node of a run (some of these
-// values enter the run's configuration hash):
+// TestMain); each command is a separate process started in a fresh, empty working
+// directory, with TMPDIR inside the test's temporary directory. Before running, the
+// arguments go through a small-size table, applied alike to every node of a run (some of
+// these values enter the run's configuration hash):
 //   - --hops at most 60, --iters at most 10, --nodes at most 20, --trials at most 200,
-//     --steps at most 1000, --seeds at most 1; --kill-holder-at below the hops (half of
-//     them when it was not);
+//     --steps at most 1000, --seeds at most 1, --tune-seeds at most 1; --kill-holder-at
+//     below the hops (half of them when it was not);
 //   - added when absent: 'audit --trials 200', 'experiment radmm --seeds 1 --iters 10',
-//     'experiment walk --seeds 1', 'experiment gadmm --iters 10', and
-//     '--hops 60' for a walk 'node' (whose default is 1,000 hops);
-//   - '/tmp/...' becomes a directory shared by all the commands of one test (the README's
-//     commands share /tmp as one shell would), '../shared/data/FILE' the first
-//     shared/data/FILE found above the module root (CI has ../shared beside the clone),
-//     else the module's own copy consensus/data/FILE;
-//   - a.csv, b.csv, test.csv and mine.csv are written into every working directory: four
-//     disjoint quarters (rows i mod 4) of consensus/data/breast_cancer.csv, the embedded
-//     data set;
+//     'experiment walk --seeds 1 --hops 60 --tune-seeds 1', 'experiment gadmm --iters 10',
+//     and '--hops 60' for a walk 'node' (whose default is 1,000 hops);
+//   - '/tmp/...' becomes a directory shared by all the commands of one file (a file's
+//     commands share /tmp as one shell would);
+//   - a relative path with a '/' that names an existing file or directory of the
+//     repository (examples/a.csv, consensus/data/breast_cancer.csv), and is not the value
+//     of an output flag, becomes that file's absolute path: the commands are written to
+//     run from the root of a fresh clone, and only files committed there exist (a path
+//     that does not exist stays as written, so its command fails); a path starting with
+//     '../' (outside the repository) fails the test;
 //   - '--http HOST:PORT' becomes 127.0.0.1:0.
 //
 // Nodes. A 'dpadmm node --start' line and the node lines right after it with the same
@@ -67,13 +74,13 @@ import (
 // that follows no starter must have --bootstrap or --peer: its addresses are replaced by
 // the loopback address of a starter this test runs (the same command with its own data
 // directory, '--profile test --start --min-peers 2', no --bootstrap/--peer), so the
-// README's addresses are never dialled; a node kept on '--profile internet' also gets
+// documented addresses are never dialled; a node kept on '--profile internet' also gets
 // '--listen /ip4/127.0.0.1/tcp/0' so that it listens on loopback only.
 //
-// Order. Commands run one after the other in README order, except that a command whose
+// Order. Commands run one after the other in file order, except that a command whose
 // input under /tmp (an argument that is not the value of an output flag) does not exist
-// yet waits until the commands after it have run (the eval example scores a model.json
-// written by the R-ADMM example further down).
+// yet waits until the commands after it have run (the eval example of docs/cli.md scores
+// a model.json written by the R-ADMM example further down).
 //
 // Checks. Every process exits with status 0. Files named by --report, --curve, --pairs,
 // --plot, --trace, --out, --png, --ledger-dir, --scale-out and '>' exist and are not
@@ -82,54 +89,91 @@ import (
 // signature; every node's --datadir holds a model.json that parses.
 func TestREADMECommands(t *testing.T) {
 	t.Setenv(asMainEnv, "1") // children of children (testnet --procs) run this binary too
-	src, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	files, err := readmeFiles()
 	if err != nil {
 		t.Fatal(err)
-	}
-	lines, err := parseReadme(string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	units, err := planReadme(lines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(units) == 0 {
-		t.Fatal("README.md has no command in a ```sh block")
 	}
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &readmeEnv{t: t, bin: bin, tmpRoot: filepath.Join(t.TempDir(), "tmp"), tmpDir: filepath.Join(t.TempDir(), "TMPDIR")}
-	for _, d := range []string{env.tmpRoot, env.tmpDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if env.csv, err = readmeCSVs(); err != nil {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Run in README order; a unit whose /tmp input is missing waits for the others.
+	ran := map[string]string{} // unit text -> file and line where it ran
+	for _, file := range files {
+		t.Run(file, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(root, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := parseReadme(string(src))
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			units, err := planReadme(lines)
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if file == "README.md" && len(units) == 0 {
+				t.Fatal("README.md has no command in a ```sh block")
+			}
+			env := &readmeEnv{t: t, bin: bin, root: root, file: file,
+				tmpRoot: filepath.Join(t.TempDir(), "tmp"), tmpDir: filepath.Join(t.TempDir(), "TMPDIR")}
+			for _, d := range []string{env.tmpRoot, env.tmpDir} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env.runUnits(units, ran)
+		})
+	}
+}
+
+// readmeFiles returns README.md and docs/*.md, relative to the module root.
+func readmeFiles() ([]string, error) {
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	files := []string{"README.md"}
+	for _, d := range docs {
+		files = append(files, "docs/"+filepath.Base(d))
+	}
+	return files, nil
+}
+
+// runUnits runs a file's units in file order; a unit whose /tmp input is missing waits
+// for the others, and a unit already run from an earlier file (same text, no /tmp path)
+// is skipped.
+func (e *readmeEnv) runUnits(units []readmeUnit, ran map[string]string) {
+	t := e.t
 	queue := units
 	for len(queue) > 0 {
 		var later []readmeUnit
 		for _, u := range queue {
-			if miss := env.missingInput(u); miss != "" {
+			if miss := e.missingInput(u); miss != "" {
 				later = append(later, u)
 				continue
 			}
+			key, tmp := u.key()
+			if where, ok := ran[key]; ok && !tmp {
+				t.Logf("%s line %d: already run at %s", e.file, u.line(), where)
+				continue
+			}
+			ran[key] = fmt.Sprintf("%s line %d", e.file, u.line())
 			start := time.Now()
 			t.Run(fmt.Sprintf("line%d", u.line()), func(t *testing.T) {
-				env := *env
+				env := *e
 				env.t = t
 				env.run(u)
 			})
-			t.Logf("README line %d (%s): %.1f s", u.line(), u.kind, time.Since(start).Seconds())
+			t.Logf("%s line %d (%s): %.1f s", e.file, u.line(), u.kind, time.Since(start).Seconds())
 		}
 		if len(later) == len(queue) {
 			for _, u := range later {
-				t.Errorf("README line %d: input %s is written by no command of the README", u.line(), env.missingInput(u))
+				t.Errorf("%s line %d: input %s is written by no command of the file", e.file, u.line(), e.missingInput(u))
 			}
 			return
 		}
@@ -137,7 +181,17 @@ func TestREADMECommands(t *testing.T) {
 	}
 }
 
-// readmeCmd is one dpadmm command of a README line.
+// key returns the text of a unit's lines, and whether any of them names a /tmp path.
+func (u readmeUnit) key() (string, bool) {
+	var b strings.Builder
+	for _, l := range u.lines {
+		b.WriteString(l.text + "\n")
+	}
+	k := b.String()
+	return k, strings.Contains(k, "/tmp")
+}
+
+// readmeCmd is one dpadmm command of a documented line.
 type readmeCmd struct {
 	args   []string // after "dpadmm"
 	stdout string   // "> FILE": the file, "" if none
@@ -146,7 +200,7 @@ type readmeCmd struct {
 
 // readmeLine is one logical line of a ```sh block: continuations joined, comment removed.
 type readmeLine struct {
-	num   int    // 1-based README line where it starts
+	num   int    // 1-based line of the file where it starts
 	text  string // as written, without the comment
 	para  int    // lines with the same para have no blank or comment line between them
 	chain []readmeCmd
@@ -154,7 +208,7 @@ type readmeLine struct {
 
 var readmeJQPath = regexp.MustCompile(`^(\.[A-Za-z_][A-Za-z0-9_]*)+$`)
 
-// parseReadme returns the command lines of the ```sh blocks of a README, without 'go
+// parseReadme returns the command lines of the ```sh blocks of a Markdown file, without 'go
 // test' lines, or an error naming every line it cannot handle.
 func parseReadme(src string) ([]readmeLine, error) {
 	var out []readmeLine
@@ -209,7 +263,7 @@ func parseReadme(src string) ([]readmeLine, error) {
 		out = append(out, l)
 	}
 	if len(bad) > 0 {
-		return nil, fmt.Errorf("README commands this test cannot run (extend readme_test.go or rewrite them):\n  %s", strings.Join(bad, "\n  "))
+		return nil, fmt.Errorf("commands this test cannot run (extend readme_test.go or rewrite them):\n  %s", strings.Join(bad, "\n  "))
 	}
 	return out, nil
 }
@@ -445,7 +499,7 @@ func planReadme(lines []readmeLine) ([]readmeUnit, error) {
 		}
 	}
 	if len(bad) > 0 {
-		return nil, fmt.Errorf("README node commands this test cannot run:\n  %s", strings.Join(bad, "\n  "))
+		return nil, fmt.Errorf("node commands this test cannot run:\n  %s", strings.Join(bad, "\n  "))
 	}
 	return units, nil
 }
@@ -522,70 +576,43 @@ func dropFlag(args []string, name string) []string {
 }
 
 // readmeCaps are the small sizes: a larger value is lowered to these.
-var readmeCaps = map[string]int{"hops": 60, "iters": 10, "nodes": 20, "trials": 200, "steps": 1000, "seeds": 1}
+var readmeCaps = map[string]int{"hops": 60, "iters": 10, "nodes": 20, "trials": 200, "steps": 1000, "seeds": 1, "tune-seeds": 1}
 
 // readmeOutputs are the flags that name a file or directory a command writes.
 var readmeOutputs = []string{"report", "curve", "pairs", "plot", "trace", "out", "png", "ledger-dir", "scale-out", "datadir"}
 
-// readmeEnv is what the commands of one test share.
+// readmeEnv is what the commands of one file share.
 type readmeEnv struct {
 	t       *testing.T
 	bin     string
-	tmpRoot string            // the README's /tmp
-	tmpDir  string            // the children's TMPDIR
-	csv     map[string][]byte // a.csv, ...: file contents
+	root    string // the module root: relative inputs that exist there are read from it
+	file    string // the file whose commands run, relative to root ("README.md", "docs/cli.md")
+	tmpRoot string // the file's /tmp
+	tmpDir  string // the children's TMPDIR
 }
 
-// readmeCSVs returns the small CSV files the README's examples name: quarters of the
-// embedded data set (rows i mod 4), each with the header.
-func readmeCSVs() (map[string][]byte, error) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "consensus", "data", "breast_cancer.csv"))
-	if err != nil {
-		return nil, err
+// repoPath maps a relative argument to the repository's copy when it names an existing
+// file or directory there (examples/a.csv), and refuses a path outside the repository.
+func (e *readmeEnv) repoPath(v string) string {
+	e.t.Helper()
+	if strings.HasPrefix(v, "../") {
+		e.t.Errorf("%s: %s is outside the repository: a fresh clone does not have it (ship the file in examples/)", e.file, v)
+		return v
 	}
-	rows := strings.Split(strings.TrimSpace(string(b)), "\n")
-	out := map[string][]byte{}
-	for q, name := range []string{"a.csv", "b.csv", "test.csv", "mine.csv"} {
-		var s strings.Builder
-		s.WriteString(rows[0] + "\n")
-		for k, r := range rows[1:] {
-			if k%4 == q {
-				s.WriteString(r + "\n")
-			}
-		}
-		out[name] = []byte(s.String())
+	if v == "" || filepath.IsAbs(v) || !strings.Contains(v, "/") || strings.HasPrefix(v, "-") {
+		return v
 	}
-	return out, nil
-}
-
-// sharedData locates ../shared/data/NAME: shared/data/NAME in the module root's parent
-// or any directory above it, else the module's consensus/data/NAME.
-func sharedData(name string) (string, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return "", err
+	if _, err := os.Stat(filepath.Join(e.root, v)); err == nil {
+		return filepath.Join(e.root, v)
 	}
-	for d := filepath.Dir(root); ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "shared", "data", name)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	p := filepath.Join(root, "consensus", "data", name)
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("../shared/data/%s: not found above %s nor in consensus/data", name, root)
-	}
-	return p, nil
+	return v
 }
 
 // rewrite applies the small-size table and the path mappings to one command.
 func (e *readmeEnv) rewrite(args []string) []string {
 	e.t.Helper()
 	out := make([]string, 0, len(args)+4)
-	for _, a := range args {
+	for k, a := range args {
 		flag, v, eq := "", a, false
 		if strings.HasPrefix(a, "-") {
 			flag, v, eq = strings.Cut(a, "=")
@@ -595,15 +622,15 @@ func (e *readmeEnv) rewrite(args []string) []string {
 				flag += "="
 			}
 		}
+		output := isOutputValue(args, k)
+		for _, f := range readmeOutputs {
+			output = output || flag == "--"+f+"=" || flag == "-"+f+"="
+		}
 		switch {
 		case v == "/tmp" || strings.HasPrefix(v, "/tmp/"):
 			v = e.tmpRoot + strings.TrimPrefix(v, "/tmp")
-		case strings.HasPrefix(v, "../shared/data/"):
-			p, err := sharedData(strings.TrimPrefix(v, "../shared/data/"))
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			v = p
+		case !output:
+			v = e.repoPath(v)
 		}
 		out = append(out, flag+v)
 	}
@@ -623,11 +650,11 @@ func (e *readmeEnv) rewrite(args []string) []string {
 			out = append(out, "--trials", strconv.Itoa(readmeCaps["trials"]))
 		}
 	case "experiment":
-		// The flags each experiment has: radmm --seeds and --iters, walk --seeds (its
-		// length is --hops, capped above), gadmm --iters.
+		// The flags each experiment has: radmm --seeds and --iters, walk --seeds, --hops
+		// (default 100 x nodes) and --tune-seeds, gadmm --iters.
 		fs := []string{"seeds", "iters"}
 		if len(out) > 1 && out[1] == "walk" {
-			fs = []string{"seeds"}
+			fs = []string{"seeds", "hops", "tune-seeds"}
 		} else if len(out) > 1 && out[1] == "gadmm" {
 			fs = []string{"iters"}
 		}
@@ -700,16 +727,10 @@ func (e *readmeEnv) missingInput(u readmeUnit) string {
 	return ""
 }
 
-// workDir makes a fresh working directory holding the README's CSV files.
+// workDir makes a fresh, empty working directory.
 func (e *readmeEnv) workDir() string {
 	e.t.Helper()
-	dir := e.t.TempDir()
-	for name, b := range e.csv {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	return dir
+	return e.t.TempDir()
 }
 
 // readmeProc is one started dpadmm process.
@@ -755,7 +776,7 @@ func (e *readmeEnv) wait(l readmeLine, p *readmeProc) bool {
 	e.t.Helper()
 	<-p.done
 	if p.err != nil {
-		e.t.Errorf("README line %d: %s\nran: dpadmm %s\nexit: %v\nstdout:\n%s\nstderr:\n%s",
+		e.t.Errorf("%s line %d: %s\nran: dpadmm %s\nexit: %v\nstdout:\n%s\nstderr:\n%s", e.file,
 			l.num, l.text, strings.Join(p.args, " "), p.err, tail(p.stdout.String()), tail(p.stderr.String()))
 		return false
 	}
@@ -803,14 +824,14 @@ func (e *readmeEnv) runLine(ctx context.Context, dir string, l readmeLine) {
 		if c.jq != nil {
 			var v any
 			if err := json.Unmarshal([]byte(p.stdout.String()), &v); err != nil {
-				e.t.Errorf("README line %d: stdout piped to jq is not JSON: %v", l.num, err)
+				e.t.Errorf("%s line %d: stdout piped to jq is not JSON: %v", e.file, l.num, err)
 				continue
 			}
 			if f := jqFilter(c.jq); f != "." {
 				for _, key := range strings.Split(f[1:], ".") {
 					m, _ := v.(map[string]any)
 					if v = m[key]; v == nil {
-						e.t.Errorf("README line %d: jq filter %s selects nothing", l.num, f)
+						e.t.Errorf("%s line %d: jq filter %s selects nothing", e.file, l.num, f)
 						break
 					}
 				}
@@ -863,12 +884,12 @@ func (e *readmeEnv) waitListening(l readmeLine, p *readmeProc, port int) bool {
 		select {
 		case <-p.done:
 			e.wait(l, p)
-			e.t.Errorf("README line %d: the starter exited before listening", l.num)
+			e.t.Errorf("%s line %d: the starter exited before listening", e.file, l.num)
 			return false
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			e.t.Errorf("README line %d: the starter is not listening after 30 s\nstderr:\n%s", l.num, tail(p.stderr.String()))
+			e.t.Errorf("%s line %d: the starter is not listening after 30 s\nstderr:\n%s", e.file, l.num, tail(p.stderr.String()))
 			return false
 		}
 	}
@@ -937,7 +958,7 @@ func (e *readmeEnv) runNodes(ctx context.Context, cancel func(), dir string, u r
 }
 
 // runJoiner runs a node that joins an existing network through --bootstrap or --peer
-// against a starter of this test on loopback: the README's addresses are replaced by the
+// against a starter of this test on loopback: the documented addresses are replaced by the
 // starter's.
 func (e *readmeEnv) runJoiner(ctx context.Context, dir string, l readmeLine) {
 	args := e.rewrite(l.chain[0].args)
@@ -988,7 +1009,7 @@ func (e *readmeEnv) checkOutputs(l readmeLine, dir string, args []string, p *rea
 	if hasFlag(args, "json") {
 		if r, _ := flagValue(args, "report"); r == "" || r == "-" {
 			if !json.Valid([]byte(p.stdout.String())) {
-				e.t.Errorf("README line %d: --json output is not JSON:\n%s", l.num, tail(p.stdout.String()))
+				e.t.Errorf("%s line %d: --json output is not JSON:\n%s", e.file, l.num, tail(p.stdout.String()))
 			}
 		}
 	}
@@ -1000,29 +1021,29 @@ func (e *readmeEnv) checkFile(l readmeLine, path string) {
 	e.t.Helper()
 	st, err := os.Stat(path)
 	if err != nil {
-		e.t.Errorf("README line %d: %v", l.num, err)
+		e.t.Errorf("%s line %d: %v", e.file, l.num, err)
 		return
 	}
 	if st.IsDir() {
 		if ents, _ := os.ReadDir(path); len(ents) == 0 {
-			e.t.Errorf("README line %d: directory %s is empty", l.num, path)
+			e.t.Errorf("%s line %d: directory %s is empty", e.file, l.num, path)
 		}
 		return
 	}
 	b, err := os.ReadFile(path)
 	switch {
 	case err != nil:
-		e.t.Errorf("README line %d: %v", l.num, err)
+		e.t.Errorf("%s line %d: %v", e.file, l.num, err)
 	case len(b) == 0:
-		e.t.Errorf("README line %d: %s is empty", l.num, path)
+		e.t.Errorf("%s line %d: %s is empty", e.file, l.num, path)
 	case strings.HasSuffix(path, ".json") && !json.Valid(b):
-		e.t.Errorf("README line %d: %s is not JSON", l.num, path)
+		e.t.Errorf("%s line %d: %s is not JSON", e.file, l.num, path)
 	case strings.HasSuffix(path, ".png") && !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
-		e.t.Errorf("README line %d: %s is not a PNG file", l.num, path)
+		e.t.Errorf("%s line %d: %s is not a PNG file", e.file, l.num, path)
 	case strings.HasSuffix(path, ".jsonl"):
 		for k, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			if !json.Valid([]byte(line)) {
-				e.t.Errorf("README line %d: %s line %d is not JSON", l.num, path, k+1)
+				e.t.Errorf("%s line %d: %s line %d is not JSON", e.file, l.num, path, k+1)
 				break
 			}
 		}
@@ -1132,5 +1153,23 @@ func TestREADMEParse(t *testing.T) {
 		if _, err := planReadme(lines); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestREADMERepoPaths: a relative input that exists in the repository is read from it, one
+// that does not stays as written (its command then fails), and output values, /tmp paths
+// and words without a '/' are left alone.
+func TestREADMERepoPaths(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &readmeEnv{t: t, root: root, file: "test", tmpRoot: "/TMP"}
+	got := e.rewrite([]string{"eval", "--data", "examples/a.csv", "--out", "examples/x", "--scale-out=docs/s.json",
+		"--test=examples/nope.csv", "--shard", "0/3", "/tmp/g0/model.json", "--data=consensus/data/breast_cancer.csv"})
+	want := []string{"eval", "--data", filepath.Join(root, "examples/a.csv"), "--out", "examples/x", "--scale-out=docs/s.json",
+		"--test=examples/nope.csv", "--shard", "0/3", "/TMP/g0/model.json", "--data=" + filepath.Join(root, "consensus/data/breast_cancer.csv")}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("rewrite:\n got %q\nwant %q", got, want)
 	}
 }
