@@ -51,9 +51,17 @@ func newMetrics() *metrics {
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_tokens_rejected_total", Help: "Inbound hand-offs rejected, by reason."}, []string{"reason"})
 	m.custody = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_custody_events_total", Help: "Token custody events (peer_down, peer_up, regenerated, fallback, fenced, fenced_out, released, retired, expired, no_peer)."}, []string{"event"})
 	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dpadmm_control_rejected_total", Help: "Control-topic messages rejected by the GossipSub validator before relaying, by reason (oversized, malformed, foreign run, unknown type)."}, []string{"reason"})
-	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.pub.MustRegister(m.ignored, m.rejected, m.control)
+	// The main reasons start at 0, so that a rate or an alert has a series from the start.
+	for _, r := range []string{"oversized", "malformed", "version", "non-member", "invalid", "step", "epoch", "evicted", "evidence-reused"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, r := range []string{"oversized", "malformed", "foreign run", "unknown type"} {
+		m.control.WithLabelValues(r)
+	}
+	goc := collectors.NewGoCollector()
+	m.reg.MustRegister(m.hops, m.updates, m.sent, m.ignored, m.rejected, m.custody, m.control, goc,
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.pub.MustRegister(m.ignored, m.rejected, m.control, goc, publicProcessCollector(), buildInfo())
 	m.registerRADMM()
 	return m
 }
@@ -66,9 +74,25 @@ func (n *Node) Rejected(reason string) float64 {
 	return n.metrics.labelled("dpadmm_tokens_rejected_total", "reason", reason)
 }
 
-// Handler returns the HTTP handler serving /status and /metrics.
+// Handler returns the HTTP handler serving /status, /metrics, /healthz and /readyz.
+//
+// /healthz answers 200 while the process serves HTTP (a liveness probe). /readyz answers
+// 200 once the node has joined a run and the run is running or done, 503 with the reason
+// while it waits for its run or after the run failed (a readiness probe): see Readiness.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		state, reason := n.Readiness()
+		w.Header().Set("Content-Type", "application/json")
+		if state != RunRunning && state != RunDone {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ready": state == RunRunning || state == RunDone, "state": state, "reason": reason})
+	})
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(n.PublicStatus())
@@ -102,15 +126,9 @@ func (n *Node) PublicStatus() any {
 	if period <= 0 {
 		period = DefaultStatusPeriod
 	}
-	n.pubMu.Lock()
-	defer n.pubMu.Unlock()
-	now := time.Now()
-	// R-ADMM (Config.RADMM) iterations follow a public schedule: its status is served live.
-	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.RADMM != nil {
-		n.pubSnap, n.pubAt = n.Status(), now
-	}
+	snap, age := n.publicSnapshot()
 	var m map[string]any
-	if err := json.Unmarshal(marshal(n.pubSnap), &m); err != nil {
+	if err := json.Unmarshal(marshal(snap), &m); err != nil {
 		return map[string]string{"error": err.Error()}
 	}
 	for _, k := range perHopKeys {
@@ -118,8 +136,32 @@ func (n *Node) PublicStatus() any {
 	}
 	m["uptime_seconds"] = time.Since(n.started).Seconds()
 	m["status_period_seconds"] = period.Seconds()
-	m["snapshot_age_seconds"] = now.Sub(n.pubAt).Seconds()
+	m["snapshot_age_seconds"] = age
 	return m
+}
+
+// publicSnapshot returns the public status snapshot and its age in seconds: Status
+// refreshed at most every StatusPeriod (live while the node waits for its run to start and
+// for R-ADMM, whose iterations follow a public schedule). /status and the public /metrics
+// series both read it, so that neither changes with every hop.
+func (n *Node) publicSnapshot() (Status, float64) {
+	period := n.cfg.StatusPeriod
+	if period <= 0 {
+		period = DefaultStatusPeriod
+	}
+	n.mu.Lock()
+	members := len(n.members)
+	n.mu.Unlock()
+	done := n.metrics.done.Load()
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	now := time.Now()
+	// Also refreshed when the membership is fixed or the run ends: once each per run.
+	if n.pubAt.IsZero() || now.Sub(n.pubAt) >= period || n.pubSnap.Join != nil || n.cfg.RADMM != nil ||
+		n.pubSnap.Members != members || n.pubSnap.Done != done {
+		n.pubSnap, n.pubAt = n.Status(), now
+	}
+	return n.pubSnap, now.Sub(n.pubAt).Seconds()
 }
 
 func (n *Node) serveHTTP(addr string) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -162,6 +163,7 @@ type Node struct {
 	// relaySrc feeds AutoRelay from the DHT routing table (nil unless used).
 	relaySrc *dhtRelaySource
 	// pubSnap is the public /status snapshot taken at pubAt (PublicStatus).
+	failed  runFailed // a run ended with an error (/readyz, dpadmm_run_state)
 	pubMu   sync.Mutex
 	pubSnap Status
 	pubAt   time.Time
@@ -210,7 +212,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	gater := &memberGater{}
-	h, relaySrc, err := newHost(cfg, key, gater)
+	met := newMetrics()
+	h, relaySrc, err := newHost(cfg, key, gater, met.pub)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -222,9 +225,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
-		metrics: newMetrics(), started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
+		metrics: met, started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
 		key: key, relaySrc: relaySrc, tick: tickOf(cfg),
 	}
+	n.metrics.registerNode(n)
 	gater.inUse = n.relayInUse
 	gater.onDeny = func(p peer.ID) {
 		n.metrics.rejected.WithLabelValues("non-member").Inc()
@@ -294,7 +298,7 @@ func (c *Config) checkStarter(self peer.ID) error {
 // newHost builds the libp2p host of cfg (cfg.NewHost when set): listen addresses, the
 // connection gater, the resource manager, a private network with a swarm key (TCP only),
 // NAT services and relays.
-func newHost(cfg Config, key crypto.PrivKey, gater *memberGater) (host.Host, *dhtRelaySource, error) {
+func newHost(cfg Config, key crypto.PrivKey, gater *memberGater, reg prometheus.Registerer) (host.Host, *dhtRelaySource, error) {
 	if cfg.NewHost != nil {
 		h, err := cfg.NewHost(key)
 		if err != nil {
@@ -313,7 +317,10 @@ func newHost(cfg Config, key crypto.PrivKey, gater *memberGater) (host.Host, *dh
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater), libp2p.ResourceManager(rm)}
+	// go-libp2p's own metrics (swarm, resource manager, identify, relay, hole punching) on
+	// the node's public registry, served on /metrics (docs/threat-model.md says what they show).
+	opts := []libp2p.Option{libp2p.Identity(key), libp2p.ConnectionGater(gater), libp2p.ResourceManager(rm),
+		libp2p.PrometheusRegisterer(reg)}
 	if cfg.SwarmKey != nil {
 		// go-libp2p refuses private networks with QUIC and WebTransport: TCP only.
 		var tcpAddrs []string
@@ -444,7 +451,12 @@ func (n *Node) Close() error {
 
 // Run takes part in the run until the final model is known, writes model.json and
 // returns it.
-func (n *Node) Run(ctx context.Context) (*Model, error) {
+func (n *Node) Run(ctx context.Context) (_ *Model, err error) {
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			n.failed.Store(true) // /readyz and dpadmm_run_state say so
+		}
+	}()
 	if m, err := n.finishedModel(); m != nil || err != nil {
 		return m, err
 	}

@@ -114,7 +114,12 @@ func (n *Node) setRADMMMembers(ms []peer.ID) error {
 // fsynced before every send, barrier, missing-neighbour policy). At the end it writes
 // model.json (RADMMModel: its own model and its own Theorem V.1 figure) and returns it.
 // Close ends a run in progress.
-func (n *Node) RunRADMM(ctx context.Context) (*RADMMModel, error) {
+func (n *Node) RunRADMM(ctx context.Context) (_ *RADMMModel, err error) {
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			n.failed.Store(true) // /readyz and dpadmm_run_state say so
+		}
+	}()
 	p := n.cfg.RADMM
 	if p == nil {
 		return nil, errors.New("node: RunRADMM needs Config.RADMM")
