@@ -101,6 +101,10 @@ type Admission struct {
 	MinPeers int
 	// JoinWindow is how long the starter keeps collecting joins once MinPeers is reached.
 	JoinWindow time.Duration
+	// MismatchWait is how long a joiner that has only seen announcements of its run with
+	// a configuration different from its own keeps waiting for a matching one before it
+	// stops with ErrConfigMismatch naming the keys that differ (0: 30 s; negative: forever).
+	MismatchWait time.Duration
 	// Members fixes the membership (peer IDs in node-index order, this node included),
 	// skipping the announce/join phase (testnets). Weight and Holder must then be set.
 	Members []peer.ID
@@ -696,7 +700,10 @@ func WriteRunConfig(path string, rc RunConfig) error {
 
 // Diff lists the keys whose values differ between r (this node's) and other (the run's),
 // sorted, each as "key: yours X, the run's Y" (a key absent on one side shows as "-").
-func (r RunConfig) Diff(other RunConfig) []string {
+func (r RunConfig) Diff(other RunConfig) []string { return r.DiffNamed(other, "yours", "the run's") }
+
+// DiffNamed is Diff with the two sides named mine and theirs ("key: mine X, theirs Y").
+func (r RunConfig) DiffNamed(other RunConfig, mine, theirs string) []string {
 	m := func(x RunConfig) map[string]json.RawMessage {
 		b, _ := json.Marshal(x)
 		out := map[string]json.RawMessage{}
@@ -728,7 +735,7 @@ func (r RunConfig) Diff(other RunConfig) []string {
 		if y == "" {
 			y = "-"
 		}
-		out = append(out, fmt.Sprintf("%s: yours %s, the run's %s", k, x, y))
+		out = append(out, fmt.Sprintf("%s: %s %s, %s %s", k, mine, x, theirs, y))
 	}
 	return out
 }

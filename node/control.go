@@ -29,7 +29,7 @@ const maxControl = 1 << 20
 // ctlMsg is a control-plane message on the GossipSub topic. The walk token never travels
 // here; only the announcement, membership and the final released model do.
 type ctlMsg struct {
-	Type    string     `json:"type"` // announce | join | start | final
+	Type    string     `json:"type"` // announce | join | start | final | mismatch
 	Run     string     `json:"run"`
 	Hash    string     `json:"config_hash"`
 	Config  *RunConfig `json:"config,omitempty"`
@@ -86,6 +86,8 @@ func (n *Node) readControl(ctx context.Context) {
 		switch m.Type {
 		case "announce":
 			ch = n.announces
+		case "mismatch":
+			ch = n.mismatches
 		case "join":
 			ch = n.joins
 		case "start":
@@ -117,6 +119,8 @@ func (n *Node) runStarter(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case mm := <-n.mismatches:
+			n.logMismatch(mm, "a joiner refused this run's announcement")
 		case j := <-n.joins:
 			if j.m.Hash != n.hash {
 				n.log.Warn().Str("from", shortID(j.from)).Str("theirs", j.m.Hash).Str("ours", n.hash).
@@ -206,14 +210,42 @@ func (n *Node) runJoiner(ctx context.Context) error {
 	// Only the peer whose announcement matched our configuration may start the run: a
 	// start message from anyone else is ignored (a member list is not taken on trust).
 	starters := map[peer.ID]bool{}
+	var firstMismatch time.Time
+	var mismatch string
+	told := map[string]bool{} // announcer+hash already told (and logged) about the mismatch
+	wait := n.cfg.MismatchWait
+	if wait == 0 {
+		wait = 30 * time.Second
+	}
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-check.C:
+			if wait > 0 && !firstMismatch.IsZero() && len(starters) == 0 && time.Since(firstMismatch) >= wait {
+				return fmt.Errorf("%w: for %v every announcement of run %q had another configuration: %s", ErrConfigMismatch,
+					wait.Round(time.Second), n.cfg.Run, mismatch)
+			}
 		case a := <-n.announces:
 			if a.m.Hash != n.hash {
-				n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).
-					Interface("their_config", a.m.Config).Msg("refusing run announcement: config hash mismatch (different data dimensions or hyperparameters)")
+				diff := "the announcement carries no configuration"
+				if a.m.Config != nil {
+					diff = strings.Join(n.rc.Diff(*a.m.Config), "; ")
+				}
+				if key := a.from.String() + a.m.Hash; !told[key] {
+					told[key] = true
+					n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).Str("differs", diff).
+						Msg("refusing run announcement: this node's configuration differs from the run's")
+					// Tell the starter why (it logs refused joiners with the reason).
+					rc := n.rc
+					n.publish(ctx, ctlMsg{Type: "mismatch", Run: n.cfg.Run, Hash: n.hash, Config: &rc, By: a.m.Hash})
+				}
+				if firstMismatch.IsZero() {
+					firstMismatch = time.Now()
+				}
+				mismatch = diff
 				continue
 			}
 			if p := n.pinnedStarter(); p != "" && a.from != p {
@@ -838,4 +870,32 @@ func (n *Node) relayInUse(p peer.ID) bool {
 		}
 	}
 	return false
+}
+
+// ErrConfigMismatch stops a joiner that saw only announcements of its run with another
+// configuration (Config.MismatchWait): the error names the keys that differ.
+var ErrConfigMismatch = errors.New("node: configuration differs from the run's")
+
+// logMismatch logs, once per peer and configuration, a "mismatch" control message: a node
+// that refused this run's announcement, with the keys in which its configuration differs
+// from this node's.
+func (n *Node) logMismatch(m finalMsg, what string) {
+	key := m.from.String() + m.m.Hash
+	n.mu.Lock()
+	if n.mismatchSeen == nil {
+		n.mismatchSeen = map[string]bool{}
+	}
+	seen := n.mismatchSeen[key]
+	n.mismatchSeen[key] = true
+	n.mu.Unlock()
+	if seen || m.m.By != n.hash {
+		return
+	}
+	n.metrics.control.WithLabelValues("mismatched joiner").Inc()
+	diff := "its message carries no configuration"
+	if m.m.Config != nil {
+		diff = strings.Join(m.m.Config.DiffNamed(n.rc, "theirs", "ours"), "; ")
+	}
+	n.join.update(func(js *JoinStatus) { js.Refused = append(js.Refused, shortID(m.from)+": "+diff) })
+	n.log.Warn().Str("from", shortID(m.from)).Str("theirs", m.m.Hash).Str("differs", diff).Msg(what + ": its configuration differs")
 }

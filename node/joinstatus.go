@@ -11,6 +11,9 @@ import (
 type JoinStatus struct {
 	// Role is "starter" (Config.Start), "joiner" or "static" (a fixed membership).
 	Role string `json:"role"`
+	// Refused lists, for the starter, the peers that refused its announcement because
+	// their configuration differs, each with the keys that differ.
+	Refused []string `json:"refused,omitempty"`
 	// Joined is, for the starter, the nodes that joined so far (itself included) and, for
 	// a static membership, the members connected (itself included); Want is the number
 	// waited for (MinPeers, or the members).

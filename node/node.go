@@ -90,9 +90,12 @@ type Node struct {
 	joins     chan joinMsg
 	sent      chan sendResult
 	announces chan finalMsg
-	startMsg  ctlMsg
-	initialTo peer.ID
-	doneFrom  map[peer.ID]bool
+	// mismatches carries "mismatch" messages: joiners that refused this run (the starter logs them).
+	mismatches   chan finalMsg
+	mismatchSeen map[string]bool // peer+hash of the mismatches logged (under mu)
+	startMsg     ctlMsg
+	initialTo    peer.ID
+	doneFrom     map[peer.ID]bool
 
 	mu      sync.Mutex // guards members, index, streams, status fields, alive, down
 	members []peer.ID
@@ -222,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
 		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
-		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16),
+		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16), mismatches: make(chan finalMsg, 16),
 		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: met, started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
@@ -452,8 +455,9 @@ func (n *Node) Close() error {
 // Run takes part in the run until the final model is known, writes model.json and
 // returns it.
 func (n *Node) Run(ctx context.Context) (_ *Model, err error) {
+	parent := ctx // the caller's context: its end is a stop, not a failure
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && parent.Err() == nil {
 			n.failed.Store(true) // /readyz and dpadmm_run_state say so
 		}
 	}()

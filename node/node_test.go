@@ -464,7 +464,7 @@ func TestControlPlaneJoin(t *testing.T) {
 	odd := make(chan error, 1)
 	go func() { _, err := nodes[3].Run(octx); odd <- err }()
 	models := runAll(t, ctx, nodes[:3])
-	for i := 0; i < 500 && !strings.Contains(logs[3].String(), "config hash mismatch"); i++ {
+	for i := 0; i < 500 && !strings.Contains(logs[3].String(), "configuration differs from the run"); i++ {
 		time.Sleep(10 * time.Millisecond) // the refusal may still be in the odd node's queue
 	}
 	ocancel()
@@ -484,8 +484,58 @@ func TestControlPlaneJoin(t *testing.T) {
 	if nodes[3].Store().Entries() != 0 {
 		t.Fatal("refused node wrote ledger entries")
 	}
-	if !strings.Contains(logs[3].String(), "refusing run announcement: config hash mismatch") {
-		t.Errorf("mismatched node did not log the refusal:\n%s", logs[3].String())
+	if !strings.Contains(logs[3].String(), "refusing run announcement: this node's configuration differs from the run's") ||
+		!strings.Contains(logs[3].String(), "gamma: yours 2, the run's 1") {
+		t.Errorf("mismatched node did not log the refusal with the key that differs:\n%s", logs[3].String())
+	}
+	// The starter heard why: the joiner's mismatch message, logged with the key.
+	if !strings.Contains(logs[0].String(), "a joiner refused this run's announcement: its configuration differs") ||
+		!strings.Contains(logs[0].String(), "gamma: theirs 2, ours 1") {
+		t.Errorf("the starter did not log the refused joiner with the reason:\n%s", logs[0].String())
+	}
+}
+
+// TestJoinerMismatchExits: a joiner that sees only announcements of its run with another
+// configuration stops after MismatchWait with ErrConfigMismatch naming the differing keys,
+// instead of waiting forever.
+func TestJoinerMismatchExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	var logs [2]syncBuffer
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := baseConfig("mis", sh[i], 10)
+		c.DataDir = t.TempDir()
+		c.Logger = zerolog.New(&logs[i])
+		if i == 0 {
+			c.Start, c.MinPeers = true, 2
+		} else {
+			c.Clip, c.MismatchWait = 0.2, 1500*time.Millisecond
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	go nodes[0].Run(sctx)
+	_, err := nodes[1].Run(ctx)
+	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "clip: yours 0.2, the run's 1") {
+		t.Fatalf("joiner: %v, want ErrConfigMismatch naming clip", err)
+	}
+	if st, _ := nodes[1].Readiness(); st != RunFailed {
+		t.Errorf("joiner readiness %s after the mismatch", st)
+	}
+	for i := 0; i < 300 && !strings.Contains(logs[0].String(), "clip: theirs 0.2, ours 1"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if js := nodes[0].Status().Join; js == nil || len(js.Refused) != 1 || !strings.Contains(js.Refused[0], "clip: theirs 0.2, ours 1") {
+		t.Errorf("starter's join status %+v, want the refused joiner with the key", js)
 	}
 }
 

@@ -75,7 +75,7 @@ func controlVerdict(run string, data []byte) string {
 		return "foreign run"
 	}
 	switch m.Type {
-	case "announce", "join", "start", "final":
+	case "announce", "join", "start", "final", "mismatch":
 		return ""
 	}
 	return "unknown type"

@@ -55,11 +55,11 @@ func TestRADMMRunEtaTable(t *testing.T) {
 	oddDone := make(chan error, 1)
 	go func() { _, err := nodes[4].RunRADMM(octx); oddDone <- err }()
 	models := runRADMMAll(t, ctx, nodes[:4], logs)
-	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
+	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "configuration differs from the run"); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	ocancel()
-	if err := <-oddDone; !errors.Is(err, context.Canceled) || !strings.Contains(logs[4].String(), "refusing run announcement: config hash mismatch") {
+	if err := <-oddDone; !errors.Is(err, context.Canceled) || !strings.Contains(logs[4].String(), "refusing run announcement: this node's configuration differs from the run's") {
 		t.Fatalf("node with another table: %v, log:\n%s", err, logs[4].String())
 	}
 

@@ -115,8 +115,9 @@ func (n *Node) setRADMMMembers(ms []peer.ID) error {
 // model.json (RADMMModel: its own model and its own Theorem V.1 figure) and returns it.
 // Close ends a run in progress.
 func (n *Node) RunRADMM(ctx context.Context) (_ *RADMMModel, err error) {
+	parent := ctx // the caller's context: its end is a stop, not a failure
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && parent.Err() == nil {
 			n.failed.Store(true) // /readyz and dpadmm_run_state say so
 		}
 	}()

@@ -210,14 +210,14 @@ func TestRADMMRunJoin(t *testing.T) {
 	oddDone := make(chan error, 1)
 	go func() { _, err := nodes[4].RunRADMM(octx); oddDone <- err }()
 	models := runRADMMAll(t, ctx, nodes[:4], logs)
-	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "config hash mismatch"); i++ {
+	for i := 0; i < 500 && !strings.Contains(logs[4].String(), "configuration differs from the run"); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	ocancel()
 	if err := <-oddDone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("mismatched node: %v, want it still waiting", err)
 	}
-	if !strings.Contains(logs[4].String(), "refusing run announcement: config hash mismatch") {
+	if !strings.Contains(logs[4].String(), "refusing run announcement: this node's configuration differs from the run's") {
 		t.Errorf("mismatched node did not log the refusal:\n%s", logs[4].String())
 	}
 	if _, err := os.Stat(filepath.Join(dirs[4], store.LedgerFile)); err == nil {
