@@ -214,6 +214,8 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 		return cfg, fmt.Errorf("--log-format must be text or json, got %q", *f.logFormat)
 	case *f.joinWindow < 0:
 		return cfg, fmt.Errorf("--join-window must be >= 0 (0 = profile), got %v", *f.joinWindow)
+	case *f.mismatchWait < 0:
+		return cfg, fmt.Errorf("--mismatch-wait must be >= 0 (0 = forever), got %v", *f.mismatchWait)
 	case f.m.isSet("seed") && *f.static == "" && cfg.RADMM == nil:
 		return cfg, fmt.Errorf("--seed needs --static (seeded randomness is for testnets only)")
 	}
@@ -268,6 +270,12 @@ func (f *nodeFlags) network(cfg *node.Config) error {
 		return fmt.Errorf("--fallback-timeout (%v) must exceed the ack timeout (%v); 0 = derived, negative = off", cfg.FallbackTimeout, cfg.AckTimeout)
 	}
 	cfg.PauseAtHop, cfg.WithholdAcks, cfg.PauseAfterStep = *f.pauseAt, *f.withhold, *f.pausePhase == "custody"
+	switch {
+	case *f.mismatchWait > 0:
+		cfg.MismatchWait = *f.mismatchWait
+	case *f.mismatchWait == 0:
+		cfg.MismatchWait = -1 // forever
+	}
 	if *f.joinWindow > 0 {
 		cfg.JoinWindow = *f.joinWindow
 	}

@@ -68,7 +68,7 @@ type nodeFlags struct {
 	splitSeed, seed                                                                  *uint64
 	start, relayService, debugStatus, quiet                                          *bool
 	minPeers, maxRows                                                                *int
-	joinWindow, statusPeriod, finalLinger                                            *time.Duration
+	joinWindow, statusPeriod, finalLinger, mismatchWait                              *time.Duration
 	l1, l2                                                                           *float64
 	listen, peers, bootstrap, relays                                                 multiFlag
 
@@ -128,6 +128,7 @@ func (f *nodeFlags) defineNetwork(d node.Config) {
 	f.start = fs.Bool("start", false, "start the run: announce, collect joins, create the token")
 	f.minPeers = fs.Int("min-peers", d.MinPeers, "with --start: nodes (starter included) to wait for")
 	f.joinWindow = fs.Duration("join-window", 0, "with --start: how long joins stay open once --min-peers is reached (default: profile)")
+	f.mismatchWait = fs.Duration("mismatch-wait", 30*time.Second, "a joiner that sees only announcements of its run with another configuration stops after this long, naming the keys that differ; 0 = wait forever")
 	f.profile = fs.String("profile", node.ProfileLAN, strings.Join(node.Profiles, "|")+" (listen addresses, discovery, timeouts)")
 	fs.Var(&f.listen, "listen", "listen multiaddr (repeatable; default: profile)")
 	fs.Var(&f.peers, "peer", "multiaddr with /p2p/ID to dial directly (repeatable)")
