@@ -409,6 +409,10 @@ func FuzzRADMMJournal(f *testing.F) {
 	met := newMetrics()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dir := t.TempDir()
+		// A journal goes with its ledger (store.Open refuses run state without one).
+		if err := os.WriteFile(filepath.Join(dir, store.LedgerFile), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		path := filepath.Join(dir, store.RADMMJournalFile)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 // with a checksum) when the node accepts the membership, before the walk begins, and it
 // lets a node stopped during the run take its place again: started with the same
 // --datadir and configuration it skips announce/join and resumes with that membership.
-const StartFile = "start.json"
+const StartFile = store.StartFile
 
 // ErrStartFile is returned by Run and RunRADMM when the data directory's start.json is
 // corrupt or belongs to another run or configuration.

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -33,7 +34,14 @@ const (
 	// it is read where there is no InboxLog, and removed by the first save of InboxLog.
 	InboxFile = "inbox.token"
 	ModelFile = "model.json" // final released model and privacy report
+	// StartFile is the start message of the run the directory took part in (node.StartFile).
+	StartFile = "start.json"
 )
+
+// RunStateFiles are the files whose presence says that a data directory took part in a
+// run: any of them without a ledger is refused (Open), since the releases the ledger
+// recorded would no longer be counted.
+var RunStateFiles = []string{CheckpointFile, CheckpointLog, InboxLog, InboxFile, StartFile, ModelFile, RADMMJournalFile, StaleFile}
 
 // ErrLedger is returned when a data directory has a checkpoint but its ledger is missing
 // or corrupt: the node refuses to take part rather than under-count privacy spending.
@@ -144,13 +152,19 @@ func Open(dir string) (*Store, error) {
 	}
 	s := &Store{Dir: dir}
 	lp := filepath.Join(dir, LedgerFile)
-	_, cerr := os.Stat(filepath.Join(dir, CheckpointFile))
-	_, lerr := os.Stat(filepath.Join(dir, CheckpointLog))
-	hasCkpt := cerr == nil || lerr == nil
+	var state []string // files that say this directory took part in a run
+	for _, f := range RunStateFiles {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			state = append(state, f)
+		}
+	}
 	b, err := os.ReadFile(lp)
 	switch {
-	case errors.Is(err, os.ErrNotExist) && hasCkpt:
-		return nil, fmt.Errorf("%w: %s is missing but %s exists", ErrLedger, lp, CheckpointFile)
+	case errors.Is(err, os.ErrNotExist) && len(state) > 0:
+		return nil, fmt.Errorf("%w: %s is missing but the run state %s exists: this data directory took part in a run and "+
+			"its ledger was deleted or not restored, so the node would under-count the privacy it spent. To recover, restore "+
+			"the ledger from the same backup as the other files, or start with a fresh --datadir (a new identity) and count "+
+			"this node's earlier releases by hand", ErrLedger, lp, strings.Join(state, ", "))
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}

@@ -305,3 +305,35 @@ func TestInboxJournal(t *testing.T) {
 		t.Fatalf("inbox with a stale inbox.token: %q, %v", b, err)
 	}
 }
+
+// TestOpenRefusesRunStateWithoutLedger: a data directory that holds any run state (a
+// start message, a checkpoint, an inbox, a final model, an R-ADMM journal) but no ledger
+// is refused with ErrLedger naming the files and saying how to recover: the releases the
+// ledger recorded would otherwise no longer be counted. A fresh directory, or one with
+// only its identity key, opens.
+func TestOpenRefusesRunStateWithoutLedger(t *testing.T) {
+	for _, f := range RunStateFiles {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(dir)
+		if !errors.Is(err, ErrLedger) || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), "To recover") {
+			t.Errorf("%s without a ledger: %v", f, err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, IdentityFile), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatalf("identity key only: %v", err)
+	}
+	s.Close()
+	s, err = Open(t.TempDir())
+	if err != nil {
+		t.Fatalf("fresh directory: %v", err)
+	}
+	s.Close()
+}
