@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger(),
+		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger().Hook(newWarnLimit(logEvery, warnBurst)),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
 		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16), mismatches: make(chan finalMsg, 16),
