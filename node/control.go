@@ -423,6 +423,7 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 	r := n.stepRun()
 	r.Nodes, r.Complete, r.Cap, r.Hops, r.Updates = nodes, true, hardCap, n.cfg.Hops, up
 	r.Forwards, r.Resends, r.Own = n.ownForwards.Load(), n.ownResends.Load(), true
+	r.Anomalies = n.ownAnomalies.Load()
 	return privacy.WalkPlannedBound(r, n.cfg.Delta)
 }
 

@@ -472,6 +472,12 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 	for _, e := range evs {
 		switch e.Kind {
 		case walk.CustodyAccepted:
+			if n.seen && e.Epoch > n.acceptedEpoch.Load() {
+				n.ownAnomalies.Add(1) // a new lineage: a rewind or a regeneration elsewhere
+			}
+			if e.Epoch > n.acceptedEpoch.Load() {
+				n.acceptedEpoch.Store(e.Epoch)
+			}
 			n.seen = true
 			n.lastHop.Store(e.Hop)
 			if e.Peer >= 0 {
@@ -499,8 +505,12 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 		case walk.CustodyDuplicate:
 			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
 		case walk.CustodyRefused:
+			if e.Refusal != walk.RefuseBusy {
+				n.ownAnomalies.Add(1)
+			}
 			n.noteRefusal(e, peer(e.Peer))
 		case walk.CustodyEvicted:
+			n.ownAnomalies.Add(1)
 			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
 		case walk.CustodyResent:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,6 +240,12 @@ func TestBudgetBurnRefused(t *testing.T) {
 	// real hand-off (it received hop 9 from the attacker) is still taken.
 	if r.v.Rejected("epoch") < 1 || r.v.Rejected("evicted") < 1 {
 		t.Fatalf("rejected{epoch} = %v, {evicted} = %v: the implausible epochs were not refused", r.v.Rejected("epoch"), r.v.Rejected("evicted"))
+	}
+	// The attack voids the victim's planned network figure (one verdict function): it
+	// reports the local figure with the reason, not a planned figure that assumes one
+	// uniform secret path.
+	if b := r.v.plannedBound(r.v.metrics.updatesValue()); b.ConditionsHold || !strings.Contains(b.Note, "custody anomalies") {
+		t.Errorf("victim's planned figure after the attack: hold %v, note %q", b.ConditionsHold, b.Note)
 	}
 	ev2 := evidenceOf(t, atk, 1, r.token(0, 9, 5), honest.ID())
 	if code := r.send(t, honest, signedFrame(t, honest, vid, r.token(0, 10, 2), ev2)); code != AckOK {

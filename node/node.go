@@ -153,6 +153,11 @@ type Node struct {
 	// missing ack, regeneration, fallback): each shows a release to a second peer, which
 	// the planned figure's single random path does not model.
 	ownResends atomic.Uint64
+	// ownAnomalies counts custody anomalies seen here (privacy.WalkRun.Anomalies): tokens
+	// accepted under a new epoch, hand-offs refused as replays or epoch jumps, evictions;
+	// acceptedEpoch is the highest epoch of a token accepted here.
+	ownAnomalies  atomic.Uint64
+	acceptedEpoch atomic.Uint64
 	started    time.Time
 	join       joinState    // while the membership is being fixed (Status.Join)
 	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery

@@ -241,6 +241,7 @@ func gradDecide(r WalkRun) WalkVerdict {
 	if r.Resends > 0 {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d releases were re-sent to a second member, but the pairwise form assumes each release is seen by one peer", r.Resends))
 	}
+	v.Reasons = append(v.Reasons, anomalyReasons(r)...)
 	if r.Cap > 0 && r.Nodes >= 2 && r.Hops > uint64(r.Nodes)*uint64(r.Cap) {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("the plan makes forwards certain: %d hops exceed n x K_i = %d x %d noisy updates", r.Hops, r.Nodes, r.Cap))
 	}

@@ -34,6 +34,12 @@ type WalkRun struct {
 	// Resends counts releases known to have been sent to a second member (a hand-off
 	// redirected after a missing ack, a regeneration, a fallback re-send).
 	Resends uint64
+	// Anomalies counts the custody events a node saw that a hostile member can cause and
+	// that break the planned figure's picture of one uniform secret path: tokens accepted
+	// under a new epoch (a rewind or a regeneration elsewhere), hand-offs refused as
+	// replays of used evidence or as epoch jumps, and evictions. Any voids the planned
+	// figure (the local figure, which counts every update, still holds).
+	Anomalies uint64
 	// Planning is true before the run: only the plan (Nodes, Hops, Cap) is known.
 	Planning bool
 	// Own is true for one node's own report after (or during) the run: K_i is then the
@@ -152,6 +158,7 @@ func WalkDecide(r WalkRun) WalkVerdict {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d releases were re-sent to a second member (missing ack, regeneration or fallback), "+
 			"but the planned form assumes each release is seen by the one next peer of the random path", r.Resends))
 	}
+	v.Reasons = append(v.Reasons, anomalyReasons(r)...)
 	if r.Cap > 0 && r.Nodes >= 2 && r.Hops > 0 {
 		mean := float64(r.Hops) / float64(r.Nodes)
 		sd := math.Sqrt(mean * (1 - 1/float64(r.Nodes)))
@@ -316,4 +323,14 @@ func verdictK(r WalkRun) int {
 		return int((r.Hops + uint64(r.Nodes) - 1) / uint64(r.Nodes))
 	}
 	return r.Updates
+}
+
+// anomalyReasons is the verdict's reason for WalkRun.Anomalies (none when 0), shared by
+// every step's decision.
+func anomalyReasons(r WalkRun) []string {
+	if r.Anomalies == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d custody anomalies (tokens accepted under a new epoch: a rewind or a regeneration; hand-offs refused "+
+		"as replays or epoch jumps; evictions): the walk did not follow one uniform secret path, which the planned form assumes", r.Anomalies)}
 }

@@ -107,3 +107,24 @@ func TestWalkPlannedBound(t *testing.T) {
 		t.Errorf("forwards: %+v, want the local %v", b, loc.Epsilon)
 	}
 }
+
+// TestAnomaliesVoidPlanned: custody anomalies (a rewind, a regeneration elsewhere, refused
+// replays or epoch jumps) void the planned figure of every step in the one verdict
+// function; the local bound is reported with the reason.
+func TestAnomaliesVoidPlanned(t *testing.T) {
+	for _, r := range []WalkRun{
+		{Nodes: 10, Complete: true, Clip: 0.1, Sigma: 1, Cap: 100, Hops: 400, Own: true, Updates: 40},
+		{Step: StepSGD, Nodes: 50, Complete: true, Clip: 1, Sigma: 6, Rate: 1, Cap: 40, Hops: 1500, SGDNonExpansive: true},
+	} {
+		before := WalkPlannedBound(r, 1e-5)
+		r.Anomalies = 3
+		v := WalkDecide(r)
+		b := WalkPlannedBound(r, 1e-5)
+		if v.PlannedHolds || b.ConditionsHold || !strings.Contains(b.Note, "3 custody anomalies") {
+			t.Errorf("%q: verdict %+v, bound %+v", r.Step, v, b)
+		}
+		if r.Step == "" && !before.ConditionsHold {
+			t.Errorf("the prox run's planned figure should hold without anomalies: %+v", before)
+		}
+	}
+}
