@@ -158,10 +158,10 @@ type Node struct {
 	// acceptedEpoch is the highest epoch of a token accepted here.
 	ownAnomalies  atomic.Uint64
 	acceptedEpoch atomic.Uint64
-	started    time.Time
-	join       joinState    // while the membership is being fixed (Status.Join)
-	logLimit   *rateLimiter // repeated warnings: one line per key every logEvery
-	httpSrv    *http.Server
+	started       time.Time
+	join          joinState    // while the membership is being fixed (Status.Join)
+	logLimit      *rateLimiter // repeated warnings: one line per key every logEvery
+	httpSrv       *http.Server
 	// step holds the local step's fields of this node's privacy.WalkRun (walk.StepRun
 	// over its own loss), with Clip and Sigma; set with the membership, under mu.
 	step privacy.WalkRun
