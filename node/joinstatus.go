@@ -14,6 +14,9 @@ type JoinStatus struct {
 	// Refused lists, for the starter, the peers that refused its announcement because
 	// their configuration differs, each with the keys that differ.
 	Refused []string `json:"refused,omitempty"`
+	// WaitingFor lists the --peer addresses not reachable yet, dialled again with a
+	// back-off until they answer.
+	WaitingFor []string `json:"waiting_for,omitempty"`
 	// Joined is, for the starter, the nodes that joined so far (itself included) and, for
 	// a static membership, the members connected (itself included); Want is the number
 	// waited for (MinPeers, or the members).

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,7 @@ type Node struct {
 	// ownAnomalies counts custody anomalies seen here (privacy.WalkRun.Anomalies): tokens
 	// accepted under a new epoch, hand-offs refused as replays or epoch jumps, evictions;
 	// acceptedEpoch is the highest epoch of a token accepted here.
+	waitingFor    []string // --peer addresses not reachable yet (redial), under mu
 	ownAnomalies  atomic.Uint64
 	acceptedEpoch atomic.Uint64
 	started       time.Time
@@ -414,9 +416,61 @@ func (n *Node) dialPeers(ctx context.Context) {
 			}
 		}
 		if err := n.dial(ctx, a); err != nil {
-			n.log.Warn().Err(err).Str("addr", a).Msg("cannot dial peer")
+			n.log.Warn().Err(err).Str("addr", a).Msg("cannot dial peer: retrying with back-off until it answers or the run starts")
+			n.redial(a)
 		}
 	}
+}
+
+// redialMax bounds the back-off between two dials of a --peer that did not answer.
+const redialMax = 30 * time.Second
+
+// redial keeps dialling addr in the background, with a back-off from 1 s doubling up to
+// redialMax, until it answers, the membership is fixed (the custody layer dials members
+// from then on) or the node closes; the join status lists it meanwhile (waiting_for), so
+// that a joiner started before its starter listens says what it waits for and connects
+// once the starter is up.
+func (n *Node) redial(addr string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.closers = append(n.closers, func() error { cancel(); return nil })
+	n.setWaitingFor(addr, true)
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		defer n.setWaitingFor(addr, false)
+		wait := time.Second
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			n.mu.Lock()
+			fixed := len(n.members) > 0
+			n.mu.Unlock()
+			if fixed {
+				return
+			}
+			if err := n.dial(ctx, addr); err == nil {
+				n.log.Info().Str("addr", addr).Msg("connected to --peer")
+				return
+			}
+			wait = min(2*wait, redialMax)
+			n.limitedLog(zerolog.InfoLevel, "redial:"+addr).Str("addr", addr).Dur("retry_in", wait).
+				Msg("waiting for --peer: not reachable yet")
+		}
+	}()
+}
+
+// setWaitingFor adds or removes addr from the peers this node waits to reach.
+func (n *Node) setWaitingFor(addr string, on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if on {
+		n.waitingFor = append(n.waitingFor, addr)
+		return
+	}
+	n.waitingFor = slices.DeleteFunc(n.waitingFor, func(s string) bool { return s == addr })
 }
 
 func shortID(p peer.ID) string {
@@ -1187,6 +1241,11 @@ func (n *Node) Status() Status {
 		st.Hop, st.Holding, st.Paused = n.lastHop.Load(), n.holding.Load(), n.paused.Load()
 	}
 	st.Join = n.join.snapshot(st.Peers)
+	if st.Join != nil {
+		n.mu.Lock()
+		st.Join.WaitingFor = slices.Clone(n.waitingFor)
+		n.mu.Unlock()
+	}
 	if gs := n.radmmStatus(); gs != nil {
 		st.RADMM, st.Epsilon, st.EpsilonNote, st.UpdatesLeft, st.Network = gs, gs.EpsilonSpent, gs.Theorem, -1, nil
 	}

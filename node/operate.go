@@ -36,7 +36,13 @@ func (n *Node) Readiness() (state, reason string) {
 	}
 	if members == 0 {
 		if j := n.join.snapshot(0); j != nil {
-			return RunWaiting, fmt.Sprintf("waiting for the run to start (%s: %d of %d)", j.Role, j.Joined, j.Want)
+			why := fmt.Sprintf("waiting for the run to start (%s: %d of %d)", j.Role, j.Joined, j.Want)
+			n.mu.Lock()
+			if len(n.waitingFor) > 0 {
+				why += fmt.Sprintf("; --peer not reachable yet: %s", strings.Join(n.waitingFor, ", "))
+			}
+			n.mu.Unlock()
+			return RunWaiting, why
 		}
 		return RunWaiting, "waiting for the run to start"
 	}

@@ -194,3 +194,60 @@ func TestGrafanaDashboardSeries(t *testing.T) {
 		t.Errorf("only %d series checked", n)
 	}
 }
+
+// TestJoinerWaitsForLateStarter: a joiner whose --peer (the starter) is not listening yet
+// says what it waits for (join.waiting_for, /readyz's reason), dials it again with a
+// back-off, and joins the run once the starter is up: the run completes on both.
+func TestJoinerWaitsForLateStarter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	port := freePort(t)
+	sdir := t.TempDir()
+	sid, err := store.DataDirPeerID(sdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "/ip4/127.0.0.1/tcp/" + strconv.Itoa(port) + "/p2p/" + sid.String()
+	jc := baseConfig("late", sh[1], 20)
+	jc.DataDir, jc.Peers = t.TempDir(), []string{addr}
+	joiner, err := New(ctx, jc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joiner.Close()
+	jdone := make(chan error, 1)
+	go func() { _, err := joiner.Run(ctx); jdone <- err }()
+	var js *JoinStatus
+	for i := 0; i < 200; i++ {
+		if js = joiner.Status().Join; js != nil && len(js.WaitingFor) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if js == nil || len(js.WaitingFor) != 1 || js.WaitingFor[0] != addr {
+		t.Fatalf("joiner's join status %+v, want it waiting for %s", js, addr)
+	}
+	if st, why := joiner.Readiness(); st != RunWaiting || !strings.Contains(why, "--peer not reachable yet") {
+		t.Errorf("readiness %s %q", st, why)
+	}
+	time.Sleep(1500 * time.Millisecond) // the starter comes up late
+	sc := baseConfig("late", sh[0], 20)
+	sc.DataDir, sc.Start, sc.MinPeers, sc.JoinWindow = sdir, true, 2, 500*time.Millisecond
+	sc.Listen = []string{"/ip4/127.0.0.1/tcp/" + strconv.Itoa(port)}
+	starter, err := New(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer starter.Close()
+	m, err := starter.Run(ctx)
+	if err != nil {
+		t.Fatalf("starter: %v", err)
+	}
+	if err := <-jdone; err != nil {
+		t.Fatalf("joiner: %v", err)
+	}
+	if m.Nodes != 2 {
+		t.Errorf("run of %d nodes, want 2", m.Nodes)
+	}
+}
