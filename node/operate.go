@@ -6,9 +6,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // Run states, as /readyz and the dpadmm_run_state series report them.
@@ -198,4 +201,34 @@ func (w withoutSeries) Collect(ch chan<- prometheus.Metric) {
 // when this node holds the token at the resolution of a scrape).
 func publicProcessCollector() prometheus.Collector {
 	return withoutSeries{c: collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), prefixes: []string{"process_network_"}}
+}
+
+// Progress is what a node's own terminal shows of its walk (LocalProgress). It follows the
+// token's hops as this node sees them, so it is printed locally only, never served on
+// /status or /metrics (which a remote reader could poll on every node to rebuild the path).
+type Progress struct {
+	// Hop is the hop of the last token this node received or sent (kept in its
+	// checkpoint, so it survives a restart), Hops the run's K.
+	Hop, Hops uint64
+	Updates   int
+	Epsilon   privacy.Epsilon
+	// Holding: the token is here (received, or sent and not yet acknowledged).
+	Holding bool
+	// SinceToken is the time since this node last stepped the token (-1: never).
+	SinceToken time.Duration
+	// Fallback is the configured silence after which the custody layer re-sends this
+	// node's last release (0: derived from the run; negative: off).
+	Fallback time.Duration
+	Done     bool
+}
+
+// LocalProgress returns the node's walk progress for its own terminal.
+func (n *Node) LocalProgress() Progress {
+	p := Progress{Hop: n.lastHop.Load(), Hops: n.cfg.Hops, Updates: n.metrics.updatesValue(), Holding: n.holding.Load(),
+		SinceToken: -1, Fallback: n.cfg.FallbackTimeout, Done: n.metrics.done.Load()}
+	p.Epsilon = privacy.Eps(privacy.StepLocalBound(n.stepRun(), p.Updates, n.cfg.Delta).Epsilon)
+	if t := n.lastTok.Load(); t > 0 {
+		p.SinceToken = time.Since(time.Unix(0, t))
+	}
+	return p
 }

@@ -31,6 +31,7 @@ var helpCases = []struct {
 	{"account-models", []string{"account", "models", "--help"}},
 	{"eval", []string{"eval", "--help"}},
 	{"audit", []string{"audit", "--help"}},
+	{"status", []string{"status", "--help"}},
 	{"version", []string{"version", "--help"}},
 }
 

@@ -1,6 +1,6 @@
 // Command dpadmm is a peer-to-peer node for differentially private decentralized
 // training. It has one subcommand per task: node, testnet, account, keys, experiment,
-// audit, eval and version.
+// audit, eval, status and version.
 package main
 
 import (
@@ -26,6 +26,7 @@ Commands:
   experiment  reproduce the papers' comparisons (CSV and PNG output)
   audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
   eval        score a model.json (or a testnet report's model) on a dataset
+  status      the state of a running node, from its --http address
   version     print the version, commit and Go version (also --version)
 
 Run 'dpadmm <command> --help' for the flags of a command.
@@ -42,7 +43,7 @@ var version = "0.1.0-dev"
 var errUsage = errors.New("usage")
 
 // commands are the subcommand names, for suggestions.
-var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "version", "help"}
+var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "status", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -79,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runAudit(args[1:], stdout, stderr)
 	case "eval":
 		err = runEval(args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		err = runVersion(args[1:], stdout)
 	case "help", "-h", "--help", "-help":

@@ -479,3 +479,35 @@ func TestNodeProgressLine(t *testing.T) {
 		}
 	}
 }
+
+// TestWalkProgressLine: a walk node's progress line gives the hop of K with the
+// percentage, the rate and the time left, its updates and epsilon, and says what it waits
+// for when the token has been away for a while.
+func TestWalkProgressLine(t *testing.T) {
+	for _, c := range []struct {
+		p    node.Progress
+		rate float64
+		want string
+	}{
+		{node.Progress{Hop: 1000, Hops: 4000, Updates: 20, Epsilon: 3.25, SinceToken: time.Second}, 50,
+			"run demo: hop 1000 of 4000 (25.0%), 50.0 hops/s, about 1m0s left; own updates 20, epsilon spent 3.25 (local)"},
+		{node.Progress{Hop: 10, Hops: 4000, Holding: true}, 0,
+			"run demo: hop 10 of 4000 (0.2%); own updates 0, epsilon spent 0 (local); this node holds the token"},
+		{node.Progress{Hop: 0, Hops: 4000, SinceToken: -1}, 0,
+			"run demo: hop 0 of 4000 (0.0%); own updates 0, epsilon spent 0 (local); the token has not come here yet"},
+		{node.Progress{Hop: 77, Hops: 100, SinceToken: 42 * time.Second, Fallback: time.Minute}, 2,
+			"run demo: hop 77 of 100 (77.0%), 2.0 hops/s, about 12s left; own updates 0, epsilon spent 0 (local); the token left this node 42s ago (hop 77) and is with another member; if nothing comes for 1m0s, this node re-sends its last release"},
+		{node.Progress{Hop: 100, Hops: 100, Done: true}, 3,
+			"run demo: hop 100 of 100 (100.0%), 3.0 hops/s; own updates 0, epsilon spent 0 (local); done"},
+	} {
+		if got := walkProgressLine(c.p, "demo", c.rate); got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
+		}
+	}
+	var r hopRate
+	t0 := time.Unix(0, 0)
+	r.add(t0, 100)
+	if got := r.add(t0.Add(10*time.Second), 200); got != 10 {
+		t.Errorf("rate %v, want 10 hops/s", got)
+	}
+}
