@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,8 +164,9 @@ func plainLines(t *testing.T, out, prefix string) []string {
 		t.Errorf("carriage return in output to a pipe: %q", out)
 	}
 	var ls []string
+	stamp := regexp.MustCompile(`^\d\d:\d\d:\d\d `) // a node's progress lines start with the time
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, prefix) {
+		if strings.HasPrefix(stamp.ReplaceAllString(l, ""), prefix) {
 			ls = append(ls, l)
 		}
 	}
