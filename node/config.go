@@ -12,12 +12,14 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
@@ -667,13 +669,24 @@ func (f *StaticFile) PeerAddrs() []string {
 }
 
 // ReadRunConfig reads a run configuration file: the JSON of a RunConfig, as
-// WriteRunConfig writes it (and as the starter announces it). Unknown keys are refused, so
-// that a misspelt key is not silently ignored.
+// WriteRunConfig writes it (and as the starter announces it), or the same keys in YAML (a
+// file whose first non-blank character is not '{'; parsed with go.yaml.in/yaml/v3). Unknown
+// keys are refused, so that a misspelt key is not silently ignored.
 func ReadRunConfig(path string) (RunConfig, error) {
 	var rc RunConfig
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return rc, fmt.Errorf("node: run config: %w", err)
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
+		// YAML: read into generic values, then decode them as JSON with the same checks.
+		var v map[string]any
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			return rc, fmt.Errorf("node: run config %s (YAML): %w", path, err)
+		}
+		if b, err = json.Marshal(v); err != nil {
+			return rc, fmt.Errorf("node: run config %s (YAML): %w", path, err)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -735,7 +748,21 @@ func (r RunConfig) DiffNamed(other RunConfig, mine, theirs string) []string {
 		if y == "" {
 			y = "-"
 		}
-		out = append(out, fmt.Sprintf("%s: %s %s, %s %s", k, mine, x, theirs, y))
+		out = append(out, fmt.Sprintf("%s: %s %s, %s %s", runConfigFlag(k), mine, x, theirs, y))
 	}
 	return out
+}
+
+// runConfigFlag names a RunConfig key as a user sets it: the 'dpadmm node' flag (clip ->
+// --clip, max_updates -> --max-updates), or what the data decides.
+func runConfigFlag(key string) string {
+	switch key {
+	case "dims", "noise", "scaling":
+		return key // decided by the data, the algorithm, the scaling flags
+	case "step":
+		return "--local-step/--algo"
+	case "eta_table":
+		return "--eta-file"
+	}
+	return "--" + strings.ReplaceAll(key, "_", "-")
 }

@@ -111,7 +111,8 @@ func newNodeFlags(stdout io.Writer) *nodeFlags {
 func (f *nodeFlags) defineCommon() {
 	fs := f.m
 	f.run = fs.String("run", "", "run name (required unless --run-config gives it); selects the protocol and topic names")
-	f.runConfig = fs.String("run-config", "", "a run configuration file (JSON: the run's announced configuration, every key that enters the config hash); it sets every run parameter that no flag on the command line sets (flags win, and a difference is reported)")
+	f.runConfig = fs.String("run-config", "", "a run configuration file (JSON or YAML: the run's announced configuration, every key that enters the config hash); it sets every run parameter that no flag on the command line sets (flags win, and a difference is reported)")
+	fs.StringVar(f.runConfig, "config", "", "the same as --run-config")
 	f.datadir = fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
 	f.logFormat = fs.String("log-format", "text", "log format: text|json")
 	f.logLevel = fs.String("log-level", "warn", "log level: debug|info|warn|error")
