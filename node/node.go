@@ -735,6 +735,7 @@ func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
 		snap := n.snapshotOf(ck)
 		restore = &CustodyInput{Kind: "restore", Snapshot: &snap, Walk: &walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}}
 		n.metrics.nupd.Store(int64(ck.Updates))
+		n.lastHop.Store(ck.Hop) // the progress line's hop survives the restart
 		n.seen = true
 		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
 	}
