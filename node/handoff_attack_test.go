@@ -89,11 +89,16 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 			t.Fatal(err)
 		}
 	}
+	ran := make(chan struct{})
 	go func() {
+		defer close(ran)
 		m, err := r.v.Run(ctx)
 		r.runModel <- m
 		r.runErr <- err
 	}()
+	// Before the data directory is removed: stop the victim and wait until its run has
+	// returned, so that nothing is still written into the directory.
+	t.Cleanup(func() { r.v.Close(); <-ran })
 	return r
 }
 
