@@ -212,7 +212,7 @@ func (n *Node) runJoiner(ctx context.Context) error {
 	starters := map[peer.ID]bool{}
 	var firstMismatch time.Time
 	var mismatch string
-	told := map[string]bool{} // announcer+hash already told (and logged) about the mismatch
+	told := map[string]time.Time{} // announcer+hash: when it was last told of the mismatch (logged the first time)
 	wait := n.cfg.MismatchWait
 	if wait == 0 {
 		wait = 30 * time.Second
@@ -234,11 +234,15 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				if a.m.Config != nil {
 					diff = strings.Join(n.rc.Diff(*a.m.Config), "; ")
 				}
-				if key := a.from.String() + a.m.Hash; !told[key] {
-					told[key] = true
-					n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).Str("differs", diff).
-						Msg("refusing run announcement: this node's configuration differs from the run's")
-					// Tell the starter why (it logs refused joiners with the reason).
+				if key := a.from.String() + a.m.Hash; time.Since(told[key]) >= 2*time.Second {
+					if told[key].IsZero() {
+						n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).Str("differs", diff).
+							Msg("refusing run announcement: this node's configuration differs from the run's")
+					}
+					told[key] = time.Now()
+					// Tell the starter why (it logs refused joiners with the reason), again
+					// every 2 s while its announcements come: a message published before
+					// the topic's mesh reaches the starter would otherwise be lost.
 					rc := n.rc
 					n.publish(ctx, ctlMsg{Type: "mismatch", Run: n.cfg.Run, Hash: n.hash, Config: &rc, By: a.m.Hash})
 				}

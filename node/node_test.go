@@ -511,7 +511,7 @@ func TestJoinerMismatchExits(t *testing.T) {
 		if i == 0 {
 			c.Start, c.MinPeers = true, 2
 		} else {
-			c.Clip, c.MismatchWait = 0.2, 1500*time.Millisecond
+			c.Clip, c.MismatchWait = 0.2, 5*time.Second
 		}
 		nd, err := New(ctx, c)
 		if err != nil {
@@ -531,7 +531,7 @@ func TestJoinerMismatchExits(t *testing.T) {
 	if st, _ := nodes[1].Readiness(); st != RunFailed {
 		t.Errorf("joiner readiness %s after the mismatch", st)
 	}
-	for i := 0; i < 300 && !strings.Contains(logs[0].String(), "clip: theirs 0.2, ours 1"); i++ {
+	for i := 0; i < 1000 && !strings.Contains(logs[0].String(), "clip: theirs 0.2, ours 1"); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if js := nodes[0].Status().Join; js == nil || len(js.Refused) != 1 || !strings.Contains(js.Refused[0], "clip: theirs 0.2, ours 1") {
