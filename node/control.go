@@ -210,12 +210,9 @@ func (n *Node) runJoiner(ctx context.Context) error {
 	// Only the peer whose announcement matched our configuration may start the run: a
 	// start message from anyone else is ignored (a member list is not taken on trust).
 	starters := map[peer.ID]bool{}
-	var firstMismatch time.Time
-	var mismatch string
-	told := map[string]time.Time{} // announcer+hash: when it was last told of the mismatch (logged the first time)
-	wait := n.cfg.MismatchWait
-	if wait == 0 {
-		wait = 30 * time.Second
+	mm := mismatchState{told: map[string]time.Time{}, wait: n.cfg.MismatchWait}
+	if mm.wait == 0 {
+		mm.wait = 30 * time.Second
 	}
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
@@ -224,32 +221,12 @@ func (n *Node) runJoiner(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-check.C:
-			if wait > 0 && !firstMismatch.IsZero() && len(starters) == 0 && time.Since(firstMismatch) >= wait {
-				return fmt.Errorf("%w: for %v every announcement of run %q had another configuration: %s", ErrConfigMismatch,
-					wait.Round(time.Second), n.cfg.Run, mismatch)
+			if err := mm.expired(n.cfg.Run, len(starters)); err != nil {
+				return err
 			}
 		case a := <-n.announces:
 			if a.m.Hash != n.hash {
-				diff := "the announcement carries no configuration"
-				if a.m.Config != nil {
-					diff = strings.Join(n.rc.Diff(*a.m.Config), "; ")
-				}
-				if key := a.from.String() + a.m.Hash; time.Since(told[key]) >= 2*time.Second {
-					if told[key].IsZero() {
-						n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).Str("differs", diff).
-							Msg("refusing run announcement: this node's configuration differs from the run's")
-					}
-					told[key] = time.Now()
-					// Tell the starter why (it logs refused joiners with the reason), again
-					// every 2 s while its announcements come: a message published before
-					// the topic's mesh reaches the starter would otherwise be lost.
-					rc := n.rc
-					n.publish(ctx, ctlMsg{Type: "mismatch", Run: n.cfg.Run, Hash: n.hash, Config: &rc, By: a.m.Hash})
-				}
-				if firstMismatch.IsZero() {
-					firstMismatch = time.Now()
-				}
-				mismatch = diff
+				n.refuseAnnouncement(ctx, a, &mm)
 				continue
 			}
 			if p := n.pinnedStarter(); p != "" && a.from != p {
@@ -903,4 +880,48 @@ func (n *Node) logMismatch(m finalMsg, what string) {
 	}
 	n.join.update(func(js *JoinStatus) { js.Refused = append(js.Refused, shortID(m.from)+": "+diff) })
 	n.log.Warn().Str("from", shortID(m.from)).Str("theirs", m.m.Hash).Str("differs", diff).Msg(what + ": its configuration differs")
+}
+
+// mismatchState is a joiner's record of announcements of its run with another
+// configuration (runJoiner).
+type mismatchState struct {
+	told  map[string]time.Time // announcer+hash: when it was last told (logged the first time)
+	first time.Time            // the first such announcement
+	diff  string               // the keys that differ, from the last one
+	wait  time.Duration        // Config.MismatchWait (30 s by default; negative: forever)
+}
+
+// expired returns ErrConfigMismatch, naming the keys, once every announcement of the run
+// for the mismatch wait had another configuration and none matched (no starter known).
+func (m *mismatchState) expired(run string, starters int) error {
+	if m.wait <= 0 || m.first.IsZero() || starters > 0 || time.Since(m.first) < m.wait {
+		return nil
+	}
+	return fmt.Errorf("%w: for %v every announcement of run %q had another configuration: %s", ErrConfigMismatch,
+		m.wait.Round(time.Second), run, m.diff)
+}
+
+// refuseAnnouncement handles an announcement of the run whose configuration differs from
+// this node's: it logs the keys that differ once per announcer and configuration, and
+// tells the starter why (a mismatch message the starter logs), again every 2 s while its
+// announcements come, since a message published before the topic's mesh reaches the
+// starter would be lost.
+func (n *Node) refuseAnnouncement(ctx context.Context, a finalMsg, m *mismatchState) {
+	diff := "the announcement carries no configuration"
+	if a.m.Config != nil {
+		diff = strings.Join(n.rc.Diff(*a.m.Config), "; ")
+	}
+	if key := a.from.String() + a.m.Hash; time.Since(m.told[key]) >= 2*time.Second {
+		if m.told[key].IsZero() {
+			n.log.Warn().Str("from", shortID(a.from)).Str("theirs", a.m.Hash).Str("ours", n.hash).Str("differs", diff).
+				Msg("refusing run announcement: this node's configuration differs from the run's")
+		}
+		m.told[key] = time.Now()
+		rc := n.rc
+		n.publish(ctx, ctlMsg{Type: "mismatch", Run: n.cfg.Run, Hash: n.hash, Config: &rc, By: a.m.Hash})
+	}
+	if m.first.IsZero() {
+		m.first = time.Now()
+	}
+	m.diff = diff
 }
