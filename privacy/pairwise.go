@@ -284,30 +284,10 @@ type Realised struct {
 // The cost is O(K n) time with K = len(Steps) (one backward sweep per observer, amortised
 // O(1) per step) and O(n^2 + K) memory. K must stay below 2^31.
 func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
-	if err := tr.Validate(); err != nil {
+	if err := checkRealisedInput(tr, coalitions); err != nil {
 		return nil, err
 	}
-	n := tr.Nodes
-	if n < 2 {
-		return nil, errors.New("privacy: realised pairwise: need at least 2 nodes")
-	}
-	if int64(n)*int64(n) > 1<<27 {
-		return nil, fmt.Errorf("privacy: realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
-	}
-	K := len(tr.Steps)
-	if int64(K) >= 1<<31 {
-		return nil, fmt.Errorf("privacy: realised pairwise: %d steps, at most %d", K, 1<<31-1)
-	}
-	for c, members := range coalitions {
-		if len(members) == 0 {
-			return nil, fmt.Errorf("privacy: realised pairwise: coalition %d is empty", c)
-		}
-		for _, v := range members {
-			if v < 0 || v >= n {
-				return nil, fmt.Errorf("privacy: realised pairwise: coalition %d: node %d outside [0, %d)", c, v, n)
-			}
-		}
-	}
+	n, K := tr.Nodes, len(tr.Steps)
 	code := make([]int32, K)
 	updates := make([]int, n)
 	for k, s := range tr.Steps {
@@ -398,6 +378,35 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 		res.Coalitions = append(res.Coalitions, cw)
 	}
 	return res, nil
+}
+
+// checkRealisedInput checks the trace and the coalitions of a realised accountant
+// (RealisedPairwise, RealisedPairwiseScaled): a valid trace of at least 2 nodes and fewer
+// than 2^31 steps, an n x n matrix of reasonable size, coalitions non-empty and of members.
+func checkRealisedInput(tr *Trace, coalitions [][]int) error {
+	if err := tr.Validate(); err != nil {
+		return err
+	}
+	n := tr.Nodes
+	switch {
+	case n < 2:
+		return errors.New("privacy: realised pairwise: need at least 2 nodes")
+	case int64(n)*int64(n) > 1<<27:
+		return fmt.Errorf("privacy: realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
+	case int64(len(tr.Steps)) >= 1<<31:
+		return fmt.Errorf("privacy: realised pairwise: %d steps, at most %d", len(tr.Steps), 1<<31-1)
+	}
+	for c, members := range coalitions {
+		if len(members) == 0 {
+			return fmt.Errorf("privacy: realised pairwise: coalition %d is empty", c)
+		}
+		for _, v := range members {
+			if v < 0 || v >= n {
+				return fmt.Errorf("privacy: realised pairwise: coalition %d: node %d outside [0, %d)", c, v, n)
+			}
+		}
+	}
+	return nil
 }
 
 // hullPt is a vertex of a node's hull in a sweep, stored at the index L of its update (the

@@ -1,7 +1,6 @@
 package privacy
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
@@ -33,32 +32,16 @@ import (
 // scale must have one entry per step, each finite and > 0 (forward steps' entries are
 // ignored but must still be valid).
 func RealisedPairwiseScaled(tr *Trace, scale []float64, coalitions ...[]int) (*Realised, error) {
-	if err := tr.Validate(); err != nil {
+	if err := checkRealisedInput(tr, coalitions); err != nil {
 		return nil, err
 	}
 	n := tr.Nodes
-	if n < 2 {
-		return nil, errors.New("privacy: realised pairwise: need at least 2 nodes")
-	}
-	if int64(n)*int64(n) > 1<<27 {
-		return nil, fmt.Errorf("privacy: realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
-	}
 	if len(scale) != len(tr.Steps) {
 		return nil, fmt.Errorf("privacy: realised pairwise: %d scales for %d steps", len(scale), len(tr.Steps))
 	}
 	for k, s := range scale {
 		if !(s > 0) || math.IsInf(s, 0) {
 			return nil, fmt.Errorf("privacy: realised pairwise: step %d: scale %v must be finite and > 0", k, s)
-		}
-	}
-	for c, members := range coalitions {
-		if len(members) == 0 {
-			return nil, fmt.Errorf("privacy: realised pairwise: coalition %d is empty", c)
-		}
-		for _, v := range members {
-			if v < 0 || v >= n {
-				return nil, fmt.Errorf("privacy: realised pairwise: coalition %d: node %d outside [0, %d)", c, v, n)
-			}
 		}
 	}
 	updates := make([]int, n)

@@ -35,6 +35,24 @@ func TestRulesWrittenOnce(t *testing.T) {
 			regexp.MustCompile(`const probe = 1000`),
 			map[string]bool{"privacy/pairwise.go": true}},
 	}
+	forEachSource(t, func(rel string, lines []string) {
+		for _, r := range rules {
+			if r.allowed[rel] {
+				continue
+			}
+			for _, line := range lines {
+				if r.pattern.MatchString(line) {
+					t.Errorf("%s: a copy of %s: %s", rel, r.name, strings.TrimSpace(line))
+				}
+			}
+		}
+	})
+}
+
+// forEachSource calls f with the path (relative to the module root) and the non-comment
+// lines of every non-test Go file of the module.
+func forEachSource(t *testing.T, f func(rel string, lines []string)) {
+	t.Helper()
 	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -50,20 +68,14 @@ func TestRulesWrittenOnce(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel("..", path)
-		rel = filepath.ToSlash(rel)
-		for _, r := range rules {
-			if r.allowed[rel] {
-				continue
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "//") {
+				l = "" // comments name rules; they are not copies (line numbers kept)
 			}
-			for _, line := range strings.Split(string(b), "\n") {
-				if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "//") {
-					continue
-				}
-				if r.pattern.MatchString(line) {
-					t.Errorf("%s: a copy of %s: %s", rel, r.name, strings.TrimSpace(line))
-				}
-			}
+			lines = append(lines, l)
 		}
+		f(filepath.ToSlash(rel), lines)
 		return nil
 	})
 	if err != nil {
@@ -75,32 +87,14 @@ func TestRulesWrittenOnce(t *testing.T) {
 // walk.StepKind): no comparison with a bare step-name string outside the vocabulary.
 func TestStepNamesTyped(t *testing.T) {
 	re := regexp.MustCompile(`(==|!=|case)\s*"(prox|linearized|ls-sgd|sgd|gadmm)"`)
-	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
+	forEachSource(t, func(rel string, lines []string) {
+		if rel == "cmd/dpadmm/experiment.go" {
+			return // subcommand names ('dpadmm experiment gadmm'), not steps
 		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("..", path)
-		if filepath.ToSlash(rel) == "cmd/dpadmm/experiment.go" {
-			return nil // subcommand names ('dpadmm experiment gadmm'), not steps
-		}
-		for k, line := range strings.Split(string(b), "\n") {
-			if re.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
-				t.Errorf("%s:%d: a bare step name: %s", path, k+1, strings.TrimSpace(line))
+		for k, line := range lines {
+			if re.MatchString(line) {
+				t.Errorf("%s:%d: a bare step name: %s", rel, k+1, strings.TrimSpace(line))
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
