@@ -19,7 +19,11 @@ import (
 type Classes struct {
 	// Negative is "" when the data held only the positive class.
 	Negative string `json:"negative,omitempty"`
-	Positive string `json:"positive"`
+	Positive string `json:"positive,omitempty"`
+	// List, for a label of more than two classes (the multinomial loss), holds the classes
+	// in their order: the label of a row is its index in List. Negative and Positive are
+	// then empty.
+	List []string `json:"list,omitempty"`
 }
 
 // labelKey identifies a class: a finite number, or a cleaned text.

@@ -17,6 +17,19 @@ type Dataset struct {
 	// Classes, for binary labels read from a file, records which label became -1 and
 	// which +1 (nil otherwise).
 	Classes *Classes
+	// Label is the name of the label column (CSV with a header; "" otherwise).
+	Label string
+	// Categories is the one-hot vocabulary of the text columns, in feature order.
+	Categories []Categorical
+	// TargetScale, when > 0, says the targets were divided by it (Scaler.TargetScale):
+	// Regression reports the RMSE in the original units.
+	TargetScale float64
+}
+
+// HasIntercept reports whether d's last column is the intercept (named InterceptFeature:
+// added by Scaler.Apply, or read back from a file a simulator wrote).
+func (d *Dataset) HasIntercept() bool {
+	return d != nil && len(d.Features) > 0 && d.Features[len(d.Features)-1] == InterceptFeature
 }
 
 // Row returns row i of the design matrix as a view into X (no copy).
@@ -34,6 +47,8 @@ func (d *Dataset) Subset(idx []int) *Dataset {
 		Y:        make([]float64, 0, len(idx)),
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
+
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories,
 	}
 	for _, i := range idx {
 		out.X = append(out.X, d.Row(i)...)
@@ -52,6 +67,8 @@ func (d *Dataset) Clone() *Dataset {
 		Y:        append([]float64(nil), d.Y...),
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
+
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories,
 	}
 }
 

@@ -359,10 +359,14 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		}
 		cols = append(cols, c)
 	}
+	if header {
+		d.Label = names[label]
+	}
 	for _, c := range cols {
 		if c.cats == nil {
 			d.Features = append(d.Features, names[c.src])
 		} else {
+			d.Categories = append(d.Categories, Categorical{Column: names[c.src], Values: append([]string(nil), c.cats...)})
 			for _, k := range c.cats {
 				d.Features = append(d.Features, names[c.src]+"="+k)
 			}

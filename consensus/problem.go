@@ -72,13 +72,22 @@ func (l Loss) deriv(m, y float64) float64 {
 	return m - y
 }
 
-// Regularizer is L1*||w||_1 + (L2/2)*||w||^2.
-type Regularizer struct{ L1, L2 float64 }
+// Regularizer is L1*||w||_1 + (L2/2)*||w||^2 over the penalised coordinates of w: all but
+// the last Free (the intercept, which is not penalised; see Scaler.Intercept).
+type Regularizer struct {
+	L1, L2 float64
+	// Free is the number of trailing coordinates the regularizer leaves alone (0 or 1: the
+	// intercept). Its prox is the identity on them.
+	Free int
+}
 
-// Value returns L1*||w||_1 + (L2/2)*||w||^2.
+// Penalised returns the number of coordinates of a dim-dimensional model r penalises.
+func (r Regularizer) Penalised(dim int) int { return max(0, dim-r.Free) }
+
+// Value returns L1*||w||_1 + (L2/2)*||w||^2 over the penalised coordinates.
 func (r Regularizer) Value(w []float64) float64 {
 	s1, s2 := 0.0, 0.0
-	for _, v := range w {
+	for _, v := range w[:r.Penalised(len(w))] {
 		s1 += math.Abs(v)
 		s2 += v * v
 	}
@@ -90,7 +99,9 @@ func (r Regularizer) Value(w []float64) float64 {
 func (r Regularizer) Prox(dst, v []float64, gamma float64) {
 	t := gamma * r.L1
 	s := 1 / (1 + gamma*r.L2)
-	for i, x := range v {
+	p := r.Penalised(len(v))
+	copy(dst[p:len(v)], v[p:])
+	for i, x := range v[:p] {
 		switch {
 		case x > t:
 			dst[i] = (x - t) * s
@@ -121,6 +132,9 @@ func (p Problem) Validate() error {
 		if math.IsNaN(c.v) || math.IsInf(c.v, 0) || c.v < 0 {
 			return fmt.Errorf("consensus: regularization %s=%v must be finite and >= 0", c.name, c.v)
 		}
+	}
+	if p.Reg.Free < 0 || p.Reg.Free > 1 {
+		return fmt.Errorf("consensus: %d unpenalised coordinates (the intercept is the only one)", p.Reg.Free)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -58,12 +59,95 @@ func (k Scaling) DataDependent() bool { return k.standardize() || k.rownorm() }
 // RowDiv, the largest row norm of the (standardized) rows it was fitted on, and unitball
 // divides each row by max(1, its norm). Its JSON form is the scale file of the command
 // line: {"kind": ..., "mean": [...], "std": [...], "row_div": ...}.
+//
+// With Intercept = c in (0, 1), the scaled row x becomes [sqrt(1-c^2) x, c]: a constant
+// feature whose coefficient gives the intercept (b = c w_last). The factor sqrt(1-c^2) keeps
+// every row that was in the unit ball in it (||x||^2 (1-c^2) + c^2 <= 1 when ||x|| <= 1),
+// so every privacy figure whose condition is ||x|| <= 1 (Theorem V.1's objective
+// perturbation, the per-example gradient bounds) holds unchanged: the intercept costs no
+// privacy. A small c (DefaultIntercept 0.1) puts little noise on the intercept (the noise
+// on w_last reaches the margin times c, the same for every row, where the noise on the
+// features' weights varies from row to row) at the price of a slower intercept: w_last
+// must reach b/c.
 type Scaler struct {
 	Kind   Scaling   `json:"kind"`
 	Mean   []float64 `json:"mean,omitempty"`
 	Std    []float64 `json:"std,omitempty"`
 	RowDiv float64   `json:"row_div,omitempty"`
+	// Intercept is the constant feature c of the intercept; 0 fits none.
+	Intercept float64 `json:"intercept,omitempty"`
+	// TargetCenter and TargetScale map a numeric target y (squared loss) to
+	// (y - TargetCenter)/TargetScale; TargetScale 0 leaves targets alone. They are public
+	// parameters like the others (a range every member knows, or fitted by a simulator).
+	// Predictions are mapped back: y = TargetCenter + TargetScale * (x.w).
+	TargetCenter float64 `json:"target_center,omitempty"`
+	TargetScale  float64 `json:"target_scale,omitempty"`
 }
+
+// HasTarget reports whether s rescales numeric targets.
+func (s *Scaler) HasTarget() bool { return s != nil && s.TargetScale != 0 }
+
+// FitTarget sets the target scaling to the mean and standard deviation of train's targets
+// (a simulator's choice: the pooled rows are not known to any node); constant targets keep
+// scale 1.
+func (s *Scaler) FitTarget(train *Dataset) {
+	n := float64(train.Rows)
+	if n == 0 {
+		return
+	}
+	m, v := 0.0, 0.0
+	for _, y := range train.Y {
+		m += y
+	}
+	m /= n
+	for _, y := range train.Y {
+		v += (y - m) * (y - m)
+	}
+	sd := math.Sqrt(v / n)
+	if !(sd > 1e-12*math.Max(1, math.Abs(m))) {
+		sd = 1
+	}
+	s.TargetCenter, s.TargetScale = m, sd
+}
+
+// SetTargetRange sets the target scaling from a public range [lo, hi]: center (lo+hi)/2,
+// scale (hi-lo)/2, so targets in the range map into [-1, 1].
+func (s *Scaler) SetTargetRange(lo, hi float64) error {
+	if !(hi > lo) || math.IsInf(lo, 0) || math.IsInf(hi, 0) {
+		return fmt.Errorf("consensus: target range [%v, %v] must be finite with lo < hi", lo, hi)
+	}
+	s.TargetCenter, s.TargetScale = (lo+hi)/2, (hi-lo)/2
+	return nil
+}
+
+// Predict maps a margin x.w back to the target's units (the identity without a target
+// scaling).
+func (s *Scaler) Predict(m float64) float64 {
+	if !s.HasTarget() {
+		return m
+	}
+	return s.TargetCenter + s.TargetScale*m
+}
+
+// DefaultIntercept is the default constant feature of the intercept (see Scaler): on
+// breast cancer, 10 nodes, 300 hops at sigma 1, test accuracy 0.86/0.86/0.82 over three
+// seeds with 0.1, 0.74/0.85/0.79 with 0.3, 0.49/0.76/0.62 with 1/sqrt(2); the
+// noiseless optimum is the same.
+const DefaultIntercept = 0.1
+
+// HasIntercept reports whether s appends the intercept's constant feature.
+func (s *Scaler) HasIntercept() bool { return s != nil && s.Intercept > 0 }
+
+// featureFactor is sqrt(1 - c^2), the factor of the features with an intercept (1 without).
+func (s *Scaler) featureFactor() float64 {
+	if !s.HasIntercept() {
+		return 1
+	}
+	return math.Sqrt(1 - s.Intercept*s.Intercept)
+}
+
+// InterceptFeature is the name of the intercept's column in a scaled dataset.
+const InterceptFeature = "(intercept)"
 
 // ParseScaler decodes and checks a scaler in its JSON form. dims, when > 0, is the
 // number of features the standardisation must cover.
@@ -107,6 +191,12 @@ func (s *Scaler) Validate(dims int) error {
 	} else if len(s.Mean) > 0 || len(s.Std) > 0 {
 		return fmt.Errorf("consensus: scaling %s takes no mean or std", k)
 	}
+	if !(s.Intercept >= 0 && s.Intercept < 1) {
+		return fmt.Errorf("consensus: intercept feature %v must be in [0, 1) (0: no intercept)", s.Intercept)
+	}
+	if s.TargetScale != 0 && (!finite(s.TargetScale) || !(s.TargetScale > 0) || !finite(s.TargetCenter)) {
+		return fmt.Errorf("consensus: target scale %v and centre %v must be finite, the scale > 0", s.TargetScale, s.TargetCenter)
+	}
 	switch {
 	case k.rownorm() && (!finite(s.RowDiv) || !(s.RowDiv > 0)):
 		return fmt.Errorf("consensus: scaling %s needs row_div > 0 and finite, got %v", k, s.RowDiv)
@@ -129,7 +219,28 @@ func (s *Scaler) Dims() int {
 // the SHA-256 of its canonical JSON ("standardize:3f2a..."). Two nodes with the same
 // fingerprint transform their features identically.
 func (s *Scaler) Fingerprint() string {
-	if s == nil || s.Kind == ScaleNone || s.Kind == "" {
+	if s == nil {
+		return ""
+	}
+	if s.HasTarget() {
+		c := *s
+		c.TargetCenter, c.TargetScale = 0, 0
+		t := fmt.Sprintf("target(%s,%s)", strconv.FormatFloat(s.TargetCenter, 'g', -1, 64), strconv.FormatFloat(s.TargetScale, 'g', -1, 64))
+		if fp := c.Fingerprint(); fp != "" {
+			return fp + "+" + t
+		}
+		return t
+	}
+	if s.HasIntercept() {
+		c := *s
+		c.Intercept = 0
+		t := "intercept(" + strconv.FormatFloat(s.Intercept, 'g', -1, 64) + ")"
+		if fp := c.Fingerprint(); fp != "" {
+			return fp + "+" + t
+		}
+		return t
+	}
+	if s.Kind == ScaleNone || s.Kind == "" {
 		return ""
 	}
 	if !s.Kind.DataDependent() {
@@ -206,30 +317,70 @@ func FitScaler(train *Dataset, kind Scaling) (*Scaler, error) {
 }
 
 // Apply returns a new dataset with the preprocessing applied to d's features. A
-// standardisation covers the first len(Mean) features.
+// standardisation covers the first len(Mean) features. With an intercept the result has
+// one more column, the constant Intercept, and the features are multiplied by
+// sqrt(1 - Intercept^2).
 func (s *Scaler) Apply(d *Dataset) *Dataset {
 	out := d.Clone()
 	for i := 0; i < out.Rows; i++ {
-		row := out.Row(i)
-		if s.Kind.standardize() {
-			for j := range row {
-				if j < len(s.Mean) {
-					row[j] = (row[j] - s.Mean[j]) / s.Std[j]
-				}
-			}
+		s.scaleRow(out.Row(i))
+	}
+	if s.HasTarget() {
+		for i, y := range out.Y {
+			out.Y[i] = (y - s.TargetCenter) / s.TargetScale
 		}
-		switch {
-		case s.Kind.rownorm():
-			for j := range row {
-				row[j] /= s.RowDiv
-			}
-		case s.Kind.unitball():
-			if n := norm2(row); n > 1 {
-				for j := range row {
-					row[j] /= n
-				}
+		out.TargetScale = s.TargetScale
+	}
+	if !s.HasIntercept() {
+		return out
+	}
+	f := s.featureFactor()
+	w := &Dataset{Name: out.Name, Rows: out.Rows, Cols: out.Cols + 1, Y: out.Y, Classes: out.Classes, TargetScale: out.TargetScale,
+		Label: out.Label, Categories: out.Categories,
+		X: make([]float64, 0, out.Rows*(out.Cols+1)), Features: append(out.Features, InterceptFeature)}
+	for i := 0; i < out.Rows; i++ {
+		for _, v := range out.Row(i) {
+			w.X = append(w.X, v*f)
+		}
+		w.X = append(w.X, s.Intercept)
+	}
+	return w
+}
+
+// ScaleRow applies the preprocessing to one raw row: it returns the scaled row, with the
+// intercept's constant last when s has one (len(x)+1 values).
+func (s *Scaler) ScaleRow(x []float64) []float64 {
+	row := append(make([]float64, 0, len(x)+1), x...)
+	s.scaleRow(row)
+	if s.HasIntercept() {
+		f := s.featureFactor()
+		for j := range row {
+			row[j] *= f
+		}
+		row = append(row, s.Intercept)
+	}
+	return row
+}
+
+// scaleRow applies standardisation and row normalisation to row in place.
+func (s *Scaler) scaleRow(row []float64) {
+	if s.Kind.standardize() {
+		for j := range row {
+			if j < len(s.Mean) {
+				row[j] = (row[j] - s.Mean[j]) / s.Std[j]
 			}
 		}
 	}
-	return out
+	switch {
+	case s.Kind.rownorm():
+		for j := range row {
+			row[j] /= s.RowDiv
+		}
+	case s.Kind.unitball():
+		if n := norm2(row); n > 1 {
+			for j := range row {
+				row[j] /= n
+			}
+		}
+	}
 }

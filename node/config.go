@@ -527,6 +527,10 @@ type RunConfig struct {
 	Rate     float64 `json:"sample_rate,omitempty"`
 	Strong   bool    `json:"strongly_convex,omitempty"`
 
+	// Unpenalised is the number of trailing coordinates the regularizer leaves alone
+	// (consensus.Regularizer.Free: the intercept; 0 is omitted, so older hashes hold).
+	Unpenalised int `json:"unpenalised,omitempty"`
+
 	// MaxRows bounds the rows a member may claim (Config.MaxRows; 0: none).
 	MaxRows int `json:"max_rows,omitempty"`
 
@@ -584,7 +588,7 @@ func (c *Config) runConfig() RunConfig {
 	rc := RunConfig{
 		Run: c.Run, Algorithm: "walk", Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
 		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,
-		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian",
+		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian", Unpenalised: c.Problem.Reg.Free,
 	}
 	if s := c.Step; s.Kind != walk.StepProx {
 		rc.Step, rc.StepSize, rc.Beta, rc.Nu, rc.Rate, rc.Strong = s.Kind.String(), s.Eta, s.Beta, s.Nu, s.Rate, s.Strong
@@ -763,6 +767,8 @@ func runConfigFlag(key string) string {
 		return "--local-step/--algo"
 	case "eta_table":
 		return "--eta-file"
+	case "unpenalised":
+		return "--intercept"
 	}
 	return "--" + strings.ReplaceAll(key, "_", "-")
 }

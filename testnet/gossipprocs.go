@@ -246,7 +246,7 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 			return nil, err
 		}
 		pl.logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
-		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--datadir", pl.dirs[i],
+		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--intercept", "0", "--datadir", pl.dirs[i],
 			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
 			"--listen", pl.st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
 		if o.Problem.Loss == consensus.Logistic {

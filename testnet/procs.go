@@ -273,7 +273,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 		}
 		res.Logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
 		f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--datadir", dirs[i],
+		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--intercept", "0", "--datadir", dirs[i],
 			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10), "--profile", "test",
 			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",
 			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta)}
@@ -633,6 +633,12 @@ func writeShardCSV(path string, d *consensus.Dataset) error {
 	var b strings.Builder
 	b.WriteString("label")
 	for j := 0; j < d.Cols; j++ {
+		if j < len(d.Features) && d.Features[j] == consensus.InterceptFeature {
+			// A node reading the shard with --intercept=false knows this column for the
+			// intercept by its name, and leaves it unpenalised as the simulator does.
+			b.WriteString("," + consensus.InterceptFeature)
+			continue
+		}
 		fmt.Fprintf(&b, ",f%d", j)
 	}
 	b.WriteByte('\n')

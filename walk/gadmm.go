@@ -132,6 +132,10 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 	}
 	s := cfg.Step
 	st.G = cfg.Reg
+	// Gradient ADMM penalises every coordinate, the intercept too: its figure
+	// (amplification by iteration, digest 002) needs g strongly convex in each coordinate
+	// when Strong, and one rule for both forms keeps the y-step simple.
+	st.G.Free = 0
 	st.Nu = loss.Smoothness()
 	if s.Strong {
 		st.Mu = cfg.Reg.L2 / 2

@@ -59,8 +59,12 @@ func (m *Machine) updateSGD(z, zhat []float64) error {
 	if chk != 0 {
 		return ErrNotFinite
 	}
+	free := c.Reg.Penalised(n) // the intercept (Reg.Free) is not penalised: no prox
 	for k, v := range g {
-		w := soft(z[k]-float64(eta*v), t, sh)
+		w := z[k] - float64(eta*v)
+		if k < free {
+			w = soft(w, t, sh)
+		}
 		z[k], zhat[k] = w, w
 	}
 	return nil

@@ -27,15 +27,34 @@ import (
 // A token with a NaN or infinite coordinate is refused with ErrNotFinite before anything is
 // written or any noise is drawn: u_i, z and zhat are then unchanged.
 func (m *Machine) update(z, zhat []float64) error {
-	c := &m.cfg
 	n := m.dim
 	z, zhat = z[:n], zhat[:n]
-	if m.cfg.Step.Kind != StepProx {
-		return m.updateStep(z, zhat)
+	var err error
+	switch k := m.cfg.Step.Kind; {
+	case k == StepSGD || k == StepGADMM:
+		return m.updateStep(z, zhat) // their own prox (sgd.go, gadmm.go)
+	case k != StepProx:
+		err = m.updateStep(z, zhat)
+	case m.rankOne:
+		err = m.updateRankOne(m.r1, z, zhat)
+	default:
+		err = m.updateProx(z, zhat)
 	}
-	if m.rankOne {
-		return m.updateRankOne(m.r1, z, zhat)
+	if err == nil {
+		// The z-step is z = prox_{gamma r}(zhat); r leaves the intercept alone (Reg.Free), so
+		// its coordinate is zhat's. The sweeps apply one prox to every coordinate; the free
+		// ones are set back here, the same bits on every path.
+		for k := m.cfg.Reg.Penalised(n); k < n; k++ {
+			z[k] = zhat[k]
+		}
 	}
+	return err
+}
+
+// updateProx is the StepProx update of a general f_i (see update).
+func (m *Machine) updateProx(z, zhat []float64) error {
+	c := &m.cfg
+	n := m.dim
 	if !allFinite(z, zhat) {
 		return ErrNotFinite
 	}

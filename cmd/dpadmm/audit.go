@@ -128,7 +128,7 @@ func newAuditFlags(stdout io.Writer) *auditFlags {
 	f.nodes = m.Int("nodes", 0, "number of nodes (default 50 for the walk, 5 for radmm)")
 	f.node = m.Int("node", 0, "the audited node i")
 	f.l2 = m.Float64("l2", d.Problem.Reg.L2, "L2 weight mu: adds (mu/2)*||w||^2")
-	f.df = addDataFlags(m.FlagSet, experimentData)
+	f.df = addDataFlags(m.FlagSet, auditData)
 	f.workers = m.Int("workers", 0, "goroutines running trials (default: min(2, CPUs))")
 	m.in(auditSectionWalk, "", "walk:*", auditModeAll)
 	f.sigma = m.Float64("sigma", d.Sigma, "std of the noise: on eta in eq. (7) for prox, linearized (noise on u has std lambda*sigma); on the clipped gradient sum for ls-sgd, walk-sgd; on x for walk-gadmm")
@@ -326,7 +326,7 @@ func (f *auditFlags) audit(ld *loadedData, mode string) ([]testnet.AuditResult, 
 // auditWalk audits one noisy update of the walk with local step step.
 func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int) ([]testnet.AuditResult, string, error) {
 	o := testnet.WalkAuditOptions{
-		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: f.problem(), Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip,
+		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: ld.problem(f.problem(), true), Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip,
 		Sigma: *f.sigma, Step: step, Node: *f.node, PairHops: *f.pairHops, FinalHops: *f.finalHops, Trials: trials, Delta: *f.delta,
 		Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers,
 	}
@@ -342,7 +342,7 @@ func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int)
 // auditRADMM audits one release of R-ADMM.
 func (f *auditFlags) auditRADMM(ld *loadedData, trials int) ([]testnet.AuditResult, string, error) {
 	o := testnet.RADMMAuditOptions{
-		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: f.problem(), Alpha: *f.alpha, Eta: *f.eta, Gamma: *f.evenGamma,
+		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: ld.problem(f.problem(), false), Alpha: *f.alpha, Eta: *f.eta, Gamma: *f.evenGamma,
 		PaperC: *f.paperC, Node: *f.node, Trials: trials, Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers,
 	}
 	if o.Nodes == 0 {

@@ -32,19 +32,24 @@ type dataFlagConfig struct {
 	lossFlag bool
 	// prefix starts the help of every flag but --data (e.g. "with --data: ").
 	prefix string
+	// intercept registers --intercept (default on): the model fits an intercept.
+	intercept bool
 }
 
 // The data flags of each command.
 var (
 	// testnetData: the simulator fits data-dependent scalings on the pooled training rows.
 	testnetData = dataFlagConfig{dataUsage: "training data, CSV or LIBSVM (default: embedded breast cancer data)",
-		test: true, scale: consensus.ScaleStandardizeNorm, fit: true, lossFlag: true}
+		test: true, scale: consensus.ScaleStandardizeUnitBall, fit: true, lossFlag: true, intercept: true}
 	// experimentData: as testnet; the experiment's loss is always logistic.
 	experimentData = dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
 		test: true, scale: consensus.ScaleStandardizeNorm, fit: true}
+	// auditData: as experiment, with the intercept of the runs it audits.
+	auditData = dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
+		test: true, scale: consensus.ScaleStandardizeUnitBall, fit: true, intercept: true}
 	// nodeData: a node scales with public parameters only (unitball by default).
 	nodeData = dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
-		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true}
+		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true, intercept: true}
 	// evalData: eval applies the scaling its model file records, as account models.
 	evalData = dataFlagConfig{dataUsage: "evaluation data, CSV or LIBSVM, or \"embedded\" (required)", lossFlag: true}
 	// modelsData: account models --data applies the run's scaling.
@@ -66,6 +71,8 @@ type dataFlags struct {
 	scale       *string
 	scaleFile   *string
 	scaleOut    *string
+	intercept   *float64
+	targetRange *string
 }
 
 // addDataFlags registers the data flags on fs.
@@ -97,6 +104,17 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 	}
 	f.scale = fs.String("scale", string(cfg.scale), scaleHelp)
 	f.scaleFile = fs.String("scale-file", "", p+"scaling parameters from this JSON file {\"kind\",\"mean\",\"std\",\"row_div\"} instead of fitting them")
+	if cfg.intercept {
+		f.intercept = fs.Float64("intercept", consensus.DefaultIntercept, p+"fit an intercept through a constant feature c in (0,1); 0 fits none. Rows become [sqrt(1-c^2) x, c]: "+
+			"still of norm <= 1, so no privacy figure changes; a small c puts little noise on the intercept. The walk does not penalise it with --l1/--l2")
+		tr := p + "squared loss: a public range LO:HI of the target; targets are mapped to (y - center)/half-width and predictions back"
+		if cfg.fit {
+			tr += " (default: the mean and standard deviation of the pooled training targets)"
+		} else {
+			tr += " (default: the --scale-file's target, else none: give one, unscaled targets train poorly)"
+		}
+		f.targetRange = fs.String("target-range", "", tr)
+	}
 	if cfg.fit {
 		f.scaleOut = fs.String("scale-out", "", "write the scaling used (kind and parameters) to this JSON file, the format of --scale-file")
 	}
@@ -193,6 +211,9 @@ type loadedData struct {
 // load reads, relabels, splits and scales the data of the flags (check must have passed).
 func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	delim, _ := f.delim()
+	if req.run.HasIntercept() && req.dims > 0 {
+		req.dims-- // the model's last coordinate is the intercept, not a feature
+	}
 	opt := consensus.LoadOptions{Label: *f.label, Categorical: *f.categorical, Delimiter: delim,
 		Binary: req.loss == consensus.Logistic, Positive: *f.positive, MinCols: req.dims, MaxCols: req.dims}
 	out := &loadedData{name: "embedded:breast_cancer"}
@@ -230,6 +251,19 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case req.run != nil:
+		sc.Intercept = req.run.Intercept
+		sc.TargetCenter, sc.TargetScale = req.run.TargetCenter, req.run.TargetScale
+	case f.intercept != nil:
+		if c := *f.intercept; !(c >= 0 && c < 1) {
+			return nil, fmt.Errorf("--intercept must be in [0, 1) (0: no intercept), got %v", c)
+		}
+		sc.Intercept = *f.intercept
+		if err := f.target(sc, train, req.loss); err != nil {
+			return nil, err
+		}
+	}
 	out.scaler, out.scaling = sc, how
 	out.train = sc.Apply(train)
 	if test != nil {
@@ -247,12 +281,57 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	return out, nil
 }
 
+// target sets the target scaling of a squared-loss run: --target-range, else the scale
+// file's, else (simulators) the pooled training targets' mean and deviation.
+func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss consensus.Loss) error {
+	if loss != consensus.Squared {
+		if *f.targetRange != "" {
+			return fmt.Errorf("--target-range applies to the squared loss (numeric targets), not to the %s loss", loss)
+		}
+		sc.TargetCenter, sc.TargetScale = 0, 0
+		return nil
+	}
+	if r := *f.targetRange; r != "" {
+		a, b, ok := strings.Cut(r, ":")
+		lo, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
+		hi, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("--target-range must be LO:HI (two numbers), got %q", r)
+		}
+		if err := sc.SetTargetRange(lo, hi); err != nil {
+			return fmt.Errorf("--target-range: %v", err)
+		}
+		return nil
+	}
+	if !sc.HasTarget() && f.cfg.fit {
+		sc.FitTarget(train)
+	}
+	return nil
+}
+
+// problem returns prob for the loaded data: with an intercept, the walk leaves its
+// coordinate unpenalised (Regularizer.Free); a neighbour-exchange run penalises it with the
+// other coordinates (Theorem V.1 uses the regulariser's strong convexity in every
+// coordinate, see docs/models.md).
+func (ld *loadedData) problem(prob consensus.Problem, walk bool) consensus.Problem {
+	prob.Reg.Free = 0
+	if walk && (ld.scaler.HasIntercept() || ld.train.HasIntercept()) {
+		prob.Reg.Free = 1
+	}
+	return prob
+}
+
 // scaler resolves the scaling: --scale-file, else --scale (fitted on train when the
 // command may fit), else the run's. how describes it for reports.
 func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *consensus.Scaler, how string, err error) {
 	scaleSet := f.isSet("scale")
 	defer func() {
-		if err == nil && req.run != nil && sc.Fingerprint() != req.run.Fingerprint() {
+		if err != nil || req.run == nil {
+			return
+		}
+		c := *sc
+		c.Intercept = req.run.Intercept // the intercept is the run's (load sets it)
+		if c.Fingerprint() != req.run.Fingerprint() {
 			sc, err = nil, fmt.Errorf("the scaling given (%s) differs from the run's, recorded in model.json (%s): the model only applies to features scaled as in the run",
 				describeScaler(sc), describeScaler(req.run))
 		}

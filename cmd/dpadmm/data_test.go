@@ -210,7 +210,7 @@ func TestDataErrorsCLI(t *testing.T) {
 		})
 	}
 	m := readReport(t, filepath.Join(dir, "svm.json"))
-	if m["dims"].(float64) != 4 || m["test_rows"].(float64) != 2 {
+	if m["dims"].(float64) != 5 || m["test_rows"].(float64) != 2 { // 4 features and the intercept
 		t.Fatalf("LIBSVM test file: dims %v test rows %v", m["dims"], m["test_rows"])
 	}
 }
@@ -242,12 +242,22 @@ func TestDataRegressionMetrics(t *testing.T) {
 	}
 	m := readReport(t, rep)
 	w := m["model"].([]any)
+	// The report's scaling: the intercept and the target's centre and scale (fitted on the
+	// pooled training targets), applied by hand.
+	sc := m["scaling"].(map[string]any)
+	if sc["intercept"] != consensus.DefaultIntercept || !(sc["target_scale"].(float64) > 0) || len(w) != 3 {
+		t.Fatalf("scaling %v, model %v: want an intercept and a target scaling", sc, w)
+	}
+	c, h := sc["target_center"].(float64), sc["target_scale"].(float64)
+	ic := consensus.DefaultIntercept
+	f := math.Sqrt(1 - ic*ic)
 	res, mean, tot := 0.0, 0.0, 0.0
 	for _, y := range ys {
 		mean += y / float64(len(ys))
 	}
 	for i, x := range xs {
-		r := x[0]*w[0].(float64) + x[1]*w[1].(float64) - ys[i]
+		mg := (x[0]*w[0].(float64)+x[1]*w[1].(float64))*f + w[2].(float64)*ic
+		r := c + h*mg - ys[i]
 		res += r * r
 		tot += (ys[i] - mean) * (ys[i] - mean)
 	}
@@ -304,10 +314,12 @@ func TestDataScaleSameOnEveryNode(t *testing.T) {
 			if extra != nil {
 				x[0], x[1] = (x[0]-0.5)/4, (x[1]+1)/2
 			}
-			n := math.Max(1, math.Hypot(x[0], x[1]))
+			// With the intercept (on by default): [sqrt(1-c^2) x, c].
+			ic := consensus.DefaultIntercept
+			n := math.Max(1, math.Hypot(x[0], x[1])) / math.Sqrt(1-ic*ic)
 			got := lb.train.Row(i)
-			if math.Abs(got[0]-x[0]/n) > 1e-12 || math.Abs(got[1]-x[1]/n) > 1e-12 {
-				t.Fatalf("%v: row %d scaled to %v, want %v", extra, i, got, []float64{x[0] / n, x[1] / n})
+			if len(got) != 3 || math.Abs(got[0]-x[0]/n) > 1e-12 || math.Abs(got[1]-x[1]/n) > 1e-12 || got[2] != ic {
+				t.Fatalf("%v: row %d scaled to %v, want %v", extra, i, got, []float64{x[0] / n, x[1] / n, ic})
 			}
 		}
 	}
@@ -338,6 +350,7 @@ func TestDataScaleSameOnEveryNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	want.Intercept = consensus.DefaultIntercept
 	le, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic}, "--data", "embedded", "--scale", "standardize+unitball")
 	if err != nil {
 		t.Fatal(err)
@@ -438,7 +451,7 @@ func TestDataNodeModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	// By hand: f_bar, the file's standardisation, unitball, labels 0 -> -1 and 1 -> +1.
-	avg := make([]float64, 2)
+	avg := make([]float64, 3) // two features and the intercept
 	for _, m := range ms {
 		for j, v := range m.Model {
 			avg[j] += v / n
@@ -457,7 +470,8 @@ func TestDataNodeModels(t *testing.T) {
 		y = 2*y - 1
 		x0, x1 = (x0-1)/3, (x1+2)/2
 		nrm := math.Max(1, math.Hypot(x0, x1))
-		m := (x0*avg[0] + x1*avg[1]) / nrm
+		ic := consensus.DefaultIntercept
+		m := (x0*avg[0]+x1*avg[1])/nrm*math.Sqrt(1-ic*ic) + avg[2]*ic
 		if (m >= 0) == (y > 0) {
 			ok++
 		}
@@ -507,7 +521,8 @@ func TestDataNodeModels(t *testing.T) {
 	for i, x := range xs {
 		x0, x1 := (x[0]-1)/3, (x[1]+2)/2
 		nrm := math.Max(1, math.Hypot(x0, x1))
-		d := (x0*avg[0]+x1*avg[1])/nrm - ys[i]
+		ic := consensus.DefaultIntercept
+		d := (x0*avg[0]+x1*avg[1])/nrm*math.Sqrt(1-ic*ic) + avg[2]*ic - ys[i]
 		res += d * d
 		tot += (ys[i] - mean) * (ys[i] - mean)
 	}

@@ -226,6 +226,9 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 	if err := f.df.check(prob.Loss); err != nil {
 		return cfg, err
 	}
+	if cfg.RADMM != nil && !f.m.isSet("l2") {
+		prob.Reg.L2 = node.RADMMDefaultL2
+	}
 	cfg.Problem = prob
 	cfg.Run, cfg.DataDir, cfg.Start, cfg.MinPeers, cfg.Hops = *f.run, *f.datadir, *f.start, *f.minPeers, *f.hops
 	cfg.Gamma, cfg.Lambda, cfg.Clip, cfg.Sigma, cfg.MaxUpdates, cfg.Delta = *f.gamma, *f.lambda, *f.clip, *f.sigma, *f.maxUpd, *f.delta
@@ -293,6 +296,7 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 	}
 	d := ld.train
 	cfg.Scaling = ld.scaler
+	cfg.Problem = ld.problem(cfg.Problem, cfg.RADMM == nil)
 	if *f.shard != "" {
 		i, n, ok := parseShard(*f.shard)
 		if !ok {

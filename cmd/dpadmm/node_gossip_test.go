@@ -86,7 +86,7 @@ func TestNodeGossipCLI(t *testing.T) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.Nodes != 3 || m.Iters != 6 || len(m.Neighbors) != 2 || m.Algo != "mradmm" || len(m.Model) != 30 ||
+		if m.Nodes != 3 || m.Iters != 6 || len(m.Neighbors) != 2 || m.Algo != "mradmm" || len(m.Model) != 31 || // 30 features and the intercept
 			!m.Privacy.ConditionsHold || !(m.Privacy.Epsilon > 0) || m.Privacy.SecureNoise || m.Members[0] != id0.String() {
 			t.Fatalf("node %d: model.json %s", i, b)
 		}

@@ -142,7 +142,7 @@ func (f *nodeFlags) defineNetwork(d node.Config) {
 	f.quiet = fs.Bool("quiet", false, "no progress lines on stdout (waiting for peers; hops, updates and epsilon during the run)")
 	f.lossName = fs.String("loss", d.Problem.Loss.String(), "loss: logistic|squared")
 	f.l1 = fs.Float64("l1", d.Problem.Reg.L1, "L1 weight")
-	f.l2 = fs.Float64("l2", d.Problem.Reg.L2, "L2 weight")
+	f.l2 = fs.Float64("l2", d.Problem.Reg.L2, fmt.Sprintf("L2 weight (neighbour exchange: default %g)", node.RADMMDefaultL2))
 	f.finalLinger = fs.Duration("final-linger", -1, "how long the node that releases the final model keeps it for members that are down (a member restarted with its --datadir meanwhile asks for it); negative = profile (test 0, lan 1m, internet 2m)")
 	f.static = fs.String("static", "", "testnets: fixed membership file written by 'dpadmm testnet --procs' (members in index order with addresses, total rows, initial holder); skips announce/join")
 	f.seed = fs.Uint64("seed", 0, "testnets, with --static: seed every random source (next hop, noise) as the simulator does for this seed; the noise is then NOT secure")

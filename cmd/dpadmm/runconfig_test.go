@@ -57,7 +57,7 @@ func TestRunConfigRoundTrip(t *testing.T) {
 	if err := os.WriteFile(data, []byte("a,b,c,label\n0.1,0.2,0.3,1\n-0.2,0.1,0,-1\n0.3,-0.1,0.2,1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--data", data, "--label", "label", "--positive", "1", "--datadir", filepath.Join(dir, "dd"), "--scale", "none"}
+	common := []string{"--data", data, "--label", "label", "--positive", "1", "--datadir", filepath.Join(dir, "dd"), "--scale", "none", "--intercept", "0"}
 	cases := [][]string{
 		{"--run", "w1", "--gamma", "7", "--lambda", "0.4", "--clip", "0.3", "--sigma", "2.5", "--max-updates", "17", "--hops", "123", "--l2", "0.02", "--l1", "0.001"},
 		{"--run", "w2", "--local-step", "linearized", "--step-size", "0.7"},
@@ -87,7 +87,7 @@ func TestRunConfigRoundTrip(t *testing.T) {
 	}
 	// The same configuration in YAML, read with --config.
 	yml := filepath.Join(dir, "w4.yaml")
-	if err := os.WriteFile(yml, []byte("run: w4\nalgo: walk\ndims: 3\nloss: logistic\nl1: 0\nl2: 0.01\ngamma: 100\nlambda: 0.5\n"+
+	if err := os.WriteFile(yml, []byte("run: w4\nalgo: walk\ndims: 3\nloss: logistic\nl1: 0\nl2: 0.001\ngamma: 100\nlambda: 0.5\n"+
 		"clip: 0.1\nsigma: 1\nmax_updates: 100\nhops: 1000\nnoise: gaussian\nstep: sgd\nstep_size: 0.25\nsample_rate: 0.75\nmax_rows: 40\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRunConfigOverridesAndErrors(t *testing.T) {
 	if err := os.WriteFile(data, []byte("a,b,label\n0.1,0.2,1\n-0.2,0.1,-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--data", data, "--label", "label", "--positive", "1", "--datadir", filepath.Join(dir, "dd"), "--scale", "none"}
+	common := []string{"--data", data, "--label", "label", "--positive", "1", "--datadir", filepath.Join(dir, "dd"), "--scale", "none", "--intercept", "0"}
 	rc := node.RunConfig{Run: "r", Algorithm: "walk", Dims: 2, Loss: "logistic", L2: 0.01, Gamma: 10, Lambda: 0.5, Clip: 0.1,
 		Sigma: 1, MaxUpdates: 5, Hops: 50, Noise: "gaussian"}
 	path := filepath.Join(dir, "rc.json")

@@ -147,6 +147,9 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return asUsage("testnet", err)
 	}
+	if isGossip(mode) && !f.m.isSet("l2") {
+		prob.Reg.L2 = node.RADMMDefaultL2
+	}
 	if isGossip(mode) {
 		alpha, err := f.checkGossip()
 		if err != nil {
@@ -156,7 +159,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		return runGossipTestnet(ctx, f.gossipArgs(mode, ld, prob, alpha), stdout, stderr)
+		return runGossipTestnet(ctx, f.gossipArgs(mode, ld, ld.problem(prob, false), alpha), stdout, stderr)
 	}
 	step, err := f.checkWalk(mode)
 	if err != nil {
@@ -172,7 +175,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	opt := f.walkOptions(ld, prob, step, members)
+	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
 	return f.runWalk(ctx, mode, opt, stdout, stderr)
 }
 

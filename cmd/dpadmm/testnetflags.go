@@ -99,7 +99,7 @@ func (f *testnetFlags) defineCommon(o testnet.Options, g testnet.GossipOptions) 
 	f.split = fs.String("split", o.Split, "how rows are split over nodes: iid|contiguous|label")
 	f.lossName = fs.String("loss", o.Problem.Loss.String(), "loss: logistic|squared")
 	f.l1 = fs.Float64("l1", o.Problem.Reg.L1, "L1 weight a: adds a*||w||_1")
-	f.l2 = fs.Float64("l2", o.Problem.Reg.L2, "L2 weight mu: adds (mu/2)*||w||^2")
+	f.l2 = fs.Float64("l2", o.Problem.Reg.L2, fmt.Sprintf("L2 weight mu: adds (mu/2)*||w||^2 (neighbour exchange: default %g)", node.RADMMDefaultL2))
 	f.seed = fs.Uint64("seed", o.Seed, "seed of the simulation (data split, path, noise)")
 	f.delta = fs.Float64("delta", o.Delta, "delta of the (epsilon, delta) figures")
 	f.reportPath = fs.String("report", "", "write the JSON report to this file; - = stdout (the summary then goes to stderr)")
@@ -225,6 +225,7 @@ func (f *testnetFlags) checkCommon() (consensus.Problem, error) {
 	if err != nil {
 		return prob, err
 	}
+
 	if err := checkSplit("testnet", *f.split); err != nil {
 		return prob, err
 	}

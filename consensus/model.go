@@ -1,0 +1,251 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ModelFormat names the layout of ModelSpec; a reader refuses another.
+const ModelFormat = "dpadmm-linear/1"
+
+// The tasks of a ModelSpec.
+const (
+	TaskBinary     = "binary"     // logistic loss: P(positive) = sigmoid(score)
+	TaskMulticlass = "multiclass" // multinomial loss: P(class k) = softmax(scores)_k
+	TaskRegression = "regression" // squared loss: the prediction is the score
+)
+
+// Categorical is the one-hot vocabulary of one text column: Values in the order of their
+// features (Column=Value).
+type Categorical struct {
+	Column string   `json:"column"`
+	Values []string `json:"values"`
+}
+
+// ModelSpec is a trained linear model in a form that applies to raw rows: what it
+// predicts (task, loss, classes with their original label strings), which columns it
+// reads (features, one-hot vocabulary), how they are scaled (Scaling, with the
+// intercept's constant feature and the target's scaling), and the coefficients.
+//
+// Weights has one row per score (binary and regression: 1; multiclass: one per class),
+// over the scaled features and then, with an intercept, its constant feature: score_k =
+// Weights[k] . Scaling.ScaleRow(x). Coef and Intercept give the same scores in the units
+// of the raw features (score_k = Coef[k] . x + Intercept[k]) when the scaling is linear
+// in x (none, standardize, rownorm, standardize+rownorm); a unitball scaling divides
+// rows longer than 1 by their norm, which no single linear map does, and they are then
+// absent. For regression both include the target's scaling: the score is the prediction.
+type ModelSpec struct {
+	Format      string        `json:"format"`
+	Task        string        `json:"task"`
+	Loss        string        `json:"loss"`
+	Label       string        `json:"label,omitempty"`
+	Classes     []string      `json:"classes,omitempty"`
+	Features    []string      `json:"features"`
+	Categorical []Categorical `json:"categorical,omitempty"`
+	Scaling     *Scaler       `json:"scaling"`
+	Weights     [][]float64   `json:"weights"`
+	Coef        [][]float64   `json:"coef,omitempty"`
+	Intercept   []float64     `json:"intercept,omitempty"`
+}
+
+// NewModelSpec describes the model w trained with loss on data d (scaled by sc, so with
+// the intercept's column last when sc has one). d supplies the feature names, the label
+// column, the classes and the one-hot vocabulary; the multinomial w holds the classes'
+// weight vectors one after the other (class-major).
+func NewModelSpec(d *Dataset, sc *Scaler, loss Loss, w []float64) (*ModelSpec, error) {
+	if d == nil || sc == nil {
+		return nil, errors.New("consensus: model spec: data and scaling are required")
+	}
+	p := d.Cols
+	raw := p
+	if sc.HasIntercept() {
+		raw--
+	}
+	m := &ModelSpec{Format: ModelFormat, Loss: loss.String(), Label: d.Label, Scaling: sc,
+		Features: append([]string(nil), d.Features[:raw]...), Categorical: d.Categories}
+	k := 1
+	switch {
+	case loss == Squared:
+		m.Task = TaskRegression
+	case d.Classes != nil && len(d.Classes.List) > 2:
+		m.Task, m.Classes, k = TaskMulticlass, append([]string(nil), d.Classes.List...), len(d.Classes.List)
+	default:
+		m.Task = TaskBinary
+		if c := d.Classes; c != nil {
+			m.Classes = []string{c.Negative, c.Positive}
+		} else {
+			m.Classes = []string{"-1", "1"}
+		}
+	}
+	if len(w) != k*p {
+		return nil, fmt.Errorf("consensus: model spec: %d coefficients for %d score(s) over %d columns", len(w), k, p)
+	}
+	for i := 0; i < k; i++ {
+		m.Weights = append(m.Weights, append([]float64(nil), w[i*p:(i+1)*p]...))
+	}
+	m.Coef, m.Intercept = m.rawCoef()
+	return m, nil
+}
+
+// rawCoef returns the coefficients in raw feature units, nil for a scaling that is not
+// linear in x (see ModelSpec).
+func (m *ModelSpec) rawCoef() ([][]float64, []float64) {
+	sc := m.Scaling
+	if sc.Kind.unitball() {
+		return nil, nil
+	}
+	f, div := sc.featureFactor(), 1.0
+	if sc.Kind.rownorm() {
+		div = sc.RowDiv
+	}
+	tc, ts := 0.0, 1.0
+	if m.Task == TaskRegression && sc.HasTarget() {
+		tc, ts = sc.TargetCenter, sc.TargetScale
+	}
+	coef := make([][]float64, len(m.Weights))
+	icpt := make([]float64, len(m.Weights))
+	for k, w := range m.Weights {
+		coef[k] = make([]float64, len(m.Features))
+		b := 0.0
+		if sc.HasIntercept() {
+			b = w[len(w)-1] * sc.Intercept
+		}
+		for j := range m.Features {
+			c := w[j] * f / div
+			if sc.Kind.standardize() && j < len(sc.Mean) {
+				c /= sc.Std[j]
+				b -= c * sc.Mean[j]
+			}
+			coef[k][j] = c * ts
+		}
+		icpt[k] = tc + ts*b
+	}
+	return coef, icpt
+}
+
+// Validate checks that m is complete and consistent (a file read from disk).
+func (m *ModelSpec) Validate() error {
+	switch {
+	case m == nil:
+		return errors.New("no model spec")
+	case m.Format != ModelFormat:
+		return fmt.Errorf("model format %q, this version reads %q", m.Format, ModelFormat)
+	case m.Scaling == nil:
+		return errors.New("model spec: no scaling")
+	case len(m.Features) == 0:
+		return errors.New("model spec: no features")
+	}
+	if err := m.Scaling.Validate(0); err != nil {
+		return fmt.Errorf("model spec: %v", err)
+	}
+	if d := m.Scaling.Dims(); d > 0 && d != len(m.Features) {
+		return fmt.Errorf("model spec: the scaling covers %d features, the model has %d", d, len(m.Features))
+	}
+	want, k := len(m.Features), 1
+	if m.Scaling.HasIntercept() {
+		want++
+	}
+	switch m.Task {
+	case TaskRegression:
+	case TaskBinary:
+		if len(m.Classes) != 2 {
+			return fmt.Errorf("model spec: a binary model has 2 classes, got %d", len(m.Classes))
+		}
+	case TaskMulticlass:
+		if len(m.Classes) < 3 {
+			return fmt.Errorf("model spec: a multiclass model has 3 or more classes, got %d", len(m.Classes))
+		}
+		k = len(m.Classes)
+	default:
+		return fmt.Errorf("model spec: unknown task %q", m.Task)
+	}
+	if len(m.Weights) != k {
+		return fmt.Errorf("model spec: %d weight rows, the %s task needs %d", len(m.Weights), m.Task, k)
+	}
+	for _, w := range m.Weights {
+		if len(w) != want {
+			return fmt.Errorf("model spec: a weight row of %d values, want %d (features and intercept)", len(w), want)
+		}
+		for _, v := range w {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return errors.New("model spec: a weight is not finite")
+			}
+		}
+	}
+	return nil
+}
+
+// Scores returns the model's scores of one raw row (len(Features) values): Weights times
+// the scaled row; for regression the prediction in the target's units.
+func (m *ModelSpec) Scores(x []float64) []float64 {
+	z := m.Scaling.ScaleRow(x)
+	out := make([]float64, len(m.Weights))
+	for k, w := range m.Weights {
+		s := 0.0
+		for j, v := range z {
+			s += w[j] * v
+		}
+		out[k] = s
+	}
+	if m.Task == TaskRegression {
+		out[0] = m.Scaling.Predict(out[0])
+	}
+	return out
+}
+
+// Probabilities returns the class probabilities of scores (nil for regression): binary
+// [1 - sigmoid(s), sigmoid(s)], multiclass the softmax.
+func (m *ModelSpec) Probabilities(scores []float64) []float64 {
+	switch m.Task {
+	case TaskBinary:
+		p := sigmoid(scores[0])
+		return []float64{1 - p, p}
+	case TaskMulticlass:
+		return Softmax(nil, scores)
+	}
+	return nil
+}
+
+// Predict returns the predicted class index of scores (the first of equal maxima; binary:
+// positive when the score is >= 0, as the accuracy of the logistic loss counts it), -1
+// for regression.
+func (m *ModelSpec) Predict(scores []float64) int {
+	switch m.Task {
+	case TaskBinary:
+		if scores[0] >= 0 {
+			return 1
+		}
+		return 0
+	case TaskMulticlass:
+		best := 0
+		for k, s := range scores {
+			if s > scores[best] {
+				best = k
+			}
+		}
+		return best
+	}
+	return -1
+}
+
+// Softmax sets dst to the softmax of s (allocated when nil) and returns it, computed
+// stably (the maximum subtracted first).
+func Softmax(dst, s []float64) []float64 {
+	if dst == nil {
+		dst = make([]float64, len(s))
+	}
+	mx := math.Inf(-1)
+	for _, v := range s {
+		mx = math.Max(mx, v)
+	}
+	sum := 0.0
+	for k, v := range s {
+		dst[k] = math.Exp(v - mx)
+		sum += dst[k]
+	}
+	for k := range dst {
+		dst[k] /= sum
+	}
+	return dst
+}
