@@ -3,6 +3,8 @@ package consensus
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -24,6 +26,18 @@ type Classes struct {
 	// in their order: the label of a row is its index in List. Negative and Positive are
 	// then empty.
 	List []string `json:"list,omitempty"`
+}
+
+// Names returns the ordered class list: binary [negative, positive] (negative "" when the
+// data held the positive class only), multinomial List; nil for no classes.
+func (c *Classes) Names() []string {
+	switch {
+	case c == nil:
+		return nil
+	case len(c.List) > 0:
+		return append([]string(nil), c.List...)
+	}
+	return []string{c.Negative, c.Positive}
 }
 
 // labelKey identifies a class: a finite number, or a cleaned text.
@@ -85,7 +99,74 @@ func (c classSeen) where() string {
 
 // mapBinary maps the label texts raw (read from lines of file name, column col) to -1/+1
 // following opt (Positive, Classes) and returns the mapping used.
+// mapMulti maps a label column of any number of classes to their indices in the class
+// list: opt.Classes.List when given (a label outside it is an error), else the distinct
+// labels in order (numerically when all are numbers, else by text).
+func mapMulti(name, col string, raw []string, lines []int, opt LoadOptions) ([]float64, *Classes, error) {
+	var seen []classSeen
+	fixed := opt.Classes != nil && len(opt.Classes.List) > 0
+	if fixed {
+		for _, t := range opt.Classes.List {
+			k, ok := keyOf(t)
+			if !ok {
+				return nil, nil, fmt.Errorf("consensus: class %q is not a finite number", t)
+			}
+			seen = append(seen, classSeen{key: k, text: cleanLabel(t)})
+		}
+	}
+	keys := make([]labelKey, len(raw))
+	for i, t := range raw {
+		k, ok := keyOf(t)
+		if !ok {
+			return nil, nil, fmt.Errorf("consensus: %s:%d: %s: label %q is not finite", name, lines[i], col, strings.TrimSpace(t))
+		}
+		keys[i] = k
+		if slices.IndexFunc(seen, func(s classSeen) bool { return s.key == k }) >= 0 {
+			continue
+		}
+		if fixed {
+			return nil, nil, errorOf(ErrNotBinary, "consensus: %s:%d: %s: label %q is not one of the run's classes %s",
+				name, lines[i], col, cleanLabel(t), classList(seen))
+		}
+		seen = append(seen, classSeen{key: k, text: cleanLabel(t), line: lines[i]})
+	}
+	if !fixed {
+		sort.SliceStable(seen, func(a, b int) bool { return seen[a].key.less(seen[b].key, seen[a].text, seen[b].text) })
+	}
+	cl := &Classes{}
+	for _, s := range seen {
+		cl.List = append(cl.List, s.text)
+	}
+	y := make([]float64, len(raw))
+	for i, k := range keys {
+		y[i] = float64(slices.IndexFunc(seen, func(s classSeen) bool { return s.key == k }))
+	}
+	return y, cl, nil
+}
+
+// distinctLabels counts the distinct classes of raw (up to 3: enough to tell binary from
+// more).
+func distinctLabels(raw []string) int {
+	var keys []labelKey
+	for _, t := range raw {
+		k, ok := keyOf(t)
+		if !ok {
+			continue
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+			if len(keys) == 3 {
+				break
+			}
+		}
+	}
+	return len(keys)
+}
+
 func mapBinary(name, col string, raw []string, lines []int, opt LoadOptions) ([]float64, *Classes, error) {
+	if opt.Classes != nil && len(opt.Classes.List) > 0 || opt.Multiclass && opt.Classes == nil && opt.Positive == "" && distinctLabels(raw) > 2 {
+		return mapMulti(name, col, raw, lines, opt)
+	}
 	var seen []classSeen
 	if c := opt.Classes; c != nil {
 		for _, t := range []string{c.Negative, c.Positive} {

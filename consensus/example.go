@@ -24,8 +24,11 @@ func (l Loss) Deriv(m, y float64) float64 { return l.deriv(m, y) }
 // logistic loss. The per-example loss w -> loss(a.w, y) is then Curvature() ||a||^2-smooth,
 // and convex in w.
 func (l Loss) Curvature() float64 {
-	if l == Logistic {
+	switch l {
+	case Logistic:
 		return 0.25
+	case Multinomial:
+		return 0.5 // the largest eigenvalue of diag(q) - q q^T (multinomial.go)
 	}
 	return 1
 }

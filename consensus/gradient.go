@@ -30,6 +30,10 @@ import "math"
 // plain gradient. dst must not alias w; clip must be > 0.
 func (l *LocalLoss) ClippedRowGrad(dst, w []float64, clip float64) {
 	clear(dst)
+	if l.loss == Multinomial {
+		multiGradRows(dst, w, l.shard, l.k, l.c, clip, l.mk, l.gk)
+		return
+	}
 	for r := 0; r < l.shard.Rows; r++ {
 		a := l.shard.Row(r)
 		d := l.loss.deriv(dot(a, w), l.shard.Y[r])
@@ -71,10 +75,7 @@ func (l *LocalLoss) Smoothness() float64 {
 		colMax = math.Max(colMax, v)
 	}
 	b := math.Min(fro, colMax*rowMax)
-	s := 1.0
-	if l.loss == Logistic {
-		s = 0.25
-	}
+	s := l.loss.Curvature()
 	margin := 1 + float64(d.Rows+d.Cols+8)*0x1p-52
 	return l.c * s * b * margin
 }

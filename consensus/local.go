@@ -27,6 +27,11 @@ type LocalLoss struct {
 	// logistic loss: the Newton solver
 	nt *Newton
 
+	// multinomial loss: the number of classes, the prox's scratch, per-row scratch
+	k      int
+	mw     *multiWork
+	mk, gk []float64
+
 	// scratch
 	x, rhs, h []float64
 }
@@ -40,8 +45,17 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 	if shard.Rows == 0 {
 		return nil, fmt.Errorf("consensus: %s: local loss needs at least one row", shard.Name)
 	}
-	if loss != Squared && loss != Logistic {
+	if loss != Squared && loss != Logistic && loss != Multinomial {
 		return nil, fmt.Errorf("consensus: unknown loss %d", int(loss))
+	}
+	k := 0
+	if loss == Multinomial {
+		if k = shard.NumClasses(); k < 3 {
+			return nil, fmt.Errorf("consensus: %s: the multinomial loss needs a class list of 3 or more classes", shard.Name)
+		}
+		if err := checkMultiLabels(shard, k); err != nil {
+			return nil, err
+		}
 	}
 	if !(weight > 0) || math.IsInf(weight, 0) {
 		return nil, fmt.Errorf("consensus: local loss weight %v must be finite and > 0", weight)
@@ -58,6 +72,7 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 		shard: shard, loss: loss, weight: weight,
 		c: weight / float64(shard.Rows),
 		x: make([]float64, p), rhs: make([]float64, p),
+		k: k, mk: make([]float64, k), gk: make([]float64, k),
 	}
 	if shard.Rows > 1 && loss == Squared {
 		l.chol = make([]float64, p*p)
@@ -85,6 +100,18 @@ func NewLocalLoss(shard *Dataset, loss Loss, weight float64) (*LocalLoss, error)
 	return l, nil
 }
 
+// Dim returns the dimension of the model f_i takes: the shard's columns, times the
+// number of classes for the multinomial loss.
+func (l *LocalLoss) Dim() int {
+	if l.k > 0 {
+		return l.k * l.shard.Cols
+	}
+	return l.shard.Cols
+}
+
+// Classes returns the number of classes of the multinomial loss (0 for the others).
+func (l *LocalLoss) Classes() int { return l.k }
+
 // Rows returns the number of rows of the shard.
 func (l *LocalLoss) Rows() int { return l.shard.Rows }
 
@@ -94,6 +121,13 @@ func (l *LocalLoss) Weight() float64 { return l.weight }
 // Value returns f_i(w).
 func (l *LocalLoss) Value(w []float64) float64 {
 	s := 0.0
+	if l.loss == Multinomial {
+		for r := 0; r < l.shard.Rows; r++ {
+			multiScores(l.mk, l.shard.Row(r), w)
+			s += multiValue(l.mk, classOf(l.shard.Y[r]))
+		}
+		return l.c * s
+	}
 	for r := 0; r < l.shard.Rows; r++ {
 		s += l.loss.value(dot(l.shard.Row(r), w), l.shard.Y[r])
 	}
@@ -103,6 +137,10 @@ func (l *LocalLoss) Value(w []float64) float64 {
 // Grad sets dst to the gradient of f_i at w. dst must not alias w.
 func (l *LocalLoss) Grad(dst, w []float64) {
 	clear(dst)
+	if l.loss == Multinomial {
+		multiGradRows(dst, w, l.shard, l.k, l.c, math.Inf(1), l.mk, l.gk)
+		return
+	}
 	for r := 0; r < l.shard.Rows; r++ {
 		a := l.shard.Row(r)
 		c := l.c * l.loss.deriv(dot(a, w), l.shard.Y[r])
@@ -117,7 +155,7 @@ func (l *LocalLoss) Grad(dst, w []float64) {
 // backtracking line search until the gradient norm is below 1e-10. dst may alias v. It does
 // not allocate.
 func (l *LocalLoss) Prox(dst, v []float64, gamma float64) error {
-	p := l.shard.Cols
+	p := l.Dim()
 	if len(dst) != p || len(v) != p {
 		return fmt.Errorf("consensus: prox: vector length %d/%d, want %d", len(dst), len(v), p)
 	}
@@ -127,8 +165,11 @@ func (l *LocalLoss) Prox(dst, v []float64, gamma float64) error {
 	if p == 0 {
 		return nil
 	}
-	if l.loss == Squared {
+	switch l.loss {
+	case Squared:
 		return l.proxSquared(dst, v, gamma)
+	case Multinomial:
+		return l.proxMulti(dst, v, gamma)
 	}
 	return l.proxLogistic(dst, v, gamma)
 }

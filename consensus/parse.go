@@ -35,6 +35,9 @@ type LoadOptions struct {
 	// Positive, with Binary, is the label that becomes +1; "" means the larger of the two
 	// (numerically when both are numbers, else the second in byte order).
 	Positive string
+	// Multiclass, with Binary, accepts a label of more than two classes: Y is then the
+	// class index and Dataset.Classes.List the classes (see mapMulti).
+	Multiclass bool
 	// Classes, with Binary, fixes the mapping (e.g. the training file's, for its test
 	// file); a label that is neither class is an error. It overrides Positive.
 	Classes *Classes

@@ -14,6 +14,9 @@ const (
 	Squared Loss = iota
 	// Logistic is the logistic loss log(1 + exp(-y x.w)) for labels y in {-1, +1}.
 	Logistic
+	// Multinomial is the softmax loss of a label of K > 2 classes (see multinomial.go):
+	// the model holds one weight vector per class.
+	Multinomial
 )
 
 // ParseLoss parses "squared" (also "lasso", "ls", "ridge") or "logistic" (also "logreg").
@@ -23,9 +26,14 @@ func ParseLoss(s string) (Loss, error) {
 		return Squared, nil
 	case "logistic", "logreg", "log":
 		return Logistic, nil
+	case "multinomial", "softmax":
+		return Multinomial, nil
 	}
-	return 0, fmt.Errorf("consensus: unknown loss %q (want squared or logistic)", s)
+	return 0, fmt.Errorf("consensus: unknown loss %q (want squared, logistic or multinomial)", s)
 }
+
+// Classifies reports whether the loss is a classification loss (logistic, multinomial).
+func (l Loss) Classifies() bool { return l == Logistic || l == Multinomial }
 
 // String returns the canonical name of the loss.
 func (l Loss) String() string {
@@ -34,6 +42,8 @@ func (l Loss) String() string {
 		return "squared"
 	case Logistic:
 		return "logistic"
+	case Multinomial:
+		return "multinomial"
 	}
 	return fmt.Sprintf("Loss(%d)", int(l))
 }
@@ -57,8 +67,11 @@ func sigmoid(t float64) float64 {
 
 // value returns the loss of margin m = x.w for target y.
 func (l Loss) value(m, y float64) float64 {
-	if l == Logistic {
+	switch l {
+	case Logistic:
 		return softplus(-y * m)
+	case Multinomial:
+		return math.NaN() // not a function of one margin: see multinomial.go
 	}
 	r := m - y
 	return 0.5 * r * r
@@ -66,28 +79,46 @@ func (l Loss) value(m, y float64) float64 {
 
 // deriv returns d loss / d m.
 func (l Loss) deriv(m, y float64) float64 {
-	if l == Logistic {
+	switch l {
+	case Logistic:
 		return -y * sigmoid(-y*m)
+	case Multinomial:
+		return math.NaN() // not a function of one margin: see multinomial.go
 	}
 	return m - y
 }
 
 // Regularizer is L1*||w||_1 + (L2/2)*||w||^2 over the penalised coordinates of w: all but
-// the last Free (the intercept, which is not penalised; see Scaler.Intercept).
+// the intercept's (see Scaler.Intercept), which is not penalised.
 type Regularizer struct {
 	L1, L2 float64
-	// Free is the number of trailing coordinates the regularizer leaves alone (0 or 1: the
-	// intercept). Its prox is the identity on them.
-	Free int
+	// Free is the number of trailing coordinates of each block of Block coordinates that the
+	// regularizer leaves alone (0 or 1: the intercept); its prox is the identity on them.
+	// Block 0 means one block, the whole model; a multinomial model has one block per class
+	// (its weight vector, whose last coordinate is that class's intercept).
+	Free  int
+	Block int
 }
 
-// Penalised returns the number of coordinates of a dim-dimensional model r penalises.
-func (r Regularizer) Penalised(dim int) int { return max(0, dim-r.Free) }
+// Unpenalised reports whether coordinate j of an n-dimensional model is left alone.
+func (r Regularizer) Unpenalised(j, n int) bool {
+	if r.Free <= 0 {
+		return false
+	}
+	b := r.Block
+	if b <= 0 || b > n {
+		b = n
+	}
+	return j%b >= b-r.Free
+}
 
 // Value returns L1*||w||_1 + (L2/2)*||w||^2 over the penalised coordinates.
 func (r Regularizer) Value(w []float64) float64 {
 	s1, s2 := 0.0, 0.0
-	for _, v := range w[:r.Penalised(len(w))] {
+	for j, v := range w {
+		if r.Unpenalised(j, len(w)) {
+			continue
+		}
 		s1 += math.Abs(v)
 		s2 += v * v
 	}
@@ -99,10 +130,10 @@ func (r Regularizer) Value(w []float64) float64 {
 func (r Regularizer) Prox(dst, v []float64, gamma float64) {
 	t := gamma * r.L1
 	s := 1 / (1 + gamma*r.L2)
-	p := r.Penalised(len(v))
-	copy(dst[p:len(v)], v[p:])
-	for i, x := range v[:p] {
+	for i, x := range v {
 		switch {
+		case r.Unpenalised(i, len(v)):
+			dst[i] = x
 		case x > t:
 			dst[i] = (x - t) * s
 		case x < -t:
@@ -122,7 +153,7 @@ type Problem struct {
 
 // Validate rejects unknown losses and negative or non-finite regularization weights.
 func (p Problem) Validate() error {
-	if p.Loss != Squared && p.Loss != Logistic {
+	if p.Loss != Squared && p.Loss != Logistic && p.Loss != Multinomial {
 		return fmt.Errorf("consensus: unknown loss %d", int(p.Loss))
 	}
 	for _, c := range []struct {
@@ -145,6 +176,14 @@ func (p Problem) MeanLoss(d *Dataset, w []float64) float64 {
 		return 0
 	}
 	s := 0.0
+	if p.Loss == Multinomial {
+		m := make([]float64, len(w)/max(d.Cols, 1))
+		for i := 0; i < d.Rows; i++ {
+			multiScores(m, d.Row(i), w)
+			s += multiValue(m, classOf(d.Y[i]))
+		}
+		return s / float64(d.Rows)
+	}
 	for i := 0; i < d.Rows; i++ {
 		s += p.Loss.value(dot(d.Row(i), w), d.Y[i])
 	}
@@ -163,6 +202,22 @@ func (p Problem) Accuracy(d *Dataset, w []float64) float64 {
 		return 0
 	}
 	ok := 0
+	if p.Loss == Multinomial {
+		m := make([]float64, len(w)/max(d.Cols, 1))
+		for i := 0; i < d.Rows; i++ {
+			multiScores(m, d.Row(i), w)
+			best := 0
+			for k, v := range m {
+				if v > m[best] {
+					best = k
+				}
+			}
+			if float64(best) == d.Y[i] {
+				ok++
+			}
+		}
+		return float64(ok) / float64(d.Rows)
+	}
 	for i := 0; i < d.Rows; i++ {
 		pred := 1.0
 		if dot(d.Row(i), w) < 0 {
@@ -179,6 +234,11 @@ func (p Problem) Accuracy(d *Dataset, w []float64) float64 {
 func (p Problem) meanGrad(g []float64, d *Dataset, w []float64) {
 	clear(g)
 	if d.Rows == 0 {
+		return
+	}
+	if p.Loss == Multinomial {
+		k := len(w) / max(d.Cols, 1)
+		multiGradRows(g, w, d, k, 1/float64(d.Rows), math.Inf(1), make([]float64, k), make([]float64, k))
 		return
 	}
 	for i := 0; i < d.Rows; i++ {

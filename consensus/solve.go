@@ -1,9 +1,15 @@
 package consensus
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
+
+// ErrNoConvergence: Solve reached MaxIter; it still returns its last iterate. With an
+// unpenalised intercept and a class absent from the data the infimum is not attained
+// (that class's intercept goes to minus infinity), so this can happen on small data.
+var ErrNoConvergence = errors.New("consensus: solve: no convergence")
 
 // SolveOptions controls the centralized reference solver.
 type SolveOptions struct {
@@ -82,10 +88,16 @@ func Solve(d *Dataset, p Problem, opt SolveOptions) (w []float64, obj float64, e
 		maxIter = 100000
 	}
 	n := d.Cols
-	L := lipschitz(d)
-	if p.Loss == Logistic {
-		L /= 4
+	if p.Loss == Multinomial {
+		if d.NumClasses() == 0 {
+			return nil, 0, fmt.Errorf("consensus: %s: the multinomial loss needs a class list", d.Name)
+		}
+		if err := checkMultiLabels(d, d.NumClasses()); err != nil {
+			return nil, 0, err
+		}
+		n = d.ModelDim()
 	}
+	L := lipschitz(d) * p.Loss.Curvature()
 	if !(L > 0) {
 		L = 1
 	}
@@ -143,5 +155,5 @@ func Solve(d *Dataset, p Problem, opt SolveOptions) (w []float64, obj float64, e
 		}
 		t = tn
 	}
-	return x, p.Objective(d, x), fmt.Errorf("consensus: solve: no convergence in %d iterations (prox-gradient norm %.3g, tolerance %.3g)", maxIter, gmap, tol*scale)
+	return x, p.Objective(d, x), fmt.Errorf("%w in %d iterations (prox-gradient norm %.3g, tolerance %.3g)", ErrNoConvergence, maxIter, gmap, tol*scale)
 }

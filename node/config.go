@@ -338,6 +338,8 @@ func (c *Config) validateRADMM() error {
 		return fmt.Errorf("node: gamma must be >= 0 and finite, got %v", p.Gamma)
 	case !(p.PaperC > 0) || math.IsInf(p.PaperC, 0):
 		return fmt.Errorf("node: the paper's C must be > 0 and finite, got %v", p.PaperC)
+	case c.Problem.Loss == consensus.Multinomial:
+		return fmt.Errorf("node: a neighbour-exchange run takes a binary label (Theorem V.1 is proven for the logistic loss); a label of 3 or more classes needs the walk")
 	case c.Problem.Reg.L1 != 0:
 		return fmt.Errorf("node: a neighbour-exchange run needs a smooth regularizer: l1 must be 0, got %v", c.Problem.Reg.L1)
 	case !(c.Problem.Reg.L2 > 0):
@@ -527,6 +529,10 @@ type RunConfig struct {
 	Rate     float64 `json:"sample_rate,omitempty"`
 	Strong   bool    `json:"strongly_convex,omitempty"`
 
+	// Classes is the ordered class list of a classification run (binary: negative,
+	// positive; multinomial: every class), as the label column writes them.
+	Classes []string `json:"classes,omitempty"`
+
 	// Unpenalised is the number of trailing coordinates the regularizer leaves alone
 	// (consensus.Regularizer.Free: the intercept; 0 is omitted, so older hashes hold).
 	Unpenalised int `json:"unpenalised,omitempty"`
@@ -556,6 +562,11 @@ func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()
 	rc.Scaling = c.Scaling.Fingerprint()
 	rc.MaxRows = c.MaxRows
+	if c.Data != nil && c.Problem.Loss != consensus.Squared {
+		if rc.Classes = c.Data.Classes.Names(); rc.Classes == nil {
+			rc.Classes = []string{"-1", "1"} // labels without names are -1/+1 as they are
+		}
+	}
 	return rc
 }
 
@@ -572,21 +583,21 @@ func (c *Config) runConfig() RunConfig {
 		if p.EtaTable != nil {
 			// The table replaces the geometric schedule: only what is used is announced.
 			return RunConfig{
-				Run: c.Run, Algorithm: algo, Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+				Run: c.Run, Algorithm: algo, Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 				L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
 				Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
 				PaperC: p.PaperC, EtaTable: p.EtaTable,
 			}
 		}
 		return RunConfig{
-			Run: c.Run, Algorithm: algo, Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+			Run: c.Run, Algorithm: algo, Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 			L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
 			Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
 			Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, PaperC: p.PaperC,
 		}
 	}
 	rc := RunConfig{
-		Run: c.Run, Algorithm: "walk", Dims: c.Data.Cols, Loss: fmt.Sprint(c.Problem.Loss),
+		Run: c.Run, Algorithm: "walk", Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,
 		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian", Unpenalised: c.Problem.Reg.Free,
 	}

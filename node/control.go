@@ -432,8 +432,8 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		return false, fmt.Errorf("node: final model from non-member %s", shortID(f.from))
 	case f.m.Hash != n.hash:
 		return false, fmt.Errorf("node: final model with config hash %s, ours %s", f.m.Hash, n.hash)
-	case len(f.m.Model) != n.cfg.Data.Cols:
-		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.Cols)
+	case len(f.m.Model) != n.cfg.Data.ModelDim():
+		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.ModelDim())
 	case f.m.Hop != n.cfg.Hops:
 		return false, fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
 	case n.cust == nil:

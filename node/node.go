@@ -252,7 +252,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.rc = cfg.RunConfig()
 	n.hash = n.rc.Hash()
-	n.limit = wire.TokenSize(cfg.Run, cfg.Data.Cols) + wire.MaxCert
+	n.limit = wire.TokenSize(cfg.Run, cfg.Data.ModelDim()) + wire.MaxCert
 	n.closers = append(n.closers, h.Close, st.Close)
 	if err := n.startServices(ctx); err != nil {
 		n.Close()
@@ -599,7 +599,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	// smoothness; it cannot certify the others' sgd steps, so its network figure for sgd
 	// is the local one.
 	var step privacy.WalkRun
-	if err := walk.StepRun(wc, []*consensus.LocalLoss{ll}, c.Data.Cols, len(ms), &step); err != nil {
+	if err := walk.StepRun(wc, []*consensus.LocalLoss{ll}, c.Data.ModelDim(), len(ms), &step); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	step.Clip, step.Sigma = c.Clip, c.Sigma
@@ -615,7 +615,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	n.mu.Lock()
 	n.members, n.index = append([]peer.ID(nil), ms...), idx
 	n.mu.Unlock()
-	cust, err := walk.NewCustody(wc, ll, c.Data.Cols, n.custodyConfig(n.custSeed))
+	cust, err := walk.NewCustody(wc, ll, c.Data.ModelDim(), n.custodyConfig(n.custSeed))
 	if err != nil {
 		return err
 	}
@@ -884,7 +884,7 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		n.reject(lg, "non-member", "sender is not a member of the run")
 		return AckReject, nil
 	}
-	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.Cols, Hops: n.cfg.Hops}
+	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.ModelDim(), Hops: n.cfg.Hops}
 	if vd, reason := v.Check(tok); vd != wire.Accept {
 		n.reject(lg, "invalid", reason)
 		return AckReject, nil
@@ -1113,7 +1113,7 @@ func (n *Node) limitedLog(lvl zerolog.Level, key string) *zerolog.Event {
 }
 
 func (n *Node) initialToken() walk.Token {
-	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.Cols, n.cfg.Problem.Reg, n.cfg.Gamma)
+	return walk.NewToken(n.cfg.Run, 0, n.cfg.Data.ModelDim(), n.cfg.Problem.Reg, n.cfg.Gamma)
 }
 
 // handoff writes one frame, signed for p, on the cached stream to p and reads its ack

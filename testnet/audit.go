@@ -284,9 +284,9 @@ func newResidueScore(read func(v []float64, k int) float64, dims int, refD, refD
 
 // walkRead is the read-off of the prox and linearized steps: r = (scale*v - base)*n is the
 // update in units of u, divided by h.
-func walkRead(h, scale, n float64, base []float64, free int) func(v []float64, k int) float64 {
+func walkRead(h, scale, n float64, base []float64, reg consensus.Regularizer) func(v []float64, k int) float64 {
 	return func(v []float64, k int) float64 {
-		if k >= free { // the intercept: z = zhat there (Reg.Free), nothing to undo
+		if reg.Unpenalised(k, len(v)) { // the intercept: z = zhat there (Reg.Free), nothing to undo
 			return (v[k] - base[k]) * n / h
 		}
 		return (scale*v[k] - base[k]) * n / h
@@ -972,7 +972,7 @@ func (e *walkEnv) walkResidueTest(k int, rD, rD2 []float64) *candidateScores {
 		if !dup {
 			steps = append(steps, h)
 			names = append(names, fmt.Sprintf("lattice step %g", h))
-			sc = append(sc, newResidueScore(walkRead(h, scale, n, e.tok0.Zhat, o.Problem.Reg.Penalised(e.dim)), e.dim, rD, rD2))
+			sc = append(sc, newResidueScore(walkRead(h, scale, n, e.tok0.Zhat, o.Problem.Reg), e.dim, rD, rD2))
 		}
 	}
 	return newCandidates(AuditResidue, o.Trials, names, sc)

@@ -149,11 +149,10 @@ func (e *walkEnv) stepRead(M int) func(v []float64, k int) float64 {
 	z0, zh0 := e.tok0.Z, e.tok0.Zhat
 	if o.Step.Kind == walk.StepSGD {
 		t, sh := eta*o.Problem.Reg.L1, 1/(1+eta*o.Problem.Reg.L2)
-		free := o.Problem.Reg.Penalised(len(z0)) // the intercept: no prox to invert
 		return func(v []float64, k int) float64 {
 			w := v[k] / sh
 			switch {
-			case k >= free:
+			case o.Problem.Reg.Unpenalised(k, len(z0)): // the intercept: no prox to invert
 				w = v[k]
 			case t == 0:
 			case v[k] > 0:

@@ -322,6 +322,9 @@ func gossipDefaults(o *GossipOptions) (gossip.Algo, error) {
 	if err := o.Problem.Validate(); err != nil {
 		return 0, err
 	}
+	if o.Problem.Loss == consensus.Multinomial {
+		return 0, fmt.Errorf("testnet: gossip takes a binary label (Theorem V.1 is proven for the logistic loss); a label of 3 or more classes needs the walk")
+	}
 	if o.Problem.Reg.L1 != 0 {
 		return 0, fmt.Errorf("testnet: gossip needs a smooth regularizer: l1 must be 0, got %v", o.Problem.Reg.L1)
 	}
@@ -630,7 +633,7 @@ func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, av
 		L1: o.Problem.Reg.L1, L2: o.Problem.Reg.L2, Gamma: o.Gamma, Scale: o.Scaling, Scaling: o.Scaler, Split: split,
 		Graph: o.Graph, Data: o.Data, TraceHash: out.TraceHash, Model: avg,
 	}
-	if o.Problem.Loss == consensus.Logistic {
+	if o.Problem.Loss.Classifies() {
 		a := o.Problem.Accuracy(o.Train, avg)
 		r.TrainAccuracy = &a
 	}
@@ -638,7 +641,7 @@ func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, av
 		r.TestRows = o.Test.Rows
 		t := o.Problem.Objective(o.Test, avg)
 		r.TestObjective = &t
-		if o.Problem.Loss == consensus.Logistic {
+		if o.Problem.Loss.Classifies() {
 			a := o.Problem.Accuracy(o.Test, avg)
 			r.Accuracy = &a
 		}

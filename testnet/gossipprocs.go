@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
@@ -249,10 +248,7 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--intercept", "0", "--datadir", pl.dirs[i],
 			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
 			"--listen", pl.st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
-		if o.Problem.Loss == consensus.Logistic {
-			// The shard's labels are -1/+1 already; a shard may hold one class only.
-			a = append(a, "--positive", "1")
-		}
+		a = append(a, classArgs(sim.Shards[i], o.Problem.Loss)...)
 		a = append(a, hyper...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")

@@ -120,7 +120,7 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 
 // initialZ is the model of a walk that made no hop: the z of the initial token.
 func initialZ(o Options) []float64 {
-	return walk.NewToken("", 0, o.Train.Cols, o.Problem.Reg, o.Gamma).Z
+	return walk.NewToken("", 0, o.Train.ModelDim(), o.Problem.Reg, o.Gamma).Z
 }
 
 // stopGrace is how long a stopped testnet waits for its node processes to exit after

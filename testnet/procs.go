@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"encoding/csv"
 	"bufio"
 	"context"
 	"encoding/json"
@@ -277,10 +278,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10), "--profile", "test",
 			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",
 			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta)}
-		if cfg.Problem.Loss == consensus.Logistic {
-			// The shard's labels are -1/+1 already; a shard may hold one class only.
-			a = append(a, "--positive", "1")
-		}
+		a = append(a, classArgs(sh, cfg.Problem.Loss)...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
 		}
@@ -628,29 +626,76 @@ func freePorts(n int) ([]int, error) {
 
 // writeShardCSV writes a shard as CSV (label first, then the features, every value in
 // the shortest form that parses back to the same float64), so that a node reading it
-// with --scale none sees exactly the simulator's shard.
+// with --scale none --intercept 0 sees exactly the simulator's shard. Class labels are
+// written as the class names (Dataset.Classes), which shardArgs passes with --classes.
 func writeShardCSV(path string, d *consensus.Dataset) error {
 	var b strings.Builder
-	b.WriteString("label")
+	w := csv.NewWriter(&b)
+	head := []string{"label"}
 	for j := 0; j < d.Cols; j++ {
 		if j < len(d.Features) && d.Features[j] == consensus.InterceptFeature {
-			// A node reading the shard with --intercept=false knows this column for the
+			// A node reading the shard with --intercept 0 knows this column for the
 			// intercept by its name, and leaves it unpenalised as the simulator does.
-			b.WriteString("," + consensus.InterceptFeature)
+			head = append(head, consensus.InterceptFeature)
 			continue
 		}
-		fmt.Fprintf(&b, ",f%d", j)
+		head = append(head, fmt.Sprintf("f%d", j))
 	}
-	b.WriteByte('\n')
+	_ = w.Write(head)
+	names := shardClasses(d)
 	for i := 0; i < d.Rows; i++ {
-		b.WriteString(strconv.FormatFloat(d.Y[i], 'g', -1, 64))
+		rec := make([]string, 0, d.Cols+1)
+		rec = append(rec, labelText(d, names, d.Y[i]))
 		for _, v := range d.Row(i) {
-			b.WriteByte(',')
-			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+			rec = append(rec, strconv.FormatFloat(v, 'g', -1, 64))
 		}
-		b.WriteByte('\n')
+		_ = w.Write(rec)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// shardClasses returns the class names of a classification shard in the order of
+// --classes (binary: negative, positive), nil for numeric targets or unnamed classes.
+func shardClasses(d *consensus.Dataset) []string {
+	c := d.Classes
+	switch {
+	case c == nil:
+		return nil
+	case len(c.List) > 0:
+		return c.List
+	case c.Negative != "" && c.Positive != "":
+		return []string{c.Negative, c.Positive}
+	}
+	return nil
+}
+
+// labelText is the label of a row as written to a shard file.
+func labelText(d *consensus.Dataset, names []string, y float64) string {
+	switch {
+	case names == nil:
+		return strconv.FormatFloat(y, 'g', -1, 64)
+	case len(names) > 2:
+		return names[int(y)]
+	case y > 0:
+		return names[1]
+	}
+	return names[0]
+}
+
+// classArgs are the node flags that give a shard's classes: --classes with the names, or
+// -1,1 for unnamed -1/+1 labels (a shard may hold one class only).
+func classArgs(d *consensus.Dataset, loss consensus.Loss) []string {
+	if loss == consensus.Squared {
+		return nil
+	}
+	if names := shardClasses(d); names != nil {
+		return []string{"--classes", strings.Join(names, ",")}
+	}
+	return []string{"--classes", "-1,1"}
 }
 
 // withLogs appends the last lines of the given node logs to err.

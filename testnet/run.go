@@ -602,6 +602,8 @@ type prepared struct {
 	split  string
 	shards []*consensus.Dataset
 	refObj float64
+	// refWarn, when not empty, says the reference solve stopped before converging.
+	refWarn string
 	// step holds the local step's fields of the run's privacy.WalkRun (StepRun).
 	step privacy.WalkRun
 }
@@ -645,7 +647,10 @@ func prepare(o Options) (*prepared, error) {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
-		return nil, fmt.Errorf("testnet: reference solve: %w", err)
+		if !errors.Is(err, consensus.ErrNoConvergence) {
+			return nil, fmt.Errorf("testnet: reference solve: %w", err)
+		}
+		p.refWarn = fmt.Sprintf("the reference solver did not converge (%v): the reference objective and the gap are those of its last iterate", err)
 	}
 	return p, nil
 }
@@ -674,7 +679,7 @@ func StepRun(s walk.StepParams, prob consensus.Problem, clip, sigma float64, sha
 	cfg := walk.Config{Clip: clip, Sigma: sigma, Reg: prob.Reg, Step: s}
 	dim := 0
 	if n > 0 {
-		dim = shards[0].Cols
+		dim = shards[0].ModelDim()
 	}
 	err := walk.StepRun(cfg, losses, dim, n, &r)
 	return r, err
@@ -734,7 +739,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	if w.hops > 0 {
 		r.UsPerHop = float64(w.stepTime.Nanoseconds()) / 1e3 / float64(w.hops)
 	}
-	if o.Problem.Loss == consensus.Logistic {
+	if o.Problem.Loss.Classifies() {
 		a := o.Problem.Accuracy(o.Train, z)
 		r.TrainAccuracy = &a
 	}
@@ -742,7 +747,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 		r.TestRows = o.Test.Rows
 		t := o.Problem.Objective(o.Test, z)
 		r.TestObjective = &t
-		if o.Problem.Loss == consensus.Logistic {
+		if o.Problem.Loss.Classifies() {
 			a := o.Problem.Accuracy(o.Test, z)
 			r.Accuracy = &a
 		}
@@ -775,6 +780,9 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 // o.Warn.
 func warnPlan(o Options, p *prepared, caps, budgetCaps []int) []string {
 	ws := planWarnings(o, p.g == nil || p.g.Complete, caps, budgetCaps, p.step)
+	if p.refWarn != "" {
+		ws = append(ws, p.refWarn)
+	}
 	if o.Warn != nil {
 		for _, m := range ws {
 			o.Warn(m)

@@ -107,13 +107,13 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	if err := cfg.Problem.Validate(); err != nil {
 		return nil, err
 	}
-	total, dim := 0, cfg.Shards[0].Cols
+	total, dim := 0, cfg.Shards[0].ModelDim()
 	for i, s := range cfg.Shards {
 		if s.Rows < 1 {
 			return nil, fmt.Errorf("testnet: node %d has no rows", i)
 		}
-		if s.Cols != dim {
-			return nil, fmt.Errorf("testnet: node %d has %d features, want %d", i, s.Cols, dim)
+		if s.ModelDim() != dim {
+			return nil, fmt.Errorf("testnet: node %d has a model of dimension %d, want %d", i, s.ModelDim(), dim)
 		}
 		total += s.Rows
 	}

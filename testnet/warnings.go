@@ -116,15 +116,16 @@ func trailingWarning(hops, lastNoisy uint64, n int) string {
 		lastNoisy, hops, after, lastNoisy)
 }
 
-// majorityShare is the fraction of d's rows in its most frequent class (labels -1/+1).
+// majorityShare is the fraction of d's rows in its most frequent class (labels -1/+1, or
+// class indices for the multinomial loss).
 func majorityShare(d *consensus.Dataset) float64 {
-	pos := 0
+	count := map[float64]int{}
+	best := 0
 	for _, y := range d.Y {
-		if y > 0 {
-			pos++
-		}
+		count[y]++
+		best = max(best, count[y])
 	}
-	return float64(max(pos, d.Rows-pos)) / float64(d.Rows)
+	return float64(best) / float64(d.Rows)
 }
 
 // utilityWarnings compares the model w of a run with the trivial predictor, on the test
@@ -136,11 +137,11 @@ func utilityWarnings(p consensus.Problem, train, test *consensus.Dataset, w []fl
 	if d == nil || d.Rows == 0 {
 		d, which = train, "training"
 	}
-	if d == nil || d.Rows == 0 || len(w) != d.Cols {
+	if d == nil || d.Rows == 0 || len(w) != d.ModelDim() {
 		return nil
 	}
 	switch p.Loss {
-	case consensus.Logistic:
+	case consensus.Logistic, consensus.Multinomial:
 		acc, base := p.Accuracy(d, w), majorityShare(d)
 		if acc <= base {
 			return []string{fmt.Sprintf("%s accuracy %.4f is no better than predicting the majority class of the %s data (%.4f): "+

@@ -130,6 +130,9 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 	if loss == nil || dim < 1 {
 		return st, fmt.Errorf("%w: a local loss and dimension >= 1 are required", ErrGADMMParams)
 	}
+	if loss.Classes() > 0 {
+		return st, fmt.Errorf("%w: gradient ADMM takes the logistic and squared losses; a label of %d classes needs another local step (prox, linearized, ls-sgd or sgd)", ErrGADMMParams, loss.Classes())
+	}
 	s := cfg.Step
 	st.G = cfg.Reg
 	// Gradient ADMM penalises every coordinate, the intercept too: its figure

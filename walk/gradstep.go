@@ -169,6 +169,9 @@ func dotSeq(a, b []float64) float64 {
 // It fails only on a noise sample that is not a finite lattice point (an invalid noise
 // source), before anything is written outside the scratch buffers.
 func (m *Machine) gradient(w []float64) error {
+	if m.loss.Classes() > 0 {
+		return m.gradientMulti(w)
+	}
 	st := m.st
 	g := st.grad[:len(w)]
 	clear(g)
@@ -274,4 +277,71 @@ func (m *Machine) gradEntry(e *privacy.Entry) {
 	if c.Step.Kind == StepSGD {
 		e.Lambda = 0
 	}
+}
+
+// gradientMulti is gradient for the multinomial loss: row r contributes the K x p outer
+// product d_r (x) a_r, d_r = softmax(scores) - e_y, and its clip scales d_r as a whole so
+// that ||d_r|| ||a_r|| <= clip (the per-example gradient's norm, as for one score). The
+// lattice rounding, noise and sampling are those of gradient, over the K p coordinates.
+func (m *Machine) gradientMulti(w []float64) error {
+	st := m.st
+	k := m.loss.Classes()
+	g := st.grad[:len(w)]
+	clear(g)
+	p := len(w) / k
+	sc, d := make([]float64, k), make([]float64, k)
+	sample := st.q < 1
+	var acc []int64
+	if st.noisy {
+		acc = st.acc[:len(w)]
+		clear(acc)
+	}
+	for r := 0; r < st.rows; r++ {
+		if sample && !(m.cfg.Noise.Uniform() < st.q) {
+			continue
+		}
+		a, y := m.loss.Example(r)
+		for c := range sc {
+			sc[c] = dotSeq(a, w[c*p:(c+1)*p])
+		}
+		consensus.Softmax(d, sc)
+		d[int(y)]--
+		f := 1.0
+		if n := math.Sqrt(dotSeq(d, d)) * st.anorm[r]; n > st.clip {
+			f = st.clip / n
+		}
+		for c, dc := range d {
+			e := float64(dc * f)
+			if !(e == e) || math.IsInf(e, 0) {
+				e = 0 // a non-finite score: the row contributes nothing (norm 0 <= clip)
+			}
+			if st.noisy {
+				row := acc[c*p : (c+1)*p]
+				for j, v := range a {
+					row[j] += int64(math.RoundToEven(float64(float64(e*v) * st.hinv)))
+				}
+				continue
+			}
+			row := g[c*p : (c+1)*p]
+			for j, v := range a {
+				row[j] += float64(st.cq * float64(e*v))
+			}
+		}
+	}
+	if !st.noisy {
+		return nil
+	}
+	eta := m.eta[:len(w)]
+	m.cfg.Noise.Normal(eta, m.cfg.Sigma)
+	for j, v := range eta {
+		yv := math.RoundToEven(float64(v * st.hinv))
+		if !(math.Abs(yv) < 0x1p60) {
+			return fmt.Errorf("%w: gradient noise sample %v is not a finite lattice point", ErrNotFinite, v)
+		}
+		acc[j] += int64(yv)
+	}
+	for j := range g {
+		g[j] = float64(st.cq * float64(float64(acc[j])*st.h))
+	}
+	return nil
 }

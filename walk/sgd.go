@@ -59,10 +59,9 @@ func (m *Machine) updateSGD(z, zhat []float64) error {
 	if chk != 0 {
 		return ErrNotFinite
 	}
-	free := c.Reg.Penalised(n) // the intercept (Reg.Free) is not penalised: no prox
 	for k, v := range g {
 		w := z[k] - float64(eta*v)
-		if k < free {
+		if !c.Reg.Unpenalised(k, n) { // the intercept (Reg.Free) is not penalised: no prox
 			w = soft(w, t, sh)
 		}
 		z[k], zhat[k] = w, w

@@ -44,8 +44,12 @@ func (m *Machine) update(z, zhat []float64) error {
 		// The z-step is z = prox_{gamma r}(zhat); r leaves the intercept alone (Reg.Free), so
 		// its coordinate is zhat's. The sweeps apply one prox to every coordinate; the free
 		// ones are set back here, the same bits on every path.
-		for k := m.cfg.Reg.Penalised(n); k < n; k++ {
-			z[k] = zhat[k]
+		if r := m.cfg.Reg; r.Free > 0 {
+			for k := range z {
+				if r.Unpenalised(k, n) {
+					z[k] = zhat[k]
+				}
+			}
 		}
 	}
 	return err

@@ -430,7 +430,7 @@ func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*model
 	}
 	pb := consensus.Problem{Loss: loss}
 	ev := &modelsEval{Data: ld.name, Rows: d.Rows, Loss: loss.String(), Scale: ld.scaling, MeanLoss: pb.MeanLoss(d, w)}
-	if loss == consensus.Logistic {
+	if loss.Classifies() {
 		a := pb.Accuracy(d, w)
 		ev.Accuracy = &a
 	} else {

@@ -34,6 +34,8 @@ type dataFlagConfig struct {
 	prefix string
 	// intercept registers --intercept (default on): the model fits an intercept.
 	intercept bool
+	// classes registers --classes (the run's ordered class list; nodes).
+	classes bool
 }
 
 // The data flags of each command.
@@ -49,7 +51,7 @@ var (
 		test: true, scale: consensus.ScaleStandardizeUnitBall, fit: true, intercept: true}
 	// nodeData: a node scales with public parameters only (unitball by default).
 	nodeData = dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
-		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true, intercept: true}
+		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true, intercept: true, classes: true}
 	// evalData: eval applies the scaling its model file records, as account models.
 	evalData = dataFlagConfig{dataUsage: "evaluation data, CSV or LIBSVM, or \"embedded\" (required)", lossFlag: true}
 	// modelsData: account models --data applies the run's scaling.
@@ -73,6 +75,7 @@ type dataFlags struct {
 	scaleOut    *string
 	intercept   *float64
 	targetRange *string
+	classes     *string
 }
 
 // addDataFlags registers the data flags on fs.
@@ -114,6 +117,10 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 			tr += " (default: the --scale-file's target, else none: give one, unscaled targets train poorly)"
 		}
 		f.targetRange = fs.String("target-range", "", tr)
+	}
+	if cfg.classes {
+		f.classes = fs.String("classes", "", p+"the run's classes, comma-separated in order (binary: negative,positive; 3 or more: the multinomial loss), "+
+			"as the label column writes them; they enter the config hash, so every member maps labels alike, and a shard may lack some (default: the labels of --data)")
 	}
 	if cfg.fit {
 		f.scaleOut = fs.String("scale-out", "", "write the scaling used (kind and parameters) to this JSON file, the format of --scale-file")
@@ -188,6 +195,8 @@ func (f *dataFlags) check(loss consensus.Loss) error {
 // loadRequest is what a command knows about the data it loads.
 type loadRequest struct {
 	loss consensus.Loss
+	// multiclass accepts a label of more than two classes (the multinomial loss).
+	multiclass bool
 	seed uint64 // train/test split
 	// dims, when > 0, is the number of features the data must have (a model's): LIBSVM
 	// files are padded to it, more features are an error.
@@ -215,7 +224,15 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 		req.dims-- // the model's last coordinate is the intercept, not a feature
 	}
 	opt := consensus.LoadOptions{Label: *f.label, Categorical: *f.categorical, Delimiter: delim,
-		Binary: req.loss == consensus.Logistic, Positive: *f.positive, MinCols: req.dims, MaxCols: req.dims}
+		Binary: req.loss.Classifies(), Multiclass: req.multiclass || req.loss == consensus.Multinomial,
+		Positive: *f.positive, MinCols: req.dims, MaxCols: req.dims}
+	if f.classes != nil && *f.classes != "" {
+		cl, err := parseClasses(*f.classes)
+		if err != nil {
+			return nil, err
+		}
+		opt.Classes = cl
+	}
 	out := &loadedData{name: "embedded:breast_cancer"}
 	var full *consensus.Dataset
 	var err error
@@ -309,6 +326,26 @@ func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss 
 	return nil
 }
 
+// parseClasses parses --classes: two classes (negative, positive) or more (multinomial).
+func parseClasses(s string) (*consensus.Classes, error) {
+	parts := strings.Split(s, ",")
+	seen := map[string]bool{}
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+		if parts[i] == "" || seen[parts[i]] {
+			return nil, fmt.Errorf("--classes %q: every class must be named once", s)
+		}
+		seen[parts[i]] = true
+	}
+	switch len(parts) {
+	case 0, 1:
+		return nil, fmt.Errorf("--classes %q: a label needs two classes or more", s)
+	case 2:
+		return &consensus.Classes{Negative: parts[0], Positive: parts[1]}, nil
+	}
+	return &consensus.Classes{List: parts}, nil
+}
+
 // problem returns prob for the loaded data: with an intercept, the walk leaves its
 // coordinate unpenalised (Regularizer.Free); a neighbour-exchange run penalises it with the
 // other coordinates (Theorem V.1 uses the regulariser's strong convexity in every
@@ -317,6 +354,11 @@ func (ld *loadedData) problem(prob consensus.Problem, walk bool) consensus.Probl
 	prob.Reg.Free = 0
 	if walk && (ld.scaler.HasIntercept() || ld.train.HasIntercept()) {
 		prob.Reg.Free = 1
+	}
+	prob.Loss = consensus.LossFor(ld.train, prob.Loss) // a label of 3+ classes: multinomial
+	prob.Reg.Block = 0
+	if prob.Loss == consensus.Multinomial {
+		prob.Reg.Block = ld.train.Cols // one weight vector, and intercept, per class
 	}
 	return prob
 }
@@ -408,6 +450,9 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 		h = "is --label the right column?"
 		if f.cfg.lossFlag {
 			h += " A numeric target needs --loss squared."
+		}
+		if f.cfg.intercept && strings.Contains(err.Error(), "a third label") {
+			h += " A label of three or more classes is fitted by the walk (--algo walk and its local steps but gadmm) with the multinomial loss; the neighbour-exchange algorithms take two classes."
 		}
 	case errors.Is(err, consensus.ErrOneClass):
 		h = "say which label is +1 with --positive LABEL (with the same value on every node)"

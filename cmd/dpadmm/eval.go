@@ -52,7 +52,7 @@ func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScor
 		return &v
 	}
 	switch loss {
-	case consensus.Logistic:
+	case consensus.Logistic, consensus.Multinomial:
 		s.Accuracy = finite(pb.Accuracy(d, w))
 	case consensus.Squared:
 		rmse, r2, ok := consensus.Regression(d, w)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
@@ -18,6 +20,9 @@ func runConfigFlags(rc node.RunConfig) (map[string]string, error) {
 	set := map[string]string{"run": rc.Run, "loss": rc.Loss, "l1": f(rc.L1), "l2": f(rc.L2)}
 	if rc.MaxRows > 0 {
 		set["max-rows"] = strconv.Itoa(rc.MaxRows)
+	}
+	if len(rc.Classes) > 0 && !slices.Contains(rc.Classes, "") {
+		set["classes"] = strings.Join(rc.Classes, ",")
 	}
 	if rc.Algorithm == "walk" {
 		set["gamma"], set["lambda"], set["clip"], set["sigma"] = f(rc.Gamma), f(rc.Lambda), f(rc.Clip), f(rc.Sigma)

@@ -88,7 +88,7 @@ func TestRunConfigRoundTrip(t *testing.T) {
 	// The same configuration in YAML, read with --config.
 	yml := filepath.Join(dir, "w4.yaml")
 	if err := os.WriteFile(yml, []byte("run: w4\nalgo: walk\ndims: 3\nloss: logistic\nl1: 0\nl2: 0.001\ngamma: 100\nlambda: 0.5\n"+
-		"clip: 0.1\nsigma: 1\nmax_updates: 100\nhops: 1000\nnoise: gaussian\nstep: sgd\nstep_size: 0.25\nsample_rate: 0.75\nmax_rows: 40\n"), 0o644); err != nil {
+		"clip: 0.1\nsigma: 1\nmax_updates: 100\nhops: 1000\nnoise: gaussian\nstep: sgd\nstep_size: 0.25\nsample_rate: 0.75\nmax_rows: 40\nclasses: [\"-1\", \"1\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	jsonRC, err := node.ReadRunConfig(filepath.Join(dir, "w4.json"))
@@ -104,7 +104,7 @@ func TestRunConfigRoundTrip(t *testing.T) {
 	}
 	// A penalty table travels in the file.
 	tab := node.RunConfig{Run: "g3", Algorithm: "mradmm", Dims: 3, Loss: consensus.Logistic.String(), Graph: "ring", Iters: 3,
-		Alpha: "2", PaperC: 1, Noise: "objective-perturbation", EtaTable: [][]float64{{0.5}, {0.7}}}
+		Alpha: "2", PaperC: 1, Noise: "objective-perturbation", EtaTable: [][]float64{{0.5}, {0.7}}, Classes: []string{"-1", "1"}}
 	path := filepath.Join(dir, "tab.json")
 	if err := node.WriteRunConfig(path, tab); err != nil {
 		t.Fatal(err)

@@ -171,7 +171,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return testnetUsage(stderr, "--coalition: %v", err)
 		}
 	}
-	ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed})
+	ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed, multiclass: true})
 	if err != nil {
 		return err
 	}
