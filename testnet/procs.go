@@ -1,9 +1,9 @@
 package testnet
 
 import (
-	"encoding/csv"
 	"bufio"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"

@@ -197,7 +197,7 @@ type loadRequest struct {
 	loss consensus.Loss
 	// multiclass accepts a label of more than two classes (the multinomial loss).
 	multiclass bool
-	seed uint64 // train/test split
+	seed       uint64 // train/test split
 	// dims, when > 0, is the number of features the data must have (a model's): LIBSVM
 	// files are padded to it, more features are an error.
 	dims int
