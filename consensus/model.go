@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -248,4 +249,32 @@ func Softmax(dst, s []float64) []float64 {
 		dst[k] /= sum
 	}
 	return dst
+}
+
+// ParseModelSpec reads a model spec from JSON: a spec itself (its "format" is
+// ModelFormat), or any file that holds one under "predictor" (a node's model.json, a
+// testnet report). The spec is validated.
+func ParseModelSpec(b []byte) (*ModelSpec, error) {
+	var probe struct {
+		Format    string          `json:"format"`
+		Predictor json.RawMessage `json:"predictor"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("model file: %v", err)
+	}
+	raw := b
+	if probe.Format == "" {
+		if len(probe.Predictor) == 0 || string(probe.Predictor) == "null" {
+			return nil, errors.New(`model file: no "predictor" (written by an older version, or not a model file)`)
+		}
+		raw = probe.Predictor
+	}
+	var m ModelSpec
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("model file: predictor: %v", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }

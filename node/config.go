@@ -557,6 +557,20 @@ type RunConfig struct {
 	Scaling string `json:"scaling,omitempty"`
 }
 
+// Predictor returns the model w of this run in its self-describing form
+// (consensus.ModelSpec; nil when it cannot be built from the data).
+func (c *Config) Predictor(w []float64) *consensus.ModelSpec {
+	sc := c.Scaling
+	if sc == nil {
+		sc = &consensus.Scaler{Kind: consensus.ScaleNone}
+	}
+	m, err := consensus.NewModelSpec(c.Data, sc, c.Problem.Loss, w)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 // RunConfig returns the run configuration implied by c.
 func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()

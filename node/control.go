@@ -358,6 +358,11 @@ type Model struct {
 
 	// Scaling is the run's feature scaling (Config.Scaling); absent for none or unknown.
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
+	// Predictor is the model in the self-describing form of dpadmm predict, eval and
+	// export (Config.Predictor): task, classes, features, vocabulary, scaling, weights.
+	Predictor *consensus.ModelSpec `json:"predictor,omitempty"`
+	// Config is the run's configuration (its hash is ConfigHash): the hyperparameters.
+	Config *RunConfig `json:"config,omitempty"`
 }
 
 // ModelPrivacy is this node's privacy report (an unbounded epsilon is JSON null).
@@ -381,6 +386,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 	return &Model{
 		Guarantee: g, Membership: n.cfg.Membership(), Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Index: idx, Nodes: nodes, Hops: hop, Epoch: epoch,
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
+		Predictor: n.cfg.Predictor(z), Config: &n.rc,
 		Privacy: ModelPrivacy{
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
 			Local:   boundJSON(privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta)),

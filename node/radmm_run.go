@@ -56,7 +56,11 @@ type RADMMModel struct {
 	// Scaling is the run's feature scaling (Config.Scaling), which 'dpadmm account
 	// models --data' applies to an evaluation set; absent for none or unknown.
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
-	Note    string            `json:"note"`
+	// Predictor is this node's model in the self-describing form of dpadmm predict,
+	// eval and export (Config.Predictor); Config the run's configuration (hyperparameters).
+	Predictor *consensus.ModelSpec `json:"predictor,omitempty"`
+	Config    *RunConfig           `json:"config,omitempty"`
+	Note      string               `json:"note"`
 	// Inexact counts local solves that missed the tolerance (each voids that release's
 	// guarantee). The solver's residuals themselves are functions of the private data that
 	// no figure covers, so they are not written (see docs/threat-model.md).
@@ -350,6 +354,7 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error)
 		Run: n.cfg.Run, ConfigHash: n.hash, Peer: n.ID().String(), Algo: n.rc.Algorithm, Loss: n.cfg.Problem.Loss.String(), Index: r.self,
 		Nodes: len(r.members), Members: names, Graph: r.spec, GraphSeed: p.GraphSeed, Neighbors: r.nbrs, Iters: res.Iter,
 		Rows: n.cfg.Data.Rows, TotalRows: r.total, Dims: len(res.Model), Model: res.Model, Scaling: n.cfg.Scaling, Note: RADMMModelNote,
+		Predictor: n.cfg.Predictor(res.Model), Config: &n.rc,
 		Inexact: inexact, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
 		WallSecs: res.Wall.Seconds(),
 		Privacy: RADMMPriv{

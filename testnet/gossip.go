@@ -647,6 +647,7 @@ func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, av
 		}
 	}
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
+	r.setPredictor(o.Problem.Loss, o.Scaler, o.Train, avg)
 	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
 	return r
 }

@@ -106,6 +106,9 @@ type Report struct {
 	Data      string            `json:"data"`
 	TraceHash string            `json:"trace_hash"`
 	Model     []float64         `json:"model"`
+	// Predictor is the model in the self-describing form that dpadmm predict, eval and
+	// export read (consensus.ModelSpec); absent when the run has no scaling recorded.
+	Predictor *consensus.ModelSpec `json:"predictor,omitempty"`
 	// Ended is "hops" when the run made all its hops, "budget exhausted" when every
 	// node had used up its privacy budget first, "interrupted" when it was stopped early
 	// (a signal): the report then describes the state reached, Hops the hops done.
@@ -753,6 +756,7 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 		}
 	}
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, z)
+	r.setPredictor(o.Problem.Loss, o.Scaler, o.Train, z)
 	in := AccountInput{
 		Updates: w.updates, Clip: o.Clip, Sigma: o.Sigma, Delta: o.Delta, Graph: p.g,
 		Cap: o.MaxUpdates, Hops: w.hops, Path: w.path, Views: w.views, RealisedNote: w.realisedNote,
@@ -958,6 +962,17 @@ func graphName(s string) string {
 }
 
 // setRegression sets the RMSE and R^2 of model w on train and test (squared loss only).
+// setPredictor sets the report's self-describing model (nothing without a scaler, or
+// when the spec cannot be built: a report of data prepared by the caller).
+func (r *Report) setPredictor(loss consensus.Loss, sc *consensus.Scaler, train *consensus.Dataset, w []float64) {
+	if sc == nil {
+		return
+	}
+	if m, err := consensus.NewModelSpec(train, sc, loss, w); err == nil {
+		r.Predictor = m
+	}
+}
+
 func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, w []float64) {
 	if loss != consensus.Squared {
 		return

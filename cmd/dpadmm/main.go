@@ -26,6 +26,7 @@ Commands:
   experiment  reproduce the papers' comparisons (CSV and PNG output)
   audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
   eval        score a model.json (or a testnet report's model) on a dataset
+  predict     apply a model to raw CSV rows: labels and class probabilities, or predictions
   status      the state of a running node, from its --http address
   version     print the version, commit and Go version (also --version)
 
@@ -43,7 +44,7 @@ var version = "0.1.0-dev"
 var errUsage = errors.New("usage")
 
 // commands are the subcommand names, for suggestions.
-var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "status", "version", "help"}
+var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "predict", "status", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -80,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runAudit(args[1:], stdout, stderr)
 	case "eval":
 		err = runEval(args[1:], stdout, stderr)
+	case "predict":
+		err = runPredict(args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
