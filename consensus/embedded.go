@@ -27,3 +27,6 @@ func ParseEmbedded(opt LoadOptions) (*Dataset, error) {
 	opt.Label, opt.Format, opt.Delimiter = "label", "csv", 0
 	return ParseCSV("embedded:breast_cancer", bytes.NewReader(breastCancerCSV), opt)
 }
+
+// EmbeddedCSV returns the embedded dataset's CSV file (a copy).
+func EmbeddedCSV() []byte { return bytes.Clone(breastCancerCSV) }

@@ -23,9 +23,9 @@ type RawRows struct {
 // ReadRows reads raw rows for m from a CSV file with a header: each of the model's
 // features is taken from the column of its name (a one-hot feature "col=value" from the
 // text column col, a value the model has not seen giving zeros), in any column order;
-// other columns are ignored, and the label column (m.Label) is read when present. A
-// model trained on a file without a header (features c0, c1, ...) reads columns by
-// position instead, the label in column 0. A UTF-8 byte order mark is skipped. Every
+// other columns are ignored, and the label column (m.Label) is read when present. A file
+// without a header (a first line of numbers) is read by position: the features in the
+// model's order, after the label in column 0 when there is one more column. A UTF-8 byte order mark is skipped. Every
 // error names the file line and column.
 func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, error) {
 	if delim == 0 {
@@ -124,20 +124,27 @@ type featureCol struct {
 // columns maps the model's features to the file's columns (see ReadRows); first is the
 // index of the first data record.
 func (m *ModelSpec) columns(name string, head []string) (col []featureCol, label, first int, err error) {
-	positional := true
-	for j, f := range m.Features {
-		positional = positional && f == fmt.Sprintf("c%d", j+1)
+	headerless := true
+	for _, h := range head {
+		_, ok := parseNumber(h)
+		headerless = headerless && ok
 	}
-	if positional {
-		// A file without a header at training: label in column 0, features after it.
-		first, label = 0, 0
-		if _, ok := parseNumber(strings.TrimSpace(head[len(head)-1])); !ok {
-			first = 1
+	if headerless {
+		// A file without a header: the features in the model's order, after the label in
+		// column 0 when there is one more column than features.
+		p := len(m.Features)
+		switch len(head) {
+		case p + 1:
+			label = 0
+		case p:
+			label = -1
+		default:
+			return nil, 0, 0, errorOf(ErrMissingColumn, "%s:1: no header, and %d columns for the model's %d features (with the label first, or without it)", name, len(head), p)
 		}
 		for j := range m.Features {
-			col = append(col, featureCol{src: j + 1, name: m.Features[j]})
+			col = append(col, featureCol{src: j + 1 + label, name: m.Features[j]})
 		}
-		return col, label, first, nil
+		return col, label, 0, nil
 	}
 	first, label = 1, colIndex(head, m.Label, 1)
 	cats := map[string]bool{}

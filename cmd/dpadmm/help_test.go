@@ -30,6 +30,7 @@ var helpCases = []struct {
 	{"account-subsampled", []string{"account", "subsampled", "--help"}},
 	{"account-models", []string{"account", "models", "--help"}},
 	{"eval", []string{"eval", "--help"}},
+	{"predict", []string{"predict", "--help"}},
 	{"audit", []string{"audit", "--help"}},
 	{"status", []string{"status", "--help"}},
 	{"version", []string{"version", "--help"}},

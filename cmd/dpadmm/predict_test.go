@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dpadmm/dpadmm/consensus"
+)
+
+// runCmd runs dpadmm with args and returns the exit code, stdout and stderr.
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// byHand computes the class probabilities of one raw row from a report's predictor
+// written out in plain JSON: standardise, divide by max(1, norm), scale by sqrt(1-c^2),
+// append c, then softmax of the weight rows (sigmoid for one row).
+func byHand(t *testing.T, p map[string]any, x []float64) []float64 {
+	t.Helper()
+	sc := p["scaling"].(map[string]any)
+	mean, std := sc["mean"].([]any), sc["std"].([]any)
+	z := make([]float64, len(x))
+	n := 0.0
+	for j, v := range x {
+		z[j] = (v - mean[j].(float64)) / std[j].(float64)
+		n += z[j] * z[j]
+	}
+	n = math.Max(1, math.Sqrt(n))
+	c := sc["intercept"].(float64)
+	for j := range z {
+		z[j] = z[j] / n * math.Sqrt(1-c*c)
+	}
+	z = append(z, c)
+	var s []float64
+	for _, row := range p["weights"].([]any) {
+		w := row.([]any)
+		v := 0.0
+		for j := range z {
+			v += w[j].(float64) * z[j]
+		}
+		s = append(s, v)
+	}
+	if len(s) == 1 {
+		q := 1 / (1 + math.Exp(-s[0]))
+		return []float64{1 - q, q}
+	}
+	mx, sum := math.Inf(-1), 0.0
+	for _, v := range s {
+		mx = math.Max(mx, v)
+	}
+	out := make([]float64, len(s))
+	for k, v := range s {
+		out[k] = math.Exp(v - mx)
+		sum += out[k]
+	}
+	for k := range out {
+		out[k] /= sum
+	}
+	return out
+}
+
+// TestPredictMulticlass: a 3-class testnet report's model, applied by dpadmm predict to the
+// raw iris rows (columns shuffled, an extra column added), gives the probabilities of a
+// computation by hand from the report, the label of their maximum, and the same numbers in
+// JSON; eval's confusion matrix and per-class scores match a count from those predictions.
+func TestPredictMulticlass(t *testing.T) {
+	dir := t.TempDir()
+	data := "../../../shared/data/iris.csv"
+	if _, err := os.Stat(data); err != nil {
+		t.Fatalf("the shared data are needed beside the repository: %v", err)
+	}
+	rep := filepath.Join(dir, "r.json")
+	if code, _, e := runCmd("testnet", "--data", data, "--label", "species", "--nodes", "6", "--hops", "600", "--quiet", "--report", rep); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	p := readReport(t, rep)["predictor"].(map[string]any)
+	if p["task"] != "multiclass" || len(p["classes"].([]any)) != 3 || len(p["weights"].([]any)) != 3 {
+		t.Fatalf("predictor %v", p)
+	}
+	raw, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same rows with the columns reversed and an unrelated column.
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	for i, r := range recs {
+		extra := "id"
+		if i > 0 {
+			extra = strconv.Itoa(i)
+		}
+		_ = w.Write([]string{extra, r[4], r[3], r[2], r[1], r[0]})
+	}
+	w.Flush()
+	shuffled := writeFile(t, dir, "shuffled.csv", b.String())
+	code, out, e := runCmd("predict", "--model", rep, "--data", shuffled)
+	if code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, e)
+	}
+	got, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := p["classes"].([]any)
+	if strings.Join(got[0], ",") != "label,setosa,versicolor,virginica" || len(got) != len(recs) {
+		t.Fatalf("header %v, %d rows", got[0], len(got))
+	}
+	for i := 1; i < len(recs); i++ {
+		x := make([]float64, 4)
+		for j := range x {
+			x[j], _ = strconv.ParseFloat(recs[i][j], 64)
+		}
+		want := byHand(t, p, x)
+		best := 0
+		for k := range want {
+			v, _ := strconv.ParseFloat(got[i][k+1], 64)
+			if math.Abs(v-want[k]) > 1e-12 {
+				t.Fatalf("row %d class %d: probability %v, by hand %v", i, k, v, want[k])
+			}
+			if want[k] > want[best] {
+				best = k
+			}
+		}
+		if got[i][0] != classes[best] {
+			t.Fatalf("row %d: label %q, by hand %q", i, got[i][0], classes[best])
+		}
+	}
+	// JSON: the same predictions.
+	code, js, e := runCmd("predict", "--model", rep, "--data", data, "--format", "json")
+	if code != 0 {
+		t.Fatalf("predict --format json: exit %d: %s", code, e)
+	}
+	var po predictOutput
+	if err := json.Unmarshal([]byte(js), &po); err != nil {
+		t.Fatal(err)
+	}
+	if po.Rows != len(recs)-1 || po.Predictions[7].Label != got[8][0] || po.Task != "multiclass" {
+		t.Fatalf("json %d rows, row 8 %+v, csv %v", po.Rows, po.Predictions[7], got[8])
+	}
+	// eval: accuracy, confusion and per-class recall counted from predict's labels.
+	code, ev, e := runCmd("eval", "--json", "--data", data, rep)
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, e)
+	}
+	var er evalReport
+	if err := json.Unmarshal([]byte(ev), &er); err != nil {
+		t.Fatal(err)
+	}
+	conf := map[[2]string]int{}
+	ok := 0
+	for i := 1; i < len(recs); i++ {
+		conf[[2]string{recs[i][4], got[i][0]}]++
+		if recs[i][4] == got[i][0] {
+			ok++
+		}
+	}
+	c := er.Classification
+	if c == nil || er.Task != "multiclass" || math.Abs(*er.Accuracy-float64(ok)/150) > 1e-12 || c.ROCAUC != nil {
+		t.Fatalf("eval %+v", er)
+	}
+	for ti, tc := range c.Classes {
+		for pi, pc := range c.Classes {
+			if c.Confusion[ti][pi] != conf[[2]string{tc, pc}] {
+				t.Fatalf("confusion[%s][%s] = %d, counted %d", tc, pc, c.Confusion[ti][pi], conf[[2]string{tc, pc}])
+			}
+		}
+		if r := float64(c.Confusion[ti][ti]) / 50; math.Abs(c.PerClass[ti].Recall-r) > 1e-12 {
+			t.Fatalf("recall of %s %v, counted %v", tc, c.PerClass[ti].Recall, r)
+		}
+	}
+	// A label outside the model's classes is refused with the label named.
+	bad := writeFile(t, dir, "bad.csv", "species,sepal_length,sepal_width,petal_length,petal_width\nrose,1,2,3,4\nsetosa,1,2,3,4\n")
+	if code, _, e := runCmd("eval", "--data", bad, rep); code != 1 || !strings.Contains(e, `"rose" (line 2)`) || !strings.Contains(e, "setosa") {
+		t.Fatalf("foreign label: exit %d: %s", code, e)
+	}
+	// A missing feature column is named.
+	miss := writeFile(t, dir, "miss.csv", "species,sepal_length,sepal_width,petal_length\nsetosa,1,2,3\n")
+	if code, _, e := runCmd("predict", "--model", rep, "--data", miss); code != 1 || !strings.Contains(e, "petal_width") {
+		t.Fatalf("missing column: exit %d: %s", code, e)
+	}
+}
+
+// TestPredictCategoricalAndRegression: a squared-loss model over a text column (one-hot)
+// predicts in the target's units: predict equals the raw-unit coefficients of the
+// predictor (the scaling is linear), a category the model has not seen counts as zeros
+// with a warning, and eval's RMSE, MAE and R^2 match a computation from the predictions.
+func TestPredictCategoricalAndRegression(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("y,colour,x\n")
+	for i := 0; i < 60; i++ {
+		col := []string{"red", "green", "blue"}[i%3]
+		x := math.Sin(float64(i))
+		y := 100 + 20*x + map[string]float64{"red": 5, "green": -5, "blue": 0}[col]
+		b.WriteString(strconv.FormatFloat(y, 'g', -1, 64) + "," + col + "," + strconv.FormatFloat(x, 'g', -1, 64) + "\n")
+	}
+	train := writeFile(t, dir, "train.csv", b.String())
+	rep := filepath.Join(dir, "r.json")
+	if code, _, e := runCmd("testnet", "--data", train, "--loss", "squared", "--categorical", "auto", "--scale", "standardize",
+		"--nodes", "3", "--sigma", "0", "--max-updates", "0", "--hops", "3000", "--gamma", "1", "--test-frac", "0", "--quiet", "--report", rep); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	spec, _, err := readSpec(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Task != consensus.TaskRegression || len(spec.Categorical) != 1 || spec.Coef == nil || !spec.Scaling.HasTarget() {
+		t.Fatalf("spec %+v", spec)
+	}
+	test := writeFile(t, dir, "test.csv", "x,colour,y\n0.5,red,115\n-0.25,purple,95\n0,blue,100\n")
+	code, out, e := runCmd("predict", "--model", rep, "--data", test)
+	if code != 0 || !strings.Contains(e, "1 cell(s)") {
+		t.Fatalf("predict: exit %d: %s", code, e)
+	}
+	got, _ := csv.NewReader(strings.NewReader(out)).ReadAll()
+	// Raw-unit coefficients: features colour=blue, colour=green, colour=red, x.
+	rows := [][]float64{{0, 0, 1, 0.5}, {0, 0, 0, -0.25}, {1, 0, 0, 0}}
+	ys := []float64{115, 95, 100}
+	res, abs, mean, tot := 0.0, 0.0, (115+95+100)/3.0, 0.0
+	for i, x := range rows {
+		want := spec.Intercept[0]
+		for j, v := range x {
+			want += spec.Coef[0][j] * v
+		}
+		v, _ := strconv.ParseFloat(got[i+1][0], 64)
+		if math.Abs(v-want) > 1e-9 {
+			t.Fatalf("row %d: prediction %v, raw-unit coefficients give %v", i, v, want)
+		}
+		res += (v - ys[i]) * (v - ys[i])
+		abs += math.Abs(v - ys[i])
+		tot += (ys[i] - mean) * (ys[i] - mean)
+	}
+	code, ev, e := runCmd("eval", "--json", "--data", test, rep)
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, e)
+	}
+	var er evalReport
+	if err := json.Unmarshal([]byte(ev), &er); err != nil {
+		t.Fatal(err)
+	}
+	if er.RMSE == nil || math.Abs(*er.RMSE-math.Sqrt(res/3)) > 1e-9 || math.Abs(*er.MAE-abs/3) > 1e-9 || math.Abs(*er.R2-(1-res/tot)) > 1e-9 {
+		t.Fatalf("eval %+v, want rmse %v mae %v r2 %v", er, math.Sqrt(res/3), abs/3, 1-res/tot)
+	}
+}
+
+// TestPredictErrors: bad input gets a clear error and writes nothing.
+func TestPredictErrors(t *testing.T) {
+	dir := t.TempDir()
+	old := writeFile(t, dir, "old.json", `{"model":[1,2],"loss":"logistic"}`)
+	data := writeFile(t, dir, "d.csv", "a,b\n1,2\n")
+	out := filepath.Join(dir, "out.csv")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"predict", "--data", data}, 2, "--model is required"},
+		{[]string{"predict", "--model", old}, 2, "--data is required"},
+		{[]string{"predict", "--model", old, "--data", data, "--format", "xml"}, 2, "csv or json"},
+		{[]string{"predict", "--model", old, "--data", data, "--out", out}, 1, `no "predictor"`},
+		{[]string{"predict", "--model", filepath.Join(dir, "none.json"), "--data", data, "--out", out}, 1, "no such file"},
+		{[]string{"predict", "--model", writeFile(t, dir, "corrupt.json", `{"predictor":{"format":"dpadmm-linear/1","task":"binary"`), "--data", data, "--out", out}, 1, "model file"},
+	} {
+		code, _, e := runCmd(c.args...)
+		if code != c.code || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, e)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a failed predict wrote %s", out)
+	}
+}
