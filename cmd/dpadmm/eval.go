@@ -35,15 +35,15 @@ The keys of --json are listed in docs/report-schema.md.
 
 // evalScores are a model's scores on a dataset.
 type evalScores struct {
-	MeanLoss float64  `json:"mean_loss"`
+	MeanLoss float64 `json:"mean_loss"`
 	// MAE is the mean absolute error of a regression model in the target's units.
 	MAE *float64 `json:"mae,omitempty"`
 	// Classification holds the per-class precision, recall and F1, the confusion matrix
 	// and, for a binary model, the ROC AUC.
 	Classification *consensus.ClassReport `json:"classification,omitempty"`
-	Accuracy *float64 `json:"accuracy,omitempty"` // logistic loss
-	RMSE     *float64 `json:"rmse,omitempty"`     // squared loss
-	R2       *float64 `json:"r2,omitempty"`       // squared loss; absent when the labels do not vary
+	Accuracy       *float64               `json:"accuracy,omitempty"` // logistic loss
+	RMSE           *float64               `json:"rmse,omitempty"`     // squared loss
+	R2             *float64               `json:"r2,omitempty"`       // squared loss; absent when the labels do not vary
 }
 
 // scoreModel scores w on d (already scaled) with loss.
@@ -90,7 +90,7 @@ func printScores(w io.Writer, loss string, s evalScores) {
 type evalReport struct {
 	// Task is the model's task (binary, multiclass, regression) when the file describes
 	// its model (a "predictor"); absent for older files.
-	Task string `json:"task,omitempty"`
+	Task      string `json:"task,omitempty"`
 	ModelFile string `json:"model_file"`
 	Source    string `json:"source"` // what kind of file the model came from
 	Data      string `json:"data"`
