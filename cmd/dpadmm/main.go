@@ -1,6 +1,6 @@
 // Command dpadmm is a peer-to-peer node for differentially private decentralized
 // training. It has one subcommand per task: node, testnet, account, keys, experiment,
-// audit, eval, status and version.
+// audit, eval, predict, export, status and version.
 package main
 
 import (
@@ -27,6 +27,7 @@ Commands:
   audit       empirical privacy audit: lower bounds on epsilon next to the claimed upper bounds
   eval        score a model.json (or a testnet report's model) on a dataset
   predict     apply a model to raw CSV rows: labels and class probabilities, or predictions
+  export      write a model as ONNX (scaling included, float64) or as a CSV of coefficients
   status      the state of a running node, from its --http address
   version     print the version, commit and Go version (also --version)
 
@@ -44,7 +45,7 @@ var version = "0.1.0-dev"
 var errUsage = errors.New("usage")
 
 // commands are the subcommand names, for suggestions.
-var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "predict", "status", "version", "help"}
+var commands = []string{"testnet", "account", "node", "keys", "experiment", "audit", "eval", "predict", "export", "status", "version", "help"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -83,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runEval(args[1:], stdout, stderr)
 	case "predict":
 		err = runPredict(args[1:], stdout, stderr)
+	case "export":
+		err = runExport(args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
