@@ -17,6 +17,10 @@ type Dataset struct {
 	// Classes, for binary labels read from a file, records which label became -1 and
 	// which +1 (nil otherwise).
 	Classes *Classes
+	// Warnings are what the reader found suspicious but accepted (an ID-like column).
+	Warnings []string
+	// Fill is the public rule that filled missing cells (LoadOptions.Fill), nil for none.
+	Fill *FillRule
 	// Label is the name of the label column (CSV with a header; "" otherwise).
 	Label string
 	// Categories is the one-hot vocabulary of the text columns, in feature order.
@@ -48,7 +52,7 @@ func (d *Dataset) Subset(idx []int) *Dataset {
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
 
-		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories,
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill,
 	}
 	for _, i := range idx {
 		out.X = append(out.X, d.Row(i)...)
@@ -68,7 +72,7 @@ func (d *Dataset) Clone() *Dataset {
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
 
-		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories,
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill,
 	}
 }
 

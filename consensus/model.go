@@ -44,10 +44,13 @@ type ModelSpec struct {
 	Classes     []string      `json:"classes,omitempty"`
 	Features    []string      `json:"features"`
 	Categorical []Categorical `json:"categorical,omitempty"`
-	Scaling     *Scaler       `json:"scaling"`
-	Weights     [][]float64   `json:"weights"`
-	Coef        [][]float64   `json:"coef,omitempty"`
-	Intercept   []float64     `json:"intercept,omitempty"`
+	// Fill is the public rule for missing cells the training data were read with; predict
+	// and eval apply it to their rows.
+	Fill      *FillRule   `json:"fill,omitempty"`
+	Scaling   *Scaler     `json:"scaling"`
+	Weights   [][]float64 `json:"weights"`
+	Coef      [][]float64 `json:"coef,omitempty"`
+	Intercept []float64   `json:"intercept,omitempty"`
 }
 
 // NewModelSpec describes the model w trained with loss on data d (scaled by sc, so with
@@ -64,7 +67,7 @@ func NewModelSpec(d *Dataset, sc *Scaler, loss Loss, w []float64) (*ModelSpec, e
 		raw--
 	}
 	m := &ModelSpec{Format: ModelFormat, Loss: loss.String(), Label: d.Label, Scaling: sc,
-		Features: append([]string(nil), d.Features[:raw]...), Categorical: d.Categories}
+		Features: append([]string(nil), d.Features[:raw]...), Categorical: d.Categories, Fill: d.Fill}
 	k := 1
 	switch {
 	case loss == Squared:

@@ -38,9 +38,58 @@ type LoadOptions struct {
 	// Multiclass, with Binary, accepts a label of more than two classes: Y is then the
 	// class index and Dataset.Classes.List the classes (see mapMulti).
 	Multiclass bool
+	// Ignore names CSV columns (by header name or 0-based index) that are not read at all:
+	// an ID, a free-text note, a column that leaks the label.
+	Ignore []string
+	// Fill, when not nil, fills missing cells of feature columns (see FillRule) instead of
+	// refusing them.
+	Fill *FillRule
 	// Classes, with Binary, fixes the mapping (e.g. the training file's, for its test
 	// file); a label that is neither class is an error. It overrides Positive.
 	Classes *Classes
+}
+
+// FillRule fills missing feature cells by a public rule: Columns[name] for a listed
+// column, else Default (an error when neither is set). A cell is missing when it is empty
+// or one of MissingMarkers. A text column's missing cells become the category
+// MissingCategory. The values are public (a constant, or a file every member shares), never
+// statistics of the local rows: a mean of a node's own rows would make each filled cell a
+// function of the other rows, so that one row's change would move others, and the
+// released model would carry that dependence outside every figure's adjacency.
+type FillRule struct {
+	Default *float64           `json:"default,omitempty"`
+	Columns map[string]float64 `json:"columns,omitempty"`
+}
+
+// MissingMarkers are the cell texts a FillRule treats as missing (besides an empty cell).
+var MissingMarkers = []string{"NA", "N/A", "NaN", "nan", "na", "n/a", "?", "null", "NULL", "None"}
+
+// MissingCategory is the category of a missing cell of a text column under a FillRule.
+const MissingCategory = "(missing)"
+
+// value returns the fill value of column col, ok false when the rule has none.
+func (f *FillRule) value(col string) (float64, bool) {
+	if v, ok := f.Columns[col]; ok {
+		return v, true
+	}
+	if f.Default != nil {
+		return *f.Default, true
+	}
+	return 0, false
+}
+
+// missing reports whether a cell is missing under the rule.
+func (f *FillRule) missing(cell string) bool {
+	c := strings.TrimSpace(cell)
+	if c == "" {
+		return true
+	}
+	for _, m := range MissingMarkers {
+		if c == m {
+			return true
+		}
+	}
+	return false
 }
 
 // Errors a caller can detect with errors.Is, to add advice that names its own options.
@@ -96,6 +145,7 @@ func Parse(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consensus: %s: %v", name, err)
 	}
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a UTF-8 byte order mark (Excel)
 	switch detectFormat(name, data, opt.Format) {
 	case "libsvm":
 		return ParseLIBSVM(name, bytes.NewReader(data), opt)
@@ -167,7 +217,11 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	if delim == '"' || delim == '\r' || delim == '\n' || delim == utf8.RuneError || !utf8.ValidRune(delim) || unicode.IsSpace(delim) && delim != '\t' {
 		return nil, fmt.Errorf("consensus: invalid CSV delimiter %q", delim)
 	}
-	cr := csv.NewReader(r)
+	br := bufio.NewReader(r)
+	if b, _ := br.Peek(3); bytes.Equal(b, []byte("\ufeff")) {
+		_, _ = br.Discard(3) // a UTF-8 byte order mark (Excel's "CSV UTF-8")
+	}
+	cr := csv.NewReader(br)
 	cr.Comma = delim
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = delim != '\t'
@@ -274,9 +328,25 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		}
 	}
 	colName := func(j int) string { return fmt.Sprintf("column %d (%s)", j, names[j]) }
-	// Missing values first, in file order: a clear error rather than a parse failure.
+	ignored, err := ignoredColumns(name, opt.Ignore, names, header, label)
+	if err != nil {
+		return nil, err
+	}
+	// Missing values first, in file order: a clear error rather than a parse failure (a
+	// feature cell is filled when opt.Fill has a value for its column).
 	for i, rec := range recs {
 		for j, f := range rec {
+			if ignored[j] {
+				continue
+			}
+			if j != label && opt.Fill != nil && opt.Fill.missing(f) {
+				if _, ok := opt.Fill.value(names[j]); ok {
+					continue
+				}
+				if strings.TrimSpace(f) != "" {
+					continue // a marker in a column without a fill value: read as text
+				}
+			}
 			if strings.TrimSpace(f) == "" {
 				what := colName(j)
 				if j == label {
@@ -287,7 +357,7 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		}
 	}
 	rows := len(recs)
-	d := &Dataset{Name: name, Rows: rows}
+	d := &Dataset{Name: name, Rows: rows, Fill: opt.Fill}
 	labelCol := colName(label) + ", the label"
 	if opt.Binary {
 		raw := make([]string, rows)
@@ -321,12 +391,20 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	}
 	var cols []column
 	for j := 0; j < width; j++ {
-		if j == label {
+		if j == label || ignored[j] {
 			continue
 		}
 		c := column{src: j, num: make([]float64, rows)}
 		badRow := -1
+		fill, canFill := 0.0, false
+		if opt.Fill != nil {
+			fill, canFill = opt.Fill.value(names[j])
+		}
 		for i, rec := range recs {
+			if canFill && opt.Fill.missing(rec[j]) {
+				c.num[i] = fill
+				continue
+			}
 			v, ok := parseNumber(rec[j])
 			if !ok {
 				badRow = i
@@ -342,13 +420,30 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 				hint := decimalComma(recs[badRow][j], delim)
 				if hint == "" {
 					hint = " (a text column: categorical mode auto one-hot encodes it)"
+					distinct := map[string]bool{}
+					for _, rec := range recs {
+						distinct[strings.TrimSpace(rec[j])] = true
+					}
+					if len(distinct) == rows && rows >= distinctWarnRows {
+						hint = fmt.Sprintf(" (a different text in every row: an ID? ignore the column (--ignore-columns %q); one-hot encoding it would make one feature per row)", names[j])
+					}
 				}
 				return nil, errorOf(ErrNotNumeric, "consensus: %s:%d: %s: %q is not a number%s",
 					name, lines[badRow], colName(j), recs[badRow][j], hint)
 			}
+			cell := func(rec []string) string {
+				if opt.Fill != nil && opt.Fill.missing(rec[j]) {
+					return MissingCategory
+				}
+				return strings.TrimSpace(rec[j])
+			}
 			set := map[string]bool{}
 			for _, rec := range recs {
-				set[strings.TrimSpace(rec[j])] = true
+				set[cell(rec)] = true
+			}
+			if len(set) == rows && rows >= distinctWarnRows {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s holds a different text in every one of the %d rows (an ID?): one-hot encoding makes one feature per row, "+
+					"which cannot generalise; drop it with --ignore-columns %q", name, colName(j), rows, names[j]))
 			}
 			for k := range set {
 				c.cats = append(c.cats, k)
@@ -356,9 +451,13 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			sort.Strings(c.cats)
 			c.code = make([]int, rows)
 			for i, rec := range recs {
-				c.code[i] = sort.SearchStrings(c.cats, strings.TrimSpace(rec[j]))
+				c.code[i] = sort.SearchStrings(c.cats, cell(rec))
 			}
 			c.num = nil
+		}
+		if c.num != nil && rows >= distinctWarnRows && isIDColumn(c.num) {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %s holds a different integer in every one of the %d rows, in steps of 1 (an ID?): "+
+				"it is used as a feature; drop it with --ignore-columns %q", name, colName(j), rows, names[j]))
 		}
 		cols = append(cols, c)
 	}
@@ -403,6 +502,56 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 
 // decimalComma returns a hint when s would be a number with a decimal point instead of a
 // comma in a file whose delimiter is not a comma.
+// distinctWarnRows is the smallest file whose all-distinct columns are flagged as IDs.
+const distinctWarnRows = 20
+
+// isIDColumn reports whether v holds distinct integers forming a run of consecutive
+// values (1..n in any order, or a shifted run): a row number or identifier.
+func isIDColumn(v []float64) bool {
+	seen := make(map[float64]bool, len(v))
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range v {
+		if x != math.Trunc(x) || seen[x] {
+			return false
+		}
+		seen[x] = true
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return hi-lo == float64(len(v)-1)
+}
+
+// ignoredColumns resolves LoadOptions.Ignore: names (with a header) or 0-based indices;
+// the label cannot be ignored, and an unknown column is an error.
+func ignoredColumns(name string, ignore, names []string, header bool, label int) (map[int]bool, error) {
+	out := map[int]bool{}
+	for _, c := range ignore {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		j := -1
+		for k, n := range names {
+			if header && n == c {
+				j = k
+				break
+			}
+		}
+		if j < 0 {
+			if k, err := strconv.Atoi(c); err == nil && k >= 0 && k < len(names) {
+				j = k
+			}
+		}
+		switch {
+		case j < 0:
+			return nil, fmt.Errorf("consensus: %s:1: column %q to ignore is not in the file (%d columns)", name, c, len(names))
+		case j == label:
+			return nil, fmt.Errorf("consensus: %s: column %q is the label: it cannot be ignored", name, c)
+		}
+		out[j] = true
+	}
+	return out, nil
+}
+
 func decimalComma(s string, delim rune) string {
 	if delim == ',' || !strings.Contains(s, ",") {
 		return ""

@@ -67,11 +67,18 @@ func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, er
 				return nil, fmt.Errorf("%s:%d: %d fields, the model's column %q is field %d", name, line, len(rec), c.name, c.src+1)
 			}
 			cell := strings.TrimSpace(rec[c.src])
+			missing := m.Fill != nil && m.Fill.missing(cell)
 			if c.value != "" {
-				if cell == c.value {
+				if cell == c.value || missing && c.value == MissingCategory {
 					x[j] = 1
 				}
 				continue
+			}
+			if missing {
+				if v, ok := m.Fill.value(c.name); ok {
+					x[j] = v
+					continue
+				}
 			}
 			v, ok := parseNumber(cell)
 			if !ok {
@@ -89,6 +96,9 @@ func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, er
 		for _, cat := range m.Categorical {
 			if s := colIndex(recs[0], cat.Column, first); s >= 0 && s < len(rec) {
 				v := strings.TrimSpace(rec[s])
+				if m.Fill != nil && m.Fill.missing(v) {
+					v = MissingCategory
+				}
 				known := false
 				for _, k := range cat.Values {
 					known = known || k == v

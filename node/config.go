@@ -533,6 +533,10 @@ type RunConfig struct {
 	// positive; multinomial: every class), as the label column writes them.
 	Classes []string `json:"classes,omitempty"`
 
+	// Fill is the public rule for missing cells (consensus.FillRule) as canonical JSON;
+	// empty for none.
+	Fill string `json:"fill,omitempty"`
+
 	// Unpenalised is the number of trailing coordinates the regularizer leaves alone
 	// (consensus.Regularizer.Free: the intercept; 0 is omitted, so older hashes hold).
 	Unpenalised int `json:"unpenalised,omitempty"`
@@ -576,6 +580,10 @@ func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()
 	rc.Scaling = c.Scaling.Fingerprint()
 	rc.MaxRows = c.MaxRows
+	if c.Data != nil && c.Data.Fill != nil {
+		b, _ := json.Marshal(c.Data.Fill)
+		rc.Fill = string(b)
+	}
 	if c.Data != nil && c.Problem.Loss != consensus.Squared {
 		if rc.Classes = c.Data.Classes.Names(); rc.Classes == nil {
 			rc.Classes = []string{"-1", "1"} // labels without names are -1/+1 as they are
@@ -794,6 +802,8 @@ func runConfigFlag(key string) string {
 		return "--eta-file"
 	case "unpenalised":
 		return "--intercept"
+	case "fill":
+		return "--fill/--fill-file"
 	}
 	return "--" + strings.ReplaceAll(key, "_", "-")
 }

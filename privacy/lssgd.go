@@ -220,7 +220,7 @@ func gradDecide(r WalkRun) WalkVerdict {
 	}
 	if !r.SGDNonExpansive {
 		v.Reasons = append(v.Reasons, "sgd: the step is not certified non-expansive on every node (needs a convex generalized linear "+
-			"loss and eta <= 2/beta, walk.SGDSmoothness): amplification by iteration does not apply")
+			"loss with one score per row, not the multinomial one, and eta <= 2/beta, walk.SGDSmoothness): amplification by iteration does not apply")
 	}
 	// The step eta_k = eta/sqrt(k) (k the holder's own count) scales every hop's noise and
 	// every update's shift differently; the planned form charges one scale for all, which

@@ -88,6 +88,20 @@ func (m *Machine) SGDNonExpansive() bool {
 	if m.cfg.Step.Kind != StepSGD || m.st == nil {
 		return false
 	}
-	b := SGDSmoothness(m.loss, m.st.q)
-	return m.cfg.Step.Eta*b <= 2 && !math.IsNaN(b)
+	return SGDCertified(m.loss, m.cfg.Step.Eta, m.st.q)
+}
+
+// SGDCertified reports whether an sgd step of size eta at rate q on loss l is certified
+// non-expansive: a generalized linear loss (one score per row; the clipped gradient is
+// then the gradient of a convex, SGDSmoothness-smooth function, see above) and eta <=
+// 2/SGDSmoothness. The multinomial loss is not certified: its per-example gradient is
+// clipped as a K x p whole, and a vector field scaled down by a factor of its own norm is
+// in general not the gradient of any function, so the convexity argument of the one-score
+// case does not carry over; its runs get the local figure, which needs only the clip.
+func SGDCertified(l *consensus.LocalLoss, eta, q float64) bool {
+	if l.Classes() > 0 {
+		return false
+	}
+	b := SGDSmoothness(l, q)
+	return eta*b <= 2 && !math.IsNaN(b)
 }

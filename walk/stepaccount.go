@@ -2,7 +2,6 @@ package walk
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -30,8 +29,7 @@ func StepRun(cfg Config, losses []*consensus.LocalLoss, dim int, nodes int, r *p
 		if s.Kind == StepSGD && len(losses) == nodes {
 			ok := len(losses) > 0
 			for _, l := range losses {
-				b := SGDSmoothness(l, s.Rate)
-				ok = ok && !math.IsNaN(b) && s.Eta*b <= 2
+				ok = ok && SGDCertified(l, s.Eta, s.Rate)
 			}
 			r.SGDNonExpansive = ok
 		}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -76,6 +79,9 @@ type dataFlags struct {
 	intercept   *float64
 	targetRange *string
 	classes     *string
+	ignore      *string
+	fill        *string
+	fillFile    *string
 }
 
 // addDataFlags registers the data flags on fs.
@@ -91,6 +97,10 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 	f.positive = fs.String("positive", "", p+"logistic loss: the label that becomes +1, e.g. '>50K'. Any two distinct labels are accepted ({0,1}, {1,2}, {-1,1}, text); "+
 		"by default the larger is +1 (numerically when both are numbers, else the second in byte order). Labels compare as numbers when both are (1 = 1.0), "+
 		"else as text without surrounding space and a trailing '.'; a file holding one class needs --positive")
+	f.ignore = fs.String("ignore-columns", "", p+"CSV columns not to read, comma-separated names or 0-based indices (an ID, a free-text note)")
+	f.fill = fs.String("fill", "", p+"fill missing feature cells (empty, NA, N/A, NaN, ?, null) with this public number; "+
+		"a text column's become the category (missing). Never a statistic of the local rows: one row would then change the others")
+	f.fillFile = fs.String("fill-file", "", p+"per-column fill values from a public JSON file {\"default\": N, \"columns\": {\"name\": N}} (the same on every node; enters the config hash)")
 	f.categorical = fs.String("categorical", "none", p+"non-numeric CSV feature columns: none (error) or auto (one-hot)")
 	f.delimiter = fs.String("delimiter", ",", p+"CSV field delimiter: one character, or tab")
 	scaleHelp := p + "feature scaling: none|unitball|standardize|standardize+unitball|rownorm|standardize+rownorm; unitball (x/max(1,||x||)) needs no parameters"
@@ -215,6 +225,8 @@ type loadedData struct {
 	// scaling names the scaling for reports: its kind, and where its parameters came
 	// from when it has any.
 	scaling string
+	// warnings are what the reader found suspicious but accepted (an ID-like column).
+	warnings []string
 }
 
 // load reads, relabels, splits and scales the data of the flags (check must have passed).
@@ -226,6 +238,14 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	opt := consensus.LoadOptions{Label: *f.label, Categorical: *f.categorical, Delimiter: delim,
 		Binary: req.loss.Classifies(), Multiclass: req.multiclass || req.loss == consensus.Multinomial,
 		Positive: *f.positive, MinCols: req.dims, MaxCols: req.dims}
+	if *f.ignore != "" {
+		opt.Ignore = strings.Split(*f.ignore, ",")
+	}
+	fill, err := f.fillRule()
+	if err != nil {
+		return nil, err
+	}
+	opt.Fill = fill
 	if f.classes != nil && *f.classes != "" {
 		cl, err := parseClasses(*f.classes)
 		if err != nil {
@@ -235,7 +255,6 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	}
 	out := &loadedData{name: "embedded:breast_cancer"}
 	var full *consensus.Dataset
-	var err error
 	if f.embedded() {
 		full, err = consensus.ParseEmbedded(opt)
 	} else {
@@ -248,6 +267,7 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	if req.dims > 0 && full.Cols != req.dims {
 		return nil, fmt.Errorf("%s has %d features, the model has %d", out.name, full.Cols, req.dims)
 	}
+	out.warnings = full.Warnings
 	train, test := full, (*consensus.Dataset)(nil)
 	if f.test != nil && *f.test != "" {
 		topt := opt
@@ -298,6 +318,13 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	return out, nil
 }
 
+// warn prints the reader's warnings.
+func (ld *loadedData) warn(w io.Writer) {
+	for _, m := range ld.warnings {
+		fmt.Fprintln(w, "warning: "+m)
+	}
+}
+
 // target sets the target scaling of a squared-loss run: --target-range, else the scale
 // file's, else (simulators) the pooled training targets' mean and deviation.
 func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss consensus.Loss) error {
@@ -324,6 +351,39 @@ func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss 
 		sc.FitTarget(train)
 	}
 	return nil
+}
+
+// fillRule returns the rule of --fill and --fill-file (nil for none): the file's columns,
+// and its default or --fill for the others.
+func (f *dataFlags) fillRule() (*consensus.FillRule, error) {
+	if *f.fill == "" && *f.fillFile == "" {
+		return nil, nil
+	}
+	r := &consensus.FillRule{}
+	if *f.fillFile != "" {
+		b, err := os.ReadFile(*f.fillFile)
+		if err != nil {
+			return nil, fmt.Errorf("--fill-file: %v", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(r); err != nil {
+			return nil, fmt.Errorf("--fill-file %s: %v (want {\"default\": N, \"columns\": {\"name\": N}})", *f.fillFile, err)
+		}
+	}
+	if *f.fill != "" {
+		v, err := strconv.ParseFloat(strings.TrimSpace(*f.fill), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--fill must be a finite number, got %q", *f.fill)
+		}
+		r.Default = &v
+	}
+	for c, v := range r.Columns {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--fill-file: column %q: fill value %v is not finite", c, v)
+		}
+	}
+	return r, nil
 }
 
 // parseClasses parses --classes: two classes (negative, positive) or more (multinomial).
@@ -460,6 +520,10 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 		h = "--positive must be one of the two labels"
 	case errors.Is(err, consensus.ErrNotNumeric) && strings.Contains(err.Error(), "decimal comma"):
 		return err
+	case errors.Is(err, consensus.ErrEmptyCell):
+		h = "--fill N (or --fill-file FILE) fills missing cells with public values"
+	case errors.Is(err, consensus.ErrNotNumeric) && strings.Contains(err.Error(), "an ID?"):
+		h = "--ignore-columns NAME leaves a column out"
 	case errors.Is(err, consensus.ErrNotNumeric):
 		h = "--categorical auto one-hot encodes text columns"
 	case errors.Is(err, consensus.ErrLabelNotNumeric):

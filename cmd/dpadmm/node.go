@@ -294,6 +294,9 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 	if err != nil {
 		return err
 	}
+	for _, m := range ld.warnings {
+		cfg.Logger.Warn().Msg(m)
+	}
 	d := ld.train
 	cfg.Scaling = ld.scaler
 	cfg.Problem = ld.problem(cfg.Problem, cfg.RADMM == nil)

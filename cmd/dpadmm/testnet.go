@@ -159,6 +159,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
+		ld.warn(stderr)
 		return runGossipTestnet(ctx, f.gossipArgs(mode, ld, ld.problem(prob, false), alpha), stdout, stderr)
 	}
 	step, err := f.checkWalk(mode)
@@ -175,6 +176,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	ld.warn(stderr)
 	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
 	return f.runWalk(ctx, mode, opt, stdout, stderr)
 }
