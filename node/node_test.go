@@ -934,3 +934,47 @@ func TestStopKeepsCustody(t *testing.T) {
 		t.Errorf("a hand-off failed while the members stopped:\n%s", s)
 	}
 }
+
+// TestJoinerClassMismatchExits: a joiner whose labels map the other way round (its
+// positive class is the run's negative one, as with a different --positive) is refused
+// with a message naming the class lists, instead of training the opposite model.
+func TestJoinerClassMismatchExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	swapped := sh[1].Clone()
+	swapped.Classes = &consensus.Classes{Negative: "1", Positive: "-1"}
+	for i := range swapped.Y {
+		swapped.Y[i] = -swapped.Y[i]
+	}
+	var logs [2]syncBuffer
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		d := sh[0]
+		if i == 1 {
+			d = swapped
+		}
+		c := baseConfig("cls", d, 10)
+		c.DataDir = t.TempDir()
+		c.Logger = zerolog.New(&logs[i])
+		if i == 0 {
+			c.Start, c.MinPeers = true, 2
+		} else {
+			c.MismatchWait = 5 * time.Second
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	go nodes[0].Run(sctx)
+	_, err := nodes[1].Run(ctx)
+	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), `--classes: yours ["1","-1"], the run's ["-1","1"]`) {
+		t.Fatalf("joiner: %v, want ErrConfigMismatch naming the classes", err)
+	}
+}
