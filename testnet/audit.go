@@ -807,7 +807,7 @@ func WalkAudit(o WalkAuditOptions) ([]AuditResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, i, dim := o.Nodes, o.Node, o.Train.Cols
+	n, i, dim := o.Nodes, o.Node, o.Train.ModelDim()
 	e := &walkEnv{o: &o, shards: shards, dim: dim, mech: auditMechanism(o.Step.Kind)}
 	for t := 1; t <= o.FinalHops; t++ {
 		e.path = append(e.path, (i+t)%n)
@@ -900,7 +900,7 @@ func (e *walkEnv) setCanary(base *consensus.Dataset) (*AuditCanary, error) {
 			return nil, err
 		}
 	}
-	if canary.D == nil || canary.DPrime == nil || canary.D.Cols != dim || canary.DPrime.Cols != dim {
+	if canary.D == nil || canary.DPrime == nil || canary.D.Cols != o.Train.Cols || canary.DPrime.Cols != o.Train.Cols {
 		return nil, errors.New("testnet: audit: the canary datasets must both be given, with the data's features")
 	}
 	e.shards[i] = canary.D

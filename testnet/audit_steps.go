@@ -72,7 +72,17 @@ func (e *walkEnv) canaryPair(shard *consensus.Dataset, a []float64) [2]*consensu
 	if e.o.Step.Kind == walk.StepGADMM {
 		return [2]*consensus.Dataset{repeatRow(shard, a, 1, shard.Rows+1), repeatRow(shard, a, -1, shard.Rows+1)}
 	}
-	return [2]*consensus.Dataset{withRow(shard, a, 1), withRow(shard, a, -1)}
+	y, y2 := canaryLabels(shard)
+	return [2]*consensus.Dataset{withRow(shard, a, y), withRow(shard, a, y2)}
+}
+
+// canaryLabels are the labels of the canary row in D and D': +1 and -1, or the classes 0
+// and 1 of a multinomial label.
+func canaryLabels(d *consensus.Dataset) (float64, float64) {
+	if d.NumClasses() > 0 {
+		return 0, 1
+	}
+	return 1, -1
 }
 
 // repeatRow returns a copy of d (name, features) whose rows are `rows` copies of a, label y.
@@ -94,11 +104,16 @@ func (e *walkEnv) canaryDescription(norm float64) string {
 	case e.o.Step.Kind == walk.StepGADMM:
 		return fmt.Sprintf("D: every one of node %d's %d rows is a canary row a (||a|| = %.3g) labelled +1, D': the same rows labelled -1 "+
 			"(node-level neighbours, the adjacency of the gadmm figures)", i, e.shards[i].Rows, norm)
-	case e.gradStep():
-		return fmt.Sprintf("D: node %d's shard plus a canary row a (||a|| = %.3g) labelled +1, D': the same row labelled -1 "+
-			"(one row replaced, equal row counts: the adjacency of the %s figures)", i, norm, e.o.Step.Kind)
 	}
-	return fmt.Sprintf("D: node %d's shard plus a canary row a (||a|| = %.3g) labelled +1, D': the same row labelled -1", i, norm)
+	l1, l2 := "labelled +1", "labelled -1"
+	if d := e.shards[i]; d.NumClasses() > 0 {
+		l1, l2 = fmt.Sprintf("of class %q", d.Classes.List[0]), fmt.Sprintf("of class %q", d.Classes.List[1])
+	}
+	if e.gradStep() {
+		return fmt.Sprintf("D: node %d's shard plus a canary row a (||a|| = %.3g) %s, D': the same row %s "+
+			"(one row replaced, equal row counts: the adjacency of the %s figures)", i, norm, l1, l2, e.o.Step.Kind)
+	}
+	return fmt.Sprintf("D: node %d's shard plus a canary row a (||a|| = %.3g) %s, D': the same row %s", i, norm, l1, l2)
 }
 
 // AuditStepNote names the local step p and its parameters, as the audit's notes do.

@@ -216,7 +216,8 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	if err := f.check(); err != nil {
 		return auditUsage(stderr, "%v", err)
 	}
-	ld, err := f.df.load(loadRequest{loss: consensus.Logistic, seed: 1})
+	// The walk audits take a label of three or more classes (the multinomial loss).
+	ld, err := f.df.load(loadRequest{loss: consensus.Logistic, seed: 1, multiclass: !isGossip(mode)})
 	if err != nil {
 		return err
 	}
@@ -333,8 +334,8 @@ func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int)
 	if o.Nodes == 0 {
 		o.Nodes = testnet.DefaultOptions().Nodes
 	}
-	header := fmt.Sprintf("audit of the walk (%s) on %s: node %d of %d, gamma %g, lambda %g, clip %g, sigma %g, l2 %g, logistic loss",
-		testnet.AuditStepNote(step), ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *f.l2)
+	header := fmt.Sprintf("audit of the walk (%s) on %s: node %d of %d, gamma %g, lambda %g, clip %g, sigma %g, l2 %g, %s loss",
+		testnet.AuditStepNote(step), ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *f.l2, o.Problem.Loss)
 	res, err := testnet.WalkAudit(o)
 	return res, header, err
 }

@@ -194,3 +194,36 @@ func TestAuditUsageErrors(t *testing.T) {
 		t.Errorf("help (on stdout): exit %d\n%s", code, out.String())
 	}
 }
+
+// TestAuditMulticlass: the walk audit runs on a 3-class label (the multinomial loss): the
+// canary row changes class, every claimed bound holds against the tests' lower bounds,
+// and the sgd step, uncertified for this loss, claims its local figure at the pairwise
+// observer.
+func TestAuditMulticlass(t *testing.T) {
+	iris := "../../../shared/data/iris.csv"
+	for _, algo := range []string{"walk", "walk-sgd"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"audit", "--algo", algo, "--data", iris, "--label", "species", "--trials", "60", "--json"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s", algo, code, stderr.String())
+		}
+		var results []testnet.AuditResult
+		if err := json.Unmarshal(stdout.Bytes(), &results); err != nil {
+			t.Fatal(err)
+		}
+		if s := stdout.String(); !strings.Contains(s, `of class \"setosa\"`) || len(results) < 5 {
+			t.Fatalf("%s: audit report:\n%s", algo, s)
+		}
+		local := map[string]float64{}
+		for _, r := range results {
+			if r.Violation || !r.ConditionsHold {
+				t.Fatalf("%s: %s/%s: violation %v, conditions %v", algo, r.Observer, r.Test, r.Violation, r.ConditionsHold)
+			}
+			if r.Observer == "local" {
+				local[r.Step] = float64(r.UpperEpsilon)
+			}
+			if algo == "walk-sgd" && r.Observer == "pairwise" && float64(r.UpperEpsilon) != local[r.Step] {
+				t.Fatalf("sgd pairwise claim %v, local %v: the multinomial sgd step must not claim amplification", r.UpperEpsilon, local[r.Step])
+			}
+		}
+	}
+}
