@@ -32,7 +32,7 @@ func irisOptions(t *testing.T, n int, hops, seed uint64) Options {
 	return Options{
 		Train: tr, Test: sc.Apply(test), Data: "iris", Scaling: "standardize+unitball", Scaler: sc, Nodes: n,
 		Problem: consensus.Problem{Loss: consensus.Multinomial, Reg: consensus.Regularizer{L2: 1e-3, Free: 1, Block: tr.Cols}},
-		Gamma: 100, Lambda: 0.5, Clip: 0.1, Sigma: 1, Hops: hops, Seed: seed, MaxUpdates: 100, Delta: 1e-5,
+		Gamma:   100, Lambda: 0.5, Clip: 0.1, Sigma: 1, Hops: hops, Seed: seed, MaxUpdates: 100, Delta: 1e-5,
 	}
 }
 
