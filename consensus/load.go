@@ -28,3 +28,16 @@ func LoadScaler(path string, dims int) (*Scaler, error) {
 	}
 	return s, nil
 }
+
+// LoadSchema reads and checks a schema file (see Schema).
+func LoadSchema(path string) (*Schema, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("schema: %v", err)
+	}
+	s, err := ParseSchema(b)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %v", path, err)
+	}
+	return s, nil
+}

@@ -39,6 +39,9 @@ type Config struct {
 	DataDir string
 	// Data is this node's private shard, already scaled with Scaling.
 	Data *consensus.Dataset
+	// Schema is the hash of the run's public schema (consensus.Schema.Hash; "" for none);
+	// it enters the configuration hash.
+	Schema string
 	// Scaling is the public feature scaling applied to Data (nil: none, or unknown). Its
 	// fingerprint enters the config hash, so every member of a run scales its features
 	// with the same parameters; it is written to model.json, where evaluations of the
@@ -533,6 +536,9 @@ type RunConfig struct {
 	// positive; multinomial: every class), as the label column writes them.
 	Classes []string `json:"classes,omitempty"`
 
+	// Schema is the hash of the public schema (Config.Schema); empty for none.
+	Schema string `json:"schema,omitempty"`
+
 	// Fill is the public rule for missing cells (consensus.FillRule) as canonical JSON;
 	// empty for none.
 	Fill string `json:"fill,omitempty"`
@@ -580,6 +586,7 @@ func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()
 	rc.Scaling = c.Scaling.Fingerprint()
 	rc.MaxRows = c.MaxRows
+	rc.Schema = c.Schema
 	if c.Data != nil && c.Data.Fill != nil {
 		b, _ := json.Marshal(c.Data.Fill)
 		rc.Fill = string(b)
@@ -804,6 +811,8 @@ func runConfigFlag(key string) string {
 		return "--intercept"
 	case "fill":
 		return "--fill/--fill-file"
+	case "schema":
+		return "--schema"
 	}
 	return "--" + strings.ReplaceAll(key, "_", "-")
 }

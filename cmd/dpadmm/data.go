@@ -17,6 +17,11 @@ import (
 	"github.com/dpadmm/dpadmm/testnet"
 )
 
+// scaleAuto is the default --scale of testnet and node: standardize+unitball with public
+// parameters (the --schema's ranges, or the whole public embedded data), else unitball,
+// which needs none. The simulator and the nodes then scale alike.
+const scaleAuto consensus.Scaling = "auto"
+
 // dataFlagConfig says which data flags a command has and their defaults.
 type dataFlagConfig struct {
 	// dataUsage is the help of --data.
@@ -45,7 +50,7 @@ type dataFlagConfig struct {
 var (
 	// testnetData: the simulator fits data-dependent scalings on the pooled training rows.
 	testnetData = dataFlagConfig{dataUsage: "training data, CSV or LIBSVM (default: embedded breast cancer data)",
-		test: true, scale: consensus.ScaleStandardizeUnitBall, fit: true, lossFlag: true, intercept: true}
+		test: true, scale: scaleAuto, fit: true, lossFlag: true, intercept: true}
 	// experimentData: as testnet; the experiment's loss is always logistic.
 	experimentData = dataFlagConfig{dataUsage: "data, CSV or LIBSVM (default: embedded breast cancer data)",
 		test: true, scale: consensus.ScaleStandardizeNorm, fit: true}
@@ -54,7 +59,7 @@ var (
 		test: true, scale: consensus.ScaleStandardizeUnitBall, fit: true, intercept: true}
 	// nodeData: a node scales with public parameters only (unitball by default).
 	nodeData = dataFlagConfig{dataUsage: "local training data, CSV or LIBSVM, or \"embedded\" (required)",
-		scale: consensus.ScaleUnitBall, fitPublic: true, lossFlag: true, intercept: true, classes: true}
+		scale: scaleAuto, fitPublic: true, lossFlag: true, intercept: true, classes: true}
 	// evalData: eval applies the scaling its model file records, as account models.
 	evalData = dataFlagConfig{dataUsage: "evaluation data, CSV or LIBSVM, or \"embedded\" (required)", lossFlag: true}
 	// modelsData: account models --data applies the run's scaling.
@@ -82,6 +87,8 @@ type dataFlags struct {
 	ignore      *string
 	fill        *string
 	fillFile    *string
+	schema      *string
+	schemaOut   *string
 }
 
 // addDataFlags registers the data flags on fs.
@@ -105,6 +112,13 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 	f.delimiter = fs.String("delimiter", ",", p+"CSV field delimiter: one character, or tab")
 	scaleHelp := p + "feature scaling: none|unitball|standardize|standardize+unitball|rownorm|standardize+rownorm; unitball (x/max(1,||x||)) needs no parameters"
 	switch {
+	case cfg.scale == scaleAuto:
+		scaleHelp += "; auto is standardize+unitball from public parameters (the --schema's ranges, or the whole embedded data), else unitball, as every node can"
+		if cfg.fit {
+			scaleHelp += "; standardize and rownorm given explicitly are fitted on the pooled training rows (no node has them) unless --scale-file gives them"
+		} else {
+			scaleHelp += "; standardize and rownorm need --scale-file or --schema, they are never fitted on the local data"
+		}
 	case cfg.scale == "":
 		scaleHelp += " (default: the run's, recorded in model.json); the others need --scale-file, they are never fitted on the evaluation data"
 	case cfg.fit:
@@ -127,6 +141,13 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 			tr += " (default: the --scale-file's target, else none: give one, unscaled targets train poorly)"
 		}
 		f.targetRange = fs.String("target-range", "", tr)
+	}
+	if cfg.intercept {
+		f.schema = fs.String("schema", "", p+"a public schema every member shares (JSON: label, classes, features with a range or categories, fill): "+
+			"its ranges scale the features (no statistic of private rows), and its hash enters the config hash")
+	}
+	if cfg.intercept && cfg.fit {
+		f.schemaOut = fs.String("schema-out", "", "write a schema drafted from the training data (observed ranges and categories: review and round them before sharing)")
 	}
 	if cfg.classes {
 		f.classes = fs.String("classes", "", p+"the run's classes, comma-separated in order (binary: negative,positive; 3 or more: the multinomial loss), "+
@@ -185,14 +206,14 @@ func (f *dataFlags) check(loss consensus.Loss) error {
 			}
 		}
 	}
-	if *f.scale == "" && f.cfg.scale == "" {
-		return nil // the run's scaling, resolved when the data are loaded
+	if *f.scale == "" && f.cfg.scale == "" || consensus.Scaling(*f.scale) == scaleAuto {
+		return nil // the run's scaling, or auto: resolved when the data are loaded
 	}
 	kind, err := consensus.ParseScaling(*f.scale)
 	if err != nil {
 		return fmt.Errorf("--scale: %v", err)
 	}
-	if kind.DataDependent() && !f.mayFit() && *f.scaleFile == "" {
+	if kind.DataDependent() && !f.mayFit() && *f.scaleFile == "" && !f.hasSchema() {
 		where := "this node's own rows: nodes with different data would scale their features differently, and the parameters would describe private data"
 		if f.cfg.scale == "" {
 			where = "the evaluation data: the model was trained on the run's scaling, not on one fitted to its test set"
@@ -227,6 +248,8 @@ type loadedData struct {
 	scaling string
 	// warnings are what the reader found suspicious but accepted (an ID-like column).
 	warnings []string
+	// schema is the run's public schema (--schema), nil without one.
+	schema *consensus.Schema
 }
 
 // load reads, relabels, splits and scales the data of the flags (check must have passed).
@@ -241,17 +264,9 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	if *f.ignore != "" {
 		opt.Ignore = strings.Split(*f.ignore, ",")
 	}
-	fill, err := f.fillRule()
+	schema, err := f.parseOptions(&opt)
 	if err != nil {
 		return nil, err
-	}
-	opt.Fill = fill
-	if f.classes != nil && *f.classes != "" {
-		cl, err := parseClasses(*f.classes)
-		if err != nil {
-			return nil, err
-		}
-		opt.Classes = cl
 	}
 	out := &loadedData{name: "embedded:breast_cancer"}
 	var full *consensus.Dataset
@@ -267,7 +282,11 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	if req.dims > 0 && full.Cols != req.dims {
 		return nil, fmt.Errorf("%s has %d features, the model has %d", out.name, full.Cols, req.dims)
 	}
-	out.warnings = full.Warnings
+	if full, err = applySchema(schema, full, out); err != nil {
+		return nil, err
+	}
+	out.warnings = append(out.warnings, full.Warnings...)
+	out.schema = schema
 	train, test := full, (*consensus.Dataset)(nil)
 	if f.test != nil && *f.test != "" {
 		topt := opt
@@ -278,15 +297,21 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 		if test, err = consensus.Load(*f.test, topt); err != nil {
 			return nil, f.hint(err, req.loss)
 		}
+		if test, err = applySchema(schema, test, nil); err != nil {
+			return nil, err
+		}
 		if test.Cols != train.Cols {
 			return nil, fmt.Errorf("%s has %d features, %s has %d (with --categorical auto both files must hold the same categories)", *f.test, test.Cols, out.name, train.Cols)
 		}
 	} else if f.testFrac != nil && *f.testFrac > 0 {
 		train, test = consensus.TrainTest(full, *f.testFrac, req.seed)
 	}
-	sc, how, err := f.scaler(train, req)
+	sc, how, err := f.scaler(train, full, schema, req)
 	if err != nil {
 		return nil, err
+	}
+	if sc.Kind == consensus.ScaleUnitBall && consensus.Scaling(*f.scale) == scaleAuto {
+		out.warnings = append(out.warnings, magnitudeWarning(train)...)
 	}
 	switch {
 	case req.run != nil:
@@ -297,7 +322,7 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 			return nil, fmt.Errorf("--intercept must be in [0, 1) (0: no intercept), got %v", c)
 		}
 		sc.Intercept = *f.intercept
-		if err := f.target(sc, train, req.loss); err != nil {
+		if err := f.target(sc, train, schema, req.loss); err != nil {
 			return nil, err
 		}
 	}
@@ -306,16 +331,53 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 	if test != nil {
 		out.test = sc.Apply(test)
 	}
-	if f.scaleOut != nil && *f.scaleOut != "" {
-		b, err := json.MarshalIndent(sc, "", "  ")
+	return out, f.writeOutputs(full, sc)
+}
+
+// writeOutputs writes --schema-out (a schema drafted from the data) and --scale-out.
+func (f *dataFlags) writeOutputs(full *consensus.Dataset, sc *consensus.Scaler) error {
+	write := func(path *string, v any) error {
+		if path == nil || *path == "" {
+			return nil
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(*path, append(b, '\n'), 0o644)
+	}
+	if err := write(f.schemaOut, consensus.DraftSchema(full)); err != nil {
+		return err
+	}
+	return write(f.scaleOut, sc)
+}
+
+// parseOptions sets the options of the fill rule, the schema and --classes, and returns
+// the schema (nil without one).
+func (f *dataFlags) parseOptions(opt *consensus.LoadOptions) (*consensus.Schema, error) {
+	fill, err := f.fillRule()
+	if err != nil {
+		return nil, err
+	}
+	opt.Fill = fill
+	var schema *consensus.Schema
+	if f.hasSchema() {
+		if schema, err = consensus.LoadSchema(*f.schema); err != nil {
+			return nil, err
+		}
+		f.schemaOptions(schema, opt)
+	}
+	if f.classes != nil && *f.classes != "" {
+		cl, err := parseClasses(*f.classes)
 		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(*f.scaleOut, append(b, '\n'), 0o644); err != nil {
-			return nil, err
+		if sl := schema.ClassListOrNil(); sl != nil && strings.Join(sl.Names(), ",") != strings.Join(cl.Names(), ",") {
+			return nil, fmt.Errorf("--classes %s differs from the schema's classes %q", *f.classes, sl.Names())
 		}
+		opt.Classes = cl
 	}
-	return out, nil
+	return schema, nil
 }
 
 // warn prints the reader's warnings.
@@ -325,9 +387,10 @@ func (ld *loadedData) warn(w io.Writer) {
 	}
 }
 
-// target sets the target scaling of a squared-loss run: --target-range, else the scale
-// file's, else (simulators) the pooled training targets' mean and deviation.
-func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss consensus.Loss) error {
+// target sets the target scaling of a squared-loss run: --target-range, else the
+// schema's range, else the scale file's, else (simulators) the pooled training targets'
+// mean and deviation.
+func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, schema *consensus.Schema, loss consensus.Loss) error {
 	if loss != consensus.Squared {
 		if *f.targetRange != "" {
 			return fmt.Errorf("--target-range applies to the squared loss (numeric targets), not to the %s loss", loss)
@@ -346,6 +409,9 @@ func (f *dataFlags) target(sc *consensus.Scaler, train *consensus.Dataset, loss 
 			return fmt.Errorf("--target-range: %v", err)
 		}
 		return nil
+	}
+	if schema != nil && schema.TargetMin != nil {
+		return sc.SetTargetRange(*schema.TargetMin, *schema.TargetMax)
 	}
 	if !sc.HasTarget() && f.cfg.fit {
 		sc.FitTarget(train)
@@ -425,8 +491,8 @@ func (ld *loadedData) problem(prob consensus.Problem, walk bool) consensus.Probl
 
 // scaler resolves the scaling: --scale-file, else --scale (fitted on train when the
 // command may fit), else the run's. how describes it for reports.
-func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *consensus.Scaler, how string, err error) {
-	scaleSet := f.isSet("scale")
+func (f *dataFlags) scaler(train, full *consensus.Dataset, schema *consensus.Schema, req loadRequest) (sc *consensus.Scaler, how string, err error) {
+	scaleSet := f.isSet("scale") && consensus.Scaling(*f.scale) != scaleAuto
 	defer func() {
 		if err != nil || req.run == nil {
 			return
@@ -456,9 +522,24 @@ func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *conse
 		}
 		return req.run, string(req.run.Kind) + " (the run's, from model.json)", nil
 	}
+	if !scaleSet && req.run == nil && f.cfg.scale == scaleAuto {
+		switch {
+		case schema != nil:
+			s, err := schema.Scaler(consensus.ScaleStandardizeUnitBall)
+			return s, "standardize+unitball from the ranges of " + *f.schema, err
+		case f.embedded():
+			s, err := consensus.FitScaler(full, consensus.ScaleStandardizeUnitBall)
+			return s, "standardize+unitball (fitted on the whole public embedded data)", err
+		}
+		return &consensus.Scaler{Kind: consensus.ScaleUnitBall}, "unitball (no public scaling parameters: give --schema)", nil
+	}
 	kind, err := consensus.ParseScaling(*f.scale)
 	if err != nil {
 		return nil, "", err
+	}
+	if schema != nil {
+		s, err := schema.Scaler(kind)
+		return s, string(kind) + " from the ranges of " + *f.schema, err
 	}
 	if kind.DataDependent() && !f.mayFit() {
 		// check refuses this; kept as a guard against fitting on private or test rows.
@@ -476,6 +557,71 @@ func (f *dataFlags) scaler(train *consensus.Dataset, req loadRequest) (sc *conse
 		how += " (fitted on the whole public embedded data)"
 	}
 	return s, how, nil
+}
+
+// hasSchema reports whether --schema was given.
+func (f *dataFlags) hasSchema() bool { return f.schema != nil && *f.schema != "" }
+
+// schemaOptions sets the parsing options a schema decides: its label column, classes and
+// fill rule where no flag gives them, and one-hot encoding when it has text columns.
+func (f *dataFlags) schemaOptions(s *consensus.Schema, opt *consensus.LoadOptions) {
+	if s.Label != "" && !f.isSet("label") {
+		opt.Label = s.Label
+	}
+	if cl := s.ClassListOrNil(); cl != nil {
+		opt.Classes = cl
+	}
+	if s.Fill != nil && opt.Fill == nil {
+		opt.Fill = s.Fill
+	}
+	for _, ft := range s.Features {
+		if len(ft.Categories) > 0 {
+			opt.Categorical = "auto"
+		}
+	}
+}
+
+// applySchema maps d to the schema's features (nothing without a schema); out, when not
+// nil, gets a warning for the cells clipped into their ranges.
+func applySchema(s *consensus.Schema, d *consensus.Dataset, out *loadedData) (*consensus.Dataset, error) {
+	if s == nil {
+		return d, nil
+	}
+	r, clipped, err := s.Apply(d)
+	if err != nil {
+		return nil, err
+	}
+	if clipped > 0 && out != nil {
+		out.warnings = append(out.warnings, fmt.Sprintf("%s: %d cell(s) outside the schema's ranges were clipped into them", d.Name, clipped))
+	}
+	return r, nil
+}
+
+// magnitudeWarning warns when a unitball run's columns differ in magnitude by more than
+// 100x: the largest then decide every row's direction.
+func magnitudeWarning(d *consensus.Dataset) []string {
+	lo, hi, loName, hiName := math.Inf(1), 0.0, "", ""
+	for j := 0; j < d.Cols; j++ {
+		m := 0.0
+		for i := 0; i < d.Rows; i++ {
+			m = math.Max(m, math.Abs(d.Row(i)[j]))
+		}
+		if m == 0 {
+			continue
+		}
+		if m < lo {
+			lo, loName = m, d.Features[j]
+		}
+		if m > hi {
+			hi, hiName = m, d.Features[j]
+		}
+	}
+	if !(hi > 100*lo) {
+		return nil
+	}
+	return []string{fmt.Sprintf("no public scaling parameters: rows are only divided by max(1, ||x||), as a node without them would, and the columns' largest "+
+		"magnitudes range from %.3g (%s) to %.3g (%s), so the largest columns decide every row; give every member a --schema with public ranges "+
+		"(testnet --schema-out drafts one from the data, to review before sharing)", lo, loName, hi, hiName)}
 }
 
 // mayFit reports whether a data-dependent scaling may be fitted on the data loaded: in

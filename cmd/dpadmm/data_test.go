@@ -88,7 +88,7 @@ func TestDataLabelsTestnet(t *testing.T) {
 		rep := filepath.Join(dir, fmt.Sprintf("r%d.json", k))
 		var out, errb bytes.Buffer
 		if code := run([]string{"testnet", "--data", data, "--nodes", "4", "--hops", "400", "--sigma", "0", "--max-updates", "0",
-			"--quiet", "--report", rep}, &out, &errb); code != 0 {
+			"--scale", "standardize+unitball", "--quiet", "--report", rep}, &out, &errb); code != 0 {
 			t.Fatalf("labels %v: exit %d: %s", c, code, errb.String())
 		}
 		m := readReport(t, rep)
@@ -537,4 +537,72 @@ func TestDataNodeModels(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "RMSE") || !strings.Contains(out, "R^2") {
 		t.Fatalf("squared text output: exit %d\n%s", code, out)
 	}
+}
+
+// TestSchemaSharedDefaults: testnet and node scale alike by default: with the same
+// --schema both take its ranges (the same scaler and the same rows), on the embedded data
+// both fit the whole public set, and on a file without a schema both use unitball (the
+// simulator warning that the columns' magnitudes differ). The schema's hash enters a
+// node's configuration hash.
+func TestSchemaSharedDefaults(t *testing.T) {
+	schema := "../../examples/wine.schema.json"
+	data := "../../examples/wine.csv"
+	lt, err := loadFlags(testnetData, loadRequest{loss: consensus.Logistic, multiclass: true}, "--data", data, "--label", "class", "--schema", schema, "--test-frac", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic, multiclass: true}, "--data", data, "--schema", schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lt.scaler.Fingerprint() != ln.scaler.Fingerprint() || lt.scaler.Kind != consensus.ScaleStandardizeUnitBall || ln.train.NumClasses() != 3 {
+		t.Fatalf("testnet scaler %s, node %s", describeScaler(lt.scaler), describeScaler(ln.scaler))
+	}
+	for i := range lt.train.X {
+		if lt.train.X[i] != ln.train.X[i] {
+			t.Fatalf("value %d: testnet %v, node %v", i, lt.train.X[i], ln.train.X[i])
+		}
+	}
+	et, err := loadFlags(testnetData, loadRequest{loss: consensus.Logistic}, "--data", "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic}, "--data", "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if et.scaler.Fingerprint() != en.scaler.Fingerprint() || !strings.Contains(et.scaling, "whole public embedded data") {
+		t.Fatalf("embedded: testnet %s (%s), node %s", describeScaler(et.scaler), et.scaling, describeScaler(en.scaler))
+	}
+	ut, err := loadFlags(testnetData, loadRequest{loss: consensus.Logistic, multiclass: true}, "--data", data, "--label", "class")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ut.scaler.Kind != consensus.ScaleUnitBall || len(ut.warnings) != 1 || !strings.Contains(ut.warnings[0], "proline") {
+		t.Fatalf("no schema: scaler %s, warnings %q", describeScaler(ut.scaler), ut.warnings)
+	}
+	// The hash: two nodes with other schemas differ.
+	cfg := func(ld *loadedData) node.Config {
+		c := node.Config{Run: "r", Data: ld.train, Scaling: ld.scaler, Schema: ld.schema.Hash(),
+			Training: node.Training{Problem: consensus.Problem{Loss: consensus.Multinomial}}}
+		return c
+	}
+	other := writeFile(t, t.TempDir(), "s.json", strings.Replace(readText(t, schema), `"max": 15`, `"max": 16`, 1))
+	lo, err := loadFlags(nodeData, loadRequest{loss: consensus.Logistic, multiclass: true}, "--data", data, "--schema", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg(ln), cfg(lo)
+	if d := a.RunConfig().Diff(b.RunConfig()); !strings.Contains(strings.Join(d, " "), "--schema") {
+		t.Fatalf("schemas differing in one range: diff %v", d)
+	}
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

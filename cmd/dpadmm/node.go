@@ -299,6 +299,9 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 	}
 	d := ld.train
 	cfg.Scaling = ld.scaler
+	if ld.schema != nil {
+		cfg.Schema = ld.schema.Hash()
+	}
 	cfg.Problem = ld.problem(cfg.Problem, cfg.RADMM == nil)
 	if *f.shard != "" {
 		i, n, ok := parseShard(*f.shard)

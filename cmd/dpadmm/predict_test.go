@@ -22,8 +22,9 @@ func runCmd(args ...string) (int, string, string) {
 }
 
 // byHand computes the class probabilities of one raw row from a report's predictor
-// written out in plain JSON: standardise, divide by max(1, norm), scale by sqrt(1-c^2),
-// append c, then softmax of the weight rows (sigmoid for one row).
+// written out in plain JSON: standardise (here with the schema's ranges: mean the middle,
+// std the half-width), divide by max(1, norm), scale by sqrt(1-c^2), append c, then
+// softmax of the weight rows (sigmoid for one row).
 func byHand(t *testing.T, p map[string]any, x []float64) []float64 {
 	t.Helper()
 	sc := p["scaling"].(map[string]any)
@@ -79,7 +80,7 @@ func TestPredictMulticlass(t *testing.T) {
 		t.Fatalf("the shared data are needed beside the repository: %v", err)
 	}
 	rep := filepath.Join(dir, "r.json")
-	if code, _, e := runCmd("testnet", "--data", data, "--label", "species", "--nodes", "6", "--hops", "600", "--quiet", "--report", rep); code != 0 {
+	if code, _, e := runCmd("testnet", "--data", data, "--label", "species", "--schema", "../../examples/iris.schema.json", "--nodes", "6", "--hops", "600", "--quiet", "--report", rep); code != 0 {
 		t.Fatalf("testnet: exit %d: %s", code, e)
 	}
 	p := readReport(t, rep)["predictor"].(map[string]any)

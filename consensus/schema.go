@@ -1,0 +1,289 @@
+package consensus
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Schema is the public description of a run's data that every member shares: the label
+// column and its classes, the features in order with a public range for each numeric one
+// and the categories of each text one, and the rule for missing cells. Its ranges give the
+// run's scaling without any statistic of private rows: a numeric feature is mapped by
+// (x - (min+max)/2) / ((max-min)/2) into [-1, 1] (values outside the range are clipped to
+// it first), so the simulator and the nodes scale alike. The schema's hash enters the
+// configuration hash.
+//
+// Ranges should come from what is known of the domain (a laboratory value's reportable
+// range, an age in [0, 120]); a range computed from private rows discloses their minimum and
+// maximum, so a drafted schema (dpadmm testnet --schema-out) is to be reviewed, rounded
+// outward, before it is shared.
+type Schema struct {
+	Label    string          `json:"label,omitempty"`
+	Classes  []string        `json:"classes,omitempty"`
+	Features []SchemaFeature `json:"features"`
+	Fill     *FillRule       `json:"fill,omitempty"`
+	// TargetMin and TargetMax are a public range of a numeric target (the squared loss):
+	// targets are mapped into [-1, 1] by it (Scaler.SetTargetRange).
+	TargetMin *float64 `json:"target_min,omitempty"`
+	TargetMax *float64 `json:"target_max,omitempty"`
+}
+
+// SchemaFeature is one column of a Schema: a numeric feature with its range, or a text
+// column with its categories (one-hot encoded in that order).
+type SchemaFeature struct {
+	Name       string   `json:"name"`
+	Min        *float64 `json:"min,omitempty"`
+	Max        *float64 `json:"max,omitempty"`
+	Categories []string `json:"categories,omitempty"`
+}
+
+// ParseSchema decodes and checks a schema (unknown keys are an error).
+func ParseSchema(b []byte) (*Schema, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var s Schema
+	if err := dec.Decode(&s); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Validate checks that every feature is named once and is either numeric with a finite
+// range min < max or categorical with distinct categories.
+func (s *Schema) Validate() error {
+	if len(s.Features) == 0 {
+		return errors.New("no features")
+	}
+	seen := map[string]bool{s.Label: s.Label != ""}
+	for _, f := range s.Features {
+		switch {
+		case f.Name == "" || seen[f.Name]:
+			return fmt.Errorf("feature %q: every feature needs a name of its own (not the label's)", f.Name)
+		case len(f.Categories) > 0 && (f.Min != nil || f.Max != nil):
+			return fmt.Errorf("feature %q: a text column has categories, a numeric one a range, not both", f.Name)
+		case len(f.Categories) == 0 && (f.Min == nil || f.Max == nil):
+			return fmt.Errorf("feature %q: a numeric feature needs a public range (min and max)", f.Name)
+		case len(f.Categories) == 0 && !(*f.Max > *f.Min && !math.IsInf(*f.Min, 0) && !math.IsInf(*f.Max, 0)):
+			return fmt.Errorf("feature %q: range [%v, %v] must be finite with min < max", f.Name, *f.Min, *f.Max)
+		}
+		seen[f.Name] = true
+		cats := map[string]bool{}
+		for _, c := range f.Categories {
+			if cats[c] {
+				return fmt.Errorf("feature %q: category %q repeated", f.Name, c)
+			}
+			cats[c] = true
+		}
+	}
+	if len(s.Classes) == 1 {
+		return errors.New("classes: a label needs two classes or more")
+	}
+	if (s.TargetMin == nil) != (s.TargetMax == nil) || s.TargetMin != nil && !(*s.TargetMax > *s.TargetMin) {
+		return errors.New("target_min and target_max: both or neither, with target_min < target_max")
+	}
+	return nil
+}
+
+// Hash returns the hex SHA-256 of the schema's canonical JSON.
+func (s *Schema) Hash() string {
+	b, _ := json.Marshal(s)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// ClassListOrNil returns the schema's classes as a Classes value (binary: negative,
+// positive), nil when it gives none or s is nil.
+func (s *Schema) ClassListOrNil() *Classes {
+	if s == nil {
+		return nil
+	}
+	switch len(s.Classes) {
+	case 0:
+		return nil
+	case 2:
+		return &Classes{Negative: s.Classes[0], Positive: s.Classes[1]}
+	}
+	return &Classes{List: append([]string(nil), s.Classes...)}
+}
+
+// featureNames returns the dataset's feature names the schema defines, in order.
+func (s *Schema) featureNames() []string {
+	var out []string
+	for _, f := range s.Features {
+		if len(f.Categories) == 0 {
+			out = append(out, f.Name)
+			continue
+		}
+		for _, c := range f.Categories {
+			out = append(out, f.Name+"="+c)
+		}
+	}
+	return out
+}
+
+// Apply returns d with the schema's features in the schema's order: numeric features
+// clipped to their ranges, text columns one-hot with the schema's categories (a category
+// the data lack is a zero column). A feature the data lack, or a category of the data the
+// schema lacks, is an error; columns the schema does not list are dropped. clipped counts
+// the numeric cells moved into their range.
+func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
+	names := s.featureNames()
+	idx := map[string]int{}
+	for j, f := range d.Features {
+		idx[f] = j
+	}
+	src := make([]int, len(names))
+	for k, n := range names {
+		j, ok := idx[n]
+		if !ok {
+			j = -1
+			if c, _, cat := strings.Cut(n, "="); !cat || !s.hasCategorical(c) {
+				return nil, 0, fmt.Errorf("%s: the schema's feature %q is not in the data (columns: %s)", d.Name, n, strings.Join(d.Features, ", "))
+			}
+		}
+		src[k] = j
+	}
+	for _, f := range s.Features {
+		if len(f.Categories) == 0 {
+			continue
+		}
+		for _, dn := range d.Features {
+			if c, v, ok := strings.Cut(dn, "="); ok && c == f.Name && !contains(f.Categories, v) {
+				return nil, 0, fmt.Errorf("%s: column %q holds %q, which is not among the schema's categories %q", d.Name, f.Name, v, f.Categories)
+			}
+		}
+	}
+	lo, hi := make([]float64, len(names)), make([]float64, len(names))
+	k := 0
+	for _, f := range s.Features {
+		if len(f.Categories) == 0 {
+			lo[k], hi[k] = *f.Min, *f.Max
+			k++
+			continue
+		}
+		for range f.Categories {
+			lo[k], hi[k] = math.Inf(-1), math.Inf(1)
+			k++
+		}
+	}
+	out = &Dataset{Name: d.Name, Rows: d.Rows, Cols: len(names), Y: append([]float64(nil), d.Y...), Features: names,
+		Classes: d.Classes, Label: d.Label, Fill: d.Fill, TargetScale: d.TargetScale, Warnings: d.Warnings,
+		X: make([]float64, 0, d.Rows*len(names))}
+	for _, f := range s.Features {
+		if len(f.Categories) > 0 {
+			out.Categories = append(out.Categories, Categorical{Column: f.Name, Values: append([]string(nil), f.Categories...)})
+		}
+	}
+	for i := 0; i < d.Rows; i++ {
+		row := d.Row(i)
+		for k, j := range src {
+			v := 0.0
+			if j >= 0 {
+				v = row[j]
+			}
+			if v < lo[k] || v > hi[k] {
+				v = math.Max(lo[k], math.Min(hi[k], v))
+				clipped++
+			}
+			out.X = append(out.X, v)
+		}
+	}
+	return out, clipped, nil
+}
+
+func (s *Schema) hasCategorical(name string) bool {
+	for _, f := range s.Features {
+		if f.Name == name && len(f.Categories) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Scaler returns the scaling of kind standardize or standardize+unitball whose parameters
+// are the schema's ranges: Mean the middle of each range, Std its half-width (categories
+// keep 0 and 1). Other kinds need no parameters and are returned as they are.
+func (s *Schema) Scaler(kind Scaling) (*Scaler, error) {
+	switch kind {
+	case ScaleNone, ScaleUnitBall:
+		return &Scaler{Kind: kind}, nil
+	case ScaleStandardize, ScaleStandardizeUnitBall:
+	default:
+		return nil, fmt.Errorf("scaling %s is fitted on rows; with a schema use standardize or standardize+unitball (from its ranges), unitball or none", kind)
+	}
+	sc := &Scaler{Kind: kind}
+	for _, f := range s.Features {
+		if len(f.Categories) == 0 {
+			sc.Mean = append(sc.Mean, (*f.Min+*f.Max)/2)
+			sc.Std = append(sc.Std, (*f.Max-*f.Min)/2)
+			continue
+		}
+		for range f.Categories {
+			sc.Mean, sc.Std = append(sc.Mean, 0), append(sc.Std, 1)
+		}
+	}
+	return sc, sc.Validate(0)
+}
+
+// DraftSchema returns a schema describing d: its features with their observed ranges and
+// categories, its label column and classes. It describes d's rows: review and round the
+// ranges outward before sharing it (see Schema).
+func DraftSchema(d *Dataset) *Schema {
+	s := &Schema{Label: d.Label, Classes: d.Classes.Names(), Fill: d.Fill}
+	if len(s.Classes) == 2 && s.Classes[0] == "" {
+		s.Classes = nil
+	}
+	cat := map[string][]string{}
+	for _, c := range d.Categories {
+		cat[c.Column] = c.Values
+	}
+	if d.Classes == nil && d.Rows > 0 {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, y := range d.Y {
+			lo, hi = math.Min(lo, y), math.Max(hi, y)
+		}
+		if hi > lo {
+			s.TargetMin, s.TargetMax = &lo, &hi
+		}
+	}
+	done := map[string]bool{}
+	for j, n := range d.Features {
+		if n == InterceptFeature {
+			continue
+		}
+		if c, _, ok := strings.Cut(n, "="); ok && cat[c] != nil {
+			if !done[c] {
+				s.Features = append(s.Features, SchemaFeature{Name: c, Categories: cat[c]})
+				done[c] = true
+			}
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i := 0; i < d.Rows; i++ {
+			lo, hi = math.Min(lo, d.Row(i)[j]), math.Max(hi, d.Row(i)[j])
+		}
+		if !(hi > lo) {
+			lo, hi = lo-1, hi+1
+		}
+		s.Features = append(s.Features, SchemaFeature{Name: n, Min: &lo, Max: &hi})
+	}
+	return s
+}

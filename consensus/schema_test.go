@@ -1,0 +1,97 @@
+package consensus
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSchemaApplyAndScale: a schema selects and orders the features, fixes the one-hot
+// vocabulary (a category the data lack is a zero column, one the schema lacks an error),
+// clips numbers into their ranges, and gives the scaling from its ranges alone: the same
+// scaler for any data, mapping each range onto [-1, 1].
+func TestSchemaApplyAndScale(t *testing.T) {
+	lo, hi := 0.0, 10.0
+	s := &Schema{Label: "y", Classes: []string{"no", "yes"}, Features: []SchemaFeature{
+		{Name: "colour", Categories: []string{"red", "green", "blue"}}, {Name: "x", Min: &lo, Max: &hi}}}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	csv := "x,note,y,colour\n2,a,no,red\n12,b,yes,blue\n5,c,yes,red\n"
+	d, err := ParseCSV("d.csv", strings.NewReader(csv), LoadOptions{Label: "y", Binary: true, Categorical: "auto", Classes: s.ClassListOrNil()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, clipped, err := s.Apply(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(a.Features, ",") != "colour=red,colour=green,colour=blue,x" || clipped != 1 {
+		t.Fatalf("features %v, clipped %d", a.Features, clipped)
+	}
+	want := [][]float64{{1, 0, 0, 2}, {0, 0, 1, 10}, {1, 0, 0, 5}}
+	for i, w := range want {
+		for j, v := range w {
+			if a.Row(i)[j] != v {
+				t.Fatalf("row %d: %v, want %v", i, a.Row(i), w)
+			}
+		}
+	}
+	sc, err := s.Scaler(ScaleStandardize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := sc.ScaleRow([]float64{0, 0, 0, 0}); r[3] != -1 {
+		t.Fatalf("x = min scales to %v, want -1", r[3])
+	}
+	if r := sc.ScaleRow([]float64{0, 0, 0, 10}); r[3] != 1 {
+		t.Fatalf("x = max scales to %v, want 1", r[3])
+	}
+	// A category the schema lacks is refused; a feature the data lack is named.
+	d2, _ := ParseCSV("e.csv", strings.NewReader("x,y,colour\n2,no,purple\n3,yes,red\n"), LoadOptions{Label: "y", Binary: true, Categorical: "auto"})
+	if _, _, err := s.Apply(d2); err == nil || !strings.Contains(err.Error(), `"purple"`) {
+		t.Fatalf("unknown category: %v", err)
+	}
+	d3, _ := ParseCSV("f.csv", strings.NewReader("y,colour\nno,red\nyes,red\n"), LoadOptions{Label: "y", Binary: true, Categorical: "auto"})
+	if _, _, err := s.Apply(d3); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Fatalf("missing feature: %v", err)
+	}
+	for _, bad := range []string{`{"features":[]}`, `{"features":[{"name":"x"}]}`, `{"features":[{"name":"x","min":2,"max":1}]}`,
+		`{"features":[{"name":"x","min":0,"max":1},{"name":"x","min":0,"max":1}]}`, `{"features":[{"name":"c","categories":["a","a"]}]}`,
+		`{"features":[{"name":"x","min":0,"max":1}],"target_min":3}`, `{"features":[{"name":"x","min":0,"max":1}],"extra":1}`} {
+		p := filepath.Join(t.TempDir(), "s.json")
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadSchema(p); err == nil {
+			t.Errorf("schema %s accepted", bad)
+		}
+	}
+}
+
+// TestDraftSchemaRoundTrip: a drafted schema describes the data it was drawn from (its
+// ranges contain every value, its categories every text), so applying it changes nothing.
+func TestDraftSchemaRoundTrip(t *testing.T) {
+	d, err := ParseCSV("d.csv", strings.NewReader("y,x,c\n1,0.5,a\n2,-3,b\n3,7,a\n"), LoadOptions{Categorical: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := DraftSchema(d)
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if *s.TargetMin != 1 || *s.TargetMax != 3 || s.Label != "y" {
+		t.Fatalf("draft %+v", s)
+	}
+	a, clipped, err := s.Apply(d)
+	if err != nil || clipped != 0 {
+		t.Fatalf("apply: %v, %d clipped", err, clipped)
+	}
+	for i := range d.X {
+		if math.Float64bits(a.X[i]) != math.Float64bits(d.X[i]) {
+			t.Fatalf("value %d changed: %v -> %v", i, d.X[i], a.X[i])
+		}
+	}
+}
