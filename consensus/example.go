@@ -25,7 +25,7 @@ func (l Loss) Deriv(m, y float64) float64 { return l.deriv(m, y) }
 // and convex in w.
 func (l Loss) Curvature() float64 {
 	switch l {
-	case Logistic:
+	case Logistic, LogisticOvR:
 		return 0.25
 	case Multinomial:
 		return 0.5 // the largest eigenvalue of diag(q) - q q^T (multinomial.go)

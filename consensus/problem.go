@@ -17,6 +17,11 @@ const (
 	// Multinomial is the softmax loss of a label of K > 2 classes (see multinomial.go):
 	// the model holds one weight vector per class.
 	Multinomial
+	// LogisticOvR is one-vs-rest over a label of K > 2 classes: K logistic problems, class
+	// k against the others (labels +1 for class k, -1 otherwise), one weight vector each,
+	// laid out as the multinomial model's; the predicted class has the largest score. It is
+	// the R-ADMM family's multi-class model (ovr.go).
+	LogisticOvR
 )
 
 // ParseLoss parses "squared" (also "lasso", "ls", "ridge") or "logistic" (also "logreg").
@@ -28,12 +33,18 @@ func ParseLoss(s string) (Loss, error) {
 		return Logistic, nil
 	case "multinomial", "softmax":
 		return Multinomial, nil
+	case "logistic-ovr", "ovr":
+		return LogisticOvR, nil
 	}
 	return 0, fmt.Errorf("consensus: unknown loss %q (want squared, logistic or multinomial)", s)
 }
 
 // Classifies reports whether the loss is a classification loss (logistic, multinomial).
-func (l Loss) Classifies() bool { return l == Logistic || l == Multinomial }
+func (l Loss) Classifies() bool { return l == Logistic || l == Multinomial || l == LogisticOvR }
+
+// Blocks reports whether the model holds one weight vector per class (multinomial,
+// one-vs-rest).
+func (l Loss) Blocks() bool { return l == Multinomial || l == LogisticOvR }
 
 // String returns the canonical name of the loss.
 func (l Loss) String() string {
@@ -44,6 +55,8 @@ func (l Loss) String() string {
 		return "logistic"
 	case Multinomial:
 		return "multinomial"
+	case LogisticOvR:
+		return "logistic-ovr"
 	}
 	return fmt.Sprintf("Loss(%d)", int(l))
 }
@@ -70,8 +83,8 @@ func (l Loss) value(m, y float64) float64 {
 	switch l {
 	case Logistic:
 		return softplus(-y * m)
-	case Multinomial:
-		return math.NaN() // not a function of one margin: see multinomial.go
+	case Multinomial, LogisticOvR:
+		return math.NaN() // not a function of one margin: see multinomial.go, ovr.go
 	}
 	r := m - y
 	return 0.5 * r * r
@@ -82,8 +95,8 @@ func (l Loss) deriv(m, y float64) float64 {
 	switch l {
 	case Logistic:
 		return -y * sigmoid(-y*m)
-	case Multinomial:
-		return math.NaN() // not a function of one margin: see multinomial.go
+	case Multinomial, LogisticOvR:
+		return math.NaN() // not a function of one margin: see multinomial.go, ovr.go
 	}
 	return m - y
 }
@@ -153,7 +166,7 @@ type Problem struct {
 
 // Validate rejects unknown losses and negative or non-finite regularization weights.
 func (p Problem) Validate() error {
-	if p.Loss != Squared && p.Loss != Logistic && p.Loss != Multinomial {
+	if p.Loss != Squared && p.Loss != Logistic && p.Loss != Multinomial && p.Loss != LogisticOvR {
 		return fmt.Errorf("consensus: unknown loss %d", int(p.Loss))
 	}
 	for _, c := range []struct {
@@ -176,11 +189,15 @@ func (p Problem) MeanLoss(d *Dataset, w []float64) float64 {
 		return 0
 	}
 	s := 0.0
-	if p.Loss == Multinomial {
+	if p.Loss.Blocks() {
 		m := make([]float64, len(w)/max(d.Cols, 1))
 		for i := 0; i < d.Rows; i++ {
 			multiScores(m, d.Row(i), w)
-			s += multiValue(m, classOf(d.Y[i]))
+			if p.Loss == LogisticOvR {
+				s += ovrValue(m, classOf(d.Y[i]))
+			} else {
+				s += multiValue(m, classOf(d.Y[i]))
+			}
 		}
 		return s / float64(d.Rows)
 	}
@@ -202,7 +219,7 @@ func (p Problem) Accuracy(d *Dataset, w []float64) float64 {
 		return 0
 	}
 	ok := 0
-	if p.Loss == Multinomial {
+	if p.Loss.Blocks() {
 		m := make([]float64, len(w)/max(d.Cols, 1))
 		for i := 0; i < d.Rows; i++ {
 			multiScores(m, d.Row(i), w)
@@ -239,6 +256,10 @@ func (p Problem) meanGrad(g []float64, d *Dataset, w []float64) {
 	if p.Loss == Multinomial {
 		k := len(w) / max(d.Cols, 1)
 		multiGradRows(g, w, d, k, 1/float64(d.Rows), math.Inf(1), make([]float64, k), make([]float64, k))
+		return
+	}
+	if p.Loss == LogisticOvR {
+		ovrGrad(g, w, d, 1/float64(d.Rows))
 		return
 	}
 	for i := 0; i < d.Rows; i++ {

@@ -88,7 +88,7 @@ func Solve(d *Dataset, p Problem, opt SolveOptions) (w []float64, obj float64, e
 		maxIter = 100000
 	}
 	n := d.Cols
-	if p.Loss == Multinomial {
+	if p.Loss.Blocks() {
 		if d.NumClasses() == 0 {
 			return nil, 0, fmt.Errorf("consensus: %s: the multinomial loss needs a class list", d.Name)
 		}

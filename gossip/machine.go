@@ -595,7 +595,12 @@ func (m *Machine) solveStep() {
 		if m.noiseHook != nil {
 			m.noiseHook(k, m.eps)
 		} else {
-			SampleObjNoise(c.Noise, m.eps, c.Algo.NoiseAlpha(c.Alpha, eta))
+			// One draw per block: each block of a one-vs-rest model is its own release,
+			// with the noise density of Theorem V.1 in R^p.
+			p := len(m.eps) / m.obj.Blocks()
+			for b := 0; b < m.obj.Blocks(); b++ {
+				SampleObjNoise(c.Noise, m.eps[b*p:(b+1)*p], c.Algo.NoiseAlpha(c.Alpha, eta))
+			}
 		}
 	}
 	objNoise := noisy && c.Algo != ADMMPVP
@@ -628,7 +633,8 @@ func (m *Machine) solveStep() {
 		} else {
 			eps = privacy.ObjPertTerm(w, r, c.C1, c.Algo.NoiseAlpha(c.Alpha, eta), eta, m.V)
 		}
-		eps = privacy.ObjPertEntryEpsilon(eps, true)
+		// K one-vs-rest blocks: K releases of one record's data, pure DP composed (sum).
+		eps = privacy.ObjPertEntryEpsilon(eps*float64(m.obj.Blocks()), true)
 	}
 	m.release(privacy.MechPure, eps, eta, t+1)
 	m.events = append(m.events, Event{Kind: EventSolve, Iter: t + 1, Eta: eta, NoiseNorm: nn, Solve: res})

@@ -25,6 +25,9 @@ type Setup struct {
 	C1 float64
 	// Loss is the members' loss.
 	Loss consensus.Loss
+	// Classes is K of a one-vs-rest run (LogisticOvR), 0 otherwise: the figure is K times
+	// a binary run's (privacy.ObjPertNode.Blocks).
+	Classes int
 }
 
 // NewSetup returns the set-up of a run with N members holding totalRows rows in all, the
@@ -33,6 +36,15 @@ func NewSetup(loss consensus.Loss, paperC, l2 float64, members, totalRows int) S
 	s := Setup{RowWeight: paperC * float64(members) / float64(totalRows), RegOverN: paperC * l2, C1: 0.25, Loss: loss}
 	if loss == consensus.Squared {
 		s.C1 = 1
+	}
+	return s
+}
+
+// WithClasses returns s for a one-vs-rest run over the classes of d (unchanged for the
+// other losses).
+func (s Setup) WithClasses(d *consensus.Dataset) Setup {
+	if s.Loss == consensus.LogisticOvR {
+		s.Classes = d.NumClasses()
 	}
 	return s
 }
@@ -53,7 +65,13 @@ func RowChecks(ds ...*consensus.Dataset) (maxNorm float64, labelsPM1 bool) {
 				s += v * v
 			}
 			maxNorm = math.Max(maxNorm, math.Sqrt(s))
-			if y := d.Y[r]; y != 1 && y != -1 {
+			y := d.Y[r]
+			if k := d.NumClasses(); k > 0 {
+				// A class index: every one-vs-rest block relabels it -1/+1.
+				if !(y >= 0 && y < float64(k) && y == math.Trunc(y)) {
+					labelsPM1 = false
+				}
+			} else if y != 1 && y != -1 {
 				labelsPM1 = false
 			}
 		}
@@ -73,6 +91,7 @@ func (s Setup) Account(algo Algo, degree, rows int, maxNorm float64, labelsPM1 b
 	return privacy.ObjPertNode{
 		Scheme: algo.Scheme(), RowWeight: s.RowWeight, RegOverN: s.RegOverN, C1: s.C1, Degree: degree,
 		Rows: rows, C: s.RowWeight * float64(rows), Alphas: alphas, Etas: etas, MaxRowNorm: maxNorm,
-		LabelsPM1: labelsPM1, LossOK: s.Loss == consensus.Logistic, FixedIters: true, ExactSolves: true,
+		LabelsPM1: labelsPM1, LossOK: s.Loss == consensus.Logistic || s.Loss == consensus.LogisticOvR, FixedIters: true, ExactSolves: true,
+		Blocks: s.Classes,
 	}
 }

@@ -342,7 +342,7 @@ func (c *Config) validateRADMM() error {
 	case !(p.PaperC > 0) || math.IsInf(p.PaperC, 0):
 		return fmt.Errorf("node: the paper's C must be > 0 and finite, got %v", p.PaperC)
 	case c.Problem.Loss == consensus.Multinomial:
-		return fmt.Errorf("node: a neighbour-exchange run takes a binary label (Theorem V.1 is proven for the logistic loss); a label of 3 or more classes needs the walk")
+		return fmt.Errorf("node: a neighbour-exchange run has no figure for the multinomial loss (Theorem V.1 is proven for the logistic loss): a label of 3 or more classes is fitted one-vs-rest (loss logistic-ovr)")
 	case c.Problem.Reg.L1 != 0:
 		return fmt.Errorf("node: a neighbour-exchange run needs a smooth regularizer: l1 must be 0, got %v", c.Problem.Reg.L1)
 	case !(c.Problem.Reg.L2 > 0):

@@ -388,7 +388,7 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	if err != nil {
 		return nil, nil, acc, false, err
 	}
-	setup := gossip.NewSetup(n.cfg.Problem.Loss, p.PaperC, n.cfg.Problem.Reg.L2, N, total)
+	setup := gossip.NewSetup(n.cfg.Problem.Loss, p.PaperC, n.cfg.Problem.Reg.L2, N, total).WithClasses(d)
 	obj, err := setup.Objective(d)
 	if err != nil {
 		return nil, nil, acc, false, err
@@ -398,14 +398,14 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	if n.cfg.Rand != nil {
 		r = n.cfg.Rand(self)
 	}
-	init := make([]float64, d.Cols)
+	init := make([]float64, obj.Dim())
 	for j := range init {
 		init[j] = 0.1 * r.NormFloat64()
 	}
 	if journaled != nil {
 		// A restart: the f_i(0) this node already released.
-		if len(journaled) != d.Cols {
-			return nil, nil, acc, false, fmt.Errorf("%w: the journal's f_i(0) has dimension %d, the data %d", ErrRejoin, len(journaled), d.Cols)
+		if len(journaled) != obj.Dim() {
+			return nil, nil, acc, false, fmt.Errorf("%w: the journal's f_i(0) has dimension %d, the data %d", ErrRejoin, len(journaled), obj.Dim())
 		}
 		init = append([]float64(nil), journaled...)
 	}

@@ -109,6 +109,12 @@ type ObjPertNode struct {
 	LossOK      bool    // the loss satisfies |L'| <= 1 and L'' <= C1 (logistic)
 	ExactSolves bool    // every perturbed subproblem reached the solver tolerance
 	FixedIters  bool    // the iteration count was fixed before training
+
+	// Blocks is the number of independent releases per iteration: K for a one-vs-rest
+	// model of K classes (each block a binary problem on relabelled rows, with its own
+	// noise draw), 0 or 1 otherwise. One record enters every block, so the figure is the
+	// sum over blocks (basic composition of pure DP): Blocks times the binary figure.
+	Blocks int
 }
 
 // ObjPertFigure is one node's pure-DP figure.
@@ -228,6 +234,13 @@ func ObjPertBound(n ObjPertNode) ObjPertFigure {
 		}
 		f.PerIteration[k] = t
 		f.Epsilon += t
+	}
+	if b := float64(max(1, n.Blocks)); b > 1 {
+		f.Epsilon, f.Exact, f.NoisePart, f.JacobianPart = b*f.Epsilon, b*f.Exact, b*f.NoisePart, b*f.JacobianPart
+		for k := range f.PerIteration {
+			f.PerIteration[k] *= b
+		}
+		f.Theorem += fmt.Sprintf("; one-vs-rest over %d classes: %d releases per iteration, pure DP composed (the sum)", n.Blocks, n.Blocks)
 	}
 	if n.Scheme == SchemePVP {
 		f.Exact = f.Epsilon

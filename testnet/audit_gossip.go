@@ -209,7 +209,7 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 		return nil, err
 	}
 	i, dim := o.Node, o.Train.Cols
-	setup := gossip.NewSetup(o.Problem.Loss, o.PaperC, o.Problem.Reg.L2, o.Nodes, o.Train.Rows+1) // with the canary row
+	setup := gossip.NewSetup(o.Problem.Loss, o.PaperC, o.Problem.Reg.L2, o.Nodes, o.Train.Rows+1).WithClasses(o.Train) // with the canary row
 	e := &radmmEnv{o: &o, neighbors: g.Neighbors(i), rowWeight: setup.RowWeight, regOverN: setup.RegOverN, c1: setup.C1,
 		setup: setup, dim: dim}
 	canary := o.Canary

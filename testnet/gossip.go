@@ -298,7 +298,7 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	if o.NodeSchedules != nil && len(o.NodeSchedules) != n {
 		return nil, fmt.Errorf("testnet: %d node schedules for %d nodes", len(o.NodeSchedules), n)
 	}
-	setup := gossip.NewSetup(o.Problem.Loss, o.C, o.Problem.Reg.L2, n, o.Train.Rows)
+	setup := gossip.NewSetup(o.Problem.Loss, o.C, o.Problem.Reg.L2, n, o.Train.Rows).WithClasses(o.Train)
 	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
 		RowWeight: setup.RowWeight, RegOverN: setup.RegOverN, Loss: o.Problem.Loss}
 	if err := sim.buildMachines(o, setup); err != nil {
@@ -323,7 +323,7 @@ func gossipDefaults(o *GossipOptions) (gossip.Algo, error) {
 		return 0, err
 	}
 	if o.Problem.Loss == consensus.Multinomial {
-		return 0, fmt.Errorf("testnet: gossip takes a binary label (Theorem V.1 is proven for the logistic loss); a label of 3 or more classes needs the walk")
+		return 0, fmt.Errorf("testnet: gossip has no figure for the multinomial loss (Theorem V.1 is proven for the logistic loss): a label of 3 or more classes is fitted one-vs-rest (loss logistic-ovr)")
 	}
 	if o.Problem.Reg.L1 != 0 {
 		return 0, fmt.Errorf("testnet: gossip needs a smooth regularizer: l1 must be 0, got %v", o.Problem.Reg.L1)
@@ -366,7 +366,7 @@ func (o *GossipOptions) schedule(i int) gossip.Schedule {
 
 // buildMachines builds one machine per node (with its objective and configuration).
 func (sim *GossipSim) buildMachines(o *GossipOptions, setup gossip.Setup) error {
-	n, dim, g := o.Nodes, o.Train.Cols, sim.Graph
+	n, dim, g := o.Nodes, o.Train.ModelDim(), sim.Graph
 	names := make([]string, n)
 	for i := range names {
 		names[i] = strconv.Itoa(i)
@@ -517,7 +517,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 		return nil, fmt.Errorf("testnet: reference solve: %w", err)
 	}
 	g, n, K, nodesAcc := sim.Graph, len(sim.Machines), sim.K, sim.Acc
-	dim, wall := o.Train.Cols, out.Wall
+	dim, wall := o.Train.ModelDim(), out.Wall
 	if len(out.Ledgers) != n || len(out.Models) != n || len(out.Inexact) != n {
 		return nil, fmt.Errorf("testnet: invariant: %d ledgers, %d models, %d solve flags for %d nodes",
 			len(out.Ledgers), len(out.Models), len(out.Inexact), n)
@@ -623,7 +623,7 @@ func gossipPrivacyOf(o *GossipOptions, fig privacy.ObjPertNetworkFigure, ledgers
 
 // gossipUtility is the utility part of a gossip report for the average model avg.
 func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, avg []float64, out gossipOutcome) *Report {
-	dim, split, wall := o.Train.Cols, o.Split, out.Wall
+	dim, split, wall := o.Train.ModelDim(), o.Split, out.Wall
 	obj := o.Problem.Objective(o.Train, avg)
 	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
 	r := &Report{

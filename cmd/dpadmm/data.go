@@ -482,6 +482,9 @@ func (ld *loadedData) problem(prob consensus.Problem, walk bool) consensus.Probl
 		prob.Reg.Free = 1
 	}
 	prob.Loss = consensus.LossFor(ld.train, prob.Loss) // a label of 3+ classes: multinomial
+	if !walk && prob.Loss == consensus.Multinomial {
+		prob.Loss = consensus.LogisticOvR // the R-ADMM family: one-vs-rest (Theorem V.1 per block)
+	}
 	prob.Reg.Block = 0
 	if prob.Loss == consensus.Multinomial {
 		prob.Reg.Block = ld.train.Cols // one weight vector, and intercept, per class
@@ -658,7 +661,7 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 			h += " A numeric target needs --loss squared."
 		}
 		if f.cfg.intercept && strings.Contains(err.Error(), "a third label") {
-			h += " A label of three or more classes is fitted by the walk (--algo walk and its local steps but gadmm) with the multinomial loss; the neighbour-exchange algorithms take two classes."
+			h += " A label of three or more classes is fitted by the walk (multinomial loss) and the neighbour-exchange algorithms (one-vs-rest), not by this command."
 		}
 	case errors.Is(err, consensus.ErrOneClass):
 		h = "say which label is +1 with --positive LABEL (with the same value on every node)"

@@ -290,7 +290,7 @@ func (f *nodeFlags) network(cfg *node.Config) error {
 // is taken), whose fingerprint enters the config hash and model.json records, then the
 // --shard.
 func (f *nodeFlags) loadData(cfg *node.Config) error {
-	ld, err := f.df.load(loadRequest{loss: cfg.Problem.Loss, multiclass: cfg.RADMM == nil})
+	ld, err := f.df.load(loadRequest{loss: cfg.Problem.Loss, multiclass: true})
 	if err != nil {
 		return err
 	}

@@ -284,3 +284,43 @@ func TestPredictErrors(t *testing.T) {
 		t.Fatalf("a failed predict wrote %s", out)
 	}
 }
+
+// TestRADMMOneVsRest: the neighbour-exchange algorithms fit a 3-class label one-vs-rest:
+// the simulator, --mem and --procs give the same averaged model bit for bit, the model has
+// one weight vector per class, its ledger-recomputed figure equals the Theorem V.1 figure
+// (each iteration charging the three blocks), and predict applies its predictor.
+func TestRADMMOneVsRest(t *testing.T) {
+	t.Setenv(asMainEnv, "1") // --procs runs this test binary as dpadmm
+	dir := t.TempDir()
+	iris, schema := "../../examples/iris.csv", "../../examples/iris.schema.json"
+	var models [][]any
+	for _, mode := range []string{"", "--mem", "--procs"} {
+		rep := filepath.Join(dir, "r"+strings.TrimPrefix(mode, "--")+".json")
+		args := []string{"testnet", "--algo", "radmm", "--nodes", "3", "--iters", "6", "--data", iris, "--label", "species",
+			"--schema", schema, "--quiet", "--report", rep}
+		if mode != "" {
+			args = append(args, mode)
+		}
+		if code, _, e := runCmd(args...); code != 0 {
+			t.Fatalf("%q: exit %d: %s", mode, code, e)
+		}
+		m := readReport(t, rep)
+		models = append(models, m["model"].([]any))
+		p := m["predictor"].(map[string]any)
+		if p["loss"] != "logistic-ovr" || p["task"] != "multiclass" || len(p["weights"].([]any)) != 3 || len(m["model"].([]any)) != 15 {
+			t.Fatalf("%q: predictor %v", mode, p)
+		}
+		if mode == "" {
+			if code, out, e := runCmd("predict", "--model", rep, "--data", iris); code != 0 || !strings.HasPrefix(out, "label,setosa,versicolor,virginica") {
+				t.Fatalf("predict: exit %d: %s %s", code, e, out[:min(len(out), 80)])
+			}
+		}
+	}
+	for i := 1; i < len(models); i++ {
+		for j := range models[0] {
+			if models[i][j] != models[0][j] {
+				t.Fatalf("mode %d coordinate %d: %v, simulator %v", i, j, models[i][j], models[0][j])
+			}
+		}
+	}
+}

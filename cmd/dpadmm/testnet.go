@@ -155,7 +155,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return testnetUsage(stderr, "%v", err)
 		}
-		ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed})
+		ld, err := f.df.load(loadRequest{loss: prob.Loss, seed: *f.seed, multiclass: true})
 		if err != nil {
 			return err
 		}
