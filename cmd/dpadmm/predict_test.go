@@ -324,3 +324,48 @@ func TestRADMMOneVsRest(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictorGolden: the predictor of a fixed run (iris, the example schema, seed 3,
+// no noise) is the golden file testdata/predictor-iris.json, weights to 6 decimals: the
+// model file's layout is a contract (go test -run PredictorGolden -update rewrites it).
+func TestPredictorGolden(t *testing.T) {
+	rep := filepath.Join(t.TempDir(), "r.json")
+	if code, _, e := runCmd("testnet", "--data", "../../examples/iris.csv", "--label", "species", "--schema", "../../examples/iris.schema.json",
+		"--nodes", "4", "--hops", "200", "--sigma", "0", "--seed", "3", "--quiet", "--report", rep); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	p := readReport(t, rep)["predictor"].(map[string]any)
+	var round func(v any) any
+	round = func(v any) any {
+		switch x := v.(type) {
+		case float64:
+			return math.Round(x*1e6) / 1e6
+		case []any:
+			for i := range x {
+				x[i] = round(x[i])
+			}
+		case map[string]any:
+			for k := range x {
+				x[k] = round(x[k])
+			}
+		}
+		return v
+	}
+	got, err := json.MarshalIndent(round(p), "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "predictor-iris.json")
+	if *update {
+		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(got)+"\n" {
+		t.Fatalf("predictor differs from %s (go test -run PredictorGolden -update rewrites it):\n%s", golden, got)
+	}
+}
