@@ -86,6 +86,11 @@ type GADMMParams struct {
 	// Dim is the model dimension p, for the lattice drift of the later steps (Drift); 0
 	// (a trace recorded without it) leaves the drift uncharged, and the conditions say so.
 	Dim int `json:"dim,omitempty"`
+	// Uncertified, when not empty, says why the steps are not certified to be gradient
+	// steps on a convex smooth function (the multinomial loss: its per-example gradient is
+	// clipped as a whole, which is not a gradient field): amplification by iteration then
+	// does not apply, and the realised figure is refused (the local figure holds).
+	Uncertified string `json:"uncertified,omitempty"`
 }
 
 // Drift returns the additive drift of one later noisy step, h sqrt(p) with h the lattice

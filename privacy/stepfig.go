@@ -90,6 +90,8 @@ type StepRealised struct {
 func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised, StepRealised, error) {
 	info := StepRealised{Theorem: TheoremRealised, Conditions: RealisedConditions, Gaps: RealisedGaps}
 	switch {
+	case r.Step == StepGADMM && r.GADMM.Uncertified != "":
+		return nil, info, fmt.Errorf("%w: gradient ADMM: %s", ErrNoNetworkFigure, r.GADMM.Uncertified)
 	case r.Step == StepGADMM:
 		p := r.GADMM
 		p.Sigma = r.Sigma
@@ -101,7 +103,7 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 		return nil, info, fmt.Errorf("%w: no network amplification theorem covers the ls-sgd step (its noise is on a subsampled gradient, not on a contraction the walk's proofs apply to)", ErrNoNetworkFigure)
 	case r.Step == StepSGD:
 		if !(r.SGDNonExpansive && r.Complete) {
-			return nil, info, fmt.Errorf("%w: the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta); this run does not certify both", ErrNoNetworkFigure)
+			return nil, info, fmt.Errorf("%w: the sgd step's amplification needs the complete graph and every node's step non-expansive (eta <= 2/beta, a loss with one score per row: not the multinomial one); this run does not certify both", ErrNoNetworkFigure)
 		}
 		t := *tr
 		t.Clip = SGDTraceClip(tr.Clip) // one sgd update charged as one walk update of clip C/2

@@ -92,6 +92,9 @@ type GADMMSetting struct {
 	H, ClipEff float64
 	// Strong holds the constants of the strongly convex mode (zero in the convex mode).
 	Strong privacy.GADMMStrongConstants
+	// Uncertified says why amplification by iteration does not apply ("" when it may):
+	// privacy.GADMMParams.Uncertified.
+	Uncertified string
 }
 
 // ErrGADMMParams wraps every refusal of gradient-ADMM parameters.
@@ -131,7 +134,12 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 		return st, fmt.Errorf("%w: a local loss and dimension >= 1 are required", ErrGADMMParams)
 	}
 	if loss.Classes() > 0 {
-		return st, fmt.Errorf("%w: gradient ADMM takes the logistic and squared losses; a label of %d classes needs another local step (prox, linearized, ls-sgd or sgd)", ErrGADMMParams, loss.Classes())
+		// The local figure needs only the clip (Delta bounds the clipped sum for any loss);
+		// the amplification of the realised figure needs the steps to be gradient steps on
+		// a convex smooth function, which the whole-vector clip of the multinomial loss
+		// does not give (see SGDCertified).
+		st.Uncertified = fmt.Sprintf("the multinomial loss (%d classes) clips each example's K x p gradient as a whole, "+
+			"which is not the gradient of a convex function: no amplification by iteration is claimed", loss.Classes())
 	}
 	s := cfg.Step
 	st.G = cfg.Reg
@@ -191,6 +199,9 @@ func GADMMRunParams(cfg Config, losses []*consensus.LocalLoss, dim int) (privacy
 		}
 		p.Nu = math.Max(p.Nu, st.Nu)
 		p.Sensitivity = math.Max(p.Sensitivity, st.Sensitivity)
+		if st.Uncertified != "" {
+			p.Uncertified = st.Uncertified
+		}
 		p.Mu, p.MuG = st.Mu, st.MuG
 	}
 	if err := p.Validate(); err != nil {
