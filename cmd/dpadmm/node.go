@@ -154,6 +154,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
+	if f.targetMsg != "" {
+		log.Info().Msg(f.targetMsg)
+	}
 	if cfg.HTTP != "" && publicHTTP(cfg.HTTP) {
 		log.Warn().Str("http", cfg.HTTP).Msg("--http listens beyond loopback: anyone who can reach it reads this node's /status and /metrics")
 	}
@@ -198,6 +201,17 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 			return cfg, err
 		}
 		cfg.Step = step
+		if f.m.isSet("target-epsilon") {
+			if f.m.isSet("sigma") {
+				return cfg, fmt.Errorf("--target-epsilon calibrates --sigma: give one of them")
+			}
+			sigma, b, err := calibrateSigma(step, *f.clip, *f.maxUpd, *f.target, *f.delta)
+			if err != nil {
+				return cfg, err
+			}
+			*f.sigma = sigma
+			f.targetMsg = targetLine(sigma, b, *f.maxUpd, *f.target, *f.delta)
+		}
 	}
 	switch {
 	case f.m.NArg() > 0:

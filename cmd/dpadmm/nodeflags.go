@@ -73,13 +73,15 @@ type nodeFlags struct {
 	listen, peers, bootstrap, relays                                                 multiFlag
 
 	// the walk
-	hops, pauseAt                                *uint64
-	gamma, lambda, clip, sigma, delta, budgetEps *float64
-	maxUpd, heartbeatMisses, custodyDepth        *int
-	budgetKind, pausePhase                       *string
-	ackTimeout, heartbeat, fallbackTimeout       *time.Duration
-	withhold                                     *bool
-	sf                                           *stepFlags
+	hops, pauseAt                                        *uint64
+	gamma, lambda, clip, sigma, delta, budgetEps, target *float64
+	// targetMsg reports the --target-epsilon calibration ("" without one).
+	targetMsg                              string
+	maxUpd, heartbeatMisses, custodyDepth  *int
+	budgetKind, pausePhase                 *string
+	ackTimeout, heartbeat, fallbackTimeout *time.Duration
+	withhold                               *bool
+	sf                                     *stepFlags
 
 	// neighbour exchange
 	graphSpec, alphaStr, etaFile, onMissing   *string
@@ -160,6 +162,7 @@ func (f *nodeFlags) defineWalk(d node.Config) {
 	f.lambda = fs.Float64("lambda", d.Lambda, "relaxation lambda in (0,1]")
 	f.clip = fs.Float64("clip", d.Clip, "clip bound C on ||x - z||")
 	f.sigma = fs.Float64("sigma", d.Sigma, "noise std sigma of eq. (7); 0 = no privacy")
+	f.target = fs.Float64("target-epsilon", 0, targetHelp)
 	f.maxUpd = fs.Int("max-updates", d.MaxUpdates, "cap K_i on this node's noisy updates; 0 = no cap")
 	f.delta = fs.Float64("delta", d.Delta, "delta of the reported (epsilon, delta)")
 	f.budgetEps = fs.Float64("budget-epsilon", 0, "this node's privacy budget at --delta; 0 = none. Before a noisy update that would exceed it the node forwards the token unchanged (no data use, no cost)")

@@ -177,6 +177,9 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	ld.warn(stderr)
+	if f.targetMsg != "" {
+		fmt.Fprintln(stderr, f.targetMsg)
+	}
 	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
 	return f.runWalk(ctx, mode, opt, stdout, stderr)
 }

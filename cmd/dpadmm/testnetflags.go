@@ -45,7 +45,9 @@ type testnetFlags struct {
 	fsync                            *bool
 
 	// the walk
-	gamma, lambda, clip, sigma, budgetEps                           *float64
+	gamma, lambda, clip, sigma, budgetEps, target *float64
+	// targetMsg reports the --target-epsilon calibration ("" without one).
+	targetMsg                                                       string
 	hops, curveEvery, killAt                                        *uint64
 	maxUpd                                                          *int
 	tracePath, pairsPath, plotPath, plotKind, coalition, budgetKind *string
@@ -125,6 +127,7 @@ func (f *testnetFlags) defineWalk(o testnet.Options) {
 	f.lambda = fs.Float64("lambda", o.Lambda, "relaxation lambda in (0,1]; 0.5 is classical ADMM")
 	f.clip = fs.Float64("clip", o.Clip, "clip bound C on ||x - z||")
 	f.sigma = fs.Float64("sigma", o.Sigma, "std of eta in eq. (7) (noise on u has std lambda*sigma); 0 = no privacy")
+	f.target = fs.Float64("target-epsilon", 0, targetHelp)
 	f.hops = fs.Uint64("hops", o.Hops, "number of hops (token hand-offs)")
 	f.maxUpd = fs.Int("max-updates", o.MaxUpdates, "cap K_i on noisy updates per node; 0 = no cap")
 	f.tracePath = fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
@@ -275,7 +278,20 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 	if err := checkLambda("testnet", *f.lambda); err != nil {
 		return walk.StepParams{}, err
 	}
-	return f.sf.params(stepKind(mode), f.m.isSet("step-size"))
+	step, err := f.sf.params(stepKind(mode), f.m.isSet("step-size"))
+	if err != nil || !f.m.isSet("target-epsilon") {
+		return step, err
+	}
+	if f.m.isSet("sigma") {
+		return step, errors.New("--target-epsilon calibrates --sigma: give one of them")
+	}
+	sigma, b, err := calibrateSigma(step, *f.clip, *f.maxUpd, *f.target, *f.delta)
+	if err != nil {
+		return step, err
+	}
+	*f.sigma = sigma
+	f.targetMsg = targetLine(sigma, b, *f.maxUpd, *f.target, *f.delta)
+	return step, nil
 }
 
 // checkGossip checks the values of the neighbour-exchange flags and returns alpha.

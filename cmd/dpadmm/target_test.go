@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTargetEpsilon: --target-epsilon calibrates sigma so that the local figure over the
+// cap is the target: a testnet whose every node reaches its cap reports that figure (to
+// the calibration's tolerance, never above), 'account plan --target-epsilon' finds the same
+// sigma on its own path, a node configured with the flag gets that sigma in its
+// configuration (so in its config hash), and the flag refuses what it cannot calibrate.
+func TestTargetEpsilon(t *testing.T) {
+	rep := filepath.Join(t.TempDir(), "r.json")
+	code, _, e := runCmd("testnet", "--target-epsilon", "2", "--nodes", "3", "--hops", "300", "--max-updates", "100", "--quiet", "--report", rep)
+	if code != 0 || !strings.Contains(e, "--target-epsilon 2: sigma") {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	m := readReport(t, rep)
+	loc := m["privacy"].(map[string]any)["local"].(map[string]any)["epsilon"].(float64)
+	sigma := m["sigma"].(float64)
+	if loc > 2 || loc < 1.99 {
+		t.Fatalf("local epsilon %v with sigma %v, want the target 2", loc, sigma)
+	}
+	code, out, e := runCmd("account", "plan", "--nodes", "3", "--hops", "300", "--clip", "0.1", "--max-updates", "100", "--target-epsilon", "2",
+		"--budget-kind", "local", "--json")
+	if code != 0 {
+		t.Fatalf("account plan: exit %d: %s", code, e)
+	}
+	if !strings.Contains(out, `"sigma"`) {
+		t.Fatalf("plan output %s", out)
+	}
+	var plan map[string]any
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatal(err)
+	}
+	if ps := plan["sigma"].(float64); math.Abs(ps-sigma) > 1e-9*sigma {
+		t.Fatalf("account plan calibrates sigma %v, testnet %v", ps, sigma)
+	}
+	cfg, _, err := nodeConfigFrom(t, "--run", "t", "--data", "embedded", "--datadir", t.TempDir(), "--target-epsilon", "2", "--max-updates", "100")
+	if err != nil || cfg.Sigma != sigma {
+		t.Fatalf("node: sigma %v (%v), testnet %v", cfg.Sigma, err, sigma)
+	}
+	for _, c := range [][]string{
+		{"testnet", "--target-epsilon", "2", "--max-updates", "0"},
+		{"testnet", "--target-epsilon", "2", "--sigma", "1"},
+		{"testnet", "--target-epsilon", "-1"},
+		{"testnet", "--target-epsilon", "2", "--algo", "walk-gadmm", "--step-size", "0.1"},
+	} {
+		if code, _, e := runCmd(c...); code != 2 || !strings.Contains(e, "target-epsilon") {
+			t.Errorf("%v: exit %d: %s", c, code, e)
+		}
+	}
+}
