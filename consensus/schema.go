@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -157,7 +158,7 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 			continue
 		}
 		for _, dn := range d.Features {
-			if c, v, ok := strings.Cut(dn, "="); ok && c == f.Name && !contains(f.Categories, v) {
+			if c, v, ok := strings.Cut(dn, "="); ok && c == f.Name && !slices.Contains(f.Categories, v) {
 				return nil, 0, fmt.Errorf("%s: column %q holds %q, which is not among the schema's categories %q", d.Name, f.Name, v, f.Categories)
 			}
 		}
@@ -203,15 +204,6 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 func (s *Schema) hasCategorical(name string) bool {
 	for _, f := range s.Features {
 		if f.Name == name && len(f.Categories) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
 			return true
 		}
 	}

@@ -499,32 +499,7 @@ func TestControlPlaneJoin(t *testing.T) {
 // configuration stops after MismatchWait with ErrConfigMismatch naming the differing keys,
 // instead of waiting forever.
 func TestJoinerMismatchExits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sh := shards(t, 2)
-	var logs [2]syncBuffer
-	nodes := make([]*Node, 2)
-	for i := range nodes {
-		c := baseConfig("mis", sh[i], 10)
-		c.DataDir = t.TempDir()
-		c.Logger = zerolog.New(&logs[i])
-		if i == 0 {
-			c.Start, c.MinPeers = true, 2
-		} else {
-			c.Clip, c.MismatchWait = 0.2, 5*time.Second
-		}
-		nd, err := New(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes[i] = nd
-	}
-	connectAll(t, ctx, nodes)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	go nodes[0].Run(sctx)
-	_, err := nodes[1].Run(ctx)
+	nodes, logs, err := runMismatchedJoiner(t, "mis", nil, func(c *Config) { c.Clip = 0.2 })
 	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "clip: yours 0.2, the run's 1") {
 		t.Fatalf("joiner: %v, want ErrConfigMismatch naming clip", err)
 	}
@@ -537,6 +512,44 @@ func TestJoinerMismatchExits(t *testing.T) {
 	if js := nodes[0].Status().Join; js == nil || len(js.Refused) != 1 || !strings.Contains(js.Refused[0], "clip: theirs 0.2, ours 1") {
 		t.Errorf("starter's join status %+v, want the refused joiner with the key", js)
 	}
+}
+
+// runMismatchedJoiner starts a starter (node 0) and a joiner (node 1) of run on two shards
+// (the joiner's shard replaced by joinerData when not nil, its configuration changed by
+// joiner), and returns the nodes, their logs and the joiner's Run error.
+func runMismatchedJoiner(t *testing.T, run string, joinerData *consensus.Dataset, joiner func(*Config)) ([]*Node, *[2]syncBuffer, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	sh := shards(t, 2)
+	if joinerData != nil {
+		sh[1] = joinerData
+	}
+	logs := new([2]syncBuffer)
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := baseConfig(run, sh[i], 10)
+		c.DataDir = t.TempDir()
+		c.Logger = zerolog.New(&logs[i])
+		if i == 0 {
+			c.Start, c.MinPeers = true, 2
+		} else {
+			c.MismatchWait = 5 * time.Second
+			joiner(&c)
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	sctx, scancel := context.WithCancel(ctx)
+	t.Cleanup(scancel)
+	go nodes[0].Run(sctx)
+	_, err := nodes[1].Run(ctx)
+	return nodes, logs, err
 }
 
 func TestHTTPStatusAndMetrics(t *testing.T) {
@@ -939,41 +952,12 @@ func TestStopKeepsCustody(t *testing.T) {
 // positive class is the run's negative one, as with a different --positive) is refused
 // with a message naming the class lists, instead of training the opposite model.
 func TestJoinerClassMismatchExits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sh := shards(t, 2)
-	swapped := sh[1].Clone()
+	swapped := shards(t, 2)[1].Clone()
 	swapped.Classes = &consensus.Classes{Negative: "1", Positive: "-1"}
 	for i := range swapped.Y {
 		swapped.Y[i] = -swapped.Y[i]
 	}
-	var logs [2]syncBuffer
-	nodes := make([]*Node, 2)
-	for i := range nodes {
-		d := sh[0]
-		if i == 1 {
-			d = swapped
-		}
-		c := baseConfig("cls", d, 10)
-		c.DataDir = t.TempDir()
-		c.Logger = zerolog.New(&logs[i])
-		if i == 0 {
-			c.Start, c.MinPeers = true, 2
-		} else {
-			c.MismatchWait = 5 * time.Second
-		}
-		nd, err := New(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes[i] = nd
-	}
-	connectAll(t, ctx, nodes)
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	go nodes[0].Run(sctx)
-	_, err := nodes[1].Run(ctx)
+	_, _, err := runMismatchedJoiner(t, "cls", swapped, func(*Config) {})
 	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), `--classes: yours ["1","-1"], the run's ["-1","1"]`) {
 		t.Fatalf("joiner: %v, want ErrConfigMismatch naming the classes", err)
 	}

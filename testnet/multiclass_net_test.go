@@ -1,11 +1,9 @@
 package testnet
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/walk"
@@ -62,18 +60,7 @@ func TestMultinomialSameModelInEveryMode(t *testing.T) {
 					t.Fatalf("%s: realised section %+v, want the local figure with the multinomial reason", st.Kind, pr)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			mem, err := RunNet(ctx, o, NetOptions{Mode: "mem"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameReport(t, "mem", mem, sim)
-			procs, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameReport(t, "procs", procs, sim)
+			sameInEveryMode(t, o, sim, bin)
 		})
 	}
 }

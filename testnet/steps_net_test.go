@@ -30,18 +30,25 @@ func TestStepsSameModelInEveryMode(t *testing.T) {
 			if sim.LocalStep != st.Kind.String() {
 				t.Fatalf("report local_step %q, want %q", sim.LocalStep, st.Kind)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			mem, err := RunNet(ctx, o, NetOptions{Mode: "mem"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameReport(t, "mem", mem, sim)
-			procs, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameReport(t, "procs", procs, sim)
+			sameInEveryMode(t, o, sim, bin)
 		})
 	}
+}
+
+// sameInEveryMode runs o on real libp2p hosts in one process (--mem) and as 'dpadmm node'
+// processes of binary bin (--procs), and requires both reports to be sim's (sameReport).
+func sameInEveryMode(t *testing.T, o Options, sim *Report, bin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mem, err := RunNet(ctx, o, NetOptions{Mode: "mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameReport(t, "mem", mem, sim)
+	procs, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameReport(t, "procs", procs, sim)
 }

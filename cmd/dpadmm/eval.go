@@ -117,17 +117,9 @@ func readModelAny(path string) (*modelFile, string, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, store.ModelFile)
 	}
-	f, err := os.Open(path)
+	b, err := readLimited(path, maxModelFile)
 	if err != nil {
 		return nil, path, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxModelFile+1))
-	if err != nil {
-		return nil, path, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxModelFile {
-		return nil, path, fmt.Errorf("%s: larger than %d bytes: not a model file", path, maxModelFile)
 	}
 	var raw map[string]json.RawMessage
 	var m struct {
