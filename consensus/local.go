@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -118,6 +119,18 @@ func (l *LocalLoss) Rows() int { return l.shard.Rows }
 // Weight returns the weight of the local loss.
 func (l *LocalLoss) Weight() float64 { return l.weight }
 
+// RowWeight returns the weight of one row in the local loss, Weight()/rows.
+func (l *LocalLoss) RowWeight() float64 { return l.c }
+
+// ProxTolerance is the gradient norm to which Prox solves the logistic and multinomial
+// prox (the solvers stop at 1e-10; the margin covers the rounding of the residual's own
+// evaluation). The computed point is within gamma*ProxTolerance of the exact prox.
+const ProxTolerance = 1e-9
+
+// ErrProxInexact is returned by Prox when the solver stopped above ProxTolerance: the
+// update would not be covered by the record-level figure, so the walk refuses it.
+var ErrProxInexact = errors.New("consensus: prox: solver stopped above the certified tolerance")
+
 // Value returns f_i(w).
 func (l *LocalLoss) Value(w []float64) float64 {
 	s := 0.0
@@ -154,6 +167,12 @@ func (l *LocalLoss) Grad(dst, w []float64) {
 // gamma; closed-form Sherman-Morrison when the shard has one row). Logistic: damped Newton with
 // backtracking line search until the gradient norm is below 1e-10. dst may alias v. It does
 // not allocate.
+//
+// For the logistic and multinomial losses the result is certified: the gradient norm of
+// the prox objective at dst is at most ProxTolerance, so dst is within gamma*ProxTolerance
+// of the exact prox (the objective is (1/gamma)-strongly convex), which the record-level
+// privacy figure of the walk relies on (privacy.RecordClip); otherwise Prox returns
+// ErrProxInexact.
 func (l *LocalLoss) Prox(dst, v []float64, gamma float64) error {
 	p := l.Dim()
 	if len(dst) != p || len(v) != p {
@@ -270,9 +289,12 @@ func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
 	}
 	mu := 1 / gamma
 	copy(x, v)
-	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200})
+	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200, FullStep: true, Final: true})
 	if res.Failed {
 		return fmt.Errorf("consensus: prox: Hessian not positive definite or objective not finite")
+	}
+	if !(res.Residual <= ProxTolerance) {
+		return fmt.Errorf("%w: gradient norm %.3g after %d Newton steps", ErrProxInexact, res.Residual, res.Newton)
 	}
 	copy(dst, x)
 	return nil

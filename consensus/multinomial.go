@@ -130,21 +130,16 @@ func (l *LocalLoss) proxMulti(dst, v []float64, gamma float64) error {
 	x := s.x
 	copy(x, v)
 	mu := 1 / gamma
-	obj := func(x []float64) float64 {
-		f := 0.0
+	// rowLoss fills lv with every row's loss at x (the data term is c sum lv).
+	rowLoss := func(lv, x []float64) {
 		for r := 0; r < d.Rows; r++ {
 			multiScores(s.m, d.Row(r), x)
-			f += multiValue(s.m, classOf(d.Y[r]))
+			lv[r] = multiValue(s.m, classOf(d.Y[r]))
 		}
-		f *= l.c
-		for j := range x {
-			t := x[j] - v[j]
-			f += 0.5 * mu * t * t
-		}
-		return f
 	}
-	fx := obj(x)
-	for it := 0; it < 100; it++ {
+	rowLoss(s.lv, x)
+	var gn float64 // the gradient norm at x, the point returned
+	for it := 0; ; it++ {
 		// Gradient and the softmax of every row (for the Hessian products).
 		g := s.g
 		clear(g)
@@ -169,36 +164,67 @@ func (l *LocalLoss) proxMulti(dst, v []float64, gamma float64) error {
 		for j := range g {
 			g[j] += mu * (x[j] - v[j])
 		}
-		gn := math.Sqrt(dot(g, g))
+		gn = math.Sqrt(dot(g, g))
 		if !(gn == gn) || math.IsInf(gn, 0) {
 			return fmt.Errorf("consensus: prox: the multinomial objective is not finite")
 		}
-		if gn <= 1e-10 {
+		if gn <= 1e-10 || it == 200 {
 			break
 		}
 		l.multiCG(s.dir, g, mu, gn)
 		// Backtracking line search on F along dir (a descent direction: H is positive
-		// definite and CG's iterates decrease the model).
+		// definite and CG's iterates decrease the model). The decrease is computed as a
+		// sum of differences (row losses, and the quadratic's exact expansion), not as a
+		// difference of two large sums: near the solution F(x) is dominated by
+		// mu ||x - v||^2/2, whose rounding would otherwise hide every decrease and let a
+		// step of negligible length pass the test.
 		t, slope := 1.0, dot(g, s.dir)
-		if !(slope < 0) {
-			break
+		xv := 0.0
+		for j := range x {
+			xv += s.dir[j] * (x[j] - v[j])
 		}
+		dd := dot(s.dir, s.dir)
 		improved := false
-		for ls := 0; ls < 60; ls++ {
+		// A predicted decrease below the rounding of the row losses cannot be measured:
+		// then the full Newton step is taken (the quadratic region, where it converges
+		// quadratically), as Newton.Solve's FullStep does.
+		floor := 0.0
+		for _, lr := range s.lv {
+			floor += math.Abs(lr)
+		}
+		if -slope <= 1e-13*(1+l.c*floor) {
+			slope = 0
+		}
+		for ls := 0; ls < 60 && slope < 0; ls++ {
 			for j := range x {
 				s.xt[j] = x[j] + t*s.dir[j]
 			}
-			ft := obj(s.xt)
-			if ft <= fx+1e-4*t*slope {
+			rowLoss(s.lt, s.xt)
+			dl := 0.0
+			for r := range s.lt {
+				dl += s.lt[r] - s.lv[r]
+			}
+			df := l.c*dl + mu*t*xv + 0.5*mu*t*t*dd
+			if df <= 1e-4*t*slope {
 				copy(x, s.xt)
-				fx, improved = ft, true
+				s.lv, s.lt = s.lt, s.lv
+				improved = true
 				break
 			}
 			t /= 2
 		}
 		if !improved {
-			break // at the floating-point floor of F
+			// No decrease measurable at any step length: the full (inexact) Newton step
+			// (locally quadratically convergent on this strongly convex F); the next
+			// pass measures its gradient, and the certification below decides.
+			for j := range x {
+				x[j] += s.dir[j]
+			}
+			rowLoss(s.lv, x)
 		}
+	}
+	if !(gn <= ProxTolerance) {
+		return fmt.Errorf("%w: gradient norm %.3g", ErrProxInexact, gn)
 	}
 	copy(dst, x)
 	return nil
@@ -264,11 +290,13 @@ func (l *LocalLoss) multiHv(dst, u []float64, mu float64) {
 // multiWork is the scratch of the multinomial prox.
 type multiWork struct {
 	x, xt, g, dir, r, pd, hp []float64
+	lv, lt                   []float64 // per-row losses at x and at the trial point
 	q                        []float64 // rows x K softmaxes
 	m                        []float64 // K scores
 }
 
 func newMultiWork(rows, k, n int) *multiWork {
 	f := func() []float64 { return make([]float64, n) }
-	return &multiWork{x: f(), xt: f(), g: f(), dir: f(), r: f(), pd: f(), hp: f(), q: make([]float64, rows*k), m: make([]float64, k)}
+	return &multiWork{x: f(), xt: f(), g: f(), dir: f(), r: f(), pd: f(), hp: f(), q: make([]float64, rows*k), m: make([]float64, k),
+		lv: make([]float64, rows), lt: make([]float64, rows)}
 }

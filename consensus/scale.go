@@ -138,6 +138,17 @@ const DefaultIntercept = 0.1
 // HasIntercept reports whether s appends the intercept's constant feature.
 func (s *Scaler) HasIntercept() bool { return s != nil && s.Intercept > 0 }
 
+// RowBound is the public bound on the norm of every scaled row (with its intercept): 1 when
+// the scaling projects rows onto the unit ball (unitball, standardize+unitball; the
+// intercept keeps the norm: [sqrt(1-c^2) x, c]), 0 (none) otherwise: a data-dependent
+// divisor (rownorm) bounds the rows it was fitted on, not a replacement row.
+func (s *Scaler) RowBound() float64 {
+	if s != nil && s.Kind.unitball() {
+		return 1
+	}
+	return 0
+}
+
 // featureFactor is sqrt(1 - c^2), the factor of the features with an intercept (1 without).
 func (s *Scaler) featureFactor() float64 {
 	if !s.HasIntercept() {

@@ -81,6 +81,11 @@ type Training struct {
 	// Step is the walk's local step and its parameters (zero value: the exact prox of
 	// Algorithm 4). It enters the config hash.
 	Step walk.StepParams
+	// Unit is what the walk's figures protect ("" is privacy.UnitRecord) and RowBound the
+	// public bound on row norms (consensus.Scaler.RowBound); both enter the config hash
+	// (walk.Config).
+	Unit     privacy.Unit
+	RowBound float64
 	// Hops is K, the total number of hops of the walk; the node receiving hop K releases
 	// the final model.
 	Hops uint64
@@ -137,6 +142,12 @@ type Admission struct {
 	// MaxRows, when > 0, bounds the rows any member may claim (it sets the weights
 	// n*rows_i/N); it enters the config hash.
 	MaxRows int
+	// MinRows, when > 0, is the fewest rows a member may hold: a join claiming fewer is
+	// refused, a start whose total is below MinRows per member is refused, and a node with
+	// fewer rows does not start. It bounds the weight of one row, n/M <= 1/MinRows, so the
+	// record-level figure can be planned before the membership is known
+	// (walk.PlanRecordClip); it enters the config hash.
+	MinRows int
 }
 
 // Seeding selects the node's sources of randomness: crypto/rand-seeded and secure by
@@ -459,8 +470,17 @@ func (c *Config) Validate() error {
 	if c.MaxRows < 0 {
 		return fmt.Errorf("node: max rows must be >= 0, got %d", c.MaxRows)
 	}
+	if c.MinRows < 0 || c.MaxRows > 0 && c.MinRows > c.MaxRows {
+		return fmt.Errorf("node: min rows must be in [0, max rows], got %d", c.MinRows)
+	}
+	if c.MinRows > 0 && c.Data != nil && c.Data.Rows < c.MinRows {
+		return fmt.Errorf("node: this node has %d rows, fewer than the run's min rows %d", c.Data.Rows, c.MinRows)
+	}
 	if c.MaxRows > 0 && c.Data != nil && c.Data.Rows > c.MaxRows {
 		return fmt.Errorf("node: this node has %d rows, more than the run's max rows %d", c.Data.Rows, c.MaxRows)
+	}
+	if _, err := privacy.ParseUnit(string(c.Unit)); err != nil {
+		return fmt.Errorf("node: %w", err)
 	}
 	if c.Allow != nil && c.Allow.Run != c.Run {
 		return fmt.Errorf("node: the allow-list is for run %q, not %q", c.Allow.Run, c.Run)
@@ -482,6 +502,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: lambda must be in (0,1], got %v", c.Lambda)
 	case !(c.Clip > 0):
 		return fmt.Errorf("node: clip must be > 0, got %v", c.Clip)
+	case c.RowBound < 0 || math.IsNaN(c.RowBound) || math.IsInf(c.RowBound, 0):
+		return fmt.Errorf("node: row bound must be finite and >= 0, got %v", c.RowBound)
 	case !(c.Sigma >= 0) || math.IsInf(c.Sigma, 0):
 		return fmt.Errorf("node: sigma must be >= 0 and finite, got %v", c.Sigma)
 	case c.Members != nil && !(c.Weight > 0):
@@ -504,6 +526,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: budget kind must be %s or %s, got %q", walk.BudgetLocal, walk.BudgetNetwork, c.BudgetKind)
 	}
 	return c.Problem.Validate()
+}
+
+// unit is Unit, "" read as record.
+func (c *Training) unit() privacy.Unit {
+	if c.Unit == "" {
+		return privacy.UnitRecord
+	}
+	return c.Unit
 }
 
 // RunConfig is what the starter announces and every member must agree on; its hash is
@@ -547,8 +577,14 @@ type RunConfig struct {
 	// (consensus.Regularizer.Free: the intercept; 0 is omitted, so older hashes hold).
 	Unpenalised int `json:"unpenalised,omitempty"`
 
+	// Unit is the walk's privacy unit and RowBound its public row bound (the walk only).
+	Unit     string  `json:"unit,omitempty"`
+	RowBound float64 `json:"row_bound,omitempty"`
+
 	// MaxRows bounds the rows a member may claim (Config.MaxRows; 0: none).
 	MaxRows int `json:"max_rows,omitempty"`
+	// MinRows is the fewest rows a member may hold (Config.MinRows; 0: none).
+	MinRows int `json:"min_rows,omitempty"`
 
 	// Neighbour-exchange runs only (empty for the walk, so walk hashes are unchanged).
 	Graph     string  `json:"graph,omitempty"`
@@ -586,6 +622,7 @@ func (c *Config) RunConfig() RunConfig {
 	rc := c.runConfig()
 	rc.Scaling = c.Scaling.Fingerprint()
 	rc.MaxRows = c.MaxRows
+	rc.MinRows = c.MinRows
 	rc.Schema = c.Schema
 	if c.Data != nil && c.Data.Fill != nil {
 		b, _ := json.Marshal(c.Data.Fill)
@@ -629,6 +666,10 @@ func (c *Config) runConfig() RunConfig {
 		Run: c.Run, Algorithm: "walk", Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 		L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip,
 		Sigma: c.Sigma, MaxUpdates: c.MaxUpdates, Hops: c.Hops, Noise: "gaussian", Unpenalised: c.Problem.Reg.Free,
+		RowBound: c.RowBound,
+	}
+	if c.unit() != privacy.UnitRecord {
+		rc.Unit = string(c.unit()) // the default (record) is omitted, so run files without the key agree
 	}
 	if s := c.Step; s.Kind != walk.StepProx {
 		rc.Step, rc.StepSize, rc.Beta, rc.Nu, rc.Rate, rc.Strong = s.Kind.String(), s.Eta, s.Beta, s.Nu, s.Rate, s.Strong

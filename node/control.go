@@ -785,6 +785,8 @@ func (n *Node) refuseJoin(p peer.ID, rows int) string {
 		return "the peer is not on the run's allow-list"
 	case b > 0 && rows > b:
 		return fmt.Sprintf("the peer claims %d rows, more than the %d it may (max_rows)", rows, b)
+	case rows < n.cfg.MinRows:
+		return fmt.Sprintf("the peer claims %d rows, fewer than the run's min_rows %d", rows, n.cfg.MinRows)
 	}
 	return ""
 }
@@ -812,6 +814,9 @@ func (n *Node) refuseStart(from peer.ID, ms []peer.ID, total int) string {
 	}
 	if bounded && total > most {
 		return fmt.Sprintf("its total of %d rows exceeds the %d its members may claim together", total, most)
+	}
+	if m := n.cfg.MinRows; m > 0 && total/m < len(ms) {
+		return fmt.Sprintf("its total of %d rows is below the run's min_rows %d for each of its %d members", total, m, len(ms))
 	}
 	return ""
 }

@@ -666,6 +666,7 @@ func (n *Node) walkConfig(idx int, names []string) (walk.Config, error) {
 	wc := walk.Config{
 		Node: idx, Nodes: len(names), Gamma: c.Gamma, Lambda: c.Lambda, Clip: c.Clip, Sigma: c.Sigma,
 		Reg: c.Problem.Reg, Rand: r, MaxUpdates: c.MaxUpdates, Run: c.Run, Names: names, Step: c.Step,
+		Unit: c.unit(), RowBound: c.RowBound,
 	}
 	if c.Sigma > 0 {
 		if noise != nil {

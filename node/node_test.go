@@ -591,7 +591,9 @@ func TestHTTPStatusAndMetrics(t *testing.T) {
 	if !st.Done || st.Ledger != 8 || st.Updates != m.Privacy.Updates || st.Updates != 8 || st.Run != "http" || st.UpdatesLeft != -1 || st.ModelAgeSec < 0 {
 		t.Fatalf("status %+v", st)
 	}
-	if want := privacy.LocalBound(nd.cfg.Clip, nd.cfg.Sigma, 8, nd.cfg.Delta).Epsilon; !(st.Epsilon > 0) || float64(st.Epsilon) != want {
+	r := privacy.WalkRun{Clip: nd.cfg.Clip, Sigma: nd.cfg.Sigma, Unit: privacy.UnitNode}
+	if want := privacy.StepLocalBound(r, 8, nd.cfg.Delta).Epsilon; !(st.Epsilon > 0) || float64(st.Epsilon) != want ||
+		want > privacy.LocalBound(nd.cfg.Clip, nd.cfg.Sigma, 8, nd.cfg.Delta).Epsilon {
 		t.Fatalf("status epsilon %v after 8 updates, want %v", st.Epsilon, want)
 	}
 	resp, err := http.Get("http://" + nd.HTTPAddr + "/metrics")

@@ -25,6 +25,7 @@ func (r WalkRun) gadmmParams() GADMMParams {
 // (Algorithm 4's clipped u-update) for the prox and linearized steps. k = 0 gives the zero
 // curve.
 func StepLocalCurve(r WalkRun, k int) Curve {
+	r = r.figure()
 	switch {
 	case k == 0:
 		return ZeroCurve()
@@ -37,14 +38,48 @@ func StepLocalCurve(r WalkRun, k int) Curve {
 }
 
 // StepLocalBound is StepLocalCurve converted at delta, with its theorem and conditions.
+// For the prox and linearized steps (k Gaussian mechanisms, no subsampling) Epsilon is the
+// exact Gaussian-DP conversion when it is below the RDP one (StepLocalEpsilon), and the
+// theorem says so.
 func StepLocalBound(r WalkRun, k int, delta float64) Bound {
+	r = r.figure()
 	switch {
 	case r.Step == StepGADMM:
 		return GADMMLocalBound(r.gadmmParams(), k, delta)
 	case gradStep(r):
 		return SGDLocalBound(r.Rate, r.Clip, r.Sigma, k, delta)
 	}
-	return LocalBound(r.Clip, r.Sigma, k, delta)
+	b := LocalBound(r.Clip, r.Sigma, k, delta)
+	b.Theorem = LocalName + "; epsilon by " + GDPName + " where below the RDP conversion"
+	if eps, _, _, acct := StepLocalEpsilon(r, k, delta); acct == AccountantGDP {
+		b.Epsilon = eps
+	}
+	if r.RecordBinds() {
+		b.Conditions = RecordClipConditions + "; user i performs at most K_i noisy updates (hard cap); holds against an observer of every message"
+	}
+	return b
+}
+
+// The accountants a local figure may come from.
+const (
+	AccountantRDP = "rdp" // the RDP curve converted at delta (ToDP)
+	AccountantGDP = "gdp" // the exact Gaussian-DP curve (GDPEpsilon)
+)
+
+// StepLocalEpsilon is the local epsilon at delta of k noisy updates with r's step: eps is
+// the smaller of the RDP conversion (rdp, at order) and, for the prox and linearized steps
+// (a composition of Gaussian mechanisms without subsampling, mu = 4 C' sqrt(k)/sigma with
+// C' = FigureClip), the exact Gaussian-DP one; acct names the accountant that gave eps.
+func StepLocalEpsilon(r WalkRun, k int, delta float64) (eps, rdp, order float64, acct string) {
+	r = r.figure()
+	rdp, order = ToDP(StepLocalCurve(r, k), delta)
+	eps, acct = rdp, AccountantRDP
+	if r.Step.ProxFigures() && StepNoisy(r) && k > 0 {
+		if g := GDPEpsilon(GaussianMu(4*r.Clip, r.Sigma, k), delta); g < eps {
+			eps, acct = g, AccountantGDP
+		}
+	}
+	return eps, rdp, order, acct
 }
 
 // StepLocalName names the theorem of StepLocalBound for r's step, and
@@ -57,6 +92,7 @@ func StepLocalConditions(r WalkRun) string { return StepLocalBound(r, 0, 1e-5).C
 // StepNoisy reports whether r's updates carry a finite figure at all: noise, a finite
 // clip (and for gradient ADMM a finite sensitivity, for ls-sgd and sgd a valid rate).
 func StepNoisy(r WalkRun) bool {
+	r = r.figure()
 	ok := r.Sigma > 0 && !math.IsInf(r.Sigma, 0) && r.Clip > 0 && !math.IsInf(r.Clip, 0)
 	switch {
 	case r.Step == StepGADMM:
@@ -88,6 +124,7 @@ type StepRealised struct {
 // the complete graph (r.SGDNonExpansive, r.Complete); ErrNoNetworkFigure
 // (wrapped, with the reason) for ls-sgd and an uncertified sgd run.
 func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised, StepRealised, error) {
+	r = r.figure()
 	info := StepRealised{Theorem: TheoremRealised, Conditions: RealisedConditions, Gaps: RealisedGaps}
 	switch {
 	case r.Step == StepGADMM && r.GADMM.Uncertified != "":
@@ -118,7 +155,9 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 		info.CapAtLocal = true
 		return res, info, err
 	}
-	res, err := RealisedPairwise(tr, coalitions...)
+	t := *tr
+	t.Clip = min(tr.Clip, r.Clip) // the record radius when it binds (FigureClip)
+	res, err := RealisedPairwise(&t, coalitions...)
 	return res, info, err
 }
 

@@ -44,6 +44,10 @@ type TraceStepInfo struct {
 	Rate            float64      `json:"sample_rate,omitempty"`
 	SGDNonExpansive bool         `json:"sgd_non_expansive,omitempty"`
 	GADMM           *GADMMParams `json:"gadmm,omitempty"`
+	// Unit and RecordClip are the WalkRun fields of the same names: under the record
+	// unit the prox and linearized figures use the smaller of the clip and RecordClip.
+	Unit       Unit    `json:"unit,omitempty"`
+	RecordClip float64 `json:"record_clip,omitempty"`
 }
 
 // WalkRun returns the WalkRun fields of the trace: its nodes, clip, noise and step.
@@ -51,6 +55,7 @@ func (tr *Trace) WalkRun() WalkRun {
 	r := WalkRun{Nodes: tr.Nodes, Complete: true, Clip: tr.Clip, Sigma: tr.Sigma}
 	if s := tr.Step; s != nil {
 		r.Step, r.Rate, r.SGDNonExpansive = s.Step, s.Rate, s.SGDNonExpansive
+		r.Unit, r.RecordClip = s.Unit, s.RecordClip
 		if s.GADMM != nil {
 			r.GADMM = *s.GADMM
 		}
@@ -60,10 +65,14 @@ func (tr *Trace) WalkRun() WalkRun {
 
 // TraceStepOf returns the TraceStepInfo of r's step (nil for the prox step).
 func TraceStepOf(r WalkRun) *TraceStepInfo {
-	if r.Step == "" || r.Step == StepProx {
+	rc := r.RecordClip
+	if math.IsInf(rc, 0) || math.IsNaN(rc) {
+		rc = 0 // JSON has no infinity: 0 is "no record radius"
+	}
+	if (r.Step == "" || r.Step == StepProx) && r.Unit == "" && rc == 0 {
 		return nil
 	}
-	s := &TraceStepInfo{Step: r.Step, Rate: r.Rate, SGDNonExpansive: r.SGDNonExpansive}
+	s := &TraceStepInfo{Step: r.Step, Rate: r.Rate, SGDNonExpansive: r.SGDNonExpansive, Unit: r.Unit, RecordClip: rc}
 	if r.Step == StepGADMM {
 		p := r.GADMM
 		s.GADMM = &p

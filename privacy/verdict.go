@@ -61,6 +61,13 @@ type WalkRun struct {
 	// is ignored: Sigma above is the noise std on x; Clip above is the per-example
 	// gradient clip (the sensitivity is GADMM.Sensitivity).
 	GADMM GADMMParams
+	// Unit is what the figures protect ("" is UnitRecord). For the prox and linearized
+	// steps under UnitRecord the figures use FigureClip: the smaller of Clip and
+	// RecordClip.
+	Unit Unit
+	// RecordClip is the record-level radius of one prox or linearized update (RecordClip;
+	// walk.StepRun fills it); 0 or +Inf when none holds.
+	RecordClip float64
 }
 
 // StepName names a local step of the walk: the one vocabulary of walk.StepKind (whose
@@ -112,6 +119,7 @@ type WalkVerdict struct {
 //
 // For Step == StepGADMM the decision is gadmmDecide's.
 func WalkDecide(r WalkRun) WalkVerdict {
+	r = r.figure()
 	if r.Step == StepGADMM {
 		return gadmmDecide(r)
 	}
@@ -265,6 +273,7 @@ const Theorem4FinalName = "planned pairwise bound on the complete graph: Cyffers
 //
 // For Step == StepGADMM it is GADMMPlannedBound.
 func WalkPlannedBound(r WalkRun, delta float64) Bound {
+	r = r.figure()
 	if r.Step == StepGADMM {
 		return GADMMPlannedBound(r, delta)
 	}

@@ -451,6 +451,12 @@ type WalkAuditOptions struct {
 	// Step is the local step of every node (walk.Config.Step); the zero value is the prox
 	// step. The gradient steps need Step.Eta > 0, ls-sgd and sgd a rate in (0,1].
 	Step walk.StepParams
+	// Unit is the unit of the audited claim ("" is privacy.UnitRecord) and RowBound the
+	// public bound on row norms (walk.Config): under the record unit with a row bound the
+	// claim is the record-level figure, and every canary row is projected onto the ball of
+	// that radius (an admissible row).
+	Unit     privacy.Unit
+	RowBound float64
 	// Node is the audited node i.
 	Node int
 	// PairHops is m: the noisy updates by other nodes between i's update and the pairwise
@@ -536,7 +542,7 @@ func (o *WalkAuditOptions) defaults() error {
 // baseStepConfig is the configuration every node shares, for the data-free checks.
 func (o *WalkAuditOptions) baseStepConfig() walk.Config {
 	return walk.Config{Node: 0, Nodes: o.Nodes, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma,
-		Reg: o.Problem.Reg, Run: "audit", Step: o.Step}
+		Reg: o.Problem.Reg, Run: "audit", Step: o.Step, Unit: o.Unit, RowBound: o.RowBound}
 }
 
 // walkEnv is the fixed setup of a walk audit.
@@ -701,6 +707,7 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 			for k := range a {
 				a[k] = r * d[k] / nd
 			}
+			e.admissible(a)
 			dd, err := eval(a)
 			if err != nil {
 				return nil, 0, err
@@ -725,6 +732,7 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 		for k := range a {
 			a[k] = best[k] + scale*rnd.NormFloat64()
 		}
+		e.admissible(a)
 		dd, err := eval(a)
 		if err != nil {
 			return nil, 0, err
@@ -734,6 +742,17 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 	pair := e.canaryPair(shard, best)
 	c := &AuditCanary{D: pair[0], DPrime: pair[1], Description: e.canaryDescription(math.Sqrt(dotp(best, best)))}
 	return c, bestD, nil
+}
+
+// admissible projects a canary row onto the ball of the public row bound, when one is set.
+func (e *walkEnv) admissible(a []float64) {
+	if b := e.o.RowBound; b > 0 {
+		if nn := math.Sqrt(dotp(a, a)); nn > b {
+			for k := range a {
+				a[k] *= b / nn * (1 - 1e-15)
+			}
+		}
+	}
 }
 
 // canaryDirections returns the directions the canary search tries: the mean of the

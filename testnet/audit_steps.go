@@ -294,7 +294,7 @@ func (e *walkEnv) sensitivity(ref [2]*walkViews, run privacy.WalkRun) (float64, 
 // take; the realised figure holds for it even against an observer who knows it).
 func (e *walkEnv) walkRun() (privacy.WalkRun, error) {
 	o := e.o
-	r, err := StepRun(o.Step, o.Problem, o.Clip, o.Sigma, e.shards)
+	r, err := StepRun(o.baseStepConfig(), o.Problem, e.shards)
 	if err != nil {
 		return r, fmt.Errorf("testnet: audit: the figures of the %s step: %w", o.Step.Kind, err)
 	}

@@ -373,7 +373,7 @@ func (x *walkExp) sigmaFor(m WalkMethod, st walkSetting, eps float64) (float64, 
 	if len(m.Etas) > 0 {
 		step.Eta = st.eta
 	}
-	r, err := StepRun(step, o.Problem, st.clip, 1, x.shards)
+	r, err := StepRun(walk.Config{Gamma: st.gamma, Clip: st.clip, Sigma: 1, Step: step}, o.Problem, x.shards)
 	if err != nil {
 		return 0, err
 	}

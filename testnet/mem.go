@@ -33,6 +33,8 @@ type MemConfig struct {
 	Gamma      float64
 	Lambda     float64
 	Clip       float64
+	Unit       privacy.Unit // what the figures protect (node.Training.Unit)
+	RowBound   float64      // the public row bound (node.Training.RowBound)
 	Sigma      float64
 	Step       walk.StepParams // the local step (zero value: prox)
 	MaxUpdates int
@@ -222,7 +224,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 	for i, sh := range cfg.Shards {
 		c := node.Config{
 			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Logger: cfg.Logger.With().Int("node", i).Logger(),
-			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta},
+			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta, Unit: cfg.Unit, RowBound: cfg.RowBound},
 			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: walk.LossWeight(n, sh.Rows, m.total)},
 			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
 			Network:     node.Network{NewHost: hosts.newHost(i)},

@@ -80,6 +80,8 @@ type ProcsConfig struct {
 	Lambda     float64
 	Clip       float64
 	Sigma      float64
+	Unit       privacy.Unit    // what the figures protect (node.Training.Unit)
+	RowBound   float64         // the public row bound (node.Training.RowBound)
 	Step       walk.StepParams // the local step (zero value: prox)
 	MaxUpdates int
 	Seed       uint64
@@ -250,6 +252,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 	var runCfg node.Config
 	runCfg.Run, runCfg.Problem, runCfg.Gamma, runCfg.Lambda, runCfg.Clip = cfg.Run, cfg.Problem, cfg.Gamma, cfg.Lambda, cfg.Clip
 	runCfg.Sigma, runCfg.MaxUpdates, runCfg.Hops, runCfg.Step, runCfg.Data = cfg.Sigma, cfg.MaxUpdates, cfg.Hops, cfg.Step, cfg.Shards[0]
+	runCfg.Unit, runCfg.RowBound = cfg.Unit, cfg.RowBound
 	rcPath := filepath.Join(dir, "run-config.json")
 	if err := node.WriteRunConfig(rcPath, runCfg.RunConfig()); err != nil {
 		return nil, nil, nil, fmt.Errorf("testnet: procs: %w", err)
@@ -783,7 +786,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	if no.Mode == "mem" {
 		r, err := RunMem(ctx, MemConfig{
 			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step,
-			MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+			Unit: o.Unit, RowBound: o.rowBound(), MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress, Transport: no.Transport,
 		})
 		if err != nil {
@@ -800,6 +803,7 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		r, err := RunProcs(ctx, ProcsConfig{
 			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
+			Unit: o.Unit, RowBound: o.rowBound(),
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
 		})

@@ -153,7 +153,7 @@ func TestAccountRealisedMatchesDefinition(t *testing.T) {
 		}
 		// Local: per node, K_i updates composed.
 		for i, k := range upd {
-			want, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
+			want := exactLocal(clip, sigma, k, delta)
 			if math.Abs(float64(pr.Local.PerNodeEpsilon[i])-want) > 1e-12*want {
 				t.Errorf("local node %d: %v want %v", i, pr.Local.PerNodeEpsilon[i], want)
 			}
@@ -227,6 +227,7 @@ func TestAccountPlanned(t *testing.T) {
 	e06, _ := plan.Pairs.Epsilon(0, 6, delta)
 	got := pm.PlannedEpsilons()
 	loc80 := privacy.LocalBound(clip, sigma, 80, delta)
+	loc80.Epsilon = exactLocal(clip, sigma, 80, delta)
 	if pl.ConditionsHold || !strings.Contains(pl.Note, "other than the complete one") || !strings.Contains(pl.Note, "would give") ||
 		math.Abs(got[1]-loc80.Epsilon) > 1e-9*loc80.Epsilon || got[6] != got[1] || !(e01 > e06) {
 		t.Errorf("ring: %+v; (0,1) %v, (0,6) %v, want the local %v (first-passage form %v, %v)", pl, got[1], got[6], loc80.Epsilon, e01, e06)
@@ -253,6 +254,7 @@ func TestAccountPlanned(t *testing.T) {
 		}
 		pl := pr.PairwisePlanned
 		loc := privacy.LocalBound(f.in.Clip, f.in.Sigma, f.k, delta)
+		loc.Epsilon = exactLocal(f.in.Clip, f.in.Sigma, f.k, delta)
 		if pl.ConditionsHold || !strings.Contains(pl.Note, f.why) || !strings.Contains(pl.Note, "local bound") ||
 			math.Abs(float64(pl.Worst.Epsilon)-loc.Epsilon) > 1e-12*loc.Epsilon || pl.P50 != pl.Worst.Epsilon {
 			t.Errorf("%s: %+v; local bound at K=%d is %v", f.name, pl, f.k, loc.Epsilon)
@@ -325,7 +327,7 @@ func TestAccountNoPrivacyAndErrors(t *testing.T) {
 func TestAccountRealisedFallback(t *testing.T) {
 	const clip, sigma, delta = 0.1, 1.0, 1e-5
 	upd := []int{3, 5, 4}
-	local, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, 5), delta)
+	local := exactLocal(clip, sigma, 5, delta)
 	path := []privacy.TraceStep{{Node: 0, Noisy: true}, {Node: 1, Noisy: true}, {Node: 2, Noisy: true}}
 	for _, c := range []struct {
 		name, why string
@@ -650,4 +652,12 @@ func TestHeatPoolingLargeN(t *testing.T) {
 	if err != nil || img.Bounds().Dx() != 480 {
 		t.Fatalf("%v %v", err, img.Bounds())
 	}
+}
+
+// exactLocal is the walk's local figure written out independently: the smaller of the
+// RDP conversion of k Gaussian mechanisms of sensitivity 4C (noise sigma) and the exact
+// Gaussian-DP conversion at mu = 4 C sqrt(k)/sigma.
+func exactLocal(clip, sigma float64, k int, delta float64) float64 {
+	rdp, _ := privacy.ToDP(privacy.WalkLocalCurve(clip, sigma, k), delta)
+	return math.Min(rdp, privacy.GDPEpsilon(4*clip*math.Sqrt(float64(k))/sigma, delta))
 }

@@ -33,7 +33,12 @@ type Options struct {
 	Sigma   float64
 	// Step is the walk's local step and its parameters (zero value: the exact prox of
 	// Algorithm 4).
-	Step       walk.StepParams
+	Step walk.StepParams
+	// Unit is what the figures protect ("" is privacy.UnitRecord).
+	Unit privacy.Unit
+	// RowBound is the public bound on every row's norm; 0 takes Scaler.RowBound() (1
+	// when the scaling projects rows onto the unit ball, else none).
+	RowBound   float64
 	Hops       uint64
 	Seed       uint64
 	Graph      string
@@ -141,7 +146,13 @@ type Privacy struct {
 	Conversion string  `json:"conversion"`
 	// Updates is the number of noisy updates made by each node during the run.
 	Updates []int `json:"updates"`
-	Local   Local `json:"local"`
+	// Unit is what every figure of the report protects (privacy.Unit: "record", one row
+	// replaced, or "node", a node's whole data set), UnitNote which radius binds and
+	// RecordClip the record-level radius (0: none holds).
+	Unit       privacy.Unit `json:"unit"`
+	UnitNote   string       `json:"unit_note"`
+	RecordClip float64      `json:"record_clip,omitempty"`
+	Local      Local        `json:"local"`
 	// PairwisePlanned is the figure over the secret random path (expected over the path).
 	PairwisePlanned Pairwise `json:"pairwise_planned"`
 	// PairwiseRealised is computed from the run's own path; nil only from Accounting.
@@ -150,7 +161,12 @@ type Privacy struct {
 
 // Local is the local (eavesdropper on all of a node's messages) guarantee per node.
 type Local struct {
-	Epsilon        privacy.Epsilon   `json:"epsilon"` // max over nodes
+	Epsilon privacy.Epsilon `json:"epsilon"` // max over nodes
+	// Accountant names what gave Epsilon: "gdp" (the exact Gaussian-DP conversion, for
+	// the prox and linearized steps) or "rdp"; EpsilonRDP is the RDP conversion of the
+	// same node, never below Epsilon.
+	Accountant     string            `json:"accountant"`
+	EpsilonRDP     privacy.Epsilon   `json:"epsilon_rdp"`
 	Order          float64           `json:"order"`
 	Updates        int               `json:"updates"` // max over nodes of the noisy updates made (K_i)
 	PerNodeEpsilon []privacy.Epsilon `json:"per_node_epsilon"`
@@ -240,10 +256,27 @@ type AccountInput struct {
 	Step privacy.WalkRun
 }
 
+// walkBase is the walk.Config fields that decide the run's figures (testnet.StepRun).
+func (o *Options) walkBase() walk.Config {
+	return walk.Config{Gamma: o.Gamma, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, Unit: o.Unit, RowBound: o.rowBound()}
+}
+
+// RowBoundOf is RowBound, or the scaler's: the public row bound the run's figures use.
+func (o *Options) RowBoundOf() float64 { return o.rowBound() }
+
+// rowBound is RowBound, or the scaler's.
+func (o *Options) rowBound() float64 {
+	if o.RowBound > 0 {
+		return o.RowBound
+	}
+	return o.Scaler.RowBound()
+}
+
 // walkRun returns r with in's clip, noise and step fields.
 func (in AccountInput) walkRun(r privacy.WalkRun) privacy.WalkRun {
 	r.Clip, r.Sigma = in.Clip, in.Sigma
 	r.Step, r.Rate, r.SGDNonExpansive, r.GADMM = in.Step.Step, in.Step.Rate, in.Step.SGDNonExpansive, in.Step.GADMM
+	r.Unit, r.RecordClip = in.Step.Unit, in.Step.RecordClip
 	return r
 }
 
@@ -310,6 +343,11 @@ func Account(in AccountInput) (Privacy, *PairMatrices, error) {
 		}
 	}
 	pr := Privacy{Delta: in.Delta, Conversion: privacy.Conversion, Updates: append([]int(nil), in.Updates...)}
+	wr := in.walkRun(privacy.WalkRun{})
+	pr.Unit, pr.UnitNote = wr.UnitOf(), wr.UnitNote()
+	if rc := wr.RecordClip; rc > 0 && !math.IsInf(rc, 0) {
+		pr.RecordClip = rc
+	}
 	pr.Local = localSection(in)
 	if n < 2 {
 		pr.PairwisePlanned = Pairwise{Note: "one node: no pairwise figure"}
@@ -336,11 +374,12 @@ func localSection(in AccountInput) Local {
 		loc.Note = noPrivacyNote(in.Clip, in.Sigma)
 	}
 	worst := 0.0
+	loc.Accountant = privacy.AccountantRDP
 	for i, k := range updates {
-		eps, ord := privacy.ToDP(privacy.StepLocalCurve(r, k), delta)
+		eps, rdp, ord, acct := privacy.StepLocalEpsilon(r, k, delta)
 		loc.PerNodeEpsilon[i] = privacy.Eps(eps)
 		if eps > worst || i == 0 {
-			worst, loc.Order = eps, ord
+			worst, loc.Order, loc.EpsilonRDP, loc.Accountant = eps, ord, privacy.Eps(rdp), acct
 		}
 		loc.Updates = max(loc.Updates, k)
 	}
@@ -422,7 +461,7 @@ func plannedSection(in AccountInput, pm *PairMatrices) Pairwise {
 	}
 	reasons, notes := verdict.Reasons, append([]string(nil), verdict.Warnings...)
 	plan, err := PlannedPairwise(n, adj, complete, privacy.PlanOptions{
-		Clip: in.Clip, Sigma: in.Sigma, Updates: K, Horizon: horizon})
+		Clip: wr.FigureClip(), Sigma: in.Sigma, Updates: K, Horizon: horizon})
 	var pw Pairwise
 	if err != nil {
 		reasons = append(reasons, "not computed: "+err.Error())
@@ -646,7 +685,7 @@ func prepare(o Options) (*prepared, error) {
 	if p.shards, err = consensus.Split(o.Train, o.Nodes, p.split, o.Seed); err != nil {
 		return nil, err
 	}
-	if p.step, err = StepRun(o.Step, o.Problem, o.Clip, o.Sigma, p.shards); err != nil {
+	if p.step, err = StepRun(o.walkBase(), o.Problem, p.shards); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
@@ -658,14 +697,14 @@ func prepare(o Options) (*prepared, error) {
 	return p, nil
 }
 
-// StepRun returns the step fields of a privacy.WalkRun (walk.StepRun) for a walk with
-// local step s, problem prob, clip and sigma over shards (one per node, weights
-// n*rows_i/N as in the simulator): what every figure of the run needs to know of its step.
-func StepRun(s walk.StepParams, prob consensus.Problem, clip, sigma float64, shards []*consensus.Dataset) (privacy.WalkRun, error) {
+// StepRun returns the step fields of a privacy.WalkRun (walk.StepRun) for a walk with the
+// step, gamma, clip, sigma, unit and row bound of base and problem prob over shards (one
+// per node, weights n*rows_i/N as in the simulator): what every figure of the run needs to
+// know of its step, its unit and its record-level radius. Clip and Sigma of the result
+// are base's.
+func StepRun(base walk.Config, prob consensus.Problem, shards []*consensus.Dataset) (privacy.WalkRun, error) {
 	var r privacy.WalkRun
-	if s.Kind == walk.StepProx {
-		return r, nil
-	}
+	s := base.Step
 	total := 0
 	for _, sh := range shards {
 		total += sh.Rows
@@ -679,12 +718,13 @@ func StepRun(s walk.StepParams, prob consensus.Problem, clip, sigma float64, sha
 		}
 		losses[i] = l
 	}
-	cfg := walk.Config{Clip: clip, Sigma: sigma, Reg: prob.Reg, Step: s}
+	cfg := walk.Config{Gamma: base.Gamma, Clip: base.Clip, Sigma: base.Sigma, Reg: prob.Reg, Step: s, Unit: base.Unit, RowBound: base.RowBound}
 	dim := 0
 	if n > 0 {
 		dim = shards[0].ModelDim()
 	}
 	err := walk.StepRun(cfg, losses, dim, n, &r)
+	r.Clip, r.Sigma = base.Clip, base.Sigma
 	return r, err
 }
 
@@ -816,7 +856,7 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 	sim, err := NewSim(SimConfig{
 		Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip,
 		Sigma: o.Sigma, Step: o.Step, Graph: o.Graph, MaxUpdates: o.MaxUpdates, Seed: o.Seed,
-		Budget: budget, LedgerDir: o.LedgerDir,
+		Budget: budget, LedgerDir: o.LedgerDir, Unit: o.Unit, RowBound: o.rowBound(),
 	})
 	if err != nil {
 		return nil, err

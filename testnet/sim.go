@@ -24,6 +24,8 @@ type SimConfig struct {
 	Clip       float64
 	Sigma      float64
 	Step       walk.StepParams // the local step (zero value: prox)
+	Unit       privacy.Unit    // what the figures protect ("" is record)
+	RowBound   float64         // the public bound on row norms (walk.Config.RowBound)
 	Graph      string          // graph spec, "" = complete
 	MaxUpdates int
 	Seed       uint64
@@ -136,7 +138,8 @@ func NewSim(cfg SimConfig) (*Sim, error) {
 	if cfg.Ledger != nil && cfg.LedgerDir != "" {
 		return nil, errors.New("testnet: set at most one of Ledger and LedgerDir")
 	}
-	step, err := StepRun(cfg.Step, cfg.Problem, cfg.Clip, cfg.Sigma, cfg.Shards)
+	step, err := StepRun(walk.Config{Gamma: cfg.Gamma, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, Unit: cfg.Unit, RowBound: cfg.RowBound},
+		cfg.Problem, cfg.Shards)
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -193,7 +196,7 @@ func (s *Sim) newMachines(g *graph.Graph, total int) error {
 		wc := walk.Config{
 			Node: i, Nodes: n, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma,
 			Reg: cfg.Problem.Reg, Graph: g, Rand: drive.SeededRand(cfg.Seed, i), MaxUpdates: cfg.MaxUpdates,
-			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step,
+			Run: cfg.Run, Names: names, Scratch: scratch, Step: cfg.Step, Unit: cfg.Unit, RowBound: cfg.RowBound,
 		}
 		if plan != nil {
 			wc.Budgeted, wc.BudgetCap = true, plan.Caps[i]

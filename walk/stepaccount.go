@@ -2,6 +2,7 @@ package walk
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
@@ -18,6 +19,26 @@ import (
 func StepRun(cfg Config, losses []*consensus.LocalLoss, dim int, nodes int, r *privacy.WalkRun) error {
 	s := cfg.Step
 	r.Step, r.Rate, r.SGDNonExpansive, r.GADMM = "", 0, false, privacy.GADMMParams{}
+	r.Unit, r.RecordClip = cfg.Unit, math.Inf(1)
+	if r.Unit == "" {
+		r.Unit = privacy.UnitRecord
+	}
+	for _, l := range losses {
+		if err := checkUnit(cfg, l); err != nil {
+			return err
+		}
+	}
+	if s.Kind == StepProx || s.Kind == StepLinearized {
+		// The run's radius is the largest of its nodes' (one row weighs n/M in every
+		// node's loss, so they agree; the maximum is what holds if they do not).
+		rc := 0.0
+		for _, l := range losses {
+			rc = math.Max(rc, RecordClip(cfg, l))
+		}
+		if len(losses) > 0 {
+			r.RecordClip = rc
+		}
+	}
 	switch s.Kind {
 	case StepProx:
 		return nil
@@ -53,7 +74,7 @@ func StepRun(cfg Config, losses []*consensus.LocalLoss, dim int, nodes int, r *p
 // local figure (which bounds it).
 func BudgetCapsStep(b Budget, n int, g *graph.Graph, r privacy.WalkRun) (*BudgetPlan, error) {
 	if r.Step.ProxFigures() {
-		return BudgetCaps(b, n, g, r.Clip, r.Sigma)
+		return BudgetCaps(b, n, g, r.FigureClip(), r.Sigma)
 	}
 	if err := b.Validate(); err != nil {
 		return nil, err

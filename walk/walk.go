@@ -89,6 +89,14 @@ type Config struct {
 	// Step selects the local step and its parameters; the zero value is StepProx
 	// (Algorithm 4).
 	Step StepParams
+	// Unit is what the run's figures protect ("" is privacy.UnitRecord); UnitNode is
+	// refused for the steps that clip per example.
+	Unit privacy.Unit
+	// RowBound is the public bound R on every row's norm (1 when the public scaling
+	// projects rows onto the unit ball); 0 when none holds. The record-level radius of the
+	// prox and linearized steps needs it (RecordClip); New refuses a node whose own rows
+	// exceed it.
+	RowBound float64
 }
 
 // Scratch holds the transient vectors of one update (x, clipped x - z, noise). It may be
@@ -284,6 +292,9 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	}
 	if loss == nil {
 		return nil, errors.New("walk: local loss is required")
+	}
+	if err := checkUnit(cfg, loss); err != nil {
+		return nil, err
 	}
 	if dim < 1 {
 		return nil, fmt.Errorf("walk: dimension must be >= 1, got %d", dim)

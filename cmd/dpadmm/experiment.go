@@ -89,16 +89,18 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return runExperiment(ctx, []string{"radmm", "--help"}, stdout, stderr)
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM), gadmm (Sec. 10 of the gradient-ADMM amplification paper), walk (privacy/utility of the random-walk methods)")
+		return experimentUsage(stderr, "which experiment? available: radmm (Fig. 5 of Recycled ADMM), gadmm (Sec. 10 of the gradient-ADMM amplification paper), walk (privacy/utility of the random-walk methods), utility (the scorecard: accuracy against per-record epsilon, every shipped data set, against the non-private model)")
 	}
 	switch args[0] {
 	case "walk":
 		return runExperimentWalk(ctx, args[1:], stdout, stderr)
 	case "gadmm":
 		return runExperimentGADMM(ctx, args[1:], stdout, stderr)
+	case "utility":
+		return runExperimentUtility(ctx, args[1:], stdout, stderr)
 	}
 	if args[0] != "radmm" {
-		return unknownCommand("experiment", "experiment", args[0], []string{"radmm", "gadmm", "walk"})
+		return unknownCommand("experiment", "experiment", args[0], []string{"radmm", "gadmm", "walk", "utility"})
 	}
 	return runExperimentRADMM(ctx, args[1:], stdout, stderr)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -201,16 +202,17 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 			return cfg, err
 		}
 		cfg.Step = step
-		if f.m.isSet("target-epsilon") {
-			if f.m.isSet("sigma") {
-				return cfg, fmt.Errorf("--target-epsilon calibrates --sigma: give one of them")
-			}
-			sigma, b, err := calibrateSigma(step, *f.clip, *f.maxUpd, *f.target, *f.delta)
-			if err != nil {
+		if _, err := privacy.ParseUnit(*f.unit); err != nil {
+			return cfg, fmt.Errorf("--privacy-unit: %v", err)
+		}
+		cfg.Unit = privacy.Unit(*f.unit)
+		if f.m.isSet("target-epsilon") && f.m.isSet("sigma") {
+			return cfg, fmt.Errorf("--target-epsilon calibrates --sigma: give one of them")
+		}
+		if useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), step, *f.maxUpd) {
+			if err := checkTarget(step, *f.maxUpd, *f.target); err != nil {
 				return cfg, err
 			}
-			*f.sigma = sigma
-			f.targetMsg = targetLine(sigma, b, *f.maxUpd, *f.target, *f.delta)
 		}
 	}
 	switch {
@@ -268,6 +270,9 @@ func (f *nodeFlags) network(cfg *node.Config) error {
 		cfg.FinalLinger = *f.finalLinger
 	}
 	if err := membershipFlags(cfg, *f.swarmKey, *f.allowFile, *f.starterID, *f.maxRows); err != nil {
+		return err
+	}
+	if err := minRowsFlag(cfg, *f.minRows); err != nil {
 		return err
 	}
 	if *f.insecure {
@@ -329,6 +334,42 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 		d = sh[i]
 	}
 	cfg.Data = d
+	if cfg.RADMM != nil {
+		return nil
+	}
+	cfg.RowBound = ld.scaler.RowBound()
+	if f.m.isSet("row-bound") {
+		if b := *f.rowBound; !(b >= 0) || math.IsInf(b, 0) {
+			return usagef("node", "--row-bound must be finite and >= 0, got %v", b)
+		}
+		cfg.RowBound = *f.rowBound
+	}
+	return f.calibrate(cfg)
+}
+
+// calibrate applies --target-epsilon once the data is loaded. Under the record unit the
+// radius needs a bound on the weight of one row before the members are known: --min-rows
+// R gives n/M <= 1/R; without it the node-level clip bounds the record, and the line says
+// so.
+func (f *nodeFlags) calibrate(cfg *node.Config) error {
+	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), cfg.Step, cfg.MaxUpdates) {
+		return nil
+	}
+	nodes, rows := 0, 0
+	if cfg.MinRows > 0 {
+		nodes, rows = 1, cfg.MinRows
+	}
+	r := planWalkRun(cfg.Step, cfg.Gamma, cfg.Clip, cfg.Unit, cfg.RowBound, cfg.Problem.Loss, nodes, rows)
+	sigma, b, err := calibrateSigma(r, cfg.Step, cfg.MaxUpdates, *f.target, cfg.Delta)
+	if err != nil {
+		return usagef("node", "%v", err)
+	}
+	*f.sigma, cfg.Sigma = sigma, sigma
+	f.targetMsg = targetLine(r, sigma, b, cfg.MaxUpdates, *f.target, cfg.Delta)
+	if cfg.Unit != privacy.UnitNode && cfg.MinRows == 0 {
+		f.targetMsg += "; without --min-rows the weight of one row is unknown before the members are, so the clip (a node-level bound) was calibrated: give --min-rows for the per-record calibration"
+	}
+	cfg.Logger.Info().Msg(f.targetMsg)
 	return nil
 }
 
@@ -546,5 +587,14 @@ func membershipFlags(cfg *node.Config, swarmKey, allowFile, starter string, maxR
 		return fmt.Errorf("--max-rows must be >= 0, got %d", maxRows)
 	}
 	cfg.MaxRows = maxRows
+	return nil
+}
+
+// minRowsFlag sets Config.MinRows from --min-rows.
+func minRowsFlag(cfg *node.Config, minRows int) error {
+	if minRows < 0 {
+		return fmt.Errorf("--min-rows must be >= 0, got %d", minRows)
+	}
+	cfg.MinRows = minRows
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/wire"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -67,14 +68,15 @@ type nodeFlags struct {
 	lossName                                                                         *string
 	splitSeed, seed                                                                  *uint64
 	start, relayService, debugStatus, quiet                                          *bool
-	minPeers, maxRows                                                                *int
+	minPeers, maxRows, minRows                                                       *int
 	joinWindow, statusPeriod, finalLinger, mismatchWait                              *time.Duration
 	l1, l2                                                                           *float64
 	listen, peers, bootstrap, relays                                                 multiFlag
 
 	// the walk
-	hops, pauseAt                                        *uint64
-	gamma, lambda, clip, sigma, delta, budgetEps, target *float64
+	hops, pauseAt                                                  *uint64
+	gamma, lambda, clip, sigma, delta, budgetEps, target, rowBound *float64
+	unit                                                           *string
 	// targetMsg reports the --target-epsilon calibration ("" without one).
 	targetMsg                              string
 	maxUpd, heartbeatMisses, custodyDepth  *int
@@ -153,6 +155,7 @@ func (f *nodeFlags) defineNetwork(d node.Config) {
 	f.rvSecret = fs.String("rendezvous-secret", "", "with --bootstrap: derive the DHT rendezvous key from the run name and this secret (HMAC-SHA256), so that the public DHT does not learn the run name; every member must give the same secret")
 	f.starterID = fs.String("starter", "", "pin the starter's peer ID: announcements and start messages of any other peer are ignored")
 	f.maxRows = fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = no bound")
+	f.minRows = fs.Int("min-rows", 0, "the fewest rows any member may hold (enters the config hash): one row then weighs at most 1/min-rows, which lets --target-epsilon plan the per-record figure before the members are known; 0 = none")
 }
 
 func (f *nodeFlags) defineWalk(d node.Config) {
@@ -162,7 +165,9 @@ func (f *nodeFlags) defineWalk(d node.Config) {
 	f.lambda = fs.Float64("lambda", d.Lambda, "relaxation lambda in (0,1]")
 	f.clip = fs.Float64("clip", d.Clip, "clip bound C on ||x - z||")
 	f.sigma = fs.Float64("sigma", d.Sigma, "noise std sigma of eq. (7); 0 = no privacy")
-	f.target = fs.Float64("target-epsilon", 0, targetHelp)
+	f.target = fs.Float64("target-epsilon", DefaultTargetEpsilon, targetHelp)
+	f.unit = fs.String("privacy-unit", string(privacy.UnitRecord), unitHelp)
+	f.rowBound = fs.Float64("row-bound", 0, "the public bound on every row's norm the record figure uses (default: 1 when --scale ends in unitball, else none); this node's rows must be within it")
 	f.maxUpd = fs.Int("max-updates", d.MaxUpdates, "cap K_i on this node's noisy updates; 0 = no cap")
 	f.delta = fs.Float64("delta", d.Delta, "delta of the reported (epsilon, delta)")
 	f.budgetEps = fs.Float64("budget-epsilon", 0, "this node's privacy budget at --delta; 0 = none. Before a noisy update that would exceed it the node forwards the token unchanged (no data use, no cost)")

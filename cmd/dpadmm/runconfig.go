@@ -21,6 +21,9 @@ func runConfigFlags(rc node.RunConfig) (map[string]string, error) {
 	if rc.MaxRows > 0 {
 		set["max-rows"] = strconv.Itoa(rc.MaxRows)
 	}
+	if rc.MinRows > 0 {
+		set["min-rows"] = strconv.Itoa(rc.MinRows)
+	}
 	if len(rc.Classes) > 0 && !slices.Contains(rc.Classes, "") {
 		set["classes"] = strings.Join(rc.Classes, ",")
 	}
@@ -28,6 +31,12 @@ func runConfigFlags(rc node.RunConfig) (map[string]string, error) {
 		set["gamma"], set["lambda"], set["clip"], set["sigma"] = f(rc.Gamma), f(rc.Lambda), f(rc.Clip), f(rc.Sigma)
 		set["max-updates"], set["hops"] = strconv.Itoa(rc.MaxUpdates), strconv.FormatUint(rc.Hops, 10)
 		set["algo"] = "walk"
+		if rc.Unit != "" {
+			set["privacy-unit"] = rc.Unit
+		}
+		if rc.RowBound > 0 {
+			set["row-bound"] = f(rc.RowBound)
+		}
 		if rc.Step == "" {
 			return set, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
@@ -11,21 +12,58 @@ import (
 
 // targetHelp is the help of --target-epsilon on testnet and node.
 const targetHelp = "calibrate --sigma so that each node's local figure (the one that always holds: an observer of every message of the node, " +
-	"composed over its --max-updates noisy updates) is at most this epsilon at --delta; needs --max-updates > 0; the walk's prox, linearized, ls-sgd and sgd steps"
+	"composed over its --max-updates noisy updates, for --privacy-unit) is at most this epsilon at --delta; needs --max-updates > 0; " +
+	"the walk's prox, linearized, ls-sgd and sgd steps; applies unless --sigma is given"
+
+// DefaultTargetEpsilon is the walk's default --target-epsilon: a per-record figure a DP
+// practitioner accepts, at which the default demo still learns (README: the scorecard).
+const DefaultTargetEpsilon = 2
+
+// useTarget reports whether --target-epsilon applies: given explicitly, or by default
+// when --sigma is not given and the step can be calibrated (gadmm's sensitivity depends
+// on the data, and without a cap there is no figure to calibrate: both keep --sigma).
+func useTarget(targetSet, sigmaSet bool, step walk.StepParams, maxUpd int) bool {
+	return targetSet || !sigmaSet && step.Kind != walk.StepGADMM && maxUpd > 0
+}
+
+// unitHelp is the help of --privacy-unit.
+const unitHelp = "what the figures protect: record (one row of one node replaced; the prox and linearized steps then use the record radius " +
+	"gamma*(c*L + 1e-9), c = n/M the weight of one row, L the loss's Lipschitz constant over rows projected onto the unit ball) or node " +
+	"(a node's whole data set replaced; prox and linearized steps only)"
+
+// checkTarget checks the --target-epsilon preconditions that need no data.
+func checkTarget(step walk.StepParams, maxUpd int, target float64) error {
+	switch {
+	case !(target > 0) || math.IsInf(target, 0):
+		return fmt.Errorf("--target-epsilon must be finite and > 0, got %v", target)
+	case maxUpd <= 0:
+		return fmt.Errorf("--target-epsilon needs a hard cap --max-updates > 0 (the figure composes over K_i updates)")
+	case step.Kind == walk.StepGADMM:
+		return fmt.Errorf("--target-epsilon: the gadmm step's sensitivity depends on the data (give --sigma; 'dpadmm account plan --local-step gadmm --target-epsilon' plans it)")
+	}
+	return nil
+}
+
+// planWalkRun is the privacy.WalkRun a walk plans its figures with before it runs: the
+// step, clip and unit, and the record radius (walk.PlanRecordClip) of nodes members
+// holding totalRows rows in all (one row weighs nodes/totalRows; totalRows 0: no record
+// radius is known and the clip bounds the record).
+func planWalkRun(step walk.StepParams, gamma, clip float64, unit privacy.Unit, rowBound float64, loss consensus.Loss, nodes, totalRows int) privacy.WalkRun {
+	r := privacy.WalkRun{Clip: clip, Step: step.Kind.Name(), Rate: step.Rate, Unit: unit, RecordClip: math.Inf(1)}
+	if totalRows > 0 && nodes > 0 {
+		cfg := walk.Config{Gamma: gamma, Step: step, Unit: unit, RowBound: rowBound}
+		r.RecordClip = walk.PlanRecordClip(cfg, loss, nodes, totalRows)
+	}
+	return r
+}
 
 // calibrateSigma returns the smallest sigma whose local figure (privacy.StepLocalBound, the
 // figure every output reports as the guarantee that always holds) over maxUpd noisy
-// updates of the step is at most target at delta, with that figure.
-func calibrateSigma(step walk.StepParams, clip float64, maxUpd int, target, delta float64) (float64, privacy.Bound, error) {
-	switch {
-	case !(target > 0) || math.IsInf(target, 0):
-		return 0, privacy.Bound{}, fmt.Errorf("--target-epsilon must be finite and > 0, got %v", target)
-	case maxUpd <= 0:
-		return 0, privacy.Bound{}, fmt.Errorf("--target-epsilon needs a hard cap --max-updates > 0 (the figure composes over K_i updates)")
-	case step.Kind == walk.StepGADMM:
-		return 0, privacy.Bound{}, fmt.Errorf("--target-epsilon: the gadmm step's sensitivity depends on the data (give --sigma; 'dpadmm account plan --local-step gadmm --target-epsilon' plans it)")
+// updates of r's step is at most target at delta, with that figure.
+func calibrateSigma(r privacy.WalkRun, step walk.StepParams, maxUpd int, target, delta float64) (float64, privacy.Bound, error) {
+	if err := checkTarget(step, maxUpd, target); err != nil {
+		return 0, privacy.Bound{}, err
 	}
-	r := privacy.WalkRun{Clip: clip, Step: step.Kind.Name(), Rate: step.Rate}
 	figure := func(s float64) float64 {
 		q := r
 		q.Sigma = s
@@ -40,7 +78,8 @@ func calibrateSigma(step walk.StepParams, clip float64, maxUpd int, target, delt
 }
 
 // targetLine is the line that reports a calibration.
-func targetLine(sigma float64, b privacy.Bound, maxUpd int, target, delta float64) string {
-	return fmt.Sprintf("--target-epsilon %g: sigma %.6g gives each node a local epsilon of %.4g over %d noisy updates (delta %g; %s)",
-		target, sigma, b.Epsilon, maxUpd, delta, b.Theorem)
+func targetLine(r privacy.WalkRun, sigma float64, b privacy.Bound, maxUpd int, target, delta float64) string {
+	r.Sigma = sigma
+	return fmt.Sprintf("--target-epsilon %g: sigma %.6g gives each node a local epsilon of %.4g over %d noisy updates (delta %g; %s; %s)",
+		target, sigma, b.Epsilon, maxUpd, delta, r.UnitNote(), b.Theorem)
 }

@@ -177,10 +177,13 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	ld.warn(stderr)
+	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
+	if err := f.calibrate(&opt); err != nil {
+		return asUsage("testnet", err)
+	}
 	if f.targetMsg != "" {
 		fmt.Fprintln(stderr, f.targetMsg)
 	}
-	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
 	return f.runWalk(ctx, mode, opt, stdout, stderr)
 }
 
@@ -212,7 +215,7 @@ func (f *testnetFlags) walkOptions(ld *loadedData, prob consensus.Problem, step 
 		Train: ld.train, Test: ld.test, Data: ld.name, Scaling: ld.scaling, Scaler: ld.scaler, Nodes: *f.nodes, Split: *f.split,
 		Problem: prob, Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip, Sigma: *f.sigma, Step: step, Hops: *f.hops,
 		Seed: *f.seed, Graph: *f.graphSpec, MaxUpdates: *f.maxUpd, Delta: *f.delta,
-		LedgerDir: *f.ledgerDir, Coalition: members,
+		LedgerDir: *f.ledgerDir, Coalition: members, Unit: privacy.Unit(*f.unit),
 	}
 	if *f.budgetEps > 0 {
 		opt.Budget = &testnet.BudgetSpec{Kind: *f.budgetKind, Epsilon: *f.budgetEps, Delta: *f.delta}

@@ -13,6 +13,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/drive"
+	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -51,6 +52,7 @@ type testnetFlags struct {
 	hops, curveEvery, killAt                                        *uint64
 	maxUpd                                                          *int
 	tracePath, pairsPath, plotPath, plotKind, coalition, budgetKind *string
+	unit                                                            *string
 	ledgerDir, transport, killPhase, withhold                       *string
 
 	// neighbour exchange
@@ -127,7 +129,8 @@ func (f *testnetFlags) defineWalk(o testnet.Options) {
 	f.lambda = fs.Float64("lambda", o.Lambda, "relaxation lambda in (0,1]; 0.5 is classical ADMM")
 	f.clip = fs.Float64("clip", o.Clip, "clip bound C on ||x - z||")
 	f.sigma = fs.Float64("sigma", o.Sigma, "std of eta in eq. (7) (noise on u has std lambda*sigma); 0 = no privacy")
-	f.target = fs.Float64("target-epsilon", 0, targetHelp)
+	f.target = fs.Float64("target-epsilon", DefaultTargetEpsilon, targetHelp)
+	f.unit = fs.String("privacy-unit", string(privacy.UnitRecord), unitHelp)
 	f.hops = fs.Uint64("hops", o.Hops, "number of hops (token hand-offs)")
 	f.maxUpd = fs.Int("max-updates", o.MaxUpdates, "cap K_i on noisy updates per node; 0 = no cap")
 	f.tracePath = fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
@@ -279,19 +282,35 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 		return walk.StepParams{}, err
 	}
 	step, err := f.sf.params(stepKind(mode), f.m.isSet("step-size"))
-	if err != nil || !f.m.isSet("target-epsilon") {
-		return step, err
-	}
-	if f.m.isSet("sigma") {
-		return step, errors.New("--target-epsilon calibrates --sigma: give one of them")
-	}
-	sigma, b, err := calibrateSigma(step, *f.clip, *f.maxUpd, *f.target, *f.delta)
 	if err != nil {
 		return step, err
 	}
-	*f.sigma = sigma
-	f.targetMsg = targetLine(sigma, b, *f.maxUpd, *f.target, *f.delta)
-	return step, nil
+	if _, err := privacy.ParseUnit(*f.unit); err != nil {
+		return step, fmt.Errorf("--privacy-unit: %v", err)
+	}
+	if f.m.isSet("target-epsilon") && f.m.isSet("sigma") {
+		return step, errors.New("--target-epsilon calibrates --sigma: give one of them")
+	}
+	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), step, *f.maxUpd) {
+		return step, nil
+	}
+	return step, checkTarget(step, *f.maxUpd, *f.target)
+}
+
+// calibrate applies --target-epsilon once the data is loaded: the record radius needs the
+// loss (a third label makes it multinomial), the rows M and the scaling's row bound.
+func (f *testnetFlags) calibrate(opt *testnet.Options) error {
+	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), opt.Step, opt.MaxUpdates) {
+		return nil
+	}
+	r := planWalkRun(opt.Step, opt.Gamma, opt.Clip, opt.Unit, opt.RowBoundOf(), opt.Problem.Loss, opt.Nodes, opt.Train.Rows)
+	sigma, b, err := calibrateSigma(r, opt.Step, opt.MaxUpdates, *f.target, opt.Delta)
+	if err != nil {
+		return err
+	}
+	*f.sigma, opt.Sigma = sigma, sigma
+	f.targetMsg = targetLine(r, sigma, b, opt.MaxUpdates, *f.target, opt.Delta)
+	return nil
 }
 
 // checkGossip checks the values of the neighbour-exchange flags and returns alpha.

@@ -85,7 +85,7 @@ func TestTestnetWarnings(t *testing.T) {
 	}
 
 	// A run with nothing to warn about has an empty list and no warning line.
-	ws, lines = testnetWarnings(t, "testnet", "--nodes", "10", "--hops", "300", "--json")
+	ws, lines = testnetWarnings(t, "testnet", "--nodes", "10", "--hops", "30", "--json")
 	if len(ws) != 0 || strings.Contains(strings.Join(lines, "\n"), "warning:") {
 		t.Errorf("default-like run: warnings %q", ws)
 	}
