@@ -99,6 +99,10 @@ type Training struct {
 	// enter the config hash.
 	BudgetEpsilon float64
 	BudgetKind    string
+	// MaxEpsilon is this node's ceiling on its local epsilon over its cap (at Delta, for
+	// its unit): once the membership is known, a node whose figure would exceed it refuses
+	// to run before any update (0: no ceiling). Its own choice: not in the config hash.
+	MaxEpsilon float64
 }
 
 // Admission is how the members of a run are found and who may be one: the starter's

@@ -609,6 +609,9 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	if err := n.applyBudget(&wc, idx, len(ms), step); err != nil {
 		return err
 	}
+	if err := n.checkFigure(wc, len(ms), step); err != nil {
+		return err
+	}
 	var seed [16]byte
 	crand.Read(seed[:])
 	n.custSeed = [2]uint64{binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])}
@@ -685,6 +688,56 @@ func (n *Node) walkConfig(idx int, names []string) (walk.Config, error) {
 
 // applyBudget sets the noisy-update cap of member idx of nodes from Config.BudgetEpsilon
 // (walk.BudgetCapsStep); nothing without a budget.
+// checkFigure runs once the membership is known, before any update: it logs the node's
+// planned local figure over its cap (for its unit) and the verdict's reasons and warnings
+// (hops that can only forward the token, a cap likely reached early, a planned figure that
+// cannot hold: privacy.WalkDecide, as 'dpadmm testnet' warns), and refuses to run when the
+// local figure at the cap exceeds MaxEpsilon (0: no ceiling) or when there is no cap and a
+// ceiling is set.
+func (n *Node) checkFigure(wc walk.Config, nodes int, step privacy.WalkRun) error {
+	c := n.cfg
+	delta := c.Delta
+	if delta == 0 {
+		delta = privacy.DefaultDelta
+	}
+	k := c.MaxUpdates
+	if wc.Budgeted && (k == 0 || wc.BudgetCap < k) {
+		k = wc.BudgetCap
+	}
+	r := step
+	r.Nodes, r.Complete, r.Cap, r.Hops, r.Planning = nodes, wc.Graph == nil || wc.Graph.Complete, k, c.Hops, true
+	v := privacy.WalkDecide(r)
+	for _, reason := range v.Reasons {
+		n.log.Warn().Msg("the planned pairwise privacy figure will not hold for this run: " + reason)
+	}
+	for _, w := range v.Warnings {
+		n.log.Warn().Msg("the planned pairwise privacy figure is at risk: " + w)
+	}
+	if !v.Noisy {
+		n.log.Warn().Msg("no noise or no clipping: this node's updates carry no privacy guarantee")
+		if c.MaxEpsilon > 0 {
+			return fmt.Errorf("node: no privacy guarantee (sigma %v, clip %v) and an epsilon ceiling of %g (--max-epsilon): refusing to run", c.Sigma, c.Clip, c.MaxEpsilon)
+		}
+		return nil
+	}
+	if k == 0 {
+		if c.MaxEpsilon > 0 {
+			return fmt.Errorf("node: no cap on noisy updates (--max-updates 0, no budget): the local epsilon is unbounded, above the ceiling %g (--max-epsilon; 0 disables it)", c.MaxEpsilon)
+		}
+		n.log.Warn().Msg("no cap on noisy updates: the local epsilon grows with every update")
+		return nil
+	}
+	b := privacy.StepLocalBound(r, k, delta)
+	n.log.Info().Float64("epsilon", b.Epsilon).Float64("delta", delta).Int("cap", k).Str("unit", r.UnitNote()).
+		Str("theorem", b.Theorem).Msg("local privacy figure at the cap")
+	if c.MaxEpsilon > 0 && b.Epsilon > c.MaxEpsilon {
+		return fmt.Errorf("node: the local epsilon over this node's cap of %d noisy updates would be %.4g (%s, delta %g), above the ceiling %g: "+
+			"lower --max-updates, raise --sigma or give --target-epsilon; --max-epsilon raises the ceiling (0 disables it)",
+			k, b.Epsilon, r.UnitNote(), delta, c.MaxEpsilon)
+	}
+	return nil
+}
+
 func (n *Node) applyBudget(wc *walk.Config, idx, nodes int, step privacy.WalkRun) error {
 	c := n.cfg
 	if c.BudgetEpsilon <= 0 {

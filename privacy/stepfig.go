@@ -64,19 +64,30 @@ func StepLocalBound(r WalkRun, k int, delta float64) Bound {
 const (
 	AccountantRDP = "rdp" // the RDP curve converted at delta (ToDP)
 	AccountantGDP = "gdp" // the exact Gaussian-DP curve (GDPEpsilon)
+	AccountantPLD = "pld" // the privacy loss distribution (SubsampledGaussianEpsilon)
 )
 
 // StepLocalEpsilon is the local epsilon at delta of k noisy updates with r's step: eps is
-// the smaller of the RDP conversion (rdp, at order) and, for the prox and linearized steps
+// the smallest of the RDP conversion (rdp, at order) and, for the prox and linearized steps
 // (a composition of Gaussian mechanisms without subsampling, mu = 4 C' sqrt(k)/sigma with
-// C' = FigureClip), the exact Gaussian-DP one; acct names the accountant that gave eps.
+// C' = FigureClip), the exact Gaussian-DP one, or for the ls-sgd and sgd steps (k
+// Poisson-subsampled Gaussians, replace-one: the substitute relation with noise
+// multiplier sigma/C) the privacy-loss-distribution one; acct names the accountant that
+// gave eps. The PLD costs a fraction of a second per call: StepLocalBound, which budgets
+// and calibrations call many times, keeps the RDP figure for those steps.
 func StepLocalEpsilon(r WalkRun, k int, delta float64) (eps, rdp, order float64, acct string) {
 	r = r.figure()
 	rdp, order = ToDP(StepLocalCurve(r, k), delta)
 	eps, acct = rdp, AccountantRDP
-	if r.Step.ProxFigures() && StepNoisy(r) && k > 0 {
+	switch {
+	case !StepNoisy(r) || k <= 0:
+	case r.Step.ProxFigures():
 		if g := GDPEpsilon(GaussianMu(4*r.Clip, r.Sigma, k), delta); g < eps {
 			eps, acct = g, AccountantGDP
+		}
+	case gradStep(r):
+		if p, err := SubsampledGaussianEpsilon(r.Rate, r.Sigma/r.Clip, k, RelationSubstitute, delta); err == nil && p < eps {
+			eps, acct = p, AccountantPLD
 		}
 	}
 	return eps, rdp, order, acct

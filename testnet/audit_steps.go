@@ -284,6 +284,10 @@ func (e *walkEnv) sensitivity(ref [2]*walkViews, run privacy.WalkRun) (float64, 
 		return d / s, fmt.Sprintf("eta Delta = 2 eta w C = %.4g, node-level, w the largest node weight (x~ moves by at most "+
 			"eta Delta/(1 + eta beta): the ledger drops that factor, so at most %.3g of it is attainable)", s, 1/(1+o.Step.Eta*o.Step.Beta))
 	}
+	if run.RecordBinds() {
+		c := run.FigureClip()
+		return d * float64(o.Nodes) / (4 * o.Lambda * c), fmt.Sprintf("4 lambda C' (i's data part), C' = gamma (c L + tol) = %.4g the record radius (one row replaced)", c)
+	}
 	return d * float64(o.Nodes) / (4 * o.Lambda * o.Clip), "4 lambda C (i's data part)"
 }
 

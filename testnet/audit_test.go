@@ -637,3 +637,33 @@ func TestAuditStepsShippedSecure(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditWalkRecordUnit: the record-level claim. With a small gamma the record radius
+// gamma (c L + tol) is far below the clip, so the claim is the Gaussian mechanism at the
+// radius; the canary search (rows projected onto the unit ball) reaches a large part of
+// that radius, and the empirical lower bound stays below the claim.
+func TestAuditWalkRecordUnit(t *testing.T) {
+	o := smallWalkAudit(t, 1000, AuditNoise(true, 5))
+	o.Gamma, o.Sigma, o.Unit, o.RowBound = 0.5, 0.02, privacy.UnitRecord, 1
+	res, err := WalkAudit(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNoViolation(t, res)
+	loc := find(t, res, "local", AuditProjection)
+	// The radius: every node's row weight is n/M (walk.LossWeight), L = 1 (logistic).
+	train := auditData(t)
+	radius := privacy.RecordClip(o.Gamma, 10/float64(train.Rows+1), 1, consensus.ProxTolerance)
+	if !(radius < o.Clip) {
+		t.Fatalf("radius %v does not bind below the clip %v", radius, o.Clip)
+	}
+	rdp, _ := privacy.ToDP(privacy.GaussianCurve(4*radius, o.Sigma), o.Delta)
+	want := math.Min(rdp, privacy.GDPEpsilon(4*radius/o.Sigma, o.Delta))
+	if got := float64(loc.UpperEpsilon); math.Abs(got-want) > 1e-3*want {
+		t.Errorf("local claim %v, want the record-level %v (radius %v)", got, want, radius)
+	}
+	if !(loc.SensitivityUsed > 0.3 && loc.SensitivityUsed <= 1) || !strings.Contains(loc.SensitivityOf, "record radius") {
+		t.Errorf("the canary attains %v of %q", loc.SensitivityUsed, loc.SensitivityOf)
+	}
+	t.Logf("local: lower bound %v, claim %v, canary at %.2f of the radius", loc.LowerEpsilon, loc.UpperEpsilon, loc.SensitivityUsed)
+}

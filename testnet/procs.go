@@ -280,7 +280,8 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--intercept", "0", "--datadir", dirs[i],
 			"--static", filepath.Join(dir, "static.json"), "--seed", strconv.FormatUint(cfg.Seed, 10), "--profile", "test",
 			"--listen", st.Members[i].Addrs[0], "--http", "127.0.0.1:0",
-			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta)}
+			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta),
+			"--max-epsilon", "0"} // the testnet warns about its figures itself
 		a = append(a, classArgs(sh, cfg.Problem.Loss)...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")

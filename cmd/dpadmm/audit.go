@@ -109,6 +109,7 @@ type auditFlags struct {
 	pairHops, finalHops               *int
 	confidence, l2                    *float64
 	sigma, clip, delta, gamma, lambda *float64
+	unit                              *string
 	alpha, eta, paperC, evenGamma     *float64
 	seed                              *uint64
 	asJSON                            *bool
@@ -138,6 +139,7 @@ func newAuditFlags(stdout io.Writer) *auditFlags {
 	f.finalHops = m.Int("final-hops", 20, "noisy updates by other nodes before the final model is released")
 	f.gamma = m.Float64("gamma", d.Gamma, "ADMM prox parameter gamma > 0")
 	f.lambda = m.Float64("lambda", d.Lambda, "relaxation lambda in (0,1]")
+	f.unit = m.String("privacy-unit", string(privacy.UnitRecord), "the claim audited: record (the record radius gamma (c L + tol) when it binds; every canary row is projected onto the scaling's row bound) or node (the clip)")
 	m.hint("gamma", "the even-step proximal weight of R-ADMM is --even-gamma")
 	f.sf = addStepFlags(m, auditSectionWalk, "")
 	m.Lookup("step-size").Usage = "walk gradient steps (linearized, ls-sgd, walk-gadmm, walk-sgd): step size eta (default 1, 0.5 for walk-sgd)"
@@ -170,6 +172,8 @@ func (f *auditFlags) check() error {
 		return fmt.Errorf("unexpected argument %q", f.m.Arg(0))
 	case f.m.isSet("trials") && *f.trials < 20:
 		return fmt.Errorf("--trials must be >= 20, got %d", *f.trials)
+	case f.unit != nil && *f.unit != string(privacy.UnitRecord) && *f.unit != string(privacy.UnitNode):
+		return fmt.Errorf("--privacy-unit must be record or node, got %q", *f.unit)
 	case !(*f.confidence > 0 && *f.confidence < 1):
 		return fmt.Errorf("--confidence must be in (0,1), got %v", *f.confidence)
 	case !(*f.delta > 0 && *f.delta < 1):
@@ -329,7 +333,13 @@ func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int)
 	o := testnet.WalkAuditOptions{
 		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: ld.problem(f.problem(), true), Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip,
 		Sigma: *f.sigma, Step: step, Node: *f.node, PairHops: *f.pairHops, FinalHops: *f.finalHops, Trials: trials, Delta: *f.delta,
-		Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers,
+		Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers, Unit: privacy.Unit(*f.unit),
+	}
+	if !privacy.StepName(step.Kind.Name()).ProxFigures() {
+		o.Unit = privacy.UnitRecord // the gradient steps' claims are per record whatever the flag
+	}
+	if o.Unit != privacy.UnitNode {
+		o.RowBound = ld.scaler.RowBound()
 	}
 	if o.Nodes == 0 {
 		o.Nodes = testnet.DefaultOptions().Nodes

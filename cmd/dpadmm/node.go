@@ -249,6 +249,12 @@ func (f *nodeFlags) config(mode string) (node.Config, error) {
 	cfg.Run, cfg.DataDir, cfg.Start, cfg.MinPeers, cfg.Hops = *f.run, *f.datadir, *f.start, *f.minPeers, *f.hops
 	cfg.Gamma, cfg.Lambda, cfg.Clip, cfg.Sigma, cfg.MaxUpdates, cfg.Delta = *f.gamma, *f.lambda, *f.clip, *f.sigma, *f.maxUpd, *f.delta
 	cfg.BudgetEpsilon, cfg.BudgetKind = *f.budgetEps, *f.budgetKind
+	if cfg.RADMM == nil {
+		if m := *f.maxEps; !(m >= 0) || math.IsInf(m, 0) {
+			return cfg, fmt.Errorf("--max-epsilon must be finite and >= 0, got %v", m)
+		}
+		cfg.MaxEpsilon = *f.maxEps
+	}
 	cfg.Peers, cfg.Bootstrap, cfg.Relays, cfg.RelayService = f.peers, f.bootstrap, f.relays, *f.relayService
 	cfg.HTTP, cfg.NoSync, cfg.DebugStatus, cfg.StatusPeriod, cfg.RendezvousSecret = httpListen(*f.httpAddr), *f.noSync, *f.debugStatus, *f.statusPeriod, *f.rvSecret
 	if err := f.network(&cfg); err != nil {

@@ -76,6 +76,7 @@ type nodeFlags struct {
 	// the walk
 	hops, pauseAt                                                  *uint64
 	gamma, lambda, clip, sigma, delta, budgetEps, target, rowBound *float64
+	maxEps                                                         *float64
 	unit                                                           *string
 	// targetMsg reports the --target-epsilon calibration ("" without one).
 	targetMsg                              string
@@ -167,6 +168,7 @@ func (f *nodeFlags) defineWalk(d node.Config) {
 	f.sigma = fs.Float64("sigma", d.Sigma, "noise std sigma of eq. (7); 0 = no privacy")
 	f.target = fs.Float64("target-epsilon", DefaultTargetEpsilon, targetHelp)
 	f.unit = fs.String("privacy-unit", string(privacy.UnitRecord), unitHelp)
+	f.maxEps = fs.Float64("max-epsilon", DefaultMaxEpsilon, "refuse to run (before any update, once the members are known) when this node's local epsilon over its cap would exceed this ceiling; 0 = no ceiling")
 	f.rowBound = fs.Float64("row-bound", 0, "the public bound on every row's norm the record figure uses (default: 1 when --scale ends in unitball, else none); this node's rows must be within it")
 	f.maxUpd = fs.Int("max-updates", d.MaxUpdates, "cap K_i on this node's noisy updates; 0 = no cap")
 	f.delta = fs.Float64("delta", d.Delta, "delta of the reported (epsilon, delta)")

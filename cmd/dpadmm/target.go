@@ -15,6 +15,10 @@ const targetHelp = "calibrate --sigma so that each node's local figure (the one 
 	"composed over its --max-updates noisy updates, for --privacy-unit) is at most this epsilon at --delta; needs --max-updates > 0; " +
 	"the walk's prox, linearized, ls-sgd and sgd steps; applies unless --sigma is given"
 
+// DefaultMaxEpsilon is the default ceiling of 'dpadmm node' on its local epsilon over its
+// cap: a node refuses settings beyond it unless told (--max-epsilon).
+const DefaultMaxEpsilon = 10
+
 // DefaultTargetEpsilon is the walk's default --target-epsilon: a per-record figure a DP
 // practitioner accepts, at which the default demo still learns (README: the scorecard).
 const DefaultTargetEpsilon = 2
