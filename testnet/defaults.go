@@ -3,15 +3,15 @@ package testnet
 import "github.com/dpadmm/dpadmm/node"
 
 // DefaultOptions returns the options of the no-flag demo of 'dpadmm testnet' (without
-// data): 50 nodes on the complete graph, 500 hops (50 nodes x the cap), seed 1, an iid
+// data): 50 nodes on the complete graph, 1,000 hops (50 nodes x the cap), seed 1, an iid
 // split, and the walk's hyperparameters of a real node (node.DefaultConfig: gamma 0.03,
-// lambda 0.1, clip 0.1, cap 10 updates, delta 1e-5, L2-regularised logistic regression;
+// lambda 0.1, clip 0.1, cap 20 updates, delta 1e-5, L2-regularised logistic regression;
 // the command calibrates sigma to its default --target-epsilon).
 func DefaultOptions() Options {
 	d := node.DefaultConfig()
 	return Options{
 		Nodes: 50, Split: "iid", Problem: d.Problem, Gamma: d.Gamma, Lambda: d.Lambda, Clip: d.Clip, Sigma: d.Sigma,
-		Hops: 500, Seed: 1, Graph: "complete", MaxUpdates: d.MaxUpdates, Delta: d.Delta,
+		Hops: 1000, Seed: 1, Graph: "complete", MaxUpdates: d.MaxUpdates, Delta: d.Delta,
 	}
 }
 

@@ -34,8 +34,8 @@ func TestUtilityScorecard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2*2*2 {
-		t.Fatalf("%d rows, want 8", len(rows))
+	if len(rows) != 3*2*2 {
+		t.Fatalf("%d rows, want 12", len(rows))
 	}
 	for _, r := range rows {
 		if math.IsNaN(r.Value) {
@@ -50,10 +50,13 @@ func TestUtilityScorecard(t *testing.T) {
 		if r.Algo == "walk" && (r.Accountant != "gdp" || !strings.Contains(r.Note, "per record")) {
 			t.Errorf("walk row %+v: want the exact Gaussian accountant and the record unit", r)
 		}
+		if r.Algo == "walk-sgd" && (r.Accountant != "pld" || !strings.Contains(r.Note, "per record")) {
+			t.Errorf("walk-sgd row %+v: want the PLD accountant and the record unit", r)
+		}
 	}
 	cells := SummariseUtility(rows)
-	if len(cells) != 4 {
-		t.Fatalf("%d cells, want 4", len(cells))
+	if len(cells) != 6 {
+		t.Fatalf("%d cells, want 6", len(cells))
 	}
 	// At epsilon 8 the walk on 3 nodes is within 5 points of the non-private model.
 	for _, c := range cells {

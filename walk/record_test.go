@@ -120,3 +120,44 @@ func TestRecordUnitChecks(t *testing.T) {
 		t.Error("Lipschitz constants")
 	}
 }
+
+// TestRecordLedgerSensitivity: under the record unit the ledger entry of a noisy prox
+// update records the sensitivity the figures charge, 4 lambda min(C, C'), so that a
+// ledger recomputed later gives the live figure; under the node unit 4 lambda C.
+func TestRecordLedgerSensitivity(t *testing.T) {
+	raw, _ := consensus.SyntheticLogistic(40, 3, 1, 1)
+	sc, err := consensus.FitScaler(raw, consensus.ScaleUnitBall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sc.Apply(raw)
+	for _, unit := range []privacy.Unit{privacy.UnitRecord, privacy.UnitNode} {
+		cfg := Config{Node: 0, Nodes: 4, Gamma: 0.5, Lambda: 0.5, Clip: 0.1, Sigma: 1, Run: "r", Unit: unit, RowBound: 1,
+			Rand: rand.New(rand.NewPCG(1, 2)), Noise: privacy.NewNoiseFromRand(rand.New(rand.NewPCG(3, 4)))}
+		l, err := consensus.NewLocalLoss(d, consensus.Logistic, LossWeight(4, d.Rows, 4*d.Rows))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(cfg, l, d.Cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Step(Message{From: -1, Token: NewToken("r", 0, d.Cols, consensus.Regularizer{}, cfg.Gamma)}); err != nil {
+			t.Fatal(err)
+		}
+		rd := m.Ready()
+		if len(rd.Ledger) != 1 {
+			t.Fatalf("%d ledger entries", len(rd.Ledger))
+		}
+		want := 4 * cfg.Lambda * cfg.Clip
+		if unit == privacy.UnitRecord {
+			want = 4 * cfg.Lambda * math.Min(cfg.Clip, RecordClip(cfg, l))
+			if !(want < 4*cfg.Lambda*cfg.Clip) {
+				t.Fatalf("the record radius %v does not bind", RecordClip(cfg, l))
+			}
+		}
+		if got := rd.Ledger[0].Sensitivity; got != want {
+			t.Errorf("%s unit: ledger sensitivity %v, want %v", unit, got, want)
+		}
+	}
+}

@@ -250,6 +250,10 @@ type Machine struct {
 	// lattice-reduced bound clipLattice(...) with noise (see lattice.go). h and hinv are the
 	// noise lattice step privacy.Granularity(Lambda*Sigma) and its inverse (0 without noise).
 	clip, h, hinv float64
+	// sens is the sensitivity of one noisy prox or linearized update the ledger records:
+	// 4 lambda times the figure's clip (privacy.WalkRun.FigureClip: under the record unit
+	// the smaller of Clip and the record radius RecordClip(cfg, loss)).
+	sens float64
 	// kk holds the constants of the assembly sweep: s, sc, inv, t, -t, sh, l (see sweepAVX2).
 	kk  [8]float64
 	o   [36]float64 // the lane sums of the first sweep (see updateRankOne)
@@ -296,10 +300,11 @@ func New(cfg Config, loss *consensus.LocalLoss, dim int) (*Machine, error) {
 	if err := checkUnit(cfg, loss); err != nil {
 		return nil, err
 	}
+	run := privacy.WalkRun{Clip: cfg.Clip, Unit: cfg.Unit, Step: privacy.StepName(cfg.Step.Kind.Name()), RecordClip: RecordClip(cfg, loss)}
 	if dim < 1 {
 		return nil, fmt.Errorf("walk: dimension must be >= 1, got %d", dim)
 	}
-	m := &Machine{cfg: cfg, loss: loss, dim: dim}
+	m := &Machine{cfg: cfg, loss: loss, dim: dim, sens: 4 * cfg.Lambda * run.FigureClip()}
 	sc := cfg.Scratch
 	if sc == nil || len(sc.x) != dim {
 		sc = NewScratch(dim)
@@ -447,7 +452,7 @@ func (m *Machine) Step(msg Message) error {
 	e.Sensitivity, e.Sigma, e.Rate = 0, 0, 0
 	kind := m.fwd
 	if mech == MechGaussian {
-		e.Sensitivity = 4 * c.Lambda * c.Clip
+		e.Sensitivity = m.sens // 4 lambda C, or 4 lambda C' under the record unit
 		e.Sigma = c.Lambda * c.Sigma
 		kind = EventUpdate
 		if c.Step.Kind != StepProx {

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/consensus/graph"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
@@ -197,6 +199,9 @@ type planFlags struct {
 	clip, sigma     *float64
 	target, delta   *float64
 	weight          *float64
+	rows            *int
+	gamma           *float64
+	lossName, unit  *string
 	asJSON, nonExp  *bool
 	seed            *uint64
 }
@@ -209,6 +214,10 @@ func newPlanFlags(stdout io.Writer) *planFlags {
 	f.graphSpec = m.String("graph", "complete", "graph: complete|ring|grid|er:p|regular:d|file:PATH")
 	f.clip = m.Float64("clip", 0, "clip bound C on ||x - z|| (> 0)")
 	f.sigma = m.Float64("sigma", 0, "std of eta in eq. (7) (> 0); ignored with --target-epsilon")
+	f.rows = m.Int("rows", 0, "prox and linearized steps, --privacy-unit record: the run's total rows M; with --gamma and --loss it gives the record radius gamma (c L + 1e-9), c = n/M, rows on the unit ball, and the figures use the smaller of it and --clip (0: no radius, the clip bounds the record)")
+	f.gamma = m.Float64("gamma", node.DefaultConfig().Gamma, "the walk's gamma, for the record radius")
+	f.lossName = m.String("loss", "logistic", "the loss, for the record radius: logistic, multinomial or squared (no radius)")
+	f.unit = m.String("privacy-unit", string(privacy.UnitRecord), "record or node (see 'dpadmm testnet --help')")
 	f.maxUpd = m.Int("max-updates", 0, "hard cap K_i on noisy updates per node; 0 = no cap (the plan then uses hops/n)")
 	f.target = m.Float64("target-epsilon", 0, "calibrate sigma: smallest sigma meeting this epsilon")
 	f.budgetKind = m.String("budget-kind", "pairwise", "what --target-epsilon constrains: pairwise (worst pair) or local")
@@ -246,6 +255,9 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageErr(stderr, "plan: %v", err)
 	}
+	if err := f.recordRadius(stderr, step); err != nil {
+		return err
+	}
 	if step.Kind != walk.StepProx && step.Kind != walk.StepLinearized {
 		if !finitePositive(*f.weight) {
 			return usageErr(stderr, "plan: --weight must be finite and > 0, got %v", *f.weight)
@@ -255,6 +267,39 @@ func runAccountPlan(args []string, stdout, stderr io.Writer) error {
 			delta: *f.delta, json: *f.asJSON, nonExp: *f.nonExp, weight: *f.weight})
 	}
 	return f.planWalk(stdout, stderr)
+}
+
+// recordRadius applies --privacy-unit record with --rows: every figure of the prox and
+// linearized steps is a function of the clip, so the plan uses FigureClip, the smaller of
+// --clip and the record radius (walk.PlanRecordClip), and says so on stderr.
+func (f *planFlags) recordRadius(stderr io.Writer, step walk.StepParams) error {
+	unit, err := privacy.ParseUnit(*f.unit)
+	switch {
+	case err != nil:
+		return usageErr(stderr, "plan: --privacy-unit: %v", err)
+	case *f.rows < 0:
+		return usageErr(stderr, "plan: --rows must be >= 0, got %d", *f.rows)
+	case *f.rows == 0 || unit == privacy.UnitNode || (step.Kind != walk.StepProx && step.Kind != walk.StepLinearized):
+		return nil
+	case !finitePositive(*f.gamma):
+		return usageErr(stderr, "plan: --gamma must be finite and > 0, got %v", *f.gamma)
+	}
+	var loss consensus.Loss
+	switch *f.lossName {
+	case "multinomial":
+		loss = consensus.Multinomial
+	default:
+		if loss, err = consensus.ParseLoss(*f.lossName); err != nil {
+			return usageErr(stderr, "plan: --loss: %v", err)
+		}
+	}
+	r := planWalkRun(step, *f.gamma, *f.clip, unit, 1, loss, *f.nodes, *f.rows)
+	if c := r.FigureClip(); c < *f.clip {
+		fmt.Fprintf(stderr, "plan: per record (%d rows, gamma %g, %s loss): the record radius %.4g is below --clip %g; every figure uses it\n",
+			*f.rows, *f.gamma, loss, c, *f.clip)
+		*f.clip = c
+	}
+	return nil
 }
 
 // planWalk is 'account plan' for the prox and linearized steps: the local figure and the

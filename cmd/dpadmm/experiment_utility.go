@@ -49,7 +49,7 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 	nodesStr := fs.String("nodes", "3,50", "comma-separated node counts")
 	splits := fs.String("splits", "iid,label", "comma-separated splits: iid, label, contiguous")
 	epsStr := fs.String("epsilons", "0.5,1,2,4,8", "comma-separated target per-record epsilons")
-	algos := fs.String("algos", "walk,radmm", "comma-separated algorithms: walk, radmm")
+	algos := fs.String("algos", "walk,walk-sgd,radmm", "comma-separated algorithms: walk (prox step), walk-sgd (the DP-SGD walk: step size 2, rate 0.1, cap 100), radmm")
 	seeds := fs.Int("seeds", 3, "runs per cell (seed, seed+1, ...): split, noise and path")
 	seed := fs.Uint64("seed", 1, "first seed; the train/test split uses it too")
 	iters := fs.Int("iters", 20, "R-ADMM iterations")

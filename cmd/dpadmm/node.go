@@ -138,6 +138,10 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
+	autoMsg, err := resolveAuto(f.m, f.algo, f.lossName, *f.minPeers)
+	if err != nil {
+		return bad("%v", err)
+	}
 	mode, what, err := f.mode()
 	if err != nil {
 		return bad("%v", err)
@@ -155,6 +159,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
+	if autoMsg != "" {
+		log.Info().Msg(autoMsg)
+	}
 	if f.targetMsg != "" {
 		log.Info().Msg(f.targetMsg)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,5 +69,52 @@ func TestTargetEpsilon(t *testing.T) {
 		if code, _, e := runCmd(c...); code != 2 || !strings.Contains(e, "target-epsilon") {
 			t.Errorf("%v: exit %d: %s", c, code, e)
 		}
+	}
+}
+
+// TestAlgoAuto: --algo auto picks the prox walk for a Lipschitz loss and the DP-SGD walk
+// with the measured settings for the squared loss (hops nodes x cap), says so, and keeps
+// what the command line sets.
+func TestAlgoAuto(t *testing.T) {
+	code, _, e := runCmd("testnet", "--algo", "auto", "--nodes", "3", "--quiet")
+	if code != 0 || !strings.Contains(e, "--algo auto: walk (prox step)") {
+		t.Fatalf("logistic: exit %d: %s", code, e)
+	}
+	rep := filepath.Join(t.TempDir(), "r.json")
+	code, _, e = runCmd("testnet", "--algo", "auto", "--loss", "squared", "--data", "../../examples/diabetes.csv", "--label", "target",
+		"--schema", "../../examples/diabetes.schema.json", "--nodes", "3", "--quiet", "--report", rep, "--step-size", "1")
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 1, sample rate 0.1, cap 100, hops 300)") {
+		t.Fatalf("squared: exit %d: %s", code, e)
+	}
+	m := readReport(t, rep)
+	if m["local_step"] != "sgd" || m["step_size"].(float64) != 1 || m["hops"].(float64) != 300 || !(m["r2"].(float64) > 0) {
+		t.Fatalf("squared: step %v step size %v hops %v R^2 %v", m["local_step"], m["step_size"], m["hops"], m["r2"])
+	}
+}
+
+// TestAccountPlanRecord: 'account plan --rows M' plans the per-record figure: the record
+// radius gamma (c L + 1e-9) with c = n/M replaces the clip when smaller (said on stderr),
+// so the calibrated sigma shrinks by the same factor; --privacy-unit node keeps the clip.
+func TestAccountPlanRecord(t *testing.T) {
+	plan := func(extra ...string) (float64, string) {
+		t.Helper()
+		args := append([]string{"account", "plan", "--nodes", "3", "--hops", "60", "--clip", "0.1", "--max-updates", "20",
+			"--target-epsilon", "2", "--budget-kind", "local", "--json"}, extra...)
+		code, out, e := runCmd(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, e)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m["sigma"].(float64), e
+	}
+	node, _ := plan()
+	rec, e := plan("--rows", "455", "--gamma", "0.03")
+	same, _ := plan("--rows", "455", "--gamma", "0.03", "--privacy-unit", "node")
+	radius := 0.03 * (3.0/455 + 1e-9)
+	if !strings.Contains(e, "record radius") || math.Abs(rec/node-radius/0.1) > 1e-6 || same != node {
+		t.Errorf("sigma: node %v, record %v (ratio %v, want %v), node unit with rows %v; stderr %q", node, rec, rec/node, radius/0.1, same, e)
 	}
 }

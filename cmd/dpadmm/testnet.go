@@ -132,6 +132,13 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := f.m.parse(args); err != nil {
 		return err
 	}
+	autoMsg, err := resolveAuto(f.m, f.algo, f.lossName, *f.nodes)
+	if err != nil {
+		return testnetUsage(stderr, "%v", err)
+	}
+	if autoMsg != "" {
+		fmt.Fprintln(stderr, autoMsg)
+	}
 	mode, what, err := f.mode()
 	if err != nil {
 		return testnetUsage(stderr, "%v", err)
