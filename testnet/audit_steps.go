@@ -69,7 +69,7 @@ func (e *walkEnv) tokenView(dst []float64, tok *walk.Token) {
 // (a, +1) in D and (a, -1) in D' (node-level neighbours with the same row count, so that
 // the loss weights are those of the other steps' canaries).
 func (e *walkEnv) canaryPair(shard *consensus.Dataset, a []float64) [2]*consensus.Dataset {
-	if e.o.Step.Kind == walk.StepGADMM {
+	if e.o.Step.Kind == walk.StepGADMM && e.o.Unit == privacy.UnitNode {
 		return [2]*consensus.Dataset{repeatRow(shard, a, 1, shard.Rows+1), repeatRow(shard, a, -1, shard.Rows+1)}
 	}
 	y, y2 := canaryLabels(shard)
@@ -101,7 +101,7 @@ func repeatRow(d *consensus.Dataset, a []float64, y float64, rows int) *consensu
 func (e *walkEnv) canaryDescription(norm float64) string {
 	i := e.o.Node
 	switch {
-	case e.o.Step.Kind == walk.StepGADMM:
+	case e.o.Step.Kind == walk.StepGADMM && e.o.Unit == privacy.UnitNode:
 		return fmt.Sprintf("D: every one of node %d's %d rows is a canary row a (||a|| = %.3g) labelled +1, D': the same rows labelled -1 "+
 			"(node-level neighbours, the adjacency of the gadmm figures)", i, e.shards[i].Rows, norm)
 	}
@@ -281,8 +281,12 @@ func (e *walkEnv) sensitivity(ref [2]*walkViews, run privacy.WalkRun) (float64, 
 		if !(s > 0) {
 			return 0, "eta Delta (no sensitivity: the run's gadmm parameters are invalid)"
 		}
-		return d / s, fmt.Sprintf("eta Delta = 2 eta w C = %.4g, node-level, w the largest node weight (x~ moves by at most "+
-			"eta Delta/(1 + eta beta): the ledger drops that factor, so at most %.3g of it is attainable)", s, 1/(1+o.Step.Eta*o.Step.Beta))
+		what := "node-level, w the largest node weight"
+		if o.Unit != privacy.UnitNode {
+			what = "per record, w the weight of one row"
+		}
+		return d / s, fmt.Sprintf("eta Delta = 2 eta w C = %.4g, %s (x~ moves by at most "+
+			"eta Delta/(1 + eta beta): the ledger drops that factor, so at most %.3g of it is attainable)", s, what, 1/(1+o.Step.Eta*o.Step.Beta))
 	}
 	if run.RecordBinds() {
 		c := run.FigureClip()

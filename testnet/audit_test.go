@@ -459,9 +459,9 @@ func TestAuditStepsShipped(t *testing.T) {
 // the local one), sgd's realised figure is capped by the local one, gadmm's local figure is
 // eta^2 Delta^2 / (2 sigma^2) as zCDP.
 func TestAuditStepClaims(t *testing.T) {
-	claim := func(st walk.StepParams) (loc, pair, final float64, res []AuditResult) {
+	claim := func(st walk.StepParams, unit privacy.Unit) (loc, pair, final float64, res []AuditResult) {
 		o := smallWalkAudit(t, 40, AuditNoise(true, 1))
-		o.Step = st
+		o.Step, o.Unit = st, unit
 		res, err := WalkAudit(o)
 		if err != nil {
 			t.Fatal(err)
@@ -472,7 +472,7 @@ func TestAuditStepClaims(t *testing.T) {
 	const clip, sigma, delta = 0.1, 1.0, 1e-5
 	gauss, _ := privacy.ToDP(privacy.GaussianCurve(2*clip, sigma), delta)
 	for _, st := range auditSteps[2:4] {
-		loc, pair, final, res := claim(st)
+		loc, pair, final, res := claim(st, "")
 		if math.Abs(loc-gauss) > 1e-9*gauss {
 			t.Errorf("%s: local claim %v, want the Gaussian mechanism's %v (sensitivity 2C, noise sigma)", st.Kind, loc, gauss)
 		}
@@ -486,7 +486,7 @@ func TestAuditStepClaims(t *testing.T) {
 			t.Errorf("ls-sgd: pairwise theorem %q does not say why it is the local figure", r.Theorem)
 		}
 	}
-	loc, _, _, res := claim(auditSteps[4])
+	loc, _, _, res := claim(auditSteps[4], privacy.UnitNode)
 	// Delta = 2 w C with w the largest node weight n*rows/N (node 0 holds its shard's rows
 	// plus one), and one update's curve is the Gaussian mechanism's at eta Delta / sigma.
 	o := smallWalkAudit(t, 40, nil)
@@ -503,6 +503,14 @@ func TestAuditStepClaims(t *testing.T) {
 	if math.Abs(loc-want) > 1e-9*want || !find(t, res, "local", AuditProjection).ConditionsHold {
 		t.Errorf("gadmm: local claim %v, want %v (the Gaussian mechanism at eta Delta = 2 eta w C against sigma)", loc, want)
 	}
+	// Per record (the default): Delta = 2 c C, c = n/M the weight of one row (node 0's
+	// shard plus the canary row: n/(N+1)), and the canary is one row.
+	rloc, _, _, rres := claim(auditSteps[4], "")
+	c := float64(o.Nodes) / float64(o.Train.Rows+1)
+	rwant, _ := privacy.ToDP(privacy.GaussianCurve(auditSteps[4].Eta*2*c*clip, sigma), delta)
+	if math.Abs(rloc-rwant) > 1e-6*rwant || !strings.Contains(find(t, rres, "local", AuditProjection).Note, "plus a canary row") {
+		t.Errorf("gadmm per record: local claim %v, want %v; note %q", rloc, rwant, find(t, rres, "local", AuditProjection).Note)
+	}
 }
 
 // TestAuditStepsFlagSmallNoise: every step's machine with its noise divided by 20 (the
@@ -512,6 +520,9 @@ func TestAuditStepsFlagSmallNoise(t *testing.T) {
 		seeded := AuditNoise(true, 5)
 		o := smallWalkAudit(t, 600, func(b uint64) privacy.Noise { return scaledNoise{seeded(b), 0.05} })
 		o.Step = st
+		if st.Kind == walk.StepGADMM {
+			o.Unit = privacy.UnitNode // the node-level canary moves the update enough to be seen at this trial count
+		}
 		res, err := WalkAudit(o)
 		if err != nil {
 			t.Fatal(err)

@@ -162,7 +162,14 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 		return st, fmt.Errorf("%w: eta = %v exceeds 1/nu = %v, nu = %v the smoothness bound of this node's local loss "+
 			"(amplification by iteration needs every local function 1/eta-smooth)", ErrGADMMParams, s.Eta, 1/st.Nu, st.Nu)
 	}
-	st.Delta = 2 * loss.Weight() * cfg.Clip
+	// The weight of what a neighbour may change: under the record unit one row (its weight
+	// c = w_i/m_i; every example's gradient is clipped at C, so one replaced row moves
+	// grad f_i by at most 2 c C), under the node unit the whole shard (2 w_i C).
+	wt := loss.Weight()
+	if cfg.Unit != privacy.UnitNode {
+		wt = loss.RowWeight()
+	}
+	st.Delta = 2 * wt * cfg.Clip
 	st.Sensitivity = s.Eta * st.Delta
 	st.ClipEff = cfg.Clip
 	if cfg.Sigma > 0 {
@@ -171,7 +178,7 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 			return st, fmt.Errorf("%w: sigma = %v is too small for the secure sampler's lattice", ErrGADMMParams, cfg.Sigma)
 		}
 		root := math.Nextafter(math.Sqrt(float64(dim)), math.Inf(1))
-		slack := st.H * root / (2 * loss.Weight() * s.Eta) * (1 + 0x1p-50)
+		slack := st.H * root / (2 * wt * s.Eta) * (1 + 0x1p-50)
 		st.ClipEff = (cfg.Clip - slack) * (1 - float64(dim+loss.Rows()+64)*0x1p-52)
 		if !(st.ClipEff > 0) {
 			return st, fmt.Errorf("%w: clip %v is too small for the noise lattice (needs more than %v at sigma %v, "+

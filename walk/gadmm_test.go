@@ -11,11 +11,40 @@ import (
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
-// gadmmCfg is a gradient-ADMM configuration for node i of n.
+// gadmmCfg is a gradient-ADMM configuration for node i of n, with the node-level
+// sensitivity 2 eta w C these tests compute by hand (TestGADMMRecordSensitivity: the
+// record unit).
 func gadmmCfg(i, n int, eta, beta, clip, sigma float64, reg consensus.Regularizer, seed uint64) Config {
 	return Config{Node: i, Nodes: n, Gamma: 1, Lambda: 0.5, Clip: clip, Sigma: sigma, Reg: reg,
 		Rand: rand.New(rand.NewPCG(seed, uint64(i))), Noise: privacy.NewSeededNoise(seed + uint64(i)), Run: "run",
-		Step: StepParams{Kind: StepGADMM, Eta: eta, Beta: beta}}
+		Step: StepParams{Kind: StepGADMM, Eta: eta, Beta: beta}, Unit: privacy.UnitNode}
+}
+
+// TestGADMMRecordSensitivity: under the record unit (the default) the gradient-ADMM
+// sensitivity is eta times 2 c C, c = w/m the weight of one row (every example's gradient
+// is clipped at C, so one replaced row moves grad f_i by at most 2 c C), m times below the
+// node-level 2 eta w C; the ledger records it.
+func TestGADMMRecordSensitivity(t *testing.T) {
+	d, _ := consensus.SyntheticLogistic(30, 4, 2, 3)
+	for _, unit := range []privacy.Unit{"", privacy.UnitNode} {
+		cfg := gadmmCfg(0, 3, 0.5, 1, 0.8, 0.01, consensus.Regularizer{L2: 0.1}, 1)
+		cfg.Unit = unit
+		l, err := consensus.NewLocalLoss(d, consensus.Logistic, 1.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := GADMMCheck(cfg, l, d.Cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0.5 * 2 * 1.5 / float64(d.Rows) * 0.8
+		if unit == privacy.UnitNode {
+			want = 0.5 * 2 * 1.5 * 0.8
+		}
+		if math.Abs(st.Sensitivity-want) > 1e-12*want {
+			t.Errorf("unit %q: sensitivity %v, want %v", unit, st.Sensitivity, want)
+		}
+	}
 }
 
 func gadmmMachine(t testing.TB, cfg Config, d *consensus.Dataset, loss consensus.Loss, w float64) *Machine {

@@ -73,8 +73,8 @@ func checkUnit(cfg Config, l *consensus.LocalLoss) error {
 	if _, err := privacy.ParseUnit(string(u)); err != nil {
 		return err
 	}
-	if u == privacy.UnitNode && !privacy.StepName(cfg.Step.Kind.Name()).ProxFigures() {
-		return fmt.Errorf("walk: --privacy-unit node: the %s step's figures are per record (each example's gradient is clipped, not the node's update); use --privacy-unit record", cfg.Step.Kind.Name())
+	if u == privacy.UnitNode && (cfg.Step.Kind == StepLSSGD || cfg.Step.Kind == StepSGD) {
+		return fmt.Errorf("walk: --privacy-unit node: the %s step's figures are per record (each example's gradient is clipped and sampled, not the node's update); use --privacy-unit record", cfg.Step.Kind.Name())
 	}
 	if cfg.RowBound > 0 && l != nil {
 		for r := 0; r < l.Rows(); r++ {
