@@ -367,11 +367,14 @@ type Model struct {
 
 // ModelPrivacy is this node's privacy report (an unbounded epsilon is JSON null).
 type ModelPrivacy struct {
-	Delta         float64   `json:"delta"`
-	Updates       int       `json:"own_updates"`
-	LedgerEntries int       `json:"ledger_entries"`
-	Local         BoundJSON `json:"local"`
-	Network       BoundJSON `json:"network_planned"`
+	// Unit is what the figures protect (privacy.Unit) and UnitNote which radius binds.
+	Unit          privacy.Unit `json:"unit"`
+	UnitNote      string       `json:"unit_note"`
+	Delta         float64      `json:"delta"`
+	Updates       int          `json:"own_updates"`
+	LedgerEntries int          `json:"ledger_entries"`
+	Local         BoundJSON    `json:"local"`
+	Network       BoundJSON    `json:"network_planned"`
 }
 
 func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
@@ -388,6 +391,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 		ReleasedBy: by.String(), Dims: len(z), Model: append([]float64(nil), z...), Scaling: n.cfg.Scaling,
 		Predictor: n.cfg.Predictor(z), Config: &n.rc,
 		Privacy: ModelPrivacy{
+			Unit: n.stepRun().UnitOf(), UnitNote: n.stepRun().UnitNote(),
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
 			Local:   boundJSON(privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta)),
 			Network: boundJSON(n.plannedBound(up)),

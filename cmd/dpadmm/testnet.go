@@ -414,8 +414,15 @@ func printSummary(w io.Writer, r *testnet.Report) {
 		fmt.Fprintf(&b, "budget     %s epsilon %g (delta %g): %d nodes exhausted, %d overruns\n", bu.Kind, bu.Epsilon, bu.Delta, bu.Exhausted, bu.Overruns)
 	}
 	fmt.Fprintf(&b, "privacy    (epsilon, delta=%g), %s\n", p.Delta, p.Conversion)
-	fmt.Fprintf(&b, "  local, max over nodes: epsilon %s (max %d updates per node); conditions %s\n",
-		fmtEps(p.Local.Epsilon), p.Local.Updates, holds(p.Local.ConditionsHold))
+	if p.UnitNote != "" {
+		fmt.Fprintf(&b, "  unit: %s\n", p.UnitNote)
+	}
+	acct := ""
+	if p.Local.Accountant != "" && p.Local.Accountant != privacy.AccountantRDP {
+		acct = fmt.Sprintf(" by the %s accountant (RDP: %s)", p.Local.Accountant, fmtEps(p.Local.EpsilonRDP))
+	}
+	fmt.Fprintf(&b, "  local, max over nodes: epsilon %s%s (max %d updates per node); conditions %s\n",
+		fmtEps(p.Local.Epsilon), acct, p.Local.Updates, holds(p.Local.ConditionsHold))
 	fmt.Fprintf(&b, "    %s\n", p.Local.Theorem)
 	if p.Local.Note != "" {
 		fmt.Fprintf(&b, "    %s\n", p.Local.Note)
