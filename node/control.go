@@ -415,7 +415,14 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 	r.Nodes, r.Complete, r.Cap, r.Hops, r.Updates = nodes, true, hardCap, n.cfg.Hops, up
 	r.Forwards, r.Resends, r.Own = n.ownForwards.Load(), n.ownResends.Load(), true
 	r.Anomalies = n.ownAnomalies.Load()
-	return privacy.WalkPlannedBound(r, n.cfg.Delta)
+	b := privacy.WalkPlannedBound(r, n.cfg.Delta)
+	// The local figure bounds every observer, so it caps the pairwise one (with few
+	// members the planned amplification can be weaker than the exact local conversion).
+	if loc := privacy.StepLocalBound(r, up, n.cfg.Delta); loc.Epsilon < b.Epsilon {
+		b.Epsilon = loc.Epsilon
+		b.Note = strings.TrimPrefix(b.Note+"; ", "; ") + "capped at this node's local figure, which bounds every observer"
+	}
+	return b
 }
 
 // finalMark orders final models as the fence orders tokens: (epoch, hop, digest). The

@@ -42,6 +42,7 @@ func StepLocalCurve(r WalkRun, k int) Curve {
 // exact Gaussian-DP conversion when it is below the RDP one (StepLocalEpsilon), and the
 // theorem says so.
 func StepLocalBound(r WalkRun, k int, delta float64) Bound {
+	binds := r.RecordBinds()
 	r = r.figure()
 	switch {
 	case r.Step == StepGADMM:
@@ -54,7 +55,7 @@ func StepLocalBound(r WalkRun, k int, delta float64) Bound {
 	if eps, _, _, acct := StepLocalEpsilon(r, k, delta); acct == AccountantGDP {
 		b.Epsilon = eps
 	}
-	if r.RecordBinds() {
+	if binds {
 		b.Conditions = RecordClipConditions + "; user i performs at most K_i noisy updates (hard cap); holds against an observer of every message"
 	}
 	return b

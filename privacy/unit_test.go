@@ -2,6 +2,7 @@ package privacy
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -80,6 +81,12 @@ func TestRecordClip(t *testing.T) {
 	b, _ := ToDP(WalkLocalCurve(0.02, 1, 10), 1e-5)
 	if a != b {
 		t.Errorf("StepLocalCurve under the record unit %v, want the curve at the radius %v", a, b)
+	}
+	if c := StepLocalBound(r, 10, 1e-5).Conditions; !strings.Contains(c, "record-level") {
+		t.Errorf("the local figure's conditions under the record unit: %q", c)
+	}
+	if c := StepLocalBound(node, 10, 1e-5).Conditions; strings.Contains(c, "record-level") {
+		t.Errorf("the node unit's conditions: %q", c)
 	}
 	inf := WalkRun{Clip: math.Inf(1), Sigma: 1, RecordClip: 0.02}
 	if !StepNoisy(inf) {
