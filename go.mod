@@ -3,6 +3,7 @@ module github.com/dpadmm/dpadmm
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/advancedclimatesystems/gonnx v1.1.0
 	github.com/ipfs/go-log/v2 v2.9.0
 	github.com/libp2p/go-libp2p v0.51.0

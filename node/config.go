@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/BurntSushi/toml"
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node/wire"
@@ -759,7 +761,8 @@ func (f *StaticFile) PeerAddrs() []string {
 
 // ReadRunConfig reads a run configuration file: the JSON of a RunConfig, as
 // WriteRunConfig writes it (and as the starter announces it), or the same keys in YAML (a
-// file whose first non-blank character is not '{'; parsed with go.yaml.in/yaml/v3). Unknown
+// file whose first non-blank character is not '{'; parsed with go.yaml.in/yaml/v3), or in TOML
+// (a file named *.toml; parsed with github.com/BurntSushi/toml). Unknown
 // keys are refused, so that a misspelt key is not silently ignored.
 func ReadRunConfig(path string) (RunConfig, error) {
 	var rc RunConfig
@@ -767,7 +770,16 @@ func ReadRunConfig(path string) (RunConfig, error) {
 	if err != nil {
 		return rc, fmt.Errorf("node: run config: %w", err)
 	}
-	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
+	if strings.EqualFold(filepath.Ext(path), ".toml") {
+		// TOML: read into generic values, then decode them as JSON with the same checks.
+		var v map[string]any
+		if _, err := toml.Decode(string(b), &v); err != nil {
+			return rc, fmt.Errorf("node: run config %s (TOML): %w", path, err)
+		}
+		if b, err = json.Marshal(v); err != nil {
+			return rc, fmt.Errorf("node: run config %s (TOML): %w", path, err)
+		}
+	} else if t := bytes.TrimSpace(b); len(t) > 0 && t[0] != '{' {
 		// YAML: read into generic values, then decode them as JSON with the same checks.
 		var v map[string]any
 		if err := yaml.Unmarshal(b, &v); err != nil {

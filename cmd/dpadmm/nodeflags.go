@@ -116,7 +116,7 @@ func newNodeFlags(stdout io.Writer) *nodeFlags {
 func (f *nodeFlags) defineCommon() {
 	fs := f.m
 	f.run = fs.String("run", "", "run name (required unless --run-config gives it); selects the protocol and topic names")
-	f.runConfig = fs.String("run-config", "", "a run configuration file (JSON or YAML: the run's announced configuration, every key that enters the config hash); it sets every run parameter that no flag on the command line sets (flags win, and a difference is reported)")
+	f.runConfig = fs.String("run-config", "", "a run configuration file (JSON, YAML, or TOML when named *.toml: the run's announced configuration, every key that enters the config hash); it sets every run parameter that no flag on the command line sets (flags win, and a difference is reported)")
 	fs.StringVar(f.runConfig, "config", "", "the same as --run-config")
 	f.datadir = fs.String("datadir", "", "data directory: identity, ledger, checkpoints, model.json (required)")
 	f.logFormat = fs.String("log-format", "text", "log format: text|json")

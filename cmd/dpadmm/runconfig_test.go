@@ -103,6 +103,27 @@ func TestRunConfigRoundTrip(t *testing.T) {
 	if d := got4.RunConfig().Diff(jsonRC); len(d) > 0 {
 		t.Errorf("YAML and JSON files differ in effect: %v", d)
 	}
+	// The same in TOML (a file named *.toml), and a malformed TOML file is refused with
+	// the file named.
+	tml := filepath.Join(dir, "w4.toml")
+	if err := os.WriteFile(tml, []byte("run = \"w4\"\nalgo = \"walk\"\ndims = 3\nloss = \"logistic\"\nl1 = 0\nl2 = 0.001\ngamma = 100\nlambda = 0.5\n"+
+		"clip = 0.1\nsigma = 1\nmax_updates = 100\nhops = 1000\nnoise = \"gaussian\"\nstep = \"sgd\"\nstep_size = 0.25\nsample_rate = 0.75\nmax_rows = 40\nclasses = [\"-1\", \"1\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got5, warns, err := nodeConfigFrom(t, append([]string{"--config", tml}, common...)...)
+	if err != nil || len(warns) > 0 {
+		t.Fatalf("TOML --config: %v %v", err, warns)
+	}
+	if d := got5.RunConfig().Diff(jsonRC); len(d) > 0 {
+		t.Errorf("TOML and JSON files differ in effect: %v", d)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("run = \"w4\"\ngamma = = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.ReadRunConfig(bad); err == nil || !strings.Contains(err.Error(), "bad.toml (TOML)") {
+		t.Errorf("malformed TOML: %v", err)
+	}
 	// A penalty table travels in the file.
 	tab := node.RunConfig{Run: "g3", Algorithm: "mradmm", Dims: 3, Loss: consensus.Logistic.String(), Graph: "ring", Iters: 3,
 		Alpha: "2", PaperC: 1, Noise: "objective-perturbation", EtaTable: [][]float64{{0.5}, {0.7}}, Classes: []string{"-1", "1"}}
