@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/rs/zerolog"
 )
 
 // TestEpsilonCeiling: once the membership is known and before any update, a node whose
@@ -17,12 +18,15 @@ import (
 // the error, and writes no ledger entry; without a cap a ceiling refuses too; a figure
 // below the ceiling runs.
 func TestEpsilonCeiling(t *testing.T) {
+	var logs syncBuffer
 	run := func(t *testing.T, maxUpd int, ceiling float64) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		sh := shards(t, 1)
 		c := baseConfig("ceiling", sh[0], 8)
 		c.DataDir, c.MaxUpdates, c.MaxEpsilon = t.TempDir(), maxUpd, ceiling
+		logs = syncBuffer{}
+		c.Logger = zerolog.New(&logs)
 		id, _ := store.DataDirPeerID(c.DataDir)
 		c.Members, c.Weight = []peer.ID{id}, 1
 		nd, err := New(ctx, c)
@@ -48,5 +52,14 @@ func TestEpsilonCeiling(t *testing.T) {
 	}
 	if err := run(t, 8, 0); err != nil {
 		t.Errorf("no ceiling: %v", err)
+	}
+	// The figure is logged with its unit before any update.
+	if s := logs.String(); !strings.Contains(s, "local privacy figure at the cap") || !strings.Contains(s, "per record, by the node-level clip") {
+		t.Errorf("no figure line in the log: %s", s)
+	}
+	// The verdict's reasons are logged as warnings, as 'dpadmm testnet' prints them (one
+	// member: no pairwise figure).
+	if s := logs.String(); !strings.Contains(s, "will not hold for this run: n = 1") {
+		t.Errorf("no warning from the verdict in the log: %s", s)
 	}
 }
