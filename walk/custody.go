@@ -33,6 +33,10 @@ import (
 //     EpochWindow(n) above the highest epoch seen here is refused (RefuseEpoch), and the
 //     EpochStrikes-th such refusal of one sender evicts it: nothing of it is accepted for
 //     the rest of the run (RefuseEvicted, event CustodyEvicted);
+//   - no rewinds: a token that opens a new lineage more than Depth + RewindSlack hops
+//     behind the highest token seen here, while the walk is active here, is refused
+//     (RefuseRewind, a strike): a member cannot send the walk back to an old hop under a
+//     new epoch (docs/fault-tolerance.md: the bound);
 //   - one update per evidence: a token whose sender shows (CustodyMsg.Shown) a hand-off
 //     on which this node already took another token is refused with a stale ack
 //     (RefuseEvidence, EvidenceUse), after the epoch bounds and the fence;
@@ -226,10 +230,21 @@ const (
 	// a member re-sending under new epochs to burn the node's updates would make. The ack
 	// is Stale: the sender drops its backup.
 	RefuseEvidence
+	// RefuseRewind: the token opens a new lineage (an epoch above every epoch seen here)
+	// far behind the walk (more than Depth + RewindSlack hops below the highest token this
+	// node accepted or released) while the walk is active here: not a regeneration (a
+	// backup is at most Depth acked hand-offs behind) nor the slow fallback (which fires
+	// only after the walk fell silent). It counts as a strike, as an epoch jump does. The
+	// ack is Stale.
+	RefuseRewind
 )
 
+// RewindSlack is the margin, beyond Depth, by which a new lineage may start behind the
+// highest token a node has seen (hand-offs in flight when a regeneration starts).
+const RewindSlack = 4
+
 var refusalNames = [...]string{RefuseNone: "none", RefuseBusy: "busy", RefuseEpoch: "epoch", RefuseEvicted: "evicted",
-	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence"}
+	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence", RefuseRewind: "rewind"}
 
 func (r CustodyRefusal) String() string {
 	if int(r) < len(refusalNames) {
@@ -565,6 +580,19 @@ func (c *Custody) Accepts(epoch, hop, digest uint64) bool {
 
 func (c *Custody) accepts(m tokenMark) bool { return m.epoch >= c.epoch && m.cmp(c.seen) > 0 }
 
+// rewinds reports whether t opens a new lineage far behind the walk while the walk is
+// active here (RefuseRewind): its epoch is above every epoch seen here, its hop more than
+// Depth + RewindSlack below the highest token accepted or released here, and this node
+// has seen token, ack or release activity within half the fallback timeout (without a
+// fallback, always: no legitimate lineage then starts behind a regeneration's backup).
+func (c *Custody) rewinds(t *Token) bool {
+	if t.Epoch <= c.epoch || !c.seen.set || t.Hop+uint64(c.cfg.Depth)+RewindSlack >= c.seen.hop {
+		return false
+	}
+	fb := c.FallbackTimeout()
+	return fb <= 0 || c.now-c.fb.active < fb/2
+}
+
 // epochRefused reports whether epoch e is out of bounds here.
 func (c *Custody) epochRefused(e uint64) bool {
 	return e > MaxEpoch || e > c.epoch+EpochWindow(c.wc.Nodes)
@@ -797,6 +825,12 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		if c.epochRefused(t.Epoch) {
 			c.strike(from)
 			c.refuse(from, &t, RefuseEpoch)
+			return nil
+		}
+		if c.rewinds(&t) {
+			c.strike(from)
+			c.events = append(c.events, CustodyEvent{Kind: CustodyRefused, Epoch: t.Epoch, Hop: t.Hop, Peer: from, Refusal: RefuseRewind})
+			c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Stale: true, Refused: RefuseRewind})
 			return nil
 		}
 	}

@@ -441,7 +441,7 @@ func TestCustodyMergeIsDeterministic(t *testing.T) {
 	}
 	cases := [][]Token{
 		{mk(2, 10, 0.1), mk(2, 40, 0.2)},               // higher hop wins
-		{mk(1, 50, 0.1), mk(2, 3, 0.2)},                // higher epoch wins over any hop
+		{mk(1, 14, 0.1), mk(2, 10, 0.2)},               // higher epoch wins over a hop within Depth + RewindSlack
 		{mk(3, 10, 0.1), mk(3, 40, 0.2), mk(3, 9, -1)}, // three copies
 	}
 	for ci, toks := range cases {
@@ -917,5 +917,83 @@ func TestCustodyTickToEqualsTicks(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a.nodes[0].Snapshot(), b.nodes[0].Snapshot()) {
 		t.Fatal("states differ")
+	}
+}
+
+// TestCustodyRefusesRewinds: a token that opens a new lineage far behind the walk (more
+// than Depth + RewindSlack hops below the highest token seen) is refused as a rewind with
+// a stale ack while the walk is active here, and the EpochStrikes-th such token evicts
+// its sender; a regeneration (a new epoch within the slack) goes on; once the walk has
+// been silent for half the fallback timeout, a far-behind lineage (the slow fallback's)
+// is accepted.
+func TestCustodyRefusesRewinds(t *testing.T) {
+	mk := func(epoch, hop uint64) Token {
+		tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+		tk.Epoch, tk.Hop = epoch, hop
+		return tk
+	}
+	cc := testCustodyConfig()
+	cc.FallbackTimeout = 100
+	w := newCustodyNet(t, 4, cc)
+	send := func(from int, tk Token) {
+		w.deliver(CustodyMsg{Kind: CustodyToken, From: from, To: 0, Epoch: tk.Epoch, Hop: tk.Hop, Token: cloneToken(tk)})
+		w.collect(0)
+	}
+	refusals := func() (n int) {
+		for _, e := range w.events[0] {
+			if e.Kind == CustodyRefused && e.Refusal == RefuseRewind {
+				n++
+			}
+		}
+		return n
+	}
+	taken := func(from int) (n int) {
+		for _, e := range w.events[0] {
+			if e.Kind == CustodyAccepted && e.Peer == from {
+				n++
+			}
+		}
+		return n
+	}
+	send(1, mk(0, 60))
+	w.wire = nil // the node's own onward hand-offs are lost: it has released hops 61.. itself
+	if taken(1) != 1 {
+		t.Fatal("the first token was not taken")
+	}
+	// A member sends the walk back to hop 20 under a new epoch: refused, stale ack.
+	send(2, mk(1, 20))
+	if refusals() != 1 || w.nodes[0].Epoch() != 0 || taken(2) != 0 {
+		t.Fatalf("rewind: %d refusals, epoch %d, taken %d", refusals(), w.nodes[0].Epoch(), taken(2))
+	}
+	var stale bool
+	for _, m := range w.wire {
+		stale = stale || (m.Kind == CustodyAck && m.To == 2 && m.Stale && m.Refused == RefuseRewind)
+	}
+	if !stale {
+		t.Fatal("no stale rewind ack to the sender")
+	}
+	// Twice more: the sender is evicted; nothing of it is taken afterwards.
+	send(2, mk(2, 21))
+	send(2, mk(3, 22))
+	if !w.nodes[0].Evicted(2) || w.count(0, CustodyEvicted) != 1 {
+		t.Fatalf("not evicted after %d rewinds", refusals())
+	}
+	// A regeneration by another member, a new epoch within Depth + RewindSlack of the
+	// highest token seen: taken.
+	hi := w.nodes[0].seen.hop // the highest token accepted or released here
+	send(3, mk(1, hi-uint64(cc.Depth)-RewindSlack))
+	if w.nodes[0].Epoch() != 1 || taken(3) != 1 {
+		t.Fatalf("regeneration: epoch %d, taken %d", w.nodes[0].Epoch(), taken(3))
+	}
+	// After half the fallback timeout of silence, a lineage far behind (a fallback's) is
+	// taken.
+	for k := 0; k < int(cc.FallbackTimeout)/2+1; k++ {
+		w.nodes[0].Tick()
+	}
+	w.collect(0)
+	w.wire = nil
+	send(1, mk(5, 5))
+	if w.nodes[0].Epoch() < 5 || taken(1) != 2 {
+		t.Fatalf("fallback lineage after silence: epoch %d, taken %d", w.nodes[0].Epoch(), taken(1))
 	}
 }
