@@ -73,6 +73,16 @@ type Custody struct {
 	now     int64
 	down    []bool
 	strikes []int
+	// maxHop is the highest hop of any token accepted or released here, in any epoch: the
+	// reference of the rewind rule, which chained lineages cannot move back. raises counts
+	// each member's accepted epoch raises (new lineages), downs the members reported down
+	// (RewindRule: a member's raises beyond LineageAllowance + downs are unjustified).
+	maxHop uint64
+	raises []int
+	downs  int
+	// taken is the tick at which this node last took a token (the walk is active here
+	// while it takes tokens; acks and refused hand-offs do not count).
+	taken   int64
 	seen    tokenMark   // highest token accepted or released here (the fence)
 	epoch   uint64      // highest epoch accepted or created here (regeneration, fallback)
 	recent  []tokenMark // tokens accepted lately (oldest first), to ack retransmissions
@@ -242,6 +252,10 @@ const (
 // RewindSlack is the margin, beyond Depth, by which a new lineage may start behind the
 // highest token a node has seen (hand-offs in flight when a regeneration starts).
 const RewindSlack = 4
+
+// LineageAllowance is how many new lineages (epoch raises) a member may open at a node
+// while the walk is active there, beyond one per member reported down.
+const LineageAllowance = 2
 
 var refusalNames = [...]string{RefuseNone: "none", RefuseBusy: "busy", RefuseEpoch: "epoch", RefuseEvicted: "evicted",
 	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence", RefuseRewind: "rewind"}
@@ -499,7 +513,8 @@ func NewCustody(wc Config, loss *consensus.LocalLoss, dim int, cc CustodyConfig)
 	if err != nil {
 		return nil, err
 	}
-	c := &Custody{cfg: cc, wc: wc, m: m, dim: dim, down: make([]bool, wc.Nodes), strikes: make([]int, wc.Nodes), names: wc.Names}
+	c := &Custody{cfg: cc, wc: wc, m: m, dim: dim, down: make([]bool, wc.Nodes), strikes: make([]int, wc.Nodes), names: wc.Names,
+		raises: make([]int, wc.Nodes)}
 	return c, nil
 }
 
@@ -580,17 +595,24 @@ func (c *Custody) Accepts(epoch, hop, digest uint64) bool {
 
 func (c *Custody) accepts(m tokenMark) bool { return m.epoch >= c.epoch && m.cmp(c.seen) > 0 }
 
-// rewinds reports whether t opens a new lineage far behind the walk while the walk is
-// active here (RefuseRewind): its epoch is above every epoch seen here, its hop more than
-// Depth + RewindSlack below the highest token accepted or released here, and this node
-// has seen token, ack or release activity within half the fallback timeout (without a
-// fallback, always: no legitimate lineage then starts behind a regeneration's backup).
-func (c *Custody) rewinds(t *Token) bool {
-	if t.Epoch <= c.epoch || !c.seen.set || t.Hop+uint64(c.cfg.Depth)+RewindSlack >= c.seen.hop {
+// rewinds reports whether t, from member `from`, opens a new lineage (an epoch above every
+// epoch seen here) that the walk's own recovery cannot explain while the walk is active
+// here (a token taken within half the fallback timeout; without a fallback, always): its hop is more than Depth + RewindSlack below the highest hop
+// accepted or released here in any epoch (a regeneration re-releases a backup at most
+// Depth acked hand-offs behind), or the sender already opened LineageAllowance lineages
+// here plus one per member reported down (a regeneration follows a crash). After half the
+// fallback timeout without taking a token every lineage passes: the slow fallback's is
+// legitimate.
+func (c *Custody) rewinds(t *Token, from int) bool {
+	if t.Epoch <= c.epoch {
 		return false
 	}
-	fb := c.FallbackTimeout()
-	return fb <= 0 || c.now-c.fb.active < fb/2
+	if fb := c.FallbackTimeout(); fb > 0 && c.now-c.taken >= fb/2 {
+		return false
+	}
+	far := t.Hop+uint64(c.cfg.Depth)+RewindSlack < c.maxHop
+	unjustified := from >= 0 && from < len(c.raises) && c.raises[from] >= LineageAllowance+c.downs
+	return far || unjustified
 }
 
 // epochRefused reports whether epoch e is out of bounds here.
@@ -602,6 +624,7 @@ func (c *Custody) raise(m tokenMark) {
 	if m.cmp(c.seen) > 0 {
 		c.seen = m
 	}
+	c.maxHop = max(c.maxHop, m.hop)
 }
 
 func (c *Custody) addRecent(m tokenMark) {
@@ -827,7 +850,7 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 			c.refuse(from, &t, RefuseEpoch)
 			return nil
 		}
-		if c.rewinds(&t) {
+		if c.rewinds(&t, from) {
 			c.strike(from)
 			c.events = append(c.events, CustodyEvent{Kind: CustodyRefused, Epoch: t.Epoch, Hop: t.Hop, Peer: from, Refusal: RefuseRewind})
 			c.send(CustodyMsg{Kind: CustodyAck, To: from, Epoch: t.Epoch, Hop: t.Hop, Stale: true, Refused: RefuseRewind})
@@ -862,6 +885,7 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		return nil
 	}
 	c.touch()
+	c.taken = c.now
 	if from >= 0 {
 		c.observe(t.Epoch, t.Hop)
 	}
@@ -871,6 +895,9 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 	if t.Epoch > c.epoch {
 		c.epoch = t.Epoch
 		c.dropBelow(t.Epoch)
+		if from >= 0 && from < len(c.raises) {
+			c.raises[from]++
+		}
 	}
 	c.raise(in)
 	c.addRecent(in)
@@ -1208,6 +1235,7 @@ func (c *Custody) PeerDown(j int) {
 		return
 	}
 	c.down[j] = true
+	c.downs++
 	if c.quiet() {
 		return
 	}

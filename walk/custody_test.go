@@ -985,15 +985,45 @@ func TestCustodyRefusesRewinds(t *testing.T) {
 	if w.nodes[0].Epoch() != 1 || taken(3) != 1 {
 		t.Fatalf("regeneration: epoch %d, taken %d", w.nodes[0].Epoch(), taken(3))
 	}
-	// After half the fallback timeout of silence, a lineage far behind (a fallback's) is
+	// Chained lineages cannot walk the node back: the reference is the highest hop seen in
+	// any epoch, so a second new lineage just inside the slack of the first is far behind
+	// the walk.
+	send(1, mk(2, hi-uint64(cc.Depth)-RewindSlack-3))
+	if taken(1) != 1 || refusals() != 4 {
+		t.Fatalf("chained rewind: taken %d, refusals %d", taken(1), refusals())
+	}
+	// A member may open LineageAllowance lineages here, plus one per member reported down:
+	// member 3 opened one; its second passes, its third is refused until a member is
+	// reported down.
+	hi = w.nodes[0].maxHop
+	near := func(e uint64) Token { return mk(e, hi-uint64(cc.Depth)-RewindSlack) }
+	send(3, near(w.nodes[0].Epoch()+1))
+	if taken(3) != 2 {
+		t.Fatalf("second lineage of member 3: taken %d", taken(3))
+	}
+	w.wire = nil
+	hi = w.nodes[0].maxHop
+	send(3, near(w.nodes[0].Epoch()+1))
+	if taken(3) != 2 || refusals() != 5 {
+		t.Fatalf("third lineage of member 3: taken %d, refusals %d", taken(3), refusals())
+	}
+	w.nodes[0].PeerDown(1)
+	w.collect(0)
+	w.wire = nil
+	hi = w.nodes[0].maxHop
+	send(3, near(w.nodes[0].Epoch()+1))
+	if taken(3) != 3 {
+		t.Fatalf("after a member went down: taken %d", taken(3))
+	}
+	// After half the fallback timeout without taking a token, a lineage far behind (a fallback's) is
 	// taken.
 	for k := 0; k < int(cc.FallbackTimeout)/2+1; k++ {
 		w.nodes[0].Tick()
 	}
 	w.collect(0)
 	w.wire = nil
-	send(1, mk(5, 5))
-	if w.nodes[0].Epoch() < 5 || taken(1) != 2 {
+	send(1, mk(w.nodes[0].Epoch()+1, 5))
+	if taken(1) != 2 {
 		t.Fatalf("fallback lineage after silence: epoch %d, taken %d", w.nodes[0].Epoch(), taken(1))
 	}
 }
