@@ -511,7 +511,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.noteRefusal(e, peer(e.Peer))
 		case walk.CustodyEvicted:
 			n.ownAnomalies.Add(1)
-			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs; nothing of it is accepted for the rest of the run")
+			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs or rewound the walk; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
 		case walk.CustodyResent:
 			n.ownResends.Add(1)
@@ -570,6 +570,12 @@ func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
 		n.metrics.rejected.WithLabelValues("evidence-reused").Inc()
 		n.limitedLog(zerolog.WarnLevel, "evidence").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 			Msg("hand-off refused: its evidence was already used for another token here (no update is spent twice on one hand-off)")
+	case walk.RefuseRewind:
+		// A new lineage far behind the walk, or beyond the sender's allowance of new
+		// lineages, while the walk is active here: refused as stale, a strike.
+		n.metrics.rejected.WithLabelValues("rewind").Inc()
+		n.limitedLog(zerolog.WarnLevel, "rewind").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			Msg("hand-off refused: it would rewind the walk (a new epoch far behind the highest hop seen here, or too many new lineages from this member, while the walk is active); the third such hand-off evicts the member")
 	case walk.RefuseBusy:
 		// Not a fault of the sender: it keeps the token and tries again (debug level).
 		n.limitedLog(zerolog.DebugLevel, "busy").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,5 +178,96 @@ func TestStreamLimitsAndTruncation(t *testing.T) {
 	}
 	if refused < streamsPerPeer || refused >= 3*streamsPerPeer {
 		t.Fatalf("%d of %d streams refused, want the ones above the limit of %d", refused, 3*streamsPerPeer, streamsPerPeer)
+	}
+}
+
+// TestRewindRefused: a member that hands the victim a token under a new epoch far behind
+// the walk (a real signed hand-off, with evidence of a hop it was handed) is answered
+// stale and named in the log while the walk is active at the victim; its third rewind
+// evicts it, and a token of the live lineage is still taken.
+func TestRewindRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dir := t.TempDir()
+	vid, err := store.DataDirPeerID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atk, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	honest, err := libp2p.New(libp2p.ListenAddrStrings(loopback...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer honest.Close()
+	var logs syncBuffer
+	c := baseConfig("rewind", sh[0], 1000)
+	c.DataDir, c.Members, c.Holder, c.Weight = dir, []peer.ID{vid, atk.ID(), honest.ID()}, 1, 1
+	c.Logger = zerolog.New(&logs)
+	c.FallbackTimeout = time.Hour // the walk counts as active at the victim throughout
+	v, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for _, h := range []host.Host{atk, honest} {
+		if err := h.Connect(ctx, peer.AddrInfo{ID: v.ID(), Addrs: v.Host.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go v.Run(ctx)
+	dim := sh[0].Cols
+	// sender h hands the victim (epoch, hop), showing the hand-off of hop-1 it received
+	// from the other test host.
+	frame := func(h, from host.Host, idx int, epoch, hop uint64) []byte {
+		tok := walk.NewToken("rewind", 0, dim, consensus.Regularizer{}, 1)
+		tok.Epoch, tok.Hop = epoch, hop
+		prev := walk.NewToken("rewind", 0, dim, consensus.Regularizer{}, 1)
+		prev.Epoch, prev.Hop = 0, hop-1
+		return signedFrame(t, h, v.ID(), tok, evidenceOf(t, from, idx, prev, h.ID()))
+	}
+	send := func(h host.Host, b []byte) byte {
+		t.Helper()
+		s, err := h.NewStream(ctx, v.ID(), WalkProtocol("rewind"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s.SetDeadline(time.Now().Add(10 * time.Second))
+		for {
+			wire.WriteFrame(s, b)
+			var ack [1]byte
+			if _, err := s.Read(ack[:]); err != nil {
+				t.Fatal(err)
+			}
+			if ack[0] != AckBusy {
+				return ack[0]
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The live lineage reaches the victim at hop 40.
+	if code := send(honest, frame(honest, atk, 1, 0, 40)); code != AckOK {
+		t.Fatalf("honest token at hop 40: ack %d, want ok", code)
+	}
+	// The attacker sends the walk back to hops 5, 6, 7 under new epochs.
+	for k := uint64(0); k < 3; k++ {
+		if code := send(atk, frame(atk, honest, 2, 1+k, 5+k)); code != AckStale {
+			t.Fatalf("rewind %d: ack %d, want stale", k, code)
+		}
+	}
+	if v.Rejected("rewind") != 3 || v.Rejected("evicted") != 1 {
+		t.Fatalf("rejected{rewind} %v, rejected{evicted} %v", v.Rejected("rewind"), v.Rejected("evicted"))
+	}
+	if s := logs.String(); !strings.Contains(s, "would rewind the walk") || !strings.Contains(s, shortID(atk.ID())) {
+		t.Errorf("the log does not name the rewinding member: %s", s)
+	}
+	// The live lineage goes on at the victim.
+	if code := send(honest, frame(honest, atk, 1, 0, 60)); code != AckOK {
+		t.Fatalf("honest token at hop 60 after the rewinds: ack %d, want ok", code)
 	}
 }
