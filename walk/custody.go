@@ -80,8 +80,10 @@ type Custody struct {
 	maxHop uint64
 	raises []int
 	downs  int
-	// taken is the tick at which this node last took a token (the walk is active here
-	// while it takes tokens; acks and refused hand-offs do not count).
+	// taken is the tick at which this node last took a token from another member (the
+	// walk is active here while other members hand it tokens; its own hand-offs to itself,
+	// acks and refused hand-offs do not count: a node stuck with an undeliverable token
+	// and handing it to itself must still take a recovering member's lineage).
 	taken   int64
 	seen    tokenMark   // highest token accepted or released here (the fence)
 	epoch   uint64      // highest epoch accepted or created here (regeneration, fallback)
@@ -885,8 +887,8 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		return nil
 	}
 	c.touch()
-	c.taken = c.now
 	if from >= 0 {
+		c.taken = c.now
 		c.observe(t.Epoch, t.Hop)
 	}
 	if shown != nil {
