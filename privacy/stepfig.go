@@ -204,3 +204,20 @@ func (info StepRealised) Cap(eps, loc float64) (float64, bool) {
 	}
 	return eps, false
 }
+
+// CalibrateLocal returns the smallest sigma whose local figure (StepLocalBound: the
+// guarantee every output reports as the one that always holds) over k noisy updates of r's
+// step is at most target at delta, with that figure: the one --target-epsilon calibration
+// of the commands and the scorecard.
+func CalibrateLocal(r WalkRun, k int, target, delta float64) (float64, Bound, error) {
+	sigma, err := CalibrateFigure(target, func(s float64) float64 {
+		q := r
+		q.Sigma = s
+		return StepLocalBound(q, k, delta).Epsilon
+	})
+	if err != nil {
+		return 0, Bound{}, err
+	}
+	r.Sigma = sigma
+	return sigma, StepLocalBound(r, k, delta), nil
+}

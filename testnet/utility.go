@@ -209,14 +209,8 @@ func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *Uti
 	}
 	opt.Hops = uint64(row.Nodes * opt.MaxUpdates)
 	opt.Unit = privacy.UnitRecord
-	cfg := walk.Config{Gamma: opt.Gamma, Step: opt.Step, Unit: opt.Unit, RowBound: opt.rowBound()}
-	r := privacy.WalkRun{Clip: opt.Clip, Unit: opt.Unit, Step: opt.Step.Kind.Name(), Rate: opt.Step.Rate,
-		RecordClip: walk.PlanRecordClip(cfg, d.Problem.Loss, row.Nodes, d.Train.Rows)}
-	sigma, err := privacy.CalibrateFigure(row.Target, func(s float64) float64 {
-		q := r
-		q.Sigma = s
-		return privacy.StepLocalBound(q, opt.MaxUpdates, o.Delta).Epsilon
-	})
+	r := walk.PlanRun(opt.walkBase(), d.Problem.Loss, row.Nodes, d.Train.Rows)
+	sigma, _, err := privacy.CalibrateLocal(r, opt.MaxUpdates, row.Target, o.Delta)
 	if err != nil {
 		return err
 	}

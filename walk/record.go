@@ -90,3 +90,16 @@ func checkUnit(cfg Config, l *consensus.LocalLoss) error {
 	}
 	return nil
 }
+
+// PlanRun is the privacy.WalkRun a walk plans its figures with before it runs: the step,
+// clip and unit of cfg (Step, Clip, Unit, Gamma, RowBound), and the record radius
+// (PlanRecordClip) of `nodes` members holding totalRows rows in all (totalRows 0: no radius
+// is known and the clip bounds the record). Every calibration (the commands, the
+// scorecard) starts from it.
+func PlanRun(cfg Config, loss consensus.Loss, nodes, totalRows int) privacy.WalkRun {
+	r := privacy.WalkRun{Clip: cfg.Clip, Step: cfg.Step.Kind.Name(), Rate: cfg.Step.Rate, Unit: cfg.Unit, RecordClip: math.Inf(1)}
+	if totalRows > 0 && nodes > 0 {
+		r.RecordClip = PlanRecordClip(cfg, loss, nodes, totalRows)
+	}
+	return r
+}

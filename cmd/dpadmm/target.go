@@ -6,7 +6,6 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -48,17 +47,9 @@ func checkTarget(step walk.StepParams, maxUpd int, target float64) error {
 	return nil
 }
 
-// planWalkRun is the privacy.WalkRun a walk plans its figures with before it runs: the
-// step, clip and unit, and the record radius (walk.PlanRecordClip) of nodes members
-// holding totalRows rows in all (one row weighs nodes/totalRows; totalRows 0: no record
-// radius is known and the clip bounds the record).
+// planWalkRun is walk.PlanRun with the command's values.
 func planWalkRun(step walk.StepParams, gamma, clip float64, unit privacy.Unit, rowBound float64, loss consensus.Loss, nodes, totalRows int) privacy.WalkRun {
-	r := privacy.WalkRun{Clip: clip, Step: step.Kind.Name(), Rate: step.Rate, Unit: unit, RecordClip: math.Inf(1)}
-	if totalRows > 0 && nodes > 0 {
-		cfg := walk.Config{Gamma: gamma, Step: step, Unit: unit, RowBound: rowBound}
-		r.RecordClip = walk.PlanRecordClip(cfg, loss, nodes, totalRows)
-	}
-	return r
+	return walk.PlanRun(walk.Config{Gamma: gamma, Clip: clip, Step: step, Unit: unit, RowBound: rowBound}, loss, nodes, totalRows)
 }
 
 // calibrateSigma returns the smallest sigma whose local figure (privacy.StepLocalBound, the
@@ -68,17 +59,11 @@ func calibrateSigma(r privacy.WalkRun, step walk.StepParams, maxUpd int, target,
 	if err := checkTarget(step, maxUpd, target); err != nil {
 		return 0, privacy.Bound{}, err
 	}
-	figure := func(s float64) float64 {
-		q := r
-		q.Sigma = s
-		return privacy.StepLocalBound(q, maxUpd, delta).Epsilon
-	}
-	sigma, err := testnet.CalibrateFigure(target, figure)
+	sigma, b, err := privacy.CalibrateLocal(r, maxUpd, target, delta)
 	if err != nil {
 		return 0, privacy.Bound{}, fmt.Errorf("--target-epsilon %v: %v", target, err)
 	}
-	r.Sigma = sigma
-	return sigma, privacy.StepLocalBound(r, maxUpd, delta), nil
+	return sigma, b, nil
 }
 
 // targetLine is the line that reports a calibration.
