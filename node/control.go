@@ -45,6 +45,9 @@ type ctlMsg struct {
 	// K (handoffsig.go). By names the releaser when it is not the publisher.
 	Cert *FinalCert `json:"cert,omitempty"`
 	By   string     `json:"by,omitempty"`
+	// RowCap (announce) is the most rows the starter admits per member when the run
+	// has no row bound of its own (openRowCap); 0: the run's max_rows or none.
+	RowCap int `json:"row_cap,omitempty"`
 }
 
 type (
@@ -110,7 +113,11 @@ func (n *Node) runStarter(ctx context.Context) error {
 	order := []peer.ID{n.ID()}
 	rows := map[peer.ID]int{n.ID(): n.cfg.Data.Rows}
 	rc := n.rc
-	announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc}
+	announce := ctlMsg{Type: "announce", Run: n.cfg.Run, Hash: n.hash, Config: &rc, RowCap: n.openRowCap()}
+	if c := announce.RowCap; c > 0 {
+		n.log.Warn().Int("row_cap", c).Msgf("no --max-rows and no allow-list: members may claim at most %d rows each (%d times this node's); "+
+			"a larger claim is refused at join (set --max-rows to choose the bound)", c, OpenRowFactor)
+	}
 	n.publish(ctx, announce)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -233,6 +240,11 @@ func (n *Node) runJoiner(ctx context.Context) error {
 				n.metrics.control.WithLabelValues("unpinned starter").Inc()
 				n.log.Warn().Str("from", shortID(a.from)).Str("starter", shortID(p)).Msg("run announcement from a peer other than the pinned starter: ignored")
 				continue
+			}
+			if c := a.m.RowCap; c > 0 && n.cfg.Data != nil && n.cfg.Data.Rows > c {
+				return fmt.Errorf("%w: this node has %d rows and the run's starter admits at most %d per member "+
+					"(a run without --max-rows or an allow-list admits %d times the starter's rows); "+
+					"ask the starter to set --max-rows %d or more, or use a subset of the rows", ErrRowCap, n.cfg.Data.Rows, c, OpenRowFactor, n.cfg.Data.Rows)
 			}
 			starters[a.from] = true
 			n.join.update(func(js *JoinStatus) { js.Announced = true })
@@ -774,9 +786,13 @@ func (n *Node) pinnedStarter() peer.ID {
 }
 
 // rowBound is the most rows p may claim: the smaller of the allow-list's max_rows and
-// Config.MaxRows (0: no bound), or -1 when the allow-list does not list p.
+// Config.MaxRows (the open run's default, openRowCap, when neither bounds it; 0: no
+// bound), or -1 when the allow-list does not list p.
 func (n *Node) rowBound(p peer.ID) int {
 	b := n.cfg.MaxRows
+	if b == 0 {
+		b = n.openRowCap()
+	}
 	if a := n.cfg.Allow; a != nil {
 		ab := a.bound(p)
 		if ab < 0 {
@@ -875,6 +891,26 @@ func (n *Node) relayInUse(p peer.ID) bool {
 	}
 	return false
 }
+
+// OpenRowFactor bounds the rows a member may claim in a run without a bound of its own
+// (no --max-rows, no allow-list): the starter admits at most OpenRowFactor times its own
+// row count per member, so that one joiner claiming a huge count cannot shrink the honest
+// members' loss weights n*rows_i/N (and, per record, their noise) to nothing.
+const OpenRowFactor = 10
+
+// openRowCap is the per-member row bound of a starter whose run sets none (OpenRowFactor
+// times its own rows), 0 otherwise (a joiner, Config.MaxRows set, an allow-list, or a
+// static membership).
+func (n *Node) openRowCap() int {
+	c := &n.cfg
+	if !c.Start || c.MaxRows > 0 || c.Allow != nil || c.Members != nil || c.Data == nil {
+		return 0
+	}
+	return OpenRowFactor * c.Data.Rows
+}
+
+// ErrRowCap stops a joiner whose row count exceeds what the run's starter admits.
+var ErrRowCap = errors.New("node: more rows than the run admits per member")
 
 // ErrConfigMismatch stops a joiner that saw only announcements of its run with another
 // configuration (Config.MismatchWait): the error names the keys that differ.

@@ -165,6 +165,11 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 		c.Fence = &f
 	}
 	c.MaxEpoch = s.Epoch
+	// The rules' memory: the record of uses is shared with the machine, which never
+	// modifies what it returned; the counters are copied.
+	c.Used, c.MaxHop, c.Downs = s.Used, s.MaxHop, s.Downs
+	c.Raises = append(c.Raises[:0], s.Raises...)
+	c.Strikes = append(c.Strikes[:0], s.Strikes...)
 	// The store keeps copies of what it wrote, so the slices are reused.
 	c.Recent = c.Recent[:0]
 	for _, m := range s.Recent {
@@ -210,6 +215,15 @@ func (n *Node) snapshotOf(ck *store.Checkpoint) walk.CustodySnapshot {
 	for _, m := range ck.Recent {
 		s.Recent = append(s.Recent, walk.CustodyMark(m))
 	}
+	// The rules' memory (absent in checkpoints of earlier builds; counters of another
+	// membership size are not used).
+	s.Used, s.MaxHop, s.Downs = ck.Used, ck.MaxHop, max(ck.Downs, 0)
+	if len(ck.Raises) == len(n.members) {
+		s.Raises = slices.Clone(ck.Raises)
+	}
+	if len(ck.Strikes) == len(n.members) {
+		s.Strikes = slices.Clone(ck.Strikes)
+	}
 	for _, b := range ck.Backups {
 		tok, err := wire.DecodeToken(b.Token)
 		if err != nil || tok.Epoch > MaxEpoch {
@@ -251,8 +265,14 @@ func (n *Node) heldOf(raw []byte) (*walk.CustodyHeld, error) {
 		return nil, err
 	}
 	h := &walk.CustodyHeld{Token: tok, Evidence: heldEvidence(raw), Pred: -1}
-	if c, err := wire.ParseCert(h.Evidence, false); err == nil && c.Ev.Present && c.Ev.Signer != n.index && c.Ev.Signer < len(n.members) {
-		h.Pred, h.PredEpoch, h.PredHop = c.Ev.Signer, c.Ev.Epoch, c.Ev.Hop
+	if c, err := wire.ParseCert(h.Evidence, false); err == nil && c.Ev.Present && c.Ev.Signer < len(n.members) {
+		if c.Ev.Signer != n.index {
+			h.Pred, h.PredEpoch, h.PredHop = c.Ev.Signer, c.Ev.Epoch, c.Ev.Hop
+		}
+		// The evidence the token was taken on: Restore records its use again (the
+		// checkpoint of its step may not have been written).
+		ev := c.Ev
+		h.Shown = &ev
 	}
 	return h, nil
 }

@@ -57,7 +57,9 @@ func TestEpochJumpsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	go v.Run(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); v.Run(ctx) }()
+	defer func() { v.Close(); <-ran }() // the run returns before the data directory goes
 	dim := sh[0].Cols
 	// Tokens signed by their sender: the attacker is the origin (holder 1, no evidence
 	// needed for its first hops); the honest member shows the attacker's hand-off of hop 0.
@@ -139,7 +141,9 @@ func TestStreamLimitsAndTruncation(t *testing.T) {
 	if err := atk.Connect(ctx, peer.AddrInfo{ID: v.ID(), Addrs: v.Host.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	go v.Run(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); v.Run(ctx) }()
+	defer func() { v.Close(); <-ran }() // the run returns before the data directory goes
 	// A header announcing 100 bytes, then 10 bytes and the end of the stream.
 	s, err := atk.NewStream(ctx, v.ID(), WalkProtocol("limits"))
 	if err != nil {
@@ -219,7 +223,10 @@ func TestRewindRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	go v.Run(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); v.Run(ctx) }()
+	// The data directory is removed after the test: its run must have returned first.
+	defer func() { v.Close(); <-ran }()
 	dim := sh[0].Cols
 	// sender h hands the victim (epoch, hop), showing the hand-off of hop-1 it received
 	// from the other test host.

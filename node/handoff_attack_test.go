@@ -38,6 +38,8 @@ type attackRig struct {
 	dir         string
 	runErr      chan error
 	runModel    chan *Model
+	cfg         Config
+	ran         chan struct{} // closed when the victim's Run returned
 }
 
 func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
@@ -80,26 +82,46 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 	c.Logger = zerolog.Nop()
 	c.FinalWait = time.Second
 	c.Heartbeat = time.Hour // the raw hosts send no heartbeats: nobody is declared down
-	if r.v, err = New(ctx, c); err != nil {
+	r.cfg = c
+	r.startVictim(t)
+	// Before the data directory is removed: stop the victim and wait until its run has
+	// returned, so that nothing is still written into the directory.
+	t.Cleanup(func() { r.v.Close(); <-r.ran })
+	return r
+}
+
+// startVictim starts the victim node from r.cfg (its data directory) and runs it.
+func (r *attackRig) startVictim(t *testing.T) {
+	t.Helper()
+	v, err := New(r.ctx, r.cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.v.Close() })
+	r.v = v
 	for _, h := range []host.Host{r.atk, r.honest} {
-		if err := h.Connect(ctx, peer.AddrInfo{ID: r.v.ID(), Addrs: r.v.Host.Addrs()}); err != nil {
+		if err := h.Connect(r.ctx, peer.AddrInfo{ID: v.ID(), Addrs: v.Host.Addrs()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ran := make(chan struct{})
+	r.ran = ran
 	go func() {
 		defer close(ran)
-		m, err := r.v.Run(ctx)
+		m, err := v.Run(r.ctx)
 		r.runModel <- m
 		r.runErr <- err
 	}()
-	// Before the data directory is removed: stop the victim and wait until its run has
-	// returned, so that nothing is still written into the directory.
-	t.Cleanup(func() { r.v.Close(); <-ran })
-	return r
+}
+
+// restartVictim stops the victim, waits until its run has returned, and starts it again
+// from its data directory (the same identity).
+func (r *attackRig) restartVictim(t *testing.T) {
+	t.Helper()
+	r.v.Close()
+	<-r.ran
+	<-r.runModel
+	<-r.runErr
+	r.startVictim(t)
 }
 
 // token returns a token of the run at (epoch, hop) with a recognisable z.
@@ -255,6 +277,42 @@ func TestBudgetBurnRefused(t *testing.T) {
 	ev2 := evidenceOf(t, atk, 1, r.token(0, 9, 5), honest.ID())
 	if code := r.send(t, honest, signedFrame(t, honest, vid, r.token(0, 10, 2), ev2)); code != AckOK {
 		t.Fatalf("next real hand-off: ack %d, want ok", code)
+	}
+}
+
+// TestBudgetBurnAfterRestart: the record of evidences used survives a restart of the
+// victim (it is part of the checkpoint): the attacker's re-sends of the continuation of
+// one real hand-off, under new epochs after the victim restarted, are refused as reused
+// evidence and cost no update.
+func TestBudgetBurnAfterRestart(t *testing.T) {
+	r := newAttackRig(t, "burnrestart", 200)
+	atk, honest, vid := r.atk, r.honest, r.v.ID()
+	ev := evidenceOf(t, honest, 2, r.token(0, 3, 7), atk.ID())
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+		t.Fatalf("first hand-off: ack %d, want ok", code)
+	}
+	r.idle(t)
+	spent := r.v.metrics.updatesValue()
+	if spent != 1 {
+		t.Fatalf("%d updates after one hand-off", spent)
+	}
+	r.restartVictim(t)
+	for i := 0; i < 500 && r.v.metrics.updatesValue() != spent; i++ {
+		time.Sleep(10 * time.Millisecond) // the checkpoint is restored when Run starts
+	}
+	if got := r.v.metrics.updatesValue(); got != spent {
+		t.Fatalf("after the restart: %d updates, want %d", got, spent)
+	}
+	ok := 0
+	for e := uint64(1); e <= 2; e++ {
+		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == AckOK {
+			ok++
+		}
+	}
+	r.idle(t)
+	if ok != 0 || r.v.metrics.updatesValue() != spent || r.v.Rejected("evidence-reused") != 2 {
+		t.Fatalf("after the restart: %d of 2 re-sent tokens taken, updates %d -> %d, rejected{evidence-reused} %v",
+			ok, spent, r.v.metrics.updatesValue(), r.v.Rejected("evidence-reused"))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -272,5 +273,62 @@ func TestMemberVerdict(t *testing.T) {
 	}
 	if why := n.memberVerdict(a, start); why != "" {
 		t.Errorf("start from the pinned starter: %q", why)
+	}
+}
+
+// TestOpenRunCapsRows: in a run without --max-rows or an allow-list, the starter admits
+// at most OpenRowFactor times its own rows per member: a joiner claiming more stops with
+// ErrRowCap and a message that says how to proceed, and the run goes on with the others
+// (weights stay n*rows_i/N over the admitted members).
+func TestOpenRunCapsRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, _ := consensus.SyntheticLogistic(120, 4, 3, 5)
+	small, err := consensus.Split(d, 40, "iid", 5) // 3 rows each
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := consensus.Split(d, 3, "iid", 5) // 40 rows: more than 10 x 3
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []*consensus.Dataset{small[0], small[1], big[0]}
+	var logs [3]syncBuffer
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		c := baseConfig("opencap", data[i], 12)
+		c.DataDir, c.Logger = t.TempDir(), zerolog.New(&logs[i])
+		if i == 0 {
+			c.Start, c.MinPeers, c.JoinWindow = true, 2, 1500*time.Millisecond
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes[i] = nd
+	}
+	connectAll(t, ctx, nodes)
+	bigErr := make(chan error, 1)
+	go func() { _, err := nodes[2].Run(ctx); bigErr <- err }()
+	models := runAll(t, ctx, nodes[:2])
+	select {
+	case err := <-bigErr:
+		if !errors.Is(err, ErrRowCap) || !strings.Contains(err.Error(), "--max-rows 40") {
+			t.Fatalf("the over-claiming joiner: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the over-claiming joiner did not stop")
+	}
+	for i, m := range models {
+		if m.Nodes != 2 || m.Membership != "open" {
+			t.Fatalf("node %d: %d members, membership %q", i, m.Nodes, m.Membership)
+		}
+	}
+	if nodes[2].Store().Entries() != 0 {
+		t.Error("the refused joiner wrote ledger entries")
+	}
+	if !strings.Contains(logs[0].String(), "members may claim at most 30 rows each") {
+		t.Errorf("the starter does not say what it admits:\n%.3000s", logs[0].String())
 	}
 }

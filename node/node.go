@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,7 +261,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.log.Info().Str("id", h.ID().String()).Interface("addrs", h.Addrs()).Str("config_hash", n.hash).Str("membership", cfg.Membership()).Msg("node up")
 	if cfg.Membership() == "open" {
-		n.log.Warn().Msg("open run: any peer with this configuration that joins in the join window becomes a member (close it with --swarm-key, --allow, --starter, --max-rows)")
+		n.log.Warn().Msg("open run: any peer with this configuration that joins in the join window becomes a member (close it with --swarm-key, --allow, --starter, --max-rows; " +
+			"without --max-rows the starter admits at most " + strconv.Itoa(OpenRowFactor) + " times its own rows per member)")
 	}
 	return n, nil
 }

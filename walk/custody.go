@@ -345,6 +345,10 @@ type CustodyHeld struct {
 	Evidence           []byte
 	Pred               int
 	PredEpoch, PredHop uint64
+	// Shown is the evidence the token was taken on (CustodyMsg.Shown; nil: none
+	// checked): Restore records its use again, so that a restart between the ack and the
+	// snapshot of the step does not forget it.
+	Shown *Evidence
 }
 
 // CustodyFinal is the token of hop K that reached this node: Token.Z is the final model.
@@ -427,6 +431,7 @@ type held struct {
 	ev           []byte
 	pred         int
 	predE, predH uint64
+	shown        *Evidence
 }
 
 type fallbackState struct {
@@ -666,7 +671,7 @@ func (c *Custody) Ready() CustodyReady {
 	rd := CustodyReady{Ledger: c.ledger, State: c.state, Persist: c.persist, Outbox: c.outbox, Events: c.events, Final: c.final, Done: c.doneOut}
 	if c.heldOut && c.held != nil {
 		h := c.held
-		rd.Held = &CustodyHeld{Token: h.tok, Evidence: h.ev, Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
+		rd.Held = &CustodyHeld{Token: h.tok, Evidence: h.ev, Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH, Shown: h.shown}
 	}
 	return rd
 }
@@ -915,6 +920,10 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		return nil
 	}
 	c.held = &held{tok: t, ev: ev, pred: from, predE: t.Epoch, predH: t.Hop}
+	if shown != nil {
+		sh := *shown
+		c.held.shown = &sh
+	}
 	c.heldOut = true
 	return nil
 }
@@ -1440,9 +1449,8 @@ type CustodyFallbackState struct {
 }
 
 // CustodySnapshot is the whole custody state of one node: what a driver persists to
-// restart from (Restore). The walk machine's state (u_i, K_i), the random sources and the
-// record of evidences used (EvidenceUse, rebuilt from the hand-offs taken after a
-// restart) are not part of it. Tick values are those of the machine that took it; a driver that
+// restart from (Restore). The walk machine's state (u_i, K_i) and the random sources are
+// not part of it. Tick values are those of the machine that took it; a driver that
 // restarts with a new clock may set Now, the backups' Deadline and Progress and
 // Fallback.Active to 0 (a restart then retransmits its unacked releases at the first
 // Tick and waits a full fallback timeout).
@@ -1459,6 +1467,14 @@ type CustodySnapshot struct {
 	Fallback     CustodyFallbackState
 	Strikes      []int  // refused epoch jumps per member (nil: none)
 	Down         []bool // members reported down (nil: none)
+	// The rewind rule's memory: the highest hop accepted or released in any epoch, each
+	// member's new lineages taken here (nil: none) and the members reported down so far.
+	MaxHop uint64
+	Raises []int
+	Downs  int
+	// Used is the record of evidences used (EvidenceUse.Records, oldest first), shared
+	// with the machine: a restarted node takes no second token on an evidence it used.
+	Used         []EvidenceRecord
 	Seq          uint64 // ledger sequence numbers used
 	Paused, Done bool
 }
@@ -1472,7 +1488,12 @@ func (m CustodyMark) mark() tokenMark {
 }
 
 func (h *held) export() CustodyHeld {
-	return CustodyHeld{Token: cloneToken(h.tok), Evidence: cloneBytes(h.ev), Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH}
+	var sh *Evidence
+	if h.shown != nil {
+		e := *h.shown
+		sh = &e
+	}
+	return CustodyHeld{Token: cloneToken(h.tok), Evidence: cloneBytes(h.ev), Pred: h.pred, PredEpoch: h.predE, PredHop: h.predH, Shown: sh}
 }
 
 // Snapshot returns the whole custody state. The vectors of the backups' and the last
@@ -1510,6 +1531,10 @@ func (c *Custody) Snapshot() CustodySnapshot {
 	if slices.Contains(c.down, true) {
 		s.Down = slices.Clone(c.down)
 	}
+	s.MaxHop, s.Downs, s.Used = c.maxHop, c.downs, c.evUsed.Records()
+	if slices.ContainsFunc(c.raises, func(k int) bool { return k > 0 }) {
+		s.Raises = slices.Clone(c.raises)
+	}
 	return s
 }
 
@@ -1537,6 +1562,13 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 	for _, m := range s.Recent {
 		c.addRecent(m.mark())
 	}
+	c.evUsed.Load(s.Used)
+	c.maxHop, c.downs = s.MaxHop, s.Downs
+	if c.seen.set {
+		c.maxHop = max(c.maxHop, c.seen.hop)
+	}
+	clear(c.raises)
+	copy(c.raises, s.Raises)
 	c.backups = nil
 	for _, b := range s.Backups {
 		c.backups = append(c.backups, &backup{tok: cloneToken(b.Token), ev: cloneBytes(b.Evidence), to: b.To, acked: b.Acked,
@@ -1551,6 +1583,11 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 	if h := s.Held; h != nil {
 		c.held = &held{tok: cloneToken(h.Token), ev: cloneBytes(h.Evidence), pred: h.Pred, predE: h.PredEpoch, predH: h.PredHop}
 		mk := markOf(&c.held.tok)
+		if h.Shown != nil {
+			sh := *h.Shown
+			c.held.shown = &sh
+			c.evUsed.Use(sh, TokenID{Epoch: mk.epoch, Hop: mk.hop, Digest: mk.digest})
+		}
 		if mk.cmp(c.seen) > 0 {
 			// The held token is above the snapshot's fence: it was accepted after the rest
 			// of the snapshot was written (a driver that stores held tokens apart). The
@@ -1603,6 +1640,10 @@ func (c *Custody) checkSnapshot(s *CustodySnapshot) error {
 		return bad("epoch %d above %d", s.Epoch, MaxEpoch)
 	case s.Strikes != nil && len(s.Strikes) != n, s.Down != nil && len(s.Down) != n:
 		return bad("strikes or liveness for %d/%d nodes, want %d", len(s.Strikes), len(s.Down), n)
+	case s.Raises != nil && len(s.Raises) != n:
+		return bad("lineage counts for %d nodes, want %d", len(s.Raises), n)
+	case s.Downs < 0 || slices.ContainsFunc(s.Raises, func(k int) bool { return k < 0 }):
+		return bad("negative rewind counters")
 	case !(s.Fallback.HopTicks >= 0) || math.IsInf(s.Fallback.HopTicks, 0):
 		return bad("hop time %v", s.Fallback.HopTicks)
 	case s.Fallback.Sent < 0:

@@ -1027,3 +1027,79 @@ func TestCustodyRefusesRewinds(t *testing.T) {
 		t.Fatalf("fallback lineage after silence: epoch %d, taken %d", w.nodes[0].Epoch(), taken(1))
 	}
 }
+
+// TestCustodyRestoreKeepsAttackMemory: what the hostile-member rules remember survives a
+// restart from the snapshot. A node that took a token on a hand-off it was shown still
+// refuses a second token on that evidence after Restore (also when the token was only held,
+// acked before its step); the rewind rule's highest hop and each member's new lineages
+// survive too, so a restart does not reopen the rewind the node refused before.
+func TestCustodyRestoreKeepsAttackMemory(t *testing.T) {
+	mk := func(epoch, hop uint64) Token {
+		tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+		tk.Epoch, tk.Hop = epoch, hop
+		return tk
+	}
+	cc := testCustodyConfig()
+	cc.FallbackTimeout = 100
+	ev := Evidence{Present: true, Signer: 2, Epoch: 0, Hop: 59}
+	refused := func(w *custodyNet, why CustodyRefusal) (n int) {
+		for _, e := range w.events[0] {
+			if e.Kind == CustodyRefused && e.Refusal == why {
+				n++
+			}
+		}
+		return n
+	}
+	for _, heldOnly := range []bool{false, true} {
+		w := newCustodyNet(t, 4, cc)
+		sh := ev
+		if err := w.nodes[0].Step(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 0, Hop: 60, Token: mk(0, 60), Shown: &sh}); err != nil {
+			t.Fatal(err)
+		}
+		if heldOnly {
+			if rd := w.nodes[0].Ready(); rd.Held == nil || rd.Held.Shown == nil || *rd.Held.Shown != ev {
+				t.Fatalf("held token without the evidence it was taken on: %+v", rd.Held)
+			}
+		} else {
+			w.collect(0)
+			w.wire = nil
+		}
+		// member 3 opens a lineage here (its first new epoch)
+		if !heldOnly {
+			w.deliver(CustodyMsg{Kind: CustodyToken, From: 3, To: 0, Epoch: 1, Hop: 58, Token: mk(1, 58)})
+			w.collect(0)
+			w.wire = nil
+		}
+		s := restartSnapshot(w.nodes[0].Snapshot())
+		if !heldOnly && (len(s.Used) != 1 || s.MaxHop < 60 || s.Raises == nil || s.Raises[3] != 1) {
+			t.Fatalf("snapshot without the rules' memory: used %v, max hop %d, raises %v", s.Used, s.MaxHop, s.Raises)
+		}
+		fresh := newCustodyNet(t, 4, cc)
+		c := fresh.nodes[0]
+		if err := c.Restore(&Checkpoint{Node: 0, Updates: w.nodes[0].Machine().Updates(), U: w.nodes[0].Machine().U()}, s); err != nil {
+			t.Fatal(err)
+		}
+		fresh.collect(0)
+		fresh.wire = nil
+		fresh.events[0] = nil
+		// The same evidence under a new epoch (above the fence): refused as reused.
+		sh2 := ev
+		c.Step(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 5, Hop: 61, Token: mk(5, 61), Shown: &sh2})
+		fresh.collect(0)
+		if refused(fresh, RefuseEvidence) != 1 {
+			t.Fatalf("held only %v: a second token on a used evidence was not refused after the restart: %+v", heldOnly, fresh.events[0])
+		}
+		if heldOnly {
+			continue
+		}
+		// A rewind far behind the highest hop seen before the restart: refused.
+		c.Step(CustodyMsg{Kind: CustodyToken, From: 2, To: 0, Epoch: 6, Hop: 10, Token: mk(6, 10)})
+		fresh.collect(0)
+		if refused(fresh, RefuseRewind) != 1 {
+			t.Fatalf("a rewind was taken after the restart: %+v", fresh.events[0])
+		}
+		if !reflect.DeepEqual(c.Snapshot().Raises, s.Raises) {
+			t.Fatalf("lineage counts after the restart: %v, want %v", c.Snapshot().Raises, s.Raises)
+		}
+	}
+}

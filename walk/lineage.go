@@ -98,11 +98,19 @@ type TokenID struct{ Epoch, Hop, Digest uint64 }
 // EvidenceUse records which token a node took on each evidence, so that a member cannot
 // make it spend an update twice on one hand-off it received (re-sending the continuation
 // under new epochs, each above the fence). It remembers the last Max evidences (0:
-// MaxEvidenceKept), oldest forgotten first.
+// MaxEvidenceKept), oldest forgotten first. Records and Load carry it across a restart
+// (CustodySnapshot.Used): a restarted node does not take a second token on an evidence
+// it used before it stopped.
 type EvidenceUse struct {
 	Max   int
 	used  map[Evidence]TokenID
-	order []Evidence
+	order []EvidenceRecord
+}
+
+// EvidenceRecord is one use: the token ID taken on the evidence Ev.
+type EvidenceRecord struct {
+	Ev Evidence `json:"ev"`
+	ID TokenID  `json:"id"`
 }
 
 // MaxEvidenceKept is EvidenceUse's default memory: far more hand-offs than a node takes
@@ -116,21 +124,38 @@ func (u *EvidenceUse) Reused(ev Evidence, id TokenID) bool {
 	return ok && prev != id
 }
 
-// Use records that token id was taken on evidence ev.
+// Use records that token id was taken on evidence ev. A use of an evidence already
+// recorded keeps its first record (Reused refuses any other token on it).
 func (u *EvidenceUse) Use(ev Evidence, id TokenID) {
 	if u.used == nil {
 		u.used = map[Evidence]TokenID{}
+	}
+	if _, ok := u.used[ev]; ok {
+		return
 	}
 	limit := u.Max
 	if limit <= 0 {
 		limit = MaxEvidenceKept
 	}
-	if _, ok := u.used[ev]; !ok {
-		u.order = append(u.order, ev)
-		if len(u.order) > limit {
-			delete(u.used, u.order[0])
-			u.order = u.order[1:]
-		}
+	u.order = append(u.order, EvidenceRecord{Ev: ev, ID: id})
+	if len(u.order) > limit {
+		delete(u.used, u.order[0].Ev)
+		u.order = u.order[1:]
 	}
 	u.used[ev] = id
+}
+
+// Records returns the uses remembered, oldest first. The slice is shared with u, whose
+// later uses never modify its elements (they append past its end or drop from its
+// start); the caller must not modify it.
+func (u *EvidenceUse) Records() []EvidenceRecord {
+	return u.order[:len(u.order):len(u.order)]
+}
+
+// Load replaces the uses remembered with rs (oldest first; the last Max are kept).
+func (u *EvidenceUse) Load(rs []EvidenceRecord) {
+	u.used, u.order = nil, nil
+	for _, r := range rs {
+		u.Use(r.Ev, r.ID)
+	}
 }

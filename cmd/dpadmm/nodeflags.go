@@ -155,7 +155,7 @@ func (f *nodeFlags) defineNetwork(d node.Config) {
 	f.allowFile = fs.String("allow", "", "allow-list signed by the run's owner ('dpadmm keys allow'): only listed peers are admitted, with their max rows; the owner is the only accepted starter")
 	f.rvSecret = fs.String("rendezvous-secret", "", "with --bootstrap: derive the DHT rendezvous key from the run name and this secret (HMAC-SHA256), so that the public DHT does not learn the run name; every member must give the same secret")
 	f.starterID = fs.String("starter", "", "pin the starter's peer ID: announcements and start messages of any other peer are ignored")
-	f.maxRows = fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = no bound")
+	f.maxRows = fs.Int("max-rows", 0, "the most rows any member may claim (enters the config hash; weights are n*rows_i/N); 0 = none set: a starter without an allow-list then admits at most 10 times its own rows per member")
 	f.minRows = fs.Int("min-rows", 0, "the fewest rows any member may hold (enters the config hash): one row then weighs at most 1/min-rows, which lets --target-epsilon plan the per-record figure before the members are known; 0 = none")
 }
 

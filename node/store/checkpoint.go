@@ -8,19 +8,22 @@ import (
 	"slices"
 
 	"github.com/dpadmm/dpadmm/node/wire"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // ckBinary starts a checkpoint record in the binary encoding (a JSON record starts with
 // '{'). The encoding, little-endian, with uvarint lengths and counts:
 //
-//	0x02 | version uvarint | run str | node uvarint | updates uvarint |
+//	0x03 | version uvarint | run str | node uvarint | updates uvarint |
 //	u: 0, n, n float64 | or 1 (the u of the previous record) |
 //	epoch u64 | hop u64 | hop_source bytes | noise_source bytes |
 //	fence: 0, or 1 and epoch u64 hop u64 digest u64 | max_epoch u64 |
 //	recent: keep, n, n marks |
 //	backups: n, each 0 and tok | to str | pred str | pred_epoch u64 | pred_hop u64 |
 //	  acked u8 | dist uvarint, or 1 and k (the k-th backup of the previous record) |
-//	out tok | out_to str | ledger_seq u64 | ledger_hash u64
+//	out tok | out_to str | ledger_seq u64 | ledger_hash u64 |
+//	max_hop u64 | downs uvarint | raises ints | strikes ints |
+//	used: keep uvarint, n uvarint, n uses
 //
 // where str and bytes are a uvarint length and the bytes. tok is 0 and bytes (a literal
 // token) or 1 and k: the k-th token of the table made of the previous record's tokens
@@ -29,8 +32,20 @@ import (
 // marks of the previous record's recent followed by n marks. A backup or a token is thus
 // written once and referred to while it stays in custody unchanged, and a record's size
 // does not grow with the number of backups held; the first record of a journal has no
-// previous record (nor references).
-const ckBinary = 0x02
+// previous record (nor references). Records of earlier builds start with 0x02 and end
+// at ledger_hash, without the hostile-member rules' memory that follows it; ints is a uvarint count and that many
+// uvarints; used is the first keep uses of the previous record's that remain (its last
+// keep) followed by n uses, each present u8 | signer uvarint | epoch u64 | hop u64 |
+// token epoch u64 | token hop u64 | token digest u64.
+const ckBinary = 0x03
+
+// ckBinaryV2 starts a binary record of earlier builds (without the rules' memory).
+const ckBinaryV2 = 0x02
+
+// isBinaryCheckpoint reports whether b is a record of a binary encoding.
+func isBinaryCheckpoint(b []byte) bool {
+	return len(b) > 0 && (b[0] == ckBinary || b[0] == ckBinaryV2)
+}
 
 // ckTable holds what a checkpoint record may refer to in the previous one: its tokens
 // (out, then the backups'), u, backups and recent marks.
@@ -39,6 +54,7 @@ type ckTable struct {
 	u       []float64
 	backups []Backup
 	recent  []Mark
+	used    []walk.EvidenceRecord
 	ok      bool     // a previous record exists
 	scratch [][]byte // appendCheckpoint's token table, kept for its storage
 }
@@ -46,7 +62,7 @@ type ckTable struct {
 // next returns the table for the record after c (the decoder's side; the encoder builds
 // it as it goes). Its tokens are private copies, shared with t where equal.
 func (t *ckTable) next(c *Checkpoint) ckTable {
-	nt := ckTable{ok: true, u: slices.Clone(c.U), recent: slices.Clone(c.Recent)}
+	nt := ckTable{ok: true, u: slices.Clone(c.U), recent: slices.Clone(c.Recent), used: c.Used}
 	add := func(b []byte) []byte {
 		for _, tab := range [][][]byte{t.tok, nt.tok} {
 			for _, o := range tab {
@@ -95,6 +111,23 @@ func recentKeep(prev, cur []Mark) int {
 		}
 	}
 	return 0
+}
+
+// usedKeep returns the largest k such that the last k uses of prev are the first k of
+// cur (a record of uses only drops its oldest and appends).
+func usedKeep(prev, cur []walk.EvidenceRecord) int {
+	if len(cur) == 0 {
+		return 0
+	}
+	x := slices.Index(prev, cur[0])
+	if x < 0 {
+		return 0
+	}
+	k := len(prev) - x
+	if k > len(cur) || !slices.Equal(prev[x:], cur[:k]) {
+		return 0
+	}
+	return k
 }
 
 // appendCheckpoint appends the binary encoding of c to b, with references to prev (the
@@ -195,7 +228,38 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	next.scratch = tab
 	b = str(b, c.OutTo)
 	b = binary.LittleEndian.AppendUint64(b, c.LedgerSeq)
-	return binary.LittleEndian.AppendUint64(b, c.LedgerHash)
+	b = binary.LittleEndian.AppendUint64(b, c.LedgerHash)
+	return appendRules(b, c, prev, next)
+}
+
+// appendRules appends the section of the hostile-member rules' memory.
+func appendRules(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
+	ints := func(b []byte, v []int) []byte {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		for _, x := range v {
+			b = binary.AppendUvarint(b, uint64(max(x, 0)))
+		}
+		return b
+	}
+	b = binary.LittleEndian.AppendUint64(b, c.MaxHop)
+	b = binary.AppendUvarint(b, uint64(max(c.Downs, 0)))
+	b = ints(b, c.Raises)
+	b = ints(b, c.Strikes)
+	keep := usedKeep(prev.used, c.Used)
+	b = binary.AppendUvarint(b, uint64(keep))
+	b = binary.AppendUvarint(b, uint64(len(c.Used)-keep))
+	for _, u := range c.Used[keep:] {
+		present := byte(0)
+		if u.Ev.Present {
+			present = 1
+		}
+		b = binary.AppendUvarint(append(b, present), uint64(max(u.Ev.Signer, 0)))
+		for _, v := range []uint64{u.Ev.Epoch, u.Ev.Hop, u.ID.Epoch, u.ID.Hop, u.ID.Digest} {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+	}
+	next.used = c.Used
+	return b
 }
 
 // appendCheckpointU appends u_i: a 1 when it equals the previous record's (bit for bit),
@@ -278,10 +342,45 @@ func (r *ckReader) mark(what string) Mark {
 	return Mark{Epoch: r.u64(what), Hop: r.u64(what), Digest: r.u64(what)}
 }
 
+// decodeRules reads the section of the hostile-member rules' memory (appendRules).
+func decodeRules(r *ckReader, c *Checkpoint, prev *ckTable) {
+	const maxInt = uint64(math.MaxInt32)
+	ints := func(what string) []int {
+		n := r.uvarint(what, uint64(len(r.b)))
+		if n == 0 || r.err != nil {
+			return nil
+		}
+		v := make([]int, n)
+		for i := range v {
+			v[i] = int(r.uvarint(what, maxInt))
+		}
+		return v
+	}
+	c.MaxHop = r.u64("max hop")
+	c.Downs = int(r.uvarint("downs", maxInt))
+	c.Raises = ints("raises")
+	c.Strikes = ints("strikes")
+	keep := r.uvarint("used", uint64(len(prev.used)))
+	n := r.uvarint("used", uint64(len(r.b))/42)
+	if keep+n == 0 || r.err != nil {
+		return
+	}
+	c.Used = make([]walk.EvidenceRecord, 0, keep+n)
+	c.Used = append(c.Used, prev.used[uint64(len(prev.used))-keep:]...)
+	for range n {
+		var u walk.EvidenceRecord
+		u.Ev.Present = r.uvarint("used", 1) == 1
+		u.Ev.Signer = int(r.uvarint("used signer", maxInt))
+		u.Ev.Epoch, u.Ev.Hop = r.u64("used"), r.u64("used")
+		u.ID = walk.TokenID{Epoch: r.u64("used"), Hop: r.u64("used"), Digest: r.u64("used")}
+		c.Used = append(c.Used, u)
+	}
+}
+
 // decodeCheckpointBinary decodes the binary encoding (appendCheckpoint) of a checkpoint
 // whose previous record has the table prev (nil or empty for the first record).
 func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
-	if len(b) == 0 || b[0] != ckBinary {
+	if !isBinaryCheckpoint(b) {
 		return nil, fmt.Errorf("%w: not a binary checkpoint", wire.ErrMalformed)
 	}
 	if prev == nil || !prev.ok {
@@ -367,6 +466,9 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 	c.Out = tok("out")
 	c.OutTo = string(r.bytes("out_to"))
 	c.LedgerSeq, c.LedgerHash = r.u64("ledger seq"), r.u64("ledger hash")
+	if b[0] == ckBinary && r.err == nil {
+		decodeRules(r, c, prev)
+	}
 	if r.err != nil {
 		return nil, r.err
 	}

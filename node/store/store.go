@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // File names inside a data directory.
@@ -82,6 +83,16 @@ type Checkpoint struct {
 	// hand-offs further on (release chain), and regenerated with a new epoch when their
 	// recipient is declared down before that. Written before the release is sent.
 	Backups []Backup `json:"backups,omitempty"`
+	// The hostile-member rules' memory (walk.CustodySnapshot): the evidences this node
+	// took tokens on (oldest first), the highest hop seen in any epoch, each member's new
+	// lineages and refused epoch jumps taken here, and the members reported down so far.
+	// A restarted node keeps refusing a second token on a used evidence and a rewind.
+	// Absent in records of earlier builds.
+	Used    []walk.EvidenceRecord `json:"used,omitempty"`
+	MaxHop  uint64                `json:"max_hop,omitempty"`
+	Raises  []int                 `json:"raises,omitempty"`
+	Strikes []int                 `json:"strikes,omitempty"`
+	Downs   int                   `json:"downs,omitempty"`
 }
 
 // Mark identifies a token for fencing and merging: (Epoch, Hop, Digest) in that order,
@@ -587,7 +598,7 @@ func (s *Store) loadCheckpointJSON() (*Checkpoint, error) {
 // binary encoding, whose references go to prev.
 func decodeCheckpoint(b []byte, prev *ckTable) (*Checkpoint, error) {
 	var c Checkpoint
-	if len(b) > 0 && b[0] == ckBinary {
+	if isBinaryCheckpoint(b) {
 		bc, err := decodeCheckpointBinary(b, prev)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint is corrupt: %v", err)

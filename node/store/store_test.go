@@ -75,6 +75,15 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 	if _, err := decodeCheckpointBinary(append(b, 0), nil); err == nil {
 		t.Fatal("trailing byte: no error")
 	}
+	// A record of earlier builds (0x02, without the rules' memory, which is 13 bytes when
+	// empty) still decodes.
+	old := *c
+	old.Used, old.MaxHop, old.Raises, old.Strikes, old.Downs = nil, 0, nil, nil, 0
+	ob, _ := appendCheckpoint(nil, &old, nil)
+	ob = append([]byte{ckBinaryV2}, ob[1:len(ob)-13]...)
+	if got, err := decodeCheckpointBinary(ob, nil); err != nil || !reflect.DeepEqual(got, &old) {
+		t.Fatalf("record of an earlier build: %v\n got %+v\nwant %+v", err, got, &old)
+	}
 	// The next record refers to the tokens and u of this one: the backups move on by one
 	// (the oldest goes, a new one comes and becomes Out), u is unchanged except in one
 	// case where it changes only in the sign of a zero (bits count, not ==).
@@ -109,8 +118,10 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 		// unchanged, are the three kept (keep, n = 0) instead of three literal marks; the u
 		// reference saves its count and floats. Out is the new backup's token: a reference
 		// in both encodings.
+		// The three uses of evidence, unchanged, are kept too (each present, signer of one
+		// byte, five u64 in a literal).
 		full, _ := appendCheckpoint(nil, d, nil)
-		saved := 3 * 24
+		saved := 3*24 + 3*42
 		for _, k := range d.Backups[:len(d.Backups)-1] {
 			saved += 1 + (1 + 1 + len(k.Token)) + (1 + len(k.To)) + (1 + len(k.Pred)) + 16 + 1 + 1 - 2
 		}
