@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,52 @@ func TestFinishedRunExits(t *testing.T) {
 	defer o.Close()
 	if _, err := o.Run(rctx); !errors.Is(err, ErrRunOver) {
 		t.Fatalf("another run on a finished directory: %v", err)
+	}
+}
+
+// TestReleaserFinishesAlone: the member that took the token of hop K keeps it durably
+// before its ack (the inbox); stopped before it wrote model.json and restarted after
+// every other member has gone, it finishes from that token alone: the same final model,
+// no new ledger entry.
+func TestReleaserFinishesAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes := staticCluster(t, ctx, "alone", sh, 12, 0, dirs)
+	models := runAll(t, ctx, nodes)
+	for _, nd := range nodes {
+		nd.Close()
+	}
+	r := slices.IndexFunc(nodes, func(nd *Node) bool { return nd.ID().String() == models[0].ReleasedBy })
+	if r < 0 {
+		t.Fatalf("no member released the final model (released_by %s)", models[0].ReleasedBy)
+	}
+	// The releaser stopped before it wrote model.json (the rest of its directory as it was).
+	if err := os.Remove(filepath.Join(dirs[r], store.ModelFile)); err != nil {
+		t.Fatal(err)
+	}
+	entries := nodes[r].Store().Entries()
+	c := nodes[r].cfg
+	c.FinalWait = 200 * time.Millisecond
+	again, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer rcancel()
+	m, err := again.Run(rctx)
+	if err != nil {
+		t.Fatalf("the releaser restarted alone: %v", err)
+	}
+	if !sameBits(m.Model, models[0].Model) || m.Hops != models[0].Hops || m.ReleasedBy != models[0].ReleasedBy {
+		t.Fatalf("the releaser restarted alone released another model (hop %d by %s, want %d by %s)", m.Hops, m.ReleasedBy, models[0].Hops, models[0].ReleasedBy)
+	}
+	if again.Store().Entries() != entries {
+		t.Errorf("ledger entries %d -> %d", entries, again.Store().Entries())
+	}
+	if _, err := os.Stat(filepath.Join(dirs[r], store.ModelFile)); err != nil {
+		t.Errorf("model.json not written again: %v", err)
 	}
 }

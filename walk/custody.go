@@ -1618,6 +1618,12 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 	copy(c.down, s.Down)
 	c.ledger, c.outbox, c.events = c.ledger[:0], c.outbox[:0], c.events[:0]
 	c.state, c.heldOut, c.persist, c.final, c.doneOut = nil, false, false, nil, false
+	if h := c.held; h != nil && !c.done && c.cfg.Hops > 0 && h.tok.Hop >= c.cfg.Hops {
+		// A token of hop K held durably (acked, and the node stopped before it released
+		// the final model): the walk is over here. It finishes from its own state, also
+		// when every other member has gone.
+		c.finish(h.tok, h.ev, h.pred)
+	}
 	return nil
 }
 

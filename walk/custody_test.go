@@ -1103,3 +1103,26 @@ func TestCustodyRestoreKeepsAttackMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestCustodyRestoreHeldFinal: a node restored with a held token of hop K (acked, stopped
+// before it released the final model) finishes from it: Final and Done, no update, no
+// ledger entry, no message.
+func TestCustodyRestoreHeldFinal(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Hops = 30
+	w := newCustodyNet(t, 3, cc)
+	tok := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+	tok.Hop = 30
+	c := w.nodes[1]
+	if err := c.Restore(nil, CustodySnapshot{Held: &CustodyHeld{Token: tok, Pred: 0, PredHop: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	rd := c.Ready()
+	if rd.Final == nil || rd.Final.Token.Hop != 30 || !rd.Done || len(rd.Ledger) != 0 || len(rd.Outbox) != 0 || c.Machine().Updates() != 0 {
+		t.Fatalf("restored with the token of hop K: %+v, %d updates", rd, c.Machine().Updates())
+	}
+	c.Advance(rd)
+	if !c.Done() || c.HasReady() {
+		t.Fatal("the walk is not over after the final")
+	}
+}

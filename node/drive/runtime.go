@@ -100,7 +100,8 @@ type WalkEffects interface {
 //
 //  1. AppendLedger(Ready.Ledger): every token message of the Ready is covered before it
 //     leaves, and a restart never finds a step in its checkpoint without its entry;
-//  2. Persist: the held token (before its ack), the walk state and the custody snapshot;
+//  2. Persist: the held token (before its ack; the token of hop K too), the walk state and
+//     the custody snapshot;
 //  3. Send, every Outbox message in order (acks, tokens, releases);
 //  4. Note(Ready.Events);
 //  5. Final(Ready.Final), when set;
@@ -139,6 +140,11 @@ func (w *Walk) Apply(fx WalkEffects) error {
 		}
 	}
 	rec := WalkRecord{Held: rd.Held, State: rd.State}
+	if f := rd.Final; f != nil && rec.Held == nil {
+		// The token of hop K is held durably before its ack too: a node stopped before it
+		// released the final model finishes from it on restart (walk.Custody.Restore).
+		rec.Held = &walk.CustodyHeld{Token: f.Token, Evidence: f.Evidence, Pred: f.From}
+	}
 	if rd.Persist {
 		s := w.c.Snapshot()
 		rec.Custody = &s

@@ -147,8 +147,9 @@ func TestWalkApplyStopsBeforeSending(t *testing.T) {
 	}
 }
 
-// TestWalkApplyFinal: the token of hop K reaching the node is released through Final,
-// after the ack of its sender, and the machine reports Done.
+// TestWalkApplyFinal: the token of hop K reaching the node is held durably (Persist, as
+// any token taken) before the ack of its sender, then released through Final, and the
+// machine reports Done.
 func TestWalkApplyFinal(t *testing.T) {
 	w := testWalk(t, 5)
 	fx := &walkRecorder{}
@@ -164,8 +165,11 @@ func TestWalkApplyFinal(t *testing.T) {
 	if err := Drain[WalkEffects](w, fx); err != nil {
 		t.Fatal(err)
 	}
-	if !w.Done() || fx.finals != 1 || !slices.Equal(fx.log, []string{"send", "note", "final"}) || fx.sent[0].Kind != walk.CustodyAck {
+	if !w.Done() || fx.finals != 1 || !slices.Equal(fx.log, []string{"persist", "send", "note", "final"}) || fx.sent[0].Kind != walk.CustodyAck {
 		t.Fatalf("hop K: done %v, %d finals, %v", w.Done(), fx.finals, fx.log)
+	}
+	if h := fx.recs[len(fx.recs)-1].Held; h == nil || h.Token.Hop != 5 || h.Pred != 1 {
+		t.Fatalf("the token of hop K was not made durable before its ack: %+v", h)
 	}
 }
 
