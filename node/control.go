@@ -485,6 +485,7 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		n.metrics.control.WithLabelValues("final without evidence").Inc()
 		return false, fmt.Errorf("node: final model from %s refused: %w", shortID(f.from), err)
 	}
+	relayed := f.from != by
 	f.from = by // the releaser, whoever relayed it
 	for _, v := range f.m.Model {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -492,8 +493,15 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		}
 	}
 	// The epoch bounds and evictions of tokens apply to final models too; an accepted one
-	// ends the walk here (walk.Custody.StepFinal).
-	if err := n.input(context.Background(), CustodyInput{Kind: "final", Peer: n.memberIndex(by), Epoch: f.m.Epoch, Hop: f.m.Hop}); err != nil {
+	// ends the walk here (walk.Custody.StepFinal). A final released by a member evicted
+	// here and relayed by another is judged by its certificate's signer: the model is
+	// that member's signed release of hop K, which the releaser only received (refusing
+	// it would leave this node waiting for a walk that ended elsewhere).
+	who := n.memberIndex(by)
+	if c := f.m.Cert; c != nil && relayed && n.cust.Evicted(who) && c.Signer >= 0 && c.Signer < len(members) && !n.cust.Evicted(c.Signer) {
+		who = c.Signer
+	}
+	if err := n.input(context.Background(), CustodyInput{Kind: "final", Peer: who, Epoch: f.m.Epoch, Hop: f.m.Hop}); err != nil {
 		return false, fmt.Errorf("node: final model of epoch %d from %s: %w", f.m.Epoch, shortID(by), err)
 	}
 	mk := finalMark(f.m.Epoch, f.m.Hop, f.m.Model)

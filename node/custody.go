@@ -531,7 +531,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.noteRefusal(e, peer(e.Peer))
 		case walk.CustodyEvicted:
 			n.ownAnomalies.Add(1)
-			n.log.Warn().Str("peer", peer(e.Peer)).Msg("member evicted: it sent implausible epochs or rewound the walk; nothing of it is accepted for the rest of the run")
+			n.log.Warn().Str("member", peer(e.Peer)).Msg("member evicted: it sent implausible epochs or rewound the walk; nothing of it is accepted for the rest of the run")
 			n.metrics.rejected.WithLabelValues("evicted").Inc()
 		case walk.CustodyResent:
 			n.ownResends.Add(1)
@@ -543,6 +543,9 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.log.Warn().Str("to", peer(e.Peer)).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 				Msg("regenerating the token from this node's backup: its recipient is down")
 		case walk.CustodyFallback:
+			// The walk may have ended elsewhere with a final this node never received (or
+			// refused from its releaser): ask the members for it, as a rejoining node does.
+			n.startAskFinal()
 			n.ownResends.Add(1)
 			n.metrics.custody.WithLabelValues("fallback").Inc()
 			n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).

@@ -141,13 +141,14 @@ type Node struct {
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
 
-	metrics   *metrics
-	hopsIn    atomic.Uint64
-	lastHop   atomic.Uint64 // hop of the last token stored or processed here
-	holding   atomic.Bool   // a token is here: stored and not yet handed on and acked
-	paused    atomic.Bool   // PauseAtHop reached (walk.CustodyPaused)
-	lastTok   atomic.Int64  // unix nanoseconds of the last token processed here
-	budgetCap atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
+	metrics     *metrics
+	hopsIn      atomic.Uint64
+	lastHop     atomic.Uint64 // hop of the last token stored or processed here
+	holding     atomic.Bool   // a token is here: stored and not yet handed on and acked
+	paused      atomic.Bool   // PauseAtHop reached (walk.CustodyPaused)
+	askingFinal atomic.Bool   // askFinal is running (startAskFinal)
+	lastTok     atomic.Int64  // unix nanoseconds of the last token processed here
+	budgetCap   atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
 	// any such forward voids the planned figure's condition that every hop is noisy.
 	ownForwards atomic.Uint64

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/dpadmm/dpadmm/node/store"
@@ -155,9 +156,23 @@ func (n *Node) resumeMembership(ctx context.Context) (bool, error) {
 		// have left. A holder that has it answers duplicate or stale.
 		n.initialTo = ms[r.Holder]
 	}
+	n.startAskFinal()
+	return true, nil
+}
+
+// startAskFinal starts askFinal once (a rejoining node, or a node whose slow fallback
+// fired), until the node has written model.json or it closes.
+func (n *Node) startAskFinal() {
+	if !n.askingFinal.CompareAndSwap(false, true) {
+		return
+	}
+	n.mu.Lock()
+	ms := slices.Clone(n.members)
+	n.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	n.closers = append(n.closers, func() error { cancel(); return nil })
 	n.bg.Add(1)
 	go func() { defer n.bg.Done(); n.askFinal(ctx, ms) }()
-	return true, nil
 }
 
 // FinalRequest is the type of the message a rejoining member sends over FinalProtocol to

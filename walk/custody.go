@@ -1030,9 +1030,12 @@ func (c *Custody) release(to int, t Token, h *held, send bool) {
 	if !send {
 		return
 	}
-	if c.down[to] {
-		// The machine chose a peer known to be down: re-send at once (the machine's
-		// entry stays, an over-count on the safe side).
+	if c.down[to] || c.Evicted(to) {
+		// The machine chose a peer known to be down, or a member evicted here (it would
+		// hold the token without handing it on where it is refused, and it has no claim to
+		// more releases): re-send at once to another (the machine's entry stays, an
+		// over-count on the safe side; the re-send voids the planned figure, which the
+		// eviction already did).
 		c.resend(b, CustodyResent)
 		return
 	}
@@ -1047,26 +1050,26 @@ func (c *Custody) name(i int) string {
 	return fmt.Sprint(i)
 }
 
-// pickPeer returns a live neighbour other than self, preferring one other than avoid; -1
-// when none is live.
+// pickPeer returns a live neighbour other than self and not evicted here, preferring one
+// other than avoid; -1 when there is none.
 func (c *Custody) pickPeer(avoid int) int {
 	var cand []int
 	if c.wc.Graph == nil || c.wc.Graph.Complete {
 		cand = make([]int, 0, c.wc.Nodes)
 		for j := 0; j < c.wc.Nodes; j++ {
-			if j != c.wc.Node && !c.down[j] && j != avoid {
+			if j != c.wc.Node && !c.down[j] && !c.Evicted(j) && j != avoid {
 				cand = append(cand, j)
 			}
 		}
 	} else {
 		for _, j := range c.wc.Graph.Neighbors(c.wc.Node) {
-			if j != c.wc.Node && !c.down[j] && j != avoid {
+			if j != c.wc.Node && !c.down[j] && !c.Evicted(j) && j != avoid {
 				cand = append(cand, j)
 			}
 		}
 	}
 	if len(cand) == 0 {
-		if avoid >= 0 && avoid != c.wc.Node && !c.down[avoid] {
+		if avoid >= 0 && avoid != c.wc.Node && !c.down[avoid] && !c.Evicted(avoid) {
 			return avoid
 		}
 		return -1
