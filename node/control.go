@@ -367,6 +367,12 @@ type Model struct {
 	// Cert is the evidence that the releaser held hop K (FinalCert): with it any member
 	// can hand the final model on to one that missed it.
 	Cert *FinalCert `json:"final_cert,omitempty"`
+	// Lineage is the chain of signed hand-offs that produced the final model, oldest
+	// first, as far as its certificate shows it (Cert.Prev, then Cert): who handed whom
+	// the token, ending at the releaser. LineageNote says when a member in it misbehaved
+	// here (evicted, or refused for implausible epochs or rewinds).
+	Lineage     []LineageLink `json:"lineage,omitempty"`
+	LineageNote string        `json:"lineage_note,omitempty"`
 
 	// Scaling is the run's feature scaling (Config.Scaling); absent for none or unknown.
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
@@ -443,6 +449,55 @@ func (n *Node) plannedBound(up int) privacy.Bound {
 // model does not have.
 func finalMark(epoch, hop uint64, z []float64) store.Mark {
 	return store.Mark{Epoch: epoch, Hop: hop, Digest: walk.TokenDigest(walk.Token{Z: z})}
+}
+
+// LineageLink is one hand-off of a final model's lineage (Model.Lineage).
+type LineageLink struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Epoch uint64 `json:"epoch"`
+	Hop   uint64 `json:"hop"`
+}
+
+// noteLineage fills m.Lineage and m.LineageNote from m.Cert, and logs a warning when a
+// member of the lineage misbehaved here.
+func (n *Node) noteLineage(m *Model) {
+	c := m.Cert
+	n.mu.Lock()
+	ms := n.members
+	n.mu.Unlock()
+	if c == nil || c.Signer < 0 || c.Signer >= len(ms) {
+		return
+	}
+	m.Lineage = nil
+	if p := c.Prev; p != nil && p.Signer >= 0 && p.Signer < len(ms) {
+		m.Lineage = append(m.Lineage, LineageLink{From: ms[p.Signer].String(), To: ms[c.Signer].String(), Epoch: p.Epoch, Hop: p.Hop})
+	}
+	m.Lineage = append(m.Lineage, LineageLink{From: ms[c.Signer].String(), To: m.ReleasedBy, Epoch: c.Epoch, Hop: c.Hop})
+	var bad []string
+	seen := map[string]bool{}
+	for _, l := range m.Lineage {
+		for _, id := range []string{l.From, l.To} {
+			p, err := peer.Decode(id)
+			if err != nil || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if i := n.memberIndex(p); i >= 0 && n.cust != nil && n.cust.Strikes(i) > 0 {
+				what := fmt.Sprintf("%s (%d refused hand-offs here)", shortID(p), n.cust.Strikes(i))
+				if n.cust.Evicted(i) {
+					what = shortID(p) + " (evicted here)"
+				}
+				bad = append(bad, what)
+			}
+		}
+	}
+	m.LineageNote = ""
+	if len(bad) > 0 {
+		m.LineageNote = "the final model's last hand-offs include members that misbehaved here: " + strings.Join(bad, ", ") +
+			"; with a colluder such a member can end the run with a model of its choice"
+		n.log.Warn().Strs("members", bad).Msg("final model: " + m.LineageNote)
+	}
 }
 
 // keepFinal makes m, of mark mk, the node's final model.
@@ -532,6 +587,7 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	}
 	m := n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from)
 	m.Cert = f.m.Cert
+	n.noteLineage(m)
 	n.keepFinal(m, mk)
 	n.finalCert = f.m.Cert
 	return true, nil

@@ -470,8 +470,12 @@ func (n *Node) releaseFinal(ctx context.Context, f *walk.CustodyFinal) error {
 	if err != nil {
 		return fmt.Errorf("node: the evidence held with hop %d: %w", tok.Hop, err)
 	}
+	if fc.Signer >= 0 && fc.Hop == tok.Hop {
+		fc.Prev = n.prevLink(tok.Epoch, tok.Hop, fc.Signer)
+	}
 	m := n.newModel(tok.Z, tok.Epoch, tok.Hop, n.ID())
 	m.Cert = fc
+	n.noteLineage(m)
 	n.keepFinal(m, finalMark(tok.Epoch, tok.Hop, tok.Z))
 	n.finalCert = fc
 	if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {

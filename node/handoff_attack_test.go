@@ -1,12 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -389,5 +391,65 @@ func TestForgedFinalRefused(t *testing.T) {
 	}
 	if m == nil || !slices.Equal(m.Model, tok.Z) || m.ReleasedBy != atk.ID().String() {
 		t.Fatalf("kept model %+v, want the z of the real hop-K hand-off released by the attacker", m)
+	}
+}
+
+// TestFinalLineageNamesColluders: two members that sign for each other hand the victim
+// hop K (the attacker's signed hand-off of hop K-1 to its colluder shown as evidence).
+// The victim releases the final model, but its model.json names the lineage that produced
+// it, the attacker and its colluder, and says that the attacker misbehaved here (an epoch
+// jump it refused); the published certificate carries the previous hand-off, which every
+// member checks (a damaged one is refused).
+func TestFinalLineageNamesColluders(t *testing.T) {
+	const k = 40
+	r := newAttackRig(t, "lineage", k)
+	atk, mate, vid := r.atk, r.honest, r.v.ID()
+	jump := signedFrame(t, atk, vid, r.token(1000, 4, 1), evidenceOf(t, mate, 2, r.token(0, 3, 7), atk.ID()))
+	if code := r.send(t, atk, jump); code != AckReject {
+		t.Fatalf("epoch jump: ack %d, want reject", code)
+	}
+	prev := r.token(0, k-1, 4)
+	ev := evidenceOf(t, atk, 1, prev, mate.ID()) // the attacker "handed" its colluder hop K-1
+	if code := r.send(t, mate, signedFrame(t, mate, vid, r.token(0, k, 5), ev)); code != AckOK {
+		t.Fatalf("hop K from the colluder: ack %d, want ok", code)
+	}
+	var m *Model
+	select {
+	case m = <-r.runModel:
+		if err := <-r.runErr; err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the victim did not release the final model")
+	}
+	if m.ReleasedBy != vid.String() || len(m.Lineage) != 2 {
+		t.Fatalf("released by %s, lineage %+v", tail(m.ReleasedBy), m.Lineage)
+	}
+	want := []LineageLink{{From: atk.ID().String(), To: mate.ID().String(), Hop: k - 1}, {From: mate.ID().String(), To: vid.String(), Hop: k}}
+	if !reflect.DeepEqual(m.Lineage, want) {
+		t.Fatalf("lineage %+v, want %+v", m.Lineage, want)
+	}
+	if !strings.Contains(m.LineageNote, shortID(atk.ID())) || strings.Contains(m.LineageNote, shortID(mate.ID())) {
+		t.Fatalf("lineage note %q", m.LineageNote)
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, store.ModelFile))
+	if err != nil || !bytes.Contains(b, []byte(`"lineage"`)) || !bytes.Contains(b, []byte(`"prev"`)) {
+		t.Fatalf("model.json lacks the lineage or the previous hand-off (%v)", err)
+	}
+	// Every member checks the previous hand-off: a damaged signature is refused.
+	r.v.mu.Lock()
+	members, origin := r.v.members, r.v.origin
+	r.v.mu.Unlock()
+	good := *m.Cert
+	if err := verifyFinal(r.run, k, 0, m.Model, &good, vid, members, origin, r.v.Host.Peerstore()); err != nil {
+		t.Fatalf("the published certificate does not check: %v", err)
+	}
+	bad := good
+	p := *good.Prev
+	p.Sig = slices.Clone(p.Sig)
+	p.Sig[3] ^= 1
+	bad.Prev = &p
+	if err := verifyFinal(r.run, k, 0, m.Model, &bad, vid, members, origin, r.v.Host.Peerstore()); err == nil {
+		t.Fatal("a damaged previous hand-off was accepted")
 	}
 }

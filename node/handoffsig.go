@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -219,6 +220,53 @@ type FinalCert struct {
 	Hop    uint64 `json:"hop"`
 	Digest []byte `json:"digest"` // digest of the evidence token (hop < K) or sha256(zhat_K) (hop = K)
 	Sig    []byte `json:"sig"`
+	// Prev is the hand-off before it, when the releaser received hop K from another
+	// member: the evidence that member showed (who handed it the token of hop K-1 or
+	// earlier, signed for it). With it every member sees the last two hand-offs that
+	// produced the final model (Model.Lineage), two colluders included. nil: not known
+	// (the origin's token, a hand-off to itself, or a releaser restarted from its inbox).
+	Prev *FinalLink `json:"prev,omitempty"`
+}
+
+// FinalLink is one signed hand-off of a final model's lineage: member Signer handed the
+// token of (Epoch, Hop), whose hand-off digest is Digest, to the next member of the
+// lineage, and Sig is its signature of that hand-off.
+type FinalLink struct {
+	Signer int    `json:"signer"`
+	Epoch  uint64 `json:"epoch"`
+	Hop    uint64 `json:"hop"`
+	Digest []byte `json:"digest"`
+	Sig    []byte `json:"sig"`
+}
+
+// finalLinkOf returns the evidence a hand-off frame b showed (the hand-off its sender
+// received), as a FinalLink; nil when it shows none.
+func finalLinkOf(b []byte) *FinalLink {
+	c, err := wire.ParseCert(b[wire.BodyLen(b):], true)
+	if err != nil || !c.Ev.Present {
+		return nil
+	}
+	return &FinalLink{Signer: c.Ev.Signer, Epoch: c.Ev.Epoch, Hop: c.Ev.Hop, Digest: slices.Clone(c.EvDig[:]), Sig: slices.Clone(c.EvSig)}
+}
+
+// verifyPrev checks the link before a final's certificate: a member other than the
+// certificate's signer, an earlier hop within the hand-offs to itself the signer may
+// make, an epoch not above it, and its signature of the hand-off to the signer.
+func verifyPrev(run string, fc *FinalCert, members []peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }) error {
+	p := fc.Prev
+	switch {
+	case fc.Signer < 0:
+		return fmt.Errorf("%w: a previous hand-off without a certificate signer", ErrSignature)
+	case p.Signer < 0 || p.Signer >= len(members) || p.Signer == fc.Signer:
+		return fmt.Errorf("%w: previous hand-off by member %d", ErrSignature, p.Signer)
+	case p.Hop >= fc.Hop || fc.Hop-p.Hop > walk.MaxSelfHops(len(members))+1 || p.Epoch > fc.Epoch:
+		return fmt.Errorf("%w: previous hand-off at (epoch %d, hop %d) before (epoch %d, hop %d)", ErrSignature, p.Epoch, p.Hop, fc.Epoch, fc.Hop)
+	case len(p.Digest) != 32 || len(p.Sig) == 0 || len(p.Sig) > wire.MaxSig:
+		return fmt.Errorf("%w: malformed previous hand-off", ErrSignature)
+	}
+	var dig [32]byte
+	copy(dig[:], p.Digest)
+	return verifySig(members[p.Signer], ps, sigMsg(run, 0, p.Epoch, p.Hop, dig, members[fc.Signer]), p.Sig)
 }
 
 // finalCert builds the certificate of the final model from the evidence ev held with the
@@ -262,6 +310,9 @@ func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releas
 		return fmt.Errorf("%w: %w", ErrSignature, err)
 	}
 	if !ev.Present {
+		if fc.Prev != nil {
+			return fmt.Errorf("%w: a previous hand-off without a certificate signer", ErrSignature)
+		}
 		return nil
 	}
 	if len(fc.Digest) != 32 || len(fc.Sig) == 0 || len(fc.Sig) > wire.MaxSig {
@@ -272,7 +323,13 @@ func verifyFinal(run string, k, epoch uint64, z []float64, fc *FinalCert, releas
 	if fc.Hop == k {
 		dig = combineDigest(vecDigest(z), dig) // the signature must cover the published z
 	}
-	return verifySig(members[fc.Signer], ps, sigMsg(run, 0, fc.Epoch, fc.Hop, dig, releaser), fc.Sig)
+	if err := verifySig(members[fc.Signer], ps, sigMsg(run, 0, fc.Epoch, fc.Hop, dig, releaser), fc.Sig); err != nil {
+		return err
+	}
+	if fc.Prev != nil {
+		return verifyPrev(run, fc, members, ps)
+	}
+	return nil
 }
 
 // checkSigned verifies the signature and evidence of frame b (decoded as tok) from
@@ -292,4 +349,27 @@ func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk
 		return nil, walk.Evidence{}, err
 	}
 	return hold(b[:body], ev), c.Ev, nil
+}
+
+// keepPrevLink remembers the evidence a hand-off of hop K from member sender showed (its
+// sender's previous hand-off), for the final model's certificate (FinalCert.Prev). A few
+// are kept.
+func (n *Node) keepPrevLink(epoch, hop uint64, sender int, l *FinalLink) {
+	if l == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.prevLinks == nil || len(n.prevLinks) >= 16 {
+		n.prevLinks = map[[3]uint64]*FinalLink{}
+	}
+	n.prevLinks[[3]uint64{epoch, hop, uint64(sender)}] = l
+}
+
+// prevLink returns the link kept for the hand-off of (epoch, hop) by member sender, nil
+// when none.
+func (n *Node) prevLink(epoch, hop uint64, sender int) *FinalLink {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.prevLinks[[3]uint64{epoch, hop, uint64(sender)}]
 }

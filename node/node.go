@@ -143,12 +143,13 @@ type Node struct {
 
 	metrics     *metrics
 	hopsIn      atomic.Uint64
-	lastHop     atomic.Uint64 // hop of the last token stored or processed here
-	holding     atomic.Bool   // a token is here: stored and not yet handed on and acked
-	paused      atomic.Bool   // PauseAtHop reached (walk.CustodyPaused)
-	askingFinal atomic.Bool   // askFinal is running (startAskFinal)
-	lastTok     atomic.Int64  // unix nanoseconds of the last token processed here
-	budgetCap   atomic.Int64  // noisy updates the budget allows (-1 before the membership is fixed)
+	lastHop     atomic.Uint64            // hop of the last token stored or processed here
+	holding     atomic.Bool              // a token is here: stored and not yet handed on and acked
+	paused      atomic.Bool              // PauseAtHop reached (walk.CustodyPaused)
+	askingFinal atomic.Bool              // askFinal is running (startAskFinal)
+	prevLinks   map[[3]uint64]*FinalLink // evidence shown with hand-offs of hop K (n.mu)
+	lastTok     atomic.Int64             // unix nanoseconds of the last token processed here
+	budgetCap   atomic.Int64             // noisy updates the budget allows (-1 before the membership is fixed)
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
 	// any such forward voids the planned figure's condition that every hop is noisy.
 	ownForwards atomic.Uint64
@@ -950,6 +951,9 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 	if err != nil {
 		n.reject(lg, "signature", err.Error())
 		return AckReject, nil
+	}
+	if n.cfg.Hops > 0 && tok.Hop >= n.cfg.Hops {
+		n.keepPrevLink(tok.Epoch, tok.Hop, n.memberIndex(from), finalLinkOf(b))
 	}
 	reply, written := make(chan byte, 1), make(chan struct{})
 	msg := inbound{tok: tok, raw: held, ev: &ev, from: from, reply: reply, written: written}

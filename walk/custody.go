@@ -565,6 +565,15 @@ func (c *Custody) Evicted(j int) bool {
 	return j >= 0 && j < len(c.strikes) && c.strikes[j] >= EpochStrikes
 }
 
+// Strikes returns the refused epoch jumps and rewinds of member j here (EpochStrikes of
+// them evict it).
+func (c *Custody) Strikes(j int) int {
+	if j < 0 || j >= len(c.strikes) {
+		return 0
+	}
+	return c.strikes[j]
+}
+
 // Holding reports whether the token is here: held (accepted, not yet stepped) or sent
 // and not yet acked.
 func (c *Custody) Holding() bool {
