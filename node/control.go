@@ -45,6 +45,9 @@ type ctlMsg struct {
 	// K (handoffsig.go). By names the releaser when it is not the publisher.
 	Cert *FinalCert `json:"cert,omitempty"`
 	By   string     `json:"by,omitempty"`
+	// Taken (PositionAnswer) is how many hand-offs the answering member took from the
+	// asking one.
+	Taken uint64 `json:"taken,omitempty"`
 	// RowCap (announce) is the most rows the starter admits per member when the run
 	// has no row bound of its own (openRowCap); 0: the run's max_rows or none.
 	RowCap int `json:"row_cap,omitempty"`
@@ -784,6 +787,10 @@ func (n *Node) handleFinal(s network.Stream) {
 	err = json.Unmarshal(raw, &m)
 	if err == nil && m.Run == n.cfg.Run && m.Type == FinalRequest {
 		n.answerFinal(s, from) // rejoin.go
+		return
+	}
+	if err == nil && m.Run == n.cfg.Run && m.Type == PositionRequest {
+		n.answerPosition(s, from) // position.go
 		return
 	}
 	if err != nil || m.Run != n.cfg.Run || m.Type != "final" {

@@ -506,6 +506,9 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.lastHop.Store(e.Hop)
 			if e.Peer >= 0 {
 				n.hopsIn.Add(1)
+				if e.Peer != n.index && e.Hop > 0 {
+					n.noteTaken(e.Peer) // the initial token (hop 0) is handed over without an entry
+				}
 			}
 		case walk.CustodyWalk:
 			n.lastTok.Store(time.Now().UnixNano())

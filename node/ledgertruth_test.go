@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,5 +233,104 @@ func TestReleaserFinishesAlone(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirs[r], store.ModelFile)); err != nil {
 		t.Errorf("model.json not written again: %v", err)
+	}
+}
+
+// TestRestoredDataDirRefused: the members remember how many hand-offs they took from each
+// other. A member stopped during the run and restarted from its data directory runs on;
+// restarted from an older copy of its directory (ledger and checkpoint consistent, but
+// behind), or from an emptied one that kept only its key, it refuses to run with
+// ErrLedgerBehind before any update, because the others took more hand-offs from it than
+// its ledger records.
+func TestRestoredDataDirRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	nodes := staticClusterWith(t, ctx, "restored", sh, 1_000_000, 0, dirs, func(i int, c *Config) {
+		c.MaxUpdates = 0
+		c.AckTimeout, c.FallbackTimeout = 500*time.Millisecond, 2*time.Second
+	})
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer rcancel()
+	for _, nd := range nodes[:2] {
+		wg.Add(1)
+		go func() { defer wg.Done(); nd.Run(rctx) }()
+	}
+	const v = 2
+	start := func(c Config) (*Node, chan error) {
+		t.Helper()
+		nd, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		connectAll(t, ctx, []*Node{nodes[0], nodes[1], nd})
+		done := make(chan error, 1)
+		go func() { _, err := nd.Run(rctx); done <- err }()
+		return nd, done
+	}
+	waitEntries := func(nd *Node, k int) {
+		t.Helper()
+		for i := 0; nd.Store().Entries() < k; i++ {
+			if i > 3000 {
+				t.Fatalf("node %d reached only %d ledger entries", v, nd.Store().Entries())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	stop := func(nd *Node, done chan error) {
+		t.Helper()
+		nd.Close()
+		<-done
+	}
+	c := nodes[v].cfg
+	done := make(chan error, 1)
+	go func() { _, err := nodes[v].Run(rctx); done <- err }()
+	waitEntries(nodes[v], 5)
+	stop(nodes[v], done)
+	backup := t.TempDir()
+	if err := os.CopyFS(backup, os.DirFS(dirs[v])); err != nil {
+		t.Fatal(err)
+	}
+	// A plain restart runs on.
+	again, done := start(c)
+	waitEntries(again, nodes[v].Store().Entries()+5)
+	stop(again, done)
+	// The older copy: refused.
+	for _, restore := range []string{"older backup", "emptied"} {
+		if err := os.RemoveAll(dirs[v]); err != nil {
+			t.Fatal(err)
+		}
+		if restore == "older backup" {
+			if err := os.CopyFS(dirs[v], os.DirFS(backup)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			os.MkdirAll(dirs[v], 0o700)
+			b, err := os.ReadFile(filepath.Join(backup, store.IdentityFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dirs[v], store.IdentityFile), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nd, done := start(c)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrLedgerBehind) || !strings.Contains(err.Error(), "Restore the latest data directory") {
+				t.Fatalf("%s: %v", restore, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the node did not refuse to run", restore)
+		}
+		if ck, _ := nd.Store().LoadCheckpoint(); restore == "emptied" && (nd.Store().Entries() != 0 || ck != nil) {
+			t.Fatalf("%s: the refused node wrote state: %d entries", restore, nd.Store().Entries())
+		}
+		nd.Close()
 	}
 }

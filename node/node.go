@@ -148,6 +148,7 @@ type Node struct {
 	paused      atomic.Bool              // PauseAtHop reached (walk.CustodyPaused)
 	askingFinal atomic.Bool              // askFinal is running (startAskFinal)
 	prevLinks   map[[3]uint64]*FinalLink // evidence shown with hand-offs of hop K (n.mu)
+	taken       map[int]uint64           // hand-offs taken from each member (n.mu; position.go)
 	lastTok     atomic.Int64             // unix nanoseconds of the last token processed here
 	budgetCap   atomic.Int64             // noisy updates the budget allows (-1 before the membership is fixed)
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
@@ -537,6 +538,11 @@ func (n *Node) Run(ctx context.Context) (_ *Model, err error) {
 	go func() { defer n.bg.Done(); n.readControl(ctx) }()
 	if err := n.membership(ctx); err != nil {
 		return nil, err
+	}
+	if n.cfg.RADMM == nil && n.cust != nil {
+		if err := n.checkPosition(ctx); err != nil {
+			return nil, err
+		}
 	}
 	n.startHeartbeats(ctx)
 	return n.loop(ctx)
