@@ -80,6 +80,9 @@ type Custody struct {
 	maxHop uint64
 	raises []int
 	downs  int
+	// raisedAt is the tick of each member's last new lineage taken here (not part of the
+	// snapshot: a restart starts the pacing again).
+	raisedAt []int64
 	// taken is the tick at which this node last took a token from another member (the
 	// walk is active here while other members hand it tokens; its own hand-offs to itself,
 	// acks and refused hand-offs do not count: a node stuck with an undeliverable token
@@ -521,7 +524,7 @@ func NewCustody(wc Config, loss *consensus.LocalLoss, dim int, cc CustodyConfig)
 		return nil, err
 	}
 	c := &Custody{cfg: cc, wc: wc, m: m, dim: dim, down: make([]bool, wc.Nodes), strikes: make([]int, wc.Nodes), names: wc.Names,
-		raises: make([]int, wc.Nodes)}
+		raises: make([]int, wc.Nodes), raisedAt: make([]int64, wc.Nodes)}
 	return c, nil
 }
 
@@ -617,17 +620,20 @@ func (c *Custody) accepts(m tokenMark) bool { return m.epoch >= c.epoch && m.cmp
 // accepted or released here in any epoch (a regeneration re-releases a backup at most
 // Depth acked hand-offs behind), or the sender already opened LineageAllowance lineages
 // here plus one per member reported down (a regeneration follows a crash). After half the
-// fallback timeout without taking a token every lineage passes: the slow fallback's is
-// legitimate.
+// fallback timeout without taking a token every lineage passes (the slow fallback's is
+// legitimate), except that a member beyond its allowance opens at most one lineage per
+// half fallback timeout here, the pace of a fallback: otherwise a member could raise the
+// epochs of quiet nodes without end and leave a node that stays quiet more than the epoch
+// window behind, where it refuses every honest token.
 func (c *Custody) rewinds(t *Token, from int) bool {
 	if t.Epoch <= c.epoch {
 		return false
 	}
+	unjustified := from >= 0 && from < len(c.raises) && c.raises[from] >= LineageAllowance+c.downs
 	if fb := c.FallbackTimeout(); fb > 0 && c.now-c.taken >= fb/2 {
-		return false
+		return unjustified && c.now-c.raisedAt[from] < fb/2
 	}
 	far := t.Hop+uint64(c.cfg.Depth)+RewindSlack < c.maxHop
-	unjustified := from >= 0 && from < len(c.raises) && c.raises[from] >= LineageAllowance+c.downs
 	return far || unjustified
 }
 
@@ -913,6 +919,7 @@ func (c *Custody) onToken(from int, t Token, ev []byte, shown *Evidence) error {
 		c.dropBelow(t.Epoch)
 		if from >= 0 && from < len(c.raises) {
 			c.raises[from]++
+			c.raisedAt[from] = c.now
 		}
 	}
 	c.raise(in)
@@ -1131,9 +1138,10 @@ func (c *Custody) retransmit(b *backup, timeout bool) {
 }
 
 // expire handles an unacked backup whose recipient did not ack in time (or refused it):
-// one retransmission to the same live peer, then a re-send to another.
+// one retransmission to the same live peer, then a re-send to another (at once when the
+// recipient was evicted meanwhile).
 func (c *Custody) expire(b *backup) {
-	if !b.retried && !c.down[b.to] {
+	if !b.retried && !c.down[b.to] && !c.Evicted(b.to) {
 		c.retransmit(b, true)
 	} else {
 		c.resend(b, CustodyResent)

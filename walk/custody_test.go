@@ -26,6 +26,8 @@ type custodyNet struct {
 	// handover: the first send of the unstepped initial token (Custody.Handover) needs no
 	// ledger entry.
 	handover bool
+	// final: the final model each node released (Ready.Final, its token copied).
+	final map[int]*CustodyFinal
 }
 
 func newCustodyNet(t *testing.T, n int, cc CustodyConfig) *custodyNet {
@@ -94,6 +96,12 @@ func (w *custodyNet) apply(i int, rd CustodyReady) {
 		w.ledgers[i] = append(w.ledgers[i], e)
 	}
 	w.events[i] = append(w.events[i], rd.Events...)
+	if f := rd.Final; f != nil {
+		if w.final == nil {
+			w.final = map[int]*CustodyFinal{}
+		}
+		w.final[i] = &CustodyFinal{Token: cloneToken(f.Token), From: f.From}
+	}
 	for _, m := range rd.Outbox {
 		if m.From != i {
 			w.t.Fatalf("node %d sent a message from %d", i, m.From)
