@@ -262,6 +262,15 @@ const RewindSlack = 4
 // while the walk is active there, beyond one per member reported down.
 const LineageAllowance = 2
 
+// RaiseCap is how far above the highest epoch seen here a new lineage's epoch may be while
+// the walk is active here or has been quiet for less than the whole fallback timeout. An
+// honest new lineage is one above the epoch its creator saw, so it is far above this
+// node's only when this node missed that many lineages, which takes a partition or a
+// crash (the node is then quiet for the fallback timeout). Without the cap a member could
+// raise a quiet node's epoch by up to the epoch window with each lineage and leave a node
+// that stays quiet more than the window behind the others, where it refuses their tokens.
+const RaiseCap = 8
+
 var refusalNames = [...]string{RefuseNone: "none", RefuseBusy: "busy", RefuseEpoch: "epoch", RefuseEvicted: "evicted",
 	RefuseInvalid: "invalid", RefuseFailed: "failed", RefuseEvidence: "evidence", RefuseRewind: "rewind"}
 
@@ -626,15 +635,16 @@ func (c *Custody) accepts(m tokenMark) bool { return m.epoch >= c.epoch && m.cmp
 // epochs of quiet nodes without end and leave a node that stays quiet more than the epoch
 // window behind, where it refuses every honest token.
 func (c *Custody) rewinds(t *Token, from int) bool {
-	if t.Epoch <= c.epoch {
-		return false
+	if t.Epoch <= c.epoch || c.quiet() {
+		return false // not a new lineage, or this node takes no token anyway (busy)
 	}
 	unjustified := from >= 0 && from < len(c.raises) && c.raises[from] >= LineageAllowance+c.downs
+	big := t.Epoch > c.epoch+RaiseCap
 	if fb := c.FallbackTimeout(); fb > 0 && c.now-c.taken >= fb/2 {
-		return unjustified && c.now-c.raisedAt[from] < fb/2
+		return big && c.now-c.taken < fb || unjustified && c.now-c.raisedAt[from] < fb/2
 	}
 	far := t.Hop+uint64(c.cfg.Depth)+RewindSlack < c.maxHop
-	return far || unjustified
+	return far || unjustified || big
 }
 
 // epochRefused reports whether epoch e is out of bounds here.

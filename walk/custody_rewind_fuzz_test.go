@@ -25,6 +25,9 @@ func FuzzCustodyRewinder(f *testing.F) {
 		vec := []float64{7.77, -7.77, 7.77}
 		var seen []CustodyMsg // hand-offs member 3 received from the others
 		w.start(int(seed % 3))
+		// An inflating member raises its epoch with every try (up to the epoch window above
+		// a node's); a plain one takes the next epoch of the run.
+		inflate, epoch := seed&8 != 0, uint64(0)
 		idle := 0
 		for step, s := 0, 0; step < 50000; step++ {
 			done := false
@@ -36,18 +39,19 @@ func FuzzCustodyRewinder(f *testing.F) {
 			}
 			op := script[s%len(script)]
 			s++
-			if op%4 == 0 && len(seen) > 0 {
+			if op%4 == 0 && len(seen) > 0 && seen[int(op/4)%len(seen)].Hop+1 < k {
 				// A rewind: a hop it received, one further, under a new epoch, to an honest
 				// member, with the evidence of that hand-off.
-				old := seen[int(op/4)%len(seen)]
-				if old.Hop+1 >= k {
-					continue
+				old := seen[int(op/4)%len(seen)] // below hop K-1: a hop the walk can go on from
+				if inflate {
+					epoch++ // one above its last try, whatever was taken: up to the window
+				} else {
+					epoch = 0
+					for i := range w.nodes {
+						epoch = max(epoch, w.nodes[i].Epoch())
+					}
+					epoch++ // the lowest epoch that opens a new lineage everywhere
 				}
-				epoch := uint64(0)
-				for i := range w.nodes {
-					epoch = max(epoch, w.nodes[i].Epoch())
-				}
-				epoch++ // the lowest epoch that opens a new lineage everywhere
 				to := int(op/16) % 3
 				tok := cloneToken(old.Token)
 				tok.Epoch, tok.Hop = epoch, old.Hop+1
@@ -83,13 +87,6 @@ func FuzzCustodyRewinder(f *testing.F) {
 				seen = append(seen, CustodyMsg{From: m.From, Epoch: m.Epoch, Hop: m.Hop, Token: cloneToken(m.Token)})
 			}
 			w.deliver(m)
-			if debugRewinder {
-				var es []uint64
-				for i := range w.nodes {
-					es = append(es, w.nodes[i].Epoch())
-				}
-				t.Logf("step %d: %v %d->%d e%d h%d stale %v refused %v epochs %v", step, m.Kind, m.From, m.To, m.Epoch, m.Hop, m.Stale, m.Refused, es)
-			}
 		}
 		hops, fin := 0, (*CustodyFinal)(nil)
 		for i := range w.nodes {
@@ -127,5 +124,3 @@ func removeTo(wire []CustodyMsg, to, from int) []CustodyMsg {
 	}
 	return out
 }
-
-var debugRewinder = false
