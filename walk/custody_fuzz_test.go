@@ -203,14 +203,14 @@ func (w *fuzzNet) check(i int, rd CustodyReady) {
 		w.sent[i][sk] = true
 	}
 	// Every entry is a send, or names this node itself (a hand-off to itself or the final)
-	// or a peer this node was told is down (the walk machine's pick, re-sent at once with
-	// its own entry): no entry without a release.
+	// or a peer this node was told is down or evicted (the walk machine's pick, re-sent at
+	// once with its own entry): no entry without a release.
 	for k, left := range unmatched {
 		if left == 0 || k.to == self {
 			continue
 		}
 		j, _ := strconv.Atoi(k.to)
-		if !w.down[i][j] {
+		if !w.down[i][j] && !w.nodes[i].Evicted(j) {
 			t.Fatalf("node %d: %d entries for (epoch %d, hop %d) to %s without a send", i, left, k.epoch, k.hop, k.to)
 		}
 	}
