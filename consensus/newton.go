@@ -43,6 +43,9 @@ type Newton struct {
 	g, d, xt   []float64 // gradient, direction, trial point
 	r, q, s    []float64 // CG scratch
 	sqC, sqMu  float64   // the (C, Mu) of the cached squared-loss factor in h (sqMu 0: none)
+	// reuse: the next dense direction uses the factor in h of this solve (Chord);
+	// denseUsed: a dense direction was computed (its factor is in h).
+	reuse, denseUsed bool
 
 	// forceCG selects the conjugate-gradient direction whatever the shape (tests).
 	forceCG bool
@@ -69,6 +72,13 @@ type NewtonOptions struct {
 	// Final: after MaxIter steps without convergence, recompute the gradient at the last
 	// iterate and report it.
 	Final bool
+	// Chord: on the dense path, once a step has cut the gradient norm tenfold (the
+	// quadratic region), the next direction reuses the Cholesky factor of the Hessian
+	// already computed in this solve instead of forming and factoring a new one; a step
+	// that cuts it less than tenfold makes the next direction a fresh Newton one. Forming
+	// the Hessian (rows x p^2 / 2) dominates a tall node's solve. The factor is never
+	// carried from one Solve to the next, so the result depends on the inputs alone.
+	Chord bool
 }
 
 // NewtonResult reports a solve.
@@ -173,16 +183,22 @@ func (n *Newton) Solve(dst, b, start []float64, c, mu float64, opt NewtonOptions
 	var res NewtonResult
 	n.margins(n.m, x)
 	fx := c*n.losses(n.lv, n.e, n.m) + 0.5*mu*dot(x, x) + dot(b, x)
+	prev, factored := math.Inf(1), false
+	n.reuse, n.denseUsed = false, false
+	defer func() { n.reuse = false }()
 	for it := 0; it < opt.MaxIter; it++ {
 		res.Residual = n.gradient(x, b, c, mu)
 		if res.Residual <= opt.Tol {
 			res.Converged = true
 			return res
 		}
+		n.reuse = opt.Chord && factored && n.loss != Squared && res.Residual <= 0.1*prev
+		prev = res.Residual
 		if !n.direction(c, mu) {
 			res.Failed = true
 			return res
 		}
+		factored = factored || n.denseUsed
 		res.Newton++
 		d := n.d
 		slope := dot(n.g, d)
@@ -267,8 +283,9 @@ func (n *Newton) dense(c, mu float64) bool {
 	if n.h == nil {
 		n.h = make([]float64, p*p)
 	}
+	n.denseUsed = true
 	sym := blas64.Symmetric{Uplo: blas.Upper, N: p, Data: n.h, Stride: p}
-	if n.loss != Squared || n.sqMu != mu || n.sqC != c || mu == 0 {
+	if !n.reuse && (n.loss != Squared || n.sqMu != mu || n.sqC != c || mu == 0) {
 		n.sqMu = 0
 		if n.loss == Squared {
 			blas64.Syrk(blas.Trans, c, n.design(), 0, sym)
