@@ -2,10 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -115,25 +113,8 @@ func (n *Node) checkPosition(ctx context.Context) error {
 // askPosition asks p once; ok is false when p does not answer in time or answers
 // something else.
 func (n *Node) askPosition(ctx context.Context, p peer.ID, req []byte) (uint64, bool) {
-	s, err := n.Host.NewStream(ctx, p, FinalProtocol(n.cfg.Run))
-	if err != nil {
-		return 0, false
-	}
-	defer s.Close()
-	if d, ok := ctx.Deadline(); ok {
-		s.SetDeadline(d)
-	}
-	if _, err := s.Write(req); err != nil {
-		s.Reset()
-		return 0, false
-	}
-	s.CloseWrite()
-	raw, err := io.ReadAll(io.LimitReader(s, maxControl+1))
-	if err != nil || len(raw) == 0 || len(raw) > maxControl {
-		return 0, false
-	}
-	var m ctlMsg
-	if err := json.Unmarshal(raw, &m); err != nil || m.Type != PositionAnswer || m.Run != n.cfg.Run || m.Hash != n.hash {
+	m, _, ok := n.askControl(ctx, p, req)
+	if !ok || m.Type != PositionAnswer || m.Hash != n.hash {
 		return 0, false
 	}
 	return m.Taken, true

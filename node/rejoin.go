@@ -215,28 +215,43 @@ func (n *Node) askFinal(ctx context.Context, ms []peer.ID) {
 func (n *Node) requestFinal(ctx context.Context, p peer.ID, req []byte) (finalMsg, bool) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	s, err := n.Host.NewStream(cctx, p, FinalProtocol(n.cfg.Run))
-	if err != nil {
+	m, answered, ok := n.askControl(cctx, p, req)
+	if !answered {
 		return finalMsg{}, false
 	}
-	defer s.Close()
-	s.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := s.Write(req); err != nil {
-		s.Reset()
-		return finalMsg{}, false
-	}
-	s.CloseWrite()
-	raw, err := io.ReadAll(io.LimitReader(s, maxControl+1))
-	if err != nil || len(raw) == 0 || len(raw) > maxControl {
-		return finalMsg{}, false
-	}
-	var m ctlMsg
-	if err := json.Unmarshal(raw, &m); err != nil || m.Run != n.cfg.Run || m.Type != "final" {
+	if !ok || m.Type != "final" {
 		n.log.Warn().Str("from", shortID(p)).Msg("malformed answer to a final-model request: ignored")
 		return finalMsg{}, false
 	}
 	n.log.Info().Str("from", shortID(p)).Uint64("epoch", m.Epoch).Msg("final model obtained from a member on rejoining")
 	return finalMsg{from: p, m: m}, true
+}
+
+// askControl sends req to p over FinalProtocol and returns its answer within ctx's
+// deadline: answered is false when p cannot be reached or answers nothing, ok false also
+// when the answer is not a control message of this run.
+func (n *Node) askControl(ctx context.Context, p peer.ID, req []byte) (m ctlMsg, answered, ok bool) {
+	s, err := n.Host.NewStream(ctx, p, FinalProtocol(n.cfg.Run))
+	if err != nil {
+		return ctlMsg{}, false, false
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	if _, err := s.Write(req); err != nil {
+		s.Reset()
+		return ctlMsg{}, false, false
+	}
+	s.CloseWrite()
+	raw, err := io.ReadAll(io.LimitReader(s, maxControl+1))
+	if err != nil || len(raw) == 0 || len(raw) > maxControl {
+		return ctlMsg{}, false, false
+	}
+	if err := json.Unmarshal(raw, &m); err != nil || m.Run != n.cfg.Run {
+		return ctlMsg{}, true, false
+	}
+	return m, true, true
 }
 
 // answerFinal answers a final-model request on s from member `from` with this node's

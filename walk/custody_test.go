@@ -935,11 +935,7 @@ func TestCustodyTickToEqualsTicks(t *testing.T) {
 // been silent for half the fallback timeout, a far-behind lineage (the slow fallback's)
 // is accepted.
 func TestCustodyRefusesRewinds(t *testing.T) {
-	mk := func(epoch, hop uint64) Token {
-		tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
-		tk.Epoch, tk.Hop = epoch, hop
-		return tk
-	}
+	mk := tokenAt
 	cc := testCustodyConfig()
 	cc.FallbackTimeout = 100
 	w := newCustodyNet(t, 4, cc)
@@ -1042,11 +1038,7 @@ func TestCustodyRefusesRewinds(t *testing.T) {
 // acked before its step); the rewind rule's highest hop and each member's new lineages
 // survive too, so a restart does not reopen the rewind the node refused before.
 func TestCustodyRestoreKeepsAttackMemory(t *testing.T) {
-	mk := func(epoch, hop uint64) Token {
-		tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
-		tk.Epoch, tk.Hop = epoch, hop
-		return tk
-	}
+	mk := tokenAt
 	cc := testCustodyConfig()
 	cc.FallbackTimeout = 100
 	ev := Evidence{Present: true, Signer: 2, Epoch: 0, Hop: 59}
@@ -1133,4 +1125,11 @@ func TestCustodyRestoreHeldFinal(t *testing.T) {
 	if !c.Done() || c.HasReady() {
 		t.Fatal("the walk is not over after the final")
 	}
+}
+
+// tokenAt returns a token of the custody tests' run (dimension 3) at (epoch, hop).
+func tokenAt(epoch, hop uint64) Token {
+	tk := NewToken("run", 0, 3, consensus.Regularizer{}, 1)
+	tk.Epoch, tk.Hop = epoch, hop
+	return tk
 }
