@@ -224,7 +224,11 @@ func (n *Node) runJoiner(ctx context.Context) error {
 	if mm.wait == 0 {
 		mm.wait = 30 * time.Second
 	}
-	check := time.NewTicker(time.Second)
+	every := time.Second
+	if mm.wait > 0 && mm.wait/4 < every {
+		every = mm.wait / 4 // a short wait is kept to within a quarter
+	}
+	check := time.NewTicker(every)
 	defer check.Stop()
 	for {
 		select {

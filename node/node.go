@@ -30,6 +30,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -455,6 +456,13 @@ func (n *Node) redial(addr string) {
 			n.mu.Unlock()
 			if fixed {
 				return
+			}
+			if ai, err := addrInfo(addr); err == nil {
+				// This loop's own back-off governs: the swarm's (5 s after a failure,
+				// growing) would refuse the next dial of a starter that came up meanwhile.
+				if sw, ok := n.Host.Network().(*swarm.Swarm); ok {
+					sw.Backoff().Clear(ai.ID)
+				}
 			}
 			if err := n.dial(ctx, addr); err == nil {
 				n.log.Info().Str("addr", addr).Msg("connected to --peer")

@@ -534,7 +534,7 @@ func runMismatchedJoiner(t *testing.T, run string, joinerData *consensus.Dataset
 		if i == 0 {
 			c.Start, c.MinPeers = true, 2
 		} else {
-			c.MismatchWait = 5 * time.Second
+			c.MismatchWait = 2 * time.Second
 			joiner(&c)
 		}
 		nd, err := New(ctx, c)

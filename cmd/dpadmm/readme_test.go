@@ -77,7 +77,8 @@ import (
 // documented addresses are never dialled; a node kept on '--profile internet' also gets
 // '--listen /ip4/127.0.0.1/tcp/0' so that it listens on loopback only.
 //
-// Order. Commands run one after the other in file order, except that a command whose
+// Order. The files run in parallel, each with its own /tmp and TMPDIR; within a file,
+// commands run one after the other in file order, except that a command whose
 // input under /tmp (an argument that is not the value of an output flag) does not exist
 // yet waits until the commands after it have run (the eval example of docs/cli.md scores
 // a model.json written by the R-ADMM example further down).
@@ -101,9 +102,10 @@ func TestREADMECommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := map[string]string{} // unit text -> file and line where it ran
+	ran := &readmeRan{where: map[string]string{}} // unit text -> file and line where it ran
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
+			t.Parallel() // each file has its own /tmp, TMPDIR and working directories
 			src, err := os.ReadFile(filepath.Join(root, file))
 			if err != nil {
 				t.Fatal(err)
@@ -147,7 +149,7 @@ func readmeFiles() ([]string, error) {
 // runUnits runs a file's units in file order; a unit whose /tmp input is missing waits
 // for the others, and a unit already run from an earlier file (same text, no /tmp path)
 // is skipped.
-func (e *readmeEnv) runUnits(units []readmeUnit, ran map[string]string) {
+func (e *readmeEnv) runUnits(units []readmeUnit, ran *readmeRan) {
 	t := e.t
 	queue := units
 	for len(queue) > 0 {
@@ -158,11 +160,10 @@ func (e *readmeEnv) runUnits(units []readmeUnit, ran map[string]string) {
 				continue
 			}
 			key, tmp := u.key()
-			if where, ok := ran[key]; ok && !tmp {
+			if where, ok := ran.claim(key, fmt.Sprintf("%s line %d", e.file, u.line())); ok && !tmp {
 				t.Logf("%s line %d: already run at %s", e.file, u.line(), where)
 				continue
 			}
-			ran[key] = fmt.Sprintf("%s line %d", e.file, u.line())
 			start := time.Now()
 			t.Run(fmt.Sprintf("line%d", u.line()), func(t *testing.T) {
 				env := *e
@@ -179,6 +180,24 @@ func (e *readmeEnv) runUnits(units []readmeUnit, ran map[string]string) {
 		}
 		queue = later
 	}
+}
+
+// readmeRan records where each unit ran, for the files' parallel subtests.
+type readmeRan struct {
+	mu    sync.Mutex
+	where map[string]string
+}
+
+// claim returns where the unit key already ran, if it did, and otherwise records here as
+// the place where it runs.
+func (r *readmeRan) claim(key, here string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if where, ok := r.where[key]; ok {
+		return where, true
+	}
+	r.where[key] = here
+	return "", false
 }
 
 // key returns the text of a unit's lines, and whether any of them names a /tmp path.
