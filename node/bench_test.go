@@ -29,11 +29,11 @@ func serveFrames(rw io.ReadWriter, limit, dim int) {
 		if err != nil {
 			return
 		}
-		code := AckOK
+		code := wire.AckOK
 		if tok, err := wire.DecodeToken(b); err != nil {
-			code = AckReject
+			code = wire.AckReject
 		} else if vd, _ := v.Check(tok); vd != wire.Accept {
-			code = AckReject
+			code = wire.AckReject
 		}
 		if _, err := rw.Write([]byte{code}); err != nil {
 			return
@@ -49,7 +49,7 @@ func benchRoundTrips(b *testing.B, rw io.ReadWriter, raw []byte) {
 		if err := wire.WriteFrame(rw, raw); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.ReadFull(rw, ack[:]); err != nil || ack[0] != AckOK {
+		if _, err := io.ReadFull(rw, ack[:]); err != nil || ack[0] != wire.AckOK {
 			b.Fatalf("ack %d, %v", ack[0], err)
 		}
 	}
@@ -185,7 +185,7 @@ func rawHandoff(b *testing.B, tok walk.Token, n int) time.Duration {
 		if err := wire.WriteFrame(s, raw); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.ReadFull(s, ack[:]); err != nil || ack[0] != AckOK {
+		if _, err := io.ReadFull(s, ack[:]); err != nil || ack[0] != wire.AckOK {
 			b.Fatalf("ack %d, %v", ack[0], err)
 		}
 	}

@@ -229,7 +229,7 @@ type Reliability struct {
 	FinalWait time.Duration
 	// FinalLinger is how long the node that releases the final model keeps it available
 	// to members declared down that have not confirmed it: a member restarted with its
-	// data directory meanwhile asks the members for it (FinalProtocol) and confirms it.
+	// data directory meanwhile asks the members for it (wire.FinalProtocol) and confirms it.
 	// 0: down members are not waited for.
 	FinalLinger time.Duration
 	// Heartbeat is the interval at which the node sends a heartbeat to every member on

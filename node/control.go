@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node/store"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -664,7 +665,7 @@ func (n *Node) finish(ctx context.Context) (*Model, error) {
 func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if s, err := n.Host.NewStream(cctx, by, DoneProtocol(n.cfg.Run)); err == nil {
+	if s, err := n.Host.NewStream(cctx, by, wire.DoneProtocol(n.cfg.Run)); err == nil {
 		s.SetDeadline(time.Now().Add(5 * time.Second))
 		s.Write([]byte{1})
 		var b [1]byte
@@ -752,12 +753,12 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 	return false
 }
 
-// pushFinal sends the final-model message raw to member p over FinalProtocol and waits
-// for its one-byte receipt (the confirmation itself comes over DoneProtocol).
+// pushFinal sends the final-model message raw to member p over wire.FinalProtocol and waits
+// for its one-byte receipt (the confirmation itself comes over wire.DoneProtocol).
 func (n *Node) pushFinal(ctx context.Context, p peer.ID, raw []byte) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	s, err := n.Host.NewStream(cctx, p, FinalProtocol(n.cfg.Run))
+	s, err := n.Host.NewStream(cctx, p, wire.FinalProtocol(n.cfg.Run))
 	if err != nil {
 		n.log.Debug().Err(err).Str("to", shortID(p)).Msg("final model not pushed")
 		return
@@ -774,7 +775,7 @@ func (n *Node) pushFinal(ctx context.Context, p peer.ID, raw []byte) {
 	n.log.Debug().Str("to", shortID(p)).Msg("final model pushed directly")
 }
 
-// handleFinal receives a final model pushed over FinalProtocol: at most maxControl bytes,
+// handleFinal receives a final model pushed over wire.FinalProtocol: at most maxControl bytes,
 // then the same checks as a control-plane publication (acceptFinal, in the loop). The
 // sender is the stream's authenticated peer.
 func (n *Node) handleFinal(s network.Stream) {

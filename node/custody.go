@@ -444,16 +444,16 @@ func (n *Node) answer(m walk.CustodyMsg) {
 	if c == nil || c.replied || c.idx != m.To || c.tok.Epoch != m.Epoch || c.tok.Hop != m.Hop {
 		return
 	}
-	code := AckOK
+	code := wire.AckOK
 	switch {
 	case m.Stale:
-		code = AckStale
+		code = wire.AckStale
 	case m.Refused == walk.RefuseBusy:
-		code = AckBusy
+		code = wire.AckBusy
 	case m.Refused != walk.RefuseNone:
-		code = AckReject
+		code = wire.AckReject
 	case m.Duplicate:
-		code = AckDuplicate
+		code = wire.AckDuplicate
 	}
 	c.reply <- code
 	c.replied = true
@@ -692,16 +692,16 @@ func (n *Node) onSent(ctx context.Context, r sendResult) {
 		}
 		n.limitedLog(zerolog.WarnLevel, "attempt:"+string(r.to)).Err(r.err).Str("to", shortID(r.to)).Msg("hand-off attempt failed")
 		m.Refused = walk.RefuseFailed
-	case r.code == AckOK:
+	case r.code == wire.AckOK:
 		n.metrics.sent.Inc()
-	case r.code == AckDuplicate:
+	case r.code == wire.AckDuplicate:
 		n.metrics.sent.Inc()
 		m.Duplicate = true
-	case r.code == AckStale:
+	case r.code == wire.AckStale:
 		m.Stale = true
 	case !current:
 		return
-	case r.code == AckBusy:
+	case r.code == wire.AckBusy:
 		m.Refused = walk.RefuseBusy
 	default:
 		n.limitedLog(zerolog.WarnLevel, "attempt:"+string(r.to)).Str("to", shortID(r.to)).Int("code", int(r.code)).Msg("hand-off refused by its receiver")
@@ -808,7 +808,7 @@ func (n *Node) writeReleases(ctx context.Context, p peer.ID, rs *relStream, batc
 	for fails := 0; len(batch) > 0 && fails < 2; {
 		if rs.s == nil {
 			sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
-			s, err := n.Host.NewStream(sctx, p, ReleaseProtocol(n.cfg.Run))
+			s, err := n.Host.NewStream(sctx, p, wire.ReleaseProtocol(n.cfg.Run))
 			cancel()
 			if err != nil {
 				n.log.Debug().Err(err).Str("to", shortID(p)).Msg("release not sent")

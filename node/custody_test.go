@@ -419,28 +419,28 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 		}
 	}
 	first := mk(0, 5, 1)
-	if code := admit(first); code != AckOK {
+	if code := admit(first); code != wire.AckOK {
 		t.Fatalf("first token: %d", code)
 	}
 	es, _ := n.store.Ledger()
 	if len(es) == 0 || es[0].Epoch != 0 || es[0].Hop != 6 {
 		t.Fatalf("the token taken was not stepped: ledger %+v", es)
 	}
-	if code := admit(first); code != AckDuplicate {
+	if code := admit(first); code != wire.AckDuplicate {
 		t.Fatalf("retransmission: %d, want duplicate", code)
 	}
 	// Another copy of hop 5 (any digest) is below the node's own release of hop 6.
-	if code := admit(mk(0, 5, 2)); code != AckStale {
+	if code := admit(mk(0, 5, 2)); code != wire.AckStale {
 		t.Fatalf("copy below the own release: %d, want stale", code)
 	}
-	if code := admit(mk(0, 4, 9)); code != AckStale {
+	if code := admit(mk(0, 4, 9)); code != wire.AckStale {
 		t.Fatalf("lower hop: %d, want stale", code)
 	}
 	if len(n.cust.Backups()) == 0 {
 		t.Fatal("no backup of the release")
 	}
 	// A higher epoch is taken and the backups of epoch 0 go.
-	if code := admit(mk(1, 2, 5)); code != AckOK {
+	if code := admit(mk(1, 2, 5)); code != wire.AckOK {
 		t.Fatalf("higher epoch: code %d", code)
 	}
 	for _, b := range savedCheckpoint(t, n).Backups {
@@ -448,7 +448,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 			t.Fatalf("a backup of epoch %d kept after epoch 1 was taken", e)
 		}
 	}
-	if code := admit(mk(0, 99, 6)); code != AckStale {
+	if code := admit(mk(0, 99, 6)); code != wire.AckStale {
 		t.Fatalf("old epoch at a high hop: %d, want stale", code)
 	}
 	// wire.Release chain with depth 3: ack -> distance 1; release 2 -> kept; release 3 ->
@@ -460,7 +460,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	}
 	to := nodes[b.To].ID()
 	other := nodes[3-b.To].ID()
-	n.onSent(ctx, sendResult{to: to, idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: AckOK})
+	n.onSent(ctx, sendResult{to: to, idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: wire.AckOK})
 	find := func() (walk.BackupInfo, bool) {
 		for _, x := range n.cust.Backups() {
 			if x.Epoch == b.Epoch && x.Hop == b.Hop {
@@ -485,12 +485,12 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 		t.Fatalf("backup kept at depth 3: %+v", n.cust.Backups())
 	}
 	// A stale ack drops the backup of the next release (the lineage is retired).
-	if code := admit(mk(2, 10, 7)); code != AckOK {
+	if code := admit(mk(2, 10, 7)); code != wire.AckOK {
 		t.Fatalf("epoch 2: %d", code)
 	}
 	bs = n.cust.Backups()
 	b = bs[len(bs)-1]
-	n.onSent(ctx, sendResult{to: nodes[b.To].ID(), idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: AckStale})
+	n.onSent(ctx, sendResult{to: nodes[b.To].ID(), idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: wire.AckStale})
 	if _, ok := find(); ok || n.CustodyEvents("fenced_out") != 1 {
 		t.Fatalf("fenced release kept: %+v", n.cust.Backups())
 	}
@@ -521,7 +521,7 @@ func TestWriteReleasesBatch(t *testing.T) {
 		var mu sync.Mutex
 		var got []wire.Release
 		streams := 0
-		h2.SetStreamHandler(ReleaseProtocol(run), func(s network.Stream) {
+		h2.SetStreamHandler(wire.ReleaseProtocol(run), func(s network.Stream) {
 			defer s.Close()
 			mu.Lock()
 			streams++

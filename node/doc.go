@@ -44,18 +44,18 @@
 // One long-lived stream per peer carries frames: a 4-byte little-endian length, refused
 // before any allocation when larger than the encoded size of a token of the run's
 // dimension, then the token (see wire.EncodeToken). The receiver answers one byte per frame,
-// its custody machine's answer: AckOK after it has appended the token to
-// <datadir>/inbox.log and fsynced it, AckDuplicate for a retransmission of one of the last
-// 16 tokens it accepted, AckStale for a token not above its fence or one whose evidence
+// its custody machine's answer: wire.AckOK after it has appended the token to
+// <datadir>/inbox.log and fsynced it, wire.AckDuplicate for a retransmission of one of the last
+// 16 tokens it accepted, wire.AckStale for a token not above its fence or one whose evidence
 // it already took another token on (the sender drops its copy: fencing, see below),
-// AckReject for anything malformed, foreign, from a peer outside the membership or
-// evicted, or of an implausible epoch, and AckBusy when it cannot take the token yet, or
+// wire.AckReject for anything malformed, foreign, from a peer outside the membership or
+// evicted, or of an implausible epoch, and wire.AckBusy when it cannot take the token yet, or
 // any more (membership not fixed, paused, walk over). A node whose run is stopped (SIGINT,
 // SIGTERM) tells its custody machine (walk.Custody.Stop), which takes no new token,
-// answered AckBusy; the node resets its own hand-off streams and
+// answered wire.AckBusy; the node resets its own hand-off streams and
 // keeps its host up while members still have a hand-off stream open to it, at most
 // min(AckTimeout, 2 s) (Node.quiesce), still answering a re-send of a token it already
-// took with AckDuplicate (custody passed with its first ack: the token is in its inbox,
+// took with wire.AckDuplicate (custody passed with its first ack: the token is in its inbox,
 // stepped at its restart). Members stopped with it then keep the token in custody
 // instead of redirecting it to a peer that is itself stopping; members that go on
 // running redirect after AckTimeout.
@@ -107,12 +107,12 @@
 //   - Fencing and merge: a node keeps the highest token it accepted or released,
 //     ordered by (epoch, hop, walk.TokenDigest), and the highest epoch it accepted or
 //     created (Checkpoint.Fence, MaxEpoch). A retransmission of one of the last 16 tokens
-//     it accepted is answered AckDuplicate; any other token not above both is refused with
-//     AckStale. The sender of a refused token drops its backup and sends wire.Release{Retire}
+//     it accepted is answered wire.AckDuplicate; any other token not above both is refused with
+//     wire.AckStale. The sender of a refused token drops its backup and sends wire.Release{Retire}
 //     back along its chain. Two copies of one epoch thus merge where they meet: the
 //     higher hop goes on, then the higher digest; a higher epoch beats any hop.
 //   - Epoch bounds: a token or final model whose epoch exceeds MaxEpoch or lies more than
-//     walk.EpochWindow(n) above the highest epoch seen here is refused (AckReject,
+//     walk.EpochWindow(n) above the highest epoch seen here is refused (wire.AckReject,
 //     rejected{epoch}); the third such refusal evicts its sender for the run.
 //   - Slow fallback (Config.FallbackTimeout): an idle node that heard no token, ack or
 //     release for the timeout re-sends its last release under a new epoch, backing off

@@ -21,7 +21,7 @@ import (
 )
 
 // TestEpochJumpsRefused: a member that sends tokens with implausible epochs (2^64-1, far
-// above everything seen) over a real stream gets AckReject, moves no fence (an honest token
+// above everything seen) over a real stream gets wire.AckReject, moves no fence (an honest token
 // of epoch 0 is still taken afterwards) and, after three such tokens, is evicted: even a
 // plausible token of it is then refused. Regeneration never wraps past MaxEpoch.
 func TestEpochJumpsRefused(t *testing.T) {
@@ -75,7 +75,7 @@ func TestEpochJumpsRefused(t *testing.T) {
 	}
 	send := func(h host.Host, b []byte) byte {
 		t.Helper()
-		s, err := h.NewStream(ctx, v.ID(), WalkProtocol("epochs"))
+		s, err := h.NewStream(ctx, v.ID(), wire.WalkProtocol("epochs"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,14 +87,14 @@ func TestEpochJumpsRefused(t *testing.T) {
 			if _, err := s.Read(ack[:]); err != nil {
 				t.Fatal(err)
 			}
-			if ack[0] != AckBusy {
+			if ack[0] != wire.AckBusy {
 				return ack[0]
 			}
 			time.Sleep(20 * time.Millisecond) // membership not fixed yet
 		}
 	}
 	for k, e := range []uint64{math.MaxUint64, 1 << 62, 1000} {
-		if code := send(atk, frame(atk, e, 1)); code != AckReject {
+		if code := send(atk, frame(atk, e, 1)); code != wire.AckReject {
 			t.Fatalf("epoch %d: ack %d, want reject", e, code)
 		}
 		if got := v.Rejected("epoch"); got != float64(k+1) {
@@ -104,11 +104,11 @@ func TestEpochJumpsRefused(t *testing.T) {
 	if v.Rejected("evicted") != 1 {
 		t.Fatalf("rejected{evicted} = %v, want 1", v.Rejected("evicted"))
 	}
-	if code := send(atk, frame(atk, 0, 2)); code != AckReject {
+	if code := send(atk, frame(atk, 0, 2)); code != wire.AckReject {
 		t.Fatalf("evicted member's plausible token: ack %d, want reject", code)
 	}
 	// The honest member's token of epoch 0 is not fenced by the refused epochs.
-	if code := send(honest, frame(honest, 0, 1)); code != AckOK {
+	if code := send(honest, frame(honest, 0, 1)); code != wire.AckOK {
 		t.Fatalf("honest token after the jumps: ack %d, want ok", code)
 	}
 }
@@ -145,7 +145,7 @@ func TestStreamLimitsAndTruncation(t *testing.T) {
 	go func() { defer close(ran); v.Run(ctx) }()
 	defer func() { v.Close(); <-ran }() // the run returns before the data directory goes
 	// A header announcing 100 bytes, then 10 bytes and the end of the stream.
-	s, err := atk.NewStream(ctx, v.ID(), WalkProtocol("limits"))
+	s, err := atk.NewStream(ctx, v.ID(), wire.WalkProtocol("limits"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestStreamLimitsAndTruncation(t *testing.T) {
 	// Streams held open beyond the per-peer limit: the extra ones are refused.
 	refused := 0
 	for i := 0; i < 3*streamsPerPeer; i++ {
-		st, err := atk.NewStream(ctx, v.ID(), WalkProtocol("limits"))
+		st, err := atk.NewStream(ctx, v.ID(), wire.WalkProtocol("limits"))
 		if err != nil {
 			refused++
 			continue
@@ -239,7 +239,7 @@ func TestRewindRefused(t *testing.T) {
 	}
 	send := func(h host.Host, b []byte) byte {
 		t.Helper()
-		s, err := h.NewStream(ctx, v.ID(), WalkProtocol("rewind"))
+		s, err := h.NewStream(ctx, v.ID(), wire.WalkProtocol("rewind"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,19 +251,19 @@ func TestRewindRefused(t *testing.T) {
 			if _, err := s.Read(ack[:]); err != nil {
 				t.Fatal(err)
 			}
-			if ack[0] != AckBusy {
+			if ack[0] != wire.AckBusy {
 				return ack[0]
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	// The live lineage reaches the victim at hop 40.
-	if code := send(honest, frame(honest, atk, 1, 0, 40)); code != AckOK {
+	if code := send(honest, frame(honest, atk, 1, 0, 40)); code != wire.AckOK {
 		t.Fatalf("honest token at hop 40: ack %d, want ok", code)
 	}
 	// The attacker sends the walk back to hops 5, 6, 7 under new epochs.
 	for k := uint64(0); k < 3; k++ {
-		if code := send(atk, frame(atk, honest, 2, 1+k, 5+k)); code != AckStale {
+		if code := send(atk, frame(atk, honest, 2, 1+k, 5+k)); code != wire.AckStale {
 			t.Fatalf("rewind %d: ack %d, want stale", k, code)
 		}
 	}
@@ -274,7 +274,7 @@ func TestRewindRefused(t *testing.T) {
 		t.Errorf("the log does not name the rewinding member: %s", s)
 	}
 	// The live lineage goes on at the victim.
-	if code := send(honest, frame(honest, atk, 1, 0, 60)); code != AckOK {
+	if code := send(honest, frame(honest, atk, 1, 0, 60)); code != wire.AckOK {
 		t.Fatalf("honest token at hop 60 after the rewinds: ack %d, want ok", code)
 	}
 }

@@ -382,7 +382,7 @@ func TestFallbackCharges(t *testing.T) {
 	// The recipient has a newer token: stale. A stale ack is not activity, and the next
 	// fallback waits twice the timeout.
 	r := n.indexOf(b.To)
-	n.onSent(ctx, sendResult{to: nodes[r].ID(), idx: r, epoch: 5, hop: 7, attempt: n.attemptOf(5, 7).Load(), code: AckStale})
+	n.onSent(ctx, sendResult{to: nodes[r].ID(), idx: r, epoch: 5, hop: 7, attempt: n.attemptOf(5, 7).Load(), code: wire.AckStale})
 	entries := n.store.Entries()
 	n.input(ctx, CustodyInput{Kind: "tick", Tick: 3*to - 1})
 	if n.store.Entries() != entries || n.CustodyEvents("fallback") != 1 {

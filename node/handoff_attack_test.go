@@ -61,7 +61,7 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { h.Close() })
-		h.SetStreamHandler(WalkProtocol(run), func(s network.Stream) {
+		h.SetStreamHandler(wire.WalkProtocol(run), func(s network.Stream) {
 			defer s.Close()
 			for {
 				b, err := wire.ReadFrame(s, 1<<24)
@@ -72,7 +72,7 @@ func newAttackRig(t *testing.T, run string, hops uint64) *attackRig {
 				case r.got <- b:
 				default:
 				}
-				if _, err := s.Write([]byte{AckOK}); err != nil {
+				if _, err := s.Write([]byte{wire.AckOK}); err != nil {
 					return
 				}
 			}
@@ -136,11 +136,11 @@ func (r *attackRig) token(epoch, hop uint64, mark float64) walk.Token {
 	return tok
 }
 
-// send writes one frame from h to the victim and returns the ack, waiting out AckBusy
+// send writes one frame from h to the victim and returns the ack, waiting out wire.AckBusy
 // (membership not fixed yet, or the victim busy with its own hand-off).
 func (r *attackRig) send(t *testing.T, h host.Host, b []byte) byte {
 	t.Helper()
-	s, err := h.NewStream(r.ctx, r.v.ID(), WalkProtocol(r.run))
+	s, err := h.NewStream(r.ctx, r.v.ID(), wire.WalkProtocol(r.run))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func (r *attackRig) send(t *testing.T, h host.Host, b []byte) byte {
 		if _, err := s.Read(ack[:]); err != nil {
 			t.Fatal(err)
 		}
-		if ack[0] != AckBusy {
+		if ack[0] != wire.AckBusy {
 			return ack[0]
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -177,7 +177,7 @@ func (r *attackRig) idle(t *testing.T) {
 }
 
 // TestHandoffForgeriesRefused: a member cannot jump the hop counter, forge or replay a
-// signature, or vouch for itself; each forgery is refused with AckReject before any
+// signature, or vouch for itself; each forgery is refused with wire.AckReject before any
 // update, and a correctly signed contiguous hand-off is then taken (the checks can pass).
 func TestHandoffForgeriesRefused(t *testing.T) {
 	const hops = 200 // K; MaxSelfHops(3) = 41
@@ -205,7 +205,7 @@ func TestHandoffForgeriesRefused(t *testing.T) {
 		{"evidence from a later epoch", signedFrame(t, atk, vid, r.token(0, 4, 1), evidenceOf(t, honest, 2, r.token(1, 3, 7), atk.ID()))},
 	} {
 		before := r.v.metrics.updatesValue()
-		if code := r.send(t, atk, c.frame); code != AckReject {
+		if code := r.send(t, atk, c.frame); code != wire.AckReject {
 			t.Fatalf("%s: ack %d, want reject", c.name, code)
 		}
 		if r.v.metrics.updatesValue() != before {
@@ -216,7 +216,7 @@ func TestHandoffForgeriesRefused(t *testing.T) {
 		t.Fatalf("rejected{signature}+{malformed} = %v, want 11", got)
 	}
 	// The honest continuation of the real hand-off is taken and stepped.
-	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != wire.AckOK {
 		t.Fatalf("contiguous signed hand-off: ack %d, want ok", code)
 	}
 	r.idle(t)
@@ -247,14 +247,14 @@ func TestBudgetBurnRefused(t *testing.T) {
 	r := newAttackRig(t, "burn", 200)
 	atk, honest, vid := r.atk, r.honest, r.v.ID()
 	ev := evidenceOf(t, honest, 2, r.token(0, 3, 7), atk.ID())
-	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != wire.AckOK {
 		t.Fatalf("first hand-off: ack %d, want ok", code)
 	}
 	r.idle(t)
 	spent := r.v.metrics.updatesValue()
 	ok := 0
 	for e := uint64(1); e <= 100; e++ {
-		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == AckOK {
+		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == wire.AckOK {
 			ok++
 		}
 	}
@@ -279,7 +279,7 @@ func TestBudgetBurnRefused(t *testing.T) {
 		t.Errorf("victim's planned figure after the attack: hold %v, note %q", b.ConditionsHold, b.Note)
 	}
 	ev2 := evidenceOf(t, atk, 1, r.token(0, 9, 5), honest.ID())
-	if code := r.send(t, honest, signedFrame(t, honest, vid, r.token(0, 10, 2), ev2)); code != AckOK {
+	if code := r.send(t, honest, signedFrame(t, honest, vid, r.token(0, 10, 2), ev2)); code != wire.AckOK {
 		t.Fatalf("next real hand-off: ack %d, want ok", code)
 	}
 }
@@ -292,7 +292,7 @@ func TestBudgetBurnAfterRestart(t *testing.T) {
 	r := newAttackRig(t, "burnrestart", 200)
 	atk, honest, vid := r.atk, r.honest, r.v.ID()
 	ev := evidenceOf(t, honest, 2, r.token(0, 3, 7), atk.ID())
-	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != AckOK {
+	if code := r.send(t, atk, signedFrame(t, atk, vid, r.token(0, 4, 1), ev)); code != wire.AckOK {
 		t.Fatalf("first hand-off: ack %d, want ok", code)
 	}
 	r.idle(t)
@@ -309,7 +309,7 @@ func TestBudgetBurnAfterRestart(t *testing.T) {
 	}
 	ok := 0
 	for e := uint64(1); e <= 2; e++ {
-		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == AckOK {
+		if r.send(t, atk, signedFrame(t, atk, vid, r.token(e, 4, float64(e)), ev)) == wire.AckOK {
 			ok++
 		}
 	}
@@ -345,7 +345,7 @@ func TestForgedFinalRefused(t *testing.T) {
 		if m.Model == nil {
 			m.Model = tok.Z
 		}
-		s, err := atk.NewStream(r.ctx, r.v.ID(), FinalProtocol(r.run))
+		s, err := atk.NewStream(r.ctx, r.v.ID(), wire.FinalProtocol(r.run))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,12 +407,12 @@ func TestFinalLineageNamesColluders(t *testing.T) {
 	r := newAttackRig(t, "lineage", k)
 	atk, mate, vid := r.atk, r.honest, r.v.ID()
 	jump := signedFrame(t, atk, vid, r.token(1000, 4, 1), evidenceOf(t, mate, 2, r.token(0, 3, 7), atk.ID()))
-	if code := r.send(t, atk, jump); code != AckReject {
+	if code := r.send(t, atk, jump); code != wire.AckReject {
 		t.Fatalf("epoch jump: ack %d, want reject", code)
 	}
 	prev := r.token(0, k-1, 4)
 	ev := evidenceOf(t, atk, 1, prev, mate.ID()) // the attacker "handed" its colluder hop K-1
-	if code := r.send(t, mate, signedFrame(t, mate, vid, r.token(0, k, 5), ev)); code != AckOK {
+	if code := r.send(t, mate, signedFrame(t, mate, vid, r.token(0, k, 5), ev)); code != wire.AckOK {
 		t.Fatalf("hop K from the colluder: ack %d, want ok", code)
 	}
 	var m *Model

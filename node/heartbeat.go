@@ -49,7 +49,7 @@ func (n *Node) beat(ctx context.Context, p peer.ID) {
 		}
 		if s == nil {
 			sctx, cancel := context.WithTimeout(ctx, 2*every)
-			ns, err := n.Host.NewStream(sctx, p, AliveProtocol(n.cfg.Run))
+			ns, err := n.Host.NewStream(sctx, p, wire.AliveProtocol(n.cfg.Run))
 			cancel()
 			if err != nil {
 				continue

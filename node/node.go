@@ -43,30 +43,6 @@ import (
 	"github.com/dpadmm/dpadmm/walk"
 )
 
-// Ack codes written by the receiver of a hand-off, one byte per frame.
-const (
-	AckOK        byte = 0 // token durably stored; custody passes to the receiver
-	AckDuplicate byte = 1 // this exact (epoch, hop) was already stored: custody passes too
-	AckStale     byte = 2 // older than what the receiver has seen: the sender drops the token (fenced)
-	AckReject    byte = 3 // malformed, foreign or from a non-member: the sender tries another peer
-	AckBusy      byte = 4 // receiver not ready (membership not fixed, or still sending): retry later
-)
-
-// WalkProtocol returns the hand-off protocol ID of a run.
-func WalkProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/walk/1") }
-
-// DoneProtocol returns the protocol on which members confirm receipt of the final model.
-func DoneProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/done/1") }
-
-// FinalProtocol returns the protocol on which the releaser of the final model pushes it
-// directly to members that have not confirmed it after a few control-plane
-// publications (a member whose GossipSub mesh is not formed would otherwise wait forever).
-// The final model is public: every member receives it anyway.
-func FinalProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/final/1") }
-
-// ControlTopic returns the GossipSub control topic of a run.
-func ControlTopic(run string) string { return "dpadmm/" + run + "/control" }
-
 // Node is one dpadmm node: a libp2p host, the control plane, the durable store and the
 // runtime loop that owns the walk machine.
 type Node struct {
@@ -188,7 +164,7 @@ type Node struct {
 	cancel   context.CancelFunc
 	// loopEnd is closed once the loop reads no more hand-offs (n.in): the run is over, or
 	// it was stopped and the hand-off streams open to it are drained (quiesce); receive
-	// then answers AckBusy at once. nil before Run.
+	// then answers wire.AckBusy at once. nil before Run.
 	loopEnd  chan struct{}
 	loopOnce sync.Once
 	// inWalk counts the inbound hand-off streams being served (handleWalk).
@@ -372,24 +348,24 @@ func newHost(cfg Config, key crypto.PrivKey, gater *memberGater, reg prometheus.
 func (n *Node) startServices(ctx context.Context) error {
 	cfg, h := n.cfg, n.Host
 	var err error
-	params, th := controlScoreParams(ControlTopic(cfg.Run))
+	params, th := controlScoreParams(wire.ControlTopic(cfg.Run))
 	if n.ps, err = pubsub.NewGossipSub(ctx, h, pubsub.WithPeerScore(params, th)); err != nil {
 		return fmt.Errorf("node: gossipsub: %w", err)
 	}
-	if err := n.ps.RegisterTopicValidator(ControlTopic(cfg.Run), n.validateControl); err != nil {
+	if err := n.ps.RegisterTopicValidator(wire.ControlTopic(cfg.Run), n.validateControl); err != nil {
 		return fmt.Errorf("node: gossipsub validator: %w", err)
 	}
-	if n.topic, err = n.ps.Join(ControlTopic(cfg.Run)); err != nil {
+	if n.topic, err = n.ps.Join(wire.ControlTopic(cfg.Run)); err != nil {
 		return err
 	}
 	if n.sub, err = n.topic.Subscribe(); err != nil {
 		return err
 	}
-	h.SetStreamHandler(WalkProtocol(cfg.Run), n.handleWalk)
-	h.SetStreamHandler(DoneProtocol(cfg.Run), n.handleDone)
-	h.SetStreamHandler(FinalProtocol(cfg.Run), n.handleFinal)
-	h.SetStreamHandler(ReleaseProtocol(cfg.Run), n.handleRelease)
-	h.SetStreamHandler(AliveProtocol(cfg.Run), n.handleAlive)
+	h.SetStreamHandler(wire.WalkProtocol(cfg.Run), n.handleWalk)
+	h.SetStreamHandler(wire.DoneProtocol(cfg.Run), n.handleDone)
+	h.SetStreamHandler(wire.FinalProtocol(cfg.Run), n.handleFinal)
+	h.SetStreamHandler(wire.ReleaseProtocol(cfg.Run), n.handleRelease)
+	h.SetStreamHandler(wire.AliveProtocol(cfg.Run), n.handleAlive)
 	if cfg.HTTP != "" {
 		if err := n.serveHTTP(cfg.HTTP); err != nil {
 			return err
@@ -905,7 +881,7 @@ func (n *Node) handleWalk(s network.Stream) {
 			switch {
 			case errors.Is(err, wire.ErrTooLarge):
 				n.reject(lg, "oversized", err.Error())
-				s.Write([]byte{AckReject})
+				s.Write([]byte{wire.AckReject})
 				s.Reset()
 			case errors.Is(err, io.ErrUnexpectedEOF) || (errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, wire.ErrPartialFrame)):
 				n.reject(lg, "truncated", "the stream ended inside a frame")
@@ -944,27 +920,27 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 			kind = "version"
 		}
 		n.reject(lg, kind, err.Error())
-		return AckReject, nil
+		return wire.AckReject, nil
 	}
 	n.mu.Lock()
 	ready, end := n.cust != nil, n.loopEnd
 	n.mu.Unlock()
 	if !ready || isClosed(end) {
-		return AckBusy, nil // not started, or the loop has ended (see quiesce)
+		return wire.AckBusy, nil // not started, or the loop has ended (see quiesce)
 	}
 	if !n.isMember(from) {
 		n.reject(lg, "non-member", "sender is not a member of the run")
-		return AckReject, nil
+		return wire.AckReject, nil
 	}
 	v := wire.Validator{Run: n.cfg.Run, Dim: n.cfg.Data.ModelDim(), Hops: n.cfg.Hops}
 	if vd, reason := v.Check(tok); vd != wire.Accept {
 		n.reject(lg, "invalid", reason)
-		return AckReject, nil
+		return wire.AckReject, nil
 	}
 	held, ev, err := n.checkSigned(tok, b, from)
 	if err != nil {
 		n.reject(lg, "signature", err.Error())
-		return AckReject, nil
+		return wire.AckReject, nil
 	}
 	if n.cfg.Hops > 0 && tok.Hop >= n.cfg.Hops {
 		n.keepPrevLink(tok.Epoch, tok.Hop, n.memberIndex(from), finalLinkOf(b))
@@ -979,10 +955,10 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		case n.in <- msg:
 			t.Stop()
 		case <-t.C:
-			return AckBusy, nil
+			return wire.AckBusy, nil
 		case <-end:
 			t.Stop()
-			return AckBusy, nil // the loop has ended: the token was not taken
+			return wire.AckBusy, nil // the loop has ended: the token was not taken
 		}
 	}
 	return <-reply, written
@@ -1013,10 +989,10 @@ func (n *Node) onInbound(ctx context.Context, msg inbound) {
 		Epoch: msg.tok.Epoch, Hop: msg.tok.Hop, Token: msg.tok, Evidence: heldEvidence(msg.raw), Shown: msg.ev}})
 	n.cur = nil
 	if !msg.replied {
-		code := AckBusy // the Ready could not be applied: not taken
+		code := wire.AckBusy // the Ready could not be applied: not taken
 		if err != nil {
 			n.reject(n.log.With().Str("from", shortID(msg.from)).Logger(), "invalid", err.Error())
-			code = AckReject
+			code = wire.AckReject
 		}
 		msg.reply <- code
 	}
@@ -1055,7 +1031,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 	return n.finish(ctx)
 }
 
-// endLoop records that the loop reads no more hand-offs: receive answers AckBusy at once.
+// endLoop records that the loop reads no more hand-offs: receive answers wire.AckBusy at once.
 func (n *Node) endLoop() {
 	n.loopOnce.Do(func() {
 		n.mu.Lock()
@@ -1135,8 +1111,8 @@ const stopDrain = 2 * time.Second
 // while members still have a hand-off stream open to it, at most min(AckTimeout,
 // stopDrain), and keeps answering their hand-offs (onInbound) through its custody
 // machine, told first that the node stops (walk.Custody.Stop): from then on it takes no
-// new token, answered AckBusy (it would not process it), while a re-send of a token it
-// already took is answered AckDuplicate:
+// new token, answered wire.AckBusy (it would not process it), while a re-send of a token it
+// already took is answered wire.AckDuplicate:
 // custody passed to this node with its first ack (the token is in its inbox and stepped
 // at its restart), so the sender must not redirect it. A member that restarts re-sends
 // its unacked releases at its first tick and may meet their holder stopping just then.
@@ -1147,7 +1123,7 @@ const stopDrain = 2 * time.Second
 // peer that is itself stopping, charged as a view of the release (a safe over-count, but
 // a path that is not the walk's). Members that go on running redirect after AckTimeout,
 // as from any peer that stays busy. Once it returns the loop reads no more hand-offs
-// (endLoop): receive answers AckBusy at once.
+// (endLoop): receive answers wire.AckBusy at once.
 func (n *Node) quiesce(ctx context.Context) {
 	n.input(ctx, CustodyInput{Kind: "stop"}) // the machine takes no new token and sends none
 	n.mu.Lock()
@@ -1232,7 +1208,7 @@ func (n *Node) stream(ctx context.Context, p peer.ID) (network.Stream, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, n.cfg.AckTimeout)
 	defer cancel()
-	s, err := n.Host.NewStream(sctx, p, WalkProtocol(n.cfg.Run))
+	s, err := n.Host.NewStream(sctx, p, wire.WalkProtocol(n.cfg.Run))
 	if err != nil {
 		return nil, err
 	}
@@ -1386,8 +1362,8 @@ const streamsPerPeer = 8
 func resourceManager(run string) (network.ResourceManager, error) {
 	scaling := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&scaling)
-	for _, p := range []protocol.ID{WalkProtocol(run), ReleaseProtocol(run), AliveProtocol(run), FinalProtocol(run),
-		DoneProtocol(run), RADMMProtocol(run)} {
+	for _, p := range []protocol.ID{wire.WalkProtocol(run), wire.ReleaseProtocol(run), wire.AliveProtocol(run), wire.FinalProtocol(run),
+		wire.DoneProtocol(run), wire.RADMMProtocol(run)} {
 		scaling.AddProtocolPeerLimit(p, rcmgr.BaseLimit{Streams: 2 * streamsPerPeer, StreamsInbound: streamsPerPeer,
 			StreamsOutbound: streamsPerPeer, Memory: 16 << 20}, rcmgr.BaseLimitIncrease{})
 	}

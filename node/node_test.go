@@ -276,7 +276,7 @@ func TestRejectsHostileInput(t *testing.T) {
 		return b
 	}
 	send := func(h host.Host, frame []byte, raw bool) (byte, error) {
-		s, err := h.NewStream(ctx, v.ID(), WalkProtocol("hostile"))
+		s, err := h.NewStream(ctx, v.ID(), wire.WalkProtocol("hostile"))
 		if err != nil {
 			return 0, err
 		}
@@ -292,7 +292,7 @@ func TestRejectsHostileInput(t *testing.T) {
 			if _, err := s.Read(ack[:]); err != nil {
 				return 0, err
 			}
-			if ack[0] != AckBusy {
+			if ack[0] != wire.AckBusy {
 				return ack[0], nil
 			}
 			time.Sleep(20 * time.Millisecond) // membership not fixed yet: resend
@@ -328,7 +328,7 @@ func TestRejectsHostileInput(t *testing.T) {
 		} else if err != nil && tc.name != "oversized frame" {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if err == nil && code != AckReject {
+		if err == nil && code != wire.AckReject {
 			t.Fatalf("%s: ack %d, want reject", tc.name, code)
 		}
 		if got := v.Rejected(tc.reason); got < 1 {
@@ -342,10 +342,10 @@ func TestRejectsHostileInput(t *testing.T) {
 	// Signed by the attacker, the origin (holder 1): hop K without evidence is within
 	// the origin's bound for two members.
 	final := signedFrame(t, atk, v.ID(), ftok, nil)
-	if code, err := send(atk, final, false); err != nil || code != AckOK {
+	if code, err := send(atk, final, false); err != nil || code != wire.AckOK {
 		t.Fatalf("valid token: ack %d, %v", code, err)
 	}
-	s, err := atk.NewStream(ctx, v.ID(), DoneProtocol("hostile"))
+	s, err := atk.NewStream(ctx, v.ID(), wire.DoneProtocol("hostile"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node/store"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -397,7 +398,7 @@ func runUntilPaused(t *testing.T, ctx context.Context, nodes []*Node) ([]chan ru
 }
 
 // TestStoppingHolderAnswersResend: the holder of a paused token answers a byte-identical
-// re-send of it with AckDuplicate, whether it is running or its run is being stopped
+// re-send of it with wire.AckDuplicate, whether it is running or its run is being stopped
 // (its context ended, as on SIGINT or SIGTERM, and it drains the hand-off streams still
 // open to it, Node.quiesce): custody passed to it with its first ack (the token is in
 // its inbox, stepped at its restart), and a busy answer would make the sender redirect
@@ -406,7 +407,7 @@ func runUntilPaused(t *testing.T, ctx context.Context, nodes []*Node) ([]chan ru
 // The stopping node's answers are its custody machine's (walk.Custody.Stop; a new
 // token refused busy is in walk/testdata/custody/stop.txt): the same release under a
 // higher epoch, as a regeneration would send it, is refused by the evidence rule
-// (AckStale) before the stop and after it alike.
+// (wire.AckStale) before the stop and after it alike.
 func TestStoppingHolderAnswersResend(t *testing.T) {
 	const hops, pause = 40, 18
 	sh := shards(t, 3)
@@ -479,18 +480,18 @@ func TestStoppingHolderAnswersResend(t *testing.T) {
 		}
 		return code
 	}
-	if code := resend(held.raw); code != AckDuplicate {
-		t.Fatalf("paused holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
+	if code := resend(held.raw); code != wire.AckDuplicate {
+		t.Fatalf("paused holder answered a re-send of its token with %d, want wire.AckDuplicate (%d)", code, wire.AckDuplicate)
 	}
-	if code := resend(reEpoch(held.raw, 1)); code != AckStale {
-		t.Fatalf("paused holder answered the same release under epoch 1 with %d, want AckStale (%d): its evidence was used", code, AckStale)
+	if code := resend(reEpoch(held.raw, 1)); code != wire.AckStale {
+		t.Fatalf("paused holder answered the same release under epoch 1 with %d, want wire.AckStale (%d): its evidence was used", code, wire.AckStale)
 	}
 	stops[p]() // the holder's run is stopped; it drains the stream the sender keeps open
-	if code := resend(held.raw); code != AckDuplicate {
-		t.Fatalf("stopping holder answered a re-send of its token with %d, want AckDuplicate (%d)", code, AckDuplicate)
+	if code := resend(held.raw); code != wire.AckDuplicate {
+		t.Fatalf("stopping holder answered a re-send of its token with %d, want wire.AckDuplicate (%d)", code, wire.AckDuplicate)
 	}
-	if code := resend(reEpoch(held.raw, 1)); code != AckStale {
-		t.Fatalf("stopping holder answered the same release under epoch 1 with %d, want AckStale (%d) as before the stop", code, AckStale)
+	if code := resend(reEpoch(held.raw, 1)); code != wire.AckStale {
+		t.Fatalf("stopping holder answered the same release under epoch 1 with %d, want wire.AckStale (%d) as before the stop", code, wire.AckStale)
 	}
 	select {
 	case err := <-ended[p]:

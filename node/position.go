@@ -22,7 +22,7 @@ import (
 // holds, instead of spending its privacy budget a second time under a count that
 // forgets the first.
 
-// PositionRequest is the type of the message a walk node sends over FinalProtocol to
+// PositionRequest is the type of the message a walk node sends over wire.FinalProtocol to
 // ask a member how many of its hand-offs that member took; the answer is a ctlMsg of type
 // PositionAnswer whose Taken says it.
 const (

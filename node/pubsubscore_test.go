@@ -10,6 +10,8 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/node/wire"
 )
 
 func TestControlVerdict(t *testing.T) {
@@ -58,7 +60,7 @@ func TestControlTopicScoring(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tp, err := ps.Join(ControlTopic("scored"))
+		tp, err := ps.Join(wire.ControlTopic("scored"))
 		if err != nil {
 			t.Fatal(err)
 		}

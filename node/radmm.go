@@ -13,7 +13,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/rs/zerolog"
 
@@ -23,10 +22,6 @@ import (
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 )
-
-// RADMMProtocol returns the neighbour-exchange protocol ID of a run: the direct stream
-// that carries R-ADMM/MR-ADMM/ADMM vectors between graph neighbours (never pubsub).
-func RADMMProtocol(run string) protocol.ID { return protocol.ID("/dpadmm/" + run + "/radmm/1") }
 
 // MissingPolicy is what a node does when a neighbour's vector for the current iteration
 // has not arrived within the barrier timeout (gossip.MissingPolicy; the policy itself is
@@ -208,7 +203,7 @@ type exchangePeer struct {
 }
 
 // radmmExchange is the R-ADMM neighbour exchange of a Node: it drives the node's
-// gossip.Exchange over direct streams of RADMMProtocol(run) on the Node's host, with the
+// gossip.Exchange over direct streams of wire.RADMMProtocol(run) on the Node's host, with the
 // Node's store (ledger), data directory (journal and stale-use record), logger and
 // metrics. It owns no host and no store: Node.Close ends the run (its context) and the
 // host; stop releases what the exchange itself holds.
@@ -261,7 +256,7 @@ type exchangeProg struct {
 // newRADMMExchange validates cfg and builds the exchange of the Node's run: it restores
 // the machine from the run's journal when the data directory holds one (refusing with
 // ErrRejoin when that is not exactly possible), opens the stale-use record, watches the
-// neighbours' connections and registers the stream handler of RADMMProtocol(run). Call
+// neighbours' connections and registers the stream handler of wire.RADMMProtocol(run). Call
 // run next, and stop when done.
 func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 	cfg.setDefaults()
@@ -290,7 +285,7 @@ func (n *Node) newRADMMExchange(cfg radmmConfig) (*radmmExchange, error) {
 		x.peers = append(x.peers, &exchangePeer{idx: j, id: cfg.Members[j], q: make(chan []byte, cfg.Iters+34)})
 	}
 	x.watchReconnects()
-	n.Host.SetStreamHandler(RADMMProtocol(n.cfg.Run), x.handle)
+	n.Host.SetStreamHandler(wire.RADMMProtocol(n.cfg.Run), x.handle)
 	return x, nil
 }
 
@@ -342,7 +337,7 @@ func (x *radmmExchange) stop() {
 		x.cancelMu.Unlock()
 		x.finish()
 		h := x.n.Host
-		h.RemoveStreamHandler(RADMMProtocol(x.n.cfg.Run))
+		h.RemoveStreamHandler(wire.RADMMProtocol(x.n.cfg.Run))
 		if x.notifee != nil {
 			h.Network().StopNotify(x.notifee)
 			x.notifee = nil
@@ -357,7 +352,7 @@ func (x *radmmExchange) stop() {
 func (x *radmmExchange) finish() { x.doneOnce.Do(func() { close(x.done) }) }
 
 // handle serves one long-lived inbound stream: frames in, one ack byte out per frame
-// (AckOK validated and passed to the loop, AckReject refused with a logged reason).
+// (wire.AckOK validated and passed to the loop, wire.AckReject refused with a logged reason).
 func (x *radmmExchange) handle(s network.Stream) {
 	defer s.Close()
 	sender, ok := x.index[s.Conn().RemotePeer()]
@@ -371,7 +366,7 @@ func (x *radmmExchange) handle(s network.Stream) {
 			if errors.Is(err, wire.ErrTooLarge) {
 				x.reject(lg, "oversized", err.Error())
 				// The stream is out of sync: answer, then close it (Close flushes the ack).
-				s.Write([]byte{AckReject})
+				s.Write([]byte{wire.AckReject})
 			}
 			return
 		}
@@ -387,7 +382,7 @@ func (x *radmmExchange) handle(s network.Stream) {
 		}
 		if err != nil {
 			x.reject(lg, label, err.Error())
-			if _, err := s.Write([]byte{AckReject}); err != nil {
+			if _, err := s.Write([]byte{wire.AckReject}); err != nil {
 				return
 			}
 			continue
@@ -395,7 +390,7 @@ func (x *radmmExchange) handle(s network.Stream) {
 		// Ack once validated, before the loop takes the vector: the frame that completes a
 		// neighbour's last barrier must be acknowledged before that node ends and leaves.
 		// Back-pressure is kept: the next frame is not read until the loop took this one.
-		if _, err := s.Write([]byte{AckOK}); err != nil {
+		if _, err := s.Write([]byte{wire.AckOK}); err != nil {
 			return
 		}
 		select {
@@ -780,7 +775,7 @@ func (x *radmmExchange) sender(ctx context.Context, p *exchangePeer) {
 		for {
 			code, err := x.sendOne(ctx, p, raw)
 			if err == nil {
-				if code == AckReject {
+				if code == wire.AckReject {
 					x.log.Error().Int("to", p.idx).Msg("neighbour rejected our vector")
 				}
 				break
@@ -810,7 +805,7 @@ func (x *radmmExchange) sendOne(ctx context.Context, p *exchangePeer, raw []byte
 	defer p.mu.Unlock()
 	if p.s == nil {
 		sctx, cancel := context.WithTimeout(ctx, x.cfg.Barrier)
-		s, err := x.n.Host.NewStream(sctx, p.id, RADMMProtocol(x.n.cfg.Run))
+		s, err := x.n.Host.NewStream(sctx, p.id, wire.RADMMProtocol(x.n.cfg.Run))
 		cancel()
 		if err != nil {
 			return 0, err

@@ -19,6 +19,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node/store"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -138,7 +139,7 @@ func (n *Node) RunRADMM(ctx context.Context) (_ *RADMMModel, err error) {
 	n.metrics.radmm.Store(view)
 	n.metrics.enableRADMM()
 	// The walk's protocols are not served in a neighbour-exchange run.
-	for _, proto := range []protocol.ID{WalkProtocol(n.cfg.Run), ReleaseProtocol(n.cfg.Run), AliveProtocol(n.cfg.Run), FinalProtocol(n.cfg.Run)} {
+	for _, proto := range []protocol.ID{wire.WalkProtocol(n.cfg.Run), wire.ReleaseProtocol(n.cfg.Run), wire.AliveProtocol(n.cfg.Run), wire.FinalProtocol(n.cfg.Run)} {
 		n.Host.RemoveStreamHandler(proto)
 	}
 	r, err := n.radmmMembers(ctx)

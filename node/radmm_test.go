@@ -297,7 +297,7 @@ func TestExchangeRun(t *testing.T) {
 	}
 }
 
-// TestExchangeRejects: node 0 of a path 0-1-2 refuses, with AckReject, frames from a
+// TestExchangeRejects: node 0 of a path 0-1-2 refuses, with wire.AckReject, frames from a
 // non-member, from the member that is not its neighbour, and malformed, foreign, forged,
 // non-finite or oversized frames from its neighbour; it accepts a valid frame.
 func TestExchangeRejects(t *testing.T) {
@@ -327,26 +327,26 @@ func TestExchangeRejects(t *testing.T) {
 	enc := func(f wire.ExchangeFrame) []byte { b, _ := wire.EncodeExchangeFrame(nil, f); return b }
 	good := wire.ExchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, 2, 3}}
 
-	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
+	s, err := rogue.NewStream(ctx, nodes[0].n.ID(), wire.RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := send(s, enc(good)); c != AckReject {
+	if c := send(s, enc(good)); c != wire.AckReject {
 		t.Errorf("non-member: ack %d", c)
 	}
 	s.Close()
-	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
+	s, err = nodes[2].n.Host.NewStream(ctx, nodes[0].n.ID(), wire.RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := good
 	bad.From = 2
-	if c := send(s, enc(bad)); c != AckReject {
+	if c := send(s, enc(bad)); c != wire.AckReject {
 		t.Errorf("non-neighbour: ack %d", c)
 	}
 	s.Close()
 
-	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), RADMMProtocol("r"))
+	s, err = nodes[1].n.Host.NewStream(ctx, nodes[0].n.ID(), wire.RADMMProtocol("r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,11 +359,11 @@ func TestExchangeRejects(t *testing.T) {
 		"nan":       enc(wire.ExchangeFrame{Run: "r", Iter: 0, From: 1, Vec: []float64{1, math.NaN(), 3}}),
 		"beyond T":  enc(wire.ExchangeFrame{Run: "r", Iter: 5, From: 1, Vec: good.Vec}),
 	} {
-		if c := send(s, raw); c != AckReject {
+		if c := send(s, raw); c != wire.AckReject {
 			t.Errorf("%s: ack %d", name, c)
 		}
 	}
-	if c := send(s, enc(good)); c != AckOK {
+	if c := send(s, enc(good)); c != wire.AckOK {
 		t.Errorf("valid frame: ack %d", c)
 	}
 	if got := nodes[0].rejected.Load(); got != 9 {
@@ -375,7 +375,7 @@ func TestExchangeRejects(t *testing.T) {
 	binary.LittleEndian.PutUint32(hdr[:], uint32(wire.ExchangeFrameSize("r", 3)+1))
 	s.Write(hdr[:])
 	var ack [1]byte
-	if _, err := s.Read(ack[:]); err != nil || ack[0] != AckReject {
+	if _, err := s.Read(ack[:]); err != nil || ack[0] != wire.AckReject {
 		t.Errorf("oversized: ack %v (%v)", ack[0], err)
 	}
 	if _, err := s.Read(ack[:]); err == nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/node/store"
+	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -175,7 +176,7 @@ func (n *Node) startAskFinal() {
 	go func() { defer n.bg.Done(); n.askFinal(ctx, ms) }()
 }
 
-// FinalRequest is the type of the message a rejoining member sends over FinalProtocol to
+// FinalRequest is the type of the message a rejoining member sends over wire.FinalProtocol to
 // ask a member for the final model; a member that has written model.json answers with
 // its final-model message (the same as a publication: run, config hash, hop, epoch,
 // model), which the asking node checks as any other (acceptFinal).
@@ -227,11 +228,11 @@ func (n *Node) requestFinal(ctx context.Context, p peer.ID, req []byte) (finalMs
 	return finalMsg{from: p, m: m}, true
 }
 
-// askControl sends req to p over FinalProtocol and returns its answer within ctx's
+// askControl sends req to p over wire.FinalProtocol and returns its answer within ctx's
 // deadline: answered is false when p cannot be reached or answers nothing, ok false also
 // when the answer is not a control message of this run.
 func (n *Node) askControl(ctx context.Context, p peer.ID, req []byte) (m ctlMsg, answered, ok bool) {
-	s, err := n.Host.NewStream(ctx, p, FinalProtocol(n.cfg.Run))
+	s, err := n.Host.NewStream(ctx, p, wire.FinalProtocol(n.cfg.Run))
 	if err != nil {
 		return ctlMsg{}, false, false
 	}

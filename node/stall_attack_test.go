@@ -70,15 +70,15 @@ func (a *rewinder) serve(s network.Stream) {
 		}
 		tok, err := wire.DecodeToken(b)
 		if err != nil || from < 0 {
-			s.Write([]byte{AckReject})
+			s.Write([]byte{wire.AckReject})
 			continue
 		}
 		c, err := wire.ParseCert(b[wire.BodyLen(b):], true)
 		if err != nil {
-			s.Write([]byte{AckReject})
+			s.Write([]byte{wire.AckReject})
 			continue
 		}
-		if _, err := s.Write([]byte{AckOK}); err != nil {
+		if _, err := s.Write([]byte{wire.AckOK}); err != nil {
 			return
 		}
 		a.in <- rewinderIn{tok: tok, ev: appendEvidence(nil, from, tok, c.Sig), from: from, sig: c.Sig}
@@ -87,21 +87,21 @@ func (a *rewinder) serve(s network.Stream) {
 
 // send hands frame b to p and returns the ack (busy answers waited out).
 func (a *rewinder) send(p peer.ID, b []byte) byte {
-	s, err := a.h.NewStream(a.ctx, p, WalkProtocol(a.run))
+	s, err := a.h.NewStream(a.ctx, p, wire.WalkProtocol(a.run))
 	if err != nil {
-		return AckReject
+		return wire.AckReject
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	for {
 		if err := wire.WriteFrame(s, b); err != nil {
-			return AckReject
+			return wire.AckReject
 		}
 		var ack [1]byte
 		if _, err := io.ReadFull(s, ack[:]); err != nil {
-			return AckReject
+			return wire.AckReject
 		}
-		if ack[0] != AckBusy {
+		if ack[0] != wire.AckBusy {
 			return ack[0]
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -144,7 +144,7 @@ func (a *rewinder) forward(m rewinderIn) {
 			a.t.Error(err)
 			return
 		}
-		if a.send(a.honest[j], f) == AckOK {
+		if a.send(a.honest[j], f) == wire.AckOK {
 			return
 		}
 	}
@@ -192,9 +192,9 @@ func (a *rewinder) rewind(hop uint64) {
 			a.mu.Lock()
 			a.tries++
 			switch code {
-			case AckOK:
+			case wire.AckOK:
 				a.taken++
-			case AckReject:
+			case wire.AckReject:
 				a.evicted[p] = true
 			default:
 				a.refused[p]++
@@ -212,7 +212,7 @@ func (a *rewinder) pushFinal(m rewinderIn) {
 		Cert: &FinalCert{Signer: m.from, Epoch: m.tok.Epoch, Hop: m.tok.Hop, Digest: zh[:], Sig: m.sig}, By: a.h.ID().String()}
 	b, _ := json.Marshal(msg)
 	for _, p := range a.honest {
-		s, err := a.h.NewStream(a.ctx, p, FinalProtocol(a.run))
+		s, err := a.h.NewStream(a.ctx, p, wire.FinalProtocol(a.run))
 		if err != nil {
 			continue
 		}
@@ -290,13 +290,13 @@ func TestStallAttackBounded(t *testing.T) {
 	}
 	a := &rewinder{t: t, ctx: ctx, h: atkHost, run: "stall", hash: nodes[0].ConfigHash(), k: k, honest: ids[:3], idx: 3,
 		rnd: rand.New(rand.NewPCG(3, 4)), vec: vec, in: make(chan rewinderIn, 64), refused: map[peer.ID]int{}, shown: map[peer.ID]map[uint64]bool{}, evicted: map[peer.ID]bool{}}
-	atkHost.SetStreamHandler(WalkProtocol("stall"), a.serve)
+	atkHost.SetStreamHandler(wire.WalkProtocol("stall"), a.serve)
 	// The attacker is on the control topic, as a member is.
 	ps, err := pubsub.NewGossipSub(ctx, atkHost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic, err := ps.Join(ControlTopic("stall"))
+	topic, err := ps.Join(wire.ControlTopic("stall"))
 	if err != nil {
 		t.Fatal(err)
 	}
