@@ -18,7 +18,7 @@ import (
 // readLedgerFile reads the ledger of a node data directory. A missing file is an empty
 // ledger. A last line without its newline (a process killed in the middle of the write,
 // before it could send the release the entry covers) is left out. The checksums and the
-// chain links are checked as a node checks them on start (store.ReadLedgerChain).
+// chain links are checked as a node checks them on start (privacy.ReadLedgerChain).
 func readLedgerFile(dir string) ([]privacy.Entry, error) {
 	b, err := os.ReadFile(filepath.Join(dir, store.LedgerFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -30,7 +30,7 @@ func readLedgerFile(dir string) ([]privacy.Entry, error) {
 	if k := bytes.LastIndexByte(b, '\n'); k+1 < len(b) {
 		b = b[:k+1]
 	}
-	es, _, _, err := store.ReadLedgerChain(b)
+	es, _, _, err := privacy.ReadLedgerChain(b)
 	return es, err
 }
 

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 )
 
@@ -32,9 +31,9 @@ const DefaultLedgerBuffer = 4 << 20
 
 // FileLedger writes each node's ledger entries (one line per hop the node handled,
 // forwards included) to <dir>/node-<i>.ledger. The lines are those of a node's own
-// ledger: encoded by store.LedgerChain (CRC-checked JSON, sequence numbers from 1, each
+// ledger: encoded by privacy.LedgerChain (CRC-checked JSON, sequence numbers from 1, each
 // line after the first carrying the hash of the one before), so a ledger file reads and
-// verifies the same whichever driver wrote it (ReadLedgerDir, store.ReadLedgerChain).
+// verifies the same whichever driver wrote it (ReadLedgerDir, privacy.ReadLedgerChain).
 //
 // Durability: the simulator is the only writer and runs in one goroutine, so entries are
 // buffered in memory per node and written out in batches: when the buffered bytes reach
@@ -47,11 +46,11 @@ const DefaultLedgerBuffer = 4 << 20
 type FileLedger struct {
 	dir     string
 	limit   int
-	chain   []store.LedgerChain // numbering and chain hash of each node's file
-	buf     [][]byte            // pending lines per node
-	dirty   []int               // nodes with pending lines, in first-append order
-	written []bool              // files written since the last sync
-	created []bool              // files created (at their first write)
+	chain   []privacy.LedgerChain // numbering and chain hash of each node's file
+	buf     [][]byte              // pending lines per node
+	dirty   []int                 // nodes with pending lines, in first-append order
+	written []bool                // files written since the last sync
+	created []bool                // files created (at their first write)
 	pending int
 	closed  bool
 }
@@ -78,7 +77,7 @@ func NewFileLedger(dir string, nodes int) (*FileLedger, error) {
 			return nil, fmt.Errorf("testnet: ledger directory %s already holds %s (use an empty directory per run)", dir, name)
 		}
 	}
-	return &FileLedger{dir: dir, limit: DefaultLedgerBuffer, chain: make([]store.LedgerChain, nodes), buf: make([][]byte, nodes),
+	return &FileLedger{dir: dir, limit: DefaultLedgerBuffer, chain: make([]privacy.LedgerChain, nodes), buf: make([][]byte, nodes),
 		written: make([]bool, nodes), created: make([]bool, nodes)}, nil
 }
 
@@ -230,7 +229,7 @@ func (l *MemLedger) Append(i int, e *privacy.Entry) error {
 func (l *MemLedger) Close() error { return nil }
 
 // ReadLedgerDir parses and verifies the ledger files of nodes 0..n-1 in dir
-// (store.ReadLedgerChain: checksums and chain links). A missing file is an empty ledger
+// (privacy.ReadLedgerChain: checksums and chain links). A missing file is an empty ledger
 // (FileLedger creates a node's file at its first entry); a corrupt, truncated or
 // re-chained one is an error naming it.
 func ReadLedgerDir(dir string, n int) ([][]privacy.Entry, error) {
@@ -249,7 +248,7 @@ func ReadLedgerDir(dir string, n int) ([][]privacy.Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("testnet: ledger: %w", err)
 		}
-		es, _, _, err := store.ReadLedgerChain(b)
+		es, _, _, err := privacy.ReadLedgerChain(b)
 		if err != nil {
 			return nil, fmt.Errorf("testnet: %s: %w", p, err)
 		}

@@ -393,7 +393,7 @@ func (cfg *ProcsConfig) collect(res *ProcsResult, dirs []string) error {
 		if err != nil {
 			return fmt.Errorf("testnet: procs: node %d: %w", i, err)
 		}
-		if ledgers[i], _, _, err = store.ReadLedgerChain(lb); err != nil {
+		if ledgers[i], _, _, err = privacy.ReadLedgerChain(lb); err != nil {
 			return fmt.Errorf("testnet: procs: node %d: ledger: %w", i, err)
 		}
 		res.Ledger[i] = len(ledgers[i])

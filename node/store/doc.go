@@ -3,7 +3,7 @@
 //
 //   - identity.key: the libp2p private key (Store.Identity, DataDirPeerID);
 //   - ledger: the privacy ledger, one CRC-checked, hash-chained JSON line per entry,
-//     written through LedgerChain by the node (Store.AppendLedger) and by the simulator's
+//     written through privacy.LedgerChain by the node (Store.AppendLedger) and by the simulator's
 //     per-node ledger files alike;
 //   - checkpoint.log and inbox.log: journals of checked records (RecordMagic,
 //     RecordHeader) holding a walk node's private state (Checkpoint, in a compact binary

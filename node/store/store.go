@@ -132,9 +132,9 @@ type Store struct {
 	NoSync bool
 	mu     sync.Mutex // guards ledger, chain, hashes, noisy
 	ledger *os.File
-	// chain numbers and chains the ledger's lines (LedgerChain); hashes is the chain
+	// chain numbers and chains the ledger's lines (privacy.LedgerChain); hashes is the chain
 	// hash of every line by sequence number; noisy the number of noisy-update entries.
-	chain  LedgerChain
+	chain  privacy.LedgerChain
 	hashes map[uint64]uint64
 	noisy  int
 	ck     journal // CheckpointLog
@@ -179,7 +179,7 @@ func Open(dir string) (*Store, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
-	es, hashes, chain, err := ReadLedgerChain(b)
+	es, hashes, chain, err := privacy.ReadLedgerChain(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLedger, lp, err)
 	}

@@ -1,22 +1,20 @@
-package store
+package privacy
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-
-	"github.com/dpadmm/dpadmm/privacy"
 )
 
 // LedgerChain encodes the lines of one privacy ledger file: every ledger file of dpadmm,
-// a node's data-directory ledger (Store) as well as the simulator's per-node files
-// (testnet.FileLedger), is written through it, so they share one on-disk format and one
+// a node's data-directory ledger (node/store) as well as the simulator's per-node files
+// (the simulator's FileLedger), is written through it, so they share one on-disk format and one
 // tamper evidence. Each entry becomes one CRC-checked JSON line
-// (privacy.Entry.MarshalLineChecked) with
+// (Entry.MarshalLineChecked) with
 //
 //   - Seq renumbered 1, 2, 3, ... in file order (monotone across restarts of a node, which
 //     continues the chain of the lines already on disk), and
-//   - Prev, on every line but the first, the hex of privacy.LineHash of the line before it,
+//   - Prev, on every line but the first, the hex of LineHash of the line before it,
 //     so that a line removed or rewritten in the middle breaks the chain; the hash of the
 //     last line (Last), recorded elsewhere (a node's checkpoint), catches a shortened tail.
 //
@@ -31,7 +29,7 @@ type LedgerChain struct {
 // Seq returns the sequence number of the last line (0 for an empty file).
 func (c *LedgerChain) Seq() uint64 { return c.seq }
 
-// Last returns the chain hash (privacy.LineHash) of the last line (0 for an empty file).
+// Last returns the chain hash (LineHash) of the last line (0 for an empty file).
 func (c *LedgerChain) Last() uint64 { return c.last }
 
 // Lines returns the number of lines in the file.
@@ -40,7 +38,7 @@ func (c *LedgerChain) Lines() int { return c.lines }
 // Append appends the line of e, numbered and chained after the lines before it, to dst and
 // advances the chain. e is taken by value: its Seq and Prev are replaced in the copy only.
 // An invalid entry is an error and leaves the chain unchanged.
-func (c *LedgerChain) Append(dst []byte, e privacy.Entry) ([]byte, error) {
+func (c *LedgerChain) Append(dst []byte, e Entry) ([]byte, error) {
 	e.Seq = c.seq + 1
 	e.Prev = ""
 	if c.lines > 0 {
@@ -50,20 +48,20 @@ func (c *LedgerChain) Append(dst []byte, e privacy.Entry) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	c.seq, c.last = e.Seq, privacy.LineHash(line)
+	c.seq, c.last = e.Seq, LineHash(line)
 	c.lines++
 	return append(dst, line...), nil
 }
 
-// ReadLedgerChain parses the bytes of a ledger file (privacy.ParseLedger) and checks its
+// ReadLedgerChain parses the bytes of a ledger file (ParseLedger) and checks its
 // chain: every line after the first must carry the hash of the line before it. A ledger of
 // an earlier build (no links) may be continued by chained lines, never the other way
 // round, and its last line must end with a newline. It returns the entries, the chain hash
 // of each entry's line (aligned with the entries) and the chain state after the last line,
 // from which writing continues.
-func ReadLedgerChain(b []byte) ([]privacy.Entry, []uint64, LedgerChain, error) {
+func ReadLedgerChain(b []byte) ([]Entry, []uint64, LedgerChain, error) {
 	var c LedgerChain
-	es, err := privacy.ParseLedger(bytes.NewReader(b))
+	es, err := ParseLedger(bytes.NewReader(b))
 	if err != nil {
 		return nil, nil, c, err
 	}
@@ -90,7 +88,7 @@ func ReadLedgerChain(b []byte) ([]privacy.Entry, []uint64, LedgerChain, error) {
 			return nil, nil, c, fmt.Errorf("the line of entry %d has no chain link after chained lines", e.Seq)
 		}
 		chained = chained || e.Prev != ""
-		c.last = privacy.LineHash(line)
+		c.last = LineHash(line)
 		hashes[k] = c.last
 		c.seq = max(c.seq, e.Seq)
 		c.lines++
