@@ -28,7 +28,7 @@
 // walk: Step/Tick/Ready/Advance, with the ledger entry of every release durable before its
 // Outbox is sent. They are pure and deterministic: noise comes from an injected
 // privacy.Noise, there is no I/O, clock or goroutine. node.Node.RunRADMM drives an
-// Exchange over libp2p, testnet.GossipFaultNet over a virtual clock with injected faults;
+// Exchange over libp2p, testnet/sim.GossipFaultNet over a virtual clock with injected faults;
 // the transcripts in testdata/barrier show the policy step by step.
 //
 // The even step is computed the paper's way, (19): from the KKT-recovered noisy gradient
@@ -39,7 +39,7 @@
 // exchanged vectors only (digest 2.5).
 //
 // Local objective (Objective): O(f, D_i) = (C_i/B_i) sum_n L(y_n f.x_n) + (rho/N)||f||^2/2.
-// The simulator driver (testnet.RunGossip) maps the paper's constants onto the reported
+// The simulator driver (testnet/sim.RunGossip) maps the paper's constants onto the reported
 // problem (mean loss over all rows + (l2/2)||f||^2) with C_i = C N B_i/M and rho = C N l2,
 // so sum_i O = C N * objective and the consensus minimiser is consensus.Solve's.
 //

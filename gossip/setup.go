@@ -8,7 +8,7 @@ import (
 )
 
 // Setup is the set-up of one R-ADMM node that every driver builds here and nowhere else:
-// the simulator (testnet.NewGossipSim), the in-process and process nodes (node's R-ADMM
+// the simulator (testnet/sim.NewGossipSim), the in-process and process nodes (node's R-ADMM
 // run), and the empirical audit. It fixes the objective's weights and the constant c1 of
 // Theorem V.1, and turns a node's schedule into the accountant's input, so that a node's
 // figure and the simulator's prediction of it come from the same arithmetic.

@@ -142,7 +142,7 @@
 // control plane: the announced configuration (and so the config hash) adds the
 // algorithm, graph spec and seed, T, alpha, the penalty schedule, gamma and C. Once the
 // membership is fixed every node builds the same graph from (spec, members, seed), finds
-// its neighbours, weights its objective as testnet.NewGossipSim does (C_i/B_i = C n/M,
+// its neighbours, weights its objective as testnet/sim.NewGossipSim does (C_i/B_i = C n/M,
 // rho/N = C l2, M the total rows of the start message) and drives its R-ADMM exchange
 // (radmm.go: a gossip.Exchange in the RADMM adapter, run by the runtime loop, on the node's
 // own host, store and data directory; vectors

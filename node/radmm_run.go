@@ -379,7 +379,7 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error)
 // ledger's MaxFloat64 marker of a release without guarantee.
 func finiteOr(v float64) privacy.Epsilon { return privacy.Eps(v) }
 
-// buildMachine builds node self's machine exactly as the simulator (testnet.NewGossipSim)
+// buildMachine builds node self's machine exactly as the simulator (testnet/sim.NewGossipSim)
 // does for that node, and the accountant's inputs for its Theorem V.1 figure.
 func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []float64) (*gossip.Machine, *JournalNoise, privacy.ObjPertNode, bool, error) {
 	p, d := n.cfg.RADMM, n.cfg.Data

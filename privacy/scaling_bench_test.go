@@ -72,7 +72,7 @@ func BenchmarkScalingComplete(b *testing.B) {
 // with the recursion held to 50 steps per target (Horizon 50): the cost is then
 // n targets x 50 steps x (edges + n), O(n^2) at fixed degree, and the n = 10,000 figure
 // is what a full plan costs per 50 steps of first-passage law. Columns of one builder;
-// a caller spreads ranges of them over goroutines (testnet.PlannedPairwise).
+// a caller spreads ranges of them over goroutines (testnet/sim.PlannedPairwise).
 //
 //	go test -run x -bench 'ScalingPlannedSparseFixedSteps' -benchtime 1x ./privacy/
 func BenchmarkScalingPlannedSparseFixedSteps(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -187,7 +188,7 @@ func AuditNoise(seeded bool, seed uint64) func(block uint64) privacy.Noise {
 	if !seeded {
 		return func(uint64) privacy.Noise { return privacy.NewSecureNoise() }
 	}
-	return func(b uint64) privacy.Noise { return privacy.NewSeededNoise(mix(seed, int(b), 11)) }
+	return func(b uint64) privacy.Noise { return privacy.NewSeededNoise(sim.Mix(seed, int(b), 11)) }
 }
 
 // auditBlock is the number of trials per dataset that share one noise source.
@@ -721,7 +722,7 @@ func (e *walkEnv) searchCanary(shard *consensus.Dataset) (*AuditCanary, float64,
 		}
 		return nil, 0, errors.New("testnet: audit: no canary direction")
 	}
-	rnd := rand.New(rand.NewPCG(mix(e.o.Seed, e.o.Node, 12), 0))
+	rnd := rand.New(rand.NewPCG(sim.Mix(e.o.Seed, e.o.Node, 12), 0))
 	step := 0.3
 	for it := 0; it < 80; it++ {
 		if it%20 == 19 {
@@ -875,7 +876,7 @@ func (e *walkEnv) results(observers []*walkObserver, claims []walkClaim, canary 
 			if err != nil {
 				return nil, err
 			}
-			r := AuditResult{Algo: WalkAlgo(o.Step), Step: o.Step.Kind.String(), Observer: ob.name, View: ob.view, Test: cs.test,
+			r := AuditResult{Algo: sim.WalkAlgo(o.Step), Step: o.Step.Kind.String(), Observer: ob.name, View: ob.view, Test: cs.test,
 				Theorem: claims[k].thm, ConditionsHold: claims[k].hold, Delta: o.Delta, Confidence: o.Confidence,
 				Trials: T, EvalTrials: T - cal, Rule: rule, Secure: secure, SensitivityUsed: sens, SensitivityOf: sensOf,
 				Note: which + "; " + canary.Description + "; " + AuditStepNote(o.Step)}

@@ -9,6 +9,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // RADMMAuditOptions configures an audit of one R-ADMM release (objective perturbation).
@@ -200,7 +201,7 @@ func RADMMAudit(o RADMMAuditOptions) ([]AuditResult, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	g, err := gossipGraph(o.Graph, o.Nodes, o.Seed)
+	g, err := sim.GossipGraph(o.Graph, o.Nodes, o.Seed)
 	if err != nil {
 		return nil, err
 	}

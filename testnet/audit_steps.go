@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -302,7 +303,7 @@ func (e *walkEnv) sensitivity(ref [2]*walkViews, run privacy.WalkRun) (float64, 
 // take; the realised figure holds for it even against an observer who knows it).
 func (e *walkEnv) walkRun() (privacy.WalkRun, error) {
 	o := e.o
-	r, err := StepRun(o.baseStepConfig(), o.Problem, e.shards)
+	r, err := sim.StepRun(o.baseStepConfig(), o.Problem, e.shards)
 	if err != nil {
 		return r, fmt.Errorf("testnet: audit: the figures of the %s step: %w", o.Step.Kind, err)
 	}

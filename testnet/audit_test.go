@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -419,7 +420,7 @@ func TestAuditStepsShipped(t *testing.T) {
 		tests := map[string]bool{}
 		for _, r := range res {
 			tests[r.Observer+"/"+r.Test] = true
-			if r.Step != st.Kind.String() || r.Algo != WalkAlgo(st) {
+			if r.Step != st.Kind.String() || r.Algo != sim.WalkAlgo(st) {
 				t.Errorf("%s: row named algo %q step %q", st.Kind, r.Algo, r.Step)
 			}
 			if want := 1 - 0.05/float64(len(res)); r.FamilySize != len(res) || math.Abs(r.RowConfidence-want) > 1e-15 || r.Confidence != 0.95 {

@@ -21,6 +21,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // The Fig. 5 comparison of Zhang, Khalili, Liu, "Recycled ADMM" (IEEE TIFS 15, 2020):
@@ -225,8 +226,8 @@ type expRun struct {
 
 // gossipOptions returns the simulator options of one run: algo at base alpha (matched for the
 // baselines by the caller) and seed.
-func (o *ExperimentOptions) gossipOptions(algo string, alpha float64, seed uint64) GossipOptions {
-	g := GossipOptions{
+func (o *ExperimentOptions) gossipOptions(algo string, alpha float64, seed uint64) sim.GossipOptions {
+	g := sim.GossipOptions{
 		Train: o.Train, Test: o.Test, Nodes: o.Nodes, Split: o.Split, Problem: o.Problem, Algo: algo,
 		Graph: o.Graph, Iters: o.Iters, Alpha: alpha, Eta: o.Eta, Gamma: o.Gamma, C: o.C, Seed: seed,
 	}
@@ -247,33 +248,33 @@ func (o *ExperimentOptions) gossipOptions(algo string, alpha float64, seed uint6
 // the averaged classifier and P(t) (formula value of the accountant in fig).
 func (o *ExperimentOptions) runOne(ctx context.Context, algo gossip.Algo, alpha float64, seed uint64) (*expRun, error) {
 	g := o.gossipOptions(algo.String(), alpha, seed)
-	sim, err := NewGossipSim(&g)
+	gs, err := sim.NewGossipSim(&g)
 	if err != nil {
 		return nil, err
 	}
 	private := !math.IsInf(alpha, 1)
 	var fig privacy.ObjPertNetworkFigure
 	if private {
-		experimentNoiseAlphas(algo, sim.Acc, alpha)
-		fig = privacy.ObjPertNetwork(sim.Acc)
+		experimentNoiseAlphas(algo, gs.Acc, alpha)
+		fig = privacy.ObjPertNetwork(gs.Acc)
 	}
 	evalSet := o.Test
 	if evalSet == nil || evalSet.Rows == 0 {
 		evalSet = o.Train
 	}
-	n := len(sim.Machines)
+	n := len(gs.Machines)
 	r := &expRun{noiseAlpha: alpha, hold: true}
 	record := func(t int) error {
-		for i, m := range sim.Machines {
+		for i, m := range gs.Machines {
 			if m.Iter() != t {
 				return fmt.Errorf("testnet: experiment: node %d at iteration %d while recording %d", i, m.Iter(), t)
 			}
 		}
 		L := 0.0
-		for i, m := range sim.Machines {
-			L += o.Problem.MeanLoss(sim.Shards[i], m.ModelView())
+		for i, m := range gs.Machines {
+			L += o.Problem.MeanLoss(gs.Shards[i], m.ModelView())
 		}
-		avg, _ := sim.Average()
+		avg, _ := gs.Average()
 		p := math.NaN()
 		if private {
 			p = fig.PrivacyAt(algo.Scheme(), t)
@@ -287,18 +288,18 @@ func (o *ExperimentOptions) runOne(ctx context.Context, algo gossip.Algo, alpha 
 		return nil, err
 	}
 	last := 0
-	for !sim.Done() {
+	for !gs.Done() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		moved, err := sim.Step()
+		moved, err := gs.Step()
 		if err != nil {
 			return nil, err
 		}
 		if !moved {
 			return nil, errors.New("testnet: experiment: gossip deadlock")
 		}
-		if t := sim.MinIter(); t > last {
+		if t := gs.MinIter(); t > last {
 			if t != last+1 {
 				return nil, fmt.Errorf("testnet: experiment: iteration jumped from %d to %d", last, t)
 			}
@@ -309,12 +310,12 @@ func (o *ExperimentOptions) runOne(ctx context.Context, algo gossip.Algo, alpha 
 		}
 	}
 	if private {
-		for i, m := range sim.Machines {
+		for i, m := range gs.Machines {
 			if _, bad := m.MaxResidual(); bad > 0 {
-				sim.Acc[i].ExactSolves = false
+				gs.Acc[i].ExactSolves = false
 			}
 		}
-		fig = privacy.ObjPertNetwork(sim.Acc)
+		fig = privacy.ObjPertNetwork(gs.Acc)
 		r.hold, r.reason = fig.ConditionsHold, fig.Reason
 	}
 	return r, nil
@@ -323,25 +324,25 @@ func (o *ExperimentOptions) runOne(ctx context.Context, algo gossip.Algo, alpha 
 // target returns R-ADMM's planned P(T) at alpha for the seed, and checks the conditions.
 func (o *ExperimentOptions) target(alpha float64, seed uint64) (float64, []privacy.ObjPertNode, error) {
 	g := o.gossipOptions(ExpRADMM, alpha, seed)
-	sim, err := NewGossipSim(&g)
+	gs, err := sim.NewGossipSim(&g)
 	if err != nil {
 		return 0, nil, err
 	}
-	fig := privacy.ObjPertNetwork(sim.Acc)
+	fig := privacy.ObjPertNetwork(gs.Acc)
 	if !fig.ConditionsHold {
 		return 0, nil, fmt.Errorf("testnet: experiment: Theorem V.1's conditions fail for radmm at alpha %g, so there is no privacy to match: %s", alpha, fig.Reason)
 	}
-	return fig.Epsilon, sim.Acc, nil
+	return fig.Epsilon, gs.Acc, nil
 }
 
 // matchedAlpha returns the base alpha of algo at seed whose planned P(T) equals target.
 func (o *ExperimentOptions) matchedAlpha(algo gossip.Algo, target float64, seed uint64) (float64, error) {
 	g := o.gossipOptions(algo.String(), 1, seed)
-	sim, err := NewGossipSim(&g)
+	gs, err := sim.NewGossipSim(&g)
 	if err != nil {
 		return 0, err
 	}
-	return MatchAlpha(algo, sim.Acc, target)
+	return MatchAlpha(algo, gs.Acc, target)
 }
 
 // PlannedPrivacy returns the planned network P(T) (formula value of the accountant) of algo
@@ -355,12 +356,12 @@ func (o ExperimentOptions) PlannedPrivacy(algoName string, alpha float64, seed u
 		return 0, err
 	}
 	g := o.gossipOptions(algo.String(), alpha, seed)
-	sim, err := NewGossipSim(&g)
+	gs, err := sim.NewGossipSim(&g)
 	if err != nil {
 		return 0, err
 	}
-	experimentNoiseAlphas(algo, sim.Acc, alpha)
-	return privacy.ObjPertNetwork(sim.Acc).Epsilon, nil
+	experimentNoiseAlphas(algo, gs.Acc, alpha)
+	return privacy.ObjPertNetwork(gs.Acc).Epsilon, nil
 }
 
 func band(runs [][]float64) Band {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // expData returns the embedded data split 80/20 and scaled to rows of norm <= 1.
@@ -207,9 +208,9 @@ func TestExperimentMatchesGossipCurve(t *testing.T) {
 		}
 	}
 	var curve bytes.Buffer
-	g := GossipOptions{Train: o.Train, Test: o.Test, Nodes: 5, Problem: o.Problem, Algo: "radmm", Graph: "ring",
+	g := sim.GossipOptions{Train: o.Train, Test: o.Test, Nodes: 5, Problem: o.Problem, Algo: "radmm", Graph: "ring",
 		Iters: o.Iters, Alpha: 1, Eta: 1, Gamma: 0.5, C: o.C, Seed: o.Seed, Curve: &curve}
-	if _, err := RunGossip(g); err != nil {
+	if _, err := sim.RunGossip(g); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := csv.NewReader(&curve).ReadAll()
@@ -258,15 +259,15 @@ func TestExperimentBadInput(t *testing.T) {
 	// A target below the baseline's Jacobian term alone cannot be matched.
 	o := shortExperiment(t)
 	g := o.gossipOptions(ExpDVP, 1, 1)
-	sim, err := NewGossipSim(&g)
+	gs, err := sim.NewGossipSim(&g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MatchAlpha(gossip.ADMMDVP, sim.Acc, 1e-6); err == nil || !strings.Contains(err.Error(), "Jacobian") {
+	if _, err := MatchAlpha(gossip.ADMMDVP, gs.Acc, 1e-6); err == nil || !strings.Contains(err.Error(), "Jacobian") {
 		t.Errorf("unreachable target: %v", err)
 	}
 	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		if _, err := MatchAlpha(gossip.ADMMDVP, sim.Acc, bad); err == nil {
+		if _, err := MatchAlpha(gossip.ADMMDVP, gs.Acc, bad); err == nil {
 			t.Errorf("target %v accepted", bad)
 		}
 	}

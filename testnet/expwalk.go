@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -244,7 +245,7 @@ func (o *WalkExperimentOptions) runWalkOnce(ctx context.Context, shards []*conse
 	if len(m.Etas) > 0 {
 		step.Eta = st.eta
 	}
-	sim, err := NewSim(SimConfig{Shards: shards, Problem: o.Problem, Gamma: st.gamma, Lambda: o.Lambda, Clip: st.clip,
+	gs, err := sim.NewSim(sim.SimConfig{Shards: shards, Problem: o.Problem, Gamma: st.gamma, Lambda: o.Lambda, Clip: st.clip,
 		Sigma: sigma, Step: step, MaxUpdates: o.Cap, Seed: seed, Run: "experiment"})
 	if err != nil {
 		return walkRunResult{}, err
@@ -255,12 +256,12 @@ func (o *WalkExperimentOptions) runWalkOnce(ctx context.Context, shards []*conse
 			return walkRunResult{}, err
 		}
 		k := min(chunk, o.Hops-done)
-		if err := sim.RunHops(k, 0, nil); err != nil {
+		if err := gs.RunHops(k, 0, nil); err != nil {
 			return walkRunResult{}, err
 		}
 		done += k
 	}
-	z := sim.Z()
+	z := gs.Z()
 	res := walkRunResult{train: o.Problem.Objective(o.Train, z), test: math.NaN()}
 	if o.Test != nil && o.Test.Rows > 0 {
 		res.test = o.Problem.Objective(o.Test, z)
@@ -373,7 +374,7 @@ func (x *walkExp) sigmaFor(m WalkMethod, st walkSetting, eps float64) (float64, 
 	if len(m.Etas) > 0 {
 		step.Eta = st.eta
 	}
-	r, err := StepRun(walk.Config{Gamma: st.gamma, Clip: st.clip, Sigma: 1, Step: step}, o.Problem, x.shards)
+	r, err := sim.StepRun(walk.Config{Gamma: st.gamma, Clip: st.clip, Sigma: 1, Step: step}, o.Problem, x.shards)
 	if err != nil {
 		return 0, err
 	}

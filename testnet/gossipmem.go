@@ -16,6 +16,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // GossipMemConfig configures an in-process neighbour-exchange network of full nodes
@@ -24,7 +25,7 @@ import (
 // shards, initial vectors and noise sources are those of NewGossipSim for the same
 // options, so a fault-free run ends with models bit-identical to the simulator's.
 type GossipMemConfig struct {
-	Options GossipOptions
+	Options sim.GossipOptions
 	Run     string // "" = "gmem"
 	// Dir is the parent of the per-node data directories (node-<i>); "" uses a temporary
 	// directory that is removed afterwards.
@@ -65,7 +66,7 @@ type GossipMemResult struct {
 // GossipMem is a built, connected network ready to Run.
 type GossipMem struct {
 	cfg     GossipMemConfig
-	sim     *GossipSim // the run's setup (graph, shards, f_i(0), accountant inputs); its machines are not run
+	sim     *sim.GossipSim // the run's setup (graph, shards, f_i(0), accountant inputs); its machines are not run
 	nodes   []*node.Node
 	ids     []peer.ID
 	dirs    []string // data directories by node index
@@ -80,22 +81,22 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 	if cfg.Run == "" {
 		cfg.Run = "gmem"
 	}
-	sim, err := NewGossipSim(&cfg.Options)
+	gs, err := sim.NewGossipSim(&cfg.Options)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNodeRows(sim); err != nil {
+	if err := checkNodeRows(gs); err != nil {
 		return nil, err
 	}
 	p, err := gossipNetParams(&cfg.Options, cfg.Barrier, cfg.MaxWait, cfg.OnMissing)
 	if err != nil {
 		return nil, err
 	}
-	n := len(sim.Machines)
+	n := len(gs.Machines)
 	if cfg.HaltAfter > 0 && (cfg.HaltNode < 0 || cfg.HaltNode >= n) {
 		return nil, fmt.Errorf("testnet: gmem: halt node %d out of range [0,%d)", cfg.HaltNode, n)
 	}
-	gm := &GossipMem{cfg: cfg, sim: sim, closed: make([]bool, n), cleanup: func() {}}
+	gm := &GossipMem{cfg: cfg, sim: gs, closed: make([]bool, n), cleanup: func() {}}
 	dir := cfg.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "dpadmm-gmem-")
@@ -123,10 +124,10 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 			q.HaltAfter = cfg.HaltAfter
 		}
 		c := node.Config{
-			Run: cfg.Run, DataDir: dirs[i], Data: sim.Shards[i], RADMM: &q, Logger: cfg.Logger.With().Int("node", i).Logger(),
+			Run: cfg.Run, DataDir: dirs[i], Data: gs.Shards[i], RADMM: &q, Logger: cfg.Logger.With().Int("node", i).Logger(),
 			Training:    node.Training{Problem: cfg.Options.Problem},
 			Admission:   node.Admission{Members: gm.ids},
-			Seeding:     node.Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return GossipInitRand(seed, i) }, Noise: func(i int) privacy.Noise { return NodeNoise(seed, i) }},
+			Seeding:     node.Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return GossipInitRand(seed, i) }, Noise: func(i int) privacy.Noise { return sim.NodeNoise(seed, i) }},
 			Network:     node.Network{Listen: []string{"/ip4/127.0.0.1/tcp/0"}},
 			Reliability: node.Reliability{NoSync: !cfg.Sync},
 			Harness:     node.Harness{Insecure: true},
@@ -143,7 +144,7 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 		}
 	}
 	for i, a := range gm.nodes {
-		for _, j := range sim.Graph.Neighbors(i) {
+		for _, j := range gs.Graph.Neighbors(i) {
 			if j < i {
 				continue
 			}
@@ -239,7 +240,7 @@ func (gm *GossipMem) Run(ctx context.Context) (*GossipMemResult, error) {
 			res.Rejected[i], res.Ignored[i] = l.Rejected, l.Ignored
 		}
 	}
-	res.Model, res.MaxDeviation = averageModels(all, gm.sim.Objs[0].Dim())
+	res.Model, res.MaxDeviation = sim.AverageModels(all, gm.sim.Objs[0].Dim())
 	var first error
 	for i, err := range res.Errs {
 		if err == nil || gm.cfg.HaltAfter > 0 && i == gm.cfg.HaltNode && errors.Is(err, node.ErrHalted) {
@@ -275,35 +276,6 @@ func RunGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMemResult, e
 	return gm.Run(ctx)
 }
 
-// GossipNetworkReport is the network section of the report of a gossip run over real hosts.
-type GossipNetworkReport struct {
-	Mode           string  `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
-	Hosts          int     `json:"hosts"`
-	OnMissing      string  `json:"on_missing"`
-	BarrierSeconds float64 `json:"barrier_timeout_seconds"`
-	MaxWaitSeconds float64 `json:"max_wait_seconds"`
-	// StaleUses counts the substitutions of a missing neighbour vector by its last
-	// received one (policy stale); Stale lists them. Each is charged nothing extra (see
-	// docs/radmm-network.md) but makes the model differ from the fault-free algorithm's.
-	StaleUses     int           `json:"stale_uses"`
-	Stale         []GossipStale `json:"stale"`
-	LedgerEntries int           `json:"ledger_entries"` // all nodes: T+1 releases each
-	Rejected      int           `json:"rejected_frames"`
-	Ignored       int           `json:"ignored_frames"`
-	WallSeconds   float64       `json:"wall_seconds"` // network run only (no setup, no reference solve)
-	// Restarts counts the node processes killed (SIGKILL) and restarted on their data
-	// directory (--procs fault injection); each resumed from its journal.
-	Restarts int    `json:"restarts,omitempty"`
-	Dir      string `json:"dir,omitempty"`
-	Note     string `json:"note"`
-}
-
-// GossipStale is one stale use of node Node.
-type GossipStale struct {
-	Node int `json:"node"`
-	node.StaleUse
-}
-
 // gossipTraceNote explains the empty trace_hash of a network report.
 const gossipTraceNote = "trace_hash is empty: the vectors travel between hosts and are not fingerprinted; " +
 	"messages counts the vectors released to neighbours (ledger entries times degree)"
@@ -321,26 +293,26 @@ func effectiveWaits(barrier, maxWait time.Duration) (time.Duration, time.Duratio
 }
 
 // gossipNetReport builds the report of a completed run over hosts: the simulator's report
-// (gossipReport) computed from the machines' final state and the nodes' durable ledgers,
+// (NewGossipReport) computed from the machines' final state and the nodes' durable ledgers,
 // plus the network section.
-func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexact []bool, ledgers [][]privacy.Entry,
-	stale [][]node.StaleUse, rejected, ignored []int, wall time.Duration, nw GossipNetworkReport) (*GossipReport, error) {
-	n := len(sim.Machines)
+func gossipNetReport(o *sim.GossipOptions, gs *sim.GossipSim, models [][]float64, inexact []bool, ledgers [][]privacy.Entry,
+	stale [][]node.StaleUse, rejected, ignored []int, wall time.Duration, nw sim.GossipNetworkReport) (*sim.GossipReport, error) {
+	n := len(gs.Machines)
 	messages := 0
 	for i := 0; i < n; i++ {
 		if ledgers[i] == nil {
 			return nil, fmt.Errorf("testnet: node %d did not complete the run", i)
 		}
-		messages += len(ledgers[i]) * sim.Graph.Degree(i)
+		messages += len(ledgers[i]) * gs.Graph.Degree(i)
 		nw.LedgerEntries += len(ledgers[i])
 		for _, u := range stale[i] {
-			nw.Stale = append(nw.Stale, GossipStale{Node: i, StaleUse: u})
+			nw.Stale = append(nw.Stale, sim.GossipStale{Node: i, StaleUse: u})
 		}
 		nw.Rejected += rejected[i]
 		nw.Ignored += ignored[i]
 	}
 	if nw.Stale == nil {
-		nw.Stale = []GossipStale{}
+		nw.Stale = []sim.GossipStale{}
 	}
 	nw.StaleUses = len(nw.Stale)
 	nw.Hosts = n
@@ -352,7 +324,7 @@ func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexa
 			"the neighbours' vectors and the substitution is chosen from timing alone (docs/radmm-network.md); a "+
 			"fixed, static exchange is an assumption of the convergence analysis, not of the privacy bound", nw.StaleUses)
 	}
-	rep, err := gossipReport(o, sim, gossipOutcome{Models: models, Inexact: inexact, Ledgers: ledgers, Messages: messages, Wall: wall})
+	rep, err := sim.NewGossipReport(o, gs, sim.GossipOutcome{Models: models, Inexact: inexact, Ledgers: ledgers, Messages: messages, Wall: wall})
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +338,7 @@ func gossipNetReport(o *GossipOptions, sim *GossipSim, models [][]float64, inexa
 // the result and the error, and no report. When ctx is canceled first, it returns the
 // report of the state reached (each node's last durable release, the ledgers on disk),
 // marked interrupted.
-func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport, *GossipMemResult, error) {
+func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*sim.GossipReport, *GossipMemResult, error) {
 	gm, err := NewGossipMem(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -387,7 +359,7 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 		return nil, res, err
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
-	nw := GossipNetworkReport{
+	nw := sim.GossipNetworkReport{
 		Mode: "mem", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
 		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir,
 	}
@@ -397,13 +369,13 @@ func RunGossipMemReport(ctx context.Context, cfg GossipMemConfig) (*GossipReport
 		return nil, res, err
 	}
 	if interrupted {
-		rep.markInterrupted(ledgerIters(gm.dirs))
+		rep.MarkInterrupted(ledgerIters(gm.dirs))
 	}
 	return rep, res, nil
 }
 
 // gossipLeftReport is gossipNetReport on what the nodes left.
-func gossipLeftReport(o *GossipOptions, sim *GossipSim, left []gossipLeft, wall time.Duration, nw GossipNetworkReport) (*GossipReport, error) {
+func gossipLeftReport(o *sim.GossipOptions, gs *sim.GossipSim, left []gossipLeft, wall time.Duration, nw sim.GossipNetworkReport) (*sim.GossipReport, error) {
 	n := len(left)
 	models, inexact := make([][]float64, n), make([]bool, n)
 	ledgers, stale := make([][]privacy.Entry, n), make([][]node.StaleUse, n)
@@ -411,5 +383,5 @@ func gossipLeftReport(o *GossipOptions, sim *GossipSim, left []gossipLeft, wall 
 	for i, l := range left {
 		models[i], inexact[i], ledgers[i], stale[i], rejected[i], ignored[i] = l.Model, l.Inexact, l.Ledger, l.Stale, l.Rejected, l.Ignored
 	}
-	return gossipNetReport(o, sim, models, inexact, ledgers, stale, rejected, ignored, wall, nw)
+	return gossipNetReport(o, gs, models, inexact, ledgers, stale, rejected, ignored, wall, nw)
 }

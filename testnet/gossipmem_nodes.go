@@ -7,20 +7,21 @@ import (
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // GossipInitRand returns the source NewGossipSim draws node i's f_i(0) from for a run
 // seed. 'dpadmm node --algo ... --seed S' uses it, so that a node of a static run starts
 // where the simulator's node with the same index does. Testnets only: it is not secret.
 func GossipInitRand(seed uint64, i int) *rand.Rand {
-	return rand.New(rand.NewPCG(mix(seed, i, 4), mix(seed, i, 5)))
+	return rand.New(rand.NewPCG(sim.Mix(seed, i, 4), sim.Mix(seed, i, 5)))
 }
 
 // GossipParamsFor returns the node parameters of a neighbour-exchange run equivalent to
 // the simulator's options o (after NewGossipSim filled its defaults): the same graph
 // (seeded with o.Seed), schedules (an explicit per-node table for NodeSchedules, a
 // one-column table for EtaList), constants and M = o.Train.Rows.
-func GossipParamsFor(o *GossipOptions) (node.RADMMParams, error) {
+func GossipParamsFor(o *sim.GossipOptions) (node.RADMMParams, error) {
 	p := node.RADMMParams{
 		Algo: o.Algo, Graph: o.Graph, GraphSeed: o.Seed, Iters: o.Iters, Alpha: o.Alpha, Eta: o.Eta,
 		EtaGrowth: o.EtaGrowth, EtaMax: o.EtaMax, Gamma: o.Gamma, PaperC: o.C, TotalRows: o.Train.Rows,
@@ -56,7 +57,7 @@ func GossipParamsFor(o *GossipOptions) (node.RADMMParams, error) {
 // afterwards). It returns each node's model.json content by index; without stale uses
 // every model equals the simulator's machine's bit for bit. status, when set, is called
 // with the started nodes before the run begins (tests use it to watch /status).
-func RunGossipNodes(ctx context.Context, o GossipOptions, run, dir string, barrier time.Duration, status func([]*node.Node)) ([]*node.RADMMModel, error) {
+func RunGossipNodes(ctx context.Context, o sim.GossipOptions, run, dir string, barrier time.Duration, status func([]*node.Node)) ([]*node.RADMMModel, error) {
 	if run == "" {
 		run = "gnodes"
 	}

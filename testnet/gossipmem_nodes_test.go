@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // TestGossipNodesStaticEtaFileMatchesSim: four full nodes (node.Node.RunRADMM) with a
@@ -26,7 +27,7 @@ func TestGossipNodesStaticEtaFileMatchesSim(t *testing.T) {
 			o.NodeSchedules[i].List = append(o.NodeSchedules[i].List, (0.05+0.02*float64(i))*math.Pow(1.15, float64(k)))
 		}
 	}
-	rep, err := RunGossip(o)
+	rep, err := sim.RunGossip(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestGossipNodesStaticEtaFileMatchesSim(t *testing.T) {
 			t.Fatalf("node %d: ledger epsilon %v, simulator %v (%+v)", i, m.Privacy.Ledger, want, m.Privacy)
 		}
 	}
-	if avg, _ := averageModels(all, train.Cols); !gmemSameBits(avg, rep.Model) {
+	if avg, _ := sim.AverageModels(all, train.Cols); !gmemSameBits(avg, rep.Model) {
 		t.Fatalf("average %v, simulator report %v", avg, rep.Model)
 	}
 }

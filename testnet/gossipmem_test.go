@@ -21,10 +21,11 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // gmemOpts is a small private R-ADMM run: 5 nodes on a ring, noise on.
-func gmemOpts(t *testing.T, iters int) GossipOptions {
+func gmemOpts(t *testing.T, iters int) sim.GossipOptions {
 	train, test := gossipData(t, 200)
 	o := gossipOpts(train, test, "radmm", "ring", iters, 2)
 	o.Nodes = 5
@@ -32,22 +33,16 @@ func gmemOpts(t *testing.T, iters int) GossipOptions {
 }
 
 // runSimLedgers drives a fresh simulator to the end and returns it (machines and ledgers).
-func runSimLedgers(t *testing.T, o GossipOptions) *GossipSim {
+func runSimLedgers(t *testing.T, o sim.GossipOptions) *sim.GossipSim {
 	t.Helper()
-	sim, err := NewGossipSim(&o)
+	gs, err := sim.NewGossipSim(&o)
+	if err == nil {
+		err = gs.Finish()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !sim.Done() {
-		moved, err := sim.Step()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !moved {
-			t.Fatal("simulator deadlock")
-		}
-	}
-	return sim
+	return gs
 }
 
 func gmemSameBits(a, b []float64) bool {
@@ -67,7 +62,7 @@ func gmemSameBits(a, b []float64) bool {
 // same ledger (iteration, mechanism, epsilon, noise scale) as the simulator's machines.
 func TestGossipMemMatchesSim(t *testing.T) {
 	o := gmemOpts(t, 20)
-	rep, err := RunGossip(o)
+	rep, err := sim.RunGossip(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +224,7 @@ func TestGossipMemStale(t *testing.T) {
 
 	// Reference: the simulator's machines with node 2 frozen after iteration 4 and its
 	// last vector substituted at every barrier that misses it.
-	ref, err := NewGossipSim(&o)
+	ref, err := sim.NewGossipSim(&o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +278,7 @@ func TestGossipMemStale(t *testing.T) {
 		all[i] = m.ModelView()
 	}
 	all[2] = frozen
-	if avg, _ := averageModels(all, o.Train.Cols); !gmemSameBits(res.Model, avg) {
+	if avg, _ := sim.AverageModels(all, o.Train.Cols); !gmemSameBits(res.Model, avg) {
 		t.Errorf("average %v, want %v (node 2 at its last release)", res.Model, avg)
 	}
 	clean := runSimLedgers(t, o)
@@ -316,7 +311,7 @@ func BenchmarkGossipMemIter16(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			o := GossipOptions{
+			o := sim.GossipOptions{
 				Train: sc.Apply(raw), Nodes: 16, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
 				Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
 			}
@@ -339,17 +334,17 @@ func BenchmarkGossipMemIter16(b *testing.B) {
 // 4-regular graph) with p = 1000. Expensive: run with -benchtime=2x.
 func BenchmarkGossipIter64P1000(b *testing.B) {
 	d, _ := consensus.SyntheticLogistic(64*50, 1000, 8, 3)
-	o := GossipOptions{
+	o := sim.GossipOptions{
 		Train: d, Nodes: 64, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
 		Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
 	}
-	sim, err := NewGossipSim(&o)
+	gs, err := sim.NewGossipSim(&o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	for !sim.Done() {
-		if _, err := sim.Step(); err != nil {
+	for !gs.Done() {
+		if _, err := gs.Step(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -387,7 +382,7 @@ func jsonKeys(t *testing.T, v any) []string {
 // run did (no stale use, T+1 ledger entries per node).
 func TestGossipMemReportMatchesSim(t *testing.T) {
 	o := gmemOpts(t, 12)
-	sim, err := RunGossip(o)
+	gs, err := sim.RunGossip(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,29 +392,29 @@ func TestGossipMemReportMatchesSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !gmemSameBits(rep.Model, sim.Model) || !gmemSameBits(rep.Model, res.Model) {
-		t.Fatalf("model differs:\nmem %v\nsim %v", rep.Model, sim.Model)
+	if !gmemSameBits(rep.Model, gs.Model) || !gmemSameBits(rep.Model, res.Model) {
+		t.Fatalf("model differs:\nmem %v\nsim %v", rep.Model, gs.Model)
 	}
-	if math.Float64bits(rep.Objective) != math.Float64bits(sim.Objective) || rep.MaxDeviation != sim.MaxDeviation ||
-		rep.Gap != sim.Gap || rep.ReferenceObjective != sim.ReferenceObjective {
+	if math.Float64bits(rep.Objective) != math.Float64bits(gs.Objective) || rep.MaxDeviation != gs.MaxDeviation ||
+		rep.Gap != gs.Gap || rep.ReferenceObjective != gs.ReferenceObjective {
 		t.Fatalf("objective %v dev %v gap %v, simulator %v %v %v", rep.Objective, rep.MaxDeviation, rep.Gap,
-			sim.Objective, sim.MaxDeviation, sim.Gap)
+			gs.Objective, gs.MaxDeviation, gs.Gap)
 	}
-	if !reflect.DeepEqual(rep.Gossip, sim.Gossip) || !reflect.DeepEqual(rep.Privacy, sim.Privacy) {
-		t.Fatalf("privacy differs:\nmem %+v\nsim %+v", rep.Gossip, sim.Gossip)
+	if !reflect.DeepEqual(rep.Gossip, gs.Gossip) || !reflect.DeepEqual(rep.Privacy, gs.Privacy) {
+		t.Fatalf("privacy differs:\nmem %+v\nsim %+v", rep.Gossip, gs.Gossip)
 	}
-	if rep.Messages != sim.Messages || rep.Messages == 0 {
-		t.Fatalf("messages %d, simulator %d", rep.Messages, sim.Messages)
+	if rep.Messages != gs.Messages || rep.Messages == 0 {
+		t.Fatalf("messages %d, simulator %d", rep.Messages, gs.Messages)
 	}
 	nw := rep.Network
 	if nw == nil || nw.Mode != "mem" || nw.Hosts != 5 || nw.StaleUses != 0 || len(nw.Stale) != 0 ||
 		nw.LedgerEntries != 5*(o.Iters+1) || nw.OnMissing != "stop" || nw.BarrierSeconds != 20 || nw.MaxWaitSeconds != 200 {
 		t.Fatalf("network section %+v", nw)
 	}
-	if rep.TraceHash != "" || sim.TraceHash == "" {
-		t.Fatalf("trace hash mem %q sim %q", rep.TraceHash, sim.TraceHash)
+	if rep.TraceHash != "" || gs.TraceHash == "" {
+		t.Fatalf("trace hash mem %q sim %q", rep.TraceHash, gs.TraceHash)
 	}
-	got, want := jsonKeys(t, rep), jsonKeys(t, sim)
+	got, want := jsonKeys(t, rep), jsonKeys(t, gs)
 	var extra []string
 	for _, k := range got {
 		if k != "network" && !strings.HasPrefix(k, "network.") {
@@ -435,26 +430,26 @@ func TestGossipMemReportMatchesSim(t *testing.T) {
 // the network section, counted, and explained in its note.
 func TestGossipNetReportStale(t *testing.T) {
 	o := gmemOpts(t, 6)
-	sim := runSimLedgers(t, o)
-	n := len(sim.Machines)
+	gs := runSimLedgers(t, o)
+	n := len(gs.Machines)
 	stale := make([][]node.StaleUse, n)
 	stale[1] = []node.StaleUse{{Iter: 3, Neighbor: 2, UsedIter: 2}, {Iter: 4, Neighbor: 2, UsedIter: 2}}
 	stale[3] = []node.StaleUse{{Iter: 3, Neighbor: 2, UsedIter: 2}}
-	rep, err := gossipNetReport(&o, sim, sim.models(), sim.inexact(), sim.Ledgers, stale, make([]int, n), []int{0, 1, 0, 0, 2},
-		time.Second, GossipNetworkReport{Mode: "mem"})
+	rep, err := gossipNetReport(&o, gs, gs.Models(), gs.Inexact(), gs.Ledgers, stale, make([]int, n), []int{0, 1, 0, 0, 2},
+		time.Second, sim.GossipNetworkReport{Mode: "mem"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nw := rep.Network
-	want := []GossipStale{{1, stale[1][0]}, {1, stale[1][1]}, {3, stale[3][0]}}
+	want := []sim.GossipStale{{Node: 1, StaleUse: stale[1][0]}, {Node: 1, StaleUse: stale[1][1]}, {Node: 3, StaleUse: stale[3][0]}}
 	if nw.StaleUses != 3 || !reflect.DeepEqual(nw.Stale, want) || nw.Ignored != 3 || nw.Hosts != n ||
 		!strings.Contains(nw.Note, "3 stale uses") {
 		t.Fatalf("network section %+v", nw)
 	}
-	ledgers := append([][]privacy.Entry(nil), sim.Ledgers...)
+	ledgers := append([][]privacy.Entry(nil), gs.Ledgers...)
 	ledgers[2] = nil
-	if _, err := gossipNetReport(&o, sim, sim.models(), sim.inexact(), ledgers, stale, make([]int, n), make([]int, n),
-		time.Second, GossipNetworkReport{Mode: "mem"}); err == nil || !strings.Contains(err.Error(), "node 2") {
+	if _, err := gossipNetReport(&o, gs, gs.Models(), gs.Inexact(), ledgers, stale, make([]int, n), make([]int, n),
+		time.Second, sim.GossipNetworkReport{Mode: "mem"}); err == nil || !strings.Contains(err.Error(), "node 2") {
 		t.Fatalf("missing ledger: %v", err)
 	}
 }
@@ -498,13 +493,13 @@ func TestGossipMemReportInterrupted(t *testing.T) {
 	}
 
 	// The simulator's release of every node at its last durable iteration.
-	sim, err := NewGossipSim(&o)
+	gs, err := sim.NewGossipSim(&o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := make([][]float64, o.Nodes)
 	for done := 0; done < o.Nodes; {
-		for i, m := range sim.Machines {
+		for i, m := range gs.Machines {
 			if m.HasReady() {
 				if rd := m.Ready(); len(rd.Outbox) > 0 && rd.Outbox[0].Msg.Iter == last[i] {
 					want[i] = append([]float64(nil), rd.Outbox[0].Msg.Vec...)
@@ -512,16 +507,16 @@ func TestGossipMemReportInterrupted(t *testing.T) {
 				}
 			}
 		}
-		if _, err := sim.Step(); err != nil {
+		if _, err := gs.Step(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if avg, _ := averageModels(want, o.Train.Cols); !gmemSameBits(rep.Model, avg) {
+	if avg, _ := sim.AverageModels(want, o.Train.Cols); !gmemSameBits(rep.Model, avg) {
 		t.Fatalf("model %v, want the average of the last releases %v", rep.Model, avg)
 	}
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	cancel0()
-	plan, err := RunGossipContext(ctx0, o) // stopped before the first step: the planned figures
+	plan, err := sim.RunGossipContext(ctx0, o) // stopped before the first step: the planned figures
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // The runs over hosts (--mem, --procs) run full nodes, node.New and node.Node.RunRADMM
@@ -25,7 +26,7 @@ import (
 
 // gossipNetParams returns the node parameters of a run over hosts of the options o
 // (filled by NewGossipSim) with the given barrier settings (0 = the node's defaults).
-func gossipNetParams(o *GossipOptions, barrier, maxWait time.Duration, pol node.MissingPolicy) (node.RADMMParams, error) {
+func gossipNetParams(o *sim.GossipOptions, barrier, maxWait time.Duration, pol node.MissingPolicy) (node.RADMMParams, error) {
 	p, err := GossipParamsFor(o)
 	if err != nil {
 		return p, err
@@ -36,8 +37,8 @@ func gossipNetParams(o *GossipOptions, barrier, maxWait time.Duration, pol node.
 
 // checkNodeRows refuses a run over hosts whose shards hold a row of norm > 1: a node takes
 // part only with normalised rows (Theorem V.1; node.Config.Validate refuses the others).
-func checkNodeRows(sim *GossipSim) error {
-	for i, a := range sim.Acc {
+func checkNodeRows(gs *sim.GossipSim) error {
+	for i, a := range gs.Acc {
 		if a.MaxRowNorm > 1+1e-12 {
 			return fmt.Errorf("testnet: node %d's shard has a row of norm %.6g > 1, and a node takes part only with rows of norm <= 1 "+
 				"(Theorem V.1): scale with --scale unitball or standardize+unitball (the default)", i, a.MaxRowNorm)

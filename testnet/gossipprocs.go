@@ -16,12 +16,13 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // GossipProcsConfig configures a neighbour-exchange testnet of one 'dpadmm node --algo
 // radmm|... --static FILE' process per node on loopback.
 type GossipProcsConfig struct {
-	Options GossipOptions
+	Options sim.GossipOptions
 	// Binary is the dpadmm executable; Env is added to the processes' environment.
 	Binary string
 	Env    []string
@@ -70,19 +71,19 @@ func GossipPolicyArgs(p node.RADMMParams) []string {
 // report RunGossip gives for the options, built from the nodes' model.json files and
 // durable ledgers, with a network section (mode "procs"). Without stale uses the model
 // equals the simulator's bit for bit.
-func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, error) {
+func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*sim.GossipReport, error) {
 	o := cfg.Options
-	sim, p, barrier, maxWait, err := gprocsSetup(&cfg, &o)
+	gs, p, barrier, maxWait, err := gprocsSetup(&cfg, &o)
 	if err != nil {
 		return nil, err
 	}
-	n := len(sim.Machines)
+	n := len(gs.Machines)
 	dir, cleanup, err := workDir(cfg.Dir, "dpadmm-gprocs-", "gprocs")
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	plan, err := gprocsFiles(&cfg, &o, sim, p, dir)
+	plan, err := gprocsFiles(&cfg, &o, gs, p, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		k := cfg.KillNode
 		if err := waitLedger(ctx, procs[k], dirs[k], cfg.KillAtIter+1); err != nil {
 			if ctx.Err() != nil {
-				return interruptedGossipProcs(&o, sim, procs, dirs, cfg, start)
+				return interruptedGossipProcs(&o, gs, procs, dirs, cfg, start)
 			}
 			return nil, withLogs(fmt.Errorf("testnet: gprocs: node %d: %w", k, err), logs[k:k+1])
 		}
@@ -132,7 +133,7 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 		}
 		if ctx.Err() != nil && !allExitedOK(procs) {
 			stopProgress()
-			return interruptedGossipProcs(&o, sim, procs, dirs, cfg, start)
+			return interruptedGossipProcs(&o, gs, procs, dirs, cfg, start)
 		}
 		if p.err != nil {
 			stopProgress()
@@ -141,20 +142,20 @@ func RunGossipProcs(ctx context.Context, cfg GossipProcsConfig) (*GossipReport, 
 	}
 	stopProgress()
 	wall := time.Since(start)
-	left, err := readGossipLefts(&cfg, &o, sim, plan)
+	left, err := readGossipLefts(&cfg, &o, gs, plan)
 	if err != nil {
 		return nil, err
 	}
-	nw := GossipNetworkReport{
+	nw := sim.GossipNetworkReport{
 		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
 		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir, Restarts: restarts,
 	}
-	return gossipLeftReport(&o, sim, left, wall, nw)
+	return gossipLeftReport(&o, gs, left, wall, nw)
 }
 
 // gprocsSetup validates cfg and o (filling their defaults) and builds the run's setup: the
 // simulator's machines (data, graph, f_i(0)), the node parameters and the waits.
-func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.RADMMParams, time.Duration, time.Duration, error) {
+func gprocsSetup(cfg *GossipProcsConfig, o *sim.GossipOptions) (*sim.GossipSim, node.RADMMParams, time.Duration, time.Duration, error) {
 	var p node.RADMMParams
 	if o.Curve != nil {
 		return nil, p, 0, 0, errors.New("testnet: gprocs: the curve is simulator-only")
@@ -172,14 +173,14 @@ func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.RAD
 	if maxWait < barrier || barrier < 0 {
 		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: max wait %v must be >= the barrier timeout %v > 0", maxWait, barrier)
 	}
-	sim, err := NewGossipSim(o)
+	gs, err := sim.NewGossipSim(o)
 	if err != nil {
 		return nil, p, 0, 0, err
 	}
-	if err := checkNodeRows(sim); err != nil {
+	if err := checkNodeRows(gs); err != nil {
 		return nil, p, 0, 0, err
 	}
-	n := len(sim.Machines)
+	n := len(gs.Machines)
 	if cfg.KillAtIter < 0 || cfg.KillAtIter >= max(o.Iters, 1) || (cfg.KillAtIter > 0 && (cfg.KillNode < 0 || cfg.KillNode >= n)) {
 		return nil, p, 0, 0, fmt.Errorf("testnet: gprocs: kill at iteration %d of node %d: want 1 <= iteration < %d and 0 <= node < %d", cfg.KillAtIter, cfg.KillNode, o.Iters, n)
 	}
@@ -189,7 +190,7 @@ func gprocsSetup(cfg *GossipProcsConfig, o *GossipOptions) (*GossipSim, node.RAD
 	if p.EtaGrowth == 0 {
 		p.EtaGrowth = 1 // the same constant schedule; the node's flag wants q >= 1
 	}
-	return sim, p, barrier, maxWait, nil
+	return gs, p, barrier, maxWait, nil
 }
 
 // gprocsPlan is what RunGossipProcs starts: the membership file's content and its
@@ -203,8 +204,8 @@ type gprocsPlan struct {
 
 // gprocsFiles writes the shards, the membership file and the penalty table into dir and
 // returns the plan of the processes.
-func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p node.RADMMParams, dir string) (*gprocsPlan, error) {
-	n := len(sim.Machines)
+func gprocsFiles(cfg *GossipProcsConfig, o *sim.GossipOptions, gs *sim.GossipSim, p node.RADMMParams, dir string) (*gprocsPlan, error) {
+	n := len(gs.Machines)
 	ports, err := freePorts(n)
 	if err != nil {
 		return nil, err
@@ -212,7 +213,7 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 	// Every node's configuration hashes alike (same dimension, problem and parameters); the
 	// nodes get it as one file (--run-config), not as flags rebuilt one by one.
 	runCfg := (&node.Config{
-		Run: cfg.Run, Data: sim.Shards[0], RADMM: &p,
+		Run: cfg.Run, Data: gs.Shards[0], RADMM: &p,
 		Training: node.Training{Problem: o.Problem},
 	}).RunConfig()
 	hash := runCfg.Hash()
@@ -241,14 +242,14 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 	hyper := GossipPolicyArgs(p)
 	for i := 0; i < n; i++ {
 		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
-		if err := writeShardCSV(csv, sim.Shards[i]); err != nil {
+		if err := writeShardCSV(csv, gs.Shards[i]); err != nil {
 			return nil, err
 		}
 		pl.logs[i] = filepath.Join(dir, fmt.Sprintf("node-%d.log", i))
 		a := []string{"node", "--insecure-testnet", "--run-config", rcPath, "--data", csv, "--scale", "none", "--intercept", "0", "--datadir", pl.dirs[i],
 			"--static", staticPath, "--seed", strconv.FormatUint(o.Seed, 10), "--profile", "test",
 			"--listen", pl.st.Members[i].Addrs[0], "--log-format", "json", "--log-level", "info"}
-		a = append(a, classArgs(sim.Shards[i], o.Problem.Loss)...)
+		a = append(a, classArgs(gs.Shards[i], o.Problem.Loss)...)
 		a = append(a, hyper...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
@@ -260,7 +261,7 @@ func gprocsFiles(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p nod
 
 // readGossipLefts reads what every node left in its data directory (model.json, ledger,
 // journal) and checks that it belongs to this run and completed it.
-func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, pl *gprocsPlan) ([]gossipLeft, error) {
+func readGossipLefts(cfg *GossipProcsConfig, o *sim.GossipOptions, gs *sim.GossipSim, pl *gprocsPlan) ([]gossipLeft, error) {
 	left := make([]gossipLeft, len(pl.dirs))
 	for i, d := range pl.dirs {
 		m, err := readGossipModel(d)
@@ -274,7 +275,7 @@ func readGossipLefts(cfg *GossipProcsConfig, o *GossipOptions, sim *GossipSim, p
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %s of run %q index %d peer %s config %.12s at iteration %d",
 				i, store.ModelFile, m.Run, m.Index, m.Peer, m.ConfigHash, m.Iters)
 		}
-		if left[i], err = readGossipLeft(d, cfg.Run, sim.Configs[i].Init, m); err != nil {
+		if left[i], err = readGossipLeft(d, cfg.Run, gs.Configs[i].Init, m); err != nil {
 			return nil, fmt.Errorf("testnet: gprocs: node %d: %w", i, err)
 		}
 		if len(left[i].Ledger) != o.Iters+1 {
@@ -305,7 +306,7 @@ func readGossipModel(dir string) (*node.RADMMModel, error) {
 // when the launcher's context ends) and builds the partial report from what they left: a
 // node that completed its run contributes its model.json, any other node its last durable
 // release (journal), or f_i(0) when it released nothing.
-func interruptedGossipProcs(o *GossipOptions, sim *GossipSim, procs []*proc, dirs []string, cfg GossipProcsConfig, start time.Time) (*GossipReport, error) {
+func interruptedGossipProcs(o *sim.GossipOptions, gs *sim.GossipSim, procs []*proc, dirs []string, cfg GossipProcsConfig, start time.Time) (*sim.GossipReport, error) {
 	for _, p := range procs {
 		if p != nil {
 			<-p.done
@@ -318,20 +319,20 @@ func interruptedGossipProcs(o *GossipOptions, sim *GossipSim, procs []*proc, dir
 		if err != nil || (m != nil && (m.Run != cfg.Run || m.Index != i)) {
 			m = nil // not a model.json of this run: use the journal
 		}
-		if left[i], err = readGossipLeft(d, cfg.Run, sim.Configs[i].Init, m); err != nil {
+		if left[i], err = readGossipLeft(d, cfg.Run, gs.Configs[i].Init, m); err != nil {
 			return nil, fmt.Errorf("testnet: gprocs: interrupted: node %d: %w", i, err)
 		}
 	}
 	barrier, maxWait := effectiveWaits(cfg.Barrier, cfg.MaxWait)
-	nw := GossipNetworkReport{
+	nw := sim.GossipNetworkReport{
 		Mode: "procs", OnMissing: cfg.OnMissing.String(), BarrierSeconds: barrier.Seconds(),
 		MaxWaitSeconds: maxWait.Seconds(), Dir: cfg.Dir,
 	}
-	rep, err := gossipLeftReport(o, sim, left, wall, nw)
+	rep, err := gossipLeftReport(o, gs, left, wall, nw)
 	if err != nil {
 		return nil, err
 	}
-	rep.markInterrupted(ledgerIters(dirs))
+	rep.MarkInterrupted(ledgerIters(dirs))
 	return rep, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/walk"
 )
 
 // readLedgerFile reads the ledger of a node data directory. A missing file is an empty
@@ -116,11 +115,6 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 	}
 	pw.path = lp
 	return pw, nil
-}
-
-// initialZ is the model of a walk that made no hop: the z of the initial token.
-func initialZ(o Options) []float64 {
-	return walk.NewToken("", 0, o.Train.ModelDim(), o.Problem.Reg, o.Gamma).Z
 }
 
 // stopGrace is how long a stopped testnet waits for its node processes to exit after

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // cancelOn is a curve writer that cancels a context when a line starting with prefix is
@@ -31,14 +33,14 @@ func TestRunContextInterrupted(t *testing.T) {
 	defer cancel()
 	o := netOptions(t, 10, 100000, 1)
 	o.Curve, o.CurveEvery = cancelOn{"8192,", cancel}, 8192
-	got, err := RunContext(ctx, o)
+	got, err := sim.RunContext(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.Interrupted || got.Ended != "interrupted" || got.Hops != 8192 || got.HopsPlanned != 100000 {
 		t.Fatalf("interrupted %v, ended %q, hops %d of %d", got.Interrupted, got.Ended, got.Hops, got.HopsPlanned)
 	}
-	want, err := Run(netOptions(t, 10, 8192, 1))
+	want, err := sim.Run(netOptions(t, 10, 8192, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestRunGossipContextInterrupted(t *testing.T) {
 	defer cancel()
 	o := gossipOpts(train, test, "radmm", "ring", 40, 2)
 	o.Curve = cancelOn{"10,", cancel}
-	got, err := RunGossipContext(ctx, o)
+	got, err := sim.RunGossipContext(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestRunGossipContextInterrupted(t *testing.T) {
 			t.Fatalf("model[%d] = %v", k, v)
 		}
 	}
-	full, err := RunGossip(gossipOpts(train, test, "radmm", "ring", 40, 2))
+	full, err := sim.RunGossip(gossipOpts(train, test, "radmm", "ring", 40, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestExperimentContextInterrupted(t *testing.T) {
 	g, f := got.Series[0], full.Series[0]
 	for _, b := range [][2]Band{{g.Loss, f.Loss}, {g.TestError, f.TestError}, {g.Privacy, f.Privacy}} {
 		for k, pair := range [][2][]float64{{b[0].Mean, b[1].Mean}, {b[0].Min, b[1].Min}, {b[0].Max, b[1].Max}} {
-			if !sameBits(pair[0], pair[1]) || len(pair[0]) != o.Iters+1 {
+			if !sim.SameBits(pair[0], pair[1]) || len(pair[0]) != o.Iters+1 {
 				t.Errorf("series %s: band %d: %v, complete experiment %v", g.Algo, k, pair[0], pair[1])
 			}
 		}

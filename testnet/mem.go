@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -88,7 +88,7 @@ type MemResult struct {
 	Wall    time.Duration
 	// Path is the walk's path rebuilt from the nodes' ledgers (hop, holder, noisy), with
 	// the views of redirected releases (LedgerPath).
-	Path      []TraceStep
+	Path      []sim.TraceStep
 	Redirects int // "forward" entries of custody redirections (see node)
 	Views     int // view steps of Path: peers that got a release and did not step it
 	// Hops is the number of hops made: cfg.Hops, or, when Interrupted is set (ctx was
@@ -305,7 +305,7 @@ func (cfg *MemConfig) collect(res *MemResult, nodes []*node.Node, models []*node
 		res.Ledger[i] = nodes[i].Store().Entries()
 		res.Updates[i] = m.Privacy.Updates
 		res.Models = append(res.Models, *m)
-		if !sameBits(m.Model, models[0].Model) {
+		if !sim.SameBits(m.Model, models[0].Model) {
 			return fmt.Errorf("testnet: mem: node %d ended with a different model", i)
 		}
 		es, err := nodes[i].Store().Ledger()
@@ -331,25 +331,12 @@ func (cfg *MemConfig) collect(res *MemResult, nodes []*node.Node, models []*node
 	return nil
 }
 
-// sameBits reports whether a and b are equal bit for bit.
-func sameBits(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
-			return false
-		}
-	}
-	return true
-}
-
 // PathFromLedgers is the walk's path rebuilt from the nodes' ledgers, with the
 // bookkeeping of the entries that are not one-per-hop.
 type PathFromLedgers struct {
 	// Path has one step per hop, in hop order; after the step whose release was also
 	// sent to peers that did not step it, one view step per such peer (TraceStep.View).
-	Path    []TraceStep
+	Path    []sim.TraceStep
 	Updates []int // noisy updates per node, from the path
 	Entries int   // all ledger entries
 	// Redirects are "forward" entries naming a new recipient after failed hand-offs
@@ -408,7 +395,7 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final st
 		finalIdx = f
 	}
 	out := &PathFromLedgers{Updates: make([]int, len(names))}
-	steps := make([]TraceStep, hops)
+	steps := make([]sim.TraceStep, hops)
 	owner := make([]int, hops)
 	for h := range owner {
 		owner[h] = -1
@@ -454,7 +441,7 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final st
 				first[e.Hop] = e.Epoch
 				owner[h] = i
 				noisy := e.Noisy()
-				steps[h] = TraceStep{Hop: h, Node: i, Noisy: noisy}
+				steps[h] = sim.TraceStep{Hop: h, Node: i, Noisy: noisy}
 				if noisy {
 					out.Updates[i]++
 				}
@@ -469,7 +456,7 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final st
 			return nil, fmt.Errorf("ledger path: hop %d is missing from every ledger", h+1)
 		}
 	}
-	out.Path = make([]TraceStep, 0, hops)
+	out.Path = make([]sim.TraceStep, 0, hops)
 	for h := range steps {
 		out.Path = append(out.Path, steps[h])
 		next := finalIdx
@@ -480,27 +467,9 @@ func LedgerPath(ledgers [][]privacy.Entry, names []string, hops uint64, final st
 			if r == owner[h] || r == next {
 				continue
 			}
-			out.Path = append(out.Path, TraceStep{Hop: uint64(h) + 1, Node: r, View: true})
+			out.Path = append(out.Path, sim.TraceStep{Hop: uint64(h) + 1, Node: r, View: true})
 			out.Views++
 		}
 	}
 	return out, nil
 }
-
-// pathHash is the simulator's trace fingerprint (Sim.TraceHash) of a path. View steps
-// enter it like steps that add no noise, so a path with views never hashes as the
-// simulator's path of the same hops.
-func pathHash(path []TraceStep) uint64 {
-	h := uint64(traceSeed)
-	for _, st := range path {
-		var nb uint64
-		if st.Noisy {
-			nb = 1
-		}
-		h = traceMix(h, st.Hop+1, uint64(st.Node)<<1|nb)
-	}
-	return h
-}
-
-// traceSeed is the initial value of the simulator's trace fingerprint (see NewSim).
-const traceSeed = 0x6a09e667f3bcc908

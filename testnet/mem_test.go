@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // TestMemMatchesSim runs the same seed through the simulator and through real libp2p
@@ -24,11 +25,11 @@ func TestMemMatchesSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	prob := consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}
-	sim, err := NewSim(SimConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.8, Seed: seed})
+	gs, err := sim.NewSim(sim.SimConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.8, Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.RunHops(hops, 0, nil); err != nil {
+	if err := gs.RunHops(hops, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := RunMem(ctx, MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.8, Seed: seed, Hops: hops})
@@ -36,7 +37,7 @@ func TestMemMatchesSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("mem: %d hops over %d hosts in %v (%.0f hops/s)", hops, n, res.Wall, hops/res.Wall.Seconds())
-	want := sim.Z()
+	want := gs.Z()
 	if len(res.Model) != len(want) {
 		t.Fatalf("dimension %d, want %d", len(res.Model), len(want))
 	}
@@ -52,7 +53,7 @@ func TestMemMatchesSim(t *testing.T) {
 	if !nonzero {
 		t.Fatal("model is all zeros: the comparison is vacuous")
 	}
-	simUpd := sim.Updates()
+	simUpd := gs.Updates()
 	total := 0
 	for i := range simUpd {
 		if res.Updates[i] != simUpd[i] {

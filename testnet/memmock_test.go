@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // lassoMemVsSim runs an n-node one-row lasso walk (p features, 8 active) of hops hops
@@ -35,14 +36,14 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 	if res.Transport != transport {
 		t.Fatalf("transport %q, want %q", res.Transport, transport)
 	}
-	sim, err := NewSim(SimConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, Seed: seed})
+	gs, err := sim.NewSim(sim.SimConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.RunHops(hops, 0, nil); err != nil {
+	if err := gs.RunHops(hops, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := sim.Z()
+	want := gs.Z()
 	if len(res.Model) != len(want) {
 		t.Fatalf("dimension %d, want %d", len(res.Model), len(want))
 	}
@@ -56,10 +57,10 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 	if !nonzero {
 		t.Fatal("model is all zeros: the comparison is vacuous")
 	}
-	if got, w := pathHash(res.Path), sim.TraceHash(); got != w {
+	if got, w := sim.PathHash(res.Path), gs.TraceHash(); got != w {
 		t.Fatalf("trace hash %016x, simulator %016x", got, w)
 	}
-	for i, u := range sim.Updates() {
+	for i, u := range gs.Updates() {
 		if res.Updates[i] != u {
 			t.Fatalf("node %d: %d updates on mem, %d in sim", i, res.Updates[i], u)
 		}
@@ -109,7 +110,7 @@ func TestPlannedPairwiseParallelSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := PlannedPairwise(n, adj, false, opt)
+	got, err := sim.PlannedPairwise(n, adj, false, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func BenchmarkPlannedPairwiseParallel(b *testing.B) {
 	})
 	b.Run("parallel", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := PlannedPairwise(n, adj, false, opt); err != nil {
+			if _, err := sim.PlannedPairwise(n, adj, false, opt); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
 // irisOptions is a 3-node walk on the 3-class iris data (../shared/data/iris.csv):
 // multinomial loss, standardize+unitball with the intercept, the intercepts unpenalised.
-func irisOptions(t *testing.T, n int, hops, seed uint64) Options {
+func irisOptions(t *testing.T, n int, hops, seed uint64) sim.Options {
 	t.Helper()
 	const path = "../../shared/data/iris.csv"
 	if _, err := os.Stat(path); err != nil {
@@ -28,7 +29,7 @@ func irisOptions(t *testing.T, n int, hops, seed uint64) Options {
 	}
 	sc.Intercept = consensus.DefaultIntercept
 	tr := sc.Apply(train)
-	return Options{
+	return sim.Options{
 		Train: tr, Test: sc.Apply(test), Data: "iris", Scaling: "standardize+unitball", Scaler: sc, Nodes: n,
 		Problem: consensus.Problem{Loss: consensus.Multinomial, Reg: consensus.Regularizer{L2: 1e-3, Free: 1, Block: tr.Cols}},
 		Gamma:   100, Lambda: 0.5, Clip: 0.1, Sigma: 1, Hops: hops, Seed: seed, MaxUpdates: 100, Delta: 1e-5,
@@ -48,22 +49,22 @@ func TestMultinomialSameModelInEveryMode(t *testing.T) {
 		t.Run(st.Kind.String(), func(t *testing.T) {
 			o := irisOptions(t, n, hops, seed)
 			o.Step = st
-			sim, err := Run(o)
+			gs, err := sim.Run(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(sim.Model) != 3*o.Train.Cols || sim.Predictor == nil || sim.Predictor.Task != consensus.TaskMulticlass ||
-				len(sim.Predictor.Classes) != 3 || sim.Accuracy == nil {
-				t.Fatalf("report: model of %d values, predictor %+v", len(sim.Model), sim.Predictor)
+			if len(gs.Model) != 3*o.Train.Cols || gs.Predictor == nil || gs.Predictor.Task != consensus.TaskMulticlass ||
+				len(gs.Predictor.Classes) != 3 || gs.Accuracy == nil {
+				t.Fatalf("report: model of %d values, predictor %+v", len(gs.Model), gs.Predictor)
 			}
 			if st.Kind == walk.StepGADMM || st.Kind == walk.StepSGD {
 				// Not certified for this loss: the realised figure is refused, with the reason.
-				if pr := sim.Privacy.PairwiseRealised; pr == nil || pr.ConditionsHold || !strings.Contains(pr.Note, "multinomial") {
+				if pr := gs.Privacy.PairwiseRealised; pr == nil || pr.ConditionsHold || !strings.Contains(pr.Note, "multinomial") {
 					t.Fatalf("%s: realised section %+v, want the local figure with the multinomial reason", st.Kind, pr)
 				}
 			}
 			if longRun || i == 0 { // the gradient steps on hosts with -tags long
-				sameInEveryMode(t, o, sim, bin)
+				sameInEveryMode(t, o, gs, bin)
 			}
 		})
 	}

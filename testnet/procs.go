@@ -26,45 +26,9 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
-
-// NetworkReport is the part of a report specific to a run on real libp2p hosts. In such
-// a report wall_seconds and us_per_hop cover the whole network run, start-up of the
-// hosts and distribution of the final model included.
-type NetworkReport struct {
-	Mode          string `json:"mode"` // "mem" (hosts in one process) or "procs" (one process per node)
-	Hosts         int    `json:"hosts"`
-	LedgerEntries int    `json:"ledger_entries"` // all nodes; = hops + redirects + repeats
-	Redirects     int    `json:"redirects"`
-	Repeats       int    `json:"repeated_entries"`
-	// Views are the peers that received a release and did not go on with the token (a
-	// hand-off redirected after a withheld or lost ack), one per release and peer: each is
-	// in the realised path as a view of that release (LedgerPath).
-	Views         int     `json:"views"`
-	HopsPerSecond float64 `json:"hops_per_second"`
-	Kills         []Kill  `json:"kills,omitempty"`
-	Dir           string  `json:"dir,omitempty"` // kept data directories and logs
-	// Transport ("mem": tcp or mock), PeakRSSBytes (the process's peak resident set,
-	// VmHWM, everything in it included), HeapBytes (live Go heap when the walk ended)
-	// and their shares per host (divided by Hosts): "mem" only.
-	Transport        string  `json:"transport,omitempty"`
-	PeakRSSBytes     uint64  `json:"peak_rss_bytes,omitempty"`
-	HeapBytes        uint64  `json:"heap_bytes,omitempty"`
-	PeakRSSPerHost   float64 `json:"peak_rss_per_host_bytes,omitempty"`
-	HeapPerHostBytes float64 `json:"heap_per_host_bytes,omitempty"`
-}
-
-// Kill records a token holder killed with SIGKILL and restarted by RunProcs.
-type Kill struct {
-	Hop   uint64 `json:"hop"`   // the holder had received the token of this hop (Hop hops done)
-	Phase string `json:"phase"` // "received" or "custody" (see ProcsConfig.KillPhase)
-	Node  int    `json:"node"`  // node index
-	Peer  string `json:"peer"`
-	// DownSeconds is the time from the SIGKILL to the start of the restarted process.
-	DownSeconds float64 `json:"down_seconds"`
-	killed      time.Time
-}
 
 // ProcsConfig configures a testnet of one `dpadmm node` process per shard on loopback.
 // Randomness, shards, weights and the initial holder are those of NewSim for the same
@@ -122,7 +86,7 @@ type ProcsResult struct {
 	Updates []int     // noisy updates per node (model.json, checked against the ledger)
 	Models  []node.Model
 	Path    *PathFromLedgers
-	Kills   []Kill
+	Kills   []sim.Kill
 	Wall    time.Duration // from the first process start to the last exit
 	Logs    []string      // stderr log file of each node (under Dir; gone if Dir was "")
 	// Hops is the number of hops made: cfg.Hops, or, when Interrupted is set (ctx was
@@ -318,7 +282,7 @@ func (cfg *ProcsConfig) runNodes(ctx context.Context, dir string, res *ProcsResu
 		}
 	}
 	if cfg.KillHolderAt > 0 {
-		k, err := killHolder(ctx, *cfg, procs, res.Peers)
+		k, killed, err := killHolder(ctx, *cfg, procs, res.Peers)
 		if err != nil && ctx.Err() != nil {
 			return interruptedProcs(res, procs, dirs, start)
 		}
@@ -328,7 +292,7 @@ func (cfg *ProcsConfig) runNodes(ctx context.Context, dir string, res *ProcsResu
 		if procs[k.Node], err = startProc(ctx, *cfg, args[k.Node], dir, k.Node); err != nil {
 			return nil, err
 		}
-		k.DownSeconds = time.Since(k.killed).Seconds()
+		k.DownSeconds = time.Since(killed).Seconds()
 		res.Kills = append(res.Kills, k)
 		cfg.Logger.Info().Int("node", k.Node).Uint64("hop", k.Hop).Msg("holder killed and restarted")
 	}
@@ -386,7 +350,7 @@ func (cfg *ProcsConfig) collect(res *ProcsResult, dirs []string) error {
 		}
 		res.Models = append(res.Models, m)
 		res.Updates[i] = m.Privacy.Updates
-		if !sameBits(m.Model, res.Models[0].Model) {
+		if !sim.SameBits(m.Model, res.Models[0].Model) {
 			return fmt.Errorf("testnet: procs: node %d ended with a different model", i)
 		}
 		lb, err := os.ReadFile(filepath.Join(d, store.LedgerFile))
@@ -515,7 +479,7 @@ func interruptedProcs(res *ProcsResult, procs []*proc, dirs []string, start time
 
 // killHolder polls every node's /status until one reports that it paused at
 // cfg.KillHolderAt, kills it with SIGKILL and waits for it to exit.
-func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []string) (Kill, error) {
+func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []string) (sim.Kill, time.Time, error) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -523,7 +487,7 @@ func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []str
 		for i, p := range procs {
 			select {
 			case <-p.done:
-				return Kill{}, fmt.Errorf("testnet: procs: node %d exited (%v) before any node held the token of hop %d", i, p.err, cfg.KillHolderAt)
+				return sim.Kill{}, time.Time{}, fmt.Errorf("testnet: procs: node %d exited (%v) before any node held the token of hop %d", i, p.err, cfg.KillHolderAt)
 			default:
 			}
 			addr := p.statusAddr()
@@ -535,7 +499,7 @@ func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []str
 				continue
 			}
 			if st.Hop != cfg.KillHolderAt || !st.Holding || st.Peer != peers[i] {
-				return Kill{}, fmt.Errorf("testnet: procs: node %d paused with status %+v, want hop %d", i, st, cfg.KillHolderAt)
+				return sim.Kill{}, time.Time{}, fmt.Errorf("testnet: procs: node %d paused with status %+v, want hop %d", i, st, cfg.KillHolderAt)
 			}
 			// Kill only once no other node holds the token: the sender has read the
 			// paused holder's ack. A kill with the ack in flight resets the connection,
@@ -543,18 +507,18 @@ func killHolder(ctx context.Context, cfg ProcsConfig, procs []*proc, peers []str
 			// the custody layer fences correctly but which is not the fault this option
 			// injects (and the run would no longer equal the simulator's).
 			if err := waitAcked(ctx, client, procs, i); err != nil {
-				return Kill{}, err
+				return sim.Kill{}, time.Time{}, err
 			}
 			killed := time.Now()
 			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				return Kill{}, fmt.Errorf("testnet: procs: kill node %d: %w", i, err)
+				return sim.Kill{}, time.Time{}, fmt.Errorf("testnet: procs: kill node %d: %w", i, err)
 			}
 			<-p.done
-			return Kill{Hop: st.Hop, Phase: cfg.KillPhase, Node: i, Peer: peers[i], killed: killed}, nil
+			return sim.Kill{Hop: st.Hop, Phase: cfg.KillPhase, Node: i, Peer: peers[i]}, killed, nil
 		}
 		select {
 		case <-ctx.Done():
-			return Kill{}, fmt.Errorf("testnet: procs: no node paused at hop %d: %w", cfg.KillHolderAt, ctx.Err())
+			return sim.Kill{}, time.Time{}, fmt.Errorf("testnet: procs: no node paused at hop %d: %w", cfg.KillHolderAt, ctx.Err())
 		case <-tick.C:
 		}
 	}
@@ -755,7 +719,7 @@ type NetOptions struct {
 // simulator's bit for bit, unless a node was killed. The walk runs on the complete
 // graph, without privacy budget, curve or simulator ledger directory. When ctx is
 // canceled first, the report describes the state reached (Report.Interrupted).
-func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
+func RunNet(ctx context.Context, o sim.Options, no NetOptions) (*sim.Report, error) {
 	switch {
 	case o.Graph != "" && o.Graph != "complete":
 		return nil, fmt.Errorf("testnet: %s: the nodes run the walk on the complete graph only, not %q", no.Mode, o.Graph)
@@ -770,12 +734,12 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	case no.Mode == "mem" && no.KillHolderAt > 0:
 		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
 	}
-	p, err := prepare(o)
+	p, err := sim.Prepare(o)
 	if err != nil {
 		return nil, err
 	}
-	planWarned := warnPlan(o, p, planCaps(o, nil), nil)
-	nr := &NetworkReport{Mode: no.Mode, Hosts: o.Nodes, Dir: no.Dir}
+	planWarned := p.NetPlanWarnings(o)
+	nr := &sim.NetworkReport{Mode: no.Mode, Hosts: o.Nodes, Dir: no.Dir}
 	var (
 		z           []float64
 		updates     []int
@@ -786,8 +750,8 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 	)
 	if no.Mode == "mem" {
 		r, err := RunMem(ctx, MemConfig{
-			Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step,
-			Unit: o.Unit, RowBound: o.rowBound(), MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+			Shards: p.Shards(), Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step,
+			Unit: o.Unit, RowBound: o.RowBoundOf(), MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress, Transport: no.Transport,
 		})
 		if err != nil {
@@ -802,9 +766,9 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		}
 	} else {
 		r, err := RunProcs(ctx, ProcsConfig{
-			Binary: no.Binary, Env: no.Env, Shards: p.shards, Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
+			Binary: no.Binary, Env: no.Env, Shards: p.Shards(), Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
-			Unit: o.Unit, RowBound: o.rowBound(),
+			Unit: o.Unit, RowBound: o.RowBoundOf(),
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress,
 		})
@@ -814,34 +778,12 @@ func RunNet(ctx context.Context, o Options, no NetOptions) (*Report, error) {
 		z, updates, wall, lp, hops, interrupted = r.Model, r.Updates, r.Wall, r.Path, r.Hops, r.Interrupted
 		nr.Kills = r.Kills
 	}
-	if z == nil { // interrupted before the first release
-		z = initialZ(o)
-	}
 	nr.LedgerEntries, nr.Redirects, nr.Repeats, nr.Views = lp.Entries, lp.Redirects, lp.Repeats, lp.Views
 	if wall > 0 {
 		nr.HopsPerSecond = float64(hops) / wall.Seconds()
 	}
-	w := outcome{z: z, hops: hops, dim: len(z), updates: updates, traceHash: pathHash(lp.Path),
-		wall: wall, stepTime: wall, views: lp.Views, interrupted: interrupted, planWarnings: planWarned}
-	for _, st := range lp.Path {
-		if st.Noisy && !st.View {
-			w.lastNoisy = max(w.lastNoisy, st.Hop+1)
-		}
-	}
-	if keep, why := realisedFeasible(o.Nodes, hops); keep {
-		// View steps are steps that add no noise (Noisy false): the realised accountant
-		// charges the viewer for the state the release produced.
-		w.path = make([]privacy.TraceStep, len(lp.Path))
-		for k, st := range lp.Path {
-			w.path[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
-		}
-	} else {
-		w.realisedNote = why
-	}
-	if o.KeepTrace {
-		w.trace = lp.Path
-	}
-	rep, err := p.report(o, w)
+	rep, err := p.NetReport(o, sim.NetWalk{Model: z, Hops: hops, Updates: updates, Path: lp.Path, Views: lp.Views,
+		Wall: wall, Interrupted: interrupted, PlanWarnings: planWarned})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // buildDpadmm builds the dpadmm command into a temporary directory.
@@ -36,7 +37,7 @@ func buildDpadmm(t *testing.T) string {
 
 // netOptions are the options of the CLI demo (embedded data, 20% held out, scaled on
 // the training part) for n nodes and a short walk.
-func netOptions(t *testing.T, n int, hops, seed uint64) Options {
+func netOptions(t *testing.T, n int, hops, seed uint64) sim.Options {
 	t.Helper()
 	d, err := consensus.Embedded()
 	if err != nil {
@@ -47,7 +48,7 @@ func netOptions(t *testing.T, n int, hops, seed uint64) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Options{
+	return sim.Options{
 		Train: sc.Apply(train), Test: sc.Apply(test), Data: "embedded:breast_cancer", Scaling: "standardize+rownorm",
 		Nodes: n, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
 		Gamma: 100, Lambda: 0.5, Clip: 0.1, Sigma: 1, Hops: hops, Seed: seed, MaxUpdates: 100, Delta: 1e-5,
@@ -56,7 +57,7 @@ func netOptions(t *testing.T, n int, hops, seed uint64) Options {
 
 // sameReport requires the walk's results of two reports to be identical: model bit for
 // bit, path fingerprint, objective and the whole privacy section.
-func sameReport(t *testing.T, what string, got, want *Report) {
+func sameReport(t *testing.T, what string, got, want *sim.Report) {
 	t.Helper()
 	if len(got.Model) != len(want.Model) || len(want.Model) == 0 {
 		t.Fatalf("%s: model dimension %d, want %d", what, len(got.Model), len(want.Model))
@@ -105,7 +106,7 @@ func TestProcs(t *testing.T) {
 	const n, hops, seed = 3, 120, 11
 	o := netOptions(t, n, hops, seed)
 	o.KeepTrace = true
-	sim, err := Run(o)
+	gs, err := sim.Run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +127,8 @@ func TestProcs(t *testing.T) {
 		}
 		t.Logf("%d hops over %d nodes: mem %v (%.0f hops/s), procs %v (%.0f hops/s)", hops, n,
 			t1.Sub(t0), mem.Network.HopsPerSecond, time.Since(t1), procs.Network.HopsPerSecond)
-		sameReport(t, "mem", mem, sim)
-		sameReport(t, "procs", procs, sim)
+		sameReport(t, "mem", mem, gs)
+		sameReport(t, "procs", procs, gs)
 		// The nodes ran with --insecure-testnet (seeded noise, fixed membership): their
 		// model.json says there is no guarantee.
 		b, err := os.ReadFile(filepath.Join(dir, "node-0", store.ModelFile))
@@ -138,7 +139,7 @@ func TestProcs(t *testing.T) {
 		if err := json.Unmarshal(b, &m); err != nil || m.Guarantee != node.InsecureGuarantee {
 			t.Errorf("model.json guarantee %q (%v), want %q", m.Guarantee, err, node.InsecureGuarantee)
 		}
-		for _, r := range []*Report{mem, procs} {
+		for _, r := range []*sim.Report{mem, procs} {
 			if nw := r.Network; nw == nil || nw.Hosts != n || nw.LedgerEntries != hops || nw.Redirects != 0 || nw.Repeats != 0 {
 				t.Errorf("network section: %+v", r.Network)
 			}
@@ -158,10 +159,10 @@ func TestProcs(t *testing.T) {
 			// A hop whose holder hands the token to another node, so that the custody
 			// phase exercises the resend (a self-hand-off would leave it in the inbox).
 			at := uint64(hops / 2)
-			for sim.Trace[at].Node == sim.Trace[at+1].Node {
+			for gs.Trace[at].Node == gs.Trace[at+1].Node {
 				at++
 			}
-			holder := sim.Trace[at].Node
+			holder := gs.Trace[at].Node
 			dir := t.TempDir()
 			t0 := time.Now()
 			rep, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: dir, KillHolderAt: at, KillPhase: phase})
@@ -173,7 +174,7 @@ func TestProcs(t *testing.T) {
 			if len(ks) != 1 || ks[0].Hop != at || ks[0].Node != holder || ks[0].Phase != phase {
 				t.Fatalf("kills %+v, want node %d at hop %d (%s)", ks, holder, at, phase)
 			}
-			sameReport(t, "procs with a kill", rep, sim)
+			sameReport(t, "procs with a kill", rep, gs)
 			// Ledgers read independently: every hop 1..hops logged by exactly one node.
 			byHop := map[uint64][]int{}
 			total := 0
@@ -208,12 +209,16 @@ func TestProcsRejects(t *testing.T) {
 	o := netOptions(t, 3, 10, 1)
 	ctx := context.Background()
 	for name, c := range map[string]struct {
-		o    Options
+		o    sim.Options
 		no   NetOptions
 		want string
 	}{
-		"graph":     {func() Options { p := o; p.Graph = "ring"; return p }(), NetOptions{Mode: "mem"}, "complete graph"},
-		"budget":    {func() Options { p := o; p.Budget = &BudgetSpec{Kind: "local", Epsilon: 1, Delta: 1e-5}; return p }(), NetOptions{Mode: "mem"}, "budgets"},
+		"graph": {func() sim.Options { p := o; p.Graph = "ring"; return p }(), NetOptions{Mode: "mem"}, "complete graph"},
+		"budget": {func() sim.Options {
+			p := o
+			p.Budget = &sim.BudgetSpec{Kind: "local", Epsilon: 1, Delta: 1e-5}
+			return p
+		}(), NetOptions{Mode: "mem"}, "budgets"},
 		"mode":      {o, NetOptions{Mode: "udp"}, "unknown network mode"},
 		"mem kill":  {o, NetOptions{Mode: "mem", KillHolderAt: 3}, "separate processes"},
 		"no binary": {o, NetOptions{Mode: "procs"}, "no dpadmm binary"},
@@ -232,7 +237,7 @@ func TestProcsRejects(t *testing.T) {
 // for f_i(0) of a neighbour-exchange node.
 func TestProcsSeedWrappers(t *testing.T) {
 	for _, i := range []int{-1, 0, 7} {
-		a, b := NodeRand(99, i), drive.SeededRand(99, i)
+		a, b := sim.NodeRand(99, i), drive.SeededRand(99, i)
 		c, d := GossipInitRand(99, i), drive.SeededRADMMInit(99, i)
 		for k := 0; k < 20; k++ {
 			if x, y := a.Uint64(), b.Uint64(); x != y {
@@ -243,7 +248,7 @@ func TestProcsSeedWrappers(t *testing.T) {
 			}
 		}
 		x, y := make([]float64, 16), make([]float64, 16)
-		NodeNoise(99, i).Normal(x, 1)
+		sim.NodeNoise(99, i).Normal(x, 1)
 		drive.SeededNoise(99, i).Normal(y, 1)
 		for k := range x {
 			if math.Float64bits(x[k]) != math.Float64bits(y[k]) {
@@ -271,14 +276,14 @@ func TestProcsLedgerPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, Noisy: true}, {Hop: 2, Node: 0},
+	want := []sim.TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, Noisy: true}, {Hop: 2, Node: 0},
 		{Hop: 3, Node: 1, View: true}, {Hop: 3, Node: 0, Noisy: true}}
 	if !reflect.DeepEqual(lp.Path, want) || lp.Redirects != 1 || lp.Repeats != 1 || lp.Entries != 6 || lp.Views != 1 ||
 		!reflect.DeepEqual(lp.Updates, []int{2, 1}) {
 		t.Fatalf("got %+v", lp)
 	}
-	if h := pathHash(lp.Path); h == pathHash(want[:3]) || h != pathHash(want) ||
-		h == pathHash([]TraceStep{want[0], want[1], want[2], want[4]}) {
+	if h := sim.PathHash(lp.Path); h == sim.PathHash(want[:3]) || h != sim.PathHash(want) ||
+		h == sim.PathHash([]sim.TraceStep{want[0], want[1], want[2], want[4]}) {
 		t.Errorf("path hash %x", h)
 	}
 	// Without the final holder, b (the last release's recipient) is a view at the end.
@@ -286,7 +291,7 @@ func TestProcsLedgerPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := append(want, TraceStep{Hop: 4, Node: 1, View: true}); !reflect.DeepEqual(lp.Path, w) || lp.Views != 2 {
+	if w := append(want, sim.TraceStep{Hop: 4, Node: 1, View: true}); !reflect.DeepEqual(lp.Path, w) || lp.Views != 2 {
 		t.Fatalf("no final holder: got %+v", lp)
 	}
 	for name, ls := range map[string][][]privacy.Entry{
@@ -313,7 +318,7 @@ func TestProcsLedgerPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := []TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, View: true}, {Hop: 1, Node: 2, Noisy: true}}; !reflect.DeepEqual(lp.Path, w) ||
+	if w := []sim.TraceStep{{Hop: 0, Node: 0, Noisy: true}, {Hop: 1, Node: 1, View: true}, {Hop: 1, Node: 2, Noisy: true}}; !reflect.DeepEqual(lp.Path, w) ||
 		lp.Views != 1 || lp.Redirects != 1 || lp.Repeats != 0 {
 		t.Fatalf("regenerated release: got %+v", lp)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -26,15 +27,15 @@ func TestStepsSameModelInEveryMode(t *testing.T) {
 		t.Run(st.Kind.String(), func(t *testing.T) {
 			o := netOptions(t, n, hops, seed)
 			o.Step = st
-			sim, err := Run(o)
+			gs, err := sim.Run(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sim.LocalStep != st.Kind.String() {
-				t.Fatalf("report local_step %q, want %q", sim.LocalStep, st.Kind)
+			if gs.LocalStep != st.Kind.String() {
+				t.Fatalf("report local_step %q, want %q", gs.LocalStep, st.Kind)
 			}
 			if longRun || i == 0 { // the others on hosts with -tags long
-				sameInEveryMode(t, o, sim, bin)
+				sameInEveryMode(t, o, gs, bin)
 			}
 		})
 	}
@@ -42,7 +43,7 @@ func TestStepsSameModelInEveryMode(t *testing.T) {
 
 // sameInEveryMode runs o on real libp2p hosts in one process (--mem) and as 'dpadmm node'
 // processes of binary bin (--procs), and requires both reports to be sim's (sameReport).
-func sameInEveryMode(t *testing.T, o Options, sim *Report, bin string) {
+func sameInEveryMode(t *testing.T, o sim.Options, gs *sim.Report, bin string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -50,10 +51,10 @@ func sameInEveryMode(t *testing.T, o Options, sim *Report, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameReport(t, "mem", mem, sim)
+	sameReport(t, "mem", mem, gs)
 	procs, err := RunNet(ctx, o, NetOptions{Mode: "procs", Binary: bin, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameReport(t, "procs", procs, sim)
+	sameReport(t, "procs", procs, gs)
 }

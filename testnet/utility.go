@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -175,7 +176,7 @@ func utilityReference(d UtilityData) (ref, floor float64, metric string, err err
 		_, r2, _ := consensus.Regression(d.Test, w)
 		return r2, 0, "r2", nil
 	}
-	return d.Problem.Accuracy(d.Test, w), majorityShare(d.Test), "accuracy", nil
+	return d.Problem.Accuracy(d.Test, w), sim.MajorityShare(d.Test), "accuracy", nil
 }
 
 // UtilitySGD are the DP-SGD walk's settings of the scorecard (and of 'dpadmm testnet
@@ -209,13 +210,13 @@ func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *Uti
 	}
 	opt.Hops = uint64(row.Nodes * opt.MaxUpdates)
 	opt.Unit = privacy.UnitRecord
-	r := walk.PlanRun(opt.walkBase(), d.Problem.Loss, row.Nodes, d.Train.Rows)
+	r := walk.PlanRun(opt.WalkBase(), d.Problem.Loss, row.Nodes, d.Train.Rows)
 	sigma, _, err := privacy.CalibrateLocal(r, opt.MaxUpdates, row.Target, o.Delta)
 	if err != nil {
 		return err
 	}
 	opt.Sigma = sigma
-	rep, err := RunContext(ctx, opt)
+	rep, err := sim.RunContext(ctx, opt)
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *Uti
 }
 
 // score sets Value from a report.
-func (row *UtilityRow) score(rep *Report) error {
+func (row *UtilityRow) score(rep *sim.Report) error {
 	switch {
 	case row.Metric == "r2" && rep.R2 != nil:
 		row.Value = *rep.R2
@@ -257,7 +258,7 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 	figure := func(alpha float64) (float64, error) {
 		p := g
 		p.Iters, p.Alpha = 2, alpha
-		rep, err := RunGossipContext(ctx, p)
+		rep, err := sim.RunGossipContext(ctx, p)
 		if err != nil {
 			return 0, err
 		}
@@ -280,7 +281,7 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 		return nil
 	}
 	g.Iters, g.Alpha = o.Iters, alpha*(1-1e-9)
-	rep, err := RunGossipContext(ctx, g)
+	rep, err := sim.RunGossipContext(ctx, g)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // sawRelease is a peer that received the release of hop index After (the output of
@@ -28,7 +29,7 @@ type sawRelease struct{ After, Node int }
 // Each observer j's views cut the noisy steps into segments, and i's updates within one
 // segment are charged jointly: the least sum of squared shifts (minShiftCost), summed over
 // j's segments.
-func bruteWeights(n int, holders []TraceStep, views []sawRelease, final bool) []float64 {
+func bruteWeights(n int, holders []sim.TraceStep, views []sawRelease, final bool) []float64 {
 	w := make([]float64, n*n)
 	for j := 0; j < n; j++ {
 		// j's views, as positions p: j sees the state after steps 0..p-1.
@@ -108,7 +109,7 @@ func minShiftCost(S []float64) float64 {
 // logs its step naming its first recipient, then a forward entry for every further
 // recipient (the viewers first, in order, then the next holder); the last hop's
 // recipients end with final.
-func ledgersFor(n int, holders []TraceStep, views []sawRelease, final int) [][]privacy.Entry {
+func ledgersFor(n int, holders []sim.TraceStep, views []sawRelease, final int) [][]privacy.Entry {
 	name := func(i int) string { return "n" + strconv.Itoa(i) }
 	ls := make([][]privacy.Entry, n)
 	for k, st := range holders {
@@ -153,9 +154,9 @@ func TestLedgerPathViewsChargedExactly(t *testing.T) {
 	for trial := 0; trial < 60; trial++ {
 		n := 3 + r.IntN(5)
 		hops := 5 + r.IntN(40)
-		holders := make([]TraceStep, hops)
+		holders := make([]sim.TraceStep, hops)
 		for k := range holders {
-			holders[k] = TraceStep{Hop: uint64(k), Node: r.IntN(n), Noisy: r.Float64() < 0.8}
+			holders[k] = sim.TraceStep{Hop: uint64(k), Node: r.IntN(n), Noisy: r.Float64() < 0.8}
 		}
 		final := r.IntN(n)
 		var views []sawRelease
@@ -240,7 +241,7 @@ func withheldAck(t *testing.T, no NetOptions) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const n, hops, seed = 3, 10, 4
-	holder := NodeRand(seed, -1).IntN(n)
+	holder := sim.NodeRand(seed, -1).IntN(n)
 	w := (holder + 1) % n
 	o := netOptions(t, n, hops, seed)
 	o.KeepTrace = true
@@ -261,7 +262,7 @@ func withheldAck(t *testing.T, no NetOptions) {
 	}
 	// The withholder never holds the token; it appears only as the viewer of the releases
 	// it withheld, each right after its sender's step.
-	var holders []TraceStep
+	var holders []sim.TraceStep
 	var views []sawRelease
 	senders := map[int]bool{}
 	for k, st := range rep.Trace {

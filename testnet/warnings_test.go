@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // warnData is a small synthetic classification set split into train and test rows.
@@ -26,18 +27,18 @@ func warnData(t *testing.T) (train, test *consensus.Dataset) {
 	return part(0, 180), part(180, 240)
 }
 
-func warnOptions(t *testing.T) Options {
+func warnOptions(t *testing.T) sim.Options {
 	train, test := warnData(t)
-	return Options{Train: train, Test: test, Nodes: 4, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+	return sim.Options{Train: train, Test: test, Nodes: 4, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
 		Gamma: 10, Lambda: 0.5, Clip: 0.5, Sigma: 1, Seed: 3, Delta: 1e-5}
 }
 
 // runWarn runs o collecting the warnings given to Options.Warn before the walk.
-func runWarn(t *testing.T, o Options) (*Report, []string) {
+func runWarn(t *testing.T, o sim.Options) (*sim.Report, []string) {
 	t.Helper()
 	var before []string
 	o.Warn = func(m string) { before = append(before, m) }
-	rep, err := Run(o)
+	rep, err := sim.Run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestWarnHopsBeyondCaps(t *testing.T) {
 		hops, last uint64
 		warn       bool
 	}{{1000, 900, true}, {1000, 901, false}, {20, 16, false}, {20, 15, true}, {20, 0, true}, {0, 0, false}} {
-		if got := trailingWarning(c.hops, c.last, 5) != ""; got != c.warn {
+		if got := sim.TrailingWarning(c.hops, c.last, 5) != ""; got != c.warn {
 			t.Errorf("trailingWarning(%d, %d, 5) = %v, want %v", c.hops, c.last, got, c.warn)
 		}
 	}
@@ -125,7 +126,7 @@ func TestWarnPlannedPrivacy(t *testing.T) {
 		t.Errorf("cap 100 for 40 hops: plan warnings %q", before)
 	}
 	// A budget run: the budget's caps (with --max-updates) bound the useful hops.
-	o.MaxUpdates, o.Hops, o.Budget = 100, 5000, &BudgetSpec{Kind: "local", Epsilon: 3, Delta: 1e-5}
+	o.MaxUpdates, o.Hops, o.Budget = 100, 5000, &sim.BudgetSpec{Kind: "local", Epsilon: 3, Delta: 1e-5}
 	rep, before := runWarn(t, o)
 	total := 0
 	for _, c := range rep.Budget.Caps {
@@ -182,22 +183,22 @@ func TestWarnUtility(t *testing.T) {
 	// every row wrong (accuracy 0 against a majority share of 3/4), w = +1 every row right.
 	d := &consensus.Dataset{Rows: 4, Cols: 1, X: []float64{1, 2, 3, -1}, Y: []float64{1, 1, 1, -1}}
 	p := consensus.Problem{Loss: consensus.Logistic}
-	if ws := utilityWarnings(p, d, nil, []float64{-1}, "hint"); len(ws) != 1 || !strings.Contains(ws[0], "training accuracy 0.0000") ||
+	if ws := sim.UtilityWarnings(p, d, nil, []float64{-1}, "hint"); len(ws) != 1 || !strings.Contains(ws[0], "training accuracy 0.0000") ||
 		!strings.Contains(ws[0], "(0.7500)") || !strings.HasSuffix(ws[0], "hint") {
 		t.Errorf("w = -1 (accuracy 0, majority 3/4): %q", ws)
 	}
-	if ws := utilityWarnings(p, d, nil, []float64{1}, "hint"); len(ws) != 0 {
+	if ws := sim.UtilityWarnings(p, d, nil, []float64{1}, "hint"); len(ws) != 0 {
 		t.Errorf("w = +1 (accuracy 1): %q", ws)
 	}
 	// Squared: targets 1, 2, 3, -1 (mean 1.25, total sum of squares 8.75). w = 1 fits
 	// exactly (R^2 = 1); w = -1 leaves residuals 2, 4, 6, -2: 60 > 8.75, R^2 < 0.
 	d.Y = []float64{1, 2, 3, -1}
 	p.Loss = consensus.Squared
-	if ws := utilityWarnings(p, d, nil, []float64{1}, "h"); len(ws) != 0 {
+	if ws := sim.UtilityWarnings(p, d, nil, []float64{1}, "h"); len(ws) != 0 {
 		t.Errorf("exact fit warned: %q", ws)
 	}
 	r2 := 1 - 60/8.75
-	if ws := utilityWarnings(p, d, nil, []float64{-1}, "h"); len(ws) != 1 || !strings.Contains(ws[0], fmt.Sprintf("R^2 = %.4g <= 0", r2)) {
+	if ws := sim.UtilityWarnings(p, d, nil, []float64{-1}, "h"); len(ws) != 1 || !strings.Contains(ws[0], fmt.Sprintf("R^2 = %.4g <= 0", r2)) {
 		t.Errorf("R^2 %.4g: %q", r2, ws)
 	}
 }
@@ -211,9 +212,9 @@ func TestWarnUtilityGossip(t *testing.T) {
 		alpha float64
 		bad   bool
 	}{{1e-3, true}, {math.Inf(1), false}} {
-		o := GossipOptions{Train: train, Test: test, Nodes: 3, Algo: "radmm", Graph: "ring", Iters: 4, Alpha: c.alpha,
+		o := sim.GossipOptions{Train: train, Test: test, Nodes: 3, Algo: "radmm", Graph: "ring", Iters: 4, Alpha: c.alpha,
 			Eta: 1, Gamma: 0.5, C: 5, Seed: 2, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}}
-		rep, err := RunGossip(o)
+		rep, err := sim.RunGossip(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,17 +231,17 @@ func TestWarnUtilityGossip(t *testing.T) {
 func TestWarnMemMatchesSim(t *testing.T) {
 	o := netOptions(t, 3, 90, 4)
 	o.MaxUpdates = 4
-	sim, simBefore := runWarn(t, o)
+	gs, simBefore := runWarn(t, o)
 	var memBefore []string
 	o.Warn = func(m string) { memBefore = append(memBefore, m) }
 	mem, err := RunNet(context.Background(), o, NetOptions{Mode: "mem"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(mem.Warnings, sim.Warnings) || !slices.Equal(memBefore, simBefore) {
-		t.Errorf("mem warnings %q (before %q), simulator %q (before %q)", mem.Warnings, memBefore, sim.Warnings, simBefore)
+	if !slices.Equal(mem.Warnings, gs.Warnings) || !slices.Equal(memBefore, simBefore) {
+		t.Errorf("mem warnings %q (before %q), simulator %q (before %q)", mem.Warnings, memBefore, gs.Warnings, simBefore)
 	}
-	if len(withText(sim.Warnings, "the last noisy update was at hop")) != 1 || len(withText(simBefore, "hops beyond about 12 ")) != 1 {
-		t.Errorf("3 nodes x 4 updates, 90 hops: warnings %q", sim.Warnings)
+	if len(withText(gs.Warnings, "the last noisy update was at hop")) != 1 || len(withText(simBefore, "hops beyond about 12 ")) != 1 {
+		t.Errorf("3 nodes x 4 updates, 90 hops: warnings %q", gs.Warnings)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -352,7 +353,7 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 	if calibrate {
 		s0 = 1
 	}
-	plan, err := testnet.PlannedPairwise(n, g.Adj, g.Complete, privacy.PlanOptions{
+	plan, err := sim.PlannedPairwise(n, g.Adj, g.Complete, privacy.PlanOptions{
 		Clip: *clip, Sigma: s0, Updates: updates, Horizon: *hops})
 	if err != nil {
 		return err
@@ -523,14 +524,14 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	rep, sum, loc, v := traceFigures(tr, wr, res, info, *delta, *maxUpd)
 	if *pairsPath != "" || *plotPath != "" {
-		pm := &testnet.PairMatrices{N: tr.Nodes, Delta: *delta, Realised: res.Pairs, RealisedLabel: testnet.LabelRealised}
+		pm := &sim.PairMatrices{N: tr.Nodes, Delta: *delta, Realised: res.Pairs, RealisedLabel: sim.LabelRealised}
 		if *pairsPath != "" {
-			if err := writeFileWith(*pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, pm) }); err != nil {
+			if err := writeFileWith(*pairsPath, func(w io.Writer) error { return sim.WritePairsCSV(w, pm) }); err != nil {
 				return err
 			}
 		}
 		if *plotPath != "" {
-			if err := writeFileWith(*plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, pm, testnet.PlotRealised) }); err != nil {
+			if err := writeFileWith(*plotPath, func(w io.Writer) error { return sim.WritePairsPNG(w, pm, sim.PlotRealised) }); err != nil {
 				return err
 			}
 		}

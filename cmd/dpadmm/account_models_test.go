@@ -19,18 +19,19 @@ import (
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // accountModelsRun runs a small R-ADMM run over four full nodes (node.Node.RunRADMM on
 // loopback) and returns the data directory of each, the options and the training data.
-func accountModelsRun(t *testing.T) ([]string, testnet.GossipOptions) {
+func accountModelsRun(t *testing.T) ([]string, sim.GossipOptions) {
 	t.Helper()
 	d, _ := consensus.SyntheticLogistic(150, 4, 3, 5)
 	sc, err := consensus.FitScaler(d, consensus.ScaleRowNorm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := testnet.GossipOptions{Train: sc.Apply(d), Data: "synthetic", Nodes: 4, Algo: "radmm", Graph: "er:0.5", Iters: 10, Alpha: 2,
+	o := sim.GossipOptions{Train: sc.Apply(d), Data: "synthetic", Nodes: 4, Algo: "radmm", Graph: "er:0.5", Iters: 10, Alpha: 2,
 		Eta: 1, Gamma: 0.5, C: 5, Seed: 8, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -127,7 +128,7 @@ func TestAccountModels(t *testing.T) {
 	if minEps == wantEps {
 		t.Fatalf("every member has epsilon %v: the maximum is not tested", wantEps)
 	}
-	sim, err := testnet.RunGossip(o)
+	sim, err := sim.RunGossip(o)
 	if err != nil {
 		t.Fatal(err)
 	}

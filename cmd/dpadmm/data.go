@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // scaleAuto is the default --scale of testnet and node: standardize+unitball with public
@@ -688,7 +688,7 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 
 // regressionLine is the summary line of the RMSE and R^2 of a squared-loss run, "" for
 // other runs.
-func regressionLine(r *testnet.Report) string {
+func regressionLine(r *sim.Report) string {
 	if r.TrainRMSE == nil && r.RMSE == nil {
 		return ""
 	}

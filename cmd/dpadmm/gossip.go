@@ -16,6 +16,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // gossipArgs carries the parsed flags of a neighbour-exchange testnet run.
@@ -130,7 +131,7 @@ func etaSchedules(path string, rows [][]float64, nodes int) (all []float64, perN
 }
 
 func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Writer) error {
-	o := testnet.GossipOptions{
+	o := sim.GossipOptions{
 		Train: a.train, Test: a.test, Data: a.data, Scaling: a.scaling, Scaler: a.scaler, Nodes: a.nodes, Split: a.split,
 		Problem: a.prob, Algo: a.algo, Graph: a.graph, Iters: a.iters, Alpha: a.alpha, Eta: a.eta,
 		EtaGrowth: a.etaGrowth, EtaMax: a.etaMax, Gamma: a.gamma, C: a.paperC, Seed: a.seed,
@@ -160,12 +161,12 @@ func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Write
 			prog.Printf("iteration %d/%d (%.0f%%)", iter, total, 100*float64(iter)/float64(total))
 		}
 	}
-	var rep *testnet.GossipReport
+	var rep *sim.GossipReport
 	var err error
 	if a.mem || a.procs {
 		rep, err = runGossipNet(ctx, o, a, stderr)
 	} else {
-		rep, err = testnet.RunGossipContext(ctx, o)
+		rep, err = sim.RunGossipContext(ctx, o)
 	}
 	prog.Done()
 	if err != nil {
@@ -189,7 +190,7 @@ func runGossipTestnet(ctx context.Context, a gossipArgs, stdout, stderr io.Write
 // runGossipNet runs o over one full node per graph node: in this process (--mem,
 // testnet.RunGossipMemReport) or one 'dpadmm node --algo ... --static' process each
 // (--procs, testnet.RunGossipProcs, this executable run again).
-func runGossipNet(ctx context.Context, o testnet.GossipOptions, a gossipArgs, stderr io.Writer) (*testnet.GossipReport, error) {
+func runGossipNet(ctx context.Context, o sim.GossipOptions, a gossipArgs, stderr io.Writer) (*sim.GossipReport, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err
@@ -215,7 +216,7 @@ func runGossipNet(ctx context.Context, o testnet.GossipOptions, a gossipArgs, st
 	return rep, err
 }
 
-func printGossipSummary(w io.Writer, r *testnet.GossipReport) {
+func printGossipSummary(w io.Writer, r *sim.GossipReport) {
 	fmt.Fprintf(w, "%s on %s: %d nodes, %d iterations, %d features, %d messages, %.3g s (%.1f us/iteration)\n",
 		r.Algo, r.Graph, r.Nodes, r.Iters, r.Dims, r.Messages, r.WallSeconds, r.UsPerIter)
 	fmt.Fprintf(w, "objective of the averaged model %.6g, reference %.6g, gap %.3g%%, largest node deviation %.3g\n",

@@ -19,6 +19,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // TestNodeGossipCLI: three 'dpadmm node --algo mradmm --eta-file F' members on loopback
@@ -272,9 +273,9 @@ func TestGossipProcsKillResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	const T = 12
-	o := testnet.GossipOptions{Train: sc.Apply(d), Data: "synthetic", Nodes: 3, Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2,
+	o := sim.GossipOptions{Train: sc.Apply(d), Data: "synthetic", Nodes: 3, Algo: "radmm", Graph: "ring", Iters: T, Alpha: 2,
 		Eta: 1, Gamma: 0.5, C: 5, Seed: 8, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}}
-	sim, err := testnet.RunGossip(o)
+	sim, err := sim.RunGossip(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // schemaDoc is the document listing the stable JSON keys.
@@ -163,7 +164,7 @@ func gossipNodeDirs(t *testing.T, dir string) ([]string, *consensus.Dataset) {
 		t.Fatal(err)
 	}
 	train := sc.Apply(d)
-	o := testnet.GossipOptions{Train: train, Data: "synthetic", Nodes: 3, Algo: "radmm", Graph: "ring", Iters: 4, Alpha: 2,
+	o := sim.GossipOptions{Train: train, Data: "synthetic", Nodes: 3, Algo: "radmm", Graph: "ring", Iters: 4, Alpha: 2,
 		Eta: 1, Gamma: 0.5, C: 5, Seed: 2, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -217,22 +218,22 @@ func (f *testnetFlags) gossipArgs(mode string, ld *loadedData, prob consensus.Pr
 }
 
 // walkOptions are the simulator's options of a walk from the flags.
-func (f *testnetFlags) walkOptions(ld *loadedData, prob consensus.Problem, step walk.StepParams, members []int) testnet.Options {
-	opt := testnet.Options{
+func (f *testnetFlags) walkOptions(ld *loadedData, prob consensus.Problem, step walk.StepParams, members []int) sim.Options {
+	opt := sim.Options{
 		Train: ld.train, Test: ld.test, Data: ld.name, Scaling: ld.scaling, Scaler: ld.scaler, Nodes: *f.nodes, Split: *f.split,
 		Problem: prob, Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip, Sigma: *f.sigma, Step: step, Hops: *f.hops,
 		Seed: *f.seed, Graph: *f.graphSpec, MaxUpdates: *f.maxUpd, Delta: *f.delta,
 		LedgerDir: *f.ledgerDir, Coalition: members, Unit: privacy.Unit(*f.unit),
 	}
 	if *f.budgetEps > 0 {
-		opt.Budget = &testnet.BudgetSpec{Kind: *f.budgetKind, Epsilon: *f.budgetEps, Delta: *f.delta}
+		opt.Budget = &sim.BudgetSpec{Kind: *f.budgetKind, Epsilon: *f.budgetEps, Delta: *f.delta}
 	}
 	opt.KeepTrace = *f.tracePath != ""
 	return opt
 }
 
 // runWalk runs the walk of opt on the network of mode and writes its outputs.
-func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Options, stdout, stderr io.Writer) error {
+func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt sim.Options, stdout, stderr io.Writer) error {
 	var curveFile *os.File
 	if *f.curvePath != "" {
 		var err error
@@ -257,7 +258,7 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 		printWarnings(stderr, []string{msg})
 		warned++
 	}
-	var rep *testnet.Report
+	var rep *sim.Report
 	var err error
 	if net := network(mode); net != netSim {
 		withhold, _ := parseWithhold(*f.withhold, *f.nodes, drive.SeededHolder(*f.seed, *f.nodes)) // checked by checkWalk
@@ -267,7 +268,7 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 		}
 		rep, err = runNetwork(ctx, opt, net == netMem, *f.transport, *f.killAt, *f.killPhase, *f.netDir, *f.fsync, withhold, ack, netProgress, stderr)
 	} else {
-		rep, err = testnet.RunContext(ctx, opt)
+		rep, err = sim.RunContext(ctx, opt)
 	}
 	prog.Done()
 	if err != nil {
@@ -290,7 +291,7 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt testnet.Opt
 }
 
 // writeWalkOutputs writes the trace, the pairwise CSV and plot, and the report of a walk.
-func (f *testnetFlags) writeWalkOutputs(rep *testnet.Report, stdout, stderr io.Writer) error {
+func (f *testnetFlags) writeWalkOutputs(rep *sim.Report, stdout, stderr io.Writer) error {
 	if *f.tracePath != "" {
 		if err := writeTrace(*f.tracePath, rep); err != nil {
 			return err
@@ -298,12 +299,12 @@ func (f *testnetFlags) writeWalkOutputs(rep *testnet.Report, stdout, stderr io.W
 		rep.Trace = nil // the trace goes to its own file, not into the report
 	}
 	if *f.pairsPath != "" {
-		if err := writeFileWith(*f.pairsPath, func(w io.Writer) error { return testnet.WritePairsCSV(w, rep.Pairs) }); err != nil {
+		if err := writeFileWith(*f.pairsPath, func(w io.Writer) error { return sim.WritePairsCSV(w, rep.Pairs) }); err != nil {
 			return err
 		}
 	}
 	if *f.plotPath != "" {
-		if err := writeFileWith(*f.plotPath, func(w io.Writer) error { return testnet.WritePairsPNG(w, rep.Pairs, *f.plotKind) }); err != nil {
+		if err := writeFileWith(*f.plotPath, func(w io.Writer) error { return sim.WritePairsPNG(w, rep.Pairs, *f.plotKind) }); err != nil {
 			return err
 		}
 	}
@@ -367,7 +368,7 @@ func fmtEps(x privacy.Epsilon) string {
 	return fmt.Sprintf("%.4g", float64(x))
 }
 
-func printSummary(w io.Writer, r *testnet.Report) {
+func printSummary(w io.Writer, r *sim.Report) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s on %s: %d nodes, %d train rows, p=%d, %s loss, l1=%g l2=%g, scale %s, graph %s\n",
 		r.Algo, r.Data, r.Nodes, r.TrainRows, r.Dims, r.Loss, r.L1, r.L2, r.Scale, r.Graph)
@@ -445,7 +446,7 @@ func holds(ok bool) string {
 	return "do NOT hold"
 }
 
-func summaryPairwise(b *strings.Builder, what string, pw testnet.Pairwise) {
+func summaryPairwise(b *strings.Builder, what string, pw sim.Pairwise) {
 	fmt.Fprintf(b, "  pairwise %s, worst pair %d->%d: epsilon %s (mean %s, p90 %s); conditions %s\n",
 		what, pw.Worst.I, pw.Worst.J, fmtEps(pw.Worst.Epsilon), fmtEps(pw.Mean), fmtEps(pw.P90), holds(pw.ConditionsHold))
 	fmt.Fprintf(b, "    %s\n", pw.Theorem)
@@ -495,7 +496,7 @@ func writeFileWith(path string, write func(io.Writer) error) error {
 }
 
 // writeTrace stores the run's path in the format read by 'dpadmm account trace'.
-func writeTrace(path string, rep *testnet.Report) error {
+func writeTrace(path string, rep *sim.Report) error {
 	// The report publishes the final model, so the trace says so: 'account trace' then
 	// charges updates an observer never saw during the run, as the report does.
 	tr := &privacy.Trace{Nodes: rep.Nodes, Clip: rep.Clip, Sigma: rep.Sigma, Steps: make([]privacy.TraceStep, len(rep.Trace)),
@@ -550,8 +551,8 @@ func (p *procsFlag) Set(s string) error {
 
 // runNetwork runs opt over real libp2p hosts: in this process (mem) or as one
 // 'dpadmm node' process per node, this executable run again (procs).
-func runNetwork(ctx context.Context, opt testnet.Options, mem bool, transport string, killAt uint64, killPhase, dir string, fsync bool,
-	withhold []int, ackTimeout time.Duration, progress func(entries, hops uint64), stderr io.Writer) (*testnet.Report, error) {
+func runNetwork(ctx context.Context, opt sim.Options, mem bool, transport string, killAt uint64, killPhase, dir string, fsync bool,
+	withhold []int, ackTimeout time.Duration, progress func(entries, hops uint64), stderr io.Writer) (*sim.Report, error) {
 	log, err := node.NewLogger(stderr, "text", "warn")
 	if err != nil {
 		return nil, err

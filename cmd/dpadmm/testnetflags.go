@@ -15,6 +15,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -92,7 +93,7 @@ func newTestnetFlags(stdout io.Writer) *testnetFlags {
 	return f
 }
 
-func (f *testnetFlags) defineCommon(o testnet.Options, g testnet.GossipOptions) {
+func (f *testnetFlags) defineCommon(o sim.Options, g sim.GossipOptions) {
 	fs := f.m
 	f.sim = fs.Bool("sim", true, "run the deterministic in-process simulator")
 	f.mem = fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
@@ -123,7 +124,7 @@ func (f *testnetFlags) defineNetworks() {
 	f.fsync = fs.Bool("fsync", false, "fsync every ledger and checkpoint write (default off: testnet)")
 }
 
-func (f *testnetFlags) defineWalk(o testnet.Options) {
+func (f *testnetFlags) defineWalk(o sim.Options) {
 	fs := f.m
 	f.gamma = fs.Float64("gamma", o.Gamma, "ADMM prox parameter gamma > 0")
 	f.lambda = fs.Float64("lambda", o.Lambda, "relaxation lambda in (0,1]; 0.5 is classical ADMM")
@@ -136,12 +137,12 @@ func (f *testnetFlags) defineWalk(o testnet.Options) {
 	f.tracePath = fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
 	f.pairsPath = fs.String("pairs", "", "write the full pairwise matrix as CSV i,j,planned_epsilon,realised_epsilon (ordered pairs i != j)")
 	f.plotPath = fs.String("plot", "", "draw the pairwise epsilon heat map (PNG) to this file")
-	f.plotKind = fs.String("plot-kind", testnet.PlotBoth, "panels of --plot: both, planned or realised")
+	f.plotKind = fs.String("plot-kind", sim.PlotBoth, "panels of --plot: both, planned or realised")
 	f.coalition = fs.String("coalition", "", "comma-separated observers j1,j2,... pooling their views: adds privacy.pairwise_realised.coalition")
 	fs.hint("gamma", "the even-step proximal weight of neighbour exchange is --even-gamma")
 }
 
-func (f *testnetFlags) defineGossip(g testnet.GossipOptions) {
+func (f *testnetFlags) defineGossip(g sim.GossipOptions) {
 	fs := f.m
 	f.iters = fs.Int("iters", g.Iters, "number of iterations T (fixed in advance)")
 	f.alphaStr = fs.String("alpha", "", fmt.Sprintf("noise density exp(-alpha*||eps||), larger = less noise; inf = no noise (default %g for radmm, mradmm, admm-dvp, admm-pvp; inf for admm)", g.Alpha))
@@ -254,7 +255,7 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 		return walk.StepParams{}, fmt.Errorf("--budget-epsilon must be finite and >= 0, got %v", *f.budgetEps)
 	case *f.budgetKind != walk.BudgetLocal && *f.budgetKind != walk.BudgetNetwork:
 		return walk.StepParams{}, fmt.Errorf("--budget-kind must be local or network, got %q", *f.budgetKind)
-	case *f.plotKind != testnet.PlotBoth && *f.plotKind != testnet.PlotPlanned && *f.plotKind != testnet.PlotRealised:
+	case *f.plotKind != sim.PlotBoth && *f.plotKind != sim.PlotPlanned && *f.plotKind != sim.PlotRealised:
 		return walk.StepParams{}, fmt.Errorf("--plot-kind must be both, planned or realised, got %q", *f.plotKind)
 	case (*f.pairsPath != "" || *f.plotPath != "") && *f.nodes < 2:
 		return walk.StepParams{}, fmt.Errorf("--pairs and --plot need at least 2 nodes")
@@ -299,7 +300,7 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 
 // calibrate applies --target-epsilon once the data is loaded: the record radius needs the
 // loss (a third label makes it multinomial), the rows M and the scaling's row bound.
-func (f *testnetFlags) calibrate(opt *testnet.Options) error {
+func (f *testnetFlags) calibrate(opt *sim.Options) error {
 	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), opt.Step, opt.MaxUpdates) {
 		return nil
 	}

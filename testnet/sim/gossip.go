@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"context"
@@ -139,8 +139,8 @@ type GossipSim struct {
 	queue []gossip.Envelope
 }
 
-// gossipGraph builds a connected graph (er:p is resampled by graph.Parse).
-func gossipGraph(spec string, n int, seed uint64) (*graph.Graph, error) {
+// GossipGraph builds a connected graph (er:p is resampled by graph.Parse).
+func GossipGraph(spec string, n int, seed uint64) (*graph.Graph, error) {
 	if spec == "" {
 		spec = "ring"
 	}
@@ -190,12 +190,12 @@ func (s *GossipSim) Step() (bool, error) {
 		}
 		if len(rd.Outbox) > 0 {
 			v := rd.Outbox[0].Msg.Vec
-			s.Trace = traceMix(s.Trace, uint64(rd.Outbox[0].Msg.Iter), uint64(i))
+			s.Trace = TraceMix(s.Trace, uint64(rd.Outbox[0].Msg.Iter), uint64(i))
 			for _, x := range v {
 				if math.IsNaN(x) || math.IsInf(x, 0) {
 					return false, fmt.Errorf("testnet: invariant: node %d sent a non-finite vector", i)
 				}
-				s.Trace = traceMix(s.Trace, math.Float64bits(x), 0)
+				s.Trace = TraceMix(s.Trace, math.Float64bits(x), 0)
 			}
 		}
 		m.Advance(rd)
@@ -222,6 +222,20 @@ func (s *GossipSim) Done() bool {
 	return len(s.queue) == 0
 }
 
+// Finish steps the simulator until every machine is done (no progress, no curve).
+func (s *GossipSim) Finish() error {
+	for !s.Done() {
+		moved, err := s.Step()
+		if err != nil {
+			return err
+		}
+		if !moved {
+			return errors.New("testnet: gossip deadlock: no machine can progress")
+		}
+	}
+	return nil
+}
+
 // MinIter returns the smallest iteration reached by any node.
 func (s *GossipSim) MinIter() int {
 	t := math.MaxInt
@@ -233,11 +247,11 @@ func (s *GossipSim) MinIter() int {
 
 // Average returns mean_i f_i and max_i ||f_i - mean||.
 func (s *GossipSim) Average() ([]float64, float64) {
-	return averageModels(s.models(), s.Objs[0].Dim())
+	return AverageModels(s.Models(), s.Objs[0].Dim())
 }
 
-// models returns the machines' current f_i (views, not copies).
-func (s *GossipSim) models() [][]float64 {
+// Models returns the machines' current f_i (views, not copies).
+func (s *GossipSim) Models() [][]float64 {
 	ms := make([][]float64, len(s.Machines))
 	for i, m := range s.Machines {
 		ms[i] = m.ModelView()
@@ -245,8 +259,8 @@ func (s *GossipSim) models() [][]float64 {
 	return ms
 }
 
-// inexact reports, per machine, whether any of its local solves missed its tolerance.
-func (s *GossipSim) inexact() []bool {
+// Inexact reports, per machine, whether any of its local solves missed its tolerance.
+func (s *GossipSim) Inexact() []bool {
 	b := make([]bool, len(s.Machines))
 	for i, m := range s.Machines {
 		_, bad := m.MaxResidual()
@@ -255,9 +269,9 @@ func (s *GossipSim) inexact() []bool {
 	return b
 }
 
-// averageModels returns mean_i f_i and max_i ||f_i - mean|| (the same arithmetic, in the
+// AverageModels returns mean_i f_i and max_i ||f_i - mean|| (the same arithmetic, in the
 // same order, wherever the models come from).
-func averageModels(models [][]float64, dim int) ([]float64, float64) {
+func AverageModels(models [][]float64, dim int) ([]float64, float64) {
 	n := len(models)
 	avg := make([]float64, dim)
 	for _, f := range models {
@@ -287,7 +301,7 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 		return nil, err
 	}
 	n := o.Nodes
-	g, err := gossipGraph(o.Graph, n, o.Seed)
+	g, err := GossipGraph(o.Graph, n, o.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +391,7 @@ func (sim *GossipSim) buildMachines(o *GossipOptions, setup gossip.Setup) error 
 			return err
 		}
 		// f_i(0): random and data-independent (Thm V.1 (f)).
-		r := rand.New(rand.NewPCG(mix(o.Seed, i, 4), mix(o.Seed, i, 5)))
+		r := rand.New(rand.NewPCG(Mix(o.Seed, i, 4), Mix(o.Seed, i, 5)))
 		init := make([]float64, dim)
 		for j := range init {
 			init[j] = 0.1 * r.NormFloat64()
@@ -458,13 +472,13 @@ func RunGossipContext(ctx context.Context, o GossipOptions) (*GossipReport, erro
 	shown := start
 	for !sim.Done() {
 		if ctx.Err() != nil {
-			rep, err := gossipReport(&o, sim, gossipOutcome{
-				Models: sim.models(), Inexact: sim.inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
+			rep, err := NewGossipReport(&o, sim, GossipOutcome{
+				Models: sim.Models(), Inexact: sim.Inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
 			})
 			if err != nil {
 				return nil, err
 			}
-			rep.markInterrupted(sim.MinIter())
+			rep.MarkInterrupted(sim.MinIter())
 			return rep, nil
 		}
 		if o.Progress != nil && time.Since(shown) >= time.Second {
@@ -484,22 +498,22 @@ func RunGossipContext(ctx context.Context, o GossipOptions) (*GossipReport, erro
 			writeCurve(t)
 		}
 	}
-	return gossipReport(&o, sim, gossipOutcome{
-		Models: sim.models(), Inexact: sim.inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
+	return NewGossipReport(&o, sim, GossipOutcome{
+		Models: sim.Models(), Inexact: sim.Inexact(), Ledgers: sim.Ledgers, Messages: sim.Messages, TraceHash: fmt.Sprintf("%016x", sim.Trace), Wall: time.Since(start),
 	})
 }
 
-// markInterrupted marks a partial report of a run stopped after iter iterations of every
+// MarkInterrupted marks a partial report of a run stopped after iter iterations of every
 // node. The privacy figures stay those of the whole planned run (an upper bound). The
 // utility warnings are dropped: a model stopped early says nothing about the settings.
-func (r *GossipReport) markInterrupted(iter int) {
+func (r *GossipReport) MarkInterrupted(iter int) {
 	r.Ended, r.Interrupted, r.HopsPlanned, r.Hops = "interrupted", true, uint64(r.Iters), uint64(iter)
 	r.Warnings = []string{}
 }
 
-// gossipOutcome is what a finished gossip run (simulated or over hosts) contributes to its
+// GossipOutcome is what a finished gossip run (simulated or over hosts) contributes to its
 // report besides the final state of the machines.
-type gossipOutcome struct {
+type GossipOutcome struct {
 	Models    [][]float64       // per node, f_i(T)
 	Inexact   []bool            // per node: a local solve missed its tolerance
 	Ledgers   [][]privacy.Entry // per node, the entries made durable
@@ -508,10 +522,10 @@ type gossipOutcome struct {
 	Wall      time.Duration
 }
 
-// gossipReport builds the report of a finished run from the options as filled by
+// NewGossipReport builds the report of a finished run from the options as filled by
 // NewGossipSim, the run's setup in sim (graph, accountant inputs; its machines are not
 // used) and the run's outcome (final models, solve residuals, ledgers).
-func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipReport, error) {
+func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*GossipReport, error) {
 	_, refObj, err := consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000})
 	if err != nil {
 		return nil, fmt.Errorf("testnet: reference solve: %w", err)
@@ -536,7 +550,7 @@ func gossipReport(o *GossipOptions, sim *GossipSim, out gossipOutcome) (*GossipR
 	}
 	fig := privacy.ObjPertNetwork(nodesAcc)
 
-	avg, dev := averageModels(out.Models, dim)
+	avg, dev := AverageModels(out.Models, dim)
 	r := gossipUtility(o, sim.Algo, n, refObj, avg, out)
 	gp := gossipPrivacyOf(o, fig, out.Ledgers)
 	updates := make([]int, n)
@@ -622,7 +636,7 @@ func gossipPrivacyOf(o *GossipOptions, fig privacy.ObjPertNetworkFigure, ledgers
 }
 
 // gossipUtility is the utility part of a gossip report for the average model avg.
-func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, avg []float64, out gossipOutcome) *Report {
+func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, avg []float64, out GossipOutcome) *Report {
 	dim, split, wall := o.Train.ModelDim(), o.Split, out.Wall
 	obj := o.Problem.Objective(o.Train, avg)
 	gap := (obj - refObj) / math.Max(math.Abs(refObj), 1e-300)
@@ -648,6 +662,6 @@ func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, av
 	}
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
 	r.setPredictor(o.Problem.Loss, o.Scaler, o.Train, avg)
-	r.Warnings = append([]string{}, utilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
+	r.Warnings = append([]string{}, UtilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
 	return r
 }

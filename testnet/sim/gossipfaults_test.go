@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"flag"
@@ -103,7 +103,7 @@ func TestGossipFaultFreeMatchesSim(t *testing.T) {
 					t.Fatalf("seed %d: losses not exercised: %v", seed, r)
 				}
 				for i, m := range r.Models {
-					if !sameBits(m, want[i]) {
+					if !SameBits(m, want[i]) {
 						t.Fatalf("seed %d %s loss %v: node %d model differs from the simulator's", seed, pol, loss, i)
 					}
 				}
@@ -237,7 +237,7 @@ func TestGossipFaultStudy(t *testing.T) {
 				}
 				want := simModels(t, o)
 				for i, m := range r.Models {
-					if !sameBits(m, want[i]) {
+					if !SameBits(m, want[i]) {
 						t.Fatalf("seed %d wait: node %d model differs from the simulator's", seed, i)
 					}
 				}
@@ -261,7 +261,7 @@ func TestGossipFaultStudy(t *testing.T) {
 
 // gfNeighbors returns node i's neighbours in o's graph.
 func gfNeighbors(t *testing.T, o GossipOptions, i int) []int {
-	g, err := gossipGraph(o.Graph, o.Nodes, o.Seed)
+	g, err := GossipGraph(o.Graph, o.Nodes, o.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}

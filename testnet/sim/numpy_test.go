@@ -1,6 +1,6 @@
 //go:build numpy
 
-package testnet
+package sim
 
 import (
 	"bufio"
@@ -98,7 +98,7 @@ func TestNumpyBaseline(t *testing.T) {
 		t.Fatalf("the NumPy baseline needs numpy for %s; install it (Debian/Ubuntu: apt-get install python3-numpy): %v\n%s",
 			numpyPython, err, out)
 	}
-	script, err := filepath.Abs(filepath.Join("..", "testdata", "bench", "walk_numpy.py"))
+	script, err := filepath.Abs(filepath.Join("..", "..", "testdata", "bench", "walk_numpy.py"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"errors"
@@ -41,9 +41,9 @@ type SimConfig struct {
 	Ledger LedgerSink
 }
 
-// mix derives a per-purpose, per-node seed from the run seed: drive.SeedMix, the one
+// Mix derives a per-purpose, per-node seed from the run seed: drive.SeedMix, the one
 // derivation every driver shares (the purposes are listed in node/drive/seed.go).
-func mix(seed uint64, i int, purpose uint64) uint64 { return drive.SeedMix(seed, i, purpose) }
+func Mix(seed uint64, i int, purpose uint64) uint64 { return drive.SeedMix(seed, i, purpose) }
 
 // NodeRand returns node i's next-hop source for a run seed (drive.SeededRand).
 func NodeRand(seed uint64, i int) *rand.Rand { return drive.SeededRand(seed, i) }
@@ -225,9 +225,9 @@ func (s *Sim) Hops() uint64 { return s.hops }
 // TraceHash returns the fingerprint of the trace so far.
 func (s *Sim) TraceHash() uint64 { return s.Store.Trace }
 
-// traceMix folds one trace step into the fingerprint (two rounds of a
+// TraceMix folds one trace step into the fingerprint (two rounds of a
 // multiply-xorshift mixer; order-sensitive, deterministic across platforms).
-func traceMix(h, hop, nodeNoisy uint64) uint64 {
+func TraceMix(h, hop, nodeNoisy uint64) uint64 {
 	h = (h ^ hop) * 0xff51afd7ed558ccd
 	h ^= h >> 33
 	h = (h ^ nodeNoisy) * 0xc4ceb9fe1a85ec53
@@ -279,7 +279,7 @@ func (s *Sim) Step() error {
 	if noisy {
 		nb = 1
 	}
-	st.Trace = traceMix(st.Trace, e.Hop, uint64(i)<<1|nb)
+	st.Trace = TraceMix(st.Trace, e.Hop, uint64(i)<<1|nb)
 	if st.KeepTrace {
 		st.Path = append(st.Path, TraceStep{Hop: e.Hop - 1, Node: i, Noisy: noisy})
 	}

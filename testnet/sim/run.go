@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"context"
@@ -258,8 +258,8 @@ type AccountInput struct {
 	Step privacy.WalkRun
 }
 
-// walkBase is the walk.Config fields that decide the run's figures (testnet.StepRun).
-func (o *Options) walkBase() walk.Config {
+// WalkBase is the walk.Config fields that decide the run's figures (StepRun).
+func (o *Options) WalkBase() walk.Config {
 	return walk.Config{Gamma: o.Gamma, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, Unit: o.Unit, RowBound: o.rowBound()}
 }
 
@@ -666,9 +666,9 @@ func realisedFeasible(n int, hops uint64) (bool, string) {
 	return true, ""
 }
 
-// prepared is what every testnet mode needs before the walk: checked options, the
+// Prepared is what every testnet mode needs before the walk: checked options, the
 // graph, the shards and the reference objective.
-type prepared struct {
+type Prepared struct {
 	g      *graph.Graph
 	split  string
 	shards []*consensus.Dataset
@@ -680,7 +680,7 @@ type prepared struct {
 }
 
 // prepare checks o, splits the training set and solves the reference problem.
-func prepare(o Options) (*prepared, error) {
+func prepare(o Options) (*Prepared, error) {
 	if o.Train == nil || o.Train.Rows == 0 {
 		return nil, fmt.Errorf("testnet: empty training set")
 	}
@@ -701,7 +701,7 @@ func prepare(o Options) (*prepared, error) {
 			return nil, err
 		}
 	}
-	p := &prepared{split: o.Split}
+	p := &Prepared{split: o.Split}
 	var err error
 	if o.Graph != "" && o.Graph != "complete" {
 		if p.g, err = graph.Parse(o.Graph, o.Nodes, o.Seed); err != nil {
@@ -714,7 +714,7 @@ func prepare(o Options) (*prepared, error) {
 	if p.shards, err = consensus.Split(o.Train, o.Nodes, p.split, o.Seed); err != nil {
 		return nil, err
 	}
-	if p.step, err = StepRun(o.walkBase(), o.Problem, p.shards); err != nil {
+	if p.step, err = StepRun(o.WalkBase(), o.Problem, p.shards); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
@@ -757,8 +757,96 @@ func StepRun(base walk.Config, prob consensus.Problem, shards []*consensus.Datas
 	return r, err
 }
 
-func (p *prepared) gap(obj float64) float64 {
+func (p *Prepared) gap(obj float64) float64 {
 	return (obj - p.refObj) / math.Max(math.Abs(p.refObj), 1e-300)
+}
+
+// NetWalk is what a network launcher (--mem, --procs) measured of a walk: the model it
+// ended with (nil: interrupted before the first release), its hops, each node's noisy
+// updates, the path rebuilt from the nodes' ledgers, the wall time, and the plan's
+// warnings as NetPlanWarnings gave them.
+type NetWalk struct {
+	Model        []float64
+	Hops         uint64
+	Updates      []int
+	Path         []TraceStep
+	Views        int
+	Wall         time.Duration
+	Interrupted  bool
+	PlanWarnings []string
+}
+
+// Prepare checks o and prepares its run (shards, reference objective, plan) for a
+// launcher; the launcher's report comes from NetReport, the same report as Run's.
+func Prepare(o Options) (*Prepared, error) { return prepare(o) }
+
+// Shards returns the run's shards, one per node.
+func (p *Prepared) Shards() []*consensus.Dataset { return p.shards }
+
+// NetPlanWarnings returns the warnings about the plan of a run on hosts (no simulator
+// caps: the nodes apply their own) and passes each to Options.Warn.
+func (p *Prepared) NetPlanWarnings(o Options) []string { return warnPlan(o, p, planCaps(o, nil), nil) }
+
+// NetReport builds the report of a walk run on hosts from what the launcher measured:
+// the simulator's report rules (objective, gap, accuracy, the privacy section), with the
+// realised figure over the ledgers' path.
+func (p *Prepared) NetReport(o Options, m NetWalk) (*Report, error) {
+	z := m.Model
+	if z == nil {
+		z = walk.NewToken("", 0, o.Train.ModelDim(), o.Problem.Reg, o.Gamma).Z
+	}
+	w := outcome{z: z, hops: m.Hops, dim: len(z), updates: m.Updates, traceHash: PathHash(m.Path),
+		wall: m.Wall, stepTime: m.Wall, views: m.Views, interrupted: m.Interrupted, planWarnings: m.PlanWarnings}
+	for _, st := range m.Path {
+		if st.Noisy && !st.View {
+			w.lastNoisy = max(w.lastNoisy, st.Hop+1)
+		}
+	}
+	if keep, why := realisedFeasible(o.Nodes, m.Hops); keep {
+		// View steps are steps that add no noise (Noisy false): the realised accountant
+		// charges the viewer for the state the release produced.
+		w.path = make([]privacy.TraceStep, len(m.Path))
+		for k, st := range m.Path {
+			w.path[k] = privacy.TraceStep{Node: st.Node, Noisy: st.Noisy}
+		}
+	} else {
+		w.realisedNote = why
+	}
+	if o.KeepTrace {
+		w.trace = m.Path
+	}
+	return p.report(o, w)
+}
+
+// PathHash is the trace fingerprint of a path, as the simulator computes it hop by hop
+// (Report.TraceHash): a network run's path rebuilt from its ledgers has the simulator's
+// fingerprint when it is the same path.
+func PathHash(path []TraceStep) uint64 {
+	h := uint64(traceSeed)
+	for _, st := range path {
+		var nb uint64
+		if st.Noisy {
+			nb = 1
+		}
+		h = TraceMix(h, st.Hop+1, uint64(st.Node)<<1|nb)
+	}
+	return h
+}
+
+// traceSeed is the initial value of the simulator's trace fingerprint (see NewSim).
+const traceSeed = 0x6a09e667f3bcc908
+
+// SameBits reports whether a and b hold the same float64 values bit for bit.
+func SameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(b[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // outcome is the result of a walk, whatever ran it (simulator or real hosts).
@@ -785,7 +873,7 @@ type outcome struct {
 
 // report builds the report of a finished walk: objective, gap, accuracy and the privacy
 // section.
-func (p *prepared) report(o Options, w outcome) (*Report, error) {
+func (p *Prepared) report(o Options, w outcome) (*Report, error) {
 	z := w.z
 	obj := o.Problem.Objective(o.Train, z)
 	r := &Report{
@@ -840,18 +928,18 @@ func (p *prepared) report(o Options, w outcome) (*Report, error) {
 	}
 	r.Privacy, r.Pairs, r.StepRun = pr, pm, p.step
 	r.Warnings = append([]string{}, w.planWarnings...)
-	if msg := trailingWarning(w.hops, w.lastNoisy, o.Nodes); msg != "" {
+	if msg := TrailingWarning(w.hops, w.lastNoisy, o.Nodes); msg != "" {
 		r.Warnings = append(r.Warnings, msg)
 	}
 	if !w.interrupted {
-		r.Warnings = append(r.Warnings, utilityWarnings(o.Problem, o.Train, o.Test, z, walkUtilityHint)...)
+		r.Warnings = append(r.Warnings, UtilityWarnings(o.Problem, o.Train, o.Test, z, walkUtilityHint)...)
 	}
 	return r, nil
 }
 
 // warnPlan returns the warnings about the plan of o (planWarnings) and passes each to
 // o.Warn.
-func warnPlan(o Options, p *prepared, caps, budgetCaps []int) []string {
+func warnPlan(o Options, p *Prepared, caps, budgetCaps []int) []string {
 	ws := planWarnings(o, p.g == nil || p.g.Complete, caps, budgetCaps, p.step)
 	if p.refWarn != "" {
 		ws = append(ws, p.refWarn)
@@ -939,7 +1027,7 @@ func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
 // figure, writes the curve and reports progress.
 type simRun struct {
 	o        Options
-	p        *prepared
+	p        *Prepared
 	sim      *Sim
 	keepPath bool                // keep the path for the realised figure
 	path     []privacy.TraceStep // the path kept

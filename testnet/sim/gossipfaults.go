@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"errors"
@@ -442,7 +442,7 @@ func (fx *gossipEffects) AppendLedger(es []privacy.Entry) error {
 func (fx *gossipEffects) Send(env gossip.Envelope) error {
 	nd, w := fx.nd, fx.nd.w
 	it := env.Msg.Iter
-	if v, ok := nd.sent[it]; ok && !sameBits(v, env.Msg.Vec) {
+	if v, ok := nd.sent[it]; ok && !SameBits(v, env.Msg.Vec) {
 		w.rep.ReleaseConflicts++
 	} else if !ok {
 		nd.sent[it] = slices.Clone(env.Msg.Vec)
@@ -476,7 +476,7 @@ func (w *GossipFaultNet) standInOK(i int, in gossip.Input) bool {
 		return false
 	}
 	for _, v := range w.nodes[i].recv[[2]int{in.From, in.UsedIter}] {
-		if sameBits(v, in.Vec) {
+		if SameBits(v, in.Vec) {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"bytes"
@@ -370,4 +370,17 @@ func TestGossipRDPFigure(t *testing.T) {
 	if r.Gossip.ConditionsHold || r.Gossip.RDP.Epsilon.Bounded() {
 		t.Fatalf("no noise must give no rdp guarantee: %+v", r.Gossip.RDP)
 	}
+}
+
+// runSimLedgers drives a fresh simulator to the end and returns it (machines and ledgers).
+func runSimLedgers(t *testing.T, o GossipOptions) *GossipSim {
+	t.Helper()
+	sim, err := NewGossipSim(&o)
+	if err == nil {
+		err = sim.Finish()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim
 }

@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"errors"
@@ -275,7 +275,7 @@ func newFaultSim(cfg FaultConfig) (*faultSim, error) {
 		names[i] = strconv.Itoa(i)
 	}
 	f := &faultSim{cfg: cfg, n: n, killTick: -1,
-		rng:    rand.New(rand.NewPCG(mix(cfg.Seed, -2, 7), mix(cfg.Seed, -2, 8))),
+		rng:    rand.New(rand.NewPCG(Mix(cfg.Seed, -2, 7), Mix(cfg.Seed, -2, 8))),
 		rep:    &FaultReport{Seed: cfg.Seed, Holder: -1},
 		ledger: make([]map[ledKey]int, n), sent: make([]map[ledKey]int, n), noisy: make([]int, n),
 		producer: map[tokKey]int{}, release: map[relKey]uint64{}, zs: map[tokKey][]float64{}, lastAcc: make([]int, n),
@@ -333,7 +333,7 @@ func (f *faultSim) newCustody(nd *walkNode) (*drive.Walk, error) {
 	if cfg.Sigma > 0 {
 		wc.Noise = privacy.NewNoiseFromRand(rand.New(nd.noiseSrc))
 	}
-	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(mix(cfg.Seed, i, 4)+uint64(nd.restarts), mix(cfg.Seed, i, 5))),
+	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(Mix(cfg.Seed, i, 4)+uint64(nd.restarts), Mix(cfg.Seed, i, 5))),
 		AckTimeout: cfg.AckTimeout, Depth: cfg.Depth, FallbackTimeout: cfg.Fallback}
 	c, err := walk.NewCustody(wc, f.losses[i], cfg.Dim, cc)
 	if err != nil {

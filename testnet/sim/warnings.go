@@ -1,4 +1,4 @@
-package testnet
+package sim
 
 import (
 	"fmt"
@@ -96,11 +96,11 @@ func planWarnings(o Options, complete bool, caps, budgetCaps []int, step privacy
 	return out
 }
 
-// trailingWarning reports a run whose last hops only forwarded the token: lastNoisy is the
+// TrailingWarning reports a run whose last hops only forwarded the token: lastNoisy is the
 // hop (1 = the first) of the last noisy update, 0 when there was none, of hops made by n
 // nodes. It returns "" unless at least trailingForwardFrac of the hops, and at least n,
 // came after it.
-func trailingWarning(hops, lastNoisy uint64, n int) string {
+func TrailingWarning(hops, lastNoisy uint64, n int) string {
 	if hops == 0 || lastNoisy > hops {
 		return ""
 	}
@@ -116,9 +116,9 @@ func trailingWarning(hops, lastNoisy uint64, n int) string {
 		lastNoisy, hops, after, lastNoisy)
 }
 
-// majorityShare is the fraction of d's rows in its most frequent class (labels -1/+1, or
+// MajorityShare is the fraction of d's rows in its most frequent class (labels -1/+1, or
 // class indices for the multinomial loss).
-func majorityShare(d *consensus.Dataset) float64 {
+func MajorityShare(d *consensus.Dataset) float64 {
 	count := map[float64]int{}
 	best := 0
 	for _, y := range d.Y {
@@ -128,11 +128,11 @@ func majorityShare(d *consensus.Dataset) float64 {
 	return float64(best) / float64(d.Rows)
 }
 
-// utilityWarnings compares the model w of a run with the trivial predictor, on the test
+// UtilityWarnings compares the model w of a run with the trivial predictor, on the test
 // data (on the training data without test rows): for the logistic loss when its accuracy
 // is no better than always predicting the majority class, for the squared loss when its
 // R^2 is <= 0 (no better than predicting the mean target). hint says what to try.
-func utilityWarnings(p consensus.Problem, train, test *consensus.Dataset, w []float64, hint string) []string {
+func UtilityWarnings(p consensus.Problem, train, test *consensus.Dataset, w []float64, hint string) []string {
 	d, which := test, "test"
 	if d == nil || d.Rows == 0 {
 		d, which = train, "training"
@@ -142,7 +142,7 @@ func utilityWarnings(p consensus.Problem, train, test *consensus.Dataset, w []fl
 	}
 	switch p.Loss {
 	case consensus.Logistic, consensus.Multinomial:
-		acc, base := p.Accuracy(d, w), majorityShare(d)
+		acc, base := p.Accuracy(d, w), MajorityShare(d)
 		if acc <= base {
 			return []string{fmt.Sprintf("%s accuracy %.4f is no better than predicting the majority class of the %s data (%.4f): "+
 				"the model has learnt nothing useful; %s", which, acc, which, base, hint)}
