@@ -330,26 +330,6 @@ func BenchmarkGossipMemIter16(b *testing.B) {
 	}
 }
 
-// BenchmarkGossipIter64P1000 is BenchmarkGossipIter64 (the simulator, 64 nodes, random
-// 4-regular graph) with p = 1000. Expensive: run with -benchtime=2x.
-func BenchmarkGossipIter64P1000(b *testing.B) {
-	d, _ := consensus.SyntheticLogistic(64*50, 1000, 8, 3)
-	o := sim.GossipOptions{
-		Train: d, Nodes: 64, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
-		Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
-	}
-	gs, err := sim.NewGossipSim(&o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for !gs.Done() {
-		if _, err := gs.Step(); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // jsonKeys returns the sorted key paths of a JSON object (nested objects included).
 func jsonKeys(t *testing.T, v any) []string {
 	t.Helper()

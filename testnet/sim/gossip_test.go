@@ -384,3 +384,23 @@ func runSimLedgers(t *testing.T, o GossipOptions) *GossipSim {
 	}
 	return sim
 }
+
+// BenchmarkGossipIter64P1000 is BenchmarkGossipIter64 (the simulator, 64 nodes, random
+// 4-regular graph) with p = 1000. Expensive: run with -benchtime=2x.
+func BenchmarkGossipIter64P1000(b *testing.B) {
+	d, _ := consensus.SyntheticLogistic(64*50, 1000, 8, 3)
+	o := GossipOptions{
+		Train: d, Nodes: 64, Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}},
+		Algo: "radmm", Graph: "regular:4", Iters: b.N, Alpha: 1, Eta: 0.1, Gamma: 0.5, Seed: 1,
+	}
+	sim, err := NewGossipSim(&o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for !sim.Done() {
+		if _, err := sim.Step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

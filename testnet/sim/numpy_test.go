@@ -26,7 +26,7 @@ import (
 // simulator must be at least 50 times faster per hop than the faster of the two NumPy
 // codings of the hop (see the script).
 //
-//	go test -tags numpy -run NumpyBaseline -v ./testnet/
+//	go test -tags numpy -run NumpyBaseline -v ./testnet/sim/
 //
 // It needs numpy for /usr/bin/python3 (Debian: apt-get install python3-numpy) and takes
 // about a minute.

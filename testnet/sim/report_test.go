@@ -510,7 +510,7 @@ func TestRunReportPrivacy(t *testing.T) {
 
 // BenchmarkAccountRealised1000x1e6 is the report's privacy section (local, Theorem 4 and
 // the realised matrix with its summary) for n = 1000 nodes and a 10^6-hop path.
-// go test -run XXX -bench AccountRealised ./testnet/
+// go test -run XXX -bench AccountRealised ./testnet/sim/
 func BenchmarkAccountRealised1000x1e6(b *testing.B) {
 	const n, hops = 1000, 1_000_000
 	r := rand.New(rand.NewPCG(5, 6))
