@@ -28,7 +28,7 @@
 // walk: Step/Tick/Ready/Advance, with the ledger entry of every release durable before its
 // Outbox is sent. They are pure and deterministic: noise comes from an injected
 // privacy.Noise, there is no I/O, clock or goroutine. node.Node.RunRADMM drives an
-// Exchange over libp2p, testnet/sim.GossipFaultNet over a virtual clock with injected faults;
+// Exchange over libp2p, testnet/faultsim.GossipFaultNet over a virtual clock with injected faults;
 // the transcripts in testdata/barrier show the policy step by step.
 //
 // The even step is computed the paper's way, (19): from the KKT-recovered noisy gradient

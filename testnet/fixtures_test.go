@@ -1,32 +1,16 @@
 package testnet
 
 import (
-	"math"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/testnet/internal/fixture"
 	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
-// gossipData is a synthetic logistic problem with rows scaled to norm <= 1 (Theorem V.1),
-// the data of the simulator's own gossip tests (testnet/sim/gossip_test.go).
+// gossipData is the shared synthetic logistic problem (fixture.GossipData).
 func gossipData(t *testing.T, rows int) (*consensus.Dataset, *consensus.Dataset) {
-	t.Helper()
-	d, _ := consensus.SyntheticLogistic(rows, 5, 3, 21)
-	for r := 0; r < d.Rows; r++ {
-		row := d.Row(r)
-		s := 0.0
-		for _, v := range row {
-			s += v * v
-		}
-		if s = math.Sqrt(s); s > 1 {
-			for j := range row {
-				row[j] /= s
-			}
-		}
-	}
-	train, test := consensus.TrainTest(d, 0.2, 1)
-	return train, test
+	return fixture.GossipData(t, rows)
 }
 
 // gossipOpts are the gossip options of the simulator's own tests on 8 nodes.

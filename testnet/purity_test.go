@@ -167,7 +167,7 @@ func TestPurePackagesUseNoGlobalRand(t *testing.T) {
 
 // TestDriveImportsNoLibp2p: the driver contract (node/drive: the adapters that apply the
 // machines' Readies, the runtime loop, the seeded streams) imports no libp2p, no pubsub and
-// no part of node that does, and the simulator and fault simulators (testnet/sim) reach
+// no part of node that does, and the simulator (testnet/sim) and the fault simulators (testnet/faultsim) reach
 // it without depending on libp2p at all (go list -deps): they run the machines through
 // exactly the adapters the node runs, without the network stack.
 func TestDriveImportsNoLibp2p(t *testing.T) {
@@ -181,13 +181,15 @@ func TestDriveImportsNoLibp2p(t *testing.T) {
 			t.Errorf("node/drive depends on %s", p)
 		}
 	}
-	out, err = exec.Command("go", "list", "-deps", "github.com/dpadmm/dpadmm/testnet/sim").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if strings.Contains(p, "libp2p") || p == "github.com/dpadmm/dpadmm/node" || p == "github.com/dpadmm/dpadmm/node/store" {
-			t.Errorf("testnet/sim depends on %s: the simulators reach the driver contract through node/drive", p)
+	for _, pkg := range []string{"testnet/sim", "testnet/faultsim"} {
+		out, err = exec.Command("go", "list", "-deps", "github.com/dpadmm/dpadmm/"+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if strings.Contains(p, "libp2p") || p == "github.com/dpadmm/dpadmm/node" || p == "github.com/dpadmm/dpadmm/node/store" {
+				t.Errorf("%s depends on %s: the simulators reach the driver contract through node/drive", pkg, p)
+			}
 		}
 	}
 }

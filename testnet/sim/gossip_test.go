@@ -13,26 +13,12 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/internal/fixture"
 )
 
-// gossipData is a synthetic logistic problem with rows scaled to norm <= 1 (Theorem V.1).
+// gossipData is the shared synthetic logistic problem (fixture.GossipData).
 func gossipData(t *testing.T, rows int) (*consensus.Dataset, *consensus.Dataset) {
-	t.Helper()
-	d, _ := consensus.SyntheticLogistic(rows, 5, 3, 21)
-	for r := 0; r < d.Rows; r++ {
-		row := d.Row(r)
-		s := 0.0
-		for _, v := range row {
-			s += v * v
-		}
-		if s = math.Sqrt(s); s > 1 {
-			for j := range row {
-				row[j] /= s
-			}
-		}
-	}
-	train, test := consensus.TrainTest(d, 0.2, 1)
-	return train, test
+	return fixture.GossipData(t, rows)
 }
 
 func gossipOpts(train, test *consensus.Dataset, algo, graphSpec string, iters int, alpha float64) GossipOptions {

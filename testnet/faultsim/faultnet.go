@@ -1,4 +1,4 @@
-package sim
+package faultsim
 
 import (
 	"container/heap"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // This file is the one virtual-clock network of the fault studies (the walk's crash study,
@@ -544,7 +546,7 @@ func (w *faultNet[M]) tell(i, j int, up bool) error {
 
 // beatLatency is the latency of j's heartbeats to i.
 func (w *faultNet[M]) beatLatency(i, j int) int64 {
-	return 1 + int64(Mix(w.seed, i*len(w.nodes)+j, 9)%uint64(w.sched.MaxLatency))
+	return 1 + int64(sim.Mix(w.seed, i*len(w.nodes)+j, 9)%uint64(w.sched.MaxLatency))
 }
 
 // linkChanged handles node i's link to j going down (up false) or coming back at the

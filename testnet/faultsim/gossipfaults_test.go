@@ -1,4 +1,4 @@
-package sim
+package faultsim
 
 import (
 	"flag"
@@ -11,13 +11,14 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/gossip"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 var gossipFaultSeeds = flag.Int("gossip-fault-seeds", 200, "seeds per policy of TestGossipFaultStudy (the README's figures use 1000)")
 
 // gfOpts is the run of the R-ADMM fault study: private R-ADMM (alpha 2, seeded noise) on a
 // ring of 8 nodes, 30 iterations.
-func gfOpts(t *testing.T, seed uint64) GossipOptions {
+func gfOpts(t *testing.T, seed uint64) sim.GossipOptions {
 	train, test := gossipData(t, 160)
 	o := gossipOpts(train, test, "radmm", "ring", 30, 2)
 	o.Seed = seed
@@ -25,7 +26,7 @@ func gfOpts(t *testing.T, seed uint64) GossipOptions {
 }
 
 // simModels runs the lockstep simulator (GossipSim) for o and returns its final models.
-func simModels(t *testing.T, o GossipOptions) [][]float64 {
+func simModels(t *testing.T, o sim.GossipOptions) [][]float64 {
 	t.Helper()
 	sim := runSimLedgers(t, o)
 	var out [][]float64
@@ -54,7 +55,7 @@ func gfSchedule(seed uint64, n, barrier int) GossipFaultConfig {
 }
 
 // checkGossipFaultInvariants asserts what every run must satisfy, whatever the faults.
-func checkGossipFaultInvariants(t *testing.T, seed uint64, r *GossipFaultReport, o GossipOptions) {
+func checkGossipFaultInvariants(t *testing.T, seed uint64, r *GossipFaultReport, o sim.GossipOptions) {
 	t.Helper()
 	switch {
 	case r.UnderCount != 0:
@@ -103,7 +104,7 @@ func TestGossipFaultFreeMatchesSim(t *testing.T) {
 					t.Fatalf("seed %d: losses not exercised: %v", seed, r)
 				}
 				for i, m := range r.Models {
-					if !SameBits(m, want[i]) {
+					if !sim.SameBits(m, want[i]) {
 						t.Fatalf("seed %d %s loss %v: node %d model differs from the simulator's", seed, pol, loss, i)
 					}
 				}
@@ -237,7 +238,7 @@ func TestGossipFaultStudy(t *testing.T) {
 				}
 				want := simModels(t, o)
 				for i, m := range r.Models {
-					if !SameBits(m, want[i]) {
+					if !sim.SameBits(m, want[i]) {
 						t.Fatalf("seed %d wait: node %d model differs from the simulator's", seed, i)
 					}
 				}
@@ -260,8 +261,8 @@ func TestGossipFaultStudy(t *testing.T) {
 }
 
 // gfNeighbors returns node i's neighbours in o's graph.
-func gfNeighbors(t *testing.T, o GossipOptions, i int) []int {
-	g, err := GossipGraph(o.Graph, o.Nodes, o.Seed)
+func gfNeighbors(t *testing.T, o sim.GossipOptions, i int) []int {
+	g, err := sim.GossipGraph(o.Graph, o.Nodes, o.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sim
+package faultsim
 
 import (
 	"math"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // faultStats summarises many fault runs.
@@ -199,7 +201,7 @@ func plainSimZ(t *testing.T, cfg FaultConfig, hop uint64) []float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSim(SimConfig{Shards: shards, Problem: prob, Gamma: faultGamma, Lambda: faultLambda, Clip: faultClip,
+	s, err := sim.NewSim(sim.SimConfig{Shards: shards, Problem: prob, Gamma: faultGamma, Lambda: faultLambda, Clip: faultClip,
 		Sigma: cfg.Sigma, Seed: cfg.Seed, Run: faultRun})
 	if err != nil {
 		t.Fatal(err)

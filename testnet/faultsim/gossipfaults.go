@@ -1,4 +1,4 @@
-package sim
+package faultsim
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // GossipFaultConfig configures one run of the R-ADMM fault study (RunGossipFaults): the
@@ -30,7 +31,7 @@ import (
 // re-sending on reconnection) and then stays reachable without taking part, as a
 // finished --mem host does.
 type GossipFaultConfig struct {
-	Options GossipOptions
+	Options sim.GossipOptions
 	// Exchange is the barrier policy in ticks; Barrier 0 means
 	// gossip.DefaultExchangeConfig() with Exchange.OnMissing kept.
 	Exchange gossip.ExchangeConfig
@@ -116,7 +117,7 @@ const (
 // GossipFaultNet is a built R-ADMM fault network (see GossipFaultConfig).
 type GossipFaultNet struct {
 	cfg   GossipFaultConfig
-	sim   *GossipSim
+	sim   *sim.GossipSim
 	net   *faultNet[gossip.Message]
 	nodes []*gossipNode
 	rep   *GossipFaultReport
@@ -143,7 +144,7 @@ func NewGossipFaultNet(cfg GossipFaultConfig) (*GossipFaultNet, error) {
 	if err := cfg.Exchange.Validate(); err != nil {
 		return nil, err
 	}
-	sim, err := NewGossipSim(&cfg.Options)
+	sim, err := sim.NewGossipSim(&cfg.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func RunGossipFaults(cfg GossipFaultConfig) (*GossipFaultReport, error) {
 
 // Sim returns the simulator setup the network was built from (its machines are the
 // network's first incarnations).
-func (w *GossipFaultNet) Sim() *GossipSim { return w.sim }
+func (w *GossipFaultNet) Sim() *sim.GossipSim { return w.sim }
 
 // Run runs the network until every node has ended (or MaxTicks) and returns the report.
 func (w *GossipFaultNet) Run() (*GossipFaultReport, error) {
@@ -381,7 +382,7 @@ func (nd *gossipNode) restart(now int64) error {
 func (w *GossipFaultNet) freshExchange(i int) (*gossip.Exchange, error) {
 	c := w.sim.Configs[i]
 	if !math.IsInf(c.Alpha, 1) {
-		c.Noise = NodeNoise(w.cfg.Options.Seed, i)
+		c.Noise = sim.NodeNoise(w.cfg.Options.Seed, i)
 	}
 	obj, err := gossip.NewObjective(w.sim.Shards[i], w.sim.Loss, w.sim.RowWeight, w.sim.RegOverN)
 	if err != nil {
@@ -442,7 +443,7 @@ func (fx *gossipEffects) AppendLedger(es []privacy.Entry) error {
 func (fx *gossipEffects) Send(env gossip.Envelope) error {
 	nd, w := fx.nd, fx.nd.w
 	it := env.Msg.Iter
-	if v, ok := nd.sent[it]; ok && !SameBits(v, env.Msg.Vec) {
+	if v, ok := nd.sent[it]; ok && !sim.SameBits(v, env.Msg.Vec) {
 		w.rep.ReleaseConflicts++
 	} else if !ok {
 		nd.sent[it] = slices.Clone(env.Msg.Vec)
@@ -476,7 +477,7 @@ func (w *GossipFaultNet) standInOK(i int, in gossip.Input) bool {
 		return false
 	}
 	for _, v := range w.nodes[i].recv[[2]int{in.From, in.UsedIter}] {
-		if SameBits(v, in.Vec) {
+		if sim.SameBits(v, in.Vec) {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package sim
+package faultsim
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/walk"
+	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
 // FaultConfig configures one run of the walk's crash study: n walk.Custody machines, each
@@ -228,7 +229,7 @@ func RunFaults(cfg FaultConfig) (*FaultReport, error) {
 		f.killTick = int64(cfg.WarmTicks + f.rng.IntN(cfg.WarmTicks))
 	}
 	f.rep.KillTick = f.killTick
-	start := NodeRand(cfg.Seed, -1).IntN(f.n)
+	start := sim.NodeRand(cfg.Seed, -1).IntN(f.n)
 	tok := walk.NewToken(faultRun, 0, cfg.Dim, f.wcs[0].Reg, faultGamma)
 	k0 := tokKey{0, walk.TokenDigest(tok)}
 	f.producer[k0] = -1
@@ -275,7 +276,7 @@ func newFaultSim(cfg FaultConfig) (*faultSim, error) {
 		names[i] = strconv.Itoa(i)
 	}
 	f := &faultSim{cfg: cfg, n: n, killTick: -1,
-		rng:    rand.New(rand.NewPCG(Mix(cfg.Seed, -2, 7), Mix(cfg.Seed, -2, 8))),
+		rng:    rand.New(rand.NewPCG(sim.Mix(cfg.Seed, -2, 7), sim.Mix(cfg.Seed, -2, 8))),
 		rep:    &FaultReport{Seed: cfg.Seed, Holder: -1},
 		ledger: make([]map[ledKey]int, n), sent: make([]map[ledKey]int, n), noisy: make([]int, n),
 		producer: map[tokKey]int{}, release: map[relKey]uint64{}, zs: map[tokKey][]float64{}, lastAcc: make([]int, n),
@@ -333,7 +334,7 @@ func (f *faultSim) newCustody(nd *walkNode) (*drive.Walk, error) {
 	if cfg.Sigma > 0 {
 		wc.Noise = privacy.NewNoiseFromRand(rand.New(nd.noiseSrc))
 	}
-	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(Mix(cfg.Seed, i, 4)+uint64(nd.restarts), Mix(cfg.Seed, i, 5))),
+	cc := walk.CustodyConfig{Rand: rand.New(rand.NewPCG(sim.Mix(cfg.Seed, i, 4)+uint64(nd.restarts), sim.Mix(cfg.Seed, i, 5))),
 		AckTimeout: cfg.AckTimeout, Depth: cfg.Depth, FallbackTimeout: cfg.Fallback}
 	c, err := walk.NewCustody(wc, f.losses[i], cfg.Dim, cc)
 	if err != nil {
