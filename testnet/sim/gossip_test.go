@@ -358,19 +358,6 @@ func TestGossipRDPFigure(t *testing.T) {
 	}
 }
 
-// runSimLedgers drives a fresh simulator to the end and returns it (machines and ledgers).
-func runSimLedgers(t *testing.T, o GossipOptions) *GossipSim {
-	t.Helper()
-	sim, err := NewGossipSim(&o)
-	if err == nil {
-		err = sim.Finish()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim
-}
-
 // BenchmarkGossipIter64P1000 is BenchmarkGossipIter64 (the simulator, 64 nodes, random
 // 4-regular graph) with p = 1000. Expensive: run with -benchtime=2x.
 func BenchmarkGossipIter64P1000(b *testing.B) {
