@@ -12,8 +12,8 @@ import (
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/walk"
 	"github.com/dpadmm/dpadmm/testnet/sim"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // FaultConfig configures one run of the walk's crash study: n walk.Custody machines, each
