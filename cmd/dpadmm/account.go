@@ -15,7 +15,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -686,7 +686,7 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 			return usageErr(stderr, "plan: --target-epsilon must be finite and > 0, got %v", a.target)
 		}
 		var err error
-		if sg, err = testnet.CalibrateFigure(a.target, figure); err != nil {
+		if sg, err = experiment.CalibrateFigure(a.target, figure); err != nil {
 			return err
 		}
 	}

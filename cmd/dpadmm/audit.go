@@ -13,6 +13,7 @@ import (
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/audit"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -251,7 +252,7 @@ func stepNames(ks []walk.StepKind) string {
 // first row (canary and sensitivity).
 type auditMech struct {
 	header string
-	first  testnet.AuditResult
+	first  audit.AuditResult
 }
 
 // auditTitle is the title of the PNG.
@@ -275,7 +276,7 @@ func (f *auditFlags) trialCount(mode string) int {
 
 // audit runs the audits of mode and returns their results, corrected together for
 // multiple testing, and one auditMech per mechanism.
-func (f *auditFlags) audit(ld *loadedData, mode string) ([]testnet.AuditResult, []auditMech, error) {
+func (f *auditFlags) audit(ld *loadedData, mode string) ([]audit.AuditResult, []auditMech, error) {
 	var kinds []walk.StepKind
 	radmm := mode == auditModeAll || mode == auditModeRADMM
 	switch mode {
@@ -298,9 +299,9 @@ func (f *auditFlags) audit(ld *loadedData, mode string) ([]testnet.AuditResult, 
 		}
 	}
 	trials := f.trialCount(mode)
-	var res []testnet.AuditResult
+	var res []audit.AuditResult
 	var mechs []auditMech
-	add := func(r []testnet.AuditResult, header string, err error) error {
+	add := func(r []audit.AuditResult, header string, err error) error {
 		if err != nil {
 			return err
 		}
@@ -322,15 +323,15 @@ func (f *auditFlags) audit(ld *loadedData, mode string) ([]testnet.AuditResult, 
 			return nil, nil, err
 		}
 	}
-	if err := testnet.AuditBonferroni(res, *f.confidence); err != nil {
+	if err := audit.AuditBonferroni(res, *f.confidence); err != nil {
 		return nil, nil, err
 	}
 	return res, mechs, nil
 }
 
 // auditWalk audits one noisy update of the walk with local step step.
-func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int) ([]testnet.AuditResult, string, error) {
-	o := testnet.WalkAuditOptions{
+func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int) ([]audit.AuditResult, string, error) {
+	o := audit.WalkAuditOptions{
 		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: ld.problem(f.problem(), true), Gamma: *f.gamma, Lambda: *f.lambda, Clip: *f.clip,
 		Sigma: *f.sigma, Step: step, Node: *f.node, PairHops: *f.pairHops, FinalHops: *f.finalHops, Trials: trials, Delta: *f.delta,
 		Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers, Unit: privacy.Unit(*f.unit),
@@ -345,14 +346,14 @@ func (f *auditFlags) auditWalk(ld *loadedData, step walk.StepParams, trials int)
 		o.Nodes = testnet.DefaultOptions().Nodes
 	}
 	header := fmt.Sprintf("audit of the walk (%s) on %s: node %d of %d, gamma %g, lambda %g, clip %g, sigma %g, l2 %g, %s loss",
-		testnet.AuditStepNote(step), ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *f.l2, o.Problem.Loss)
-	res, err := testnet.WalkAudit(o)
+		audit.AuditStepNote(step), ld.name, o.Node, o.Nodes, o.Gamma, o.Lambda, o.Clip, o.Sigma, *f.l2, o.Problem.Loss)
+	res, err := audit.WalkAudit(o)
 	return res, header, err
 }
 
 // auditRADMM audits one release of R-ADMM.
-func (f *auditFlags) auditRADMM(ld *loadedData, trials int) ([]testnet.AuditResult, string, error) {
-	o := testnet.RADMMAuditOptions{
+func (f *auditFlags) auditRADMM(ld *loadedData, trials int) ([]audit.AuditResult, string, error) {
+	o := audit.RADMMAuditOptions{
 		Train: ld.train, Nodes: *f.nodes, Seed: 1, Problem: ld.problem(f.problem(), false), Alpha: *f.alpha, Eta: *f.eta, Gamma: *f.evenGamma,
 		PaperC: *f.paperC, Node: *f.node, Trials: trials, Confidence: *f.confidence, Noise: f.noise(), Workers: *f.workers,
 	}
@@ -361,7 +362,7 @@ func (f *auditFlags) auditRADMM(ld *loadedData, trials int) ([]testnet.AuditResu
 	}
 	header := fmt.Sprintf("audit of R-ADMM on %s: node %d of %d (ring), alpha %g, eta %g, C %g, l2 %g, logistic loss",
 		ld.name, o.Node, o.Nodes, o.Alpha, o.Eta, o.PaperC, *f.l2)
-	res, err := testnet.RADMMAudit(o)
+	res, err := audit.RADMMAudit(o)
 	return res, header, err
 }
 
@@ -370,18 +371,18 @@ func (f *auditFlags) problem() consensus.Problem {
 }
 
 func (f *auditFlags) noise() func(uint64) privacy.Noise {
-	return testnet.AuditNoise(f.m.isSet("seed"), *f.seed)
+	return audit.AuditNoise(f.m.isSet("seed"), *f.seed)
 }
 
 // writeOutputs writes the results to --out, --png and stdout (the table, or --json).
-func (f *auditFlags) writeOutputs(res []testnet.AuditResult, mechs []auditMech, title string, wall time.Duration, stdout io.Writer) error {
+func (f *auditFlags) writeOutputs(res []audit.AuditResult, mechs []auditMech, title string, wall time.Duration, stdout io.Writer) error {
 	if *f.outPath != "" {
 		if err := writeFileWith(*f.outPath, func(w io.Writer) error { return writeAuditJSON(w, res) }); err != nil {
 			return err
 		}
 	}
 	if *f.pngPath != "" {
-		if err := writeFileWith(*f.pngPath, func(w io.Writer) error { return testnet.WriteAuditPNG(w, res, title) }); err != nil {
+		if err := writeFileWith(*f.pngPath, func(w io.Writer) error { return audit.WriteAuditPNG(w, res, title) }); err != nil {
 			return err
 		}
 	}
@@ -413,9 +414,9 @@ func auditUsage(_ io.Writer, format string, a ...any) error {
 	return usagef("audit", format, a...)
 }
 
-func writeAuditJSON(w io.Writer, res []testnet.AuditResult) error {
+func writeAuditJSON(w io.Writer, res []audit.AuditResult) error {
 	if res == nil {
-		res = []testnet.AuditResult{}
+		res = []audit.AuditResult{}
 	}
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
@@ -435,7 +436,7 @@ func canaryOf(note string) string {
 	return "see the notes (--json)"
 }
 
-func violations(res []testnet.AuditResult) int {
+func violations(res []audit.AuditResult) int {
 	v := 0
 	for _, r := range res {
 		if r.Violation {
@@ -446,7 +447,7 @@ func violations(res []testnet.AuditResult) int {
 }
 
 // printAuditTable prints one line per result and the theorems they cite.
-func printAuditTable(w io.Writer, res []testnet.AuditResult) {
+func printAuditTable(w io.Writer, res []audit.AuditResult) {
 	var thms []string
 	ref := map[string]int{}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

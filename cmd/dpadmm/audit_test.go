@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/audit"
 )
 
 // smallAudit keeps the walk audit of a CLI test to about a second per step.
@@ -90,7 +90,7 @@ func TestAuditTable(t *testing.T) {
 // TestAuditTableViolation: a line whose lower bound exceeds its claim is printed as a
 // VIOLATION and counted.
 func TestAuditTableViolation(t *testing.T) {
-	res := []testnet.AuditResult{
+	res := []audit.AuditResult{
 		{Observer: "local", Test: "projection", LowerEpsilon: 3, LowerEpsilonCI: [2]privacy.Epsilon{2.5, privacy.Unbounded}, UpperEpsilon: 1.7, Theorem: "T", ConditionsHold: true, Violation: true, Confidence: 0.95},
 		{Observer: "final", Test: "projection", LowerEpsilon: 0, UpperEpsilon: 0.3, Theorem: "T", ConditionsHold: true, Confidence: 0.95},
 	}
@@ -138,7 +138,7 @@ func TestAuditAllSteps(t *testing.T) {
 		if r["step"] != "sgd" || !strings.Contains(note, "step size 0.25, sample rate 0.8") {
 			t.Errorf("step %v, note %q", r["step"], note)
 		}
-		scale = scale || r["test"] == testnet.AuditRowCountScale
+		scale = scale || r["test"] == audit.AuditRowCountScale
 	}
 	if !scale {
 		t.Error("no row-count scale test for walk-sgd")
@@ -206,7 +206,7 @@ func TestAuditMulticlass(t *testing.T) {
 		if code := run([]string{"audit", "--algo", algo, "--data", iris, "--label", "species", "--trials", "60", "--json"}, &stdout, &stderr); code != 0 {
 			t.Fatalf("%s: exit %d: %s", algo, code, stderr.String())
 		}
-		var results []testnet.AuditResult
+		var results []audit.AuditResult
 		if err := json.Unmarshal(stdout.Bytes(), &results); err != nil {
 			t.Fatal(err)
 		}

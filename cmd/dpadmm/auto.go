@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 // The --algo auto rule, from public facts only (the loss, the node count) and the
@@ -24,8 +24,8 @@ import (
 // A flag given on the command line is kept; the rule fills only what is not set.
 
 // autoSGD are the DP-SGD walk's settings --algo auto uses for the squared loss.
-var autoSGD = map[string]string{"step-size": strconv.FormatFloat(testnet.UtilitySGD.Eta, 'g', -1, 64),
-	"sample-rate": strconv.FormatFloat(testnet.UtilitySGD.Rate, 'g', -1, 64), "max-updates": strconv.Itoa(testnet.UtilitySGDCap)}
+var autoSGD = map[string]string{"step-size": strconv.FormatFloat(experiment.UtilitySGD.Eta, 'g', -1, 64),
+	"sample-rate": strconv.FormatFloat(experiment.UtilitySGD.Rate, 'g', -1, 64), "max-updates": strconv.Itoa(experiment.UtilitySGDCap)}
 
 // resolveAuto replaces --algo auto by the algorithm the rule chooses for the loss and
 // fills the chosen algorithm's unset settings (hops: nodes x cap), returning the line

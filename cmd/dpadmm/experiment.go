@@ -18,7 +18,7 @@ import (
 	"github.com/dpadmm/dpadmm/consensus/graph"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 const experimentHelp = `Usage: dpadmm experiment radmm [flags]
@@ -173,7 +173,7 @@ func runExperimentRADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	opt := testnet.ExperimentOptions{
+	opt := experiment.ExperimentOptions{
 		Train: ld.train, Test: ld.test, Nodes: *nodes, Graph: *graphSpec, Split: *split,
 		Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: *l2}},
 		Iters:   *iters, Alphas: alphas, Seeds: *seeds, Seed: *seed, Eta: *eta, EtaGrowth: *etaGrowth,
@@ -191,9 +191,9 @@ func runExperimentRADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 
 // runExperimentOutputs runs the experiment of opt and writes OUT/NAME.csv and .png (a
 // partial CSV when interrupted) and the summary.
-func runExperimentOutputs(ctx context.Context, opt testnet.ExperimentOptions, prog *progress, outDir, name string, ld *loadedData, stdout io.Writer) error {
+func runExperimentOutputs(ctx context.Context, opt experiment.ExperimentOptions, prog *progress, outDir, name string, ld *loadedData, stdout io.Writer) error {
 	start := time.Now()
-	res, err := testnet.RunExperimentContext(ctx, opt)
+	res, err := experiment.RunExperimentContext(ctx, opt)
 	prog.Done()
 	if err != nil {
 		return err
@@ -218,7 +218,7 @@ func runExperimentOutputs(ctx context.Context, opt testnet.ExperimentOptions, pr
 	return nil
 }
 
-func printExperimentSummary(w io.Writer, r *testnet.ExperimentResult, ld *loadedData, wall time.Duration) {
+func printExperimentSummary(w io.Writer, r *experiment.ExperimentResult, ld *loadedData, wall time.Duration) {
 	o := r.Options
 	testRows := 0
 	if o.Test != nil {
@@ -262,7 +262,7 @@ func printExperimentSummary(w io.Writer, r *testnet.ExperimentResult, ld *loaded
 	}
 	for _, s := range r.Summary() {
 		fmt.Fprintf(w, "  alpha %g: R-ADMM %.4f vs DVP %.4f: %s; MR-ADMM %.4f: %s (M-ADMM-style %.4f)\n", s.Alpha,
-			s.Loss[testnet.ExpRADMM], s.Loss[testnet.ExpDVP], yes(s.RBeatsDVP), s.Loss[testnet.ExpMRADMM], yes(s.MRBeatsDVP), s.Loss[testnet.ExpMADMM])
+			s.Loss[experiment.ExpRADMM], s.Loss[experiment.ExpDVP], yes(s.RBeatsDVP), s.Loss[experiment.ExpMRADMM], yes(s.MRBeatsDVP), s.Loss[experiment.ExpMADMM])
 	}
 }
 

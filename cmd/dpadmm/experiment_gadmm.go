@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 const experimentGADMMHelp = `Usage: dpadmm experiment gadmm [flags]
@@ -103,7 +103,7 @@ func runExperimentGADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 	case *name == "" || strings.ContainsAny(*name, `/\`):
 		return experimentUsage(stderr, "--name must be a plain file name, got %q", *name)
 	}
-	opt := testnet.DefaultGADMMExperimentOptions()
+	opt := experiment.DefaultGADMMExperimentOptions()
 	opt.Dim, opt.Rows, opt.Iters, opt.Runs, opt.Seed = *dim, *rows, *iters, *runs, *seed
 	opt.C1, opt.C2, opt.TableSigma, opt.Sigmas = *c1, *c2, *tableSigma, sigmas
 	prog := newProgress(stderr, *quiet)
@@ -114,7 +114,7 @@ func runExperimentGADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	start := time.Now()
-	res, err := testnet.RunGADMMExperiment(ctx, opt)
+	res, err := experiment.RunGADMMExperiment(ctx, opt)
 	prog.Done()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -131,7 +131,7 @@ func runExperimentGADMM(ctx context.Context, args []string, stdout, stderr io.Wr
 	return nil
 }
 
-func printGADMMSummary(w io.Writer, r *testnet.GADMMExperimentResult, wall time.Duration) {
+func printGADMMSummary(w io.Writer, r *experiment.GADMMExperimentResult, wall time.Duration) {
 	o := r.Options
 	fmt.Fprintf(w, "Sec. 10 elastic net: n = %d features, N = %d samples, c1 = %g, c2 = %g, T = %d, %d runs per curve, data seed %d (%.1f s)\n\n",
 		o.Dim, o.Rows, o.C1, o.C2, o.Iters, o.Runs, o.Seed, wall.Seconds())

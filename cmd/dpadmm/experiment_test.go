@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 // TestExperimentCLI: a short run writes the CSV (header and one row per series and
@@ -36,7 +36,7 @@ func TestExperimentCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(recs[0], ",") != testnet.ExperimentCSVHeader || len(recs) != 1+9*6 {
+	if strings.Join(recs[0], ",") != experiment.ExperimentCSVHeader || len(recs) != 1+9*6 {
 		t.Fatalf("csv: header %v, %d lines", recs[0], len(recs))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "f.png"))

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 const utilityHelp = `Usage: dpadmm experiment utility [flags]
@@ -70,7 +70,7 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 	if err != nil {
 		return experimentUsage(stderr, "--epsilons: %v", err)
 	}
-	var data []testnet.UtilityData
+	var data []experiment.UtilityData
 	for _, dn := range strings.Split(*datasets, ",") {
 		dn = strings.TrimSpace(dn)
 		d, err := loadUtilityData(dn, *examples, *seed)
@@ -79,13 +79,13 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 		}
 		data = append(data, d)
 	}
-	o := testnet.UtilityOptions{Data: data, Nodes: nodes, Splits: splitList(*splits), Epsilons: eps, Algos: splitList(*algos),
+	o := experiment.UtilityOptions{Data: data, Nodes: nodes, Splits: splitList(*splits), Epsilons: eps, Algos: splitList(*algos),
 		Seeds: *seeds, Seed: *seed, Iters: *iters}
 	prog := newProgress(stderr, *quiet)
 	if prog != nil {
 		o.Progress = func(done, total int) { prog.Printf("experiment utility: run %d/%d", done, total) }
 	}
-	rows, err := testnet.RunUtility(ctx, o)
+	rows, err := experiment.RunUtility(ctx, o)
 	if prog != nil {
 		prog.Done()
 	}
@@ -95,11 +95,11 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 	if err := os.MkdirAll(*outDir, 0o755); err != nil {
 		return err
 	}
-	cells := testnet.SummariseUtility(rows)
-	if err := writeFileWith(filepath.Join(*outDir, *name+".csv"), func(w io.Writer) error { return testnet.WriteUtilityCSV(w, rows) }); err != nil {
+	cells := experiment.SummariseUtility(rows)
+	if err := writeFileWith(filepath.Join(*outDir, *name+".csv"), func(w io.Writer) error { return experiment.WriteUtilityCSV(w, rows) }); err != nil {
 		return err
 	}
-	if err := writeFileWith(filepath.Join(*outDir, *name+".png"), func(w io.Writer) error { return testnet.WriteUtilityPNG(w, cells) }); err != nil {
+	if err := writeFileWith(filepath.Join(*outDir, *name+".png"), func(w io.Writer) error { return experiment.WriteUtilityPNG(w, cells) }); err != nil {
 		return err
 	}
 	printUtilityTable(stdout, cells)
@@ -109,10 +109,10 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 
 // loadUtilityData loads one shipped data set with its public schema (breast cancer: the
 // embedded data, standardised on the whole public data), as 'dpadmm testnet' does.
-func loadUtilityData(name, examples string, seed uint64) (testnet.UtilityData, error) {
+func loadUtilityData(name, examples string, seed uint64) (experiment.UtilityData, error) {
 	a, ok := utilityDatasets[name]
 	if !ok {
-		return testnet.UtilityData{}, usagef("experiment", "--datasets: unknown data set %q (want breast_cancer, wine, iris or diabetes)", name)
+		return experiment.UtilityData{}, usagef("experiment", "--datasets: unknown data set %q (want breast_cancer, wine, iris or diabetes)", name)
 	}
 	args := append([]string(nil), a...)
 	for i := 0; i+1 < len(args); i++ {
@@ -125,25 +125,25 @@ func loadUtilityData(name, examples string, seed uint64) (testnet.UtilityData, e
 	df := addDataFlags(fs, testnetData)
 	lossName := fs.String("loss", "logistic", "")
 	if err := fs.Parse(args); err != nil {
-		return testnet.UtilityData{}, err
+		return experiment.UtilityData{}, err
 	}
 	loss, err := consensus.ParseLoss(*lossName)
 	if err != nil {
-		return testnet.UtilityData{}, err
+		return experiment.UtilityData{}, err
 	}
 	if err := df.check(loss); err != nil {
-		return testnet.UtilityData{}, err
+		return experiment.UtilityData{}, err
 	}
 	ld, err := df.load(loadRequest{loss: loss, seed: seed, multiclass: true})
 	if err != nil {
-		return testnet.UtilityData{}, fmt.Errorf("%s: %w (run from the repository root or give --examples)", name, err)
+		return experiment.UtilityData{}, fmt.Errorf("%s: %w (run from the repository root or give --examples)", name, err)
 	}
 	prob := consensus.Problem{Loss: loss, Reg: consensus.Regularizer{L2: 1e-3}}
-	return testnet.UtilityData{Name: name, Train: ld.train, Test: ld.test, Problem: ld.problem(prob, true), Scaler: ld.scaler}, nil
+	return experiment.UtilityData{Name: name, Train: ld.train, Test: ld.test, Problem: ld.problem(prob, true), Scaler: ld.scaler}, nil
 }
 
 // printUtilityTable prints the mean metric of every cell.
-func printUtilityTable(w io.Writer, cells []testnet.UtilityCell) {
+func printUtilityTable(w io.Writer, cells []experiment.UtilityCell) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "data\tnodes\tsplit\talgo\ttarget eps\tepsilon\tmetric\tmean\tmin\tmax\tnon-private\tfloor")
 	f := func(x float64) string {

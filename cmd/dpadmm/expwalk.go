@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 const experimentWalkHelp = `Usage: dpadmm experiment walk [flags]
@@ -122,7 +122,7 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		standardizeTarget(train, test)
 		dataName += " (target standardized)"
 	}
-	opt := testnet.WalkExperimentOptions{Train: train, Test: test, Data: dataName,
+	opt := experiment.WalkExperimentOptions{Train: train, Test: test, Data: dataName,
 		Problem: consensus.Problem{Loss: consensus.Squared, Reg: consensus.Regularizer{L1: *l1}},
 		Hops:    *hops, Epsilons: eps, Delta: *delta, Figure: *figure, Cap: *capK, Seeds: *seeds, TuneSeeds: *tuneSeeds,
 		Seed: *seed, Methods: ms, Workers: *workers, NonPrivate: *nonPriv, TuneEach: *tuneAt == "each"}
@@ -134,7 +134,7 @@ func runExperimentWalk(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	start := time.Now()
-	res, err := testnet.RunWalkExperiment(ctx, opt)
+	res, err := experiment.RunWalkExperiment(ctx, opt)
 	prog.Done()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -158,14 +158,14 @@ func parseEpsilons(list string) ([]float64, error) {
 	return eps, nil
 }
 
-// walkMethods returns the methods of testnet.DefaultWalkMethods named by a
+// walkMethods returns the methods of experiment.DefaultWalkMethods named by a
 // comma-separated list of indices, or all of them for an empty list.
-func walkMethods(list string) ([]testnet.WalkMethod, error) {
-	all := testnet.DefaultWalkMethods()
+func walkMethods(list string) ([]experiment.WalkMethod, error) {
+	all := experiment.DefaultWalkMethods()
 	if list == "" {
 		return all, nil
 	}
-	var ms []testnet.WalkMethod
+	var ms []experiment.WalkMethod
 	for _, f := range strings.Split(list, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k < 0 || k >= len(all) {
@@ -177,7 +177,7 @@ func walkMethods(list string) ([]testnet.WalkMethod, error) {
 }
 
 // printWalkExperiment writes OUT/NAME.csv and .png and prints the summary table.
-func printWalkExperiment(stdout io.Writer, res *testnet.WalkExperimentResult, outDir, name string, start time.Time) error {
+func printWalkExperiment(stdout io.Writer, res *experiment.WalkExperimentResult, outDir, name string, start time.Time) error {
 	csvPath, pngPath, err := writeCSVAndPNG(outDir, name, res.WriteCSV, res.WritePNG)
 	if err != nil {
 		return err

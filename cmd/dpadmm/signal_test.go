@@ -19,7 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
-	"github.com/dpadmm/dpadmm/testnet"
+	"github.com/dpadmm/dpadmm/testnet/experiment"
 )
 
 // syncBuffer is a bytes.Buffer safe for a child's output goroutine and the test.
@@ -259,7 +259,7 @@ func TestInterruptExperimentSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(recs[0], ",") != testnet.ExperimentCSVHeader {
+	if strings.Join(recs[0], ",") != experiment.ExperimentCSVHeader {
 		t.Fatalf("header %v", recs[0])
 	}
 	rows := map[string]int{}

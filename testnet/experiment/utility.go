@@ -1,4 +1,4 @@
-package testnet
+package experiment
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/testnet/sim"
 	"github.com/dpadmm/dpadmm/walk"
 )
@@ -193,7 +194,7 @@ const UtilitySGDSmallEta = 0.1
 // utilityWalk runs the walk (row.Algo "walk": the prox step at the testnet defaults;
 // "walk-sgd": the DP-SGD walk with UtilitySGD) with sigma calibrated to row.Target.
 func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *UtilityRow) error {
-	opt := DefaultOptions()
+	opt := testnet.DefaultOptions()
 	opt.Train, opt.Test, opt.Scaler, opt.Problem = d.Train, d.Test, d.Scaler, d.Problem
 	opt.Nodes, opt.Split, opt.Seed, opt.Delta = row.Nodes, row.Split, row.Seed, o.Delta
 	if row.Algo == "walk-sgd" {
@@ -247,7 +248,7 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 		row.Note = "R-ADMM's Theorem V.1 needs a loss with a bounded derivative (logistic): not run on a regression"
 		return nil
 	}
-	g := DefaultGossipOptions()
+	g := testnet.DefaultGossipOptions()
 	g.Train, g.Test, g.Scaler, g.Nodes, g.Split, g.Seed, g.Delta = d.Train, d.Test, d.Scaler, row.Nodes, row.Split, row.Seed, o.Delta
 	g.Problem = d.Problem
 	if g.Problem.Loss == consensus.Multinomial {

@@ -1,62 +1,13 @@
-package testnet
+package experiment
 
 import (
+	"github.com/dpadmm/dpadmm/testnet/internal/fixture"
+
 	"bytes"
-	"image/color"
-	"image/png"
 	"math"
 	"slices"
 	"testing"
-
-	"gonum.org/v1/plot"
-
-	"github.com/dpadmm/dpadmm/privacy"
 )
-
-// pngOf decodes a PNG written by a plot function and checks that it has the size of a
-// canvas of wPt x hPt points at 96 dpi (4/3 pixel per point, within a pixel of rounding)
-// and is not blank: at least minInk of the pixels not white and at least 30 colours.
-func pngOf(t *testing.T, name string, b []byte, wPt, hPt, minInk float64) (colours map[color.RGBA]bool) {
-	t.Helper()
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	r := img.Bounds()
-	wantW, wantH := wPt*96/72, hPt*96/72
-	if math.Abs(float64(r.Dx())-wantW) > 1 || math.Abs(float64(r.Dy())-wantH) > 1 {
-		t.Errorf("%s: %d x %d pixels, want %.0f x %.0f", name, r.Dx(), r.Dy(), wantW, wantH)
-	}
-	colours = map[color.RGBA]bool{}
-	ink := 0
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			c := color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)
-			colours[c] = true
-			if c.R < 0xf0 || c.G < 0xf0 || c.B < 0xf0 {
-				ink++
-			}
-		}
-	}
-	if frac := float64(ink) / float64(r.Dx()*r.Dy()); frac < minInk || len(colours) < 30 {
-		t.Errorf("%s: %.3f of the pixels drawn, %d colours: blank?", name, frac, len(colours))
-	}
-	return colours
-}
-
-// labelled fails unless both axes of p have a label and p has a title.
-func labelled(t *testing.T, name string, p *plot.Plot) {
-	t.Helper()
-	if p.Title.Text == "" {
-		t.Errorf("%s: no title", name)
-	}
-	if p.X.Label.Text == "" {
-		t.Errorf("%s: x axis without label", name)
-	}
-	if p.Y.Label.Text == "" {
-		t.Errorf("%s: y axis without label", name)
-	}
-}
 
 // fig5Synthetic is a comparison result with every algorithm at three alphas: bands of
 // width w around means that fall with t, each algorithm at its own level.
@@ -84,9 +35,9 @@ func fig5Synthetic() *ExperimentResult {
 	return r
 }
 
-// TestPlotsRenderPNG renders every PNG the tool writes (the Fig. 5 comparison and the
-// audit plot; the pairwise heat maps: testnet/sim TestHeatPNG), decodes it and checks its size, that it is not
-// blank and that every axis shown is labelled.
+// TestPlotsRenderPNG renders the Fig. 5 comparison PNG, decodes it and checks its size,
+// that it is not blank and that every axis shown is labelled (the pairwise heat maps:
+// testnet/sim TestHeatPNG; the audit plot: testnet/audit TestAuditPlotRenders).
 func TestPlotsRenderPNG(t *testing.T) {
 	t.Run("fig5", func(t *testing.T) {
 		r := fig5Synthetic()
@@ -94,7 +45,7 @@ func TestPlotsRenderPNG(t *testing.T) {
 		if err := r.WritePNG(&buf); err != nil {
 			t.Fatal(err)
 		}
-		colours := pngOf(t, "fig5", buf.Bytes(), 3*fig5PanelW, 3*fig5PanelH+fig5LegendH, 0.05)
+		colours := fixture.PNGOf(t, "fig5", buf.Bytes(), 3*fig5PanelW, 3*fig5PanelH+fig5LegendH, 0.05)
 		// Every algorithm's mean line shows in its own colour.
 		for _, algo := range append([]string{ExpNoPriv}, ExperimentAlgos...) {
 			if !colours[expStyles[algo].color] {
@@ -112,28 +63,11 @@ func TestPlotsRenderPNG(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, p := range panels {
-			labelled(t, "fig5 panel "+string(rune('0'+k)), p)
+			fixture.Labelled(t, "fig5 panel "+string(rune('0'+k)), p)
 		}
 		if len(items) != 5 {
 			t.Errorf("%d legend entries, want 5", len(items))
 		}
-	})
-	t.Run("audit", func(t *testing.T) {
-		res := []AuditResult{
-			{Observer: "local", Test: AuditProjection, LowerEpsilon: 0.3, LowerEpsilonCI: [2]privacy.Epsilon{0.2, 0.9}, UpperEpsilon: 1.7, Confidence: 0.95},
-			{Observer: "pairwise", Test: AuditResidue, LowerEpsilon: 0.1, LowerEpsilonCI: [2]privacy.Epsilon{0, 0.4}, UpperEpsilon: 0.7, Confidence: 0.95},
-			{Observer: "final", Test: AuditResidue, LowerEpsilon: 0, LowerEpsilonCI: [2]privacy.Epsilon{0, privacy.Unbounded}, UpperEpsilon: privacy.Unbounded, Confidence: 0.95, Violation: true},
-		}
-		var buf bytes.Buffer
-		if err := WriteAuditPNG(&buf, res, "audit"); err != nil {
-			t.Fatal(err)
-		}
-		pngOf(t, "audit", buf.Bytes(), float64(auditWidth(len(res))), auditPlotH+auditLegendH, 0.02)
-		p, _, err := auditPlot(res, "audit")
-		if err != nil {
-			t.Fatal(err)
-		}
-		labelled(t, "audit", p)
 	})
 }
 
