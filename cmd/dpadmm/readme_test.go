@@ -1192,3 +1192,15 @@ func TestREADMERepoPaths(t *testing.T) {
 		t.Errorf("rewrite:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestREADMELength: the README stays a front door (at most 250 lines); the manual is in
+// docs/.
+func TestREADMELength(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines: move detail into docs/ (at most 250)", n)
+	}
+}
