@@ -330,28 +330,9 @@ func (n *Node) waitTopicPeers(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// BoundJSON is a privacy bound as written to model.json and /status: an unbounded
-// epsilon is JSON null (privacy.Epsilon), the order of an unbounded figure -1.
-type BoundJSON struct {
-	Epsilon        privacy.Epsilon `json:"epsilon"`
-	Order          float64         `json:"order"`
-	Theorem        string          `json:"theorem"`
-	Conditions     string          `json:"conditions"`
-	ConditionsHold bool            `json:"conditions_hold"`
-	Note           string          `json:"note,omitempty"`
-}
-
-func boundJSON(b privacy.Bound) BoundJSON {
-	return BoundJSON{Epsilon: privacy.Eps(b.Epsilon), Order: jsonNum(b.Order), Theorem: b.Theorem, Conditions: b.Conditions, ConditionsHold: b.ConditionsHold, Note: b.Note}
-}
-
-// jsonNum maps a number that is not finite (an RDP order of an unbounded figure) to -1.
-func jsonNum(x float64) float64 {
-	if math.IsInf(x, 0) || math.IsNaN(x) {
-		return -1
-	}
-	return x
-}
+// BoundJSON is a privacy bound as written to model.json and /status: the one JSON form of
+// a figure (privacy.Figure).
+type BoundJSON = privacy.Figure
 
 // Model is the content of model.json.
 type Model struct {
@@ -419,8 +400,8 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 		Privacy: ModelPrivacy{
 			Unit: n.stepRun().UnitOf(), UnitNote: n.stepRun().UnitNote(),
 			Delta: n.cfg.Delta, Updates: up, LedgerEntries: n.store.Entries(),
-			Local:   boundJSON(privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta)),
-			Network: boundJSON(n.plannedBound(up)),
+			Local:   privacy.StepLocalBound(n.stepRun(), up, n.cfg.Delta).Figure(),
+			Network: n.plannedBound(up).Figure(),
 		},
 	}
 }

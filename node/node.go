@@ -1278,7 +1278,7 @@ func (n *Node) Status() Status {
 	if t := n.lastTok.Load(); t > 0 {
 		age = time.Since(time.Unix(0, t)).Seconds()
 	}
-	net := boundJSON(n.plannedBound(up))
+	net := n.plannedBound(up).Figure()
 	st := Status{UpdatesLeft: left, ModelAgeSec: age, Network: &net,
 		Peer: n.ID().String(), Run: n.cfg.Run, ConfigHash: n.hash, Peers: len(n.Host.Network().Peers()),
 		Members: members, Index: idx, HopsSeen: n.hopsIn.Load(), Updates: up, Ledger: n.store.Entries(),

@@ -76,20 +76,15 @@ type RADMMModel struct {
 // RADMMPriv is this node's Theorem V.1 figure (an unbounded epsilon, JSON null: the
 // conditions fail or there is no noise).
 type RADMMPriv struct {
-	// Epsilon is the guarantee: the formula value when the conditions hold, else unbounded.
-	Epsilon privacy.Epsilon `json:"epsilon"`
-	// Formula is the sum of the per-iteration terms regardless of the conditions.
-	Formula privacy.Epsilon `json:"formula_epsilon"`
+	// Epsilon is the guarantee: the formula value when the conditions hold, else
+	// unbounded; Formula the sum of the per-iteration terms regardless of the conditions.
+	privacy.PureFigure
 	// Ledger is the sum of the pure-DP entries this run made durable in the ledger.
-	Ledger         privacy.Epsilon `json:"ledger_epsilon"`
-	LedgerEntries  int             `json:"ledger_entries"`
-	Delta          float64         `json:"delta"` // 0: pure DP
-	Theorem        string          `json:"theorem"`
-	Conditions     string          `json:"conditions"`
-	ConditionsHold bool            `json:"conditions_hold"`
-	Reason         string          `json:"reason,omitempty"`
-	SecureNoise    bool            `json:"secure_noise"`
-	Scope          string          `json:"scope"`
+	Ledger        privacy.Epsilon `json:"ledger_epsilon"`
+	LedgerEntries int             `json:"ledger_entries"`
+	Delta         float64         `json:"delta"` // 0: pure DP
+	SecureNoise   bool            `json:"secure_noise"`
+	Scope         string          `json:"scope"`
 }
 
 func (n *Node) setRADMMMembers(ms []peer.ID) error {
@@ -359,9 +354,7 @@ func (n *Node) radmmModel(r *radmmRun, res *exchangeResult) (*RADMMModel, error)
 		Inexact: inexact, Stale: res.Stale, Rejected: res.Rejected, Ignored: res.Ignored,
 		WallSecs: res.Wall.Seconds(),
 		Privacy: RADMMPriv{
-			Epsilon: finiteOr(fig.Guarantee()), Formula: finiteOr(fig.Epsilon), Ledger: finiteOr(ledger),
-			LedgerEntries: len(res.Ledger), Theorem: fig.Theorem, Conditions: fig.Conditions,
-			ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, SecureNoise: r.secure,
+			PureFigure: fig.Pure(), Ledger: finiteOr(ledger), LedgerEntries: len(res.Ledger), SecureNoise: r.secure,
 			Scope: "this node's releases only; the run's figure is the maximum over the members' model.json",
 		},
 	}

@@ -343,17 +343,18 @@ type MemberFigure struct {
 type NetworkV1 struct {
 	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else
 	// unbounded.
-	Epsilon Epsilon
+	Epsilon Epsilon `json:"epsilon"`
 	// Formula is the maximum of the formula values regardless of the conditions.
-	Formula Epsilon
-	// GivenMax is the maximum over the members given that have a guarantee (unbounded:
-	// none) and WorstNode its member (-1: none, or when the figure does not hold).
-	GivenMax       Epsilon
-	WorstNode      int
-	ConditionsHold bool
-	Reason         string
-	FailingNodes   []int // members without a guarantee
-	SecureNoise    bool  // every member drew secure noise
+	Formula Epsilon `json:"formula_epsilon"`
+	// WorstNode is the member of GivenMax (-1: none, or when the figure does not hold) and
+	// GivenMax the maximum over the members given that have a guarantee (unbounded: none);
+	// it equals Epsilon when the figure holds and is only a lower bound otherwise.
+	WorstNode      int     `json:"worst_node"`
+	GivenMax       Epsilon `json:"given_max_epsilon"`
+	ConditionsHold bool    `json:"conditions_hold"` // on every member, and none missing
+	Reason         string  `json:"reason,omitempty"`
+	FailingNodes   []int   `json:"failing_nodes"` // members without a guarantee
+	SecureNoise    bool    `json:"secure_noise"`  // every member drew secure noise
 }
 
 // DefinitionV1Scope states what DefinitionV1 computes.

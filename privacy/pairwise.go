@@ -68,23 +68,19 @@ func (m *PairwiseMatrix) Epsilon(i, j int, delta float64) (eps, order float64) {
 
 // PairEpsilon is one ordered pair and its epsilon.
 type PairEpsilon struct {
-	Epsilon float64 `json:"epsilon"`
-	Order   float64 `json:"order"`
-	I       int     `json:"i"`
-	J       int     `json:"j"`
+	Epsilon, Order float64
+	I, J           int
 }
 
-// PairwiseSummary summarises the epsilons of all ordered pairs i != j at one delta.
+// PairwiseSummary summarises the epsilons of all ordered pairs i != j at one delta (its
+// JSON form, which every output writes, is PairwiseFigure).
 type PairwiseSummary struct {
-	Worst          PairEpsilon `json:"worst"`
-	Mean           float64     `json:"mean"`
-	P50            float64     `json:"p50"`
-	P90            float64     `json:"p90"`
-	P99            float64     `json:"p99"`
-	Theorem        string      `json:"theorem"`
-	Conditions     string      `json:"conditions"`
-	ConditionsHold bool        `json:"conditions_hold"`
-	Note           string      `json:"note,omitempty"`
+	Worst               PairEpsilon
+	Mean, P50, P90, P99 float64
+	Theorem             string
+	Conditions          string
+	ConditionsHold      bool
+	Note                string
 }
 
 // Summarize computes the distribution of pairwise epsilons at delta. Epsilon is

@@ -664,7 +664,7 @@ func TestPairwiseSummarizeKnownMatrix(t *testing.T) {
 	if !near(s.P50, eps[2]) || !near(s.P90, eps[5]) || !near(s.P99, eps[5]) || !near(s.Mean, sum/6) {
 		t.Fatalf("summary %+v, eps %v", s, eps)
 	}
-	b, err := json.Marshal(s)
+	b, err := json.Marshal(s.Figure())
 	if err != nil {
 		t.Fatal(err)
 	}

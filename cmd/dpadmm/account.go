@@ -57,78 +57,47 @@ Realised pairwise figures recomputed from a trace file (JSON lines, see privacy.
 path. Flags may come before or after FILE.
 `
 
-// localReport is the local-DP part of the account output.
+// localReport is the local-DP part of the account output: the figure (privacy.Figure)
+// and the noisy updates it is composed over.
 type localReport struct {
-	Epsilon    privacy.Epsilon `json:"epsilon"`
-	Order      float64         `json:"order"`
-	Updates    int             `json:"updates"`
-	Theorem    string          `json:"theorem"`
-	Conditions string          `json:"conditions"`
-}
-
-// pairReport is privacy.PairEpsilon in the account output (an unbounded epsilon is null).
-type pairReport struct {
-	Epsilon privacy.Epsilon `json:"epsilon"`
-	Order   float64         `json:"order"`
-	I       int             `json:"i"`
-	J       int             `json:"j"`
-}
-
-// pairwiseReport is privacy.PairwiseSummary in the account output, with the same keys.
-type pairwiseReport struct {
-	Worst          pairReport      `json:"worst"`
-	Mean           privacy.Epsilon `json:"mean"`
-	P50            privacy.Epsilon `json:"p50"`
-	P90            privacy.Epsilon `json:"p90"`
-	P99            privacy.Epsilon `json:"p99"`
-	Theorem        string          `json:"theorem"`
-	Conditions     string          `json:"conditions"`
-	ConditionsHold bool            `json:"conditions_hold"`
-	Note           string          `json:"note,omitempty"`
-}
-
-func pairwiseJSON(s privacy.PairwiseSummary) pairwiseReport {
-	return pairwiseReport{
-		Worst: pairReport{Epsilon: privacy.Eps(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
-		Mean:  privacy.Eps(s.Mean), P50: privacy.Eps(s.P50), P90: privacy.Eps(s.P90), P99: privacy.Eps(s.P99),
-		Theorem: s.Theorem, Conditions: s.Conditions, ConditionsHold: s.ConditionsHold, Note: s.Note,
-	}
+	privacy.Figure
+	Updates int `json:"updates"`
 }
 
 func localJSON(b privacy.Bound, updates int) localReport {
-	return localReport{Epsilon: privacy.Eps(b.Epsilon), Order: b.Order, Updates: updates, Theorem: b.Theorem, Conditions: b.Conditions}
+	return localReport{Figure: b.Figure(), Updates: updates}
 }
 
 // planReport is the JSON output of "account plan".
 type planReport struct {
-	Delta           float64        `json:"delta"`
-	Conversion      string         `json:"conversion"`
-	Graph           string         `json:"graph"`
-	Nodes           int            `json:"nodes"`
-	Hops            int            `json:"hops"`
-	Clip            float64        `json:"clip"`
-	Sigma           float64        `json:"sigma"`
-	SigmaCalibrated bool           `json:"sigma_calibrated"`
-	UpdatesCapped   bool           `json:"updates_capped"`
-	Local           localReport    `json:"local"`
-	Pairwise        pairwiseReport `json:"pairwise_planned"`
-	PassageHops     int            `json:"first_passage_hops,omitempty"`
-	TailBounded     bool           `json:"first_passage_tail_bounded,omitempty"`
+	Delta           float64                `json:"delta"`
+	Conversion      string                 `json:"conversion"`
+	Graph           string                 `json:"graph"`
+	Nodes           int                    `json:"nodes"`
+	Hops            int                    `json:"hops"`
+	Clip            float64                `json:"clip"`
+	Sigma           float64                `json:"sigma"`
+	SigmaCalibrated bool                   `json:"sigma_calibrated"`
+	UpdatesCapped   bool                   `json:"updates_capped"`
+	Local           localReport            `json:"local"`
+	Pairwise        privacy.PairwiseFigure `json:"pairwise_planned"`
+	PassageHops     int                    `json:"first_passage_hops,omitempty"`
+	TailBounded     bool                   `json:"first_passage_tail_bounded,omitempty"`
 	// LocalStep names the walk's local step when it is not the exact prox.
 	LocalStep string `json:"local_step,omitempty"`
 }
 
 // traceReport is the JSON output of "account trace".
 type traceReport struct {
-	Delta      float64          `json:"delta"`
-	Conversion string           `json:"conversion"`
-	Nodes      int              `json:"nodes"`
-	Steps      int              `json:"steps"`
-	Clip       float64          `json:"clip"`
-	Sigma      float64          `json:"sigma"`
-	Local      localReport      `json:"local"`
-	Pairwise   pairwiseReport   `json:"pairwise_realised"`
-	Coalition  *coalitionReport `json:"coalition,omitempty"`
+	Delta      float64                  `json:"delta"`
+	Conversion string                   `json:"conversion"`
+	Nodes      int                      `json:"nodes"`
+	Steps      int                      `json:"steps"`
+	Clip       float64                  `json:"clip"`
+	Sigma      float64                  `json:"sigma"`
+	Local      localReport              `json:"local"`
+	Pairwise   privacy.PairwiseFigure   `json:"pairwise_realised"`
+	Coalition  *privacy.CoalitionFigure `json:"coalition,omitempty"`
 	// Planned is the verdict on the planned (Theorem 4) figure for this path: the same
 	// decision the simulator's report and the nodes make (privacy.WalkDecide).
 	Planned plannedVerdict `json:"planned_verdict"`
@@ -140,14 +109,6 @@ type plannedVerdict struct {
 	K              int      `json:"k_i"`
 	Reasons        []string `json:"reasons,omitempty"`
 	Warnings       []string `json:"warnings,omitempty"`
-}
-
-// coalitionReport is the worst node against a coalition of observers.
-type coalitionReport struct {
-	Members []int           `json:"members"`
-	Epsilon privacy.Epsilon `json:"epsilon"`
-	Order   float64         `json:"order"`
-	I       int             `json:"i"`
 }
 
 func runAccount(args []string, stdout, stderr io.Writer) error {
@@ -418,7 +379,7 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 		Delta: *delta, Conversion: privacy.Conversion, Graph: *graphSpec, Nodes: n, Hops: *hops,
 		Clip: *clip, Sigma: sg, SigmaCalibrated: calibrate, UpdatesCapped: capped,
 		Local:       localJSON(loc, updates),
-		Pairwise:    pairwiseJSON(sum),
+		Pairwise:    sum.Figure(),
 		PassageHops: plan.Hops, TailBounded: plan.TailBounded,
 	}
 	if *asJSON {
@@ -582,20 +543,10 @@ func traceFigures(tr *privacy.Trace, wr privacy.WalkRun, res *privacy.Realised, 
 		Delta:   delta, Conversion: privacy.Conversion, Nodes: tr.Nodes, Steps: len(tr.Steps),
 		Clip: tr.Clip, Sigma: tr.Sigma,
 		Local:    localJSON(loc, maxU),
-		Pairwise: pairwiseJSON(sum),
+		Pairwise: sum.Figure(),
 	}
 	if len(res.Coalitions) == 1 {
-		c := res.Coalitions[0]
-		cr := &coalitionReport{Members: c.Members}
-		worst := math.Inf(-1)
-		for i, wgt := range c.Weight {
-			e, o := privacy.ToDP(res.Pairs.Unit.Scale(wgt), delta)
-			if e > worst {
-				worst, cr.Order, cr.I = e, o, i
-			}
-		}
-		cr.Epsilon = privacy.Eps(worst)
-		rep.Coalition = cr
+		rep.Coalition = res.Coalitions[0].Figure(res.Pairs.Unit, delta, sum.Theorem, sum.Conditions)
 	}
 	return rep, sum, loc, v
 }
@@ -701,7 +652,7 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 		Delta: a.delta, Conversion: privacy.Conversion, Graph: a.graph, Nodes: a.nodes, Hops: a.hops,
 		Clip: a.clip, Sigma: sg, SigmaCalibrated: a.calibrate, UpdatesCapped: a.maxUpd > 0,
 		Local:    localJSON(loc, updates),
-		Pairwise: pairwiseJSON(sum), LocalStep: step.Kind.String(),
+		Pairwise: sum.Figure(), LocalStep: step.Kind.String(),
 	}
 	if a.json {
 		return writeJSON(stdout, rep)

@@ -70,40 +70,26 @@ const maxModelFile = 64 << 20
 
 // modelsNode is one member's row of "account models".
 type modelsNode struct {
-	Index          int             `json:"index"`
-	Peer           string          `json:"peer"`
-	PeerShort      string          `json:"peer_short"`
-	File           string          `json:"file"`
-	Epsilon        privacy.Epsilon `json:"epsilon"` // null: no guarantee
-	Formula        privacy.Epsilon `json:"formula_epsilon"`
-	Ledger         privacy.Epsilon `json:"ledger_epsilon"`
-	ConditionsHold bool            `json:"conditions_hold"`
-	Reason         string          `json:"reason,omitempty"`
-	SecureNoise    bool            `json:"secure_noise"`
-	StaleUses      int             `json:"stale_uses"`
-	Inexact        int             `json:"inexact_solves"`
-	Deviation      float64         `json:"deviation"` // ||f_i - f_bar||_2
+	Index     int    `json:"index"`
+	Peer      string `json:"peer"`
+	PeerShort string `json:"peer_short"`
+	File      string `json:"file"`
+	// The member's own figure (its model.json): epsilon null when it has no guarantee.
+	privacy.PureFigure
+	Ledger      privacy.Epsilon `json:"ledger_epsilon"`
+	SecureNoise bool            `json:"secure_noise"`
+	StaleUses   int             `json:"stale_uses"`
+	Inexact     int             `json:"inexact_solves"`
+	Deviation   float64         `json:"deviation"` // ||f_i - f_bar||_2
 }
 
-// modelsPrivacy is the network figure (Definition V.1: the maximum over the members).
+// modelsPrivacy is the network figure (Definition V.1: the maximum over the members), with
+// the theorem and conditions the members name.
 type modelsPrivacy struct {
-	// Epsilon is max_i epsilon_i when every member is present and has a guarantee, else
-	// unbounded (JSON null).
-	Epsilon privacy.Epsilon `json:"epsilon"`
-	// Formula is the maximum of the members' formula values regardless of the conditions
-	// (unbounded when one of them is).
-	Formula   privacy.Epsilon `json:"formula_epsilon"`
-	WorstNode int             `json:"worst_node"` // argmax of the members' epsilon (-1: none)
-	// GivenMax is the maximum over the given members that have a guarantee (null: none);
-	// it equals Epsilon when the figure holds and is only a lower bound otherwise.
-	GivenMax       privacy.Epsilon `json:"given_max_epsilon"`
-	Theorem        string          `json:"theorem"`
-	Conditions     string          `json:"conditions"`
-	ConditionsHold bool            `json:"conditions_hold"` // on every member, and none missing
-	Reason         string          `json:"reason,omitempty"`
-	FailingNodes   []int           `json:"failing_nodes"` // members without a guarantee
-	SecureNoise    bool            `json:"secure_noise"`  // every member drew secure noise
-	Scope          string          `json:"scope"`
+	privacy.NetworkV1
+	Theorem    string `json:"theorem"`
+	Conditions string `json:"conditions"`
+	Scope      string `json:"scope"`
 }
 
 // modelsEval is the evaluation of f_bar on a dataset (--data).
@@ -385,8 +371,7 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 		rep.Averaged = append(rep.Averaged, m.Index)
 		rep.PerNode = append(rep.PerNode, modelsNode{
 			Index: m.Index, Peer: m.Peer, PeerShort: shortPeer(m.Peer), File: lm.file,
-			Epsilon: m.Privacy.Epsilon, Formula: m.Privacy.Formula, Ledger: m.Privacy.Ledger,
-			ConditionsHold: m.Privacy.ConditionsHold, Reason: m.Privacy.Reason, SecureNoise: m.Privacy.SecureNoise,
+			PureFigure: m.Privacy.PureFigure, Ledger: m.Privacy.Ledger, SecureNoise: m.Privacy.SecureNoise,
 			StaleUses: len(m.Stale), Inexact: m.Inexact, Deviation: d,
 		})
 	}
@@ -404,10 +389,7 @@ func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
 			ConditionsHold: pr.ConditionsHold, Reason: pr.Reason, SecureNoise: pr.SecureNoise}
 	}
 	v := privacy.DefinitionV1(figs, missing)
-	p := modelsPrivacy{
-		Epsilon: v.Epsilon, Formula: v.Formula, WorstNode: v.WorstNode, GivenMax: v.GivenMax, ConditionsHold: v.ConditionsHold,
-		Reason: v.Reason, FailingNodes: v.FailingNodes, SecureNoise: v.SecureNoise, Scope: privacy.DefinitionV1Scope,
-	}
+	p := modelsPrivacy{NetworkV1: v, Scope: privacy.DefinitionV1Scope}
 	// Every member of one run (same algo) names the same theorem and conditions.
 	if len(ms) > 0 {
 		p.Theorem, p.Conditions = ms[0].m.Privacy.Theorem, ms[0].m.Privacy.Conditions

@@ -449,7 +449,7 @@ func TestAccountModels(t *testing.T) {
 // accepts is finite and consistent.
 func FuzzAccountModelsDecode(f *testing.F) {
 	good, _ := json.Marshal(node.RADMMModel{Run: "r", ConfigHash: "h", Peer: "p", Algo: "radmm", Index: 0, Nodes: 1,
-		Members: []string{"p"}, Dims: 2, Model: []float64{1, -2}, Privacy: node.RADMMPriv{Epsilon: 1, Formula: 1, Theorem: "T"}})
+		Members: []string{"p"}, Dims: 2, Model: []float64{1, -2}, Privacy: node.RADMMPriv{PureFigure: privacy.PureFigure{Epsilon: 1, Formula: 1, Theorem: "T"}}})
 	for _, s := range []string{string(good), "", "null", "[]", "{}", `{"algo":"radmm","members":["a"],"nodes":1,"index":5}`,
 		`{"model":[1e999]}`, `{"dims":-1}`} {
 		f.Add([]byte(s))

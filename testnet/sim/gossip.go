@@ -86,18 +86,13 @@ type GossipReport struct {
 // GossipPrivacy is the pure-DP figure of a gossip run.
 type GossipPrivacy struct {
 	// Epsilon is the network guarantee max_i beta_i, or unbounded (JSON null) when the
-	// conditions fail.
-	Epsilon        privacy.Epsilon   `json:"epsilon"`
-	Formula        privacy.Epsilon   `json:"formula_epsilon"` // formula value regardless of the conditions
-	Exact          privacy.Epsilon   `json:"exact_epsilon"`   // tighter un-relaxed form (54)+(56)
+	// conditions fail; Formula the formula value regardless of the conditions.
+	privacy.PureFigure
+	Exact          privacy.Epsilon   `json:"exact_epsilon"` // tighter un-relaxed form (54)+(56)
 	WorstNode      int               `json:"worst_node"`
 	PerNode        []privacy.Epsilon `json:"per_node_epsilon"` // guarantees (unbounded when failing)
 	PerNodeFormula []privacy.Epsilon `json:"per_node_formula"`
 	LedgerEpsilon  []privacy.Epsilon `json:"ledger_epsilon"` // recomputed from each node's ledger
-	Theorem        string            `json:"theorem"`
-	Conditions     string            `json:"conditions"`
-	ConditionsHold bool              `json:"conditions_hold"`
-	Reason         string            `json:"reason,omitempty"`
 	// RDP is the same ledger seen through the RDP accountant that the walk uses: each
 	// pure eps-DP release becomes the curve min(eps, alpha eps^2/2) (Bun-Steinke 2016,
 	// Prop. 3.3), composed per node and converted to (epsilon, delta) at Delta, or the
@@ -561,8 +556,8 @@ func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*Goss
 		Conversion: "none: pure epsilon-DP (delta = 0)",
 		Updates:    updates,
 		Local: Local{
-			Epsilon: gp.Epsilon, PerNodeEpsilon: gp.PerNode, Theorem: fig.Theorem,
-			Conditions: fig.Conditions, ConditionsHold: fig.ConditionsHold,
+			Figure:         privacy.Figure{Epsilon: gp.Epsilon, Theorem: fig.Theorem, Conditions: fig.Conditions, ConditionsHold: fig.ConditionsHold},
+			PerNodeEpsilon: gp.PerNode,
 		},
 		PairwisePlanned: Pairwise{
 			Worst:   Worst{Epsilon: gp.Epsilon, I: fig.Node, J: -1},
@@ -590,10 +585,7 @@ func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*Goss
 // node, the pure epsilon each ledger sums to, and the ledgers seen through the RDP
 // accountant.
 func gossipPrivacyOf(o *GossipOptions, fig privacy.ObjPertNetworkFigure, ledgers [][]privacy.Entry) GossipPrivacy {
-	gp := GossipPrivacy{
-		Formula: privacy.Eps(fig.Epsilon), WorstNode: fig.Node, Theorem: fig.Theorem, Conditions: fig.Conditions,
-		ConditionsHold: fig.ConditionsHold, Reason: fig.Reason, Epsilon: privacy.Eps(fig.Guarantee()),
-	}
+	gp := GossipPrivacy{PureFigure: fig.Pure(), WorstNode: fig.Node}
 	exact := 0.0
 	for i, f := range fig.PerNode {
 		gp.PerNode = append(gp.PerNode, privacy.Eps(f.Guarantee()))

@@ -160,60 +160,28 @@ type Privacy struct {
 	PairwiseRealised *Pairwise `json:"pairwise_realised,omitempty"`
 }
 
-// Local is the local (eavesdropper on all of a node's messages) guarantee per node.
+// Local is the local (eavesdropper on all of a node's messages) guarantee per node: the
+// figure of the worst node (max over nodes), with the accountant that gave it.
 type Local struct {
-	Epsilon privacy.Epsilon `json:"epsilon"` // max over nodes
+	privacy.Figure
 	// Accountant names what gave Epsilon: "gdp" (the exact Gaussian-DP conversion, for
 	// the prox and linearized steps), "pld" (the privacy loss distribution of the
 	// subsampled ls-sgd and sgd steps) or "rdp"; EpsilonRDP is the RDP conversion of the
 	// same node, never below Epsilon.
 	Accountant     string            `json:"accountant"`
 	EpsilonRDP     privacy.Epsilon   `json:"epsilon_rdp"`
-	Order          float64           `json:"order"`
 	Updates        int               `json:"updates"` // max over nodes of the noisy updates made (K_i)
 	PerNodeEpsilon []privacy.Epsilon `json:"per_node_epsilon"`
-	Theorem        string            `json:"theorem"`
-	Conditions     string            `json:"conditions"`
-	ConditionsHold bool              `json:"conditions_hold"`
-	Note           string            `json:"note,omitempty"`
 }
 
 // Worst is the worst pair (i -> j): what observer j learns about node i's data.
-type Worst struct {
-	Epsilon privacy.Epsilon `json:"epsilon"`
-	Order   float64         `json:"order"`
-	I       int             `json:"i"`
-	J       int             `json:"j"`
-}
+type Worst = privacy.Pair
 
-// Pairwise is a network-DP figure over all ordered pairs (i, j), i != j: the worst pair
-// and the distribution of the pairwise epsilons.
-type Pairwise struct {
-	Worst          Worst           `json:"worst"`
-	Mean           privacy.Epsilon `json:"mean"`
-	P50            privacy.Epsilon `json:"p50"`
-	P90            privacy.Epsilon `json:"p90"`
-	P99            privacy.Epsilon `json:"p99"`
-	Theorem        string          `json:"theorem"`
-	Conditions     string          `json:"conditions"`
-	ConditionsHold bool            `json:"conditions_hold"`
-	Note           string          `json:"note"`
-	// Coalition is the figure against the pooled view of Options.Coalition (realised only).
-	Coalition *Coalition `json:"coalition,omitempty"`
-}
+// Pairwise is a network-DP figure over all ordered pairs (i, j), i != j.
+type Pairwise = privacy.PairwiseFigure
 
-// Coalition is the realised figure against a set of observers that pool their views:
-// each node's data against the coalition, and the worst node.
-type Coalition struct {
-	Members        []int             `json:"members"`
-	Epsilon        privacy.Epsilon   `json:"epsilon"` // worst node outside the coalition
-	Order          float64           `json:"order"`
-	I              int               `json:"i"`
-	PerNodeEpsilon []privacy.Epsilon `json:"per_node_epsilon"` // members get 0
-	Theorem        string            `json:"theorem"`
-	Conditions     string            `json:"conditions"`
-	ConditionsHold bool              `json:"conditions_hold"`
-}
+// Coalition is the realised figure against a set of observers that pool their views.
+type Coalition = privacy.CoalitionFigure
 
 // jsonNum maps +Inf and NaN to a large finite value so the report stays valid JSON. It is
 // for the numbers of a report that are not epsilons (clip, alpha); an epsilon is a
@@ -367,10 +335,9 @@ func localSection(in AccountInput) Local {
 	updates, delta := in.Updates, in.Delta
 	r := in.walkRun(privacy.WalkRun{})
 	loc := Local{
+		Figure: privacy.Figure{Theorem: privacy.StepLocalName(r), Conditions: privacy.StepLocalConditions(r),
+			ConditionsHold: privacy.StepNoisy(r)},
 		PerNodeEpsilon: make([]privacy.Epsilon, len(updates)),
-		Theorem:        privacy.StepLocalName(r),
-		Conditions:     privacy.StepLocalConditions(r),
-		ConditionsHold: privacy.StepNoisy(r),
 	}
 	if !loc.ConditionsHold {
 		loc.Note = noPrivacyNote(in.Clip, in.Sigma)
@@ -431,12 +398,11 @@ func noPrivacy(theorem, conditions, note string) Pairwise {
 		Theorem: theorem, Conditions: conditions, Note: note}
 }
 
-// fromSummary copies a pairwise summary into the report form.
+// fromSummary copies the numbers of a pairwise summary into the report form (theorem,
+// conditions and note are the caller's).
 func fromSummary(s privacy.PairwiseSummary) Pairwise {
-	return Pairwise{
-		Worst: Worst{Epsilon: privacy.Eps(s.Worst.Epsilon), Order: s.Worst.Order, I: s.Worst.I, J: s.Worst.J},
-		Mean:  privacy.Eps(s.Mean), P50: privacy.Eps(s.P50), P90: privacy.Eps(s.P90), P99: privacy.Eps(s.P99),
-	}
+	s.Theorem, s.Conditions, s.ConditionsHold, s.Note = "", "", false, ""
+	return s.Figure()
 }
 
 // plannedSection is the planned pairwise figure. K_i is the hard cap (the smaller of
@@ -610,33 +576,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	capRealised(&pw, info, privacy.StepLocalBound(wr, kmax, in.Delta), kmax)
 	pm.Realised, pm.RealisedLabel = res.Pairs, LabelRealised
 	if len(res.Coalitions) == 1 {
-		c := res.Coalitions[0]
-		epsOf := unitEpsilon(res.Pairs.Unit, in.Delta)
-		cr := &Coalition{Members: c.Members, PerNodeEpsilon: make([]privacy.Epsilon, n), I: -1,
-			Theorem:    theorem + ", coalition: the members' views pooled as one observer",
-			Conditions: conditions, ConditionsHold: true}
-		member := make([]bool, n)
-		for _, v := range c.Members {
-			member[v] = true
-		}
-		best := -1.0
-		for i, w := range c.Weight {
-			if member[i] {
-				continue // a member's own data is not private from the coalition
-			}
-			e := epsOf(w)
-			cr.PerNodeEpsilon[i] = privacy.Eps(e)
-			if e > best {
-				best, cr.I = e, i
-			}
-		}
-		if cr.I >= 0 {
-			var e float64
-			e, cr.Order = privacy.ToDP(res.Pairs.Unit.Scale(c.Weight[cr.I]), in.Delta)
-			cr.Epsilon = privacy.Eps(e)
-			cr.PerNodeEpsilon[cr.I] = cr.Epsilon
-		}
-		pw.Coalition = cr
+		pw.Coalition = res.Coalitions[0].Figure(res.Pairs.Unit, in.Delta, theorem, conditions)
 	}
 	return &pw
 }
