@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -350,23 +351,14 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 		}
 	}
 	// f_bar = (1/N) sum_i f_i and the deviations.
-	avg := make([]float64, r.Dims)
-	for _, lm := range ms {
-		for j, v := range lm.m.Model {
-			avg[j] += v
-		}
+	models := make([][]float64, len(ms))
+	for k, lm := range ms {
+		models[k] = lm.m.Model
 	}
-	for j := range avg {
-		avg[j] /= float64(len(ms))
-	}
+	avg, devs := gossip.Average(models, r.Dims)
 	rep.Model = avg
-	for _, lm := range ms {
-		m := lm.m
-		d := 0.0
-		for j, v := range m.Model {
-			d += (v - avg[j]) * (v - avg[j])
-		}
-		d = math.Sqrt(d)
+	for k, lm := range ms {
+		m, d := lm.m, devs[k]
 		rep.MaxDeviation = math.Max(rep.MaxDeviation, d)
 		rep.Averaged = append(rep.Averaged, m.Index)
 		rep.PerNode = append(rep.PerNode, modelsNode{

@@ -264,26 +264,12 @@ func (s *GossipSim) Inexact() []bool {
 	return b
 }
 
-// AverageModels returns mean_i f_i and max_i ||f_i - mean|| (the same arithmetic, in the
-// same order, wherever the models come from).
+// AverageModels returns mean_i f_i and max_i ||f_i - mean|| (gossip.Average).
 func AverageModels(models [][]float64, dim int) ([]float64, float64) {
-	n := len(models)
-	avg := make([]float64, dim)
-	for _, f := range models {
-		for j, v := range f {
-			avg[j] += v
-		}
-	}
-	for j := range avg {
-		avg[j] /= float64(n)
-	}
+	avg, devs := gossip.Average(models, dim)
 	dev := 0.0
-	for _, f := range models {
-		d := 0.0
-		for j, v := range f {
-			d += (v - avg[j]) * (v - avg[j])
-		}
-		dev = math.Max(dev, math.Sqrt(d))
+	for _, d := range devs {
+		dev = math.Max(dev, d)
 	}
 	return avg, dev
 }
