@@ -87,6 +87,33 @@ type RADMMPriv struct {
 	Scope         string          `json:"scope"`
 }
 
+// NetworkFigure is the R-ADMM network figure (Definition V.1: the maximum over the
+// members of each one's Theorem V.1 figure), with the theorem and conditions the members
+// name: the gossip_privacy section of 'dpadmm account models'.
+type NetworkFigure struct {
+	privacy.NetworkV1
+	Theorem    string `json:"theorem"`
+	Conditions string `json:"conditions"`
+	Scope      string `json:"scope"`
+}
+
+// NetworkFigureOf computes the network figure over the members' model.json contents;
+// missing lists the members without one (the figure then does not hold).
+func NetworkFigureOf(ms []RADMMModel, missing []int) NetworkFigure {
+	figs := make([]privacy.MemberFigure, len(ms))
+	for k, m := range ms {
+		pr := m.Privacy
+		figs[k] = privacy.MemberFigure{Index: m.Index, Epsilon: pr.Epsilon, Formula: pr.Formula,
+			ConditionsHold: pr.ConditionsHold, Reason: pr.Reason, SecureNoise: pr.SecureNoise}
+	}
+	f := NetworkFigure{NetworkV1: privacy.DefinitionV1(figs, missing), Scope: privacy.DefinitionV1Scope}
+	// Every member of one run (same algo) names the same theorem and conditions.
+	if len(ms) > 0 {
+		f.Theorem, f.Conditions = ms[0].Privacy.Theorem, ms[0].Privacy.Conditions
+	}
+	return f
+}
+
 func (n *Node) setRADMMMembers(ms []peer.ID) error {
 	idx := -1
 	for i, p := range ms {

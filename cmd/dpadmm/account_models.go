@@ -84,15 +84,6 @@ type modelsNode struct {
 	Deviation   float64         `json:"deviation"` // ||f_i - f_bar||_2
 }
 
-// modelsPrivacy is the network figure (Definition V.1: the maximum over the members), with
-// the theorem and conditions the members name.
-type modelsPrivacy struct {
-	privacy.NetworkV1
-	Theorem    string `json:"theorem"`
-	Conditions string `json:"conditions"`
-	Scope      string `json:"scope"`
-}
-
 // modelsEval is the evaluation of f_bar on a dataset (--data).
 type modelsEval struct {
 	Data     string   `json:"data"`
@@ -107,23 +98,23 @@ type modelsEval struct {
 
 // modelsReport is the JSON output of "account models".
 type modelsReport struct {
-	Run          string        `json:"run"`
-	ConfigHash   string        `json:"config_hash"`
-	Algo         string        `json:"algo"`
-	Loss         string        `json:"loss,omitempty"` // from the files (older files have none)
-	Graph        string        `json:"graph"`
-	GraphSeed    uint64        `json:"graph_seed"`
-	Nodes        int           `json:"nodes"`
-	Iters        int           `json:"iters"`
-	Dims         int           `json:"dims"`
-	Averaged     []int         `json:"averaged"`
-	Missing      []int         `json:"missing"`
-	Partial      bool          `json:"partial"`
-	Model        []float64     `json:"model"`
-	MaxDeviation float64       `json:"max_node_deviation"`
-	PerNode      []modelsNode  `json:"per_node"`
-	Privacy      modelsPrivacy `json:"gossip_privacy"`
-	Eval         *modelsEval   `json:"evaluation,omitempty"`
+	Run          string             `json:"run"`
+	ConfigHash   string             `json:"config_hash"`
+	Algo         string             `json:"algo"`
+	Loss         string             `json:"loss,omitempty"` // from the files (older files have none)
+	Graph        string             `json:"graph"`
+	GraphSeed    uint64             `json:"graph_seed"`
+	Nodes        int                `json:"nodes"`
+	Iters        int                `json:"iters"`
+	Dims         int                `json:"dims"`
+	Averaged     []int              `json:"averaged"`
+	Missing      []int              `json:"missing"`
+	Partial      bool               `json:"partial"`
+	Model        []float64          `json:"model"`
+	MaxDeviation float64            `json:"max_node_deviation"`
+	PerNode      []modelsNode       `json:"per_node"`
+	Privacy      node.NetworkFigure `json:"gossip_privacy"`
+	Eval         *modelsEval        `json:"evaluation,omitempty"`
 
 	// Scaling is the run's feature scaling, as the files record it (absent: none recorded).
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
@@ -371,22 +362,13 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 	return rep, nil
 }
 
-// networkFigure is Definition V.1 over the members (privacy.DefinitionV1), in the report's
-// form.
-func networkFigure(ms []loadedModel, missing []int) modelsPrivacy {
-	figs := make([]privacy.MemberFigure, len(ms))
+// networkFigure is Definition V.1 over the members' files (node.NetworkFigureOf).
+func networkFigure(ms []loadedModel, missing []int) node.NetworkFigure {
+	models := make([]node.RADMMModel, len(ms))
 	for k, lm := range ms {
-		pr := lm.m.Privacy
-		figs[k] = privacy.MemberFigure{Index: lm.m.Index, Epsilon: pr.Epsilon, Formula: pr.Formula,
-			ConditionsHold: pr.ConditionsHold, Reason: pr.Reason, SecureNoise: pr.SecureNoise}
+		models[k] = lm.m
 	}
-	v := privacy.DefinitionV1(figs, missing)
-	p := modelsPrivacy{NetworkV1: v, Scope: privacy.DefinitionV1Scope}
-	// Every member of one run (same algo) names the same theorem and conditions.
-	if len(ms) > 0 {
-		p.Theorem, p.Conditions = ms[0].m.Privacy.Theorem, ms[0].m.Privacy.Conditions
-	}
-	return p
+	return node.NetworkFigureOf(models, missing)
 }
 
 // evalAveraged evaluates the averaged model of rep on the dataset of the data flags, its
