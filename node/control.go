@@ -100,7 +100,7 @@ func (n *Node) readControl(ctx context.Context) {
 		case "start":
 			ch = n.start
 		case "final":
-			ch = n.final
+			ch = n.fin.in
 		default:
 			continue
 		}
@@ -388,7 +388,7 @@ func (n *Node) newModel(z []float64, epoch, hop uint64, by peer.ID) *Model {
 	n.mu.Lock()
 	nodes, idx := len(n.members), n.index
 	n.mu.Unlock()
-	up := n.ckpt.Updates
+	up := n.walk.ckpt.Updates
 	g := ""
 	if n.cfg.Insecure {
 		g = InsecureGuarantee
@@ -472,9 +472,9 @@ func (n *Node) noteLineage(m *Model) {
 				continue
 			}
 			seen[id] = true
-			if i := n.memberIndex(p); i >= 0 && n.cust != nil && n.cust.Strikes(i) > 0 {
-				what := fmt.Sprintf("%s (%d refused hand-offs here)", shortID(p), n.cust.Strikes(i))
-				if n.cust.Evicted(i) {
+			if i := n.memberIndex(p); i >= 0 && n.walk.cust != nil && n.walk.cust.Strikes(i) > 0 {
+				what := fmt.Sprintf("%s (%d refused hand-offs here)", shortID(p), n.walk.cust.Strikes(i))
+				if n.walk.cust.Evicted(i) {
 					what = shortID(p) + " (evicted here)"
 				}
 				bad = append(bad, what)
@@ -491,7 +491,7 @@ func (n *Node) noteLineage(m *Model) {
 
 // keepFinal makes m, of mark mk, the node's final model.
 func (n *Node) keepFinal(m *Model, mk store.Mark) {
-	n.model, n.finalMk = m, mk
+	n.fin.model, n.fin.mark = m, mk
 }
 
 // acceptFinal checks a final-model publication (from a member, same config, the model's
@@ -509,9 +509,9 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		return false, fmt.Errorf("node: final model of dimension %d, want %d", len(f.m.Model), n.cfg.Data.ModelDim())
 	case f.m.Hop != n.cfg.Hops:
 		return false, fmt.Errorf("node: final model at hop %d, want %d", f.m.Hop, n.cfg.Hops)
-	case n.cust == nil:
+	case n.walk.cust == nil:
 		return false, fmt.Errorf("node: final model before the membership is fixed")
-	case n.cust.Evicted(n.memberIndex(f.from)):
+	case n.walk.cust.Evicted(n.memberIndex(f.from)):
 		return false, fmt.Errorf("node: final model from %s, evicted for implausible epochs", shortID(f.from))
 	}
 	by := f.from
@@ -542,19 +542,19 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	// that member's signed release of hop K, which the releaser only received (refusing
 	// it would leave this node waiting for a walk that ended elsewhere).
 	who := n.memberIndex(by)
-	if c := f.m.Cert; c != nil && relayed && n.cust.Evicted(who) && c.Signer >= 0 && c.Signer < len(members) && !n.cust.Evicted(c.Signer) {
+	if c := f.m.Cert; c != nil && relayed && n.walk.cust.Evicted(who) && c.Signer >= 0 && c.Signer < len(members) && !n.walk.cust.Evicted(c.Signer) {
 		who = c.Signer
 	}
 	if err := n.input(context.Background(), CustodyInput{Kind: "final", Peer: who, Epoch: f.m.Epoch, Hop: f.m.Hop}); err != nil {
 		return false, fmt.Errorf("node: final model of epoch %d from %s: %w", f.m.Epoch, shortID(by), err)
 	}
 	mk := finalMark(f.m.Epoch, f.m.Hop, f.m.Model)
-	if n.model != nil {
-		c := mk.Cmp(n.finalMk)
+	if n.fin.model != nil {
+		c := mk.Cmp(n.fin.mark)
 		if c == 0 {
 			// The same token published by two nodes (it reached hop K twice): the
 			// publisher with the higher peer ID is kept, so that every node names the same.
-			c = strings.Compare(f.from.String(), n.model.ReleasedBy)
+			c = strings.Compare(f.from.String(), n.fin.model.ReleasedBy)
 		}
 		if c == 0 {
 			return false, nil // a republication of the kept model
@@ -565,20 +565,20 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 		if c <= 0 {
 			n.metrics.custody.WithLabelValues("final_lower").Inc()
 			n.log.Warn().Str("from", shortID(f.from)).Uint64("epoch", mk.Epoch).Uint64("digest", mk.Digest).
-				Uint64("kept_epoch", n.finalMk.Epoch).Uint64("kept_digest", n.finalMk.Digest).Str("kept_from", tail(n.model.ReleasedBy)).
+				Uint64("kept_epoch", n.fin.mark.Epoch).Uint64("kept_digest", n.fin.mark.Digest).Str("kept_from", tail(n.fin.model.ReleasedBy)).
 				Msg("a second final model (a duplicate lineage reached hop K): kept the higher (epoch, hop, digest) one already held")
 			return false, nil
 		}
 		n.metrics.custody.WithLabelValues("final_replaced").Inc()
 		n.log.Warn().Str("from", shortID(f.from)).Uint64("epoch", mk.Epoch).Uint64("digest", mk.Digest).
-			Uint64("old_epoch", n.finalMk.Epoch).Uint64("old_digest", n.finalMk.Digest).
+			Uint64("old_epoch", n.fin.mark.Epoch).Uint64("old_digest", n.fin.mark.Digest).
 			Msg("a second final model (a duplicate lineage reached hop K): replacing the kept one by this higher (epoch, hop, digest) one")
 	}
 	m := n.newModel(f.m.Model, f.m.Epoch, f.m.Hop, f.from)
 	m.Cert = f.m.Cert
 	n.noteLineage(m)
 	n.keepFinal(m, mk)
-	n.finalCert = f.m.Cert
+	n.fin.cert = f.m.Cert
 	return true, nil
 }
 
@@ -613,7 +613,7 @@ func (n *Node) settleFinal(ctx context.Context) {
 			return
 		case <-t.C:
 			return
-		case f := <-n.final:
+		case f := <-n.fin.in:
 			n.takeFinal(f)
 		}
 	}
@@ -626,18 +626,18 @@ func (n *Node) settleFinal(ctx context.Context) {
 func (n *Node) finish(ctx context.Context) (*Model, error) {
 	n.settleFinal(ctx)
 	for {
-		if err := n.store.WriteAtomic(store.ModelFile, append(marshal(n.model), '\n')); err != nil {
+		if err := n.store.WriteAtomic(store.ModelFile, append(marshal(n.fin.model), '\n')); err != nil {
 			return nil, err
 		}
 		n.metrics.done.Store(true)
-		n.log.Info().Str("file", filepath.Join(n.store.Dir, store.ModelFile)).Uint64("epoch", n.model.Epoch).Msg("final model written")
-		by, _ := peer.Decode(n.model.ReleasedBy)
+		n.log.Info().Str("file", filepath.Join(n.store.Dir, store.ModelFile)).Uint64("epoch", n.fin.model.Epoch).Msg("final model written")
+		by, _ := peer.Decode(n.fin.model.ReleasedBy)
 		if by != n.ID() {
 			n.confirmFinal(ctx, by)
-			return n.model, nil
+			return n.fin.model, nil
 		}
 		if !n.republishFinal(ctx) {
-			return n.model, nil
+			return n.fin.model, nil
 		}
 	}
 }
@@ -659,7 +659,7 @@ func (n *Node) confirmFinal(ctx context.Context, by peer.ID) {
 // it or FinalWait passed. It returns true when a higher final model arrived meanwhile
 // (it is then the kept model).
 func (n *Node) republishFinal(ctx context.Context) bool {
-	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.model.Hops, Epoch: n.model.Epoch, Model: n.model.Model, Cert: n.finalCert, By: n.ID().String()}
+	final := ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: n.fin.model.Hops, Epoch: n.fin.model.Epoch, Model: n.fin.model.Model, Cert: n.fin.cert, By: n.ID().String()}
 	raw := marshal(final)
 	deadline := time.Now().Add(max(n.cfg.FinalWait, n.cfg.FinalLinger))
 	lingerEnd := time.Now().Add(n.cfg.FinalLinger) // down members are waited for until then
@@ -670,7 +670,7 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 	defer pushes.Wait() // each push ends within its 3 s timeout
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		select {
-		case f := <-n.final:
+		case f := <-n.fin.in:
 			if n.takeFinal(f) {
 				return true
 			}
@@ -688,7 +688,7 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 				continue
 			}
 			want++
-			if n.doneFrom[m] {
+			if n.fin.doneFrom[m] {
 				got++
 			}
 		}
@@ -705,7 +705,7 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 				n.mu.Lock()
 				var missing []peer.ID
 				for _, m := range n.members {
-					if m != n.ID() && !n.down[m] && !n.doneFrom[m] {
+					if m != n.ID() && !n.down[m] && !n.fin.doneFrom[m] {
 						missing = append(missing, m)
 					}
 				}
@@ -785,7 +785,7 @@ func (n *Node) handleFinal(s network.Stream) {
 		return
 	}
 	select {
-	case n.final <- finalMsg{from: from, m: m}:
+	case n.fin.in <- finalMsg{from: from, m: m}:
 	default: // the loop is busy with another final; the releaser republishes
 	}
 	s.Write([]byte{1})
@@ -801,7 +801,7 @@ func (n *Node) handleDone(s network.Stream) {
 	p := s.Conn().RemotePeer()
 	if n.isMember(p) {
 		n.mu.Lock()
-		n.doneFrom[p] = true
+		n.fin.doneFrom[p] = true
 		n.mu.Unlock()
 	}
 	s.Write([]byte{1})

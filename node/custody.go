@@ -123,7 +123,7 @@ func (n *Node) custodyConfig(seed [2]uint64) walk.CustodyConfig {
 // modified once made.
 func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 	k := [2]uint64{t.Epoch, t.Hop}
-	for _, c := range n.raws[k] {
+	for _, c := range n.walk.raws[k] {
 		if c.tok.Run == t.Run && c.tok.Walk == t.Walk && store.EqualBits(c.tok.Z, t.Z) && store.EqualBits(c.tok.Zhat, t.Zhat) && bytes.Equal(c.ev, ev) {
 			return c.raw
 		}
@@ -141,12 +141,12 @@ func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 // a checkpoint is written back with the bytes it was read from (an encoding of an
 // earlier build may differ, e.g. hold no evidence trailer).
 func (n *Node) keepRaw(t walk.Token, ev, raw []byte) {
-	if n.raws == nil || len(n.raws) > 4*walk.MaxBackups(n.cfg.Depth) {
-		n.raws = map[[2]uint64][]rawEntry{}
+	if n.walk.raws == nil || len(n.walk.raws) > 4*walk.MaxBackups(n.cfg.Depth) {
+		n.walk.raws = map[[2]uint64][]rawEntry{}
 	}
 	k := [2]uint64{t.Epoch, t.Hop}
 	t.Z, t.Zhat = slices.Clone(t.Z), slices.Clone(t.Zhat)
-	n.raws[k] = append(n.raws[k], rawEntry{tok: t, ev: slices.Clone(ev), raw: raw})
+	n.walk.raws[k] = append(n.walk.raws[k], rawEntry{tok: t, ev: slices.Clone(ev), raw: raw})
 }
 
 // rawEntry is a token and its held encoding (rawOf).
@@ -158,7 +158,7 @@ type rawEntry struct {
 
 // checkpointFrom writes the custody snapshot s into the checkpoint's custody fields.
 func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
-	c := &n.ckpt
+	c := &n.walk.ckpt
 	c.Fence = nil
 	if s.Fence != nil {
 		f := store.Mark(*s.Fence)
@@ -300,31 +300,31 @@ func (r refusal) Error() string {
 
 // input gives the custody machine one input and applies the Readies that follow
 // (drain). It returns the machine's error for the input; an error applying a Ready (the
-// ledger or a journal cannot be written) is kept in n.fatal and stops the loop before
+// ledger or a journal cannot be written) is kept in n.walk.fatal and stops the loop before
 // anything more is sent.
 func (n *Node) input(ctx context.Context, in CustodyInput) error {
 	var err error
 	switch in.Kind {
 	case "start":
-		err = n.cust.Start(in.Token)
+		err = n.walk.cust.Start(in.Token)
 	case "handover":
-		err = n.cust.Handover(in.Peer, in.Token)
+		err = n.walk.cust.Handover(in.Peer, in.Token)
 	case "step":
-		err = n.cust.Step(in.Msg)
+		err = n.walk.cust.Step(in.Msg)
 	case "down":
-		n.cust.PeerDown(in.Peer)
+		n.walk.cust.PeerDown(in.Peer)
 	case "up":
-		n.cust.PeerUp(in.Peer)
+		n.walk.cust.PeerUp(in.Peer)
 	case "tick":
-		n.cust.TickTo(in.Tick)
+		n.walk.cust.TickTo(in.Tick)
 	case "stop":
-		n.cust.Stop()
+		n.walk.cust.Stop()
 	case "final":
-		if r := n.cust.StepFinal(in.Peer, in.Epoch, in.Hop); r != walk.RefuseNone {
+		if r := n.walk.cust.StepFinal(in.Peer, in.Epoch, in.Hop); r != walk.RefuseNone {
 			err = refusal(r)
 		}
 	case "restore":
-		err = n.cust.Restore(in.Walk, *in.Snapshot)
+		err = n.walk.cust.Restore(in.Walk, *in.Snapshot)
 	default:
 		return fmt.Errorf("node: unknown custody input %q", in.Kind)
 	}
@@ -337,16 +337,16 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 func (n *Node) drain(ctx context.Context, in *CustodyInput) {
 	var rds []walk.CustodyReady
 	fx := walkFx{n: n, ctx: ctx, in: in}
-	for n.fatal == nil && n.wk.HasReady() {
+	for n.walk.fatal == nil && n.walk.wk.HasReady() {
 		if n.custodyTrace != nil {
-			rds = append(rds, copyReady(n.cust.Ready()))
+			rds = append(rds, copyReady(n.walk.cust.Ready()))
 		}
-		if err := n.wk.Apply(fx); err != nil {
-			n.fatal = err // nothing of this Ready was sent: the loop stops
+		if err := n.walk.wk.Apply(fx); err != nil {
+			n.walk.fatal = err // nothing of this Ready was sent: the loop stops
 			break
 		}
 	}
-	n.holding.Store(n.cust.Holding())
+	n.holding.Store(n.walk.cust.Holding())
 	if n.custodyTrace != nil && in != nil {
 		n.custodyTrace(*in, rds)
 	}
@@ -400,21 +400,21 @@ func (f walkFx) Persist(r drive.WalkRecord) error {
 		}
 	}
 	if r.Stepped {
-		n.ckpt.Epoch, n.ckpt.Hop = r.Epoch, r.Hop // the token processed
+		n.walk.ckpt.Epoch, n.walk.ckpt.Hop = r.Epoch, r.Hop // the token processed
 	}
 	if st := r.State; st != nil {
-		n.ckpt.Updates, n.ckpt.U = st.Updates, append(n.ckpt.U[:0], st.U...)
+		n.walk.ckpt.Updates, n.walk.ckpt.U = st.Updates, append(n.walk.ckpt.U[:0], st.U...)
 		n.metrics.nupd.Store(int64(st.Updates))
-		if n.hopSrc != nil {
-			n.ckpt.HopSource, _ = n.hopSrc.MarshalBinary()
-			n.ckpt.NoiseSource, _ = n.noiseSrc.MarshalBinary()
+		if n.walk.hopSrc != nil {
+			n.walk.ckpt.HopSource, _ = n.walk.hopSrc.MarshalBinary()
+			n.walk.ckpt.NoiseSource, _ = n.walk.noiseSrc.MarshalBinary()
 		}
 	}
 	if r.Custody != nil {
 		n.checkpointFrom(*r.Custody)
 	}
 	if r.State != nil || r.Custody != nil {
-		if err := n.store.SaveCheckpoint(&n.ckpt); err != nil {
+		if err := n.store.SaveCheckpoint(&n.walk.ckpt); err != nil {
 			return fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
 		}
 	}
@@ -440,7 +440,7 @@ func (f walkFx) Final(fin *walk.CustodyFinal) error { return f.n.releaseFinal(f.
 
 // answer maps the machine's ack of the hand-off being served to its one-byte code.
 func (n *Node) answer(m walk.CustodyMsg) {
-	c := n.cur
+	c := n.walk.cur
 	if c == nil || c.replied || c.idx != m.To || c.tok.Epoch != m.Epoch || c.tok.Hop != m.Hop {
 		return
 	}
@@ -477,7 +477,7 @@ func (n *Node) releaseFinal(ctx context.Context, f *walk.CustodyFinal) error {
 	m.Cert = fc
 	n.noteLineage(m)
 	n.keepFinal(m, finalMark(tok.Epoch, tok.Hop, tok.Z))
-	n.finalCert = fc
+	n.fin.cert = fc
 	if err := n.publish(ctx, ctlMsg{Type: "final", Run: n.cfg.Run, Hash: n.hash, Hop: tok.Hop, Epoch: tok.Epoch, Model: tok.Z, Cert: fc}); err != nil {
 		n.log.Warn().Err(err).Msg("cannot publish the final model")
 	}
@@ -496,13 +496,13 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 	for _, e := range evs {
 		switch e.Kind {
 		case walk.CustodyAccepted:
-			if n.seen && e.Epoch > n.acceptedEpoch.Load() {
+			if n.walk.seen && e.Epoch > n.acceptedEpoch.Load() {
 				n.ownAnomalies.Add(1) // a new lineage: a rewind or a regeneration elsewhere
 			}
 			if e.Epoch > n.acceptedEpoch.Load() {
 				n.acceptedEpoch.Store(e.Epoch)
 			}
-			n.seen = true
+			n.walk.seen = true
 			n.lastHop.Store(e.Hop)
 			if e.Peer >= 0 {
 				n.hopsIn.Add(1)
@@ -522,12 +522,12 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 		case walk.CustodyFenced:
 			n.metrics.ignored.Inc()
 			n.metrics.custody.WithLabelValues("fenced").Inc()
-			f := n.ckpt.Fence
+			f := n.walk.ckpt.Fence
 			if f == nil {
 				f = &store.Mark{}
 			}
 			n.log.Info().Str("verdict", wire.Ignore.String()).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.cust.Epoch()).
+				Uint64("fence_epoch", f.Epoch).Uint64("fence_hop", f.Hop).Uint64("max_epoch", n.walk.cust.Epoch()).
 				Msg("hand-off fenced: not above the highest token accepted or released here")
 		case walk.CustodyDuplicate:
 			n.log.Debug().Uint64("hop", e.Hop).Msg("duplicate hand-off (lost ack): acked again")
@@ -555,7 +555,7 @@ func (n *Node) noteEvents(evs []walk.CustodyEvent, in *CustodyInput) {
 			n.startAskFinal()
 			n.ownResends.Add(1)
 			n.metrics.custody.WithLabelValues("fallback").Inc()
-			n.log.Warn().Dur("silent_for", n.tickDur(n.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
+			n.log.Warn().Dur("silent_for", n.tickDur(n.walk.cust.FallbackTimeout())).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
 				Msg("slow fallback: no token, ack or release for the fallback timeout; re-sending this node's last release under a new epoch")
 		case walk.CustodyDropped:
 			n.metrics.custody.WithLabelValues("released").Inc()
@@ -590,7 +590,7 @@ func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
 		n.metrics.rejected.WithLabelValues("epoch").Inc()
 		n.limitedLog(zerolog.WarnLevel, "epoch").Str("from", from).Uint64("epoch", e.Epoch).
 			Msg(fmt.Sprintf("hand-off refused: its epoch exceeds %d or lies more than %d above the highest epoch seen here (%d)",
-				MaxEpoch, walk.EpochWindow(len(n.members)), n.cust.Epoch()))
+				MaxEpoch, walk.EpochWindow(len(n.members)), n.walk.cust.Epoch()))
 	case walk.RefuseEvicted:
 		n.reject(n.log.With().Str("from", from).Logger(), "evicted", "sender was evicted for implausible epochs")
 	case walk.RefuseEvidence:
@@ -609,13 +609,13 @@ func (n *Node) noteRefusal(e walk.CustodyEvent, from string) {
 	case walk.RefuseBusy:
 		// Not a fault of the sender: it keeps the token and tries again (debug level).
 		n.limitedLog(zerolog.DebugLevel, "busy").Str("from", from).Uint64("epoch", e.Epoch).Uint64("hop", e.Hop).
-			Bool("stopping", n.cust.Stopping()).Bool("paused", n.cust.Paused()).Msg("hand-off answered busy: this node takes no token now")
+			Bool("stopping", n.walk.cust.Stopping()).Bool("paused", n.walk.cust.Paused()).Msg("hand-off answered busy: this node takes no token now")
 	}
 }
 
 // notePaused marks the node paused at a hop (fault injection, CustodyPaused).
 func (n *Node) notePaused(e walk.CustodyEvent) {
-	if c := n.cur; c != nil && c.written != nil {
+	if c := n.walk.cur; c != nil && c.written != nil {
 		// Report the pause only once the ack is on its way, so that a harness that
 		// kills the node on seeing it does not make the sender redirect.
 		select {
@@ -849,7 +849,7 @@ func (n *Node) handleRelease(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	lg := n.log.With().Str("from", shortID(from)).Logger()
 	n.mu.Lock()
-	ready := n.cust != nil
+	ready := n.walk.cust != nil
 	n.mu.Unlock()
 	if !ready {
 		s.Reset()

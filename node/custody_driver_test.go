@@ -300,7 +300,7 @@ func replayCustody(t *testing.T, nd *Node, d *consensus.Dataset, ms []peer.ID, r
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := walk.NewCustody(wc, ll, d.Cols, nd.custodyConfig(nd.custSeed))
+	m, err := walk.NewCustody(wc, ll, d.Cols, nd.custodyConfig(nd.walk.custSeed))
 	if err != nil {
 		t.Fatal(err)
 	}

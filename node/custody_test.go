@@ -94,7 +94,7 @@ func TestMarkOrder(t *testing.T) {
 		fixMembers(t, n, n.cfg.Members)
 		for _, c := range cases {
 			want := c.want && c.m.Epoch >= maxEpoch
-			if got := n.cust.Accepts(c.m.Epoch, c.m.Hop, c.m.Digest); got != want {
+			if got := n.walk.cust.Accepts(c.m.Epoch, c.m.Hop, c.m.Digest); got != want {
 				t.Errorf("max epoch %d: accepts(%+v) = %v, want %v", maxEpoch, c.m, got, want)
 			}
 			if c.m.Cmp(fence) > 0 != c.want {
@@ -102,7 +102,7 @@ func TestMarkOrder(t *testing.T) {
 			}
 		}
 		// Created epoch 3 (a regeneration) without a token above in the fence.
-		if maxEpoch == 3 && n.cust.Accepts(2, 50, 0) {
+		if maxEpoch == 3 && n.walk.cust.Accepts(2, 50, 0) {
 			t.Error("accepted a token below the highest epoch created here")
 		}
 	}
@@ -291,7 +291,7 @@ func custodyNode(t *testing.T, ctx context.Context, run string, n int, mut func(
 		}
 	}
 	fixMembers(t, nodes[0], nodes[0].cfg.Members)
-	nodes[0].t0 = time.Now()
+	nodes[0].walk.t0 = time.Now()
 	return nodes, sh[0].Cols
 }
 
@@ -351,18 +351,18 @@ func TestRegenerateCharges(t *testing.T) {
 		t.Fatalf("regenerated events %v", n.CustodyEvents("regenerated"))
 	}
 	// The fence now refuses the old lineage at any hop.
-	if n.cust.Accepts(5, 100, 0) || !n.cust.Accepts(6, 5, 0) {
+	if n.walk.cust.Accepts(5, 100, 0) || !n.walk.cust.Accepts(6, 5, 0) {
 		t.Fatal("fence after regeneration")
 	}
 	// An unacked backup whose recipient goes down while no other member is live waits
 	// for one: no regeneration, no entry.
-	s := n.cust.Snapshot()
+	s := n.walk.cust.Snapshot()
 	s.Backups = []walk.CustodyBackup{{Token: tok, To: 2, Pred: -1}}
 	if err := n.input(ctx, CustodyInput{Kind: "restore", Snapshot: &s}); err != nil {
 		t.Fatal(err)
 	}
 	n.input(ctx, CustodyInput{Kind: "down", Peer: 2})
-	if bs := n.cust.Backups(); len(bs) != 1 || bs[0].Epoch != 2 || !bs[0].Pending || n.store.Entries() != before+1 {
+	if bs := n.walk.cust.Backups(); len(bs) != 1 || bs[0].Epoch != 2 || !bs[0].Pending || n.store.Entries() != before+1 {
 		t.Fatalf("unacked backup with no live member: %+v, %d new entries", bs, n.store.Entries()-before)
 	}
 	if ckp := savedCheckpoint(t, n); len(ckp.Backups) != 1 || ckp.Backups[0].To != "" {
@@ -436,7 +436,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if code := admit(mk(0, 4, 9)); code != wire.AckStale {
 		t.Fatalf("lower hop: %d, want stale", code)
 	}
-	if len(n.cust.Backups()) == 0 {
+	if len(n.walk.cust.Backups()) == 0 {
 		t.Fatal("no backup of the release")
 	}
 	// A higher epoch is taken and the backups of epoch 0 go.
@@ -453,7 +453,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	}
 	// wire.Release chain with depth 3: ack -> distance 1; release 2 -> kept; release 3 ->
 	// dropped. Releases from a member other than the recipient count for nothing.
-	bs := n.cust.Backups()
+	bs := n.walk.cust.Backups()
 	b := bs[len(bs)-1]
 	if b.Acked || b.Epoch != 1 {
 		t.Fatalf("backup of the epoch-1 release: %+v", b)
@@ -462,7 +462,7 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	other := nodes[3-b.To].ID()
 	n.onSent(ctx, sendResult{to: to, idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: wire.AckOK})
 	find := func() (walk.BackupInfo, bool) {
-		for _, x := range n.cust.Backups() {
+		for _, x := range n.walk.cust.Backups() {
 			if x.Epoch == b.Epoch && x.Hop == b.Hop {
 				return x, true
 			}
@@ -478,21 +478,21 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	}
 	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
 	if x, ok := find(); !ok || x.Dist != 2 {
-		t.Fatalf("after release 2: %+v", n.cust.Backups())
+		t.Fatalf("after release 2: %+v", n.walk.cust.Backups())
 	}
 	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}})
 	if _, ok := find(); ok {
-		t.Fatalf("backup kept at depth 3: %+v", n.cust.Backups())
+		t.Fatalf("backup kept at depth 3: %+v", n.walk.cust.Backups())
 	}
 	// A stale ack drops the backup of the next release (the lineage is retired).
 	if code := admit(mk(2, 10, 7)); code != wire.AckOK {
 		t.Fatalf("epoch 2: %d", code)
 	}
-	bs = n.cust.Backups()
+	bs = n.walk.cust.Backups()
 	b = bs[len(bs)-1]
 	n.onSent(ctx, sendResult{to: nodes[b.To].ID(), idx: b.To, epoch: b.Epoch, hop: b.Hop, attempt: n.attemptOf(b.Epoch, b.Hop).Load(), code: wire.AckStale})
 	if _, ok := find(); ok || n.CustodyEvents("fenced_out") != 1 {
-		t.Fatalf("fenced release kept: %+v", n.cust.Backups())
+		t.Fatalf("fenced release kept: %+v", n.walk.cust.Backups())
 	}
 }
 

@@ -28,16 +28,16 @@ func tickOf(c Config) time.Duration {
 
 // ticks returns d in ticks, rounded up, at least 1.
 func (n *Node) ticks(d time.Duration) int {
-	t := (d + n.tick - 1) / n.tick
+	t := (d + n.walk.tick - 1) / n.walk.tick
 	return int(min(max(t, 1), math.MaxInt32))
 }
 
 // tickDur returns t ticks as a duration.
 func (n *Node) tickDur(t int64) time.Duration {
-	if t > int64(math.MaxInt64/n.tick) {
+	if t > int64(math.MaxInt64/n.walk.tick) {
 		return math.MaxInt64
 	}
-	return time.Duration(t) * n.tick
+	return time.Duration(t) * n.walk.tick
 }
 
 // fallbackFloor is the shortest derived fallback timeout: twice the time a regeneration
@@ -54,8 +54,8 @@ func (n *Node) fallbackFloor() time.Duration {
 // hopTime is the slowest time per hop observed here between two visits of one lineage
 // (the machine's ticks per hop).
 func (n *Node) hopTime() time.Duration {
-	if n.cust == nil {
+	if n.walk.cust == nil {
 		return 0
 	}
-	return time.Duration(n.cust.HopTicks() * float64(n.tick))
+	return time.Duration(n.walk.cust.HopTicks() * float64(n.walk.tick))
 }

@@ -52,7 +52,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 		fc := certFor(t, signer, idx, "final", epoch, hops, z, from)
 		return finalMsg{from: from, m: ctlMsg{Type: "final", Run: "final", Hash: n.hash, Hop: hops, Epoch: epoch, Model: z, Cert: fc}}
 	}
-	reset := func() { n.model, n.finalMk = nil, store.Mark{} }
+	reset := func() { n.fin.model, n.fin.mark = nil, store.Mark{} }
 	// Same epoch, different z: the winner is the higher digest of z.
 	za, zb := vec(1), vec(2)
 	hiID := p1 // equal marks: the higher peer ID (string form) is kept
@@ -85,7 +85,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, order %d: %v", c.name, order, err)
 			}
-			m := n.model
+			m := n.fin.model
 			if !sameBits(m.Model, c.want) || m.ReleasedBy != c.wantFrom.String() || m.Epoch != c.epoch || m.Hops != hops {
 				t.Fatalf("%s, order %d: kept %v from %s epoch %d, want %v from %s epoch %d", c.name, order,
 					m.Model, shortID(peer.ID(m.ReleasedBy)), m.Epoch, c.want, shortID(c.wantFrom), c.epoch)
@@ -93,12 +93,12 @@ func TestFinalKeepsHighest(t *testing.T) {
 			if wantSecond := pair[1].from == c.wantFrom && sameBits(pair[1].m.Model, c.want); second != wantSecond {
 				t.Fatalf("%s, order %d: second final kept = %v, want %v", c.name, order, second, wantSecond)
 			}
-			if n.finalMk != (store.Mark{Epoch: c.epoch, Hop: hops, Digest: zDigest(c.want)}) {
-				t.Fatalf("%s: kept mark %+v", c.name, n.finalMk)
+			if n.fin.mark != (store.Mark{Epoch: c.epoch, Hop: hops, Digest: zDigest(c.want)}) {
+				t.Fatalf("%s: kept mark %+v", c.name, n.fin.mark)
 			}
 			// A republication of either changes nothing.
 			for _, f := range pair {
-				if ok, err := n.acceptFinal(f); ok || err != nil || !sameBits(n.model.Model, c.want) {
+				if ok, err := n.acceptFinal(f); ok || err != nil || !sameBits(n.fin.model.Model, c.want) {
 					t.Fatalf("%s: republication changed the kept model (%v, %v)", c.name, ok, err)
 				}
 			}
@@ -126,7 +126,7 @@ func TestFinalKeepsHighest(t *testing.T) {
 			t.Errorf("%s: accepted (%v)", name, err)
 		}
 	}
-	if !sameBits(n.model.Model, vec(1)) || n.model.ReleasedBy != p1.String() {
+	if !sameBits(n.fin.model.Model, vec(1)) || n.fin.model.ReleasedBy != p1.String() {
 		t.Fatal("an invalid final replaced the kept model")
 	}
 
@@ -139,21 +139,21 @@ func TestFinalKeepsHighest(t *testing.T) {
 	for _, order := range [][2]uint64{{4, 5}, {5, 4}} {
 		reset()
 		n.keepFinal(n.newModel(vec(10), order[0], hops, n.ID()), finalMark(order[0], hops, vec(10)))
-		n.final <- fin(p1, order[1], vec(11))
+		n.fin.in <- fin(p1, order[1], vec(11))
 		n.settleFinal(ctx)
 		want, by := vec(10), n.ID()
 		if order[1] > order[0] {
 			want, by = vec(11), p1
 		}
-		if !sameBits(n.model.Model, want) || n.model.ReleasedBy != by.String() {
-			t.Fatalf("after the end window (own epoch %d, other %d): kept %v from %s", order[0], order[1], n.model.Model, n.model.ReleasedBy)
+		if !sameBits(n.fin.model.Model, want) || n.fin.model.ReleasedBy != by.String() {
+			t.Fatalf("after the end window (own epoch %d, other %d): kept %v from %s", order[0], order[1], n.fin.model.Model, n.fin.model.ReleasedBy)
 		}
 	}
 	reset()
 	n.keepFinal(n.newModel(vec(10), 4, hops, n.ID()), finalMark(4, hops, vec(10)))
-	n.final <- fin(p2, 6, vec(12))
-	if !n.republishFinal(ctx) || n.model.ReleasedBy != p2.String() || n.model.Epoch != 6 {
-		t.Fatalf("republication not superseded by a higher final: %+v", n.model)
+	n.fin.in <- fin(p2, 6, vec(12))
+	if !n.republishFinal(ctx) || n.fin.model.ReleasedBy != p2.String() || n.fin.model.Epoch != 6 {
+		t.Fatalf("republication not superseded by a higher final: %+v", n.fin.model)
 	}
 }
 
@@ -176,7 +176,7 @@ func TestFinalPushedDirectly(t *testing.T) {
 		Cert: certFor(t, recv, 0, "push", 2, hops, z, send.ID())}
 	send.pushFinal(ctx, recv.ID(), marshal(good))
 	select {
-	case f := <-recv.final:
+	case f := <-recv.fin.in:
 		if f.from != send.ID() || f.m.Epoch != 2 || len(f.m.Model) != len(z) || f.m.Model[3] != z[3] {
 			t.Fatalf("pushed final arrived as %+v from %s", f.m, f.from)
 		}
@@ -199,7 +199,7 @@ func TestFinalPushedDirectly(t *testing.T) {
 	} {
 		send.pushFinal(ctx, recv.ID(), raw)
 		select {
-		case f := <-recv.final:
+		case f := <-recv.fin.in:
 			t.Fatalf("%s push reached the loop: %+v", name, f.m)
 		case <-time.After(100 * time.Millisecond):
 		}

@@ -230,9 +230,9 @@ func TestFallbackTimeoutDerived(t *testing.T) {
 		Training:    Training{Hops: 100},
 		Reliability: Reliability{AckTimeout: 10 * time.Second, Heartbeat: time.Second, HeartbeatMisses: 15, Depth: 8},
 	}
-	n := &Node{cfg: c, tick: tickOf(c)}
-	if n.tick != 100*time.Millisecond {
-		t.Fatalf("tick %v, want 100ms (AckTimeout/100)", n.tick)
+	n := &Node{cfg: c, walk: walkState{tick: tickOf(c)}}
+	if n.walk.tick != 100*time.Millisecond {
+		t.Fatalf("tick %v, want 100ms (AckTimeout/100)", n.walk.tick)
 	}
 	cc := n.custodyConfig([2]uint64{1, 2})
 	if cc.AckTimeout != 100 || cc.FallbackTimeout != 0 || cc.FallbackFloor != 500 || cc.Depth != 8 || cc.Hops != 100 {
@@ -251,7 +251,7 @@ func TestFallbackTimeoutDerived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.cust = m
+	n.walk.cust = m
 	if got := n.tickDur(m.FallbackTimeout()); got != 50*time.Second {
 		t.Fatalf("before any visit: %v, want the floor 50s", got)
 	}
@@ -357,7 +357,7 @@ func TestFallbackCharges(t *testing.T) {
 		(b.To != nodes[1].ID().String() && b.To != nodes[2].ID().String()) {
 		t.Fatalf("forward entry %+v for a fallback to %s", e, b.To)
 	}
-	if ck.MaxEpoch != 5 || n.cust.Accepts(4, 99, 0) {
+	if ck.MaxEpoch != 5 || n.walk.cust.Accepts(4, 99, 0) {
 		t.Fatal("the fence does not cover the fallback epoch")
 	}
 	deadline := time.Now().Add(20 * time.Second)

@@ -360,10 +360,10 @@ func (n *Node) keepPrevLink(epoch, hop uint64, sender int, l *FinalLink) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.prevLinks == nil || len(n.prevLinks) >= 16 {
-		n.prevLinks = map[[3]uint64]*FinalLink{}
+	if n.fin.prevLinks == nil || len(n.fin.prevLinks) >= 16 {
+		n.fin.prevLinks = map[[3]uint64]*FinalLink{}
 	}
-	n.prevLinks[[3]uint64{epoch, hop, uint64(sender)}] = l
+	n.fin.prevLinks[[3]uint64{epoch, hop, uint64(sender)}] = l
 }
 
 // prevLink returns the link kept for the hand-off of (epoch, hop) by member sender, nil
@@ -371,5 +371,5 @@ func (n *Node) keepPrevLink(epoch, hop uint64, sender int, l *FinalLink) {
 func (n *Node) prevLink(epoch, hop uint64, sender int) *FinalLink {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.prevLinks[[3]uint64{epoch, hop, uint64(sender)}]
+	return n.fin.prevLinks[[3]uint64{epoch, hop, uint64(sender)}]
 }

@@ -69,7 +69,7 @@ func (n *Node) beat(ctx context.Context, p peer.ID) {
 func (n *Node) handleAlive(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	n.mu.Lock()
-	ready := n.cust != nil
+	ready := n.walk.cust != nil
 	n.mu.Unlock()
 	if !ready {
 		s.Reset() // membership not fixed yet: the sender reopens on its next beat

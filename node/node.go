@@ -45,6 +45,40 @@ import (
 
 // Node is one dpadmm node: a libp2p host, the control plane, the durable store and the
 // runtime loop that owns the walk machine.
+// walkState is the state the walk run's loop owns: only the goroutine of runLoop reads
+// and writes it. cust holds every custody rule (custody.go); the loop maps its Ready to
+// the journals and the wire, and wall-clock time to its ticks (fallback.go).
+type walkState struct {
+	cust     *walk.Custody
+	wk       *drive.Walk // cust's adapter: applies its Readies through walkFx
+	custSeed [2]uint64   // seed of cust's re-send source
+	tick     time.Duration
+	t0       time.Time                // tick 0 of the loop's clock
+	raws     map[[2]uint64][]rawEntry // encodings of tokens (rawOf)
+	cur      *inbound                 // the hand-off being served: its ack is the machine's
+	fatal    error                    // a Ready could not be applied: the loop stops
+	ckpt     store.Checkpoint
+	seen     bool
+	// seeded generators (Config.Sources), checkpointed after every step
+	hopSrc, noiseSrc *rand.PCG
+}
+
+// finalExchange is the state of the final-model exchange (control.go, fallback_final.go,
+// rejoin.go): the final model this node holds and the evidence it publishes with it, the
+// finals other members push or publish, the members that confirmed it, and the evidence
+// of the hand-offs of hop K.
+type finalExchange struct {
+	in    chan finalMsg // finals pushed (FinalProtocol) or published, for the loop and the end window
+	model *Model
+	mark  store.Mark // (epoch, hop, digest of z) of model, to keep the highest final
+	// cert is the evidence published with this node's final model.
+	cert     *FinalCert
+	doneFrom map[peer.ID]bool
+	// prevLinks holds the evidence shown with hand-offs of hop K (n.mu).
+	prevLinks map[[3]uint64]*FinalLink
+	asking    atomic.Bool // askFinal is running (startAskFinal)
+}
+
 type Node struct {
 	cfg   Config
 	log   zerolog.Logger
@@ -60,11 +94,8 @@ type Node struct {
 	// origin is the member index of the node that creates the initial token (the static
 	// holder, or the starter): its first hand-offs carry no evidence (walk.CheckLineage).
 	origin int
-	// finalCert is the evidence published with this node's final model.
-	finalCert *FinalCert
 
 	in        chan inbound
-	final     chan finalMsg
 	start     chan startMsg
 	joins     chan joinMsg
 	sent      chan sendResult
@@ -74,7 +105,6 @@ type Node struct {
 	mismatchSeen map[string]bool // peer+hash of the mismatches logged (under mu)
 	startMsg     ctlMsg
 	initialTo    peer.ID
-	doneFrom     map[peer.ID]bool
 
 	mu      sync.Mutex // guards members, index, streams, status fields, alive, down
 	members []peer.ID
@@ -101,33 +131,19 @@ type Node struct {
 	// attempts holds the attempt counter of each release (attemptOf).
 	attempts sync.Map
 
-	// loop-owned state. cust holds every custody rule (custody.go); the loop maps its
-	// Ready to the journals and the wire, and wall-clock time to its ticks (fallback.go).
-	cust     *walk.Custody
-	wk       *drive.Walk // cust's adapter: applies its Readies through walkFx
-	custSeed [2]uint64   // seed of cust's re-send source
-	tick     time.Duration
-	t0       time.Time                // tick 0 of the loop's clock
-	raws     map[[2]uint64][]rawEntry // encodings of tokens (rawOf)
-	cur      *inbound                 // the hand-off being served: its ack is the machine's
-	fatal    error                    // a Ready could not be applied: the loop stops
-	ckpt     store.Checkpoint
-	seen     bool
-	model    *Model
-	finalMk  store.Mark // (epoch, hop, digest of z) of model, to keep the highest final
-	// seeded generators (Config.Sources), checkpointed after every step
-	hopSrc, noiseSrc *rand.PCG
+	// walk is the walk run's loop-owned state (walkState); fin the final-model exchange
+	// (finalExchange).
+	walk walkState
+	fin  finalExchange
 
-	metrics     *metrics
-	hopsIn      atomic.Uint64
-	lastHop     atomic.Uint64            // hop of the last token stored or processed here
-	holding     atomic.Bool              // a token is here: stored and not yet handed on and acked
-	paused      atomic.Bool              // PauseAtHop reached (walk.CustodyPaused)
-	askingFinal atomic.Bool              // askFinal is running (startAskFinal)
-	prevLinks   map[[3]uint64]*FinalLink // evidence shown with hand-offs of hop K (n.mu)
-	taken       map[int]uint64           // hand-offs taken from each member (n.mu; position.go)
-	lastTok     atomic.Int64             // unix nanoseconds of the last token processed here
-	budgetCap   atomic.Int64             // noisy updates the budget allows (-1 before the membership is fixed)
+	metrics   *metrics
+	hopsIn    atomic.Uint64
+	lastHop   atomic.Uint64  // hop of the last token stored or processed here
+	holding   atomic.Bool    // a token is here: stored and not yet handed on and acked
+	paused    atomic.Bool    // PauseAtHop reached (walk.CustodyPaused)
+	taken     map[int]uint64 // hand-offs taken from each member (n.mu; position.go)
+	lastTok   atomic.Int64   // unix nanoseconds of the last token processed here
+	budgetCap atomic.Int64   // noisy updates the budget allows (-1 before the membership is fixed)
 	// ownForwards counts this node's hops without a noisy update (at its cap or budget):
 	// any such forward voids the planned figure's condition that every hop is noisy.
 	ownForwards atomic.Uint64
@@ -212,12 +228,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger().Hook(newWarnLimit(logEvery, warnBurst)),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
-		in: make(chan inbound), final: make(chan finalMsg, 4), start: make(chan startMsg, 4),
+		in: make(chan inbound), start: make(chan startMsg, 4),
 		joins: make(chan joinMsg, 64), sent: make(chan sendResult, 16), announces: make(chan finalMsg, 16), mismatches: make(chan finalMsg, 16),
-		doneFrom: map[peer.ID]bool{}, alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
+		alive: map[peer.ID]time.Time{}, down: map[peer.ID]bool{},
 		rel:     make(chan relMsg, 16),
 		metrics: met, started: time.Now(), logLimit: newRateLimiter(logEvery), gater: gater,
-		key: key, relaySrc: relaySrc, tick: tickOf(cfg),
+		key: key, relaySrc: relaySrc,
+		walk: walkState{tick: tickOf(cfg)},
+		fin:  finalExchange{in: make(chan finalMsg, 4), doneFrom: map[peer.ID]bool{}},
 	}
 	n.metrics.registerNode(n)
 	gater.inUse = n.relayInUse
@@ -523,7 +541,7 @@ func (n *Node) Run(ctx context.Context) (_ *Model, err error) {
 	if err := n.membership(ctx); err != nil {
 		return nil, err
 	}
-	if n.cfg.RADMM == nil && n.cust != nil {
+	if n.cfg.RADMM == nil && n.walk.cust != nil {
 		if err := n.checkPosition(ctx); err != nil {
 			return nil, err
 		}
@@ -608,11 +626,11 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	}
 	var seed [16]byte
 	crand.Read(seed[:])
-	n.custSeed = [2]uint64{binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])}
+	n.walk.custSeed = [2]uint64{binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])}
 	n.mu.Lock()
 	n.members, n.index = append([]peer.ID(nil), ms...), idx
 	n.mu.Unlock()
-	cust, err := walk.NewCustody(wc, ll, c.Data.ModelDim(), n.custodyConfig(n.custSeed))
+	cust, err := walk.NewCustody(wc, ll, c.Data.ModelDim(), n.custodyConfig(n.walk.custSeed))
 	if err != nil {
 		return err
 	}
@@ -621,7 +639,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 		return err
 	}
 	n.mu.Lock()
-	n.cust, n.wk = cust, drive.NewWalk(cust)
+	n.walk.cust, n.walk.wk = cust, drive.NewWalk(cust)
 	n.mu.Unlock()
 	if restore != nil {
 		if err := cust.Restore(restore.Walk, *restore.Snapshot); err != nil {
@@ -650,11 +668,11 @@ func (n *Node) walkConfig(idx int, names []string) (walk.Config, error) {
 	var noise privacy.Noise
 	switch {
 	case c.Sources != nil:
-		n.hopSrc, n.noiseSrc = c.Sources(idx)
-		if n.hopSrc == nil || n.noiseSrc == nil {
+		n.walk.hopSrc, n.walk.noiseSrc = c.Sources(idx)
+		if n.walk.hopSrc == nil || n.walk.noiseSrc == nil {
 			return walk.Config{}, errors.New("node: Sources returned a nil generator")
 		}
-		r, noise = rand.New(n.hopSrc), privacy.NewNoiseFromRand(rand.New(n.noiseSrc))
+		r, noise = rand.New(n.walk.hopSrc), privacy.NewNoiseFromRand(rand.New(n.walk.noiseSrc))
 	case c.Rand != nil:
 		r = c.Rand(idx)
 	default:
@@ -765,26 +783,26 @@ func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.ckpt = store.Checkpoint{Run: c.Run, Node: idx}
+	n.walk.ckpt = store.Checkpoint{Run: c.Run, Node: idx}
 	var restore *CustodyInput
 	if ck != nil {
 		if ck.Run != c.Run || ck.Node != idx {
 			return nil, fmt.Errorf("node: checkpoint in %s is for run %q node %d, not run %q node %d; use a fresh --datadir", n.store.Dir, ck.Run, ck.Node, c.Run, idx)
 		}
-		if n.hopSrc != nil && len(ck.HopSource) > 0 {
-			if err := n.hopSrc.UnmarshalBinary(ck.HopSource); err != nil {
+		if n.walk.hopSrc != nil && len(ck.HopSource) > 0 {
+			if err := n.walk.hopSrc.UnmarshalBinary(ck.HopSource); err != nil {
 				return nil, fmt.Errorf("node: checkpoint: next-hop source: %w", err)
 			}
-			if err := n.noiseSrc.UnmarshalBinary(ck.NoiseSource); err != nil {
+			if err := n.walk.noiseSrc.UnmarshalBinary(ck.NoiseSource); err != nil {
 				return nil, fmt.Errorf("node: checkpoint: noise source: %w", err)
 			}
 		}
-		n.ckpt = *ck
+		n.walk.ckpt = *ck
 		snap := n.snapshotOf(ck)
 		restore = &CustodyInput{Kind: "restore", Snapshot: &snap, Walk: &walk.Checkpoint{Node: idx, Updates: ck.Updates, U: ck.U}}
 		n.metrics.nupd.Store(int64(ck.Updates))
 		n.lastHop.Store(ck.Hop) // the progress line's hop survives the restart
-		n.seen = true
+		n.walk.seen = true
 		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
 	}
 	// A token stored in the inbox and newer than the last one processed (it was acked, or
@@ -800,7 +818,7 @@ func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
 				}
 				n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
 				restore.Snapshot.Held = h
-				n.seen = true
+				n.walk.seen = true
 			}
 		}
 	}
@@ -923,7 +941,7 @@ func (n *Node) receive(lg zerolog.Logger, from peer.ID, b []byte) (byte, chan st
 		return wire.AckReject, nil
 	}
 	n.mu.Lock()
-	ready, end := n.cust != nil, n.loopEnd
+	ready, end := n.walk.cust != nil, n.loopEnd
 	n.mu.Unlock()
 	if !ready || isClosed(end) {
 		return wire.AckBusy, nil // not started, or the loop has ended (see quiesce)
@@ -984,10 +1002,10 @@ func isClosed(c <-chan struct{}) bool {
 // restart), one not above its fence is stale.
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
 	msg.idx = n.memberIndex(msg.from)
-	n.cur = &msg
+	n.walk.cur = &msg
 	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
 		Epoch: msg.tok.Epoch, Hop: msg.tok.Hop, Token: msg.tok, Evidence: heldEvidence(msg.raw), Shown: msg.ev}})
-	n.cur = nil
+	n.walk.cur = nil
 	if !msg.replied {
 		code := wire.AckBusy // the Ready could not be applied: not taken
 		if err != nil {
@@ -1002,9 +1020,9 @@ func (n *Node) onInbound(ctx context.Context, msg inbound) {
 // restart, starts the walk at its origin and then runs the runtime loop (runLoop) with
 // the walk's inputs (walkLoop) on the wall clock.
 func (n *Node) loop(ctx context.Context) (*Model, error) {
-	n.t0 = time.Now()
+	n.walk.t0 = time.Now()
 	n.drain(ctx, nil) // a token held at the restart is stepped now
-	if n.initialTo != "" && !n.seen && len(n.ckpt.Out) == 0 {
+	if n.initialTo != "" && !n.walk.seen && len(n.walk.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
 		if n.initialTo == n.ID() {
 			n.input(ctx, CustodyInput{Kind: "start", Token: n.initialToken()})
@@ -1013,7 +1031,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 			n.input(ctx, CustodyInput{Kind: "handover", Peer: n.memberIndex(n.initialTo), Token: n.initialToken()})
 		}
 	}
-	if n.cfg.Members != nil && n.index == n.cfg.Holder && !n.seen && len(n.ckpt.Out) == 0 {
+	if n.cfg.Members != nil && n.index == n.cfg.Holder && !n.walk.seen && len(n.walk.ckpt.Out) == 0 {
 		n.waitTopicPeers(ctx, 10*time.Second)
 		n.input(ctx, CustodyInput{Kind: "start", Token: n.initialToken()})
 	}
@@ -1023,7 +1041,7 @@ func (n *Node) loop(ctx context.Context) (*Model, error) {
 		defer t.Stop()
 		live = t.C
 	}
-	err := drive.RunLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, drive.WallClock{T0: n.t0, Tick: n.tick})
+	err := drive.RunLoop(ctx, walkLoop{n: n, ctx: ctx, live: live}, drive.WallClock{T0: n.walk.t0, Tick: n.walk.tick})
 	n.endLoop()
 	if err != nil {
 		return nil, err
@@ -1054,18 +1072,18 @@ type walkLoop struct {
 
 func (w walkLoop) Settle(context.Context) (bool, error) {
 	switch {
-	case w.n.fatal != nil:
-		return true, w.n.fatal
-	case w.n.model != nil:
+	case w.n.walk.fatal != nil:
+		return true, w.n.walk.fatal
+	case w.n.fin.model != nil:
 		return true, nil
 	}
 	return false, nil
 }
 
-func (w walkLoop) Deadline() (int64, bool) { return w.n.wk.NextDeadline() }
+func (w walkLoop) Deadline() (int64, bool) { return w.n.walk.wk.NextDeadline() }
 
 func (w walkLoop) TickTo(t int64) {
-	if t > w.n.cust.Now() {
+	if t > w.n.walk.cust.Now() {
 		w.n.input(w.ctx, CustodyInput{Kind: "tick", Tick: t})
 	}
 }
@@ -1085,7 +1103,7 @@ func (w walkLoop) Wait(ctx context.Context, timer <-chan time.Time) (func(), err
 	case <-w.live:
 		return func() { n.checkLiveness(ctx) }, nil
 	case <-timer:
-	case f := <-n.final:
+	case f := <-n.fin.in:
 		return func() { n.takeFinal(f) }, nil
 	case <-n.start: // membership already fixed
 	case <-n.announces:

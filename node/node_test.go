@@ -204,7 +204,7 @@ func TestStaticRunLoopback(t *testing.T) {
 		if err := json.Unmarshal(b, &onDisk); err != nil || !sameBits(onDisk.Model, want) {
 			t.Fatalf("node %d model.json: %v", i, err)
 		}
-		if onDisk.Privacy.Local.Theorem == "" || onDisk.Privacy.Updates != nodes[i].ckpt.Updates {
+		if onDisk.Privacy.Local.Theorem == "" || onDisk.Privacy.Updates != nodes[i].walk.ckpt.Updates {
 			t.Fatalf("node %d privacy report %+v", i, onDisk.Privacy)
 		}
 		es, err := nodes[i].Store().Ledger()
@@ -407,7 +407,7 @@ func TestRestartKeepsIdentityAndLedger(t *testing.T) {
 		t.Fatalf("ledger entries %d after restart, %d before", again.Store().Entries(), n0)
 	}
 	ck, err := again.Store().LoadCheckpoint()
-	if err != nil || ck == nil || ck.Updates != nodes[0].ckpt.Updates {
+	if err != nil || ck == nil || ck.Updates != nodes[0].walk.ckpt.Updates {
 		t.Fatalf("checkpoint after restart: %+v, %v", ck, err)
 	}
 	again.Close()

@@ -147,12 +147,12 @@ func (n *Node) resumeMembership(ctx context.Context) (bool, error) {
 	if err := n.fixMembers(ctx, ms, r.Total); err != nil {
 		return true, err
 	}
-	n.log.Warn().Int("members", len(ms)).Int("updates", n.ckpt.Updates).Int("ledger", n.store.Entries()).
+	n.log.Warn().Int("members", len(ms)).Int("updates", n.walk.ckpt.Updates).Int("ledger", n.store.Entries()).
 		Msg("rejoining the run this data directory took part in (membership from " + StartFile + ")")
 	if n.cfg.RADMM != nil {
 		return true, nil
 	}
-	if r.Starter == n.ID().String() && !n.seen && len(n.ckpt.Out) == 0 && n.store.Entries() == 0 {
+	if r.Starter == n.ID().String() && !n.walk.seen && len(n.walk.ckpt.Out) == 0 && n.store.Entries() == 0 {
 		// Stopped between the start message and the first hop: the initial token may not
 		// have left. A holder that has it answers duplicate or stale.
 		n.initialTo = ms[r.Holder]
@@ -164,7 +164,7 @@ func (n *Node) resumeMembership(ctx context.Context) (bool, error) {
 // startAskFinal starts askFinal once (a rejoining node, or a node whose slow fallback
 // fired), until the node has written model.json or it closes.
 func (n *Node) startAskFinal() {
-	if !n.askingFinal.CompareAndSwap(false, true) {
+	if !n.fin.asking.CompareAndSwap(false, true) {
 		return
 	}
 	n.mu.Lock()
@@ -196,7 +196,7 @@ func (n *Node) askFinal(ctx context.Context, ms []peer.ID) {
 			}
 			if f, ok := n.requestFinal(ctx, p, req); ok {
 				select {
-				case n.final <- f:
+				case n.fin.in <- f:
 				case <-ctx.Done():
 					return
 				case <-time.After(time.Second):

@@ -134,8 +134,8 @@ func TestFinalRequest(t *testing.T) {
 	if ok, err := asker.acceptFinal(f); !ok || err != nil {
 		t.Fatalf("answered final not accepted: %v", err)
 	}
-	if !sameBits(asker.model.Model, z) || asker.model.ReleasedBy != holder.ID().String() {
-		t.Fatalf("kept model %+v", asker.model)
+	if !sameBits(asker.fin.model.Model, z) || asker.fin.model.ReleasedBy != holder.ID().String() {
+		t.Fatalf("kept model %+v", asker.fin.model)
 	}
 	// A non-member gets nothing.
 	holder.mu.Lock()
