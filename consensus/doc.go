@@ -5,4 +5,10 @@
 //
 // The package is pure: no I/O other than reading dataset files handed to its loaders,
 // no clocks, no global randomness, no goroutines.
+//
+// Why it has more than 60 exported names: it is the data layer every other package
+// shares (datasets and their loaders, schemas, scalers, losses and regularisers, the
+// Newton and FISTA solvers and their options, synthetic data, splits, metrics); one
+// package keeps one definition of each, which the machines, the drivers and the command
+// line all use.
 package consensus

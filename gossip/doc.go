@@ -50,4 +50,10 @@
 // the dual sum at 0 and converges to the optimum.
 //
 // Privacy accounting is in privacy/objpert.go (Theorem V.1).
+//
+// Why it has more than 60 exported names: the R-ADMM family has several machines
+// (ADMM, R-ADMM, MR-ADMM, DVP, PVP, the M-ADMM-style baseline), each with its options,
+// events and Ready, plus the barrier policy (Exchange) and the set-up rule (Setup) the
+// simulator, the fault study and the node share; they are one package so that every
+// driver runs the same rules.
 package gossip

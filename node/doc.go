@@ -181,4 +181,9 @@
 // for the confirmation of a crashed member. The next-hop source is not checkpointed
 // without Config.Sources, so a restarted node's later choices differ from an
 // uninterrupted run.
+//
+// Why it has more than 60 exported names: it is the runtime's whole public surface for
+// the command line and the launchers: the configuration (grouped by concern), the model
+// and status documents (model.json, /status, their JSON types), the R-ADMM runtime, the
+// defaults and profiles, and the errors a caller tells apart with errors.Is.
 package node

@@ -14,4 +14,9 @@
 // strongly convex variant re-initialises the dual from it (the paper's accounting covers
 // neither, and its Theorem 1 has unspecified constants); see the privacy package's
 // lssgd.go.
+//
+// Why it has more than 60 exported names: the walk has two machines (Machine, the
+// step; Custody, custody and the fallback) whose inputs, Readies, events and snapshots
+// are exported for the drivers, the simulator and the transcript tests, plus the local
+// steps and their parameters, the lattice update and the budget rules.
 package walk

@@ -8,7 +8,8 @@ package walk
 // node from its membership) computes the weight here and nowhere else: the weight enters
 // the update and, through c_q = w_i/(q rows_i) of the gradient steps, the released token,
 // so two copies that round differently would make the simulator predict a run the nodes
-// do not make. TestLossWeightWrittenOnce keeps the expression in this file.
+// do not make. TestRulesWrittenOnce (testnet/rules_test.go) keeps the expression in this
+// file.
 //
 // It returns 0 for a degenerate membership (no member or no rows), which every loss
 // constructor refuses with its own error.

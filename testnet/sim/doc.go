@@ -8,7 +8,7 @@
 // It also holds what every report shares: the options and the report types (Report,
 // Privacy, the pairwise and budget sections, NetworkReport), the accounting of a run
 // (Account, the planned and realised pairwise matrices, their CSV and PNG), budgets, the
-// warnings about a run's settings, and the per-node ledger files. That is why it exports
-// more than 60 names: the report's JSON types are its API (docs/report-schema.md lists
+// warnings about a run's settings, and the per-node ledger files. That is why it has more than
+// 60 exported names: the report's JSON types are its API (docs/report-schema.md lists
 // their keys). It depends on no libp2p, no data directory and no network.
 package sim
