@@ -169,7 +169,7 @@ func GADMMCheck(cfg Config, loss *consensus.LocalLoss, dim int) (GADMMSetting, e
 	if cfg.Unit != privacy.UnitNode {
 		wt = loss.RowWeight()
 	}
-	st.Delta = 2 * wt * cfg.Clip
+	st.Delta = GADMMDelta(wt, cfg.Clip)
 	st.Sensitivity = s.Eta * st.Delta
 	st.ClipEff = cfg.Clip
 	if cfg.Sigma > 0 {
@@ -315,3 +315,9 @@ func GADMMBudgetCap(b Budget, p privacy.GADMMParams) (int, error) {
 		return e
 	}, b.Epsilon), nil
 }
+
+// GADMMDelta is the gradient step's sensitivity before its step size: 2 w C for the weight
+// w of what a neighbour may change (one row's c = w_i/m_i, or the node's w_i) and the clip
+// C of every example's gradient. The step releases eta GADMMDelta; the node, the simulator
+// and 'account plan' compute it here.
+func GADMMDelta(weight, clip float64) float64 { return 2 * weight * clip }

@@ -621,7 +621,7 @@ func planStep(stdout, stderr io.Writer, step walk.StepParams, a planStepArgs) er
 		// Without the data the smoothness bound is unknown: the plan assumes eta <= 1/nu
 		// (which 'dpadmm testnet' and every node check on the data), so that the verdict
 		// covers the other conditions.
-		r.GADMM = privacy.GADMMParams{Eta: step.Eta, Beta: step.Beta, Sensitivity: step.Eta * 2 * a.weight * a.clip, Nu: 1 / step.Eta}
+		r.GADMM = privacy.GADMMParams{Eta: step.Eta, Beta: step.Beta, Sensitivity: step.Eta * walk.GADMMDelta(a.weight, a.clip), Nu: 1 / step.Eta}
 	}
 	figure := func(s float64) float64 {
 		q := r
