@@ -183,6 +183,29 @@ func (p Problem) Validate() error {
 	return nil
 }
 
+// For returns p completed for a run on the training data train, for the walk (walk true)
+// or the neighbour-exchange family: the loss follows the label (three or more classes:
+// multinomial, which the neighbour exchange fits one-vs-rest, Theorem V.1 per block), the
+// multinomial regulariser acts per class block, and with an intercept (intercept true, or
+// train carries one) the walk leaves its coordinate unpenalised (Regularizer.Free) while
+// the neighbour exchange penalises it with the others (Theorem V.1 uses the regulariser's
+// strong convexity in every coordinate; see docs/models.md).
+func (p Problem) For(train *Dataset, intercept, walk bool) Problem {
+	p.Reg.Free = 0
+	if walk && (intercept || train.HasIntercept()) {
+		p.Reg.Free = 1
+	}
+	p.Loss = LossFor(train, p.Loss) // a label of 3+ classes: multinomial
+	if !walk && p.Loss == Multinomial {
+		p.Loss = LogisticOvR
+	}
+	p.Reg.Block = 0
+	if p.Loss == Multinomial {
+		p.Reg.Block = train.Cols // one weight vector, and intercept, per class
+	}
+	return p
+}
+
 // MeanLoss returns (1/Rows) * sum_r loss(x_r.w, y_r); it is 0 for an empty dataset.
 func (p Problem) MeanLoss(d *Dataset, w []float64) float64 {
 	if d.Rows == 0 {

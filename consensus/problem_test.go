@@ -320,3 +320,22 @@ func TestLossValueDeriv(t *testing.T) {
 		}
 	}
 }
+
+// TestProblemFor: the walk leaves the intercept unpenalised and fits three classes with
+// the multinomial loss per class block; the neighbour exchange penalises every coordinate
+// and fits them one-vs-rest.
+func TestProblemFor(t *testing.T) {
+	d := &Dataset{Rows: 3, Cols: 2, X: []float64{1, 0, 0, 1, 1, 1}, Y: []float64{0, 1, 2}, Classes: &Classes{List: []string{"a", "b", "c"}}}
+	base := Problem{Loss: Logistic, Reg: Regularizer{L2: 0.1, Free: 1, Block: 7}}
+	w := base.For(d, true, true)
+	if w.Loss != Multinomial || w.Reg.Free != 1 || w.Reg.Block != 2 {
+		t.Errorf("walk: %+v", w)
+	}
+	g := base.For(d, true, false)
+	if g.Loss != LogisticOvR || g.Reg.Free != 0 || g.Reg.Block != 0 {
+		t.Errorf("exchange: %+v", g)
+	}
+	if p := (Problem{Loss: Squared}).For(d, false, true); p.Reg.Free != 0 {
+		t.Errorf("no intercept: %+v", p)
+	}
+}

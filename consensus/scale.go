@@ -32,6 +32,27 @@ const (
 	ScaleStandardizeNorm     Scaling = "standardize+rownorm"
 )
 
+// ScaleAuto is the default scaling of a run ('dpadmm testnet' and 'dpadmm node'):
+// standardize+unitball with public parameters, else unitball, which needs none
+// (AutoScaler). It is not a Scaler's kind: AutoScaler resolves it to one.
+const ScaleAuto Scaling = "auto"
+
+// AutoScaler resolves ScaleAuto: standardize+unitball from the ranges of schema when there
+// is one, else fitted on public data that is public as a whole (the embedded data set;
+// nil: none), else unitball. how describes the choice for reports. The simulator and
+// every node resolve it alike, so they scale alike without sharing their rows.
+func AutoScaler(schema *Schema, public *Dataset) (sc *Scaler, how string, err error) {
+	switch {
+	case schema != nil:
+		sc, err = schema.Scaler(ScaleStandardizeUnitBall)
+		return sc, "standardize+unitball from the schema's ranges", err
+	case public != nil:
+		sc, err = FitScaler(public, ScaleStandardizeUnitBall)
+		return sc, "standardize+unitball (fitted on the whole public embedded data)", err
+	}
+	return &Scaler{Kind: ScaleUnitBall}, "unitball (no public scaling parameters: give --schema)", nil
+}
+
 // ParseScaling parses a scaling name; "" means "none".
 func ParseScaling(s string) (Scaling, error) {
 	switch k := Scaling(strings.ToLower(strings.TrimSpace(s))); k {

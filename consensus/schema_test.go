@@ -95,3 +95,21 @@ func TestDraftSchemaRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoScaler: the default scaling takes the schema's ranges first, then public data,
+// and is unitball without either.
+func TestAutoScaler(t *testing.T) {
+	lo, hi := 0.0, 10.0
+	s := &Schema{Label: "y", Features: []SchemaFeature{{Name: "x", Min: &lo, Max: &hi}}}
+	sc, how, err := AutoScaler(s, nil)
+	if err != nil || sc.Kind != ScaleStandardizeUnitBall || !strings.Contains(how, "schema") {
+		t.Fatalf("schema: %+v %q %v", sc, how, err)
+	}
+	pub := &Dataset{Rows: 2, Cols: 1, X: []float64{1, 3}, Y: []float64{0, 1}}
+	if sc, how, err = AutoScaler(nil, pub); err != nil || sc.Kind != ScaleStandardizeUnitBall || !strings.Contains(how, "public") {
+		t.Fatalf("public: %+v %q %v", sc, how, err)
+	}
+	if sc, _, err = AutoScaler(nil, nil); err != nil || sc.Kind != ScaleUnitBall {
+		t.Fatalf("none: %+v %v", sc, err)
+	}
+}

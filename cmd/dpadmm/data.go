@@ -17,10 +17,8 @@ import (
 	"github.com/dpadmm/dpadmm/testnet/sim"
 )
 
-// scaleAuto is the default --scale of testnet and node: standardize+unitball with public
-// parameters (the --schema's ranges, or the whole public embedded data), else unitball,
-// which needs none. The simulator and the nodes then scale alike.
-const scaleAuto consensus.Scaling = "auto"
+// scaleAuto is the default --scale of testnet and node (consensus.ScaleAuto).
+const scaleAuto = consensus.ScaleAuto
 
 // dataFlagConfig says which data flags a command has and their defaults.
 type dataFlagConfig struct {
@@ -472,24 +470,10 @@ func parseClasses(s string) (*consensus.Classes, error) {
 	return &consensus.Classes{List: parts}, nil
 }
 
-// problem returns prob for the loaded data: with an intercept, the walk leaves its
-// coordinate unpenalised (Regularizer.Free); a neighbour-exchange run penalises it with the
-// other coordinates (Theorem V.1 uses the regulariser's strong convexity in every
-// coordinate, see docs/models.md).
+// problem returns prob for the loaded data (consensus.Problem.For): the walk's or the
+// neighbour exchange's.
 func (ld *loadedData) problem(prob consensus.Problem, walk bool) consensus.Problem {
-	prob.Reg.Free = 0
-	if walk && (ld.scaler.HasIntercept() || ld.train.HasIntercept()) {
-		prob.Reg.Free = 1
-	}
-	prob.Loss = consensus.LossFor(ld.train, prob.Loss) // a label of 3+ classes: multinomial
-	if !walk && prob.Loss == consensus.Multinomial {
-		prob.Loss = consensus.LogisticOvR // the R-ADMM family: one-vs-rest (Theorem V.1 per block)
-	}
-	prob.Reg.Block = 0
-	if prob.Loss == consensus.Multinomial {
-		prob.Reg.Block = ld.train.Cols // one weight vector, and intercept, per class
-	}
-	return prob
+	return prob.For(ld.train, ld.scaler.HasIntercept(), walk)
 }
 
 // scaler resolves the scaling: --scale-file, else --scale (fitted on train when the
@@ -526,15 +510,15 @@ func (f *dataFlags) scaler(train, full *consensus.Dataset, schema *consensus.Sch
 		return req.run, string(req.run.Kind) + " (the run's, from model.json)", nil
 	}
 	if !scaleSet && req.run == nil && f.cfg.scale == scaleAuto {
-		switch {
-		case schema != nil:
-			s, err := schema.Scaler(consensus.ScaleStandardizeUnitBall)
-			return s, "standardize+unitball from the ranges of " + *f.schema, err
-		case f.embedded():
-			s, err := consensus.FitScaler(full, consensus.ScaleStandardizeUnitBall)
-			return s, "standardize+unitball (fitted on the whole public embedded data)", err
+		var public *consensus.Dataset
+		if f.embedded() {
+			public = full
 		}
-		return &consensus.Scaler{Kind: consensus.ScaleUnitBall}, "unitball (no public scaling parameters: give --schema)", nil
+		s, how, err := consensus.AutoScaler(schema, public)
+		if schema != nil {
+			how = "standardize+unitball from the ranges of " + *f.schema
+		}
+		return s, how, err
 	}
 	kind, err := consensus.ParseScaling(*f.scale)
 	if err != nil {
