@@ -251,7 +251,7 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 	g := testnet.DefaultGossipOptions()
 	g.Train, g.Test, g.Scaler, g.Nodes, g.Split, g.Seed, g.Delta = d.Train, d.Test, d.Scaler, row.Nodes, row.Split, row.Seed, o.Delta
 	g.Problem = d.Problem.For(d.Train, d.Scaler.HasIntercept(), false) // the neighbour exchange's
-	g.Problem.Reg.L2 = max(g.Problem.Reg.L2, 1e-2) // node.RADMMDefaultL2: Theorem V.1 divides by rho/N
+	g.Problem.Reg.L2 = max(g.Problem.Reg.L2, 1e-2)                     // node.RADMMDefaultL2: Theorem V.1 divides by rho/N
 	g.Algo, g.Graph = "radmm", "complete"
 	figure := func(alpha float64) (float64, error) {
 		p := g
