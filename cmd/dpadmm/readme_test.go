@@ -1193,14 +1193,14 @@ func TestREADMERepoPaths(t *testing.T) {
 	}
 }
 
-// TestREADMELength: the README stays a front door (at most 250 lines); the manual is in
+// TestREADMELength: the README stays a front door (under 250 lines); the manual is in
 // docs/.
 func TestREADMELength(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(b), "\n"); n > 250 {
-		t.Errorf("README.md has %d lines: move detail into docs/ (at most 250)", n)
+	if n := strings.Count(string(b), "\n"); n >= 250 {
+		t.Errorf("README.md has %d lines: move detail into docs/ (fewer than 250)", n)
 	}
 }
