@@ -7,6 +7,29 @@ import (
 	"strings"
 )
 
+// StepName names a local step of the walk: the one vocabulary of walk.StepKind (whose
+// String and Name return these), WalkRun.Step, the trace header's local_step and every
+// comparison in the accountants and drivers.
+type StepName string
+
+// The local steps of the walk.
+const (
+	// StepProx is Algorithm 4's exact prox ("" in a WalkRun means the same).
+	StepProx StepName = "prox"
+	// StepLinearized is one gradient step in place of the prox (the prox's figures).
+	StepLinearized StepName = "linearized"
+	// StepLSSGD is the Laplacian-smoothed subsampled DP-SGD step.
+	StepLSSGD StepName = "ls-sgd"
+	// StepSGD is the DP-SGD random walk.
+	StepSGD StepName = "sgd"
+	// StepGADMM is gradient ADMM with amplification by iteration.
+	StepGADMM StepName = "gadmm"
+)
+
+// ProxFigures reports whether s is accounted with the walk's own figures (Algorithm 4's
+// clipped u-update): the prox step ("" included) and the linearized step.
+func (s StepName) ProxFigures() bool { return s == "" || s == StepProx || s == StepLinearized }
+
 // The local figure of one node, for every walk step: which curve and bound apply is
 // decided here and nowhere else (the simulator's report, budgets, a node's /status and
 // model.json, 'dpadmm account' all call StepLocalCurve or StepLocalBound), as WalkDecide
