@@ -412,6 +412,10 @@ func gadmmSetWeight(steps []TraceStep, i int, obs []int, final bool, p GADMMPara
 // as one (a view is any state a member receives; members get weight 0), reported in
 // Coalitions. The cost is O(n K) time and O(n^2 + K) memory for K steps.
 func GADMMRealisedPairwise(tr *Trace, p GADMMParams, coalitions ...[]int) (*Realised, error) {
+	return gadmmRealisedPairwise(tr, p, nil, coalitions...)
+}
+
+func gadmmRealisedPairwise(tr *Trace, p GADMMParams, spread Spread, coalitions ...[]int) (*Realised, error) {
 	if tr == nil {
 		return nil, errors.New("privacy: gadmm realised pairwise: nil trace")
 	}
@@ -456,12 +460,11 @@ func GADMMRealisedPairwise(tr *Trace, p GADMMParams, coalitions ...[]int) (*Real
 	for t := range factor {
 		factor[t] = p.Factor(t)
 	}
-	last := make([]int, n)
 	// sweep adds to out[i] the weight of every node i outside the observer set: one
 	// backward pass keeps the first state at or after the current step that the observer
 	// receives (view) and, per node i, the end of the segment of i's contribution at the
 	// current step (the state before i's next contribution, or the last state).
-	sweep := func(member []bool, out []float64) {
+	sweep := func(member []bool, out []float64, last []int) {
 		view := -1
 		for i := range last {
 			last[i] = K - 1
@@ -488,24 +491,26 @@ func GADMMRealisedPairwise(tr *Trace, p GADMMParams, coalitions ...[]int) (*Real
 		}
 	}
 	w := make([]float64, n*n)
-	col := make([]float64, n)
-	member := make([]bool, n)
-	for j := 0; j < n; j++ {
-		member[j] = true
-		clear(col)
-		sweep(member, col)
-		for i, v := range col {
-			w[i*n+j] = v
+	spread.run(n, func(lo, hi int) {
+		col, member, last := make([]float64, n), make([]bool, n), make([]int, n)
+		for j := lo; j < hi; j++ {
+			member[j] = true
+			clear(col)
+			sweep(member, col, last)
+			for i, v := range col {
+				w[i*n+j] = v
+			}
+			member[j] = false
 		}
-		member[j] = false
-	}
+	})
+	member, last := make([]bool, n), make([]int, n)
 	var coal []CoalitionWeights
 	for _, members := range coalitions {
 		for _, v := range members {
 			member[v] = true
 		}
 		cw := CoalitionWeights{Members: append([]int(nil), members...), Weight: make([]float64, n)}
-		sweep(member, cw.Weight)
+		sweep(member, cw.Weight, last)
 		coal = append(coal, cw)
 		clear(member)
 	}

@@ -280,6 +280,25 @@ type Realised struct {
 // The cost is O(K n) time with K = len(Steps) (one backward sweep per observer, amortised
 // O(1) per step) and O(n^2 + K) memory. K must stay below 2^31.
 func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
+	return realisedPairwise(tr, nil, coalitions...)
+}
+
+// Spread runs f over the range [0, n), split into sub-ranges that it may run concurrently
+// (a driver's workers: this package starts no goroutine); each call of f touches only the
+// state of its own sub-range. The realised accountants sweep one observer per index, so a
+// spread result is the serial one to the last bit. nil runs f(0, n) in the caller.
+type Spread func(n int, f func(lo, hi int))
+
+// run calls f over [0, n) through sp, or serially when sp is nil.
+func (sp Spread) run(n int, f func(lo, hi int)) {
+	if sp == nil {
+		f(0, n)
+		return
+	}
+	sp(n, f)
+}
+
+func realisedPairwise(tr *Trace, spread Spread, coalitions ...[]int) (*Realised, error) {
 	if err := checkRealisedInput(tr, coalitions); err != nil {
 		return nil, err
 	}
@@ -331,14 +350,14 @@ func RealisedPairwise(tr *Trace, coalitions ...[]int) (*Realised, error) {
 			longest = d
 		}
 	}
-	sw := &sweeper{pool: make([]hullPt, longest+1), buf: make([]multi, longest+1), inv: make([]float64, longest+1)}
-	for x := 1; x <= int(longest); x++ {
-		sw.inv[x] = 1 / float64(x)
-	}
 	obs := make([]float64, n*n) // obs[j*n+i]: observer-major while sweeping
-	for j := 0; j < n; j++ {
-		sw.sweep(obs[j*n:(j+1)*n], code, gap, int32(j), nil, tr.FinalReleasedToAll)
-	}
+	spread.run(n, func(lo, hi int) {
+		sw := newSweeper(longest)
+		for j := lo; j < hi; j++ {
+			sw.sweep(obs[j*n:(j+1)*n], code, gap, int32(j), nil, tr.FinalReleasedToAll)
+		}
+	})
+	sw := newSweeper(longest)
 	w := make([]float64, n*n)
 	for j := 0; j < n; j++ {
 		row := obs[j*n : (j+1)*n]
@@ -416,6 +435,15 @@ type hullPt struct{ c, prev int32 }
 type multi struct{ L, next, v int32 }
 
 // sweeper holds the scratch of the per-observer sweeps, reused across observers.
+// newSweeper returns the scratch of a sweep over segments of at most longest noisy steps.
+func newSweeper(longest int32) *sweeper {
+	sw := &sweeper{pool: make([]hullPt, longest+1), buf: make([]multi, longest+1), inv: make([]float64, longest+1)}
+	for x := 1; x <= int(longest); x++ {
+		sw.inv[x] = 1 / float64(x)
+	}
+	return sw
+}
+
 type sweeper struct {
 	pool []hullPt  // pool[L]: the vertex of the update at index L of the current segment
 	buf  []multi   // the current segment's updates whose node has a later one in it

@@ -32,6 +32,10 @@ import (
 // scale must have one entry per step, each finite and > 0 (forward steps' entries are
 // ignored but must still be valid).
 func RealisedPairwiseScaled(tr *Trace, scale []float64, coalitions ...[]int) (*Realised, error) {
+	return realisedPairwiseScaled(tr, scale, nil, coalitions...)
+}
+
+func realisedPairwiseScaled(tr *Trace, scale []float64, spread Spread, coalitions ...[]int) (*Realised, error) {
 	if err := checkRealisedInput(tr, coalitions); err != nil {
 		return nil, err
 	}
@@ -50,21 +54,25 @@ func RealisedPairwiseScaled(tr *Trace, scale []float64, coalitions ...[]int) (*R
 			updates[s.Node]++
 		}
 	}
-	sw := newScaledSweep(n)
 	w := make([]float64, n*n)
-	row := make([]float64, n)
-	view := make([]bool, n)
-	for j := 0; j < n; j++ {
-		clear(row)
-		view[j] = true
-		sw.sweep(row, tr.Steps, scale, view, tr.FinalReleasedToAll)
-		view[j] = false
-		for i, x := range row {
-			if i != j {
-				w[i*n+j] = x
+	spread.run(n, func(lo, hi int) {
+		sw := newScaledSweep(n)
+		row := make([]float64, n)
+		view := make([]bool, n)
+		for j := lo; j < hi; j++ {
+			clear(row)
+			view[j] = true
+			sw.sweep(row, tr.Steps, scale, view, tr.FinalReleasedToAll)
+			view[j] = false
+			for i, x := range row {
+				if i != j {
+					w[i*n+j] = x
+				}
 			}
 		}
-	}
+	})
+	sw := newScaledSweep(n)
+	view := make([]bool, n)
 	unit := WalkUpdateCurve(tr.Clip, tr.Sigma)
 	res := &Realised{Pairs: &PairwiseMatrix{N: n, W: w, Unit: unit}, Updates: updates}
 	maxU := 0

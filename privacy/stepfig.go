@@ -159,6 +159,12 @@ type StepRealised struct {
 // the complete graph (r.SGDNonExpansive, r.Complete); ErrNoNetworkFigure
 // (wrapped, with the reason) for ls-sgd and an uncertified sgd run.
 func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised, StepRealised, error) {
+	return StepRealisedPairwiseSpread(tr, r, nil, coalitions...)
+}
+
+// StepRealisedPairwiseSpread is StepRealisedPairwise with the observers' sweeps run
+// through spread (a driver's workers), with the same result to the last bit.
+func StepRealisedPairwiseSpread(tr *Trace, r WalkRun, spread Spread, coalitions ...[]int) (*Realised, StepRealised, error) {
 	r = r.figure()
 	info := StepRealised{Theorem: TheoremRealised, Conditions: RealisedConditions, Gaps: RealisedGaps}
 	switch {
@@ -167,7 +173,7 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 	case r.Step == StepGADMM:
 		p := r.GADMM
 		p.Sigma = r.Sigma
-		res, err := GADMMRealisedPairwise(tr, p, coalitions...)
+		res, err := gadmmRealisedPairwise(tr, p, spread, coalitions...)
 		info.Theorem, info.Conditions = GADMMRealisedName, GADMMRealisedConditions
 		info.Gaps = "the strongly convex exponent and the composition over several contributions are conservative derivations, not the paper's statements"
 		return res, info, err
@@ -181,7 +187,7 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 		t.Clip = SGDTraceClip(tr.Clip) // one sgd update charged as one walk update of clip C/2
 		// Each hop with its own step: the k-th update of its holder adds noise of std
 		// eta_k c_q sigma and shifts by at most eta_k c_q 2C, eta_k = eta/sqrt(k).
-		res, err := RealisedPairwiseScaled(&t, SGDStepScales(&t), coalitions...)
+		res, err := realisedPairwiseScaled(&t, SGDStepScales(&t), spread, coalitions...)
 		info.Theorem = TheoremRealised + ", for the DP-SGD walk (each update a walk update of clip C/2: sensitivity 2C under " +
 			"replace-one; each hop charged with its own step size eta/sqrt(k), hence its own noise variance and shift, the minorant " +
 			"taken in cumulative variance)"
@@ -192,7 +198,7 @@ func StepRealisedPairwise(tr *Trace, r WalkRun, coalitions ...[]int) (*Realised,
 	}
 	t := *tr
 	t.Clip = min(tr.Clip, r.Clip) // the record radius when it binds (FigureClip)
-	res, err := RealisedPairwise(&t, coalitions...)
+	res, err := realisedPairwise(&t, spread, coalitions...)
 	return res, info, err
 }
 

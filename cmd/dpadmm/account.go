@@ -476,7 +476,7 @@ func runAccountTrace(args []string, stdout, stderr io.Writer) error {
 		return usageErr(stderr, "trace: --pairs and --plot need at least 2 nodes, the trace has %d", tr.Nodes)
 	}
 	wr := tr.WalkRun()
-	res, info, err := privacy.StepRealisedPairwise(tr, wr, coal...)
+	res, info, err := privacy.StepRealisedPairwiseSpread(tr, wr, sim.Spread, coal...)
 	if errors.Is(err, privacy.ErrNoNetworkFigure) {
 		return fmt.Errorf("%v: 'account trace' computes realised network figures only; the trace's local figure is the one that holds", err)
 	}

@@ -43,3 +43,35 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt privacy.PlanOptions)
 	wg.Wait()
 	return b.Plan(), nil
 }
+
+// Spread is the privacy.Spread of the simulators and the command line: the observers of a
+// realised accountant in chunks over up to GOMAXPROCS goroutines (the matrix is the same
+// bit for bit, privacy.TestRealisedSpreadSameBits). Small sweeps run in the caller.
+func Spread(n int, f func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if n < 64 || workers < 2 {
+		f(0, n)
+		return
+	}
+	// Interleaved chunks: observers' sweeps cost about the same, but a chunk per worker
+	// would leave one idle if another core is busy.
+	chunk := max(8, n/(8*workers))
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				lo := next
+				next += chunk
+				mu.Unlock()
+				if lo >= n {
+					return
+				}
+				f(lo, min(lo+chunk, n))
+			}
+		})
+	}
+	wg.Wait()
+}

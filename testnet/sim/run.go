@@ -548,7 +548,7 @@ func realisedSection(in AccountInput, pm *PairMatrices) *Pairwise {
 	if len(in.Coalition) > 0 {
 		coal = [][]int{in.Coalition}
 	}
-	res, info, err := privacy.StepRealisedPairwise(tr, wr, coal...)
+	res, info, err := privacy.StepRealisedPairwiseSpread(tr, wr, Spread, coal...)
 	if reason, ok := privacy.NoNetworkReason(err); ok {
 		return fallback(reason)
 	}
