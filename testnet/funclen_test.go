@@ -40,7 +40,7 @@ func TestFunctionLength(t *testing.T) {
 		}
 	}
 	long := map[string]int{}
-	for _, dir := range []string{"node", "testnet", "testnet/sim", "testnet/faultsim", "cmd/dpadmm"} {
+	for _, dir := range []string{"node", "testnet", "testnet/sim", "testnet/faultsim", "testnet/audit", "testnet/experiment", "cmd/dpadmm"} {
 		for key, n := range longFunctions(t, dir) {
 			long[key] = n
 		}
