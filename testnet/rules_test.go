@@ -34,6 +34,12 @@ func TestRulesWrittenOnce(t *testing.T) {
 		{"the weighted-curve converter (privacy.UnitConverter)",
 			regexp.MustCompile(`const probe = 1000`),
 			map[string]bool{"privacy/pairwise.go": true}},
+		{"the neighbour exchange's one-vs-rest fit of three or more classes (consensus.Problem.For)",
+			regexp.MustCompile(`Loss\s*=\s*(consensus\.)?LogisticOvR\b`),
+			map[string]bool{"consensus/problem.go": true}},
+		{"gradient ADMM's sensitivity 2 w C (walk.GADMMDelta)",
+			regexp.MustCompile(`\b2\s*\*\s*\w*\.?\w*[Ww](eigh)?t\w*\s*\*\s*\w*\.?[Cc]lip\b`),
+			map[string]bool{"walk/gadmm.go": true}},
 	}
 	forEachSource(t, func(rel string, lines []string) {
 		for _, r := range rules {

@@ -191,7 +191,7 @@ func newPlanFlags(stdout io.Writer) *planFlags {
 	m.in(sectionSteps, "--algo walk-sgd", "walk:sgd")
 	f.nonExp = m.Bool("sgd-non-expansive", false, "walk-sgd: every node's step is known to be non-expansive (eta <= 2/beta for its data; 'dpadmm testnet' checks it on the data): the pairwise figure may then use amplification")
 	m.in(sectionSteps, "--algo walk-gadmm", "walk:gadmm")
-	f.weight = m.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is 2*weight*clip*step-size)")
+	f.weight = m.Float64("weight", 1, "walk-gadmm: the largest node weight n*rows_i/N (the sensitivity is the step size times twice weight times clip)")
 	return f
 }
 
