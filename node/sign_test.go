@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -87,7 +88,7 @@ func BenchmarkHandoffSignature(b *testing.B) {
 	}
 	b.Run("verify", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil); err != nil {
+			if _, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -114,7 +115,11 @@ func FuzzHandoffFrame(f *testing.F) {
 	prev := tok
 	prev.Hop = 6
 	good := signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[0], 0, prev, ids[1]))
-	accept := func(b []byte) bool {
+	// own: the evidence is the recipient's own hand-off (the walk came back to it), which
+	// it checks with its key rather than by a verification.
+	own := signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[2], 2, prev, ids[1]))
+	ownKey := hs[2].Peerstore().PrivKey(ids[2])
+	check := func(b []byte, key crypto.PrivKey) bool {
 		t, err := wire.DecodeToken(b)
 		if err != nil || len(b) < wire.TokenHeader {
 			return false
@@ -123,11 +128,16 @@ func FuzzHandoffFrame(f *testing.F) {
 		if err != nil {
 			return false
 		}
-		_, err = verifyHandoff(t, c, ids[1], ids[2], ids, 0, nil)
+		_, err = verifyHandoff(t, c, ids[1], ids[2], ids, 0, nil, key)
 		return err == nil
 	}
-	if !accept(good) {
-		f.Fatal("the correctly signed frame is refused")
+	accept := func(b []byte) bool { return check(b, nil) }
+	if !accept(good) || !check(own, ownKey) || !check(own, nil) {
+		f.Fatal("a correctly signed frame is refused")
+	}
+	// Evidence claiming to be the recipient's hand-off that it never signed.
+	if check(signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[0], 2, prev, ids[1])), ownKey) {
+		f.Fatal("evidence naming the recipient as signer, signed by another member, was accepted")
 	}
 	f.Add(uint16(0), byte(1), int8(0))
 	f.Add(uint16(40), byte(0x80), int8(0))
@@ -147,6 +157,19 @@ func FuzzHandoffFrame(f *testing.F) {
 		}
 		if (xor != 0 || cut != 0) && accept(b) {
 			t.Fatalf("a changed frame (pos %d xor %#x cut %d) was accepted", pos, xor, cut)
+		}
+		o := slices.Clone(own)
+		switch {
+		case cut < 0:
+			o = o[:max(0, len(o)+int(cut))]
+		case cut > 0:
+			o = append(o, make([]byte, cut)...)
+		}
+		if xor != 0 && len(o) > 0 {
+			o[int(pos)%len(o)] ^= xor
+		}
+		if (xor != 0 || cut != 0) && check(o, ownKey) {
+			t.Fatalf("a changed frame with the recipient's own evidence (pos %d xor %#x cut %d) was accepted", pos, xor, cut)
 		}
 	})
 }
