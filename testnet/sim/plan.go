@@ -12,8 +12,7 @@ import (
 // plan is the same bit for bit. The complete graph's closed form and small graphs run
 // as they are.
 func PlannedPairwise(n int, adj [][]int, complete bool, opt privacy.PlanOptions) (*privacy.Plan, error) {
-	workers := runtime.GOMAXPROCS(0)
-	if complete || n < 256 || workers < 2 {
+	if complete || n < 256 || runtime.GOMAXPROCS(0) < 2 {
 		return privacy.PlannedPairwise(n, adj, complete, opt)
 	}
 	b, err := privacy.NewPlanBuilder(n, adj, opt)
@@ -22,25 +21,7 @@ func PlannedPairwise(n int, adj [][]int, complete bool, opt privacy.PlanOptions)
 	}
 	// Small interleaved chunks: the targets' costs differ (hitting times), so equal
 	// halves could leave one goroutine idle.
-	const chunk = 32
-	var next int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				lo := next
-				next += chunk
-				mu.Unlock()
-				if lo >= n {
-					return
-				}
-				b.Columns(lo, lo+chunk)
-			}
-		})
-	}
-	wg.Wait()
+	inChunks(n, 32, b.Columns)
 	return b.Plan(), nil
 }
 
@@ -55,11 +36,16 @@ func Spread(n int, f func(lo, hi int)) {
 	}
 	// Interleaved chunks: observers' sweeps cost about the same, but a chunk per worker
 	// would leave one idle if another core is busy.
-	chunk := max(8, n/(8*workers))
+	inChunks(n, max(8, n/(8*workers)), f)
+}
+
+// inChunks runs f over [0, n) in chunks of the given size, taken in order by up to
+// GOMAXPROCS goroutines, and returns when every chunk is done.
+func inChunks(n, chunk int, f func(lo, hi int)) {
 	var next int
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range workers {
+	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for {
 				mu.Lock()
