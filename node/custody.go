@@ -624,6 +624,9 @@ func (n *Node) notePaused(e walk.CustodyEvent) {
 		}
 	}
 	n.lastHop.Store(e.Hop) // paused: Status.Hop names the hop of the pause
+	// Holding before Paused: a status read between the two (drain stores Holding only
+	// after the whole Ready) must not show a paused node that does not hold its token.
+	n.holding.Store(n.walk.cust.Holding())
 	n.paused.Store(true)
 	if n.cfg.PauseAfterStep {
 		n.log.Warn().Uint64("hop", e.Hop).Msg("paused after the step of this hop (fault injection): ledger and custody are durable, nothing sent")
