@@ -289,7 +289,7 @@ func (l *LocalLoss) proxLogistic(dst, v []float64, gamma float64) error {
 	}
 	mu := 1 / gamma
 	copy(x, v)
-	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200, FullStep: true, Final: true, Chord: true})
+	res := l.nt.Solve(x, b, x, l.c, mu, NewtonOptions{Tol: 1e-10, MaxIter: 200, FullStep: true, Final: true, Chord: true, Precond: true})
 	if res.Failed {
 		return fmt.Errorf("consensus: prox: Hessian not positive definite or objective not finite")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -183,13 +184,16 @@ func TestNewtonSquaredMatchesSolve(t *testing.T) {
 }
 
 // TestNewtonProxAllocs: after the first call, the logistic prox does not allocate.
+// It checks a wide shard (Woodbury) and a tall one (the chord steps of Precond).
 func TestNewtonProxAllocs(t *testing.T) {
-	d, _ := SyntheticLogistic(50, 70, 4, 3)
-	l, _ := NewLocalLoss(d, Logistic, 1)
-	v, x := randVec(newRand(1), 70, 1), make([]float64, 70)
-	_ = l.Prox(x, v, 1)
-	if a := testing.AllocsPerRun(20, func() { v[0] += 0.01; _ = l.Prox(x, v, 1) }); a != 0 {
-		t.Errorf("Prox allocates %v", a)
+	for _, sh := range [][2]int{{50, 70}, {300, 20}} {
+		d, _ := SyntheticLogistic(sh[0], sh[1], 4, 3)
+		l, _ := NewLocalLoss(d, Logistic, 1)
+		v, x := randVec(newRand(1), sh[1], 1), make([]float64, sh[1])
+		_ = l.Prox(x, v, 1)
+		if a := testing.AllocsPerRun(20, func() { v[0] += 0.01; _ = l.Prox(x, v, 1) }); a != 0 {
+			t.Errorf("%dx%d: Prox allocates %v", sh[0], sh[1], a)
+		}
 	}
 }
 
@@ -263,3 +267,102 @@ func BenchmarkProxLogistic10k(b *testing.B) { proxBench(b, 10000, 100, false) }
 // The same with Newton-CG forced (no dense Hessian).
 func BenchmarkProxLogistic180CG(b *testing.B) { proxBench(b, 180, 64, false, true) }
 func BenchmarkProxLogistic10kCG(b *testing.B) { proxBench(b, 10000, 100, false, true) }
+
+// TestExpNeg: expNeg against math.Exp over [0, 750] (dense near 0, the logistic margins'
+// range, and the underflow end), within 4 ulp, and NaN for NaN.
+func TestExpNeg(t *testing.T) {
+	r := newRand(3)
+	worst := 0.0
+	check := func(x float64) {
+		want, got := math.Exp(-x), expNeg(x)
+		if want == 0 && got == 0 {
+			return
+		}
+		ulp := math.Abs(got-want) / (math.Nextafter(want, math.Inf(1)) - want)
+		worst = math.Max(worst, ulp)
+		if !(ulp <= 4) {
+			t.Fatalf("expNeg(%v) = %v, math.Exp = %v: %.2g ulp", x, got, want, ulp)
+		}
+	}
+	for i := 0; i < 2_000_000; i++ {
+		check(r.Float64() * 40)
+		check(r.Float64() * 750)
+		check(r.Float64() * 1e-3)
+	}
+	for _, x := range []float64{0, 1e-300, math.SmallestNonzeroFloat64, math.Ln2 / 2, math.Ln2, 699.999, 700, 708.39, 745.1, 746, math.Inf(1)} {
+		check(x)
+	}
+	if !math.IsNaN(expNeg(math.NaN())) {
+		t.Fatal("expNeg(NaN) is not NaN")
+	}
+	t.Logf("worst error %.2f ulp", worst)
+}
+
+// TestNewtonPrecond: the chord steps of NewtonOptions.Precond. On the shipped
+// breast-cancer rows (standardized, unit ball, one node) they reach the tolerance alone in
+// at most 6 steps, forming no Hessian; on a shard whose far start puts the Hessian weights
+// far from those at the answer they give up, and the damped Newton that follows meets the
+// tolerance at the same point as Newton alone (within the solvers' certified distance);
+// and a solver that served many calls gives the same bits as a fresh one (its tables
+// depend on the data alone).
+func TestNewtonPrecond(t *testing.T) {
+	full, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	if err != nil {
+		t.Fatalf("the shipped data (../shared/data beside the repository): %v", err)
+	}
+	sc, err := FitScaler(full, ScaleStandardizeUnitBall)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full = sc.Apply(full)
+	syn, _ := SyntheticLogistic(400, 8, 4, 7)
+	opt := NewtonOptions{Tol: 1e-10, MaxIter: 200, FullStep: true, Final: true, Chord: true, Precond: true}
+	plain := opt
+	plain.Precond = false
+	fellBack := false
+	for _, tc := range []struct {
+		d         *Dataset
+		c, mu     float64
+		scale     float64
+		alone     bool // the chord steps must converge without Newton
+		name      string
+		maxChords int
+	}{
+		{full, 1 / float64(full.Rows), 1, 1, true, "breast-cancer gamma 1", 6},
+		{full, 1 / float64(full.Rows), 0.1, 1, true, "breast-cancer gamma 10", 12},
+		{syn, 1, 0.01, 50, false, "synthetic 400x8 gamma 100 far", 0},
+	} {
+		p := tc.d.Cols
+		long := NewNewton(tc.d, Logistic)
+		r := newRand(9)
+		for k := 0; k < 20; k++ {
+			v := randVec(r, p, tc.scale)
+			b := make([]float64, p)
+			for j := range v {
+				b[j] = -v[j] * tc.mu
+			}
+			got, fresh, want := make([]float64, p), make([]float64, p), make([]float64, p)
+			res := long.Solve(got, b, v, tc.c, tc.mu, opt)
+			if !res.Converged {
+				t.Fatalf("%s: not converged: %+v", tc.name, res)
+			}
+			if tc.alone && (long.h != nil || res.Newton > tc.maxChords) {
+				t.Fatalf("%s: %d steps, Hessian formed %v: the chord steps did not converge alone", tc.name, res.Newton, long.h != nil)
+			}
+			fellBack = fellBack || long.h != nil || long.r != nil
+			NewNewton(tc.d, Logistic).Solve(fresh, b, v, tc.c, tc.mu, opt)
+			if !slices.Equal(got, fresh) {
+				t.Fatalf("%s: a long-lived solver and a fresh one differ", tc.name)
+			}
+			if wr := NewNewton(tc.d, Logistic).Solve(want, b, v, tc.c, tc.mu, plain); !wr.Converged {
+				t.Fatalf("%s: Newton alone did not converge: %+v", tc.name, wr)
+			}
+			if e := relDiff(got, want); e > 2e-10/tc.mu {
+				t.Fatalf("%s: chord and Newton answers differ by %.3g", tc.name, e)
+			}
+		}
+	}
+	if !fellBack {
+		t.Fatal("no case fell back from the chord steps to Newton")
+	}
+}

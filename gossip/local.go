@@ -167,6 +167,6 @@ func (o *Objective) Solve(dst, b, start []float64, q float64) SolveResult {
 	}
 	tol := 1e-11 * (1 + math.Sqrt(dot(b, b)) + o.RowWeight*float64(o.shard.Rows))
 	r := o.nt.Solve(dst, b, start, o.RowWeight, o.RegOverN+q,
-		consensus.NewtonOptions{Tol: tol, MaxIter: 100, FullStep: true, Final: true})
+		consensus.NewtonOptions{Tol: tol, MaxIter: 100, FullStep: true, Final: true, Precond: true})
 	return SolveResult{Residual: r.Residual, Tolerance: tol, Newton: r.Newton, Converged: r.Converged}
 }
