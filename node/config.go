@@ -204,6 +204,13 @@ type Network struct {
 	RelayService bool
 	// MDNS enables LAN discovery.
 	MDNS bool
+	// NoControlTopic runs the node without the GossipSub control topic (no router, no
+	// subscription): for a static membership (Admission.Members) of a walk, whose control
+	// messages are then only the final model, pushed to each member over
+	// wire.FinalProtocol at once instead of after three publications. In-process networks
+	// of hundreds of hosts use it: a router per host, and its streams and hello on every
+	// new connection, cost more than the walk.
+	NoControlTopic bool
 	// HTTP is the address of the /status and /metrics endpoint; "" disables it.
 	HTTP string
 	// DebugStatus serves the per-hop counters on /status (hops_seen, ledger_entries,
@@ -281,6 +288,11 @@ type Harness struct {
 	// same release to another member, so the release has been seen by two peers. The
 	// node otherwise takes part in the run (heartbeats, releases, the final model).
 	WithholdAcks bool
+	// FreshDataDir: the harness created this data directory for this run, so no member
+	// can have taken a hand-off from it, and the node skips the position check at the start
+	// of its walk (position.go), which asks every other member: n(n-1) requests across a
+	// network of n in-process hosts (a million at 1,000 hosts).
+	FreshDataDir bool
 }
 
 // RADMMParams are the neighbour-exchange parameters of a run. Everything here except
@@ -514,6 +526,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: sigma must be >= 0 and finite, got %v", c.Sigma)
 	case c.Members != nil && !(c.Weight > 0):
 		return errors.New("node: static membership needs a weight > 0")
+	case c.NoControlTopic && c.Members == nil:
+		return errors.New("node: a node without the control topic needs a static membership")
 	case c.Members != nil && (c.Holder < 0 || c.Holder >= len(c.Members)):
 		return fmt.Errorf("node: holder %d out of range", c.Holder)
 	case c.WaitMembers < 0:

@@ -63,12 +63,20 @@ type (
 	joinMsg  = finalMsg
 )
 
+// publish publishes m on the control topic; without the topic (NoControlTopic) it does
+// nothing.
 func (n *Node) publish(ctx context.Context, m ctlMsg) error {
+	if n.topic == nil {
+		return nil
+	}
 	return n.topic.Publish(ctx, marshal(m))
 }
 
 // readControl dispatches control messages until ctx ends.
 func (n *Node) readControl(ctx context.Context) {
+	if n.sub == nil {
+		return
+	}
 	for {
 		msg, err := n.sub.Next(ctx)
 		if err != nil {
@@ -310,7 +318,7 @@ func (n *Node) runJoiner(ctx context.Context) error {
 // the control topic (so that the final model reaches it), or the timeout passes.
 func (n *Node) waitTopicPeers(ctx context.Context, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for n.topic != nil && time.Now().Before(deadline) && ctx.Err() == nil {
 		subs := map[peer.ID]bool{}
 		for _, p := range n.topic.ListPeers() {
 			subs[p] = true
@@ -664,6 +672,9 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 	deadline := time.Now().Add(max(n.cfg.FinalWait, n.cfg.FinalLinger))
 	lingerEnd := time.Now().Add(n.cfg.FinalLinger) // down members are waited for until then
 	last, every := time.Now(), 100*time.Millisecond
+	if n.topic == nil {
+		last = time.Time{} // no topic: push at once
+	}
 	var mu sync.Mutex // guards pushing against the push goroutines
 	pushing := map[peer.ID]bool{}
 	var pushes sync.WaitGroup
@@ -699,7 +710,7 @@ func (n *Node) republishFinal(ctx context.Context) bool {
 		if time.Since(last) > every {
 			n.publish(ctx, final) // a publication can be missed by a peer whose mesh is not formed
 			last, every = time.Now(), min(2*every, time.Second)
-			if every >= 400*time.Millisecond {
+			if every >= 400*time.Millisecond || n.topic == nil {
 				// After three publications, push the model directly to the members that
 				// have not confirmed it.
 				n.mu.Lock()

@@ -23,6 +23,11 @@ func TestDefaultConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("walk defaults: %v", err)
 	}
+	c.NoControlTopic = true
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "static membership") {
+		t.Errorf("no control topic without a static membership: %v", err)
+	}
+	c.NoControlTopic = false
 	if c.Gamma != 0.03 || c.Lambda != 0.1 || c.Clip != 0.1 || c.Sigma != 1 || c.MaxUpdates != 20 || c.Delta != 1e-5 ||
 		c.Hops != 60 || !c.MDNS || c.AckTimeout == 0 || len(c.Listen) != 2 {
 		t.Errorf("walk defaults: %+v", c)

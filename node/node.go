@@ -361,23 +361,31 @@ func newHost(cfg Config, key crypto.PrivKey, gater *memberGater, reg prometheus.
 	return h, src, nil
 }
 
+// joinControl starts the GossipSub router and joins and subscribes to the control topic.
+func (n *Node) joinControl(ctx context.Context) error {
+	var err error
+	params, th := controlScoreParams(wire.ControlTopic(n.cfg.Run))
+	if n.ps, err = pubsub.NewGossipSub(ctx, n.Host, pubsub.WithPeerScore(params, th)); err != nil {
+		return fmt.Errorf("node: gossipsub: %w", err)
+	}
+	if err := n.ps.RegisterTopicValidator(wire.ControlTopic(n.cfg.Run), n.validateControl); err != nil {
+		return fmt.Errorf("node: gossipsub validator: %w", err)
+	}
+	if n.topic, err = n.ps.Join(wire.ControlTopic(n.cfg.Run)); err != nil {
+		return err
+	}
+	n.sub, err = n.topic.Subscribe()
+	return err
+}
+
 // startServices joins the control topic, sets the stream handlers and starts HTTP,
 // mDNS, the direct dials and the DHT.
 func (n *Node) startServices(ctx context.Context) error {
 	cfg, h := n.cfg, n.Host
-	var err error
-	params, th := controlScoreParams(wire.ControlTopic(cfg.Run))
-	if n.ps, err = pubsub.NewGossipSub(ctx, h, pubsub.WithPeerScore(params, th)); err != nil {
-		return fmt.Errorf("node: gossipsub: %w", err)
-	}
-	if err := n.ps.RegisterTopicValidator(wire.ControlTopic(cfg.Run), n.validateControl); err != nil {
-		return fmt.Errorf("node: gossipsub validator: %w", err)
-	}
-	if n.topic, err = n.ps.Join(wire.ControlTopic(cfg.Run)); err != nil {
-		return err
-	}
-	if n.sub, err = n.topic.Subscribe(); err != nil {
-		return err
+	if !cfg.NoControlTopic {
+		if err := n.joinControl(ctx); err != nil {
+			return err
+		}
 	}
 	h.SetStreamHandler(wire.WalkProtocol(cfg.Run), n.handleWalk)
 	h.SetStreamHandler(wire.DoneProtocol(cfg.Run), n.handleDone)
@@ -541,7 +549,7 @@ func (n *Node) Run(ctx context.Context) (_ *Model, err error) {
 	if err := n.membership(ctx); err != nil {
 		return nil, err
 	}
-	if n.cfg.RADMM == nil && n.walk.cust != nil {
+	if n.cfg.RADMM == nil && n.walk.cust != nil && !n.cfg.Harness.FreshDataDir {
 		if err := n.checkPosition(ctx); err != nil {
 			return nil, err
 		}

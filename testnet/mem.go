@@ -1,9 +1,11 @@
 package testnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -72,7 +74,10 @@ type MemConfig struct {
 	Progress func(entries, hops uint64)
 	// atEnd, when set, is called when the walk has ended, before the hosts close (tests:
 	// a heap profile of the running network).
-	atEnd func()
+	atEnd func([]*node.Node)
+	// topicMax, when > 0, replaces memTopicMax (tests: a small network without the
+	// control topic).
+	topicMax int
 	// mockIdle, when > 0, replaces how long a mock pair must be idle before its
 	// connection may be closed (tests: exercise the limit in a short run).
 	mockIdle time.Duration
@@ -174,19 +179,26 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	return res, nil
 }
 
+// memTopicMax is the most hosts of a RunMem network whose nodes join the GossipSub
+// control topic; above, they run without it (node.Network.NoControlTopic: the final
+// model is pushed to each member directly), as they run without heartbeats: a router per
+// host, with its hello and streams on every new connection, cost more than the walk.
+const memTopicMax = 64
+
 // memMembers is the fixed membership of a run over in-process hosts.
 type memMembers struct {
 	ids      []peer.ID
 	dirs     []string // data directories, by node
 	holder   int      // the initial holder
 	withhold []bool   // nodes that withhold their acks
+	fresh    []bool   // data directories created by this run (node.Harness.FreshDataDir)
 	total    int      // rows of all shards
 }
 
 // members derives the nodes' identities and data directories under dir.
 func (cfg *MemConfig) members(dir string) (*memMembers, error) {
 	n := len(cfg.Shards)
-	m := &memMembers{ids: make([]peer.ID, n), dirs: make([]string, n), holder: drive.SeededHolder(cfg.Seed, n), withhold: make([]bool, n)}
+	m := &memMembers{ids: make([]peer.ID, n), dirs: make([]string, n), holder: drive.SeededHolder(cfg.Seed, n), withhold: make([]bool, n), fresh: make([]bool, n)}
 	for i, s := range cfg.Shards {
 		if s.Rows < 1 {
 			return nil, fmt.Errorf("testnet: mem: node %d has no rows", i)
@@ -195,6 +207,8 @@ func (cfg *MemConfig) members(dir string) (*memMembers, error) {
 	}
 	for i := range m.ids {
 		m.dirs[i] = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		_, err := os.Stat(m.dirs[i])
+		m.fresh[i] = errors.Is(err, fs.ErrNotExist)
 		id, err := store.DataDirPeerID(m.dirs[i])
 		if err != nil {
 			return nil, err
@@ -227,9 +241,9 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 			Training:    node.Training{Problem: cfg.Problem, Gamma: cfg.Gamma, Lambda: cfg.Lambda, Clip: cfg.Clip, Sigma: cfg.Sigma, Step: cfg.Step, MaxUpdates: cfg.MaxUpdates, Hops: cfg.Hops, Delta: cfg.Delta, Unit: cfg.Unit, RowBound: cfg.RowBound},
 			Admission:   node.Admission{Members: m.ids, Holder: m.holder, Weight: walk.LossWeight(n, sh.Rows, m.total)},
 			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
-			Network:     node.Network{NewHost: hosts.newHost(i)},
+			Network:     node.Network{NewHost: hosts.newHost(i), NoControlTopic: n > cmp.Or(cfg.topicMax, memTopicMax)},
 			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},
-			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i]},
+			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i], FreshDataDir: m.fresh[i]},
 		}
 		nd, err := node.New(ctx, c)
 		if err != nil {
@@ -289,7 +303,7 @@ func (cfg *MemConfig) runNodes(ctx context.Context, hosts *memHosts, nodes []*no
 		Transport: hosts.transport}
 	res.PeakRSS, res.Heap = memStats()
 	if cfg.atEnd != nil {
-		cfg.atEnd()
+		cfg.atEnd(nodes)
 	}
 	res.Trimmed = int(hosts.closed.Load())
 	for i := range m.ids {

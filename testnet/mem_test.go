@@ -3,6 +3,9 @@ package testnet
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,5 +66,28 @@ func TestMemMatchesSim(t *testing.T) {
 	}
 	if total != hops {
 		t.Fatalf("ledger entries %d, want %d", total, hops)
+	}
+}
+
+// TestMemFreshDirs: RunMem marks as fresh (node.Harness.FreshDataDir: no position check)
+// exactly the data directories it creates; a node directory that already exists under
+// MemConfig.Dir, whose ledger members may have counted, keeps the check.
+func TestMemFreshDirs(t *testing.T) {
+	d, _ := consensus.SyntheticLasso(30, 3, 2, 0.1, 1)
+	sh, err := consensus.Split(d, 3, "iid", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "node-1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := MemConfig{Shards: sh}
+	m, err := cfg.members(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true}; !slices.Equal(m.fresh, want) {
+		t.Fatalf("fresh %v, want %v", m.fresh, want)
 	}
 }

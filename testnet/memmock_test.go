@@ -6,10 +6,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet/sim"
 )
@@ -17,7 +19,7 @@ import (
 // lassoMemVsSim runs an n-node one-row lasso walk (p features, 8 active) of hops hops
 // on RunMem over transport and in the simulator with the same seed, and requires the
 // same final model bit for bit, the same path (trace hash) and the same update counts.
-func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, timeout time.Duration) *MemResult {
+func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, timeout time.Duration, tweak ...func(*MemConfig)) *MemResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -28,8 +30,12 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 		t.Fatal(err)
 	}
 	prob := consensus.Problem{Loss: consensus.Squared, Reg: consensus.Regularizer{L1: 0.01}}
-	res, err := RunMem(ctx, MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5,
-		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport, mockIdle: idle, atEnd: heapProfileAtEnd(t)})
+	cfg := MemConfig{Shards: sh, Problem: prob, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5,
+		MaxUpdates: 0, Seed: seed, Hops: hops, Transport: transport, mockIdle: idle, atEnd: heapProfileAtEnd(t)}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	res, err := RunMem(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +165,12 @@ func BenchmarkPlannedPairwiseParallel(b *testing.B) {
 // heapProfileAtEnd returns a hook that writes a heap profile (after a collection) to the
 // file named by DPADMM_HEAP_PROFILE when the walk has ended and the hosts are still up:
 // where the per-host memory of a large --mem run goes. nil without the variable.
-func heapProfileAtEnd(t *testing.T) func() {
+func heapProfileAtEnd(t *testing.T) func([]*node.Node) {
 	p := os.Getenv("DPADMM_HEAP_PROFILE")
 	if p == "" {
 		return nil
 	}
-	return func() {
+	return func([]*node.Node) {
 		f, err := os.Create(p)
 		if err != nil {
 			t.Error(err)
@@ -175,5 +181,35 @@ func heapProfileAtEnd(t *testing.T) func() {
 		if err := pprof.WriteHeapProfile(f); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestMemNoControlTopic: above memTopicMax hosts (lowered to 4 here) the nodes run
+// without the GossipSub control topic: no host speaks a GossipSub protocol, every node
+// still gets the final model (pushed directly), and the model and path are the
+// simulator's bit for bit.
+func TestMemNoControlTopic(t *testing.T) {
+	const n, hops = 12, 300
+	var protos []string
+	res := lassoMemVsSim(t, n, 10, hops, TransportMock, 0, time.Minute, func(c *MemConfig) {
+		c.topicMax = 4
+		c.atEnd = func(nodes []*node.Node) {
+			for _, nd := range nodes {
+				for _, p := range nd.Host.Mux().Protocols() {
+					protos = append(protos, string(p))
+				}
+			}
+		}
+	})
+	if len(protos) == 0 {
+		t.Fatal("no protocols listed")
+	}
+	for _, p := range protos {
+		if strings.Contains(p, "meshsub") || strings.Contains(p, "floodsub") {
+			t.Fatalf("a host speaks %s without the control topic", p)
+		}
+	}
+	if len(res.Models) != n {
+		t.Fatalf("%d nodes returned a final model, want %d", len(res.Models), n)
 	}
 }
