@@ -274,9 +274,14 @@ func BenchmarkRuntimeHop(b *testing.B) {
 			}
 			hop := last.Sub(first) / time.Duration(lastHop-firstHop)
 			raw := rawHandoff(b, walk.NewToken("bench", 0, dim, consensus.Regularizer{}, 1), 2000)
+			sb := newSignatureBench(b, dim)
+			sig := perOp(b, 500, sb.sign) + perOp(b, 500, sb.verify)
 			b.ReportMetric(float64(hop.Nanoseconds())/1e3, "us/hop")
 			b.ReportMetric(float64(raw.Nanoseconds())/1e3, "us/raw-handoff")
+			b.ReportMetric(float64(sig.Nanoseconds())/1e3, "us/signatures")
 			b.ReportMetric(float64(hop)/float64(raw), "hop/raw")
+			// The goal: a hop at most 1.5 times the raw hand-off plus the signature work.
+			b.ReportMetric(float64(hop)/float64(raw+sig), "hop/(raw+sig)")
 		})
 	}
 }

@@ -120,11 +120,13 @@ func (n *Node) custodyConfig(seed [2]uint64) walk.CustodyConfig {
 // rawOf returns the held encoding of token t with evidence ev (body and evidence, as
 // stored in the inbox and the checkpoint and signed at each send), from a cache of the
 // encodings of the tokens of this node's recent snapshots: an encoded token is never
-// modified once made.
+// modified once made. The cache keeps the bytes alone (a hit compares the token's
+// fields with them, wire.TokenEncodes) and is pruned to the tokens of each checkpoint
+// written (pruneRaws).
 func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 	k := [2]uint64{t.Epoch, t.Hop}
 	for _, c := range n.walk.raws[k] {
-		if c.tok.Run == t.Run && c.tok.Walk == t.Walk && store.EqualBits(c.tok.Z, t.Z) && store.EqualBits(c.tok.Zhat, t.Zhat) && bytes.Equal(c.ev, ev) {
+		if bytes.Equal(c.ev, ev) && wire.TokenEncodes(c.raw, t) {
 			return c.raw
 		}
 	}
@@ -145,13 +147,36 @@ func (n *Node) keepRaw(t walk.Token, ev, raw []byte) {
 		n.walk.raws = map[[2]uint64][]rawEntry{}
 	}
 	k := [2]uint64{t.Epoch, t.Hop}
-	t.Z, t.Zhat = slices.Clone(t.Z), slices.Clone(t.Zhat)
-	n.walk.raws[k] = append(n.walk.raws[k], rawEntry{tok: t, ev: slices.Clone(ev), raw: raw})
+	n.walk.raws[k] = append(n.walk.raws[k], rawEntry{ev: slices.Clone(ev), raw: raw})
 }
 
-// rawEntry is a token and its held encoding (rawOf).
+// pruneRaws drops from the rawOf cache the encodings that the checkpoint c does not
+// hold: a token that leaves custody (released, expired, superseded as the last) does not
+// come back, so at 1,000 nodes in one process the cache holds about D tokens per node
+// instead of up to 16D+16.
+func (n *Node) pruneRaws(c *store.Checkpoint) {
+	for k, es := range n.walk.raws {
+		kept := es[:0]
+		for _, e := range es {
+			if same(e.raw, c.Out) || slices.ContainsFunc(c.Backups, func(b store.Backup) bool { return same(b.Token, e.raw) }) {
+				kept = append(kept, e)
+			}
+		}
+		clear(es[len(kept):])
+		if len(kept) == 0 {
+			delete(n.walk.raws, k)
+		} else {
+			n.walk.raws[k] = kept
+		}
+	}
+}
+
+// same reports whether a and b are the same bytes in memory (rawOf returns the cached
+// slices themselves).
+func same(a, b []byte) bool { return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0] }
+
+// rawEntry is a token's held encoding and the evidence it holds (rawOf).
 type rawEntry struct {
-	tok walk.Token
 	ev  []byte
 	raw []byte
 }
@@ -196,6 +221,7 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 		}
 		c.Backups = append(c.Backups, k)
 	}
+	n.pruneRaws(c)
 }
 
 // snapshotOf returns the custody snapshot of a checkpoint written by checkpointFrom (or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -560,5 +561,42 @@ func TestWriteReleasesBatch(t *testing.T) {
 			t.Fatalf("one stream per frame %v: %d streams, want %d", perStream, streams, wantStreams)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestRawCachePruned: after a walk of 120 hops over 3 nodes (custody depth 2), each
+// node's cache of held encodings (rawOf) holds the tokens of its last checkpoint and at
+// most two encoded since (the inbox's), not the up to 4 MaxBackups(D) of a cache emptied
+// only when full; every held token of that checkpoint encodes itself.
+func TestRawCachePruned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sh := shards(t, 3)
+	nodes := staticClusterWith(t, ctx, "prune", sh, 120, 0, []string{"", "", ""}, func(_ int, c *Config) { c.Depth = 2 })
+	runAll(t, ctx, nodes)
+	for i, nd := range nodes {
+		c := &nd.walk.ckpt
+		held := len(c.Backups)
+		if c.Out != nil {
+			held++
+		}
+		entries, other := 0, 0
+		for _, es := range nd.walk.raws {
+			entries += len(es)
+			for _, e := range es {
+				if !same(e.raw, c.Out) && !slices.ContainsFunc(c.Backups, func(b store.Backup) bool { return same(b.Token, e.raw) }) {
+					other++
+				}
+			}
+		}
+		if entries == 0 || other > 2 || entries-other > held {
+			t.Fatalf("node %d: %d cached encodings (%d not held) for %d held tokens", i, entries, other, held)
+		}
+		for _, b := range c.Backups {
+			tok, err := wire.DecodeToken(b.Token)
+			if err != nil || !wire.TokenEncodes(b.Token, tok) {
+				t.Fatalf("node %d: held token does not encode itself: %v", i, err)
+			}
+		}
 	}
 }

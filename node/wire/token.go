@@ -66,6 +66,32 @@ func EncodeToken(dst []byte, t walk.Token) ([]byte, error) {
 	return dst, nil
 }
 
+// TokenEncodes reports whether b begins with the encoding of t (EncodeToken), compared
+// field by field without encoding or decoding: a cache can check that held bytes are a
+// token's without keeping a decoded copy.
+func TokenEncodes(b []byte, t walk.Token) bool {
+	dim := len(t.Z)
+	if len(t.Zhat) != dim || len(t.Run) > MaxRunName || len(b) < TokenSize(t.Run, dim) || b[0] != WireVersion ||
+		binary.LittleEndian.Uint64(b[1:]) != t.Walk || binary.LittleEndian.Uint64(b[9:]) != t.Epoch ||
+		binary.LittleEndian.Uint64(b[17:]) != t.Hop || binary.LittleEndian.Uint32(b[25:]) != uint32(dim) ||
+		int(b[29]) != len(t.Run) || string(b[TokenHeader:TokenHeader+len(t.Run)]) != t.Run {
+		return false
+	}
+	z := b[TokenHeader+len(t.Run):]
+	for j, v := range t.Z {
+		if binary.LittleEndian.Uint64(z[8*j:]) != math.Float64bits(v) {
+			return false
+		}
+	}
+	z = z[8*dim:]
+	for j, v := range t.Zhat {
+		if binary.LittleEndian.Uint64(z[8*j:]) != math.Float64bits(v) {
+			return false
+		}
+	}
+	return true
+}
+
 // DecodeToken decodes a token. It checks the version and that the length matches the
 // declared dimension before allocating, followed by nothing, or by well-formed evidence
 // and signature (handoffsig.go, which checks them); it does not judge run, dimension or

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
+	"github.com/dpadmm/dpadmm/consensus"
 	"github.com/dpadmm/dpadmm/walk"
 )
 
@@ -146,4 +148,42 @@ func FuzzDecodeToken(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTokenEncodes: the bytes of EncodeToken (with or without a trailer) encode the token,
+// and a change of any field, one bit of either vector, or a cut does not.
+func TestTokenEncodes(t *testing.T) {
+	tok := walk.NewToken("encodes", 3, 5, consensus.Regularizer{}, 1)
+	tok.Epoch, tok.Hop = 2, 9
+	for j := range tok.Z {
+		tok.Z[j], tok.Zhat[j] = float64(j)+0.5, -float64(j)
+	}
+	b, err := EncodeToken(nil, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !TokenEncodes(b, tok) || !TokenEncodes(append(slices.Clone(b), EvNone), tok) {
+		t.Fatal("the encoding of a token does not encode it")
+	}
+	if TokenEncodes(b[:len(b)-1], tok) {
+		t.Fatal("a cut encoding encodes the token")
+	}
+	for i := range b {
+		c := slices.Clone(b)
+		c[i] ^= 1
+		if TokenEncodes(c, tok) {
+			t.Fatalf("byte %d changed: still encodes the token", i)
+		}
+	}
+	other := tok
+	other.Run = "encodez"
+	if TokenEncodes(b, other) {
+		t.Fatal("another run name encodes")
+	}
+	other = tok
+	other.Z = append(slices.Clone(tok.Z), 1)
+	other.Zhat = append(slices.Clone(tok.Zhat), 1)
+	if TokenEncodes(b, other) {
+		t.Fatal("another dimension encodes")
+	}
 }
