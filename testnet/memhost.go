@@ -175,8 +175,8 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 
 // trim closes h's least recently used idle connections down to mockMaxConns once it
 // has more than mockMaxConns + mockSlack (listing the connections costs time that grows
-// with the peers a mock network has ever connected to), and forgets their pairs: link, activity, and what h's peerstore
-// learnt of the peer (identify, protocols; learnt again on the next connection, and
+// with the peers a mock network has ever connected to), and forgets their pairs: link, activity, and what each end's peerstore
+// learnt of the other (identify, protocols; learnt again on the next connection, and
 // otherwise kept for every peer ever met). The decision and the closing are one step
 // under the lock that link takes, so a pair that a stream is about to use is either busy
 // or closed and unlinked before that stream dials.
@@ -217,6 +217,12 @@ func (h *mockHost) trim() {
 		p := c.c.RemotePeer()
 		h.Peerstore().RemovePeer(p)
 		h.Peerstore().ClearAddrs(p)
+		// The remote end forgets h alike: otherwise every host's peerstore keeps every
+		// peer that ever dialled it.
+		if r := h.m.mn.Host(p); r != nil {
+			r.Peerstore().RemovePeer(h.ID())
+			r.Peerstore().ClearAddrs(h.ID())
+		}
 		k := pairKey(h.ID(), p)
 		for _, l := range h.m.mn.LinksBetweenPeers(k[0], k[1]) {
 			h.m.mn.Unlink(l)
