@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,10 +83,19 @@ func TestNumpyProx(t *testing.T) {
 	t.Run(fmt.Sprintf("breast-cancer-%dx%d", full.Rows, full.Cols), func(t *testing.T) { numpyProxCompare(t, full) })
 }
 
-// numpyProxCompare runs the comparison of TestNumpyProx on d (weight 1: c = 1/rows).
-func numpyProxCompare(t *testing.T, d *Dataset) {
+// numpyProxRun is the set-up of a NumPy comparison on one shard: the node's loss, the
+// prox inputs, and the NumPy run (reps passes over the inputs: its us per prox and its
+// answers).
+type numpyProxRun struct {
+	l     *LocalLoss
+	vs    [][]float64
+	numpy func(reps int) (us float64, x [][]float64)
+}
+
+// newNumpyProxRun writes the shard and the inputs v_k = v_0 + 0.3 xi_k for NumPy.
+func newNumpyProxRun(t testing.TB, d *Dataset) *numpyProxRun {
 	rows, p := d.Rows, d.Cols
-	const seq, gamma = 64, 1.0
+	const seq = 64
 	l, err := NewLocalLoss(d, Logistic, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +131,30 @@ func numpyProxCompare(t *testing.T, d *Dataset) {
 			t.Fatal(err)
 		}
 	}
+	return &numpyProxRun{l: l, vs: vs, numpy: func(reps int) (float64, [][]float64) {
+		cmd := exec.Command("/usr/bin/python3", pf, xf, vf, fmt.Sprintf("%.17g", 1/float64(rows)), "1", strconv.Itoa(reps))
+		cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Us float64     `json:"us"`
+			X  [][]float64 `json:"x"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.Us, res.X
+	}}
+}
+
+// numpyProxCompare runs the comparison of TestNumpyProx on d (weight 1: c = 1/rows).
+func numpyProxCompare(t *testing.T, d *Dataset) {
+	rows, p := d.Rows, d.Cols
+	const seq, gamma = 64, 1.0
+	run := newNumpyProxRun(t, d)
+	l, vs := run.l, run.vs
 	goRun := func(reps int) float64 {
 		x := make([]float64, p)
 		start := time.Now()
@@ -134,27 +169,15 @@ func numpyProxCompare(t *testing.T, d *Dataset) {
 	}
 	var bestNp, bestGo float64 = 1e18, 1e18
 	for round := 0; round < 3; round++ {
-		cmd := exec.Command("/usr/bin/python3", pf, xf, vf, fmt.Sprintf("%.17g", 1/float64(rows)), "1", "5")
-		cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res struct {
-			Us float64     `json:"us"`
-			X  [][]float64 `json:"x"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatal(err)
-		}
-		bestNp = min(bestNp, res.Us)
+		us, xs := run.numpy(5)
+		bestNp = min(bestNp, us)
 		bestGo = min(bestGo, goRun(20))
 		x := make([]float64, p)
 		for k, v := range vs {
 			if err := l.Prox(x, v, gamma); err != nil {
 				t.Fatal(err)
 			}
-			if e := relDiff(x, res.X[k]); e > 1e-9 {
+			if e := relDiff(x, xs[k]); e > 1e-9 {
 				t.Fatalf("input %d: Go and NumPy prox differ by %.3g", k, e)
 			}
 		}
@@ -163,4 +186,41 @@ func numpyProxCompare(t *testing.T, d *Dataset) {
 	if bestGo > bestNp {
 		t.Errorf("Go prox (%.0f us) slower than NumPy (%.0f us)", bestGo, bestNp)
 	}
+}
+
+// BenchmarkNumpyProx: the logistic prox on the shipped breast-cancer rows as one node
+// (569 x 30), against the one-thread NumPy Newton of TestNumpyProx run in the same
+// benchmark (the best of three runs): us/prox of each and the ratio (goal 5x).
+//
+//	OPENBLAS_NUM_THREADS=1 go test -tags numpy -run '^$' -bench NumpyProx ./consensus/
+func BenchmarkNumpyProx(b *testing.B) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
+		b.Skip("needs numpy for /usr/bin/python3 (apt-get install python3-numpy)")
+	}
+	d, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	if err != nil {
+		b.Fatalf("the shipped data (../shared/data beside the repository): %v", err)
+	}
+	sc, err := FitScaler(d, ScaleStandardizeUnitBall)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := newNumpyProxRun(b, sc.Apply(d))
+	x := make([]float64, d.Cols)
+	k := 0
+	for b.Loop() {
+		if err := run.l.Prox(x, run.vs[k%len(run.vs)], 1); err != nil {
+			b.Fatal(err)
+		}
+		k++
+	}
+	goUs := float64(b.Elapsed().Nanoseconds()) / 1e3 / float64(b.N)
+	npUs := math.Inf(1) // the best of three NumPy runs, as in TestNumpyProx
+	for range 3 {
+		us, _ := run.numpy(5)
+		npUs = min(npUs, us)
+	}
+	b.ReportMetric(goUs, "us/prox")
+	b.ReportMetric(npUs, "us/numpy-prox")
+	b.ReportMetric(npUs/goUs, "x-numpy")
 }
