@@ -83,12 +83,25 @@ func (n *Node) peerOf(s string) (peer.ID, error) {
 func (n *Node) memberIndex(p peer.ID) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for i, q := range n.members {
-		if q == p {
-			return i
-		}
+	if i, ok := n.memberAt[p]; ok {
+		return i
 	}
 	return -1
+}
+
+// idStrings remembers peer.ID.String (base58) for the IDs of this process's
+// memberships: every node of an in-process network names every member once, a million
+// encodings at 1,000 hosts.
+var idStrings sync.Map
+
+// idString is p.String(), remembered.
+func idString(p peer.ID) string {
+	if v, ok := idStrings.Load(p); ok {
+		return v.(string)
+	}
+	s := p.String()
+	idStrings.Store(p, s)
+	return s
 }
 
 // indexOf is memberIndex for a peer ID as written in a checkpoint ("" or unknown: -1).

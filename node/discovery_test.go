@@ -226,7 +226,7 @@ func TestRelayInUseAdmitted(t *testing.T) {
 	}
 	defer n.Close()
 	n.mu.Lock()
-	n.members = []peer.ID{self, member}
+	n.setMemberList([]peer.ID{self, member}, 0)
 	n.mu.Unlock()
 	circ, err := ma.NewMultiaddr("/ip4/5.0.0.9/tcp/4001/p2p/" + relay.String() + "/p2p-circuit")
 	if err != nil {

@@ -108,8 +108,11 @@ type Node struct {
 
 	mu      sync.Mutex // guards members, index, streams, status fields, alive, down
 	members []peer.ID
-	index   int
-	streams map[peer.ID]network.Stream
+	// memberAt is the index of each member (members, set with it): a lookup per
+	// message, where a scan of 1,000 members cost several microseconds.
+	memberAt map[peer.ID]int
+	index    int
+	streams  map[peer.ID]network.Stream
 	// relStreams holds one *relStream per predecessor: the long-lived stream on which
 	// releases go to it.
 	relStreams sync.Map
@@ -598,7 +601,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	idx := -1
 	names := make([]string, len(ms))
 	for i, p := range ms {
-		names[i] = p.String()
+		names[i] = idString(p)
 		if p == n.ID() {
 			idx = i
 		}
@@ -636,7 +639,7 @@ func (n *Node) setMembers(ms []peer.ID, weight float64) error {
 	crand.Read(seed[:])
 	n.walk.custSeed = [2]uint64{binary.LittleEndian.Uint64(seed[:8]), binary.LittleEndian.Uint64(seed[8:])}
 	n.mu.Lock()
-	n.members, n.index = append([]peer.ID(nil), ms...), idx
+	n.setMemberList(ms, idx)
 	n.mu.Unlock()
 	cust, err := walk.NewCustody(wc, ll, c.Data.ModelDim(), n.custodyConfig(n.walk.custSeed))
 	if err != nil {
@@ -881,12 +884,19 @@ func cryptoRand() *rand.Rand {
 func (n *Node) isMember(p peer.ID) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, q := range n.members {
-		if q == p {
-			return true
+	_, ok := n.memberAt[p]
+	return ok
+}
+
+// setMemberList fixes the membership ms with this node at index idx (n.mu held).
+func (n *Node) setMemberList(ms []peer.ID, idx int) {
+	n.members, n.index = append([]peer.ID(nil), ms...), idx
+	n.memberAt = make(map[peer.ID]int, len(ms))
+	for i, p := range ms {
+		if _, dup := n.memberAt[p]; !dup {
+			n.memberAt[p] = i // the first index, as a scan finds it
 		}
 	}
-	return false
 }
 
 // handleWalk serves one long-lived inbound hand-off stream: frames in, one ack byte out

@@ -125,7 +125,7 @@ func (n *Node) setRADMMMembers(ms []peer.ID) error {
 		return errors.New("node: this node is not in the membership")
 	}
 	n.mu.Lock()
-	n.members, n.index = append([]peer.ID(nil), ms...), idx
+	n.setMemberList(ms, idx)
 	n.mu.Unlock()
 	n.log.Info().Int("index", idx).Int("nodes", len(ms)).Msg("membership fixed")
 	return nil

@@ -139,7 +139,7 @@ func TestFinalRequest(t *testing.T) {
 	}
 	// A non-member gets nothing.
 	holder.mu.Lock()
-	holder.members = []peer.ID{holder.ID()}
+	holder.setMemberList([]peer.ID{holder.ID()}, 0)
 	holder.mu.Unlock()
 	if _, ok := asker.requestFinal(ctx, holder.ID(), req); ok {
 		t.Fatal("a final-model request from a non-member was answered")
