@@ -99,10 +99,20 @@ func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
 		if err != nil {
 			return nil, err
 		}
-		mh := &mockHost{Host: h, m: m}
+		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}}
 		h.Network().Notify(&network.NotifyBundle{
-			ConnectedF:    func(network.Network, network.Conn) { mh.conns.Add(1) },
-			DisconnectedF: func(network.Network, network.Conn) { mh.conns.Add(-1) },
+			ConnectedF: func(_ network.Network, c network.Conn) {
+				mh.conns.Add(1)
+				mh.cmu.Lock()
+				mh.open[c] = struct{}{}
+				mh.cmu.Unlock()
+			},
+			DisconnectedF: func(_ network.Network, c network.Conn) {
+				mh.conns.Add(-1)
+				mh.cmu.Lock()
+				delete(mh.open, c)
+				mh.cmu.Unlock()
+			},
 		})
 		return mh, nil
 	}
@@ -136,6 +146,22 @@ type mockHost struct {
 	host.Host
 	m     *memHosts
 	conns atomic.Int64 // open connections (notifications)
+	// open is the set of open connections (notifications, under cmu): mocknet's own
+	// listing walks an entry for every peer the host was ever connected to, which made
+	// trim's listing cost grow with the run.
+	cmu  sync.Mutex
+	open map[network.Conn]struct{}
+}
+
+// openConns returns the host's open connections (as the notifications have them).
+func (h *mockHost) openConns() []network.Conn {
+	h.cmu.Lock()
+	defer h.cmu.Unlock()
+	out := make([]network.Conn, 0, len(h.open))
+	for c := range h.open {
+		out = append(out, c)
+	}
+	return out
 }
 
 // Connect links h and ai.ID, then connects them.
@@ -174,8 +200,7 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 }
 
 // trim closes h's least recently used idle connections down to mockMaxConns once it
-// has more than mockMaxConns + mockSlack (listing the connections costs time that grows
-// with the peers a mock network has ever connected to), and forgets their pairs: link, activity, and what each end's peerstore
+// has more than mockMaxConns + mockSlack (openConns), and forgets their pairs: link, activity, and what each end's peerstore
 // learnt of the other (identify, protocols; learnt again on the next connection, and
 // otherwise kept for every peer ever met). The decision and the closing are one step
 // under the lock that link takes, so a pair that a stream is about to use is either busy
@@ -184,7 +209,7 @@ func (h *mockHost) trim() {
 	if h.conns.Load() <= mockMaxConns+mockSlack {
 		return
 	}
-	conns := h.Network().Conns()
+	conns := h.openConns()
 	if len(conns) <= mockMaxConns {
 		return
 	}
