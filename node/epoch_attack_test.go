@@ -97,12 +97,12 @@ func TestEpochJumpsRefused(t *testing.T) {
 		if code := send(atk, frame(atk, e, 1)); code != wire.AckReject {
 			t.Fatalf("epoch %d: ack %d, want reject", e, code)
 		}
-		if got := v.Rejected("epoch"); got != float64(k+1) {
+		if got := rejectedReaches(v, "epoch", float64(k+1)); got != float64(k+1) {
 			t.Fatalf("rejected{epoch} = %v after %d jumps", got, k+1)
 		}
 	}
-	if v.Rejected("evicted") != 1 {
-		t.Fatalf("rejected{evicted} = %v, want 1", v.Rejected("evicted"))
+	if got := rejectedReaches(v, "evicted", 1); got != 1 {
+		t.Fatalf("rejected{evicted} = %v, want 1", got)
 	}
 	if code := send(atk, frame(atk, 0, 2)); code != wire.AckReject {
 		t.Fatalf("evicted member's plausible token: ack %d, want reject", code)
@@ -267,7 +267,7 @@ func TestRewindRefused(t *testing.T) {
 			t.Fatalf("rewind %d: ack %d, want stale", k, code)
 		}
 	}
-	if v.Rejected("rewind") != 3 || v.Rejected("evicted") != 1 {
+	if rejectedReaches(v, "rewind", 3) != 3 || rejectedReaches(v, "evicted", 1) != 1 {
 		t.Fatalf("rejected{rewind} %v, rejected{evicted} %v", v.Rejected("rewind"), v.Rejected("evicted"))
 	}
 	if s := logs.String(); !strings.Contains(s, "would rewind the walk") || !strings.Contains(s, shortID(atk.ID())) {
@@ -277,4 +277,15 @@ func TestRewindRefused(t *testing.T) {
 	if code := send(honest, frame(honest, atk, 1, 0, 60)); code != wire.AckOK {
 		t.Fatalf("honest token at hop 60 after the rewinds: ack %d, want ok", code)
 	}
+}
+
+// rejectedReaches returns v's rejected{kind} counter once it reaches want, or its value
+// after 2 s: the machine's refusal is acked when its Ready is applied, and the counter
+// moves when the Ready's events are handled, just after.
+func rejectedReaches(v *Node, kind string, want float64) float64 {
+	deadline := time.Now().Add(2 * time.Second)
+	for v.Rejected(kind) < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return v.Rejected(kind)
 }
