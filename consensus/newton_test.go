@@ -250,15 +250,11 @@ func BenchmarkProxLogistic180(b *testing.B)    { proxBench(b, 180, 64, false) }
 // BenchmarkProxLogisticBreastCancer: real rows, the shipped breast_cancer.csv (569 x 30,
 // standardized and projected onto the unit ball) as one node.
 func BenchmarkProxLogisticBreastCancer(b *testing.B) {
-	d, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	d, err := shippedBreastCancer(b)
 	if err != nil {
 		b.Skipf("the shipped data (../shared/data beside the repository): %v", err)
 	}
-	sc, err := FitScaler(d, ScaleStandardizeUnitBall)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxBenchOn(b, sc.Apply(d), false)
+	proxBenchOn(b, d, false)
 }
 
 // BenchmarkProxLogistic10k: a node with 10,000 rows and p = 100.
@@ -306,15 +302,10 @@ func TestExpNeg(t *testing.T) {
 // and a solver that served many calls gives the same bits as a fresh one (its tables
 // depend on the data alone).
 func TestNewtonPrecond(t *testing.T) {
-	full, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	full, err := shippedBreastCancer(t)
 	if err != nil {
 		t.Fatalf("the shipped data (../shared/data beside the repository): %v", err)
 	}
-	sc, err := FitScaler(full, ScaleStandardizeUnitBall)
-	if err != nil {
-		t.Fatal(err)
-	}
-	full = sc.Apply(full)
 	syn, _ := SyntheticLogistic(400, 8, 4, 7)
 	opt := NewtonOptions{Tol: 1e-10, MaxIter: 200, FullStep: true, Final: true, Chord: true, Precond: true}
 	plain := opt
@@ -365,4 +356,20 @@ func TestNewtonPrecond(t *testing.T) {
 	if !fellBack {
 		t.Fatal("no case fell back from the chord steps to Newton")
 	}
+}
+
+// shippedBreastCancer loads the shipped breast_cancer.csv (../shared/data beside the
+// repository), standardized and projected onto the unit ball as a node scales it; the
+// error is the load's.
+func shippedBreastCancer(tb testing.TB) (*Dataset, error) {
+	tb.Helper()
+	d, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	if err != nil {
+		return nil, err
+	}
+	sc, err := FitScaler(d, ScaleStandardizeUnitBall)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sc.Apply(d), nil
 }

@@ -66,15 +66,10 @@ func TestNumpyProx(t *testing.T) {
 	}
 	syn, _ := SyntheticLogistic(180, 64, 8, 1)
 	t.Run("synthetic-180x64", func(t *testing.T) { numpyProxCompare(t, syn) })
-	full, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	full, err := shippedBreastCancer(t)
 	if err != nil {
 		t.Fatalf("the shipped data (../shared/data beside the repository): %v", err)
 	}
-	sc, err := FitScaler(full, ScaleStandardizeUnitBall)
-	if err != nil {
-		t.Fatal(err)
-	}
-	full = sc.Apply(full)
 	shards, err := Split(full, 8, "iid", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -197,15 +192,11 @@ func BenchmarkNumpyProx(b *testing.B) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
 		b.Skip("needs numpy for /usr/bin/python3 (apt-get install python3-numpy)")
 	}
-	d, err := Load(filepath.Join("..", "..", "shared", "data", "breast_cancer.csv"), LoadOptions{Binary: true})
+	d, err := shippedBreastCancer(b)
 	if err != nil {
 		b.Fatalf("the shipped data (../shared/data beside the repository): %v", err)
 	}
-	sc, err := FitScaler(d, ScaleStandardizeUnitBall)
-	if err != nil {
-		b.Fatal(err)
-	}
-	run := newNumpyProxRun(b, sc.Apply(d))
+	run := newNumpyProxRun(b, d)
 	x := make([]float64, d.Cols)
 	k := 0
 	for b.Loop() {
