@@ -207,75 +207,14 @@ func BenchmarkRuntimeHop(b *testing.B) {
 	for _, fsync := range []bool{false, true} {
 		b.Run(fmt.Sprintf("p=%d/fsync=%v", dim, fsync), func(b *testing.B) {
 			hops := uint64(max(b.N, 20)) + 1
-			d, _ := consensus.SyntheticLogistic(40, dim, 3, 5)
-			sh, err := consensus.Split(d, 2, "iid", 5)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			ids := make([]peer.ID, 2)
-			dirs := []string{b.TempDir(), b.TempDir()}
-			for i := range ids {
-				if ids[i], err = store.DataDirPeerID(dirs[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var mu sync.Mutex
-			// The first frame of each hop (a frame answered busy is sent again).
-			var first, last time.Time
-			var firstHop, lastHop uint64
-			seen := false
-			nodes := make([]*Node, 2)
-			for i := range nodes {
-				c := Config{
-					Run: "bench", Data: sh[i], DataDir: dirs[i],
-					Training:    Training{Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, MaxUpdates: 1, Hops: hops},
-					Admission:   Admission{Members: ids, Holder: 0, Weight: 1},
-					Seeding:     Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return rand.New(fixedSource(1 - i)) }, Noise: func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) }},
-					Network:     Network{Listen: loopback},
-					Reliability: Reliability{NoSync: !fsync, AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second},
-				}
-				nd, err := New(ctx, c)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer nd.Close()
-				nd.sendHook = func(_ peer.ID, raw []byte) {
-					t := time.Now()
-					_, h := rawID(raw)
-					mu.Lock()
-					switch {
-					case !seen:
-						first, last, firstHop, lastHop, seen = t, t, h, h, true
-					case h > lastHop:
-						last, lastHop = t, h
-					}
-					mu.Unlock()
-				}
-				nodes[i] = nd
-			}
-			if err := nodes[0].Host.Connect(ctx, peer.AddrInfo{ID: nodes[1].ID(), Addrs: nodes[1].Host.Addrs()}); err != nil {
-				b.Fatal(err)
-			}
-			errs := make(chan error, 2)
 			b.ResetTimer()
-			for _, nd := range nodes {
-				go func() { _, err := nd.Run(ctx); errs <- err }()
-			}
-			for range nodes {
-				if err := <-errs; err != nil {
-					b.Fatal(err)
-				}
-			}
+			pr := runHopPair(b, dim, hops, fsync)
 			b.StopTimer()
-			if firstHop != 1 || lastHop != hops {
-				b.Fatalf("frames of hops %d..%d, want 1..%d", firstHop, lastHop, hops)
-			}
-			hop := last.Sub(first) / time.Duration(lastHop-firstHop)
+			hop := pr.last.Sub(pr.first) / time.Duration(pr.lastHop-pr.firstHop)
 			raw := rawHandoff(b, walk.NewToken("bench", 0, dim, consensus.Regularizer{}, 1), 2000)
 			sb := newSignatureBench(b, dim)
 			sig := perOp(b, 500, sb.sign) + perOp(b, 500, sb.verify)
+			b.ReportMetric(float64(pr.syncs)/float64(hops), "fsyncs/hop")
 			b.ReportMetric(float64(hop.Nanoseconds())/1e3, "us/hop")
 			b.ReportMetric(float64(raw.Nanoseconds())/1e3, "us/raw-handoff")
 			b.ReportMetric(float64(sig.Nanoseconds())/1e3, "us/signatures")
@@ -284,4 +223,95 @@ func BenchmarkRuntimeHop(b *testing.B) {
 			b.ReportMetric(float64(hop)/float64(raw+sig), "hop/(raw+sig)")
 		})
 	}
+}
+
+// hopPair is what runHopPair measured: the times of the first frame of the first and
+// last hops seen, and the fsyncs of both nodes' stores.
+type hopPair struct {
+	first, last       time.Time
+	firstHop, lastHop uint64
+	syncs             int64
+}
+
+// runHopPair runs a walk of hops hops between two nodes on loopback (the token always
+// goes to the other node; MaxUpdates 1, so after its first update a node only forwards)
+// with fsync on or off, and records the time of each hop's first frame.
+func runHopPair(tb testing.TB, dim int, hops uint64, fsync bool) hopPair {
+	tb.Helper()
+	d, _ := consensus.SyntheticLogistic(40, dim, 3, 5)
+	sh, err := consensus.Split(d, 2, "iid", 5)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ids := make([]peer.ID, 2)
+	dirs := []string{tb.TempDir(), tb.TempDir()}
+	for i := range ids {
+		if ids[i], err = store.DataDirPeerID(dirs[i]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var pr hopPair
+	seen := false
+	nodes := make([]*Node, 2)
+	for i := range nodes {
+		c := Config{
+			Run: "bench", Data: sh[i], DataDir: dirs[i],
+			Training:    Training{Problem: consensus.Problem{Loss: consensus.Logistic, Reg: consensus.Regularizer{L2: 0.01}}, Gamma: 1, Lambda: 0.5, Clip: 1, Sigma: 0.5, MaxUpdates: 1, Hops: hops},
+			Admission:   Admission{Members: ids, Holder: 0, Weight: 1},
+			Seeding:     Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return rand.New(fixedSource(1 - i)) }, Noise: func(i int) privacy.Noise { return privacy.NewSeededNoise(uint64(i)) }},
+			Network:     Network{Listen: loopback},
+			Reliability: Reliability{NoSync: !fsync, AckTimeout: 5 * time.Second, FinalWait: 10 * time.Second},
+		}
+		nd, err := New(ctx, c)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer nd.Close()
+		// The first frame of each hop (a frame answered busy is sent again).
+		nd.sendHook = func(_ peer.ID, raw []byte) {
+			t := time.Now()
+			_, h := rawID(raw)
+			mu.Lock()
+			switch {
+			case !seen:
+				pr.first, pr.last, pr.firstHop, pr.lastHop, seen = t, t, h, h, true
+			case h > pr.lastHop:
+				pr.last, pr.lastHop = t, h
+			}
+			mu.Unlock()
+		}
+		nodes[i] = nd
+	}
+	if err := nodes[0].Host.Connect(ctx, peer.AddrInfo{ID: nodes[1].ID(), Addrs: nodes[1].Host.Addrs()}); err != nil {
+		tb.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, nd := range nodes {
+		go func() { _, err := nd.Run(ctx); errs <- err }()
+	}
+	for range nodes {
+		if err := <-errs; err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if pr.firstHop != 1 || pr.lastHop != hops {
+		tb.Fatalf("frames of hops %d..%d, want 1..%d", pr.firstHop, pr.lastHop, hops)
+	}
+	pr.syncs = nodes[0].store.Syncs() + nodes[1].store.Syncs()
+	return pr
+}
+
+// TestHopFsyncs: with fsync on, a hop costs one fsync on each side: the receiver's inbox
+// before its ack, and the sender's checkpoint record carrying the release's ledger entry
+// (store.SaveCheckpointLedger), plus a few fsyncs at the start and end of the run.
+func TestHopFsyncs(t *testing.T) {
+	const hops, fixed = 40, 16
+	pr := runHopPair(t, 8, hops, true)
+	if pr.syncs < 2*hops || pr.syncs > 2*hops+fixed {
+		t.Fatalf("%d fsyncs for %d hops, want 2 per hop (one each side) and at most %d more", pr.syncs, hops, fixed)
+	}
+	t.Logf("%d fsyncs for %d hops", pr.syncs, hops)
 }

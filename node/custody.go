@@ -417,7 +417,8 @@ func copyReady(rd walk.CustodyReady) walk.CustodyReady {
 // walkFx is the node's WalkEffects: the ledger file, the inbox and checkpoint journals,
 // the wire and the control plane. The Walk adapter calls them in the Ready's order:
 // ledger (fsync), held token (inbox, before its ack), checkpoint (walk state and custody
-// snapshot), then the messages; events become metrics and log lines.
+// snapshot, with the Ready's ledger entries when it writes one: store.SaveCheckpointLedger,
+// one fsync for both), then the messages; events become metrics and log lines.
 type walkFx struct {
 	n   *Node
 	ctx context.Context
@@ -453,8 +454,9 @@ func (f walkFx) Persist(r drive.WalkRecord) error {
 		n.checkpointFrom(*r.Custody)
 	}
 	if r.State != nil || r.Custody != nil {
-		if err := n.store.SaveCheckpoint(&n.walk.ckpt); err != nil {
-			return fmt.Errorf("node: cannot write the checkpoint, stopping before any send: %w", err)
+		// The release's ledger entries and the checkpoint that holds it: one fsync.
+		if err := n.store.SaveCheckpointLedger(&n.walk.ckpt, r.Ledger); err != nil {
+			return fmt.Errorf("node: cannot write the ledger and the checkpoint, stopping before any send: %w", err)
 		}
 	}
 	return nil

@@ -14,8 +14,9 @@
 // through the Walk adapter (node/drive; the node's effects are custody.go's walkFx), the
 // code the fault studies of testnet apply their Readies with:
 //
-//  1. append the ledger entries to <datadir>/ledger and fsync (Ready.Ledger is durable
-//     before anything is sent);
+//  1. append the ledger entries to <datadir>/ledger (Ready.Ledger is durable before
+//     anything is sent: with the checkpoint record of step 3, which carries their lines,
+//     in one fsync; alone, when the Ready writes no checkpoint);
 //  2. a token taken (Ready.Held): append it to <datadir>/inbox.log and fsync, before its
 //     ack;
 //  3. the walk state and, when Ready.Persist, the custody snapshot: append the checkpoint
@@ -95,8 +96,9 @@
 //     with the next checkpoint (nothing is sent on the strength of them; a crash before
 //     it leaves a backup kept longer, and a restart that finds a newer stored token
 //     marks the custody copy acked); redirections, re-sends and retirements are
-//     checkpointed at once (walk.CustodyReady.Persist). A hop thus costs three fsyncs:
-//     inbox, ledger, checkpoint.
+//     checkpointed at once (walk.CustodyReady.Persist). A hop thus costs one fsync on
+//     each side: the receiver's inbox record, and the sender's checkpoint record, which
+//     carries the release's ledger lines (store.SaveCheckpointLedger: group commit).
 //   - Regeneration: when the recipient of an acked, unreleased backup is declared down,
 //     the node re-releases its newest such backup under epoch max(seen, backup)+1 to a
 //     uniformly chosen live member, after appending (fsync) a forward entry naming it;

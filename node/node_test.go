@@ -419,9 +419,23 @@ func TestRestartKeepsIdentityAndLedger(t *testing.T) {
 	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) {
 		t.Fatalf("corrupt ledger: %v, want store.ErrLedger", err)
 	}
+	// A ledger that lost its last bytes (a crash before its pages reached the disk) is
+	// restored from the checkpoint journal, whose records carry the releases' lines.
 	os.WriteFile(filepath.Join(dirs[0], store.LedgerFile), led0[:len(led0)-3], 0o600)
+	if nd, err := New(ctx, c); err != nil {
+		t.Fatalf("truncated ledger: %v, want it restored", err)
+	} else {
+		got, _ := os.ReadFile(filepath.Join(dirs[0], store.LedgerFile))
+		if nd.Store().Entries() != n0 || !bytes.Equal(got, led0) {
+			t.Fatalf("truncated ledger restored to %d entries, %d bytes; want %d, %d", nd.Store().Entries(), len(got), n0, len(led0))
+		}
+		nd.Close()
+	}
+	// Its last bytes changed rather than lost: refused.
+	changed := append(led0[:len(led0)-3:len(led0)-3], "x}\n"...)
+	os.WriteFile(filepath.Join(dirs[0], store.LedgerFile), changed, 0o600)
 	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) {
-		t.Fatalf("truncated ledger: %v, want store.ErrLedger", err)
+		t.Fatalf("ledger with a changed tail: %v, want store.ErrLedger", err)
 	}
 	os.Remove(filepath.Join(dirs[0], store.LedgerFile))
 	if _, err := New(ctx, c); !errors.Is(err, store.ErrLedger) || !strings.Contains(err.Error(), "missing") {

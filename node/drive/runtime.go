@@ -86,6 +86,11 @@ type WalkRecord struct {
 	// processed).
 	Stepped    bool
 	Epoch, Hop uint64
+	// Ledger are the Ready's ledger entries when its checkpoint (State or Custody) is
+	// written: Persist makes both durable together, before any message (one fsync: see
+	// store.SaveCheckpointLedger). A Ready that writes no checkpoint gives its entries to
+	// AppendLedger.
+	Ledger []privacy.Entry
 }
 
 // WalkEffects are the effects of a walk.Custody Ready. Final is called last, after the
@@ -98,10 +103,12 @@ type WalkEffects interface {
 
 // Walk adapts a walk.Custody to the runtime. Apply performs a CustodyReady in this order:
 //
-//  1. AppendLedger(Ready.Ledger): every token message of the Ready is covered before it
-//     leaves, and a restart never finds a step in its checkpoint without its entry;
+//  1. AppendLedger(Ready.Ledger), for a Ready that writes no checkpoint: every token
+//     message of the Ready is covered before it leaves;
 //  2. Persist: the held token (before its ack; the token of hop K too), the walk state and
-//     the custody snapshot;
+//     the custody snapshot, with the Ready's ledger entries (WalkRecord.Ledger) when it
+//     writes either: the entries and the checkpoint are durable together, so a restart
+//     never finds a step in its checkpoint without its entry;
 //  3. Send, every Outbox message in order (acks, tokens, releases);
 //  4. Note(Ready.Events);
 //  5. Final(Ready.Final), when set;
@@ -134,11 +141,6 @@ func (w *Walk) Done() bool { return w.c.Done() }
 // Apply performs the pending Ready through fx (see Walk for the order).
 func (w *Walk) Apply(fx WalkEffects) error {
 	rd := w.c.Ready()
-	if len(rd.Ledger) > 0 {
-		if err := fx.AppendLedger(rd.Ledger); err != nil {
-			return err
-		}
-	}
 	rec := WalkRecord{Held: rd.Held, State: rd.State}
 	if f := rd.Final; f != nil && rec.Held == nil {
 		// The token of hop K is held durably before its ack too: a node stopped before it
@@ -148,6 +150,13 @@ func (w *Walk) Apply(fx WalkEffects) error {
 	if rd.Persist {
 		s := w.c.Snapshot()
 		rec.Custody = &s
+	}
+	if len(rd.Ledger) > 0 {
+		if rec.State != nil || rec.Custody != nil {
+			rec.Ledger = rd.Ledger
+		} else if err := fx.AppendLedger(rd.Ledger); err != nil {
+			return err
+		}
 	}
 	for _, e := range rd.Events {
 		if e.Kind == walk.CustodyWalk {

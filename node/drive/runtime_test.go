@@ -89,9 +89,10 @@ func testWalk(t *testing.T, hops uint64) *Walk {
 	return NewWalk(c)
 }
 
-// TestWalkApplyOrder: Walk.Apply performs a Ready in the documented order (ledger, then
-// the durable record, then the messages, then the events) and advances the machine only
-// after all of it; the step's release is covered by a ledger entry naming its recipient.
+// TestWalkApplyOrder: Walk.Apply performs a Ready in the documented order (the durable
+// record with the ledger entries, then the messages, then the events) and advances the
+// machine only after all of it; the step's release is covered by a ledger entry naming
+// its recipient, made durable with the checkpoint that holds the release.
 func TestWalkApplyOrder(t *testing.T) {
 	w := testWalk(t, 0)
 	fx := &walkRecorder{}
@@ -107,10 +108,11 @@ func TestWalkApplyOrder(t *testing.T) {
 	if err := w.Apply(fx); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(fx.log, []string{"ledger", "persist", "send", "note"}) || len(fx.entries) != 1 || len(fx.sent) != 1 || fx.sent[0].Kind != walk.CustodyToken {
+	rec := fx.recs[1]
+	fx.entries = rec.Ledger
+	if !slices.Equal(fx.log, []string{"persist", "send", "note"}) || len(fx.entries) != 1 || len(fx.sent) != 1 || fx.sent[0].Kind != walk.CustodyToken {
 		t.Fatalf("step applied as %v: %d entries, %d messages", fx.log, len(fx.entries), len(fx.sent))
 	}
-	rec := fx.recs[1]
 	if rec.State == nil || rec.State.Updates != 1 || rec.Custody == nil || len(rec.Custody.Backups) != 1 || !rec.Stepped || rec.Hop != 0 {
 		t.Fatalf("step record %+v", rec)
 	}
@@ -122,11 +124,11 @@ func TestWalkApplyOrder(t *testing.T) {
 	}
 }
 
-// TestWalkApplyStopsBeforeSending: a ledger or checkpoint that cannot be made durable
-// ends the Ready before anything is sent, and the machine is not advanced: the same
-// Ready is pending again.
+// TestWalkApplyStopsBeforeSending: a ledger entry and checkpoint that cannot be made
+// durable end the Ready before anything is sent, and the machine is not advanced: the
+// same Ready is pending again.
 func TestWalkApplyStopsBeforeSending(t *testing.T) {
-	for _, fail := range []string{"ledger", "persist"} {
+	for _, fail := range []string{"persist"} {
 		w := testWalk(t, 0)
 		if err := w.Apply(&walkRecorder{}); err != nil { // the held token
 			t.Fatal(err)
@@ -137,7 +139,7 @@ func TestWalkApplyStopsBeforeSending(t *testing.T) {
 		if err := w.Apply(fx); !errors.Is(err, errDisk) {
 			t.Fatalf("%s failing: %v", fail, err)
 		}
-		if len(fx.sent) != 0 || slices.Contains(fx.log, "note") {
+		if len(fx.sent) != 0 || slices.Contains(fx.log, "note") || len(fx.recs) != 1 || len(fx.recs[0].Ledger) != entries || entries == 0 {
 			t.Fatalf("%s failing: %v, sent %d", fail, fx.log, len(fx.sent))
 		}
 		after := w.Custody().Ready()

@@ -12,7 +12,8 @@ import (
 )
 
 // ckBinary starts a checkpoint record in the binary encoding (a JSON record starts with
-// '{'). The encoding, little-endian, with uvarint lengths and counts:
+// '{'; a record that carries ledger lines starts with them, see groupcommit.go). The
+// encoding, little-endian, with uvarint lengths and counts:
 //
 //	0x03 | version uvarint | run str | node uvarint | updates uvarint |
 //	u: 0, n, n float64 | or 1 (the u of the previous record) |

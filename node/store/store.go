@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -137,7 +138,10 @@ type Store struct {
 	chain  privacy.LedgerChain
 	hashes map[uint64]uint64
 	noisy  int
-	ck     journal // CheckpointLog
+	// size is the ledger file's length in bytes (the offset of the next line).
+	size  int64
+	syncs atomic.Int64 // fsyncs made (Syncs)
+	ck    journal      // CheckpointLog
 	inbox  journal // InboxLog
 }
 
@@ -179,10 +183,14 @@ func Open(dir string) (*Store, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
+	if b, err = s.repairLedger(b); err != nil {
+		return nil, err
+	}
 	es, hashes, chain, err := privacy.ReadLedgerChain(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLedger, lp, err)
 	}
+	s.size = int64(len(b))
 	s.chain = chain
 	s.hashes = make(map[uint64]uint64, len(es))
 	for k, e := range es {
@@ -243,43 +251,78 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ledger == nil {
-		return errors.New("store: ledger is closed")
+	lines, err := s.writeLedger(es)
+	if err != nil {
+		return err
 	}
-	// The lines are encoded on a copy of the chain, which replaces it once they are
-	// durable: an invalid entry or a failed write leaves the ledger state as it was.
-	var buf []byte
-	chain, noisy := s.chain, 0
-	type mark struct{ seq, hash uint64 }
-	marks := make([]mark, 0, len(es))
+	if err := s.sync(s.ledger); err != nil {
+		return fmt.Errorf("store: ledger fsync: %w", err)
+	}
+	s.commitLedger(lines)
+	return nil
+}
+
+// ledgerLines are lines written to the ledger file, not yet in the store's chain state.
+type ledgerLines struct {
+	off   int64  // the file offset of the first
+	buf   []byte // the lines
+	chain privacy.LedgerChain
+	noisy int
+	marks []ledgerMark
+}
+
+type ledgerMark struct{ seq, hash uint64 }
+
+// writeLedger encodes es as the next lines of the ledger and writes them to the file
+// (no fsync). The lines are encoded on a copy of the chain, which replaces it at
+// commitLedger, once they are durable: an invalid entry or a failed write leaves the
+// ledger state as it was. s.mu is held.
+func (s *Store) writeLedger(es []privacy.Entry) (ledgerLines, error) {
+	if s.ledger == nil {
+		return ledgerLines{}, errors.New("store: ledger is closed")
+	}
+	l := ledgerLines{off: s.size, chain: s.chain, marks: make([]ledgerMark, 0, len(es))}
 	for _, e := range es {
 		var err error
-		if buf, err = chain.Append(buf, e); err != nil {
-			return err
+		if l.buf, err = l.chain.Append(l.buf, e); err != nil {
+			return l, err
 		}
-		marks = append(marks, mark{chain.Seq(), chain.Last()})
+		l.marks = append(l.marks, ledgerMark{l.chain.Seq(), l.chain.Last()})
 		if e.Noisy() {
-			noisy++
+			l.noisy++
 		}
 	}
-	if _, err := s.ledger.Write(buf); err != nil {
-		return fmt.Errorf("store: ledger write: %w", err)
+	n, err := s.ledger.Write(l.buf)
+	s.size += int64(n)
+	if err != nil {
+		return l, fmt.Errorf("store: ledger write: %w", err)
 	}
-	if !s.NoSync {
-		if err := s.ledger.Sync(); err != nil {
-			return fmt.Errorf("store: ledger fsync: %w", err)
-		}
-	}
-	s.chain = chain
-	s.noisy += noisy
+	return l, nil
+}
+
+// commitLedger makes durable lines the store's ledger state. s.mu is held.
+func (s *Store) commitLedger(l ledgerLines) {
+	s.chain = l.chain
+	s.noisy += l.noisy
 	if s.hashes == nil {
 		s.hashes = map[uint64]uint64{}
 	}
-	for _, m := range marks {
+	for _, m := range l.marks {
 		s.hashes[m.seq] = m.hash
 	}
-	return nil
 }
+
+// sync fsyncs f unless NoSync, and counts it.
+func (s *Store) sync(f *os.File) error {
+	if s.NoSync {
+		return nil
+	}
+	s.syncs.Add(1)
+	return f.Sync()
+}
+
+// Syncs returns the number of fsyncs this store has made (none under NoSync).
+func (s *Store) Syncs() int64 { return s.syncs.Load() }
 
 // NoisyEntries returns the number of noisy-update entries in the ledger: the privacy this
 // node has spent, whatever its checkpoint says.
@@ -328,11 +371,9 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 		tmp.Close()
 		return fmt.Errorf("store: write %s: %w", name, err)
 	}
-	if !s.NoSync {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return fmt.Errorf("store: fsync %s: %w", name, err)
-		}
+	if err := s.sync(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("store: fsync %s: %w", name, err)
 	}
 	if err := tmp.Close(); err != nil {
 		return err
@@ -342,7 +383,7 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 	}
 	if !s.NoSync {
 		if d, err := os.Open(s.Dir); err == nil {
-			d.Sync()
+			s.sync(d)
 			d.Close()
 		}
 	}
@@ -414,12 +455,10 @@ func (s *Store) appendRecord(j *journal, name string, fill func(b []byte, fresh 
 		j.f = nil // the next save rewrites the journal
 		return fmt.Errorf("store: %s write: %w", name, err)
 	}
-	if !s.NoSync {
-		if err := j.f.Sync(); err != nil {
-			j.f.Close()
-			j.f = nil
-			return fmt.Errorf("store: %s fsync: %w", name, err)
-		}
+	if err := s.sync(j.f); err != nil {
+		j.f.Close()
+		j.f = nil
+		return fmt.Errorf("store: %s fsync: %w", name, err)
 	}
 	j.size += int64(len(b))
 	return nil
@@ -490,8 +529,19 @@ func allZero(b []byte) bool {
 // records, which start with '{'). The first save of a process removes checkpoint.json (the first
 // format) once the journal is durable.
 func (s *Store) SaveCheckpoint(c *Checkpoint) error {
+	return s.saveCheckpoint(c, nil)
+}
+
+// saveCheckpoint is SaveCheckpoint with, when lines is not nil, the ledger lines written
+// just before it (not fsynced) carried in the record (see SaveCheckpointLedger); s.mu is
+// then held.
+func (s *Store) saveCheckpoint(c *Checkpoint, lines *ledgerLines) error {
 	c.Version = 1
-	c.LedgerSeq, c.LedgerHash = s.ledgerMark()
+	if lines != nil {
+		c.LedgerSeq, c.LedgerHash = lines.chain.Seq(), lines.chain.Last()
+	} else {
+		c.LedgerSeq, c.LedgerHash = s.ledgerMark()
+	}
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
 	first := s.ck.f == nil
@@ -499,6 +549,16 @@ func (s *Store) SaveCheckpoint(c *Checkpoint) error {
 		prev := &s.ck.tab
 		if fresh {
 			prev = nil
+		}
+		switch {
+		case lines != nil && fresh:
+			// The journal is rewritten: the lines its dropped records carried, and these,
+			// are made durable in the ledger file itself.
+			if err := s.sync(s.ledger); err != nil {
+				return nil, fmt.Errorf("ledger fsync: %w", err)
+			}
+		case lines != nil:
+			b = appendLedgerSection(b, lines.off, lines.buf)
 		}
 		return appendCheckpointInto(b, c, prev, &s.ck.spare), nil
 	})
@@ -598,6 +658,11 @@ func (s *Store) loadCheckpointJSON() (*Checkpoint, error) {
 // binary encoding, whose references go to prev.
 func decodeCheckpoint(b []byte, prev *ckTable) (*Checkpoint, error) {
 	var c Checkpoint
+	if _, rest, ok, err := cutLedgerSection(b); err != nil {
+		return nil, fmt.Errorf("checkpoint is corrupt: %v", err)
+	} else if ok {
+		b = rest
+	}
 	if isBinaryCheckpoint(b) {
 		bc, err := decodeCheckpointBinary(b, prev)
 		if err != nil {

@@ -490,6 +490,13 @@ func (fx *walkEffects) AppendLedger(es []privacy.Entry) error {
 
 func (fx *walkEffects) Persist(r drive.WalkRecord) error {
 	nd := fx.nd
+	if len(r.Ledger) > 0 {
+		// Durable with the checkpoint (one write): the crash below comes after them, the
+		// study's conservative case (the entries counted, the release never sent).
+		if err := fx.AppendLedger(r.Ledger); err != nil {
+			return err
+		}
+	}
 	if h := r.Held; h != nil {
 		c := *h
 		c.Token.Z, c.Token.Zhat = slices.Clone(h.Token.Z), slices.Clone(h.Token.Zhat)
