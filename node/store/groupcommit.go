@@ -1,12 +1,9 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/dpadmm/dpadmm/privacy"
 )
@@ -66,8 +63,10 @@ func cutLedgerSection(b []byte) (ledgerSection, []byte, bool, error) {
 
 // SaveCheckpointLedger appends the ledger entries es and saves the checkpoint c with a
 // single fsync (see Group commit above): when it returns, both are durable. With no
-// entries it is SaveCheckpoint. A failure leaves the store's ledger state as it was; the
-// caller must stop (the ledger file may hold the lines without their record).
+// entries it is SaveCheckpoint. After a failure the ledger file may hold the lines
+// without their record: the store refuses every later ledger write, and the caller must
+// stop (the next Open reads the file as it is: at worst an entry for a release never
+// sent).
 func (s *Store) SaveCheckpointLedger(c *Checkpoint, es []privacy.Entry) error {
 	if len(es) == 0 {
 		return s.SaveCheckpoint(c)
@@ -79,61 +78,61 @@ func (s *Store) SaveCheckpointLedger(c *Checkpoint, es []privacy.Entry) error {
 		return err
 	}
 	if err := s.saveCheckpoint(c, &lines); err != nil {
+		s.failed = err
 		return err
 	}
+	s.unsynced = true
 	s.commitLedger(lines)
 	return nil
 }
 
-// repairLedger restores, from the checkpoint journal's ledger sections, the lines of the
-// ledger file b that never reached its disk (a crash after the record's fsync, before
-// the file's pages were written), and returns the ledger's content. A section's lines
-// must match the ledger where the ledger has them, byte for byte; a shorter ledger may
-// end inside them (a torn write: its bytes there are theirs or zero). Anything else means
-// lines were removed or rewritten: ErrLedger. A journal that cannot be read is left to
-// LoadCheckpoint, which reports it.
-func (s *Store) repairLedger(b []byte) ([]byte, error) {
+// ledgerSections returns the ledger sections of the checkpoint journal's complete
+// records, in order: those before a record that does not check too (the journal's
+// corruption is LoadCheckpoint's to report; the lines its good records hold are restored
+// all the same).
+func (s *Store) ledgerSections() []ledgerSection {
 	var secs []ledgerSection
-	err := s.records(CheckpointLog, func(r []byte) error {
+	s.records(CheckpointLog, func(r []byte) error {
 		sec, _, ok, err := cutLedgerSection(r)
 		if ok {
 			secs = append(secs, sec)
 		}
 		return err
 	})
-	if err != nil {
-		return b, nil
-	}
+	return secs
+}
+
+// repairLedger restores, from the checkpoint journal's ledger sections, the lines of the
+// ledger b that never reached its disk (a crash after the record's fsync, before the
+// file's pages were written) and reports whether it changed b. Where the ledger has a
+// section's bytes they must be the section's or zero (a file whose length reached the
+// disk before its data), byte for byte; a shorter ledger may end inside a section.
+// Anything else means lines were removed or rewritten: ErrLedger. (A ledger line is JSON
+// and never holds a zero byte.)
+func repairLedger(b []byte, secs []ledgerSection) ([]byte, bool, error) {
 	repaired := false
 	for _, sec := range secs {
-		end := sec.off + int64(len(sec.lines))
-		switch have := int64(len(b)); {
-		case sec.off > have:
-			return nil, fmt.Errorf("%w: the ledger ends at byte %d but the checkpoint journal holds lines written from byte %d: ledger lines were removed",
+		have := int64(len(b))
+		if sec.off > have {
+			return nil, false, fmt.Errorf("%w: the ledger ends at byte %d but the checkpoint journal holds lines written from byte %d: ledger lines were removed",
 				ErrLedger, have, sec.off)
-		case have >= end:
-			if !bytes.Equal(b[sec.off:end], sec.lines) {
-				return nil, fmt.Errorf("%w: the ledger's bytes %d..%d differ from the lines the checkpoint journal holds for them: the ledger was rewritten",
-					ErrLedger, sec.off, end)
-			}
-		default:
-			for k, c := range b[sec.off:] {
-				if c != 0 && c != sec.lines[k] {
-					return nil, fmt.Errorf("%w: the ledger's last bytes differ from the lines the checkpoint journal holds for them: the ledger was rewritten",
-						ErrLedger)
+		}
+		end := sec.off + int64(len(sec.lines))
+		over := b[sec.off:min(have, end)]
+		for k, c := range over {
+			if c != sec.lines[k] {
+				if c != 0 {
+					return nil, false, fmt.Errorf("%w: the ledger's bytes from %d differ from the lines the checkpoint journal holds for them: the ledger was rewritten",
+						ErrLedger, sec.off)
 				}
+				over[k] = sec.lines[k]
+				repaired = true
 			}
-			b = append(b[:sec.off:sec.off], sec.lines...)
+		}
+		if have < end {
+			b = append(b, sec.lines[have-sec.off:]...)
 			repaired = true
 		}
 	}
-	if repaired {
-		if err := s.WriteAtomic(LedgerFile, b); err != nil {
-			return nil, fmt.Errorf("%w: restoring its lines from the checkpoint journal: %v", ErrLedger, err)
-		}
-		if err := os.Chmod(filepath.Join(s.Dir, LedgerFile), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
+	return b, repaired, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -174,5 +175,181 @@ func TestGroupCommitNewJournal(t *testing.T) {
 	var es []privacy.Entry
 	if es, err = privacy.ParseLedger(bytes.NewReader(got)); err != nil || len(es) != hops+2 {
 		t.Fatalf("ledger: %d entries, %v", len(es), err)
+	}
+}
+
+// powerLoss keeps the first durable bytes of the ledger and, when size is larger, zeros
+// up to size (a file whose length reached the disk before its data).
+func powerLoss(t *testing.T, dir string, durable, size int) {
+	t.Helper()
+	lp := filepath.Join(dir, LedgerFile)
+	b, err := os.ReadFile(lp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := bytes.Clone(b[:durable])
+	if size > durable {
+		nb = append(nb, make([]byte, size-durable)...)
+	}
+	if err := os.WriteFile(lp, nb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reopenLoad opens dir and loads its checkpoint, which must succeed with want entries.
+func reopenLoad(t *testing.T, dir string, want int) {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open after a crash: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.LoadCheckpoint(); err != nil {
+		t.Fatalf("LoadCheckpoint after a crash: %v", err)
+	}
+	if s.Entries() != want {
+		t.Fatalf("ledger holds %d entries, want %d", s.Entries(), want)
+	}
+}
+
+// TestGroupCommitZeroTail: a ledger whose length reached the disk but whose last lines
+// read as zeros is restored from the journal, whether one section or all of them are
+// zeroed.
+func TestGroupCommitZeroTail(t *testing.T) {
+	const hops = 3
+	for _, all := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all=%v", all), func(t *testing.T) {
+			dir, want, ends := groupCommitDir(t, hops)
+			durable := int(ends[hops-2])
+			if all {
+				durable = bytes.IndexByte(want, '\n') + 1
+			}
+			powerLoss(t, dir, durable, len(want))
+			reopenLoad(t, dir, hops+1)
+			if got, _ := os.ReadFile(filepath.Join(dir, LedgerFile)); !bytes.Equal(got, want) {
+				t.Fatal("the restored ledger is not the one written")
+			}
+		})
+	}
+}
+
+// TestGroupCommitPlainNewJournal: a new journal started by a save without ledger entries
+// (compaction, or the first save of a process) drops records that carried lines: the
+// ledger is fsynced first when it holds lines written since its last fsync.
+func TestGroupCommitPlainNewJournal(t *testing.T) {
+	for _, how := range []string{"compaction", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &Checkpoint{Run: "r", U: []float64{1, 2}}
+			if err := s.SaveCheckpoint(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SaveCheckpointLedger(c, ledgerEntries(1)); err != nil {
+				t.Fatal(err)
+			}
+			if how == "compaction" {
+				s.ck.mu.Lock()
+				s.ck.size = journalCompact
+				s.ck.mu.Unlock()
+			} else {
+				s.Close()
+				// A restart before the lines reached the disk: the new process's ledger
+				// holds them in the page cache, unsynced, and its first save starts a
+				// new journal.
+				if s, err = Open(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := s.Syncs()
+			if err := s.SaveCheckpoint(c); err != nil {
+				t.Fatal(err)
+			}
+			// the ledger, the new journal's file, its directory
+			if d := s.Syncs() - before; d != 3 || s.unsynced {
+				t.Fatalf("a new journal after unsynced lines: %d fsyncs (want 3: ledger, journal, directory), unsynced %v", d, s.unsynced)
+			}
+			s.Close()
+		})
+	}
+}
+
+// TestGroupCommitCorruptJournal: a journal that does not check after its records that
+// carry lines (a torn append whose header never reached the disk) still gives those
+// lines back: a release sent is never left out of the ledger because the checkpoint is
+// corrupt, which LoadCheckpoint then reports.
+func TestGroupCommitCorruptJournal(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Checkpoint{Run: "r", U: []float64{1, 2}}
+	if err := s.SaveCheckpoint(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpointLedger(c, ledgerEntries(1)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	powerLoss(t, dir, 0, 0)
+	f, err := os.OpenFile(filepath.Join(dir, CheckpointLog), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(make([]byte, 40), bytes.Repeat([]byte{0xab}, 40)...))
+	f.Close()
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Entries() != 1 {
+		t.Fatalf("%d ledger entries after Open, want the 1 the journal holds", s.Entries())
+	}
+	if _, err := s.LoadCheckpoint(); err == nil {
+		t.Fatal("a corrupt journal loaded")
+	}
+}
+
+// TestGroupCommitOpenBesideNode: an Open beside a running node (a tool reading the data
+// directory) reads the journal before the ledger, so it never finds lines to restore
+// while the node appends: it would otherwise replace the node's ledger file.
+func TestGroupCommitOpenBesideNode(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	es := ledgerEntries(3)
+	c := &Checkpoint{Run: "r", U: []float64{1, 2}}
+	if err := s.SaveCheckpointLedger(c, es[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpointLedger(c, es[1:2]); err != nil {
+		t.Fatal(err)
+	}
+	tool := &Store{Dir: dir}
+	secs := tool.ledgerSections() // Open's first read
+	if err := s.SaveCheckpointLedger(c, es[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, LedgerFile)) // Open's second read
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secs) == 0 {
+		t.Fatal("the journal holds no section")
+	}
+	if _, repaired, err := repairLedger(b, secs); err != nil || repaired {
+		t.Fatalf("an Open beside the node: repaired %v, %v", repaired, err)
+	}
+	// The same reads in the other order would find a line to restore.
+	if _, repaired, err := repairLedger(b[:len(b)-10], tool.ledgerSections()); err != nil || !repaired {
+		t.Fatalf("a ledger read before the journal: repaired %v, %v", repaired, err)
 	}
 }

@@ -141,6 +141,11 @@ type Store struct {
 	// size is the ledger file's length in bytes (the offset of the next line).
 	size  int64
 	syncs atomic.Int64 // fsyncs made (Syncs)
+	// unsynced: the ledger file holds lines written since its last fsync (durable in the
+	// checkpoint journal's records: group commit). failed: a ledger write failed, and the
+	// file may hold lines the chain does not: every later write is refused.
+	unsynced bool
+	failed   error
 	ck    journal      // CheckpointLog
 	inbox  journal // InboxLog
 }
@@ -173,6 +178,11 @@ func Open(dir string) (*Store, error) {
 			state = append(state, f)
 		}
 	}
+	// The journal's ledger sections are read before the ledger: a line is written to the
+	// ledger before the record that carries it, so a ledger read after the journal holds
+	// every line the journal had (the page cache), and an Open beside a running node
+	// never finds lines to restore.
+	secs := s.ledgerSections()
 	b, err := os.ReadFile(lp)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && len(state) > 0:
@@ -183,14 +193,23 @@ func Open(dir string) (*Store, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %v", ErrLedger, err)
 	}
-	if b, err = s.repairLedger(b); err != nil {
+	b, repaired, err := repairLedger(b, secs)
+	if err != nil {
 		return nil, err
 	}
 	es, hashes, chain, err := privacy.ReadLedgerChain(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLedger, lp, err)
 	}
+	if repaired {
+		if err := s.WriteAtomic(LedgerFile, b); err != nil {
+			return nil, fmt.Errorf("%w: restoring its lines from the checkpoint journal: %v", ErrLedger, err)
+		}
+	}
 	s.size = int64(len(b))
+	// Lines carried by the journal may not have reached the ledger's disk (the previous
+	// process stopped before they did): the first new journal fsyncs the ledger first.
+	s.unsynced = len(secs) > 0
 	s.chain = chain
 	s.hashes = make(map[uint64]uint64, len(es))
 	for k, e := range es {
@@ -256,8 +275,10 @@ func (s *Store) AppendLedger(es []privacy.Entry) error {
 		return err
 	}
 	if err := s.sync(s.ledger); err != nil {
-		return fmt.Errorf("store: ledger fsync: %w", err)
+		s.failed = fmt.Errorf("store: ledger fsync: %w", err)
+		return s.failed
 	}
+	s.unsynced = false
 	s.commitLedger(lines)
 	return nil
 }
@@ -275,11 +296,16 @@ type ledgerMark struct{ seq, hash uint64 }
 
 // writeLedger encodes es as the next lines of the ledger and writes them to the file
 // (no fsync). The lines are encoded on a copy of the chain, which replaces it at
-// commitLedger, once they are durable: an invalid entry or a failed write leaves the
-// ledger state as it was. s.mu is held.
+// commitLedger, once they are durable: an invalid entry leaves the ledger as it was; a
+// failed write (or a failed fsync or record after it) may leave lines in the file that
+// the chain does not hold, so the store then refuses every later write (failed), and
+// the next Open reads the file as it is. s.mu is held.
 func (s *Store) writeLedger(es []privacy.Entry) (ledgerLines, error) {
-	if s.ledger == nil {
+	switch {
+	case s.ledger == nil:
 		return ledgerLines{}, errors.New("store: ledger is closed")
+	case s.failed != nil:
+		return ledgerLines{}, fmt.Errorf("store: the ledger is refused after an earlier failure: %w", s.failed)
 	}
 	l := ledgerLines{off: s.size, chain: s.chain, marks: make([]ledgerMark, 0, len(es))}
 	for _, e := range es {
@@ -295,7 +321,8 @@ func (s *Store) writeLedger(es []privacy.Entry) (ledgerLines, error) {
 	n, err := s.ledger.Write(l.buf)
 	s.size += int64(n)
 	if err != nil {
-		return l, fmt.Errorf("store: ledger write: %w", err)
+		s.failed = fmt.Errorf("store: ledger write: %w", err)
+		return l, s.failed
 	}
 	return l, nil
 }
@@ -382,9 +409,14 @@ func (s *Store) WriteAtomic(name string, data []byte) error {
 		return fmt.Errorf("store: rename %s: %w", name, err)
 	}
 	if !s.NoSync {
-		if d, err := os.Open(s.Dir); err == nil {
-			s.sync(d)
-			d.Close()
+		d, err := os.Open(s.Dir)
+		if err != nil {
+			return fmt.Errorf("store: fsync of the directory for %s: %w", name, err)
+		}
+		err = s.sync(d)
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("store: fsync of the directory for %s: %w", name, err)
 		}
 	}
 	return nil
@@ -529,18 +561,20 @@ func allZero(b []byte) bool {
 // records, which start with '{'). The first save of a process removes checkpoint.json (the first
 // format) once the journal is durable.
 func (s *Store) SaveCheckpoint(c *Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.saveCheckpoint(c, nil)
 }
 
 // saveCheckpoint is SaveCheckpoint with, when lines is not nil, the ledger lines written
-// just before it (not fsynced) carried in the record (see SaveCheckpointLedger); s.mu is
-// then held.
+// just before it (not fsynced) carried in the record (see SaveCheckpointLedger). s.mu is
+// held (then s.ck.mu: the order of every path that takes both).
 func (s *Store) saveCheckpoint(c *Checkpoint, lines *ledgerLines) error {
 	c.Version = 1
 	if lines != nil {
 		c.LedgerSeq, c.LedgerHash = lines.chain.Seq(), lines.chain.Last()
 	} else {
-		c.LedgerSeq, c.LedgerHash = s.ledgerMark()
+		c.LedgerSeq, c.LedgerHash = s.chain.Seq(), s.chain.Last()
 	}
 	s.ck.mu.Lock()
 	defer s.ck.mu.Unlock()
@@ -551,12 +585,16 @@ func (s *Store) saveCheckpoint(c *Checkpoint, lines *ledgerLines) error {
 			prev = nil
 		}
 		switch {
-		case lines != nil && fresh:
+		case fresh && (lines != nil || s.unsynced):
 			// The journal is rewritten: the lines its dropped records carried, and these,
 			// are made durable in the ledger file itself.
+			if s.ledger == nil {
+				return nil, errors.New("ledger is closed")
+			}
 			if err := s.sync(s.ledger); err != nil {
 				return nil, fmt.Errorf("ledger fsync: %w", err)
 			}
+			s.unsynced = false
 		case lines != nil:
 			b = appendLedgerSection(b, lines.off, lines.buf)
 		}
