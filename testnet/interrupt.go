@@ -52,6 +52,16 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 	pw := &partialWalk{entries: make([]int, n)}
 	ledgers := make([][]privacy.Entry, n)
 	for i, d := range dirs {
+		// The node's store, opened as the node opens it (its ledger's lines restored
+		// from the checkpoint journal if a crash kept them from the file), gives the
+		// checkpoint and the inbox.
+		st, err := store.Open(d)
+		if err != nil {
+			return nil, fmt.Errorf("node %d: %w", i, err)
+		}
+		inbox, _ := st.LoadInbox()
+		ck, ckErr := st.LoadCheckpoint()
+		st.Close()
 		es, err := readLedgerFile(d)
 		if err != nil {
 			return nil, fmt.Errorf("node %d: ledger: %w", i, err)
@@ -72,10 +82,8 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 				pw.z, pw.zHop = tok.Z, tok.Hop
 			}
 		}
-		if raw, err := (&store.Store{Dir: d}).LoadInbox(); err == nil {
-			consider(raw)
-		}
-		if ck, err := (&store.Store{Dir: d}).LoadCheckpoint(); err == nil && ck != nil {
+		consider(inbox)
+		if ckErr == nil && ck != nil {
 			consider(ck.Out)
 			for _, b := range ck.Backups {
 				consider(b.Token)

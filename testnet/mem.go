@@ -146,6 +146,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 	if cfg.mockIdle > 0 {
 		hosts.idle = cfg.mockIdle
 	}
+	hosts.noIdentify = hosts.transport == TransportMock && n > cmp.Or(cfg.topicMax, memTopicMax)
 	defer hosts.Close() // after the nodes (deferred below, run first)
 	nodes := make([]*node.Node, n)
 	defer func() {

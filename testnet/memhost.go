@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -20,8 +21,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	msmux "github.com/multiformats/go-multistream"
 )
 
 // The transports of RunMem (MemConfig.Transport).
@@ -32,7 +35,7 @@ const (
 	TransportTCP = "tcp"
 	// TransportMock: libp2p hosts on go-libp2p's in-memory mock network (mocknet):
 	// the same host, identify, streams and gossipsub, without sockets, encryption or
-	// multiplexer. Links between hosts are made on the first dial of a pair, and a host
+	// multiplexer (above memTopicMax hosts, neither gossipsub nor identify: noIdentify). Links between hosts are made on the first dial of a pair, and a host
 	// with more than mockMaxConns connections closes its least recently used idle ones
 	// (a connection manager), so memory does not grow with the pairs the walk has used.
 	TransportMock = "mock"
@@ -61,6 +64,9 @@ type memHosts struct {
 	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
 	closed    atomic.Int64                            // connections closed by trim
 	idle      time.Duration                           // mockIdle, shorter in tests
+	// noIdentify: mock hosts answer no identify request (a network without the control
+	// topic, whose GossipSub is the only user of identify here).
+	noIdentify bool
 }
 
 // pairUse is the activity of the streams between two mock hosts, whichever opened them.
@@ -98,6 +104,15 @@ func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
 		h, err := m.mn.AddPeer(key, a)
 		if err != nil {
 			return nil, err
+		}
+		if m.noIdentify {
+			// Nothing here needs identify: the membership is static, a member's key is
+			// in its ID, and this program's streams propose their protocol (openStream).
+			// A peer's identify request then fails at once, and a connection costs no
+			// identify exchange (two streams, a protobuf message and an 8 KiB reader
+			// each way; with a random walk over 1,000 hosts, one new connection per hop).
+			h.RemoveStreamHandler(identify.ID)
+			h.RemoveStreamHandler(identify.IDPush)
 		}
 		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}}
 		h.Network().Notify(&network.NotifyBundle{
@@ -191,12 +206,54 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 	if err := h.m.link(k); err != nil {
 		return nil, err
 	}
-	s, err := h.Host.NewStream(ctx, p, pids...)
+	s, err := h.openStream(ctx, p, pids[0])
 	if err != nil {
 		return nil, err
 	}
 	h.trim()
 	return newMockStream(h, p, k, s), nil
+}
+
+// openStream dials p if need be and opens a stream of protocol pid without waiting for
+// identify: this program's streams name one protocol, which the first write proposes
+// (multistream-select's lazy client, as a host does for a protocol it knows the peer
+// speaks), and a peer without it fails the first read. The host's own NewStream waits
+// for identify on every new connection, a round trip of its own and, with a random
+// walk over 1,000 hosts, one per hop.
+func (h *mockHost) openStream(ctx context.Context, p peer.ID, pid protocol.ID) (network.Stream, error) {
+	if h.Network().Connectedness(p) != network.Connected {
+		if _, err := h.Network().DialPeer(ctx, p); err != nil {
+			return nil, fmt.Errorf("failed to dial: %w", err)
+		}
+	}
+	s, err := h.Network().NewStream(network.WithNoDial(ctx, "dialled"), p)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open stream: %w", err)
+	}
+	if err := s.SetProtocol(pid); err != nil {
+		s.Reset()
+		return nil, err
+	}
+	return &lazyStream{Stream: s, rw: msmux.NewMSSelect(s, pid)}, nil
+}
+
+// lazyStream is a stream whose protocol is proposed with its first write (the host's
+// own wrapper of a lazily negotiated stream).
+type lazyStream struct {
+	network.Stream
+	rw io.ReadWriteCloser
+}
+
+func (s *lazyStream) Read(b []byte) (int, error)  { return s.rw.Read(b) }
+func (s *lazyStream) Write(b []byte) (int, error) { return s.rw.Write(b) }
+func (s *lazyStream) Close() error                { return s.rw.Close() }
+
+// CloseWrite flushes the proposal, if not yet written, before closing.
+func (s *lazyStream) CloseWrite() error {
+	if f, ok := s.rw.(interface{ Flush() error }); ok {
+		_ = f.Flush()
+	}
+	return s.Stream.CloseWrite()
 }
 
 // trim closes h's least recently used idle connections down to mockMaxConns once it
@@ -372,7 +429,7 @@ func (s *mockStream) writer() (network.Stream, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := s.h.Host.NewStream(ctx, s.p, s.proto)
+	ns, err := s.h.openStream(ctx, s.p, s.proto)
 	if err != nil {
 		return nil, err
 	}
