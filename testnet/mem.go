@@ -306,7 +306,7 @@ func (cfg *MemConfig) runNodes(ctx context.Context, hosts *memHosts, nodes []*no
 	if cfg.atEnd != nil {
 		cfg.atEnd(nodes)
 	}
-	res.Trimmed = int(hosts.closed.Load())
+	res.Trimmed = int(hosts.nclosed.Load())
 	for i := range m.ids {
 		res.Peers[i] = m.ids[i].String()
 	}

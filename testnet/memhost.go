@@ -62,7 +62,8 @@ type memHosts struct {
 	mu        sync.Mutex // serialises link creation; guards use
 	use       map[[2]peer.ID]*pairUse
 	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
-	closed    atomic.Int64                            // connections closed by trim
+	nclosed   atomic.Int64                            // connections closed by trim
+	closing   map[[2]peer.ID]chan struct{}            // pairs whose connection trim is closing (closed when done)
 	idle      time.Duration                           // mockIdle, shorter in tests
 	// noIdentify: mock hosts answer no identify request (a network without the control
 	// topic, whose GossipSub is the only user of identify here).
@@ -81,7 +82,7 @@ func newMemHosts(transport string) (*memHosts, error) {
 		return &memHosts{transport: TransportTCP}, nil
 	case TransportMock:
 		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{}, idle: mockIdle,
-			streams: map[[2]peer.ID]map[*mockStream]struct{}{}}, nil
+			streams: map[[2]peer.ID]map[*mockStream]struct{}{}, closing: map[[2]peer.ID]chan struct{}{}}, nil
 	}
 	return nil, fmt.Errorf("testnet: mem: unknown transport %q (tcp or mock)", transport)
 }
@@ -149,6 +150,33 @@ func (m *memHosts) link(k [2]peer.ID) error {
 	return err
 }
 
+// closed ends the closing of pair k's connection (trim).
+func (m *memHosts) closed(k [2]peer.ID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.closing[k]; ch != nil {
+		close(ch)
+		delete(m.closing, k)
+	}
+}
+
+// waitClosed waits until no connection of pair k is being closed by trim.
+func (m *memHosts) waitClosed(ctx context.Context, k [2]peer.ID) error {
+	for {
+		m.mu.Lock()
+		ch := m.closing[k]
+		m.mu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Close closes the mock network, if any.
 func (m *memHosts) Close() {
 	if m.mn != nil {
@@ -166,6 +194,9 @@ type mockHost struct {
 	// trim's listing cost grow with the run.
 	cmu  sync.Mutex
 	open map[network.Conn]struct{}
+	// trimming: a trim of this host is under way (NewStream starts one in the
+	// background; another would pick the same connections).
+	trimming atomic.Bool
 }
 
 // openConns returns the host's open connections (as the notifications have them).
@@ -210,8 +241,9 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 	if err != nil {
 		return nil, err
 	}
-	h.trim()
-	return newMockStream(h, p, k, s), nil
+	ms := newMockStream(h, p, k, s)
+	go h.trim() // off the hand-off's path; the new pair is busy (linked just now)
+	return ms, nil
 }
 
 // openStream dials p if need be and opens a stream of protocol pid without waiting for
@@ -221,6 +253,9 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 // for identify on every new connection, a round trip of its own and, with a random
 // walk over 1,000 hosts, one per hop.
 func (h *mockHost) openStream(ctx context.Context, p peer.ID, pid protocol.ID) (network.Stream, error) {
+	if err := h.m.waitClosed(ctx, pairKey(h.ID(), p)); err != nil {
+		return nil, err
+	}
 	if h.Network().Connectedness(p) != network.Connected {
 		if _, err := h.Network().DialPeer(ctx, p); err != nil {
 			return nil, fmt.Errorf("failed to dial: %w", err)
@@ -257,18 +292,43 @@ func (s *lazyStream) CloseWrite() error {
 }
 
 // trim closes h's least recently used idle connections down to mockMaxConns once it
-// has more than mockMaxConns + mockSlack (openConns), and forgets their pairs: link, activity, and what each end's peerstore
-// learnt of the other (identify, protocols; learnt again on the next connection, and
-// otherwise kept for every peer ever met). The decision and the closing are one step
-// under the lock that link takes, so a pair that a stream is about to use is either busy
-// or closed and unlinked before that stream dials.
+// has more than mockMaxConns + mockSlack (openConns), and forgets their pairs: link,
+// activity, and what each end's peerstore learnt of the other (identify, protocols;
+// learnt again on the next connection, and otherwise kept for every peer ever met). The
+// decision is one step under the lock that link takes (trimDecide), so a pair that a
+// stream is about to use is either busy or unlinked and marked closing before that
+// stream dials, and the stream waits for the close (waitClosed). NewStream runs it in
+// the background, one at a time per host.
 func (h *mockHost) trim() {
-	if h.conns.Load() <= mockMaxConns+mockSlack {
+	if h.conns.Load() <= mockMaxConns+mockSlack || !h.trimming.CompareAndSwap(false, true) {
 		return
 	}
+	defer h.trimming.Store(false)
+	for _, c := range h.trimDecide() {
+		// Closed outside the hosts' lock: closing a mock connection notifies both
+		// ends' subscribers, and every stream read and write takes that lock. A
+		// stream to the pair waits for the close (openStream) before it dials.
+		c.Close()
+		h.m.closed(pairKey(h.ID(), c.RemotePeer()))
+		p := c.RemotePeer()
+		h.Peerstore().RemovePeer(p)
+		h.Peerstore().ClearAddrs(p)
+		// The remote end forgets h alike: otherwise every host's peerstore keeps every
+		// peer that ever dialled it.
+		if r := h.m.mn.Host(p); r != nil {
+			r.Peerstore().RemovePeer(h.ID())
+			r.Peerstore().ClearAddrs(h.ID())
+		}
+	}
+}
+
+// trimDecide picks the idle connections to close beyond mockMaxConns and, under the
+// hosts' lock, unlinks their pairs and lets go of their streams, so that a stream about
+// to use such a pair either saw it busy or finds it unlinked (and links and dials anew).
+func (h *mockHost) trimDecide() []network.Conn {
 	conns := h.openConns()
 	if len(conns) <= mockMaxConns {
-		return
+		return nil
 	}
 	now := time.Now()
 	type cand struct {
@@ -279,7 +339,11 @@ func (h *mockHost) trim() {
 	h.m.mu.Lock()
 	defer h.m.mu.Unlock()
 	for _, c := range conns {
-		u := h.m.use[pairKey(h.ID(), c.RemotePeer())]
+		k := pairKey(h.ID(), c.RemotePeer())
+		if h.m.closing[k] != nil {
+			continue // the other end is closing it
+		}
+		u := h.m.use[k]
 		if u == nil {
 			idle = append(idle, cand{c: c})
 			continue
@@ -293,19 +357,10 @@ func (h *mockHost) trim() {
 		}
 	}
 	slices.SortFunc(idle, func(a, b cand) int { return a.last.Compare(b.last) })
+	var out []network.Conn
 	for _, c := range idle[:min(len(idle), len(conns)-mockMaxConns)] {
-		c.c.Close()
-		h.m.closed.Add(1)
-		p := c.c.RemotePeer()
-		h.Peerstore().RemovePeer(p)
-		h.Peerstore().ClearAddrs(p)
-		// The remote end forgets h alike: otherwise every host's peerstore keeps every
-		// peer that ever dialled it.
-		if r := h.m.mn.Host(p); r != nil {
-			r.Peerstore().RemovePeer(h.ID())
-			r.Peerstore().ClearAddrs(h.ID())
-		}
-		k := pairKey(h.ID(), p)
+		h.m.nclosed.Add(1)
+		k := pairKey(h.ID(), c.c.RemotePeer())
 		for _, l := range h.m.mn.LinksBetweenPeers(k[0], k[1]) {
 			h.m.mn.Unlink(l)
 		}
@@ -314,7 +369,10 @@ func (h *mockHost) trim() {
 			ms.detach()
 		}
 		delete(h.m.streams, k)
+		h.m.closing[k] = make(chan struct{})
+		out = append(out, c.c)
 	}
+	return out
 }
 
 // pairKey is the unordered pair {a, b}.
