@@ -293,6 +293,10 @@ type Harness struct {
 	// of its walk (position.go), which asks every other member: n(n-1) requests across a
 	// network of n in-process hosts (a million at 1,000 hosts).
 	FreshDataDir bool
+	// SigCache, shared by the in-process nodes of a testnet, remembers the hand-off
+	// signatures that verified, so that the next recipient's check of the same signature
+	// as evidence is a lookup (see SigCache). nil: every signature is verified.
+	SigCache *SigCache
 }
 
 // RADMMParams are the neighbour-exchange parameters of a run. Everything here except

@@ -533,7 +533,7 @@ func (n *Node) acceptFinal(f finalMsg) (bool, error) {
 	n.mu.Lock()
 	members, origin := n.members, n.origin
 	n.mu.Unlock()
-	if err := verifyFinal(n.cfg.Run, f.m.Hop, f.m.Epoch, f.m.Model, f.m.Cert, by, members, origin, n.Host.Peerstore()); err != nil {
+	if err := verifyFinal(n.cfg.Run, f.m.Hop, f.m.Epoch, f.m.Model, f.m.Cert, by, members, origin, n.keys()); err != nil {
 		n.metrics.control.WithLabelValues("final without evidence").Inc()
 		return false, fmt.Errorf("node: final model from %s refused: %w", shortID(f.from), err)
 	}

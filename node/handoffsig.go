@@ -168,6 +168,13 @@ func ownSig(p peer.ID, key crypto.PrivKey, msg, sig []byte) error {
 
 // verifySig checks that sig is p's signature of msg.
 func verifySig(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }, msg, sig []byte) error {
+	ck, cached := ps.(cachedKeys)
+	var key [32]byte
+	if cached {
+		if key = sigKey(p, msg, sig); ck.cache.has(key) {
+			return nil
+		}
+	}
 	k, err := pubKey(p, ps)
 	if err != nil {
 		return err
@@ -175,6 +182,9 @@ func verifySig(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }, msg, si
 	ok, err := k.Verify(msg, sig)
 	if err != nil || !ok {
 		return fmt.Errorf("%w: signature of %s does not verify", ErrSignature, shortID(p))
+	}
+	if cached {
+		ck.cache.add(key)
 	}
 	return nil
 }
@@ -366,7 +376,7 @@ func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk
 	n.mu.Lock()
 	members, origin := n.members, n.origin
 	n.mu.Unlock()
-	ev, err := verifyHandoff(tok, c, from, n.ID(), members, origin, n.Host.Peerstore(), n.key)
+	ev, err := verifyHandoff(tok, c, from, n.ID(), members, origin, n.keys(), n.key)
 	if err != nil {
 		return nil, walk.Evidence{}, err
 	}

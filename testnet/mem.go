@@ -236,6 +236,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 	if beat == 0 && n > 64 {
 		beat = -1
 	}
+	sigs := node.NewSigCache() // one verification per hand-off signature in the process
 	for i, sh := range cfg.Shards {
 		c := node.Config{
 			Run: cfg.Run, DataDir: m.dirs[i], Data: sh, Logger: cfg.Logger.With().Int("node", i).Logger(),
@@ -244,7 +245,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
 			Network:     node.Network{NewHost: hosts.newHost(i), NoControlTopic: n > cmp.Or(cfg.topicMax, memTopicMax)},
 			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},
-			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i], FreshDataDir: m.fresh[i]},
+			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i], FreshDataDir: m.fresh[i], SigCache: sigs},
 		}
 		nd, err := node.New(ctx, c)
 		if err != nil {
