@@ -143,11 +143,16 @@ func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 			return c.raw
 		}
 	}
-	body, err := wire.EncodeToken(nil, t)
+	// Encoded with room for the evidence trailer, appended without a copy (hold).
+	raw, err := wire.EncodeToken(make([]byte, 0, wire.TokenSize(t.Run, len(t.Z))+max(len(ev), 1)), t)
 	if err != nil {
 		return nil // cannot happen: the machine's tokens are of the run's shape
 	}
-	raw := hold(body, ev)
+	if len(ev) == 0 {
+		raw = append(raw, wire.EvNone)
+	} else {
+		raw = append(raw, ev...)
+	}
 	n.keepRaw(t, ev, raw)
 	return raw
 }
@@ -921,9 +926,13 @@ func (n *Node) handleRelease(s network.Stream) {
 		}
 		select {
 		case n.rel <- relMsg{from: from, r: r}:
-		case <-time.After(n.cfg.AckTimeout / 2):
-			s.Reset()
-			return
+		default:
+			select {
+			case n.rel <- relMsg{from: from, r: r}:
+			case <-time.After(n.cfg.AckTimeout / 2):
+				s.Reset()
+				return
+			}
 		}
 		// The acks of the frames of one write go back together.
 		if unacked++; br.Buffered() > 0 {
