@@ -1539,8 +1539,14 @@ func (c *Custody) Snapshot() CustodySnapshot {
 		f := c.seen.export()
 		s.Fence = &f
 	}
+	if len(c.recent) > 0 {
+		s.Recent = make([]CustodyMark, 0, len(c.recent))
+	}
 	for _, m := range c.recent {
 		s.Recent = append(s.Recent, m.export())
+	}
+	if len(c.backups) > 0 {
+		s.Backups = make([]CustodyBackup, 0, len(c.backups))
 	}
 	for _, b := range c.backups {
 		s.Backups = append(s.Backups, CustodyBackup{Token: b.tok, Evidence: b.ev, To: b.to,
