@@ -83,7 +83,7 @@ func (n *Node) peerOf(s string) (peer.ID, error) {
 func (n *Node) memberIndex(p peer.ID) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if i, ok := n.memberAt[p]; ok {
+	if i, ok := n.memberAt.index(p); ok {
 		return i
 	}
 	return -1

@@ -181,7 +181,7 @@ func ParseSwarmKey(b []byte) (pnet.PSK, error) {
 // before any stream exists).
 type memberGater struct {
 	mu      sync.RWMutex
-	members map[peer.ID]bool // nil: not fixed yet
+	members *memberTable // nil: not fixed yet (shared, read-only)
 	refused atomic.Int64
 	onDeny  func(peer.ID)
 	relays  map[peer.ID]bool // static circuit relays, admitted even once fixed (set before use)
@@ -191,12 +191,9 @@ type memberGater struct {
 }
 
 func (g *memberGater) fix(ms []peer.ID) {
-	m := make(map[peer.ID]bool, len(ms))
-	for _, p := range ms {
-		m[p] = true
-	}
+	t := memberTableOf(ms)
 	g.mu.Lock()
-	g.members = m
+	g.members = t
 	g.mu.Unlock()
 }
 
@@ -204,12 +201,14 @@ func (g *memberGater) fix(ms []peer.ID) {
 func (g *memberGater) member(p peer.ID) (fixed, in bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.members != nil, g.members[p]
+	_, in = g.members.index(p)
+	return g.members != nil, in
 }
 
 func (g *memberGater) allowed(p peer.ID) bool {
 	g.mu.RLock()
-	ok := g.members == nil || g.members[p] || g.relays[p]
+	_, in := g.members.index(p)
+	ok := g.members == nil || in || g.relays[p]
 	g.mu.RUnlock()
 	if ok || g.inUse != nil && g.inUse(p) {
 		return true

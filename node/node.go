@@ -110,7 +110,7 @@ type Node struct {
 	members []peer.ID
 	// memberAt is the index of each member (members, set with it): a lookup per
 	// message, where a scan of 1,000 members cost several microseconds.
-	memberAt map[peer.ID]int
+	memberAt *memberTable // shared with nodes of the same membership (read-only)
 	index    int
 	streams  map[peer.ID]network.Stream
 	// relStreams holds one *relStream per predecessor: the long-lived stream on which
@@ -884,19 +884,14 @@ func cryptoRand() *rand.Rand {
 func (n *Node) isMember(p peer.ID) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	_, ok := n.memberAt[p]
+	_, ok := n.memberAt.index(p)
 	return ok
 }
 
 // setMemberList fixes the membership ms with this node at index idx (n.mu held).
 func (n *Node) setMemberList(ms []peer.ID, idx int) {
-	n.members, n.index = append([]peer.ID(nil), ms...), idx
-	n.memberAt = make(map[peer.ID]int, len(ms))
-	for i, p := range ms {
-		if _, dup := n.memberAt[p]; !dup {
-			n.memberAt[p] = i // the first index, as a scan finds it
-		}
-	}
+	t := memberTableOf(ms)
+	n.members, n.index, n.memberAt = t.ids[:len(t.ids):len(t.ids)], idx, t
 }
 
 // handleWalk serves one long-lived inbound hand-off stream: frames in, one ack byte out
