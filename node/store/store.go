@@ -146,8 +146,8 @@ type Store struct {
 	// file may hold lines the chain does not: every later write is refused.
 	unsynced bool
 	failed   error
-	ck    journal      // CheckpointLog
-	inbox  journal // InboxLog
+	ck       journal // CheckpointLog
+	inbox    journal // InboxLog
 }
 
 // journal is a record file opened for appending (see CheckpointLog).
@@ -357,13 +357,6 @@ func (s *Store) NoisyEntries() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.noisy
-}
-
-// ledgerMark returns the sequence number and chain hash of the last ledger line.
-func (s *Store) ledgerMark() (uint64, uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.chain.Seq(), s.chain.Last()
 }
 
 // checkLedgerMark refuses a checkpoint record whose ledger mark the ledger no longer
