@@ -131,6 +131,7 @@ type Node struct {
 	custodyTrace func(in CustodyInput, rds []walk.CustodyReady)
 	// sendLocks holds one *sync.Mutex per member: hand-offs to one peer go one at a time.
 	sendLocks sync.Map
+	presign   presigns // frames signed while their release is made durable (presign.go)
 	// attempts holds the attempt counter of each release (attemptOf).
 	attempts sync.Map
 
@@ -1202,7 +1203,7 @@ func (n *Node) initialToken() walk.Token {
 // byte, within AckTimeout. A busy answer is returned as such: the custody machine
 // decides when to ask again.
 func (n *Node) handoff(ctx context.Context, p peer.ID, raw []byte) (byte, error) {
-	frame, err := signFrame(n.key, raw, p)
+	frame, err := n.frameFor(p, raw)
 	if err != nil {
 		return 0, err
 	}

@@ -101,6 +101,13 @@ type WalkEffects interface {
 	Final(f *walk.CustodyFinal) error
 }
 
+// Preparer is implemented by WalkEffects that prepare a Ready's messages while its
+// records are made durable (the node signs its hand-off frames then): Prepare is given
+// the Outbox before Persist and must send nothing.
+type Preparer interface {
+	Prepare(msgs []walk.CustodyMsg)
+}
+
 // Walk adapts a walk.Custody to the runtime. Apply performs a CustodyReady in this order:
 //
 //  1. AppendLedger(Ready.Ledger), for a Ready that writes no checkpoint: every token
@@ -150,6 +157,9 @@ func (w *Walk) Apply(fx WalkEffects) error {
 	if rd.Persist {
 		s := w.c.Snapshot()
 		rec.Custody = &s
+	}
+	if p, ok := fx.(Preparer); ok && len(rd.Outbox) > 0 {
+		p.Prepare(rd.Outbox)
 	}
 	if len(rd.Ledger) > 0 {
 		if rec.State != nil || rec.Custody != nil {

@@ -421,3 +421,34 @@ func noisyMachines(t *testing.T, nbrs [][]int, iters int) ([]*gossip.Machine, []
 	}
 	return ms, ns
 }
+
+// preparer is a walkRecorder that prepares messages (Preparer).
+type preparer struct {
+	walkRecorder
+	prepared []walk.CustodyMsg
+}
+
+func (p *preparer) Prepare(msgs []walk.CustodyMsg) {
+	p.log = append(p.log, "prepare")
+	p.prepared = append(p.prepared, msgs...)
+}
+
+// TestWalkApplyPrepare: effects that prepare messages are given the Ready's outbox before
+// its record is made durable, and the messages are sent only after it.
+func TestWalkApplyPrepare(t *testing.T) {
+	w := testWalk(t, 0)
+	fx := &preparer{}
+	if err := w.Apply(fx); err != nil { // the held token: nothing to send
+		t.Fatal(err)
+	}
+	if slices.Contains(fx.log, "prepare") {
+		t.Fatalf("a Ready without messages was prepared: %v", fx.log)
+	}
+	fx.log = nil
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fx.log, []string{"prepare", "persist", "send", "note"}) || len(fx.prepared) != 1 || fx.prepared[0].Hop != fx.sent[0].Hop {
+		t.Fatalf("step applied as %v, prepared %d", fx.log, len(fx.prepared))
+	}
+}

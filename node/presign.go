@@ -1,0 +1,89 @@
+package node
+
+import (
+	"bytes"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/dpadmm/dpadmm/walk"
+)
+
+// Signing ahead. A hand-off frame is signed for its recipient (signFrame: one Ed25519
+// signature) after the release is durable, on the hand-off's path. The frame is a
+// function of the held token's bytes and the recipient alone, so the node signs it
+// while the ledger entry and the checkpoint are written (walkFx.Prepare, called by the
+// Walk adapter before Persist): the signature leaves nothing the node has not already
+// decided, and nothing is sent before the record is durable. handoff then takes the
+// frame signed ahead when its token bytes and recipient are the same, and signs itself
+// otherwise (a re-encoded token, a redirection).
+
+// presigned is a frame being signed ahead (frame and err are set when done closes).
+type presigned struct {
+	raw   []byte
+	done  chan struct{}
+	frame []byte
+	err   error
+}
+
+type presignKey struct {
+	to         peer.ID
+	epoch, hop uint64
+}
+
+// presigns holds the frames signed ahead and not yet taken (at most presignMax: a frame
+// whose send never came is dropped with the rest when the set is full).
+type presigns struct {
+	mu sync.Mutex
+	m  map[presignKey]*presigned
+}
+
+const presignMax = 64
+
+// Prepare starts signing the frames of the Ready's token messages (drive.Preparer).
+func (f walkFx) Prepare(msgs []walk.CustodyMsg) {
+	n := f.n
+	for _, m := range msgs {
+		if m.Kind != walk.CustodyToken || m.To < 0 || m.To >= len(n.members) {
+			continue
+		}
+		raw := n.rawOf(m.Token, m.Evidence)
+		if raw == nil {
+			continue
+		}
+		to := n.members[m.To]
+		ps := &presigned{raw: raw, done: make(chan struct{})}
+		n.presign.mu.Lock()
+		if n.presign.m == nil || len(n.presign.m) >= presignMax {
+			n.presign.m = map[presignKey]*presigned{}
+		}
+		n.presign.m[presignKey{to, m.Epoch, m.Hop}] = ps
+		n.presign.mu.Unlock()
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			ps.frame, ps.err = signFrame(n.key, raw, to)
+			close(ps.done)
+		}()
+	}
+}
+
+// frameFor returns the frame of raw for to: the one signed ahead if it is of these
+// bytes, else a new signature.
+func (n *Node) frameFor(to peer.ID, raw []byte) ([]byte, error) {
+	epoch, hop := rawID(raw)
+	k := presignKey{to, epoch, hop}
+	n.presign.mu.Lock()
+	ps := n.presign.m[k]
+	if ps != nil {
+		delete(n.presign.m, k)
+	}
+	n.presign.mu.Unlock()
+	if ps != nil && bytes.Equal(ps.raw, raw) {
+		<-ps.done
+		if ps.err == nil {
+			return ps.frame, nil
+		}
+	}
+	return signFrame(n.key, raw, to)
+}
