@@ -25,7 +25,8 @@
 //     (epoch, hop) processed, the last release ("custody"), the fence, the highest epoch,
 //     the recent tokens and the backups;
 //  4. the messages: the ack byte of the hand-off being served, token frames (in the
-//     background, signed for their recipient, one at a time per peer) and releases;
+//     background, signed for their recipient, one at a time per peer; the signature is
+//     computed while step 3 writes, presign.go) and releases;
 //  5. the events (metrics and log lines) and, at hop K, the final model;
 //  6. Advance, after which the machine steps a token it took.
 //
