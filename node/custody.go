@@ -715,6 +715,7 @@ func (n *Node) startSend(ctx context.Context, m walk.CustodyMsg) {
 		mu.Lock()
 		if a.Load() != id || ctx.Err() != nil {
 			mu.Unlock()
+			n.dropPresigned(to, raw)
 			return
 		}
 		code, err := n.handoff(ctx, to, raw)

@@ -2,6 +2,8 @@ package node
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"slices"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -38,8 +40,8 @@ const memberTablesMax = 8
 func memberTableOf(ms []peer.ID) *memberTable {
 	h := sha256.New()
 	for _, p := range ms {
-		var n [2]byte
-		n[0], n[1] = byte(len(p)), byte(len(p)>>8)
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
 		h.Write(n[:])
 		h.Write([]byte(p))
 	}
@@ -47,7 +49,7 @@ func memberTableOf(ms []peer.ID) *memberTable {
 	h.Sum(k[:0])
 	memberTables.Lock()
 	defer memberTables.Unlock()
-	if t := memberTables.m[k]; t != nil && len(t.ids) == len(ms) {
+	if t := memberTables.m[k]; t != nil && slices.Equal(t.ids, ms) {
 		return t
 	}
 	t := &memberTable{ids: append([]peer.ID(nil), ms...), at: make(map[peer.ID]int, len(ms))}

@@ -38,7 +38,7 @@ type presigns struct {
 	m  map[presignKey]*presigned
 }
 
-const presignMax = 64
+const presignMax = 16
 
 // Prepare starts signing the frames of the Ready's token messages (drive.Preparer).
 func (f walkFx) Prepare(msgs []walk.CustodyMsg) {
@@ -66,6 +66,14 @@ func (f walkFx) Prepare(msgs []walk.CustodyMsg) {
 			close(ps.done)
 		}()
 	}
+}
+
+// dropPresigned forgets the frame signed ahead of raw for to (its send was superseded).
+func (n *Node) dropPresigned(to peer.ID, raw []byte) {
+	epoch, hop := rawID(raw)
+	n.presign.mu.Lock()
+	delete(n.presign.m, presignKey{to, epoch, hop})
+	n.presign.mu.Unlock()
 }
 
 // frameFor returns the frame of raw for to: the one signed ahead if it is of these

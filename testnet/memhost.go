@@ -64,6 +64,7 @@ type memHosts struct {
 	streams   map[[2]peer.ID]map[*mockStream]struct{} // tracked streams not yet ended
 	nclosed   atomic.Int64                            // connections closed by trim
 	closing   map[[2]peer.ID]chan struct{}            // pairs whose connection trim is closing (closed when done)
+	trims     sync.WaitGroup                          // background trims (Close waits)
 	idle      time.Duration                           // mockIdle, shorter in tests
 	// noIdentify: mock hosts answer no identify request (a network without the control
 	// topic, whose GossipSub is the only user of identify here).
@@ -177,8 +178,9 @@ func (m *memHosts) waitClosed(ctx context.Context, k [2]peer.ID) error {
 	}
 }
 
-// Close closes the mock network, if any.
+// Close waits for the background trims and closes the mock network, if any.
 func (m *memHosts) Close() {
+	m.trims.Wait()
 	if m.mn != nil {
 		m.mn.Close()
 	}
@@ -242,7 +244,14 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 		return nil, err
 	}
 	ms := newMockStream(h, p, k, s)
-	go h.trim() // off the hand-off's path; the new pair is busy (linked just now)
+	if h.conns.Load() > mockMaxConns+mockSlack {
+		// Off the hand-off's path (the new pair is busy: linked just now); Close waits.
+		h.m.trims.Add(1)
+		go func() {
+			defer h.m.trims.Done()
+			h.trim()
+		}()
+	}
 	return ms, nil
 }
 
@@ -300,52 +309,59 @@ func (s *lazyStream) CloseWrite() error {
 // stream dials, and the stream waits for the close (waitClosed). NewStream runs it in
 // the background, one at a time per host.
 func (h *mockHost) trim() {
-	if h.conns.Load() <= mockMaxConns+mockSlack || !h.trimming.CompareAndSwap(false, true) {
+	if !h.trimming.CompareAndSwap(false, true) {
 		return
 	}
 	defer h.trimming.Store(false)
-	for _, c := range h.trimDecide() {
+	for _, p := range h.trimDecide() {
 		// Closed outside the hosts' lock: closing a mock connection notifies both
 		// ends' subscribers, and every stream read and write takes that lock. A
-		// stream to the pair waits for the close (openStream) before it dials.
-		c.Close()
-		h.m.closed(pairKey(h.ID(), c.RemotePeer()))
-		p := c.RemotePeer()
+		// stream to the pair waits (openStream) until both ends' connections are
+		// closed and their peerstores have forgotten each other.
 		h.Peerstore().RemovePeer(p)
 		h.Peerstore().ClearAddrs(p)
-		// The remote end forgets h alike: otherwise every host's peerstore keeps every
-		// peer that ever dialled it.
+		h.Network().ClosePeer(p)
+		// The remote end forgets h alike (otherwise every host's peerstore keeps every
+		// peer that ever dialled it), and its end of the connection is closed here, not
+		// in the background as mocknet closes it.
 		if r := h.m.mn.Host(p); r != nil {
 			r.Peerstore().RemovePeer(h.ID())
 			r.Peerstore().ClearAddrs(h.ID())
+			r.Network().ClosePeer(h.ID())
 		}
+		h.m.closed(pairKey(h.ID(), p))
 	}
 }
 
-// trimDecide picks the idle connections to close beyond mockMaxConns and, under the
-// hosts' lock, unlinks their pairs and lets go of their streams, so that a stream about
-// to use such a pair either saw it busy or finds it unlinked (and links and dials anew).
-func (h *mockHost) trimDecide() []network.Conn {
+// trimDecide picks the idle pairs to close beyond mockMaxConns connections and, under
+// the hosts' lock, unlinks them, lets go of their streams and marks them closing, so
+// that a stream about to use such a pair either saw it busy or finds it closing (and
+// waits, then links and dials anew). A pair's connections (two, when both ends dialled
+// at once) close together.
+func (h *mockHost) trimDecide() []peer.ID {
 	conns := h.openConns()
 	if len(conns) <= mockMaxConns {
 		return nil
 	}
 	now := time.Now()
 	type cand struct {
-		c    network.Conn
+		p    peer.ID
 		last time.Time
 	}
 	var idle []cand
+	seen := map[peer.ID]bool{}
 	h.m.mu.Lock()
 	defer h.m.mu.Unlock()
 	for _, c := range conns {
-		k := pairKey(h.ID(), c.RemotePeer())
-		if h.m.closing[k] != nil {
-			continue // the other end is closing it
+		p := c.RemotePeer()
+		k := pairKey(h.ID(), p)
+		if seen[p] || h.m.closing[k] != nil {
+			continue // listed already, or the other end is closing it
 		}
+		seen[p] = true
 		u := h.m.use[k]
 		if u == nil {
-			idle = append(idle, cand{c: c})
+			idle = append(idle, cand{p: p})
 			continue
 		}
 		busy := now.Sub(u.last) < h.m.idle
@@ -353,14 +369,14 @@ func (h *mockHost) trimDecide() []network.Conn {
 			busy = busy || now.Sub(since) < mockStale
 		}
 		if !busy {
-			idle = append(idle, cand{c: c, last: u.last})
+			idle = append(idle, cand{p: p, last: u.last})
 		}
 	}
 	slices.SortFunc(idle, func(a, b cand) int { return a.last.Compare(b.last) })
-	var out []network.Conn
-	for _, c := range idle[:min(len(idle), len(conns)-mockMaxConns)] {
+	var out []peer.ID
+	for _, c := range idle[:min(len(idle), len(seen)-mockMaxConns)] {
 		h.m.nclosed.Add(1)
-		k := pairKey(h.ID(), c.c.RemotePeer())
+		k := pairKey(h.ID(), c.p)
 		for _, l := range h.m.mn.LinksBetweenPeers(k[0], k[1]) {
 			h.m.mn.Unlink(l)
 		}
@@ -370,7 +386,7 @@ func (h *mockHost) trimDecide() []network.Conn {
 		}
 		delete(h.m.streams, k)
 		h.m.closing[k] = make(chan struct{})
-		out = append(out, c.c)
+		out = append(out, c.p)
 	}
 	return out
 }
