@@ -60,7 +60,7 @@ func (n *Node) pid(p peer.ID) string {
 	if v, ok := n.pidStr.Load(p); ok {
 		return v.(string)
 	}
-	s := p.String()
+	s := idString(p)
 	n.pidStr.Store(p, s)
 	return s
 }

@@ -493,7 +493,12 @@ func (n *Node) setWaitingFor(addr string, on bool) {
 }
 
 func shortID(p peer.ID) string {
-	s := p.String()
+	var s string
+	if v, ok := idStrings.Load(p); ok {
+		s = v.(string) // a member's, encoded once per process (idString)
+	} else {
+		s = p.String() // not remembered: any peer may open a stream
+	}
 	if len(s) > 8 {
 		return s[len(s)-8:]
 	}
