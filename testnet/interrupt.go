@@ -55,13 +55,14 @@ func readPartialWalk(dirs, names []string) (*partialWalk, error) {
 		// The node's store, opened as the node opens it (its ledger's lines restored
 		// from the checkpoint journal if a crash kept them from the file), gives the
 		// checkpoint and the inbox.
-		st, err := store.Open(d)
-		if err != nil {
-			return nil, fmt.Errorf("node %d: %w", i, err)
+		var inbox []byte
+		var ck *store.Checkpoint
+		ckErr := errors.New("no store")
+		if st, err := store.Open(d); err == nil {
+			inbox, _ = st.LoadInbox()
+			ck, ckErr = st.LoadCheckpoint()
+			st.Close()
 		}
-		inbox, _ := st.LoadInbox()
-		ck, ckErr := st.LoadCheckpoint()
-		st.Close()
 		es, err := readLedgerFile(d)
 		if err != nil {
 			return nil, fmt.Errorf("node %d: ledger: %w", i, err)
