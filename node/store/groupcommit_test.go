@@ -233,24 +233,33 @@ func TestGroupCommitZeroTail(t *testing.T) {
 	}
 }
 
+// oneCarriedLine opens a store in a new directory and saves a first checkpoint (a new
+// journal), then one whose record carries a ledger line.
+func oneCarriedLine(t *testing.T) (string, *Store, *Checkpoint) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Checkpoint{Run: "r", U: []float64{1, 2}}
+	if err := s.SaveCheckpoint(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpointLedger(c, ledgerEntries(1)); err != nil {
+		t.Fatal(err)
+	}
+	return dir, s, c
+}
+
 // TestGroupCommitPlainNewJournal: a new journal started by a save without ledger entries
 // (compaction, or the first save of a process) drops records that carried lines: the
 // ledger is fsynced first when it holds lines written since its last fsync.
 func TestGroupCommitPlainNewJournal(t *testing.T) {
 	for _, how := range []string{"compaction", "restart"} {
 		t.Run(how, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := &Checkpoint{Run: "r", U: []float64{1, 2}}
-			if err := s.SaveCheckpoint(c); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.SaveCheckpointLedger(c, ledgerEntries(1)); err != nil {
-				t.Fatal(err)
-			}
+			dir, s, c := oneCarriedLine(t)
+			var err error
 			if how == "compaction" {
 				s.ck.mu.Lock()
 				s.ck.size = journalCompact
@@ -282,18 +291,7 @@ func TestGroupCommitPlainNewJournal(t *testing.T) {
 // lines back: a release sent is never left out of the ledger because the checkpoint is
 // corrupt, which LoadCheckpoint then reports.
 func TestGroupCommitCorruptJournal(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Checkpoint{Run: "r", U: []float64{1, 2}}
-	if err := s.SaveCheckpoint(c); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SaveCheckpointLedger(c, ledgerEntries(1)); err != nil {
-		t.Fatal(err)
-	}
+	dir, s, _ := oneCarriedLine(t)
 	s.Close()
 	powerLoss(t, dir, 0, 0)
 	f, err := os.OpenFile(filepath.Join(dir, CheckpointLog), os.O_WRONLY|os.O_APPEND, 0)
