@@ -294,8 +294,9 @@ type Harness struct {
 	// network of n in-process hosts (a million at 1,000 hosts).
 	FreshDataDir bool
 	// SigCache, shared by the in-process nodes of a testnet, remembers the hand-off
-	// signatures that verified, so that the next recipient's check of the same signature
-	// as evidence is a lookup (see SigCache). nil: every signature is verified.
+	// signatures that verified and those the nodes made, so that a recipient's check of
+	// its sender's signature, and the next recipient's check of the same signature as
+	// evidence, are lookups (see SigCache). nil: every signature is verified.
 	SigCache *SigCache
 }
 

@@ -122,13 +122,23 @@ func reEpoch(raw []byte, epoch uint64) []byte {
 
 // signFrame returns the frame of the held token raw for recipient to, signed with key.
 func signFrame(key crypto.PrivKey, raw []byte, to peer.ID) ([]byte, error) {
+	return signFrameNote(key, raw, to, nil)
+}
+
+// signFrameNote is signFrame that passes the signed message and its signature to note
+// (when not nil) before it returns the frame.
+func signFrameNote(key crypto.PrivKey, raw []byte, to peer.ID, note func(msg, sig []byte)) ([]byte, error) {
 	tok, err := wire.DecodeToken(raw)
 	if err != nil {
 		return nil, err
 	}
-	sig, err := key.Sign(sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), to))
+	msg := sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), to)
+	sig, err := key.Sign(msg)
 	if err != nil {
 		return nil, fmt.Errorf("node: signing a hand-off: %w", err)
+	}
+	if note != nil {
+		note(msg, sig)
 	}
 	body := wire.BodyLen(raw)
 	tr, err := wire.ParseCert(raw[body:], false)

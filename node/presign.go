@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sync"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/walk"
@@ -62,7 +63,7 @@ func (f walkFx) Prepare(msgs []walk.CustodyMsg) {
 		n.bg.Add(1)
 		go func() {
 			defer n.bg.Done()
-			ps.frame, ps.err = signFrame(n.key, raw, to)
+			ps.frame, ps.err = n.signFrame(raw, to)
 			close(ps.done)
 		}()
 	}
@@ -93,5 +94,19 @@ func (n *Node) frameFor(to peer.ID, raw []byte) ([]byte, error) {
 			return ps.frame, nil
 		}
 	}
-	return signFrame(n.key, raw, to)
+	return n.signFrame(raw, to)
+}
+
+// signFrame signs the frame of raw for to with n's key. With a SigCache (in-process
+// nodes) the signature is remembered as one that verifies: Ed25519 signing (RFC 8032)
+// makes a signature that verifies under the signer's key, so the recipient's check in
+// the same process is the cache's answer, not a second computation of a known result.
+// A frame whose bytes differ (a forgery, a corruption) has another key and is verified.
+func (n *Node) signFrame(raw []byte, to peer.ID) ([]byte, error) {
+	c := n.cfg.SigCache
+	if c == nil || n.key.Type() != crypto.Ed25519 {
+		return signFrame(n.key, raw, to)
+	}
+	self := n.ID()
+	return signFrameNote(n.key, raw, to, func(msg, sig []byte) { c.add(sigKey(self, msg, sig)) })
 }

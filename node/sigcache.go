@@ -14,7 +14,10 @@ import (
 // again, as evidence, by the next one, which in one process is the same computation
 // twice. Verification is a function of (signer, message, signature) alone, so a hit is
 // the verification's own answer; only signatures that verified are remembered, and a
-// forged one is verified, and refused, every time. The key is SHA-256 of the signer's
+// forged one is verified, and refused, every time. A node that signs a hand-off frame
+// also remembers its signature (Node.signFrame): Ed25519 signing makes a signature that
+// verifies under the signer's key, so the recipient's check in the same process is a
+// lookup from the start. The key is SHA-256 of the signer's
 // peer ID (which holds its Ed25519 key), the message and the signature. At most
 // sigCacheMax are kept (the set is emptied when full).
 type SigCache struct {
