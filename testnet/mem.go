@@ -147,6 +147,7 @@ func RunMem(ctx context.Context, cfg MemConfig) (*MemResult, error) {
 		hosts.idle = cfg.mockIdle
 	}
 	hosts.noIdentify = hosts.transport == TransportMock && n > cmp.Or(cfg.topicMax, memTopicMax)
+	hosts.direct = hosts.noIdentify
 	defer hosts.Close() // after the nodes (deferred below, run first)
 	nodes := make([]*node.Node, n)
 	defer func() {

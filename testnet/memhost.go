@@ -69,6 +69,12 @@ type memHosts struct {
 	// noIdentify: mock hosts answer no identify request (a network without the control
 	// topic, whose GossipSub is the only user of identify here).
 	noIdentify bool
+	// direct: this program's streams are direct pipes to the peer's handler (pipe.go),
+	// not mocknet streams; set with noIdentify. hosts (under mu) finds a peer's host,
+	// pipes (under mu) the open pipes of each pair.
+	direct bool
+	hosts  map[peer.ID]*mockHost
+	pipes  map[[2]peer.ID]map[*pipePair]struct{}
 }
 
 // pairUse is the activity of the streams between two mock hosts, whichever opened them.
@@ -83,7 +89,8 @@ func newMemHosts(transport string) (*memHosts, error) {
 		return &memHosts{transport: TransportTCP}, nil
 	case TransportMock:
 		return &memHosts{transport: TransportMock, mn: mocknet.New(), use: map[[2]peer.ID]*pairUse{}, idle: mockIdle,
-			streams: map[[2]peer.ID]map[*mockStream]struct{}{}, closing: map[[2]peer.ID]chan struct{}{}}, nil
+			streams: map[[2]peer.ID]map[*mockStream]struct{}{}, closing: map[[2]peer.ID]chan struct{}{},
+			hosts: map[peer.ID]*mockHost{}, pipes: map[[2]peer.ID]map[*pipePair]struct{}{}}, nil
 	}
 	return nil, fmt.Errorf("testnet: mem: unknown transport %q (tcp or mock)", transport)
 }
@@ -116,7 +123,10 @@ func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
 			h.RemoveStreamHandler(identify.ID)
 			h.RemoveStreamHandler(identify.IDPush)
 		}
-		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}}
+		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}, dpeers: map[peer.ID]int{}}
+		m.mu.Lock()
+		m.hosts[h.ID()] = mh
+		m.mu.Unlock()
 		h.Network().Notify(&network.NotifyBundle{
 			ConnectedF: func(_ network.Network, c network.Conn) {
 				mh.conns.Add(1)
@@ -144,7 +154,7 @@ func (m *memHosts) link(k [2]peer.ID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.touchLocked(k, nil, false)
-	if len(m.mn.LinksBetweenPeers(k[0], k[1])) > 0 {
+	if m.direct || len(m.mn.LinksBetweenPeers(k[0], k[1])) > 0 {
 		return nil
 	}
 	_, err := m.mn.LinkPeers(k[0], k[1])
@@ -199,21 +209,75 @@ type mockHost struct {
 	// trimming: a trim of this host is under way (NewStream starts one in the
 	// background; another would pick the same connections).
 	trimming atomic.Bool
+	// Direct streams (memHosts.direct): the handlers this host's node registered; the
+	// peers it has open pipes with, and how many (under cmu); closed once Close ran.
+	handlers directHandlers
+	dpeers   map[peer.ID]int
+	closed   atomic.Bool
 }
 
-// openConns returns the host's open connections (as the notifications have them).
-func (h *mockHost) openConns() []network.Conn {
+// openPeers returns the remote peer of each open connection (direct: each peer with an
+// open pipe).
+func (h *mockHost) openPeers() []peer.ID {
 	h.cmu.Lock()
 	defer h.cmu.Unlock()
-	out := make([]network.Conn, 0, len(h.open))
+	if h.m.direct {
+		out := make([]peer.ID, 0, len(h.dpeers))
+		for p := range h.dpeers {
+			out = append(out, p)
+		}
+		return out
+	}
+	out := make([]peer.ID, 0, len(h.open))
 	for c := range h.open {
-		out = append(out, c)
+		out = append(out, c.RemotePeer())
 	}
 	return out
 }
 
-// Connect links h and ai.ID, then connects them.
+// nconns is the number of open connections (direct: of peers with an open pipe).
+func (h *mockHost) nconns() int64 {
+	if h.m.direct {
+		h.cmu.Lock()
+		defer h.cmu.Unlock()
+		return int64(len(h.dpeers))
+	}
+	return h.conns.Load()
+}
+
+func (h *mockHost) isClosed() bool { return h.closed.Load() }
+
+// SetStreamHandler registers handler with the host and, for direct streams, with h.
+func (h *mockHost) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
+	h.handlers.set(pid, handler)
+	h.Host.SetStreamHandler(pid, handler)
+}
+
+// RemoveStreamHandler removes pid's handler from the host and from h.
+func (h *mockHost) RemoveStreamHandler(pid protocol.ID) {
+	h.handlers.remove(pid)
+	h.Host.RemoveStreamHandler(pid)
+}
+
+// Close closes the host; its direct pipes are reset.
+func (h *mockHost) Close() error {
+	if h.closed.CompareAndSwap(false, true) && h.m.direct {
+		for _, p := range h.openPeers() {
+			h.m.killPipes(pairKey(h.ID(), p))
+		}
+	}
+	return h.Host.Close()
+}
+
+// Connect links h and ai.ID, then connects them. With direct streams there is nothing to
+// connect: a stream reaches any host of the network.
 func (h *mockHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
+	if h.m.direct {
+		if h.m.hostOf(ai.ID) == nil {
+			return fmt.Errorf("failed to dial %s: no such host", ai.ID)
+		}
+		return nil
+	}
 	if err := h.m.link(pairKey(h.ID(), ai.ID)); err != nil {
 		return err
 	}
@@ -244,7 +308,7 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 		return nil, err
 	}
 	ms := newMockStream(h, p, k, s)
-	if h.conns.Load() > mockMaxConns+mockSlack {
+	if h.nconns() > mockMaxConns+mockSlack {
 		// Off the hand-off's path (the new pair is busy: linked just now); Close waits.
 		h.m.trims.Add(1)
 		go func() {
@@ -262,6 +326,9 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 // for identify on every new connection, a round trip of its own and, with a random
 // walk over 1,000 hosts, one per hop.
 func (h *mockHost) openStream(ctx context.Context, p peer.ID, pid protocol.ID) (network.Stream, error) {
+	if h.m.direct {
+		return h.openDirect(ctx, p, pid)
+	}
 	if err := h.m.waitClosed(ctx, pairKey(h.ID(), p)); err != nil {
 		return nil, err
 	}
@@ -301,7 +368,7 @@ func (s *lazyStream) CloseWrite() error {
 }
 
 // trim closes h's least recently used idle connections down to mockMaxConns once it
-// has more than mockMaxConns + mockSlack (openConns), and forgets their pairs: link,
+// has more than mockMaxConns + mockSlack (openPeers; direct: resets the pipes of pairs), and forgets their pairs: link,
 // activity, and what each end's peerstore learnt of the other (identify, protocols;
 // learnt again on the next connection, and otherwise kept for every peer ever met). The
 // decision is one step under the lock that link takes (trimDecide), so a pair that a
@@ -314,6 +381,11 @@ func (h *mockHost) trim() {
 	}
 	defer h.trimming.Store(false)
 	for _, p := range h.trimDecide() {
+		if h.m.direct {
+			h.m.killPipes(pairKey(h.ID(), p))
+			h.m.closed(pairKey(h.ID(), p))
+			continue
+		}
 		// Closed outside the hosts' lock: closing a mock connection notifies both
 		// ends' subscribers, and every stream read and write takes that lock. A
 		// stream to the pair waits (openStream) until both ends' connections are
@@ -339,7 +411,7 @@ func (h *mockHost) trim() {
 // waits, then links and dials anew). A pair's connections (two, when both ends dialled
 // at once) close together.
 func (h *mockHost) trimDecide() []peer.ID {
-	conns := h.openConns()
+	conns := h.openPeers()
 	if len(conns) <= mockMaxConns {
 		return nil
 	}
@@ -352,8 +424,7 @@ func (h *mockHost) trimDecide() []peer.ID {
 	seen := map[peer.ID]bool{}
 	h.m.mu.Lock()
 	defer h.m.mu.Unlock()
-	for _, c := range conns {
-		p := c.RemotePeer()
+	for _, p := range conns {
 		k := pairKey(h.ID(), p)
 		if seen[p] || h.m.closing[k] != nil {
 			continue // listed already, or the other end is closing it
@@ -672,4 +743,74 @@ func memTempRoot() string {
 		}
 	}
 	return ""
+}
+
+// hostOf returns the host of peer p in this network, or nil.
+func (m *memHosts) hostOf(p peer.ID) *mockHost {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hosts[p]
+}
+
+// addPipe records an open pipe of pair k (both hosts count the pair as connected).
+func (m *memHosts) addPipe(k [2]peer.ID, p *pipePair) {
+	m.mu.Lock()
+	set := m.pipes[k]
+	if set == nil {
+		set = map[*pipePair]struct{}{}
+		m.pipes[k] = set
+	}
+	first := len(set) == 0
+	set[p] = struct{}{}
+	a, b := m.hosts[k[0]], m.hosts[k[1]]
+	m.mu.Unlock()
+	if first {
+		a.addPeer(k[1], 1)
+		b.addPeer(k[0], 1)
+	}
+}
+
+// dropPipe forgets an ended pipe of pair k.
+func (m *memHosts) dropPipe(k [2]peer.ID, p *pipePair) {
+	m.mu.Lock()
+	set := m.pipes[k]
+	_, had := set[p]
+	delete(set, p)
+	last := had && len(set) == 0
+	if last {
+		delete(m.pipes, k)
+	}
+	a, b := m.hosts[k[0]], m.hosts[k[1]]
+	m.mu.Unlock()
+	if last {
+		a.addPeer(k[1], -1)
+		b.addPeer(k[0], -1)
+	}
+}
+
+// killPipes resets every open pipe of pair k.
+func (m *memHosts) killPipes(k [2]peer.ID) {
+	m.mu.Lock()
+	ps := make([]*pipePair, 0, len(m.pipes[k]))
+	for p := range m.pipes[k] {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	for _, p := range ps {
+		p.kill()
+	}
+}
+
+// addPeer counts one more (d = 1) or one less (d = -1) pair with open pipes to p.
+func (h *mockHost) addPeer(p peer.ID, d int) {
+	if h == nil {
+		return
+	}
+	h.cmu.Lock()
+	defer h.cmu.Unlock()
+	if d > 0 {
+		h.dpeers[p] = 1
+	} else {
+		delete(h.dpeers, p)
+	}
 }
