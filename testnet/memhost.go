@@ -35,7 +35,9 @@ const (
 	TransportTCP = "tcp"
 	// TransportMock: libp2p hosts on go-libp2p's in-memory mock network (mocknet):
 	// the same host, identify, streams and gossipsub, without sockets, encryption or
-	// multiplexer (above memTopicMax hosts, neither gossipsub nor identify: noIdentify). Links between hosts are made on the first dial of a pair, and a host
+	// multiplexer. Above memTopicMax hosts there is neither gossipsub nor identify
+	// (noIdentify), and this program's streams are direct pipes to the peer's handler
+	// (direct, pipe.go). Links between hosts are made on the first dial of a pair, and a host
 	// with more than mockMaxConns connections closes its least recently used idle ones
 	// (a connection manager), so memory does not grow with the pairs the walk has used.
 	TransportMock = "mock"
