@@ -208,9 +208,11 @@ func verifySig(p peer.ID, ps interface{ PubKey(peer.ID) crypto.PubKey }, msg, si
 // to self within two hops, frequent on small networks) is then checked, for an Ed25519
 // key, by signing its message again and comparing bytes, which Ed25519's deterministic
 // signatures (RFC 8032) make exact and which costs a third of a verification; other key
-// types are verified.
+// types are verified. mine, when not nil, reports whether self made the signature sig
+// of msg (the node's memo of the frames it signed, ownSigs): such evidence is then
+// accepted without signing again.
 func verifyHandoff(tok walk.Token, c wire.Cert, from, self peer.ID, members []peer.ID, origin int,
-	ps interface{ PubKey(peer.ID) crypto.PubKey }, key crypto.PrivKey) ([]byte, error) {
+	ps interface{ PubKey(peer.ID) crypto.PubKey }, key crypto.PrivKey, mine func(msg, sig []byte) bool) ([]byte, error) {
 	if !c.Signed {
 		return nil, fmt.Errorf("%w: unsigned hand-off", ErrSignature)
 	}
@@ -229,17 +231,24 @@ func verifyHandoff(tok walk.Token, c wire.Cert, from, self peer.ID, members []pe
 	// The two Ed25519 verifications dominate a hand-off's cost: the evidence's runs
 	// alongside the sender's.
 	evErr := make(chan error, 1)
+	var evMsg []byte
 	if c.Ev.Present {
+		evMsg = sigMsg(tok.Run, tok.Walk, c.Ev.Epoch, c.Ev.Hop, c.EvDig, from)
+	}
+	switch {
+	case !c.Ev.Present:
+		evErr <- nil
+	case members[c.Ev.Signer] == self && mine != nil && mine(evMsg, c.EvSig):
+		evErr <- nil // self signed these bytes of this message
+	default:
 		go func() {
-			msg := sigMsg(tok.Run, tok.Walk, c.Ev.Epoch, c.Ev.Hop, c.EvDig, from)
+			msg := evMsg
 			if signer := members[c.Ev.Signer]; signer == self && key != nil && key.Type() == crypto.Ed25519 {
 				evErr <- ownSig(signer, key, msg, c.EvSig)
 				return
 			}
 			evErr <- verifySig(members[c.Ev.Signer], ps, msg, c.EvSig)
 		}()
-	} else {
-		evErr <- nil
 	}
 	err := verifySig(from, ps, sigMsg(tok.Run, tok.Walk, tok.Epoch, tok.Hop, handoffDigest(tok.Z, tok.Zhat), self), c.Sig)
 	if e := <-evErr; e != nil && err == nil {
@@ -386,7 +395,9 @@ func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk
 	n.mu.Lock()
 	members, origin := n.members, n.origin
 	n.mu.Unlock()
-	ev, err := verifyHandoff(tok, c, from, n.ID(), members, origin, n.keys(), n.key)
+	self := n.ID()
+	ev, err := verifyHandoff(tok, c, from, self, members, origin, n.keys(), n.key,
+		func(msg, sig []byte) bool { return n.own.has(sigKey(self, msg, sig)) })
 	if err != nil {
 		return nil, walk.Evidence{}, err
 	}

@@ -132,6 +132,7 @@ type Node struct {
 	// sendLocks holds one *sync.Mutex per member: hand-offs to one peer go one at a time.
 	sendLocks sync.Map
 	presign   presigns // frames signed while their release is made durable (presign.go)
+	own       ownSigs  // the hand-off signatures n made last (presign.go)
 	// attempts holds the attempt counter of each release (attemptOf).
 	attempts sync.Map
 

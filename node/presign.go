@@ -97,16 +97,54 @@ func (n *Node) frameFor(to peer.ID, raw []byte) ([]byte, error) {
 	return n.signFrame(raw, to)
 }
 
-// signFrame signs the frame of raw for to with n's key. With a SigCache (in-process
-// nodes) the signature is remembered as one that verifies: Ed25519 signing (RFC 8032)
-// makes a signature that verifies under the signer's key, so the recipient's check in
-// the same process is the cache's answer, not a second computation of a known result.
-// A frame whose bytes differ (a forgery, a corruption) has another key and is verified.
+// signFrame signs the frame of raw for to with n's key and remembers the signature
+// (ownSigs): when the walk comes back within two hops, the evidence the next sender shows
+// is this signature, and the memo answers for it without signing again. With a SigCache
+// (in-process nodes) the signature is also remembered there as one that verifies:
+// Ed25519 signing (RFC 8032) makes a signature that verifies under the signer's key, so
+// the recipient's check in the same process is the cache's answer, not a second
+// computation of a known result. A frame whose bytes differ (a forgery, a corruption)
+// has another key and is verified.
 func (n *Node) signFrame(raw []byte, to peer.ID) ([]byte, error) {
 	c := n.cfg.SigCache
-	if c == nil || n.key.Type() != crypto.Ed25519 {
-		return signFrame(n.key, raw, to)
+	if n.key.Type() != crypto.Ed25519 {
+		c = nil
 	}
 	self := n.ID()
-	return signFrameNote(n.key, raw, to, func(msg, sig []byte) { c.add(sigKey(self, msg, sig)) })
+	return signFrameNote(n.key, raw, to, func(msg, sig []byte) {
+		k := sigKey(self, msg, sig)
+		n.own.add(k)
+		if c != nil {
+			c.add(k)
+		}
+	})
+}
+
+// ownSigs remembers the keys (sigKey) of the last ownSigMax hand-off signatures the node
+// made. Only the node adds to it, so a key found is a signature the node made of that
+// message: evidence it may accept as its own without signing again.
+type ownSigs struct {
+	mu   sync.Mutex
+	keys [ownSigMax][32]byte
+	next int
+}
+
+const ownSigMax = 32
+
+func (o *ownSigs) add(k [32]byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.keys[o.next%ownSigMax] = k
+	o.next++
+}
+
+func (o *ownSigs) has(k [32]byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range min(o.next, ownSigMax) {
+		if o.keys[i] == k {
+			return true
+		}
+	}
+	return false
 }

@@ -2,8 +2,10 @@ package node
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -29,7 +31,12 @@ func TestFrameSignedAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := hold(body, nil)
-	n := &Node{key: key}
+	h, err := libp2p.New(libp2p.Identity(key), libp2p.NoListenAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	n := &Node{key: key, Host: h}
 	want, err := signFrame(key, raw, to)
 	if err != nil {
 		t.Fatal(err)
@@ -65,4 +72,101 @@ func mustSign(t *testing.T, key crypto.PrivKey, raw []byte, to peer.ID) []byte {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// signCounter is a private key that counts its signatures.
+type signCounter struct {
+	crypto.PrivKey
+	n int
+}
+
+func (k *signCounter) Sign(b []byte) ([]byte, error) { k.n++; return k.PrivKey.Sign(b) }
+
+// TestOwnSigMemo: a node remembers the hand-off signatures it makes (ownSigs), and
+// evidence that is one of them is accepted without signing again; evidence naming the
+// node as signer that is not in the memo is checked by signing (and refused if forged);
+// the memo keeps the last ownSigMax signatures.
+func TestOwnSigMemo(t *testing.T) {
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := peer.IDFromPrivateKey(key)
+	var o ownSigs
+	msg, sig := []byte("hand-off"), mustRawSign(t, key, []byte("hand-off"))
+	o.add(sigKey(self, msg, sig))
+	if !o.has(sigKey(self, msg, sig)) {
+		t.Fatal("a signature made is not remembered")
+	}
+	forged := bytes.Clone(sig)
+	forged[3] ^= 1
+	if o.has(sigKey(self, msg, forged)) || o.has(sigKey(self, []byte("hand-of"), sig)) || o.has(sigKey("other", msg, sig)) {
+		t.Fatal("the memo vouches for other bytes, another message or another signer")
+	}
+	for i := range ownSigMax {
+		o.add(sigKey(self, []byte{byte(i)}, sig))
+	}
+	if o.has(sigKey(self, msg, sig)) {
+		t.Fatalf("the memo keeps more than %d signatures", ownSigMax)
+	}
+	if !o.has(sigKey(self, []byte{ownSigMax - 1}, sig)) {
+		t.Fatal("the last signature is forgotten")
+	}
+
+	// Through verifyHandoff: member 2 receives from member 1 a frame whose evidence is
+	// member 2's own hand-off to member 1.
+	keys := make([]crypto.PrivKey, 3)
+	ids := make([]peer.ID, 3)
+	for i := range keys {
+		keys[i], _, _ = crypto.GenerateEd25519Key(nil)
+		ids[i], _ = peer.IDFromPrivateKey(keys[i])
+	}
+	prev := walk.NewToken("r", 0, 3, consensus.Regularizer{}, 1)
+	prev.Hop = 4
+	tok := prev
+	tok.Hop = 5
+	evMsg := sigMsg(prev.Run, prev.Walk, prev.Epoch, prev.Hop, handoffDigest(prev.Z, prev.Zhat), ids[1])
+	evSig := mustRawSign(t, keys[2], evMsg)
+	frame := func(evSig []byte) (walk.Token, wire.Cert) {
+		body, err := wire.EncodeToken(nil, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := hold(body, appendEvidence(nil, 2, prev, evSig))
+		f, err := signFrame(keys[1], held, ids[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := wire.ParseCert(f[wire.BodyLen(f):], true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok, c
+	}
+	var memo ownSigs
+	memo.add(sigKey(ids[2], evMsg, evSig))
+	mine := func(m, s []byte) bool { return memo.has(sigKey(ids[2], m, s)) }
+	k := &signCounter{PrivKey: keys[2]}
+	tk, c := frame(evSig)
+	if _, err := verifyHandoff(tk, c, ids[1], ids[2], ids, 0, nil, k, mine); err != nil || k.n != 0 {
+		t.Fatalf("own evidence in the memo: %v, %d signatures made", err, k.n)
+	}
+	if _, err := verifyHandoff(tk, c, ids[1], ids[2], ids, 0, nil, k, nil); err != nil || k.n != 1 {
+		t.Fatalf("own evidence without the memo: %v, %d signatures made, want 1", err, k.n)
+	}
+	bad := bytes.Clone(evSig)
+	bad[7] ^= 1
+	tk, c = frame(bad)
+	if _, err := verifyHandoff(tk, c, ids[1], ids[2], ids, 0, nil, k, mine); !errors.Is(err, ErrSignature) {
+		t.Fatalf("forged own evidence: %v", err)
+	}
+}
+
+func mustRawSign(t *testing.T, key crypto.PrivKey, msg []byte) []byte {
+	t.Helper()
+	s, err := key.Sign(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

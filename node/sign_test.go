@@ -88,7 +88,7 @@ func newSignatureBench(b *testing.B, dim int) *signatureBench {
 	return &signatureBench{
 		sign: func() error { _, err := signFrame(key, held, ids[2]); return err },
 		verify: func() error {
-			_, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil, nil)
+			_, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil, nil, nil)
 			return err
 		},
 	}
@@ -147,7 +147,8 @@ func FuzzHandoffFrame(f *testing.F) {
 	// it checks with its key rather than by a verification.
 	own := signedFrame(f, hs[1], ids[2], tok, evidenceOf(f, hs[2], 2, prev, ids[1]))
 	ownKey := hs[2].Peerstore().PrivKey(ids[2])
-	check := func(b []byte, key crypto.PrivKey) bool {
+	var mine func(msg, sig []byte) bool
+	checkMine := func(b []byte, key crypto.PrivKey, mine func(msg, sig []byte) bool) bool {
 		t, err := wire.DecodeToken(b)
 		if err != nil || len(b) < wire.TokenHeader {
 			return false
@@ -156,11 +157,22 @@ func FuzzHandoffFrame(f *testing.F) {
 		if err != nil {
 			return false
 		}
-		_, err = verifyHandoff(t, c, ids[1], ids[2], ids, 0, nil, key)
+		_, err = verifyHandoff(t, c, ids[1], ids[2], ids, 0, nil, key, mine)
 		return err == nil
 	}
+	check := func(b []byte, key crypto.PrivKey) bool { return checkMine(b, key, nil) }
 	accept := func(b []byte) bool { return check(b, nil) }
-	if !accept(good) || !check(own, ownKey) || !check(own, nil) {
+	// The recipient's memo of its own signatures holds the own evidence's (ownSigs).
+	{
+		t, _ := wire.DecodeToken(own)
+		c, err := wire.ParseCert(own[wire.BodyLen(own):], true)
+		if err != nil {
+			f.Fatal(err)
+		}
+		k := sigKey(ids[2], sigMsg(t.Run, t.Walk, c.Ev.Epoch, c.Ev.Hop, c.EvDig, ids[1]), c.EvSig)
+		mine = func(msg, sig []byte) bool { return sigKey(ids[2], msg, sig) == k }
+	}
+	if !accept(good) || !check(own, ownKey) || !check(own, nil) || !checkMine(own, ownKey, mine) {
 		f.Fatal("a correctly signed frame is refused")
 	}
 	// Evidence claiming to be the recipient's hand-off that it never signed.
@@ -196,7 +208,7 @@ func FuzzHandoffFrame(f *testing.F) {
 		if xor != 0 && len(o) > 0 {
 			o[int(pos)%len(o)] ^= xor
 		}
-		if (xor != 0 || cut != 0) && check(o, ownKey) {
+		if (xor != 0 || cut != 0) && (check(o, ownKey) || checkMine(o, ownKey, mine)) {
 			t.Fatalf("a changed frame with the recipient's own evidence (pos %d xor %#x cut %d) was accepted", pos, xor, cut)
 		}
 	})
