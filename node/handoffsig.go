@@ -395,9 +395,9 @@ func (n *Node) checkSigned(tok walk.Token, b []byte, from peer.ID) ([]byte, walk
 	n.mu.Lock()
 	members, origin := n.members, n.origin
 	n.mu.Unlock()
-	self := n.ID()
+	self, kid := n.ID(), n.signerID()
 	ev, err := verifyHandoff(tok, c, from, self, members, origin, n.keys(), n.key,
-		func(msg, sig []byte) bool { return n.own.has(sigKey(self, msg, sig)) })
+		func(msg, sig []byte) bool { return kid == self && n.own.has(sigKey(kid, msg, sig)) })
 	if err != nil {
 		return nil, walk.Evidence{}, err
 	}

@@ -133,6 +133,8 @@ type Node struct {
 	sendLocks sync.Map
 	presign   presigns // frames signed while their release is made durable (presign.go)
 	own       ownSigs  // the hand-off signatures n made last (presign.go)
+	keyOnce   sync.Once
+	keyID     peer.ID // the peer ID of key (signerID)
 	// attempts holds the attempt counter of each release (attemptOf).
 	attempts sync.Map
 

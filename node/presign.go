@@ -60,6 +60,11 @@ func (f walkFx) Prepare(msgs []walk.CustodyMsg) {
 		}
 		n.presign.m[presignKey{to, m.Epoch, m.Hop}] = ps
 		n.presign.mu.Unlock()
+		if n.cfg.NoSync {
+			ps.frame, ps.err = n.signFrame(raw, to)
+			close(ps.done)
+			continue
+		}
 		n.bg.Add(1)
 		go func() {
 			defer n.bg.Done()
@@ -110,7 +115,7 @@ func (n *Node) signFrame(raw []byte, to peer.ID) ([]byte, error) {
 	if n.key.Type() != crypto.Ed25519 {
 		c = nil
 	}
-	self := n.ID()
+	self := n.signerID()
 	return signFrameNote(n.key, raw, to, func(msg, sig []byte) {
 		k := sigKey(self, msg, sig)
 		n.own.add(k)
@@ -147,4 +152,11 @@ func (o *ownSigs) has(k [32]byte) bool {
 		}
 	}
 	return false
+}
+
+// signerID is the peer ID of n's key (the host's ID when the host was made with that
+// key, as New makes it): the signer that the memo and the cache name for n's signatures.
+func (n *Node) signerID() peer.ID {
+	n.keyOnce.Do(func() { n.keyID, _ = peer.IDFromPrivateKey(n.key) })
+	return n.keyID
 }

@@ -125,7 +125,7 @@ func (m *memHosts) newHost(i int) func(crypto.PrivKey) (host.Host, error) {
 			h.RemoveStreamHandler(identify.ID)
 			h.RemoveStreamHandler(identify.IDPush)
 		}
-		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}, dpeers: map[peer.ID]int{}}
+		mh := &mockHost{Host: h, m: m, open: map[network.Conn]struct{}{}, dpeers: map[peer.ID]struct{}{}}
 		m.mu.Lock()
 		m.hosts[h.ID()] = mh
 		m.mu.Unlock()
@@ -214,7 +214,7 @@ type mockHost struct {
 	// Direct streams (memHosts.direct): the handlers this host's node registered; the
 	// peers it has open pipes with, and how many (under cmu); closed once Close ran.
 	handlers directHandlers
-	dpeers   map[peer.ID]int
+	dpeers   map[peer.ID]struct{}
 	closed   atomic.Bool
 }
 
@@ -307,6 +307,9 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID
 	}
 	s, err := h.openStream(ctx, p, pids[0])
 	if err != nil {
+		h.m.mu.Lock()
+		h.m.forgetLocked(k)
+		h.m.mu.Unlock()
 		return nil, err
 	}
 	ms := newMockStream(h, p, k, s)
@@ -447,7 +450,8 @@ func (h *mockHost) trimDecide() []peer.ID {
 	}
 	slices.SortFunc(idle, func(a, b cand) int { return a.last.Compare(b.last) })
 	var out []peer.ID
-	for _, c := range idle[:min(len(idle), len(seen)-mockMaxConns)] {
+	// seen omits pairs that another end's trim is closing: it may be below the limit.
+	for _, c := range idle[:min(len(idle), max(0, len(seen)-mockMaxConns))] {
 		h.m.nclosed.Add(1)
 		k := pairKey(h.ID(), c.p)
 		for _, l := range h.m.mn.LinksBetweenPeers(k[0], k[1]) {
@@ -552,6 +556,7 @@ func (s *mockStream) end() network.Stream {
 	m.mu.Lock()
 	m.touchLocked(s.key, s, false)
 	delete(m.streams[s.key], s)
+	m.forgetLocked(s.key)
 	m.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -754,39 +759,50 @@ func (m *memHosts) hostOf(p peer.ID) *mockHost {
 	return m.hosts[p]
 }
 
-// addPipe records an open pipe of pair k (both hosts count the pair as connected).
+// addPipe records an open pipe of pair k: both hosts count the pair as connected
+// (dpeers, set under mu with the pipe, so that a host lists every pair with a pipe).
 func (m *memHosts) addPipe(k [2]peer.ID, p *pipePair) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	set := m.pipes[k]
 	if set == nil {
 		set = map[*pipePair]struct{}{}
 		m.pipes[k] = set
 	}
-	first := len(set) == 0
 	set[p] = struct{}{}
-	a, b := m.hosts[k[0]], m.hosts[k[1]]
-	m.mu.Unlock()
-	if first {
-		a.addPeer(k[1], 1)
-		b.addPeer(k[0], 1)
+	if len(set) == 1 {
+		m.hosts[k[0]].setPeer(k[1], true)
+		m.hosts[k[1]].setPeer(k[0], true)
 	}
 }
 
-// dropPipe forgets an ended pipe of pair k.
+// dropPipe forgets an ended pipe of pair k, and the pair once nothing of it is left.
 func (m *memHosts) dropPipe(k [2]peer.ID, p *pipePair) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	set := m.pipes[k]
-	_, had := set[p]
-	delete(set, p)
-	last := had && len(set) == 0
-	if last {
-		delete(m.pipes, k)
+	if _, had := set[p]; !had {
+		return
 	}
-	a, b := m.hosts[k[0]], m.hosts[k[1]]
-	m.mu.Unlock()
-	if last {
-		a.addPeer(k[1], -1)
-		b.addPeer(k[0], -1)
+	delete(set, p)
+	if len(set) == 0 {
+		delete(m.pipes, k)
+		m.hosts[k[0]].setPeer(k[1], false)
+		m.hosts[k[1]].setPeer(k[0], false)
+		m.forgetLocked(k)
+	}
+}
+
+// forgetLocked forgets the activity of direct pair k once it has no pipe and no stream
+// of this program (trim forgets the pairs it closes; a pair whose pipes ended by
+// themselves would otherwise be kept, one entry per pair ever used).
+func (m *memHosts) forgetLocked(k [2]peer.ID) {
+	if !m.direct || len(m.pipes[k]) > 0 || len(m.streams[k]) > 0 {
+		return
+	}
+	delete(m.streams, k)
+	if u := m.use[k]; u != nil && len(u.pending) == 0 {
+		delete(m.use, k)
 	}
 }
 
@@ -803,15 +819,16 @@ func (m *memHosts) killPipes(k [2]peer.ID) {
 	}
 }
 
-// addPeer counts one more (d = 1) or one less (d = -1) pair with open pipes to p.
-func (h *mockHost) addPeer(p peer.ID, d int) {
+// setPeer records whether h has open pipes with p (called under memHosts.mu; the lock
+// order is memHosts.mu, then cmu).
+func (h *mockHost) setPeer(p peer.ID, open bool) {
 	if h == nil {
 		return
 	}
 	h.cmu.Lock()
 	defer h.cmu.Unlock()
-	if d > 0 {
-		h.dpeers[p] = 1
+	if open {
+		h.dpeers[p] = struct{}{}
 	} else {
 		delete(h.dpeers, p)
 	}

@@ -322,6 +322,9 @@ func (h *mockHost) openDirect(ctx context.Context, p peer.ID, pid protocol.ID) (
 	if err := h.m.waitClosed(ctx, k); err != nil {
 		return nil, err
 	}
+	if h.isClosed() {
+		return nil, fmt.Errorf("failed to dial %s: the host is closed", p)
+	}
 	r := h.m.hostOf(p)
 	if r == nil || r.isClosed() {
 		return nil, fmt.Errorf("failed to dial %s: no such host", p)
