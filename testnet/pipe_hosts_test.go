@@ -3,6 +3,7 @@ package testnet
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -155,5 +156,38 @@ func TestDirectClosedOpener(t *testing.T) {
 	if err == nil {
 		s.Reset()
 		t.Error("a closed host opened a stream")
+	}
+}
+
+// TestDirectTrimKeepsUnrecorded: a direct pair with a pipe whose activity is not recorded
+// (forgotten as the pair reopened, before its first write) is not closed by trim, while
+// pairs idle for longer than the hosts' idle time are.
+func TestDirectTrimKeepsUnrecorded(t *testing.T) {
+	m, hs := directHosts(t, mockMaxConns+6)
+	h := hs[0]
+	for _, r := range hs[1:] {
+		if _, err := h.openDirect(t.Context(), r.ID(), "/dpadmm/x/1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := hs[1].ID()
+	m.mu.Lock()
+	for _, r := range hs[1:] {
+		k := pairKey(h.ID(), r.ID())
+		if r.ID() == fresh {
+			delete(m.use, k)
+			continue
+		}
+		m.use[k] = &pairUse{last: time.Now().Add(-time.Hour), pending: map[*mockStream]time.Time{}}
+	}
+	m.mu.Unlock()
+	closed := h.trimDecide()
+	if len(closed) == 0 {
+		t.Fatal("trim closed no idle pair")
+	}
+	for _, p := range closed {
+		if p == fresh {
+			t.Fatal("trim closed a pair whose activity is not recorded yet")
+		}
 	}
 }
