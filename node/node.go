@@ -232,6 +232,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
+	if kid, err := peer.IDFromPrivateKey(key); err != nil || h.ID() != kid {
+		// The node signs as its host's peer: a host of another key (a Config.NewHost
+		// that ignored the key it was given) would have it sign as someone else.
+		h.Close()
+		st.Close()
+		return nil, fmt.Errorf("node: the host's peer ID %s is not the data directory key's", shortID(h.ID()))
+	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger().Hook(newWarnLimit(logEvery, warnBurst)),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},

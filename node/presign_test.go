@@ -3,10 +3,12 @@ package node
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -169,4 +171,24 @@ func mustRawSign(t *testing.T, key crypto.PrivKey, msg []byte) []byte {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestNewRefusesForeignHost: a Config.NewHost that returns a host of another key than
+// the data directory's is refused (the node would sign as someone else), and the data
+// directory stays usable.
+func TestNewRefusesForeignHost(t *testing.T) {
+	d, _ := consensus.SyntheticLogistic(10, 3, 1, 1)
+	dir := t.TempDir()
+	c := baseConfig("foreign", d, 10)
+	c.DataDir = dir
+	c.NewHost = func(crypto.PrivKey) (host.Host, error) { return libp2p.New(libp2p.NoListenAddrs) }
+	if _, err := New(t.Context(), c); err == nil || !strings.Contains(err.Error(), "not the data directory key's") {
+		t.Fatalf("a host of another key: %v", err)
+	}
+	c.NewHost = nil
+	n, err := New(t.Context(), c)
+	if err != nil {
+		t.Fatalf("the data directory after the refusal: %v", err)
+	}
+	n.Close()
 }

@@ -55,9 +55,12 @@ func certFor(t testing.TB, signer *Node, idx int, run string, epoch, k uint64, z
 }
 
 // signatureBench is the signature work of one hand-off at dimension dim: the sender's
-// signature (signFrame) and the receiver's two verifications (verifyHandoff).
+// signature (signFrame) and the receiver's two verifications (verifyHandoff: the
+// sender's signature and the evidence, another member's). verifyOwn is the receiver's
+// check on two nodes, as in BenchmarkRuntimeHop: the evidence is its own hand-off, found
+// in its memo of the signatures it made, so one verification.
 type signatureBench struct {
-	sign, verify func() error
+	sign, verify, verifyOwn func() error
 }
 
 // newSignatureBench builds the hosts, token and evidence of signatureBench.
@@ -85,10 +88,26 @@ func newSignatureBench(b *testing.B, dim int) *signatureBench {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Two members: member 1 receives from member 0 a frame whose evidence is its own
+	// hand-off of the previous hop to member 0, which its memo holds.
+	pair := ids[:2]
+	ownEv := evidenceOf(b, hs[1], 1, prev, ids[0])
+	ownFrame := signedFrame(b, hs[0], ids[1], tok, ownEv)
+	oc, err := wire.ParseCert(ownFrame[len(body):], true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var memo ownSigs
+	memo.add(sigKey(ids[1], sigMsg(tok.Run, tok.Walk, oc.Ev.Epoch, oc.Ev.Hop, oc.EvDig, ids[0]), oc.EvSig))
+	mine := func(m, s []byte) bool { return memo.has(sigKey(ids[1], m, s)) }
 	return &signatureBench{
 		sign: func() error { _, err := signFrame(key, held, ids[2]); return err },
 		verify: func() error {
 			_, err := verifyHandoff(tok, c, ids[1], ids[2], ids, 0, nil, nil, nil)
+			return err
+		},
+		verifyOwn: func() error {
+			_, err := verifyHandoff(tok, oc, ids[0], ids[1], pair, 0, nil, key, mine)
 			return err
 		},
 	}
@@ -112,7 +131,7 @@ func BenchmarkHandoffSignature(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		f    func() error
-	}{{"sign", sb.sign}, {"verify", sb.verify}} {
+	}{{"sign", sb.sign}, {"verify", sb.verify}, {"verify-own-evidence", sb.verifyOwn}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				if err := c.f(); err != nil {

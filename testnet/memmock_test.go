@@ -46,9 +46,11 @@ func lassoMemVsSim(t *testing.T, n, p int, hops uint64, transport string, idle, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	simStart := time.Now()
 	if err := gs.RunHops(hops, 0, nil); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the simulator's run of the same walk: %v (the network run: %v, %.0fx)", time.Since(simStart), res.Wall, res.Wall.Seconds()/time.Since(simStart).Seconds())
 	want := gs.Z()
 	if len(res.Model) != len(want) {
 		t.Fatalf("dimension %d, want %d", len(res.Model), len(want))

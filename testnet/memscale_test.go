@@ -54,12 +54,16 @@ func TestMemScale(t *testing.T) {
 
 // TestMemScaleMock runs DPADMM_MEM_HOSTS (default 1000) hosts on the mock transport, p =
 // 100, DPADMM_MEM_HOPS (default 100000) hops of the one-row lasso walk, and requires the
-// simulator's model and path bit for bit; it logs the wall time, peak RSS and heap:
+// simulator's model and path bit for bit, and at the default size the goals (under 60 s
+// and 2 GB); it logs the wall time, peak RSS and heap, and the simulator's time:
 //
 //	go test -tags scale -run MemScaleMock -v ./testnet/
 func TestMemScaleMock(t *testing.T) {
 	hosts, hops := envInt(t, "DPADMM_MEM_HOSTS", 1000), envInt(t, "DPADMM_MEM_HOPS", 100000)
 	res := lassoMemVsSim(t, hosts, 100, uint64(hops), TransportMock, 0, 10*time.Minute)
+	if hosts == 1000 && hops == 100000 && (res.Wall > time.Minute || res.PeakRSS > 2e9) {
+		t.Errorf("goal missed: %v and peak RSS %.2f GB (goal: under 60 s and 2 GB)", res.Wall, float64(res.PeakRSS)/1e9)
+	}
 	t.Logf("mock: %d hosts, p = 100, %d hops in %v (%.0f hops/s); peak RSS %.0f MB (%.2f MB per host), heap %.0f MB (%.2f MB per host); %d connections closed by the limit",
 		hosts, hops, res.Wall, float64(hops)/res.Wall.Seconds(), float64(res.PeakRSS)/1e6, float64(res.PeakRSS)/1e6/float64(hosts),
 		float64(res.Heap)/1e6, float64(res.Heap)/1e6/float64(hosts), res.Trimmed)
