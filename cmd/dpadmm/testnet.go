@@ -40,8 +40,9 @@ checkpoint their seeded generators, still gives the simulator's model. --dir kee
 data directories, ledgers and logs. Complete graph only; no budget, curve or ledger-dir.
 --transport mock (with --mem, the walk) puts the hosts on go-libp2p's in-memory mock
 network instead of loopback TCP: same hosts and streams, no sockets or encryption, for
-runs of thousands of hosts (above 64 hosts --mem turns the heartbeats off). The report's
-"network" section gives the peak resident set and heap, in all and per host.
+runs of thousands of hosts (above 64 hosts --mem turns the heartbeats off, and the
+nodes' streams are in-memory pipes to the peer's handler). The report's "network"
+section gives the peak resident set and heap, in all and per host.
   dpadmm testnet --procs --nodes 3 --hops 2000 --kill-holder-at 1000 --dir /tmp/tn
 --withhold-acks 2,5 (mem, procs) makes those nodes keep every token sent to them and never
 ack it: the sender redirects the release, two peers see it, and the report charges both
@@ -397,8 +398,8 @@ func printSummary(w io.Writer, r *sim.Report) {
 	b.WriteString(regressionLine(r))
 	fmt.Fprintf(&b, "speed      %.3f us/hop, %.2f s wall\n", r.UsPerHop, r.WallSeconds)
 	if nw := r.Network; nw != nil {
-		fmt.Fprintf(&b, "network    %s: %d libp2p hosts on loopback, %.0f hops/s; ledgers: %d entries (%d hops, %d redirects, %d repeats)\n",
-			nw.Mode, nw.Hosts, nw.HopsPerSecond, nw.LedgerEntries, r.Hops, nw.Redirects, nw.Repeats)
+		fmt.Fprintf(&b, "network    %s: %d libp2p hosts %s, %.0f hops/s; ledgers: %d entries (%d hops, %d redirects, %d repeats)\n",
+			nw.Mode, nw.Hosts, hostsWhere(nw.Mode, nw.Transport), nw.HopsPerSecond, nw.LedgerEntries, r.Hops, nw.Redirects, nw.Repeats)
 		if nw.Views > 0 {
 			fmt.Fprintf(&b, "  %d release(s) also reached a peer that did not go on with the token (redirected hand-off): charged to it as a view in the realised path\n", nw.Views)
 		}
@@ -568,4 +569,15 @@ func runNetwork(ctx context.Context, opt sim.Options, mem bool, transport string
 		}
 	}
 	return testnet.RunNet(ctx, opt, no)
+}
+
+// hostsWhere says where a testnet's hosts ran and how they talked.
+func hostsWhere(mode, transport string) string {
+	switch {
+	case mode == "procs":
+		return "on loopback TCP, one process each"
+	case transport == "mock":
+		return "in this process, in memory (mock transport)"
+	}
+	return "in this process, on loopback TCP"
 }
