@@ -484,7 +484,7 @@ func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool,
 			// A view: the noisy steps before it form a new segment. The viewer's own update
 			// at this step is neither noise nor shift for the others: it is left out.
 			if nb > 0 {
-				fix(row, pool, buf[:nb], inv)
+				fix(row, pool, buf[:nb])
 				nb = 0
 			}
 			L = 0
@@ -504,21 +504,24 @@ func (sw *sweeper) sweep(row []float64, code, gap []int32, j int32, view []bool,
 		}
 	}
 	if nb > 0 {
-		fix(row, pool, buf[:nb], inv)
+		fix(row, pool, buf[:nb])
 	}
 }
 
 // fix pushes the listed updates of one segment onto their nodes' hulls (see sweep). For
 // each, the hull of its node ends at the vertex of the node's next update; the push pops
 // the vertices b not strictly above the chord from their predecessor a to the new point p
-// (slope(a, b) <= slope(b, p); integer coordinates below 2^31, exact in int64). inv[x]
-// is 1/x; a piece of rise d and run x costs d^2 inv[x].
-func fix(row []float64, pool []hullPt, buf []multi, inv []float64) {
+// (slope(a, b) <= slope(b, p); integer coordinates below 2^31, exact in int64). A piece
+// of rise d and run x costs d^2 (1/x). The reciprocals are divided here rather than read
+// from the sweep's table (the same values, to the bit): the runs are scattered over the
+// table, whose loads missed the cache (12.8 -> 9.5-10.3 ns per hop and observer at
+// n = 10,000).
+func fix(row []float64, pool []hullPt, buf []multi) {
 	for _, e := range buf {
 		L, b := e.L, e.next
 		bp := pool[b]
 		pc := bp.c + 1
-		delta := -inv[L] // charged by the sweep
+		delta := -(1 / float64(L)) // charged by the sweep (inv[L])
 		for b != 0 {
 			a := bp.prev
 			ap := pool[a]
@@ -526,12 +529,12 @@ func fix(row []float64, pool []hullPt, buf []multi, inv []float64) {
 			if int64(rise)*int64(L-b) > int64(pc-bp.c)*int64(b-a) {
 				break
 			}
-			delta -= float64(rise) * float64(rise) * inv[b-a] // the popped piece
+			delta -= float64(rise) * float64(rise) * (1 / float64(b-a)) // the popped piece
 			b, bp = a, ap
 		}
 		d := float64(pc - bp.c)
 		pool[L] = hullPt{c: pc, prev: b}
-		row[e.v] += delta + d*d*inv[L-b]
+		row[e.v] += delta + d*d*(1/float64(L-b))
 	}
 }
 
