@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -109,25 +108,7 @@ func TestDirectStreams(t *testing.T) {
 // TestDirectUnknown: a direct stream to a protocol the peer does not serve, or to a
 // peer outside the network, fails at once.
 func TestDirectUnknown(t *testing.T) {
-	m, err := newMemHosts(TransportMock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.noIdentify, m.direct = true, true
-	defer m.Close()
-	var hs [2]*mockHost
-	for i := range hs {
-		key, _, err := crypto.GenerateEd25519Key(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := m.newHost(i)(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		hs[i] = h.(*mockHost)
-	}
+	_, hs := directHosts(t, 2)
 	served := make(chan peer.ID, 1)
 	hs[1].SetStreamHandler("/dpadmm/a/1", func(s network.Stream) { served <- s.Conn().RemotePeer(); s.Close() })
 	if _, err := hs[0].NewStream(t.Context(), hs[1].ID(), "/dpadmm/b/1"); err == nil {
