@@ -116,9 +116,25 @@ func recentKeep(prev, cur []Mark) int {
 
 // usedKeep returns the largest k such that the last k uses of prev are the first k of
 // cur (a record of uses only drops its oldest and appends).
+//
+// prev is the record the previous checkpoint held, kept as given: the machine's own
+// record (walk.EvidenceUse.Records), whose elements it never modifies. When cur starts
+// inside prev's memory (the usual case: a few uses dropped from the front, some
+// appended), the common part is the same memory and compares equal without being read;
+// comparing it element by element, up to walk.MaxEvidenceKept records of 64 bytes at
+// every hop, cost more than the rest of the record. Otherwise (the record was copied or
+// reallocated) it is compared.
 func usedKeep(prev, cur []walk.EvidenceRecord) int {
 	if len(cur) == 0 {
 		return 0
+	}
+	for d := range prev {
+		if &prev[d] == &cur[0] {
+			if k := len(prev) - d; k <= len(cur) {
+				return k
+			}
+			break
+		}
 	}
 	x := slices.Index(prev, cur[0])
 	if x < 0 {

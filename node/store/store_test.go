@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
+	"github.com/dpadmm/dpadmm/walk"
 )
 
 // fullCheckpoint returns a checkpoint with every field set to a value that differs from
@@ -347,4 +349,36 @@ func TestOpenRefusesRunStateWithoutLedger(t *testing.T) {
 		t.Fatalf("fresh directory: %v", err)
 	}
 	s.Close()
+}
+
+// TestUsedKeepShared: the record of uses compares the same whether it shares the
+// machine's memory with the previous checkpoint's record (the fast path) or is a copy
+// (compared element by element), through drops at the front and appends that reallocate.
+func TestUsedKeepShared(t *testing.T) {
+	var u walk.EvidenceUse
+	u.Max = 8
+	rec := func(i int) (walk.Evidence, walk.TokenID) {
+		return walk.Evidence{Present: true, Signer: i % 3, Epoch: 1, Hop: uint64(i)}, walk.TokenID{Epoch: 1, Hop: uint64(i) + 1, Digest: uint64(i) * 7}
+	}
+	prev := u.Records()
+	for i := range 40 {
+		for range i % 3 {
+			u.Use(rec(i*3 + i%3))
+		}
+		cur := u.Records()
+		shared := usedKeep(prev, cur)
+		copied := usedKeep(slices.Clone(prev), slices.Clone(cur))
+		if shared != copied {
+			t.Fatalf("step %d: %d kept on shared memory, %d on copies", i, shared, copied)
+		}
+		if len(prev) > 0 && len(cur) > 0 && shared == 0 && slices.Contains(prev, cur[0]) {
+			t.Fatalf("step %d: nothing kept though the record only grew", i)
+		}
+		prev = cur
+	}
+	// A record that is not the previous one's continuation keeps nothing.
+	other := []walk.EvidenceRecord{{ID: walk.TokenID{Hop: 99}}}
+	if k := usedKeep(prev, other); k != 0 {
+		t.Fatalf("unrelated record: %d kept", k)
+	}
 }
