@@ -381,10 +381,11 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 func (n *Node) drain(ctx context.Context, in *CustodyInput) {
 	var rds []walk.CustodyReady
 	fx := walkFx{n: n, ctx: ctx, in: in}
+	if n.custodyTrace != nil {
+		n.walk.wk.Observe(func(rd walk.CustodyReady) { rds = append(rds, copyReady(rd)) })
+		defer n.walk.wk.Observe(nil)
+	}
 	for n.walk.fatal == nil && n.walk.wk.HasReady() {
-		if n.custodyTrace != nil {
-			rds = append(rds, copyReady(n.walk.cust.Ready()))
-		}
 		if err := n.walk.wk.Apply(fx); err != nil {
 			n.walk.fatal = err // nothing of this Ready was sent: the loop stops
 			break

@@ -69,6 +69,12 @@ func (r *walkRecorder) Final(*walk.CustodyFinal) error {
 // (accepted, to be stepped at the next Advance).
 func testWalk(t *testing.T, hops uint64) *Walk {
 	t.Helper()
+	return testWalkWith(t, hops, nil)
+}
+
+// testWalkWith is testWalk with the custody configuration changed by set (nil: none).
+func testWalkWith(t *testing.T, hops uint64, set func(*walk.CustodyConfig)) *Walk {
+	t.Helper()
 	sh := shards(t, 3)
 	ll, err := consensus.NewLocalLoss(sh[0], consensus.Squared, 1)
 	if err != nil {
@@ -79,6 +85,9 @@ func testWalk(t *testing.T, hops uint64) *Walk {
 	wc.Sigma, wc.Noise = 1, privacy.NewSeededNoise(3)
 	cc := walk.DefaultCustodyConfig()
 	cc.Rand, cc.Hops = rand.New(rand.NewPCG(4, 5)), hops
+	if set != nil {
+		set(&cc)
+	}
 	c, err := walk.NewCustody(wc, ll, sh[0].Cols, cc)
 	if err != nil {
 		t.Fatal(err)
@@ -450,5 +459,108 @@ func TestWalkApplyPrepare(t *testing.T) {
 	}
 	if !slices.Equal(fx.log, []string{"prepare", "persist", "send", "note"}) || len(fx.prepared) != 1 || fx.prepared[0].Hop != fx.sent[0].Hop {
 		t.Fatalf("step applied as %v, prepared %d", fx.log, len(fx.prepared))
+	}
+}
+
+// takeToken drains w's pending Readies (the initial token's step) and gives it a token of
+// hop 7 from node 1.
+func takeToken(t *testing.T, w *Walk) walk.Token {
+	t.Helper()
+	if err := Drain[WalkEffects](w, &walkRecorder{}); err != nil {
+		t.Fatal(err)
+	}
+	tok := walk.NewToken("v", 0, 4, consensus.Regularizer{}, 1)
+	tok.Hop = 7
+	for k := range tok.Z {
+		tok.Z[k], tok.Zhat[k] = float64(k)+0.5, float64(k)-0.25
+	}
+	if err := w.Custody().Step(walk.CustodyMsg{Kind: walk.CustodyToken, From: 1, To: 0, Hop: 7, Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestWalkApplyCoalesced: a token taken and stepped at once is applied as one Ready: the
+// acceptance noted, one durable record (the step's state and snapshot, no held token),
+// then the ack, then the step's token, then its events; the machine has nothing left.
+func TestWalkApplyCoalesced(t *testing.T) {
+	w := testWalk(t, 0)
+	tok := takeToken(t, w)
+	var seen []walk.CustodyReady
+	w.Observe(func(rd walk.CustodyReady) { seen = append(seen, rd) })
+	fx := &preparer{}
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"prepare", "note", "persist", "send", "send", "note"}; !slices.Equal(fx.log, want) {
+		t.Fatalf("applied as %v, want %v", fx.log, want)
+	}
+	if len(seen) != 2 || seen[0].Held == nil || seen[1].State == nil {
+		t.Fatalf("observed %d Readies, want the taken token's and its step's", len(seen))
+	}
+	rec := fx.recs[0]
+	if len(fx.recs) != 1 || rec.Held != nil || rec.State == nil || rec.Custody == nil || !rec.Stepped || rec.Hop != tok.Hop || len(rec.Ledger) != 1 {
+		t.Fatalf("records %+v", fx.recs)
+	}
+	ack, next := fx.sent[0], fx.sent[1]
+	if ack.Kind != walk.CustodyAck || ack.To != 1 || ack.Hop != tok.Hop || ack.Refused != walk.RefuseNone || ack.Stale {
+		t.Fatalf("first message %+v, want the ack of hop %d to node 1", ack, tok.Hop)
+	}
+	if next.Kind != walk.CustodyToken || next.Hop != tok.Hop+1 || rec.Ledger[0].Hop != next.Hop {
+		t.Fatalf("second message %+v, ledger %+v", next, rec.Ledger)
+	}
+	if w.HasReady() {
+		t.Fatal("a Ready is left after the coalesced step")
+	}
+	// A re-send of the token after a crash that withheld the ack: answered a duplicate
+	// from the snapshot the step wrote.
+	if err := w.Custody().Step(walk.CustodyMsg{Kind: walk.CustodyToken, From: 1, To: 0, Hop: 7, Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	if rd := w.Custody().Ready(); len(rd.Outbox) != 1 || !rd.Outbox[0].Duplicate || rd.Held != nil {
+		t.Fatalf("re-sent token answered %+v", rd.Outbox)
+	}
+}
+
+// TestWalkApplyCoalescedFails: when the step's record cannot be made durable nothing is
+// sent, not even the ack: the sender keeps the token and sends it again or elsewhere.
+func TestWalkApplyCoalescedFails(t *testing.T) {
+	w := testWalk(t, 0)
+	takeToken(t, w)
+	fx := &walkRecorder{recorder: recorder[WalkRecord, walk.CustodyMsg, walk.CustodyEvent]{fail: "persist"}}
+	if err := w.Apply(fx); !errors.Is(err, errDisk) {
+		t.Fatalf("persist failing: %v", err)
+	}
+	if len(fx.sent) != 0 || len(fx.recs) != 1 || fx.recs[0].Held != nil {
+		t.Fatalf("persist failing: %v, sent %+v", fx.log, fx.sent)
+	}
+}
+
+// TestWalkApplyNotCoalesced: a token taken that the machine does not step at once (the
+// walk pauses at its hop) is written as held before its ack, a copy of the token as it
+// was taken, and the next Ready is left to the next Apply.
+func TestWalkApplyNotCoalesced(t *testing.T) {
+	w := testWalkWith(t, 0, func(cc *walk.CustodyConfig) { cc.PauseAtHop = 7 })
+	tok := takeToken(t, w)
+	fx := &walkRecorder{}
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"persist", "send", "note"}; !slices.Equal(fx.log, want) {
+		t.Fatalf("applied as %v, want %v", fx.log, want)
+	}
+	h := fx.recs[0].Held
+	if h == nil || h.Token.Hop != tok.Hop || !slices.Equal(h.Token.Z, tok.Z) || !slices.Equal(h.Token.Zhat, tok.Zhat) || h.Pred != 1 {
+		t.Fatalf("held record %+v, want the token taken", h)
+	}
+	if fx.sent[0].Kind != walk.CustodyAck || fx.sent[0].Hop != tok.Hop {
+		t.Fatalf("sent %+v, want the ack", fx.sent)
+	}
+	if !w.HasReady() {
+		t.Fatal("the pause's Ready was not left pending")
+	}
+	fx.log = nil
+	if err := w.Apply(fx); err != nil || !w.Custody().Paused() {
+		t.Fatalf("the pause: %v, paused %v", err, w.Custody().Paused())
 	}
 }
