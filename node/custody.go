@@ -133,13 +133,35 @@ func (n *Node) custodyConfig(seed [2]uint64) walk.CustodyConfig {
 // rawOf returns the held encoding of token t with evidence ev (body and evidence, as
 // stored in the inbox and the checkpoint and signed at each send), from a cache of the
 // encodings of the tokens of this node's recent snapshots: an encoded token is never
-// modified once made. The cache keeps the bytes alone (a hit compares the token's
-// fields with them, wire.TokenEncodes) and is pruned to the tokens of each checkpoint
-// written (pruneRaws).
-func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
+// modified once made. The cache keeps the bytes (a hit compares the token's fields with
+// them, wire.TokenEncodes) and is pruned to the tokens of each checkpoint written
+// (pruneRaws).
+func (n *Node) rawOf(t walk.Token, ev []byte) []byte { return n.rawLookup(t, ev, false) }
+
+// rawOfShared is rawOf for a token of a custody snapshot, whose vectors the machine
+// shares and never modifies (walk.CustodySnapshot). Once such a token has been found to
+// encode as an entry, the entry remembers its vectors, and a later snapshot of the same
+// token (the same memory, the same scalar fields) is that entry without comparing its
+// values again: a checkpoint holds up to 4D+4 tokens, and comparing each at every hop
+// cost more than writing the checkpoint.
+func (n *Node) rawOfShared(t walk.Token, ev []byte) []byte { return n.rawLookup(t, ev, true) }
+
+func (n *Node) rawLookup(t walk.Token, ev []byte, shared bool) []byte {
 	k := [2]uint64{t.Epoch, t.Hop}
-	for _, c := range n.walk.raws[k] {
+	es := n.walk.raws[k]
+	if shared {
+		for _, c := range es {
+			if c.z != nil && sameVec(c.z, t.Z) && sameVec(c.zhat, t.Zhat) && c.walk == t.Walk && c.run == t.Run && bytes.Equal(c.ev, ev) {
+				return c.raw
+			}
+		}
+	}
+	for i := range es {
+		c := &es[i]
 		if bytes.Equal(c.ev, ev) && wire.TokenEncodes(c.raw, t) {
+			if shared && len(t.Z) > 0 {
+				c.z, c.zhat, c.walk, c.run = t.Z, t.Zhat, t.Walk, t.Run
+			}
 			return c.raw
 		}
 	}
@@ -154,8 +176,16 @@ func (n *Node) rawOf(t walk.Token, ev []byte) []byte {
 		raw = append(raw, ev...)
 	}
 	n.keepRaw(t, ev, raw)
+	if shared && len(t.Z) > 0 {
+		es := n.walk.raws[k]
+		c := &es[len(es)-1]
+		c.z, c.zhat, c.walk, c.run = t.Z, t.Zhat, t.Walk, t.Run
+	}
 	return raw
 }
+
+// sameVec reports whether a and b are the same non-empty vector in memory.
+func sameVec(a, b []float64) bool { return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0] }
 
 // keepRaw records raw as the held encoding of t with evidence ev: a token restored from
 // a checkpoint is written back with the bytes it was read from (an encoding of an
@@ -193,10 +223,15 @@ func (n *Node) pruneRaws(c *store.Checkpoint) {
 // slices themselves).
 func same(a, b []byte) bool { return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0] }
 
-// rawEntry is a token's held encoding and the evidence it holds (rawOf).
+// rawEntry is a token's held encoding and the evidence it holds (rawOf), with, once a
+// snapshot's token was found to encode as raw, that token's vectors and the scalar
+// fields not in the cache's key (rawOfShared).
 type rawEntry struct {
-	ev  []byte
-	raw []byte
+	ev      []byte
+	raw     []byte
+	z, zhat []float64
+	walk    uint64
+	run     string
 }
 
 // checkpointFrom writes the custody snapshot s into the checkpoint's custody fields.
@@ -224,10 +259,10 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 	c.Backups = c.Backups[:0]
 	c.Out, c.OutTo = nil, ""
 	if s.Last != nil {
-		c.Out = n.rawOf(*s.Last, s.LastEvidence)
+		c.Out = n.rawOfShared(*s.Last, s.LastEvidence)
 	}
 	for _, b := range s.Backups {
-		k := store.Backup{Token: n.rawOf(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
+		k := store.Backup{Token: n.rawOfShared(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
 		if b.To >= 0 && !b.Pending {
 			k.To = n.pid(ms[b.To])
 		}
@@ -333,6 +368,9 @@ type CustodyInput struct {
 	Epoch, Hop uint64
 	Snapshot   *walk.CustodySnapshot
 	Walk       *walk.Checkpoint
+	// Batched: more inputs follow before the Readies are applied (the releases read
+	// together, onReleases); the machine gathers their outputs into one Ready.
+	Batched bool
 }
 
 // refusal is the error of an input the machine refused (a final model).
@@ -371,6 +409,12 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 		err = n.walk.cust.Restore(in.Walk, *in.Snapshot)
 	default:
 		return fmt.Errorf("node: unknown custody input %q", in.Kind)
+	}
+	if in.Batched {
+		if n.custodyTrace != nil {
+			n.custodyTrace(in, nil)
+		}
+		return err
 	}
 	n.drain(ctx, &in)
 	return err
@@ -761,14 +805,23 @@ func (n *Node) onSent(ctx context.Context, r sendResult) {
 	n.input(ctx, CustodyInput{Kind: "step", Msg: m})
 }
 
-// onRelease gives the machine a release from a member.
-func (n *Node) onRelease(ctx context.Context, m relMsg) {
-	j := n.memberIndex(m.from)
-	if j < 0 || j == n.index {
-		return
+// onReleases gives the machine the releases read from members' streams since the loop
+// last waited, applying the Readies once after the last: a release's outputs (the wave
+// passed on, a backup dropped) are gathered with the others' into one Ready.
+func (n *Node) onReleases(ctx context.Context, ms []relMsg) {
+	ins := make([]CustodyInput, 0, len(ms))
+	for _, m := range ms {
+		j := n.memberIndex(m.from)
+		if j < 0 || j == n.index {
+			continue
+		}
+		ins = append(ins, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyRelease, From: j, To: n.index,
+			Epoch: m.r.Epoch, Hop: m.r.Hop, Dist: m.r.Dist, Retire: m.r.Retire}})
 	}
-	n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyRelease, From: j, To: n.index,
-		Epoch: m.r.Epoch, Hop: m.r.Hop, Dist: m.r.Dist, Retire: m.r.Retire}})
+	for i, in := range ins {
+		in.Batched = i < len(ins)-1
+		n.input(ctx, in)
+	}
 }
 
 // releaseBatch is how long releases to one peer are gathered before they go out in one

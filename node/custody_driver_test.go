@@ -327,6 +327,12 @@ func replayCustody(t *testing.T, nd *Node, d *consensus.Dataset, ms []peer.ID, r
 		default:
 			t.Fatalf("node %d: input %d of kind %q", idx, k, in.Kind)
 		}
+		if in.Batched {
+			if len(r.rds) != 0 {
+				t.Fatalf("node %d, input %d (%s): Readies applied inside a batch", idx, k, in.Kind)
+			}
+			continue
+		}
 		var got []walk.CustodyReady
 		for m.HasReady() {
 			rd := m.Ready()

@@ -473,15 +473,15 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if x, _ := find(); !x.Acked || x.Dist != 1 {
 		t.Fatalf("after the ack: %+v", x)
 	}
-	n.onRelease(ctx, relMsg{from: other, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	n.onReleases(ctx, []relMsg{{from: other, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}}})
 	if x, _ := find(); x.Dist != 1 {
 		t.Fatal("a release from a member other than the recipient was applied")
 	}
-	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}})
+	n.onReleases(ctx, []relMsg{{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}}})
 	if x, ok := find(); !ok || x.Dist != 2 {
 		t.Fatalf("after release 2: %+v", n.walk.cust.Backups())
 	}
-	n.onRelease(ctx, relMsg{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}})
+	n.onReleases(ctx, []relMsg{{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}}})
 	if _, ok := find(); ok {
 		t.Fatalf("backup kept at depth 3: %+v", n.walk.cust.Backups())
 	}

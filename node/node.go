@@ -1128,7 +1128,16 @@ func (w walkLoop) Wait(ctx context.Context, timer <-chan time.Time) (func(), err
 	case r := <-n.sent:
 		return func() { n.onSent(ctx, r) }, nil
 	case m := <-n.rel:
-		return func() { n.onRelease(ctx, m) }, nil
+		ms := []relMsg{m}
+		for more := true; more && len(ms) < cap(n.rel); {
+			select {
+			case m := <-n.rel:
+				ms = append(ms, m)
+			default:
+				more = false
+			}
+		}
+		return func() { n.onReleases(ctx, ms) }, nil
 	case <-w.live:
 		return func() { n.checkLiveness(ctx) }, nil
 	case <-timer:
