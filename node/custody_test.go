@@ -481,9 +481,15 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if x, ok := find(); !ok || x.Dist != 2 {
 		t.Fatalf("after release 2: %+v", n.walk.cust.Backups())
 	}
-	n.onReleases(ctx, []relMsg{{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}}})
+	// Releases read together, one from a member other than the recipient among them,
+	// are given to the machine one by one before one drain: the same outcome.
+	n.onReleases(ctx, []relMsg{{from: other, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 9}},
+		{from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 2}}, {from: to, r: wire.Release{Epoch: b.Epoch, Hop: b.Hop, Dist: 3}}})
 	if _, ok := find(); ok {
 		t.Fatalf("backup kept at depth 3: %+v", n.walk.cust.Backups())
+	}
+	if n.walk.wk.HasReady() {
+		t.Fatal("a Ready left after a batch of releases")
 	}
 	// A stale ack drops the backup of the next release (the lineage is retired).
 	if code := admit(mk(2, 10, 7)); code != wire.AckOK {
@@ -598,5 +604,42 @@ func TestRawCachePruned(t *testing.T) {
 				t.Fatalf("node %d: held token does not encode itself: %v", i, err)
 			}
 		}
+	}
+}
+
+// TestRawOfShared: a snapshot's token found again by its shared vectors is the cached
+// encoding; a token of the same position with other vectors, another walk or other
+// evidence is encoded (or compared) again, and every answer encodes its token.
+func TestRawOfShared(t *testing.T) {
+	n := &Node{}
+	tok := walk.NewToken("shared", 3, 4, consensus.Regularizer{}, 1)
+	tok.Epoch, tok.Hop = 2, 9
+	for k := range tok.Z {
+		tok.Z[k], tok.Zhat[k] = float64(k)/3, -float64(k)/7
+	}
+	ev := []byte{wire.EvNone}
+	first := n.rawOfShared(tok, ev)
+	if !wire.TokenEncodes(first, tok) || !same(n.rawOfShared(tok, ev), first) || !same(n.rawOf(tok, ev), first) {
+		t.Fatal("the same snapshot token was not found again")
+	}
+	other := tok
+	other.Z = slices.Clone(tok.Z)
+	other.Z[1] = 42
+	if b := n.rawOfShared(other, ev); same(b, first) || !wire.TokenEncodes(b, other) {
+		t.Fatal("a token of the same position with other values got the cached encoding")
+	}
+	walked := tok
+	walked.Walk = 4
+	if b := n.rawOfShared(walked, ev); same(b, first) || !wire.TokenEncodes(b, walked) {
+		t.Fatal("a token of another walk with the same vectors got the cached encoding")
+	}
+	if b := n.rawOfShared(tok, []byte{wire.EvNone, 1}); same(b, first) {
+		t.Fatal("other evidence got the cached encoding")
+	}
+	// The same values in other memory: compared, then found by their memory too.
+	copied := tok
+	copied.Z, copied.Zhat = slices.Clone(tok.Z), slices.Clone(tok.Zhat)
+	if b := n.rawOfShared(copied, ev); !same(b, first) {
+		t.Fatal("an equal token in other memory was not matched to the cached encoding")
 	}
 }
