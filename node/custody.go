@@ -482,13 +482,48 @@ func (f walkFx) AppendLedger(es []privacy.Entry) error {
 	return nil
 }
 
+// Persist makes the record durable. A record with both a held token and a checkpoint
+// writes them in the order that keeps the ledger whole across a crash between the two:
+//
+//   - a taken token with a snapshot but no step (an epoch raised, backups dropped): the
+//     token first. A crash after it restarts from the older snapshot with the token in
+//     the inbox, stepped then; the other order would restart with the token's mark
+//     among the recent ones but without the token, and answer its re-send as a
+//     duplicate: the token lost.
+//   - a step with a held token (a hand-off to itself, or the token of hop K reached by
+//     one): the checkpoint first, with the step's ledger entries. A crash after it
+//     restarts past the step, with its update in u_i and its entry in the ledger, and
+//     the held token, which nobody else holds, lost (its predecessor's backup brings
+//     the walk back). The other order would restart from the older checkpoint with the
+//     held token in the inbox: stepped again, it would carry the first step's noisy
+//     update without that update's ledger entry or its count in K_i.
 func (f walkFx) Persist(r drive.WalkRecord) error {
-	n := f.n
-	if h := r.Held; h != nil {
-		if err := n.store.SaveInbox(n.rawOf(h.Token, h.Evidence)); err != nil {
-			return fmt.Errorf("node: cannot store the received token, stopping before its ack: %w", err)
+	if r.Held != nil && !r.Stepped {
+		if err := f.saveHeld(r.Held); err != nil {
+			return err
 		}
 	}
+	if err := f.saveCheckpoint(r); err != nil {
+		return err
+	}
+	if r.Held != nil && r.Stepped {
+		return f.saveHeld(r.Held)
+	}
+	return nil
+}
+
+// saveHeld appends the token taken to the inbox journal.
+func (f walkFx) saveHeld(h *walk.CustodyHeld) error {
+	if err := f.n.store.SaveInbox(f.n.rawOf(h.Token, h.Evidence)); err != nil {
+		return fmt.Errorf("node: cannot store the received token, stopping before its ack: %w", err)
+	}
+	return nil
+}
+
+// saveCheckpoint writes the record's walk state and custody snapshot, with its ledger
+// entries, when it has either.
+func (f walkFx) saveCheckpoint(r drive.WalkRecord) error {
+	n := f.n
 	if r.Stepped {
 		n.walk.ckpt.Epoch, n.walk.ckpt.Hop = r.Epoch, r.Hop // the token processed
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/node/drive"
 	"github.com/dpadmm/dpadmm/node/store"
 	"github.com/dpadmm/dpadmm/node/wire"
 	"github.com/dpadmm/dpadmm/privacy"
@@ -641,5 +644,69 @@ func TestRawOfShared(t *testing.T) {
 	copied.Z, copied.Zhat = slices.Clone(tok.Z), slices.Clone(tok.Zhat)
 	if b := n.rawOfShared(copied, ev); !same(b, first) {
 		t.Fatal("an equal token in other memory was not matched to the cached encoding")
+	}
+}
+
+// TestPersistOrder: a record with a held token and a checkpoint writes them in the order
+// that keeps the ledger whole when the second write fails (a crash between them): a step
+// with a held token (a hand-off to itself) has its checkpoint and ledger entry durable
+// before the token; a token taken without a step is durable before the checkpoint.
+func TestPersistOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	nodes := staticCluster(t, ctx, "order", sh, 20, 0, []string{"", ""})
+	n := nodes[0]
+	// The inbox journal cannot be created: every write of a held token fails.
+	if err := os.Mkdir(filepath.Join(n.cfg.DataDir, store.InboxLog), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tok := walk.NewToken("order", 0, sh[0].Cols, consensus.Regularizer{}, 1)
+	tok.Hop = 6
+	held := &walk.CustodyHeld{Token: tok, Pred: 0}
+	u := make([]float64, sh[0].Cols)
+	u[0] = 0.5
+	e := privacy.Entry{Node: n.ID().String(), Run: "order", Hop: 6, Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 0.5, Clip: 1, Lambda: 0.5, Recipient: n.ID().String()}
+	stepped := drive.WalkRecord{Held: held, State: &walk.Checkpoint{Updates: 1, U: u}, Stepped: true, Epoch: 0, Hop: 5, Ledger: []privacy.Entry{e}}
+	if err := (walkFx{n: n, ctx: ctx}).Persist(stepped); err == nil {
+		t.Fatal("the held token was written to a blocked inbox")
+	}
+	ck := savedCheckpoint(t, n)
+	es, err := n.store.Ledger()
+	if err != nil || ck.Hop != 5 || ck.Updates != 1 || len(es) != 1 || es[0].Hop != 6 {
+		t.Fatalf("a step with a held token: checkpoint at hop %d with %d updates and %d ledger entries (%v) before the token", ck.Hop, ck.Updates, len(es), err)
+	}
+	taken := drive.WalkRecord{Held: held, State: &walk.Checkpoint{Updates: 2, U: u}}
+	if err := (walkFx{n: n, ctx: ctx}).Persist(taken); err == nil {
+		t.Fatal("the held token was written to a blocked inbox")
+	}
+	if ck := savedCheckpoint(t, n); ck.Updates != 1 {
+		t.Fatalf("a token taken without a step: the checkpoint (%d updates) was written before the token", ck.Updates)
+	}
+}
+
+// TestCoalesceAcksRule: a node acks a token once its step is durable only after a first
+// hand-off was measured and while its hand-offs take under a quarter of the ack timeout;
+// one slow hand-off turns it off until the decaying maximum comes back under.
+func TestCoalesceAcksRule(t *testing.T) {
+	const ack = 2 * time.Second
+	var w walkState
+	if w.coalesceAcks(ack) {
+		t.Fatal("coalescing before any hand-off was measured")
+	}
+	w.noteStepCost(300 * time.Microsecond)
+	if !w.coalesceAcks(ack) {
+		t.Fatal("a 300 us hand-off against a 2 s ack timeout: not coalesced")
+	}
+	w.noteStepCost(900 * time.Millisecond)
+	if w.coalesceAcks(ack) {
+		t.Fatal("a 900 ms hand-off against a 2 s ack timeout: still coalesced")
+	}
+	n := 0
+	for ; !w.coalesceAcks(ack) && n < 100; n++ {
+		w.noteStepCost(300 * time.Microsecond)
+	}
+	if n < 10 || n > 30 {
+		t.Fatalf("coalescing came back after %d fast hand-offs, want the maximum to decay over 10-30", n)
 	}
 }

@@ -18,7 +18,11 @@
 //     anything is sent: with the checkpoint record of step 3, which carries their lines,
 //     in one fsync; alone, when the Ready writes no checkpoint);
 //  2. a token taken (Ready.Held): append it to <datadir>/inbox.log and fsync, before its
-//     ack;
+//     ack; unless the machine steps it at once and the node's hand-offs take under a
+//     quarter of the ack timeout, when drive.Walk applies the token's Ready with its
+//     step's and the ack waits for the step's checkpoint (3), which covers the token;
+//     with a step in the same Ready (a hand-off to itself) the checkpoint goes first
+//     (walkFx.Persist);
 //  3. the walk state and, when Ready.Persist, the custody snapshot: append the checkpoint
 //     to <datadir>/checkpoint.log and fsync (one checked binary record; a token still in
 //     custody from the previous record is referred to, not written again): u_i, K_i, the
@@ -47,7 +51,7 @@
 // before any allocation when larger than the encoded size of a token of the run's
 // dimension, then the token (see wire.EncodeToken). The receiver answers one byte per frame,
 // its custody machine's answer: wire.AckOK after it has appended the token to
-// <datadir>/inbox.log and fsynced it, wire.AckDuplicate for a retransmission of one of the last
+// <datadir>/inbox.log and fsynced it, or the checkpoint record of its step, wire.AckDuplicate for a retransmission of one of the last
 // 16 tokens it accepted, wire.AckStale for a token not above its fence or one whose evidence
 // it already took another token on (the sender drops its copy: fencing, see below),
 // wire.AckReject for anything malformed, foreign, from a peer outside the membership or
@@ -57,8 +61,8 @@
 // answered wire.AckBusy; the node resets its own hand-off streams and
 // keeps its host up while members still have a hand-off stream open to it, at most
 // min(AckTimeout, 2 s) (Node.quiesce), still answering a re-send of a token it already
-// took with wire.AckDuplicate (custody passed with its first ack: the token is in its inbox,
-// stepped at its restart). Members stopped with it then keep the token in custody
+// took with wire.AckDuplicate (custody passed with its first ack: the token is stepped in its
+// checkpoint, or in its inbox and stepped at its restart). Members stopped with it then keep the token in custody
 // instead of redirecting it to a peer that is itself stopping; members that go on
 // running redirect after AckTimeout.
 //

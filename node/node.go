@@ -61,6 +61,24 @@ type walkState struct {
 	seen     bool
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
+	// stepCost is a decaying maximum of the time the loop spent on a hand-off it served
+	// (the step, its signature and its durable record): 0 before the first.
+	stepCost time.Duration
+}
+
+// coalesceAcks reports whether the node may ack a token once its step is durable
+// (drive.Walk.SetCoalesce): when its hand-offs so far took under a quarter of the ack
+// timeout its peers wait, so that a slow step (a large shard's solve, a slow disk) never
+// makes the sender time out and send the token elsewhere. The first hand-off is acked
+// before its step, and measured.
+func (w *walkState) coalesceAcks(ackTimeout time.Duration) bool {
+	return w.stepCost > 0 && w.stepCost < ackTimeout/4
+}
+
+// noteStepCost records the time d of a hand-off served: the maximum, decaying by 1/16
+// at each hand-off.
+func (w *walkState) noteStepCost(d time.Duration) {
+	w.stepCost = max(d, w.stepCost-w.stepCost/16, 1)
 }
 
 // finalExchange is the state of the final-model exchange (control.go, fallback_final.go,
@@ -1030,10 +1048,14 @@ func isClosed(c <-chan struct{}) bool {
 // duplicate (custody passed with the first ack; the token is in the inbox, stepped at the
 // restart), one not above its fence is stale.
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
+	start := time.Now()
 	msg.idx = n.memberIndex(msg.from)
 	n.walk.cur = &msg
+	n.walk.wk.SetCoalesce(n.walk.coalesceAcks(n.cfg.AckTimeout))
 	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
 		Epoch: msg.tok.Epoch, Hop: msg.tok.Hop, Token: msg.tok, Evidence: heldEvidence(msg.raw), Shown: msg.ev}})
+	n.walk.wk.SetCoalesce(false) // a token held at other inputs (a restart) is acked alone
+	n.walk.noteStepCost(time.Since(start))
 	n.walk.cur = nil
 	if !msg.replied {
 		code := wire.AckBusy // the Ready could not be applied: not taken

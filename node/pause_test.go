@@ -104,7 +104,11 @@ func TestPauseRestartContinuesSources(t *testing.T) {
 //     restart takes the previous record, steps the stored inbound token again with the
 //     generators' state of that record, and releases the same bits: the model is the
 //     uninterrupted run's, and that one hop is charged twice (a safe over-count, both
-//     entries naming the same recipient), every other hop once.
+//     entries naming the same recipient), every other hop once. This needs the paused
+//     hop's token in the inbox, acked before its step: on this seed the node handed it
+//     to itself (checked). A token from another member is acked only once its step's
+//     record is durable (drive.Walk's coalescing), so a record torn by a crash was never
+//     acked and its sender sends the token again (TestFaultCrashAtReleaseRestart).
 //   - zero tail after the last checkpoint record (the file grew, its data never reached
 //     the disk) and a torn inbox record after the stored token: skipped, the run goes on
 //     as without the damage, every hop charged once.
@@ -132,6 +136,15 @@ func TestJournalCrashRestart(t *testing.T) {
 		twice     bool // the paused hop's entry is made again
 	}{
 		{"torn-checkpoint", true, func(t *testing.T, dir string) {
+			if st, err := store.Open(dir); err != nil {
+				t.Fatal(err)
+			} else {
+				in, err := st.LoadInbox()
+				st.Close()
+				if tok, derr := wire.DecodeToken(in); err != nil || derr != nil || tok.Hop != pause {
+					t.Fatalf("the inbox does not hold the paused hop's token (%v, %v): the case needs a token acked before its step", err, derr)
+				}
+			}
 			p := filepath.Join(dir, store.CheckpointLog)
 			b, err := os.ReadFile(p)
 			if err != nil {

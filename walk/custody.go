@@ -59,7 +59,9 @@ import (
 //
 // A token accepted from a peer is held first: the Ready that acks it carries it in Held,
 // which the driver makes durable before the ack goes out, and the machine steps it at
-// Advance. Every token message in the Outbox is covered by a ledger entry made before it
+// Advance. A driver may instead hold back the ack until the Ready of that step is
+// durable (node/drive's coalescing): the step's snapshot then covers the token (its mark
+// among the recent ones, its evidence use), and Held need not be written. Every token message in the Outbox is covered by a ledger entry made before it
 // (the machine's own entry for a fresh hand-off, a "forward" entry naming the new
 // recipient for every re-send, regeneration and fallback; a retransmission of the same
 // bytes to the same peer is covered by the entry of its first send), except the
@@ -358,8 +360,8 @@ type CustodyHeld struct {
 	Pred               int
 	PredEpoch, PredHop uint64
 	// Shown is the evidence the token was taken on (CustodyMsg.Shown; nil: none
-	// checked): Restore records its use again, so that a restart between the ack and the
-	// snapshot of the step does not forget it.
+	// checked): Restore records its use again, so that a restart between an ack sent
+	// before the step and the snapshot of the step does not forget it.
 	Shown *Evidence
 }
 
@@ -379,8 +381,9 @@ type CustodyReady struct {
 	// in this Ready or, for a retransmission of the same bytes, an earlier one.
 	Ledger []privacy.Entry
 	// Held: a token accepted here, to be stepped at Advance. Durable BEFORE the Outbox
-	// (its ack) is sent: a restart steps it (Restore with Snapshot.Held). nil: none new.
-	// Its vectors are the machine's, valid until Advance (the step updates them).
+	// (its ack) is sent: a restart steps it (Restore with Snapshot.Held); or, when the
+	// step that Advance makes is durable before the ack, not at all. nil: none new. Its
+	// vectors are the machine's, valid until Advance (the step updates them).
 	Held *CustodyHeld
 	// State: the walk machine's checkpoint (u_i, K_i); durable before sending. nil when
 	// unchanged.

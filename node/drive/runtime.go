@@ -122,7 +122,8 @@ type Preparer interface {
 //  5. Final(Ready.Final), when set;
 //  6. Advance (the machine then steps a held token, which makes the next Ready).
 //
-// A token taken and stepped at once is acked after its step is durable (coalescing):
+// A token taken and stepped at once is acked after its step is durable (coalescing,
+// unless the driver turned it off: SetCoalesce):
 // when a Ready holds nothing but a newly taken token and its ack (no ledger entry, state,
 // snapshot or final), Apply advances the machine, which steps the token, and, if that
 // makes a Ready that stepped it and writes a checkpoint, performs the two as one: the
@@ -140,10 +141,18 @@ type Preparer interface {
 // place), then the ack and the events, and the next Ready is left pending.
 type Walk struct {
 	c *walk.Custody
+	// separate: the driver does not want acks coalesced with steps (SetCoalesce).
+	separate bool
 	// observe, when set (tests), is called with every Ready before it is performed,
 	// including the second Ready of a coalesced step.
 	observe func(walk.CustodyReady)
 }
+
+// SetCoalesce says whether Apply may ack a token taken once its step is durable (on, the
+// default) or must ack it once the token alone is (off). A driver whose steps may take
+// longer than its peers wait for an ack turns it off: the ack then does not wait for the
+// step.
+func (w *Walk) SetCoalesce(on bool) { w.separate = !on }
 
 // Observe sets f to be called with every Ready before Apply performs it (nil: none). The
 // Ready's slices are the machine's: f must copy what it keeps.
@@ -176,7 +185,7 @@ func (w *Walk) Apply(fx WalkEffects) error {
 	if w.observe != nil {
 		w.observe(rd)
 	}
-	if onlyTaken(rd) {
+	if !w.separate && onlyTaken(rd) {
 		return w.applyTaken(fx, rd)
 	}
 	return w.apply(fx, rd, nil)

@@ -536,6 +536,28 @@ func TestWalkApplyCoalescedFails(t *testing.T) {
 	}
 }
 
+// TestWalkApplySeparate: with coalescing turned off, a token taken is written as held
+// and acked, and its step is the next Apply's.
+func TestWalkApplySeparate(t *testing.T) {
+	w := testWalk(t, 0)
+	takeToken(t, w)
+	w.SetCoalesce(false)
+	fx := &walkRecorder{}
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"persist", "send", "note"}; !slices.Equal(fx.log, want) || fx.recs[0].Held == nil || fx.sent[0].Kind != walk.CustodyAck {
+		t.Fatalf("applied as %v, want %v with the held token and its ack", fx.log, want)
+	}
+	fx.log = nil
+	if err := w.Apply(fx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"persist", "send", "note"}; !slices.Equal(fx.log, want) || fx.recs[1].State == nil || fx.sent[1].Kind != walk.CustodyToken {
+		t.Fatalf("the step applied as %v, want %v", fx.log, want)
+	}
+}
+
 // TestWalkApplyNotCoalesced: a token taken that the machine does not step at once (the
 // walk pauses at its hop) is written as held before its ack, a copy of the token as it
 // was taken, and the next Ready is left to the next Apply.
