@@ -65,6 +65,20 @@ func (n *Node) pid(p peer.ID) string {
 	return s
 }
 
+// memberPID returns n.pid(ms[i]) from a table of the membership ms (the read-only slice
+// of the member table, fixed once), built at its first use: a checkpoint names the
+// recipient and predecessor of each of its up to 4D+4 backups.
+func (n *Node) memberPID(ms []peer.ID, i int) string {
+	w := &n.walk
+	if len(ms) != len(w.pidsOf) || len(ms) > 0 && &ms[0] != &w.pidsOf[0] {
+		w.pidsOf, w.pids = ms, make([]string, len(ms))
+		for j, p := range ms {
+			w.pids[j] = n.pid(p)
+		}
+	}
+	return w.pids[i]
+}
+
 // peerOf returns peer.Decode(s), remembered for the IDs this node wrote itself (pid).
 func (n *Node) peerOf(s string) (peer.ID, error) {
 	if v, ok := n.strPid.Load(s); ok {
@@ -264,10 +278,10 @@ func (n *Node) checkpointFrom(s walk.CustodySnapshot) {
 	for _, b := range s.Backups {
 		k := store.Backup{Token: n.rawOfShared(b.Token, b.Evidence), PredEpoch: b.PredEpoch, PredHop: b.PredHop, Acked: b.Acked, Dist: b.Dist}
 		if b.To >= 0 && !b.Pending {
-			k.To = n.pid(ms[b.To])
+			k.To = n.memberPID(ms, b.To)
 		}
 		if b.Pred >= 0 {
-			k.Pred = n.pid(ms[b.Pred])
+			k.Pred = n.memberPID(ms, b.Pred)
 		}
 		if bytes.Equal(k.Token, c.Out) {
 			c.OutTo = k.To

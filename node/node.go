@@ -61,6 +61,9 @@ type walkState struct {
 	seen     bool
 	// seeded generators (Config.Sources), checkpointed after every step
 	hopSrc, noiseSrc *rand.PCG
+	// pids are the base58 IDs of the members pidsOf (memberPID).
+	pids   []string
+	pidsOf []peer.ID
 	// stepCost is a decaying maximum of the time the loop spent on a hand-off it served
 	// (the step, its signature and its durable record): 0 before the first.
 	stepCost time.Duration
