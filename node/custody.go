@@ -496,34 +496,35 @@ func (f walkFx) AppendLedger(es []privacy.Entry) error {
 	return nil
 }
 
-// Persist makes the record durable. A record with both a held token and a checkpoint
-// writes them in the order that keeps the ledger whole across a crash between the two:
+// Persist makes the record durable. A held token goes to the inbox journal before the
+// checkpoint, except one that the record's own step handed to this node (a hand-off to
+// itself, or the token of hop K so reached): that one is written in the checkpoint
+// record itself (store.Checkpoint.Held), with the step and its ledger entries, so that no
+// crash separates them. With two writes, a crash after the inbox's restarted from the
+// older checkpoint and stepped the held token, which carried the first step's noisy
+// update without that update's ledger entry or its count in K_i; a crash after the
+// checkpoint's lost the held token, which nobody else holds.
 //
-//   - a taken token with a snapshot but no step (an epoch raised, backups dropped): the
-//     token first. A crash after it restarts from the older snapshot with the token in
-//     the inbox, stepped then; the other order would restart with the token's mark
-//     among the recent ones but without the token, and answer its re-send as a
-//     duplicate: the token lost.
-//   - a step with a held token (a hand-off to itself, or the token of hop K reached by
-//     one): the checkpoint first, with the step's ledger entries. A crash after it
-//     restarts past the step, with its update in u_i and its entry in the ledger, and
-//     the held token, which nobody else holds, lost (its predecessor's backup brings
-//     the walk back). The other order would restart from the older checkpoint with the
-//     held token in the inbox: stepped again, it would carry the first step's noisy
-//     update without that update's ledger entry or its count in K_i.
+// A token taken with a snapshot but no step (an epoch raised, backups dropped) is written
+// first: a crash after it restarts from the older snapshot with the token in the inbox,
+// stepped then; the other order would restart with the token's mark among the recent
+// ones but without the token, and answer its re-send as a duplicate.
 func (f walkFx) Persist(r drive.WalkRecord) error {
-	if r.Held != nil && !r.Stepped {
+	n := f.n
+	ckpt := r.State != nil || r.Custody != nil
+	if r.Held != nil && !(r.Stepped && ckpt) {
 		if err := f.saveHeld(r.Held); err != nil {
 			return err
 		}
 	}
-	if err := f.saveCheckpoint(r); err != nil {
-		return err
+	if r.Stepped {
+		// The step processed the token held before (the checkpoint's or the inbox's).
+		n.walk.ckpt.Held = nil
+		if r.Held != nil && ckpt {
+			n.walk.ckpt.Held = n.rawOf(r.Held.Token, r.Held.Evidence)
+		}
 	}
-	if r.Held != nil && r.Stepped {
-		return f.saveHeld(r.Held)
-	}
-	return nil
+	return f.saveCheckpoint(r)
 }
 
 // saveHeld appends the token taken to the inbox journal.

@@ -647,40 +647,55 @@ func TestRawOfShared(t *testing.T) {
 	}
 }
 
-// TestPersistOrder: a record with a held token and a checkpoint writes them in the order
-// that keeps the ledger whole when the second write fails (a crash between them): a step
-// with a held token (a hand-off to itself) has its checkpoint and ledger entry durable
-// before the token; a token taken without a step is durable before the checkpoint.
-func TestPersistOrder(t *testing.T) {
+// TestPersistHeld: a step that hands the token to this node itself writes the held
+// token in its checkpoint record (one write with the step and its ledger entry), which a
+// restart holds again; a token taken without a step is durable before the checkpoint.
+func TestPersistHeld(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sh := shards(t, 2)
 	nodes := staticCluster(t, ctx, "order", sh, 20, 0, []string{"", ""})
 	n := nodes[0]
-	// The inbox journal cannot be created: every write of a held token fails.
+	// The inbox journal cannot be created: every write of a held token there fails.
 	if err := os.Mkdir(filepath.Join(n.cfg.DataDir, store.InboxLog), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	n.walk.ckpt.Run, n.walk.ckpt.Node = "order", 0 // as the loop's restore sets them
 	tok := walk.NewToken("order", 0, sh[0].Cols, consensus.Regularizer{}, 1)
 	tok.Hop = 6
+	tok.Z[0] = 0.25
 	held := &walk.CustodyHeld{Token: tok, Pred: 0}
 	u := make([]float64, sh[0].Cols)
 	u[0] = 0.5
 	e := privacy.Entry{Node: n.ID().String(), Run: "order", Hop: 6, Mechanism: privacy.MechGaussian, Sensitivity: 2, Sigma: 0.5, Clip: 1, Lambda: 0.5, Recipient: n.ID().String()}
 	stepped := drive.WalkRecord{Held: held, State: &walk.Checkpoint{Updates: 1, U: u}, Stepped: true, Epoch: 0, Hop: 5, Ledger: []privacy.Entry{e}}
-	if err := (walkFx{n: n, ctx: ctx}).Persist(stepped); err == nil {
-		t.Fatal("the held token was written to a blocked inbox")
+	if err := (walkFx{n: n, ctx: ctx}).Persist(stepped); err != nil {
+		t.Fatalf("a step with a held token wrote to the inbox: %v", err)
 	}
 	ck := savedCheckpoint(t, n)
 	es, err := n.store.Ledger()
-	if err != nil || ck.Hop != 5 || ck.Updates != 1 || len(es) != 1 || es[0].Hop != 6 {
-		t.Fatalf("a step with a held token: checkpoint at hop %d with %d updates and %d ledger entries (%v) before the token", ck.Hop, ck.Updates, len(es), err)
+	if err != nil || ck.Hop != 5 || ck.Updates != 1 || len(es) != 1 || es[0].Hop != 6 || !wire.TokenEncodes(ck.Held, tok) {
+		t.Fatalf("a step with a held token: checkpoint at hop %d, %d updates, %d ledger entries (%v), held %d bytes", ck.Hop, ck.Updates, len(es), err, len(ck.Held))
 	}
-	taken := drive.WalkRecord{Held: held, State: &walk.Checkpoint{Updates: 2, U: u}}
+	in, err := n.restoreInput(0)
+	if err != nil || in == nil || in.Snapshot.Held == nil || in.Snapshot.Held.Token.Hop != 6 || in.Snapshot.Held.Token.Z[0] != 0.25 || in.Walk.Updates != 1 {
+		t.Fatalf("restart: %+v, %v: want the held token of hop 6 and the step's state", in, err)
+	}
+	// The next step clears it.
+	e7 := e
+	e7.Hop = 7
+	next := drive.WalkRecord{State: &walk.Checkpoint{Updates: 2, U: u}, Stepped: true, Epoch: 0, Hop: 6, Ledger: []privacy.Entry{e7}}
+	if err := (walkFx{n: n, ctx: ctx}).Persist(next); err != nil {
+		t.Fatal(err)
+	}
+	if ck := savedCheckpoint(t, n); ck.Held != nil || ck.Hop != 6 {
+		t.Fatalf("after the held token's step: held %d bytes, hop %d", len(ck.Held), ck.Hop)
+	}
+	taken := drive.WalkRecord{Held: held, State: &walk.Checkpoint{Updates: 3, U: u}}
 	if err := (walkFx{n: n, ctx: ctx}).Persist(taken); err == nil {
 		t.Fatal("the held token was written to a blocked inbox")
 	}
-	if ck := savedCheckpoint(t, n); ck.Updates != 1 {
+	if ck := savedCheckpoint(t, n); ck.Updates != 2 {
 		t.Fatalf("a token taken without a step: the checkpoint (%d updates) was written before the token", ck.Updates)
 	}
 }

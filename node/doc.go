@@ -21,8 +21,8 @@
 //     ack; unless the machine steps it at once and the node's hand-offs take under a
 //     quarter of the ack timeout, when drive.Walk applies the token's Ready with its
 //     step's and the ack waits for the step's checkpoint (3), which covers the token;
-//     with a step in the same Ready (a hand-off to itself) the checkpoint goes first
-//     (walkFx.Persist);
+//     a token that the Ready's own step handed to the node itself goes in the
+//     checkpoint record of that step instead (store.Checkpoint.Held, walkFx.Persist);
 //  3. the walk state and, when Ready.Persist, the custody snapshot: append the checkpoint
 //     to <datadir>/checkpoint.log and fsync (one checked binary record; a token still in
 //     custody from the previous record is referred to, not written again): u_i, K_i, the

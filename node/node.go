@@ -72,8 +72,9 @@ type walkState struct {
 // coalesceAcks reports whether the node may ack a token once its step is durable
 // (drive.Walk.SetCoalesce): when its hand-offs so far took under a quarter of the ack
 // timeout its peers wait, so that a slow step (a large shard's solve, a slow disk) never
-// makes the sender time out and send the token elsewhere. The first hand-off is acked
-// before its step, and measured.
+// makes the sender time out and send the token elsewhere. The first hand-off a process
+// steps (with its solver's first factorisation) is acked before its step, and measured;
+// only hand-offs that stepped a token are.
 func (w *walkState) coalesceAcks(ackTimeout time.Duration) bool {
 	return w.stepCost > 0 && w.stepCost < ackTimeout/4
 }
@@ -853,24 +854,37 @@ func (n *Node) restoreInput(idx int) (*CustodyInput, error) {
 		n.walk.seen = true
 		n.log.Info().Int("updates", ck.Updates).Uint64("hop", ck.Hop).Int("ledger", n.store.Entries()).Msg("restored checkpoint")
 	}
-	// A token stored in the inbox and newer than the last one processed (it was acked, or
-	// handed to itself, and the node stopped before the checkpoint of its step) is held
-	// again; the machine steps it when the loop starts.
-	if raw, err := n.store.LoadInbox(); err == nil {
-		if h, err := n.heldOf(raw); err == nil {
-			tok := h.Token
-			if ck == nil || tok.Epoch > ck.Epoch || tok.Epoch == ck.Epoch && tok.Hop > ck.Hop {
-				if restore == nil {
-					snap := walk.CustodySnapshot{}
-					restore = &CustodyInput{Kind: "restore", Snapshot: &snap}
-				}
-				n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
-				restore.Snapshot.Held = h
-				n.walk.seen = true
+	// A held token newer than the last one processed is held again, and the machine steps
+	// it when the loop starts: the one the checkpoint's step handed to the node itself,
+	// else the inbox's (acked before its step, and the node stopped before the
+	// checkpoint of that step).
+	var h *walk.CustodyHeld
+	if b, err := n.store.LoadInbox(); err == nil {
+		h, _ = n.heldOf(b)
+	}
+	if ck != nil && len(ck.Held) > 0 {
+		if c, err := n.heldOf(ck.Held); err == nil && (h == nil || above(c.Token, h.Token.Epoch, h.Token.Hop)) {
+			h = c
+		}
+	}
+	if h != nil {
+		tok := h.Token
+		if ck == nil || above(tok, ck.Epoch, ck.Hop) {
+			if restore == nil {
+				snap := walk.CustodySnapshot{}
+				restore = &CustodyInput{Kind: "restore", Snapshot: &snap}
 			}
+			n.log.Info().Uint64("hop", tok.Hop).Msg("processing the stored inbound token")
+			restore.Snapshot.Held = h
+			n.walk.seen = true
 		}
 	}
 	return restore, nil
+}
+
+// above reports whether token t is above position (epoch, hop).
+func above(t walk.Token, epoch, hop uint64) bool {
+	return t.Epoch > epoch || t.Epoch == epoch && t.Hop > hop
 }
 
 // waitMembers dials every member not yet connected, from the peerstore's addresses,
@@ -1051,14 +1065,18 @@ func isClosed(c <-chan struct{}) bool {
 // duplicate (custody passed with the first ack; the token is in the inbox, stepped at the
 // restart), one not above its fence is stale.
 func (n *Node) onInbound(ctx context.Context, msg inbound) {
-	start := time.Now()
+	start, at := time.Now(), [2]uint64{n.walk.ckpt.Epoch, n.walk.ckpt.Hop}
 	msg.idx = n.memberIndex(msg.from)
 	n.walk.cur = &msg
 	n.walk.wk.SetCoalesce(n.walk.coalesceAcks(n.cfg.AckTimeout))
 	err := n.input(ctx, CustodyInput{Kind: "step", Msg: walk.CustodyMsg{Kind: walk.CustodyToken, From: msg.idx, To: n.index,
 		Epoch: msg.tok.Epoch, Hop: msg.tok.Hop, Token: msg.tok, Evidence: heldEvidence(msg.raw), Shown: msg.ev}})
 	n.walk.wk.SetCoalesce(false) // a token held at other inputs (a restart) is acked alone
-	n.walk.noteStepCost(time.Since(start))
+	if at != [2]uint64{n.walk.ckpt.Epoch, n.walk.ckpt.Hop} {
+		// Only a hand-off that stepped a token counts: a duplicate or a refusal answered
+		// at once must not wear the maximum down.
+		n.walk.noteStepCost(time.Since(start))
+	}
 	n.walk.cur = nil
 	if !msg.replied {
 		code := wire.AckBusy // the Ready could not be applied: not taken

@@ -15,7 +15,7 @@ import (
 // '{'; a record that carries ledger lines starts with them, see groupcommit.go). The
 // encoding, little-endian, with uvarint lengths and counts:
 //
-//	0x03 | version uvarint | run str | node uvarint | updates uvarint |
+//	0x04 | version uvarint | run str | node uvarint | updates uvarint |
 //	u: 0, n, n float64 | or 1 (the u of the previous record) |
 //	epoch u64 | hop u64 | hop_source bytes | noise_source bytes |
 //	fence: 0, or 1 and epoch u64 hop u64 digest u64 | max_epoch u64 |
@@ -24,7 +24,7 @@ import (
 //	  acked u8 | dist uvarint, or 1 and k (the k-th backup of the previous record) |
 //	out tok | out_to str | ledger_seq u64 | ledger_hash u64 |
 //	max_hop u64 | downs uvarint | raises ints | strikes ints |
-//	used: keep uvarint, n uvarint, n uses
+//	used: keep uvarint, n uvarint, n uses | held bytes
 //
 // where str and bytes are a uvarint length and the bytes. tok is 0 and bytes (a literal
 // token) or 1 and k: the k-th token of the table made of the previous record's tokens
@@ -33,19 +33,25 @@ import (
 // marks of the previous record's recent followed by n marks. A backup or a token is thus
 // written once and referred to while it stays in custody unchanged, and a record's size
 // does not grow with the number of backups held; the first record of a journal has no
-// previous record (nor references). Records of earlier builds start with 0x02 and end
-// at ledger_hash, without the hostile-member rules' memory that follows it; ints is a uvarint count and that many
+// previous record (nor references). Records of earlier builds start with 0x03 and end
+// at used, or with 0x02 and end at ledger_hash, without the hostile-member rules' memory
+// that follows it; ints is a uvarint count and that many
 // uvarints; used is the first keep uses of the previous record's that remain (its last
 // keep) followed by n uses, each present u8 | signer uvarint | epoch u64 | hop u64 |
-// token epoch u64 | token hop u64 | token digest u64.
-const ckBinary = 0x03
+// token epoch u64 | token hop u64 | token digest u64. held is the token the record's step
+// handed to the node itself (empty: none).
+const ckBinary = 0x04
 
-// ckBinaryV2 starts a binary record of earlier builds (without the rules' memory).
-const ckBinaryV2 = 0x02
+// ckBinaryV3 and ckBinaryV2 start binary records of earlier builds: without held, and
+// without the rules' memory either.
+const (
+	ckBinaryV3 = 0x03
+	ckBinaryV2 = 0x02
+)
 
 // isBinaryCheckpoint reports whether b is a record of a binary encoding.
 func isBinaryCheckpoint(b []byte) bool {
-	return len(b) > 0 && (b[0] == ckBinary || b[0] == ckBinaryV2)
+	return len(b) > 0 && (b[0] == ckBinary || b[0] == ckBinaryV3 || b[0] == ckBinaryV2)
 }
 
 // ckTable holds what a checkpoint record may refer to in the previous one: its tokens
@@ -246,7 +252,8 @@ func appendCheckpointInto(b []byte, c *Checkpoint, prev, next *ckTable) []byte {
 	b = str(b, c.OutTo)
 	b = binary.LittleEndian.AppendUint64(b, c.LedgerSeq)
 	b = binary.LittleEndian.AppendUint64(b, c.LedgerHash)
-	return appendRules(b, c, prev, next)
+	b = appendRules(b, c, prev, next)
+	return byt(b, c.Held)
 }
 
 // appendRules appends the section of the hostile-member rules' memory.
@@ -483,8 +490,11 @@ func decodeCheckpointBinary(b []byte, prev *ckTable) (*Checkpoint, error) {
 	c.Out = tok("out")
 	c.OutTo = string(r.bytes("out_to"))
 	c.LedgerSeq, c.LedgerHash = r.u64("ledger seq"), r.u64("ledger hash")
-	if b[0] == ckBinary && r.err == nil {
+	if b[0] != ckBinaryV2 && r.err == nil {
 		decodeRules(r, c, prev)
+	}
+	if b[0] == ckBinary && r.err == nil {
+		c.Held = r.bytes("held")
 	}
 	if r.err != nil {
 		return nil, r.err

@@ -94,6 +94,11 @@ type Checkpoint struct {
 	Raises  []int                 `json:"raises,omitempty"`
 	Strikes []int                 `json:"strikes,omitempty"`
 	Downs   int                   `json:"downs,omitempty"`
+	// Held is the token (encoded with its evidence, as in the inbox) that the step of
+	// this record handed to this node itself, or the token of hop K so reached: it is
+	// written with the step (one record) and held again on restart when it is above
+	// (Epoch, Hop). nil: none; absent in records of earlier builds.
+	Held []byte `json:"held,omitempty"`
 }
 
 // Mark identifies a token for fencing and merging: (Epoch, Hop, Digest) in that order,

@@ -77,14 +77,21 @@ func TestCheckpointBinaryRoundTrip(t *testing.T) {
 	if _, err := decodeCheckpointBinary(append(b, 0), nil); err == nil {
 		t.Fatal("trailing byte: no error")
 	}
-	// A record of earlier builds (0x02, without the rules' memory, which is 13 bytes when
-	// empty) still decodes.
-	old := *c
+	// Records of earlier builds still decode: 0x03, without held (one byte when empty),
+	// and 0x02, without the rules' memory either (13 bytes when empty).
+	v3 := *c
+	v3.Held = nil
+	b3, _ := appendCheckpoint(nil, &v3, nil)
+	b3 = append([]byte{ckBinaryV3}, b3[1:len(b3)-1]...)
+	if got, err := decodeCheckpointBinary(b3, nil); err != nil || !reflect.DeepEqual(got, &v3) {
+		t.Fatalf("record of an earlier build (0x03): %v\n got %+v\nwant %+v", err, got, &v3)
+	}
+	old := v3
 	old.Used, old.MaxHop, old.Raises, old.Strikes, old.Downs = nil, 0, nil, nil, 0
 	ob, _ := appendCheckpoint(nil, &old, nil)
-	ob = append([]byte{ckBinaryV2}, ob[1:len(ob)-13]...)
+	ob = append([]byte{ckBinaryV2}, ob[1:len(ob)-14]...)
 	if got, err := decodeCheckpointBinary(ob, nil); err != nil || !reflect.DeepEqual(got, &old) {
-		t.Fatalf("record of an earlier build: %v\n got %+v\nwant %+v", err, got, &old)
+		t.Fatalf("record of an earlier build (0x02): %v\n got %+v\nwant %+v", err, got, &old)
 	}
 	// The next record refers to the tokens and u of this one: the backups move on by one
 	// (the oldest goes, a new one comes and becomes Out), u is unchanged except in one
