@@ -430,8 +430,15 @@ func TestAdmitFenceAndReleaseChain(t *testing.T) {
 	if len(es) == 0 || es[0].Epoch != 0 || es[0].Hop != 6 {
 		t.Fatalf("the token taken was not stepped: ledger %+v", es)
 	}
+	cost := n.walk.stepCost
+	if cost <= 0 {
+		t.Fatal("the step of the first token was not measured")
+	}
 	if code := admit(first); code != wire.AckDuplicate {
 		t.Fatalf("retransmission: %d, want duplicate", code)
+	}
+	if n.walk.stepCost != cost {
+		t.Fatal("a duplicate answered at once was counted as a step's cost")
 	}
 	// Another copy of hop 5 (any digest) is below the node's own release of hop 6.
 	if code := admit(mk(0, 5, 2)); code != wire.AckStale {
