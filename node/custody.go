@@ -412,7 +412,7 @@ func (n *Node) input(ctx context.Context, in CustodyInput) error {
 	case "up":
 		n.walk.cust.PeerUp(in.Peer)
 	case "tick":
-		n.walk.cust.TickTo(in.Tick)
+		n.walk.wk.TickTo(in.Tick)
 	case "stop":
 		n.walk.cust.Stop()
 	case "final":

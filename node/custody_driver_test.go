@@ -319,7 +319,7 @@ func replayCustody(t *testing.T, nd *Node, d *consensus.Dataset, ms []peer.ID, r
 		case "up":
 			m.PeerUp(in.Peer)
 		case "tick":
-			m.TickTo(in.Tick)
+			m.CatchUp(in.Tick)
 		case "stop":
 			m.Stop()
 		case "final":

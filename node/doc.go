@@ -35,8 +35,9 @@
 //  6. Advance, after which the machine steps a token it took.
 //
 // Time reaches the machine in ticks of AckTimeout/100 (1 to 100 ms, fallback.go): the
-// loop sleeps until the machine's next deadline or an input and then catches up, so an
-// idle node does not wake up between its deadlines.
+// loop sleeps until the machine's next deadline or an input and then catches up
+// (walk.Custody.CatchUp), so an idle node does not wake up between its deadlines, and a
+// node whose process was stopped acts once on each overdue timer.
 //
 // The loop itself (node/drive, RunLoop) is the one both algorithms run: settle the
 // machine's Readies, sleep until its next deadline, an input or the end of the context,

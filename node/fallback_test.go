@@ -397,9 +397,18 @@ func TestFallbackCharges(t *testing.T) {
 	if n.store.Entries() != entries+1 || n.CustodyEvents("fallback") != 2 {
 		t.Fatalf("second fallback after two timeouts: %d entries, %v fallbacks", n.store.Entries()-entries, n.CustodyEvents("fallback"))
 	}
-	// Its hand-off in flight (never acked): no fallback however long the silence.
+	// Its hand-off in flight (never acked): no fallback however long the silence. The
+	// loop catches up with the silence at once (walk.Custody.CatchUp): the unacked
+	// hand-off acts once (a retransmission or a redirect), not once per elapsed ack
+	// timeout, and at most one forward entry is added.
+	entries = n.store.Entries()
+	resends := n.ownResends.Load()
 	n.input(ctx, CustodyInput{Kind: "tick", Tick: 100 * to})
 	if n.CustodyEvents("fallback") != 2 {
 		t.Fatal("fell back with a hand-off in flight")
+	}
+	if d := n.ownResends.Load() - resends; d > 1 || n.store.Entries() != entries+int(d) {
+		t.Fatalf("after a silence of 100 fallback timeouts: %d redirects, %d new entries; want at most one, with its entry",
+			d, n.store.Entries()-entries)
 	}
 }

@@ -1444,6 +1444,28 @@ func (c *Custody) TickTo(t int64) {
 	}
 }
 
+// CatchUp advances time to tick t as a driver's clock does: it is TickTo(t) unless the
+// next deadline is more than one ack timeout overdue at t. Then the driver was away (its
+// process stopped, suspended, or blocked on a slow disk or a long solve) and the ticks in
+// between are not replayed one by one: the machine moves to t-1 and ticks once, so every
+// timer due by t fires once, at t, and the deadlines it sets run from t. Replayed tick by
+// tick, a timer would fire again each time it came due in the gap: an unacked hand-off
+// would be redirected once per elapsed ack timeout, a burst of re-sends of one release,
+// each with its forward ledger entry and charged as a view to its recipient. A gap of at
+// most one ack timeout past the deadline is replayed exactly (TickTo), so a driver that
+// wakes a little late behaves as one woken on time.
+func (c *Custody) CatchUp(t int64) {
+	if t <= c.now {
+		return
+	}
+	if nd := c.NextDeadline(); nd < t-int64(c.cfg.AckTimeout) {
+		c.now = t - 1
+		c.Tick()
+		return
+	}
+	c.TickTo(t)
+}
+
 // CustodyMark identifies a token for fencing: (Epoch, Hop, Digest), Digest being
 // TokenDigest.
 type CustodyMark struct {

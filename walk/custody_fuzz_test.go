@@ -14,8 +14,11 @@ import (
 
 // fuzzNet wires a few Custody machines together for FuzzCustodyStep. Every machine has a
 // twin built from the same seeds that receives the same inputs, except that the twin
-// catches up with time through TickTo where the machine calls Tick once per tick: their
-// Readies must be equal. The harness keeps what it needs to check the invariants
+// catches up with time through CatchUp, as drivers do, where the machine calls Tick once
+// per tick: their Readies must be equal. The twin is stopped at every tick where the
+// machine has a Ready, so no deadline is ever overdue by an ack timeout and every
+// catch-up must be an exact replay (TestCustodyCatchUpShortGaps and catchup.txt cover
+// the long gaps). The harness keeps what it needs to check the invariants
 // independently of the machines' state: each node's ledger, the token messages it sent,
 // and which peers it was told are down.
 type fuzzNet struct {
@@ -103,7 +106,7 @@ func (w *fuzzNet) drain(i int) {
 		}
 		rd, trd := c.Ready(), tw.Ready()
 		if !sameReady(rd, trd) {
-			w.t.Fatalf("node %d: Tick and TickTo disagree:\n%+v\n%+v", i, rd, trd)
+			w.t.Fatalf("node %d: Tick and CatchUp disagree:\n%+v\n%+v", i, rd, trd)
 		}
 		w.check(i, rd)
 		if w.stopped[i] && (hasToken(rd.Outbox) || rd.Held != nil || len(rd.Ledger) > 0) {
@@ -446,11 +449,11 @@ func (w *fuzzNet) tick(i, k int) {
 		c.Tick()
 		if c.HasReady() {
 			// The twin must stop at the same tick: it has something to do there too.
-			tw.TickTo(c.Now())
+			tw.CatchUp(c.Now())
 			w.drain(i)
 		}
 	}
-	tw.TickTo(to)
+	tw.CatchUp(to)
 	w.drain(i)
 	if c.Now() != tw.Now() {
 		w.t.Fatalf("node %d: now %d, twin %d", i, c.Now(), tw.Now())

@@ -882,6 +882,82 @@ func TestCustodyBusyAndRefusals(t *testing.T) {
 	}
 }
 
+// custodyOutputs splits a transcript's lines into ledger entries, messages sent and the
+// rest (persist lines are left out: a catch-up in one call persists once for several
+// ticks), each in order.
+func custodyOutputs(lines []string) [3][]string {
+	var out [3][]string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, " persist "):
+		case strings.Contains(l, " ledger "):
+			out[0] = append(out[0], l)
+		case strings.Contains(l, " send "):
+			out[1] = append(out[1], l)
+		default:
+			out[2] = append(out[2], l)
+		}
+	}
+	return out
+}
+
+// TestCustodyCatchUpShortGaps: CatchUp over gaps that leave the next deadline at most one
+// ack timeout overdue is Tick once per tick, through ack timeouts, re-sends, expiry and
+// fallbacks; a gap of many ack timeouts acts once where the ticks act again and again.
+func TestCustodyCatchUpShortGaps(t *testing.T) {
+	cc := testCustodyConfig()
+	cc.Depth, cc.FallbackTimeout = 2, 40
+	for seed := uint64(0); seed < 20; seed++ {
+		a, b := newCustodyNet(t, 3, cc), newCustodyNet(t, 3, cc)
+		for _, w := range []*custodyNet{a, b} {
+			w.start(0)
+			w.runTo(12)
+			w.wire = nil // everything in flight is lost
+		}
+		var outA, outB []string
+		a.out, b.out = &outA, &outB
+		for k := 0; k < 400; k++ {
+			a.tick(0)
+		}
+		r := rand.New(rand.NewPCG(seed, 3))
+		for b.nodes[0].Now() < 400 {
+			// The next deadline is after Now, so a gap of at most AckTimeout+1 leaves it
+			// at most one ack timeout overdue.
+			b.nodes[0].CatchUp(min(b.nodes[0].Now()+1+int64(r.IntN(cc.AckTimeout+1)), 400))
+			b.collect(0)
+		}
+		if len(outA) == 0 || !reflect.DeepEqual(custodyOutputs(outA), custodyOutputs(outB)) {
+			t.Fatalf("seed %d: Tick x400:\n%v\nCatchUp:\n%v", seed, outA, outB)
+		}
+		if !reflect.DeepEqual(a.nodes[0].Snapshot(), b.nodes[0].Snapshot()) {
+			t.Fatalf("seed %d: states differ", seed)
+		}
+	}
+	// One gap of 100 ack timeouts: the unacked hand-off is retransmitted once; the ticks
+	// retransmit and redirect it over and over, a forward entry per redirect.
+	cc.FallbackTimeout = 0
+	a, b := newCustodyNet(t, 3, cc), newCustodyNet(t, 3, cc)
+	var outA, outB []string
+	for _, w := range []*custodyNet{a, b} {
+		w.start(0)
+		w.wire = nil
+	}
+	a.out, b.out = &outA, &outB
+	gap := 100 * int64(cc.AckTimeout)
+	for a.nodes[0].Now() < gap {
+		a.tick(0)
+	}
+	b.nodes[0].CatchUp(gap)
+	b.collect(0)
+	gotA, gotB := custodyOutputs(outA), custodyOutputs(outB)
+	if len(gotB[1]) != 1 || len(gotB[0]) != 0 || len(gotA[0]) < 40 {
+		t.Fatalf("gap of 100 ack timeouts: caught up %d sends, %d entries; ticked %d entries", len(gotB[1]), len(gotB[0]), len(gotA[0]))
+	}
+	if b.nodes[0].Now() != gap || b.nodes[0].NextDeadline() <= gap {
+		t.Fatalf("after the catch-up: now %d, next deadline %d", b.nodes[0].Now(), b.nodes[0].NextDeadline())
+	}
+}
+
 // TestCustodyTickToEqualsTicks: TickTo(t) leaves the machine as t-Now Tick calls do, with
 // the same outputs, through ack timeouts, re-sends, expiry and fallbacks.
 func TestCustodyTickToEqualsTicks(t *testing.T) {

@@ -28,6 +28,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of the tr
 //	crash node=I                 I stops: its messages in flight are lost, and every other
 //	                             node is told PeerDown(I) (the heartbeats' verdict)
 //	tick [n=K] [node=I]          every live node (or only I) ticks K times (1)
+//	catch-up node=I n=K          I's driver was away: it catches up K ticks at once (CatchUp)
 //	inject from=I to=J epoch=E hop=H [v=V] [shown=S]   deliver a made-up token (z = zhat =
 //	                             V) showing as evidence a hand-off of hop S from node 0
 //	down node=I peer=J / up ...  I is told that J went down (came back)
@@ -156,6 +157,11 @@ func runTranscript(t *testing.T, path string) {
 					}
 				}
 			}
+		case "catch-up":
+			// Node I's driver was away for K ticks and catches up at once (CatchUp).
+			i := num("node", 0)
+			w.nodes[i].CatchUp(w.nodes[i].Now() + int64(num("n", 1)))
+			w.collect(i)
 		case "inject":
 			// A token of the given epoch and hop, made up (z = zhat = v in every
 			// coordinate), delivered from `from` to `to`.

@@ -164,8 +164,9 @@ func NewWalk(c *walk.Custody) *Walk { return &Walk{c: c} }
 // Custody returns the wrapped machine (for its inputs and read-only use).
 func (w *Walk) Custody() *walk.Custody { return w.c }
 
-// TickTo advances the custody clock to tick t.
-func (w *Walk) TickTo(t int64) { w.c.TickTo(t) }
+// TickTo advances the custody clock to tick t as a driver's clock does
+// (walk.Custody.CatchUp: a deadline more than one ack timeout overdue fires once, at t).
+func (w *Walk) TickTo(t int64) { w.c.CatchUp(t) }
 
 // NextDeadline returns walk.Custody.NextDeadline (ok false when it has none).
 func (w *Walk) NextDeadline() (int64, bool) {
