@@ -94,11 +94,13 @@ func BenchmarkScalingPlannedSparseFixedSteps(b *testing.B) {
 
 // BenchmarkScalingRealisedHops is the realised matrix at fixed n = 1,000 for growing
 // traces (O(hops) at fixed n), and at fixed hops = 10^5 for growing n (O(n) per hop):
-// together the O(K n) cost, extrapolated to K = 10^7, n = 10^4.
+// together the O(K n) cost, extrapolated to K = 10^7, n = 10^4. The cases at n = 250 with
+// 10^6 and 10^7 hops check that the cost per term stays the same when the trace (80 MB
+// at 10^7 hops) no longer fits the caches.
 //
 //	go test -run x -bench 'ScalingRealisedHops' -benchtime 1x ./privacy/
 func BenchmarkScalingRealisedHops(b *testing.B) {
-	for _, c := range []struct{ n, hops int }{{1000, 100_000}, {1000, 400_000}, {2500, 100_000}, {5000, 100_000}, {10000, 100_000}} {
+	for _, c := range []struct{ n, hops int }{{1000, 100_000}, {1000, 400_000}, {2500, 100_000}, {5000, 100_000}, {10000, 100_000}, {250, 1_000_000}, {250, 10_000_000}} {
 		r := rand.New(rand.NewPCG(5, 6))
 		tr := randomTrace(r, c.n, c.hops, 0.9, true)
 		b.Run(fmt.Sprintf("n=%d/hops=%d", c.n, c.hops), func(b *testing.B) {
