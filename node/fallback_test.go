@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -399,16 +400,41 @@ func TestFallbackCharges(t *testing.T) {
 	}
 	// Its hand-off in flight (never acked): no fallback however long the silence. The
 	// loop catches up with the silence at once (walk.Custody.CatchUp): the unacked
-	// hand-off acts once (a retransmission or a redirect), not once per elapsed ack
-	// timeout, and at most one forward entry is added.
+	// hand-off is retransmitted once, to the same peer with the same bytes and no new
+	// entry, and nothing is overdue after it. Replayed tick by tick (TickTo), the same
+	// silence redirects it 58 times, each with a forward entry.
 	entries = n.store.Entries()
 	resends := n.ownResends.Load()
+	mu.Lock()
+	frames := len(sent)
+	mu.Unlock()
 	n.input(ctx, CustodyInput{Kind: "tick", Tick: 100 * to})
 	if n.CustodyEvents("fallback") != 2 {
 		t.Fatal("fell back with a hand-off in flight")
 	}
-	if d := n.ownResends.Load() - resends; d > 1 || n.store.Entries() != entries+int(d) {
-		t.Fatalf("after a silence of 100 fallback timeouts: %d redirects, %d new entries; want at most one, with its entry",
-			d, n.store.Entries()-entries)
+	if d := n.ownResends.Load() - resends; d != 0 || n.store.Entries() != entries {
+		t.Fatalf("after a silence of 100 fallback timeouts: %d redirects, %d new entries; want one retransmission", d, n.store.Entries()-entries)
+	}
+	if nd := n.walk.cust.NextDeadline(); nd <= 100*to || n.walk.cust.Now() != 100*to {
+		t.Fatalf("after the catch-up to %d: now %d, next deadline %d", 100*to, n.walk.cust.Now(), nd)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		k := len(sent)
+		mu.Unlock()
+		if k > frames {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unacked hand-off was not retransmitted after the silence")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != frames+1 || !bytes.Equal(sent[frames], sent[frames-1]) {
+		t.Fatalf("%d frames after the silence, want 1, the same bytes as the last", len(sent)-frames)
 	}
 }

@@ -108,6 +108,15 @@ func (n *Node) downAfter() time.Duration {
 
 // checkLiveness runs in the loop: members silent for longer than downAfter are declared
 // down, members heard from again are declared up, and the custody machine is told.
+//
+// A check that comes more than downAfter after the previous one finds the node itself
+// was not running (its process stopped or suspended, or its loop blocked): the silence
+// it sees is its own, and the heartbeats that arrived meanwhile may not have been read
+// yet. The silence clock restarts then (liveSince), so that no member is declared down
+// until it has missed its beats for downAfter after the node resumed; otherwise every
+// member would be declared down at once, their unacked releases redirected and their
+// acked backups regenerated under new epochs. A member already down comes back up only
+// on a heartbeat actually heard.
 func (n *Node) checkLiveness(ctx context.Context) {
 	if n.cfg.Heartbeat < 0 {
 		return
@@ -115,11 +124,18 @@ func (n *Node) checkLiveness(ctx context.Context) {
 	limit, now := n.downAfter(), time.Now()
 	var downs, ups []peer.ID
 	n.mu.Lock()
+	stalled := time.Duration(0)
+	if !n.liveCheck.IsZero() && now.Sub(n.liveCheck) > limit {
+		stalled = now.Sub(n.liveCheck)
+		n.liveSince = now
+	}
+	n.liveCheck = now
 	for _, p := range n.members {
 		if p == n.ID() {
 			continue
 		}
-		last := n.alive[p]
+		heard := n.alive[p]
+		last := heard
 		if last.Before(n.liveSince) {
 			last = n.liveSince
 		}
@@ -128,12 +144,15 @@ func (n *Node) checkLiveness(ctx context.Context) {
 		case silent && !n.down[p]:
 			n.down[p] = true
 			downs = append(downs, p)
-		case !silent && n.down[p]:
+		case !silent && n.down[p] && now.Sub(heard) <= limit:
 			delete(n.down, p)
 			ups = append(ups, p)
 		}
 	}
 	n.mu.Unlock()
+	if stalled > 0 {
+		n.log.Warn().Dur("stalled_for", stalled).Msg("the node did not run for longer than a member's down time: liveness is judged afresh from now")
+	}
 	for _, p := range downs {
 		n.metrics.custody.WithLabelValues("peer_down").Inc()
 		n.log.Warn().Str("peer", shortID(p)).Dur("silent_for", limit).Msg("member declared down (no heartbeat)")

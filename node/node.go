@@ -145,6 +145,8 @@ type Node struct {
 	alive     map[peer.ID]time.Time
 	down      map[peer.ID]bool
 	liveSince time.Time
+	// liveCheck is when checkLiveness last ran (zero: never).
+	liveCheck time.Time
 	rel       chan relMsg
 	// sendHook, when set (tests), is called before every token frame is written.
 	sendHook func(to peer.ID, raw []byte)

@@ -1406,6 +1406,16 @@ func (c *Custody) fallback() {
 // (math.MaxInt64: none). Until then Tick only advances Now, so a driver may sleep and
 // catch up with TickTo. It is valid until the next input.
 func (c *Custody) NextDeadline() int64 {
+	next := c.due()
+	if next <= c.now {
+		next = c.now + 1
+	}
+	return next
+}
+
+// due returns the earliest tick at which a timer of the machine falls due, which may be
+// Now or earlier when the clock has not caught up (math.MaxInt64: none).
+func (c *Custody) due() int64 {
 	if c.quiet() {
 		return math.MaxInt64
 	}
@@ -1423,11 +1433,7 @@ func (c *Custody) NextDeadline() int64 {
 		}
 	}
 	at, _ := c.fallbackAt(fb)
-	next = min(next, at)
-	if next <= c.now {
-		next = c.now + 1
-	}
-	return next
+	return min(next, at)
 }
 
 // TickTo advances time to tick t (no-op if t <= Now). It is equivalent to calling Tick

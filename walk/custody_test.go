@@ -905,37 +905,58 @@ func custodyOutputs(lines []string) [3][]string {
 // ack timeout overdue is Tick once per tick, through ack timeouts, re-sends, expiry and
 // fallbacks; a gap of many ack timeouts acts once where the ticks act again and again.
 func TestCustodyCatchUpShortGaps(t *testing.T) {
-	cc := testCustodyConfig()
-	cc.Depth, cc.FallbackTimeout = 2, 40
-	for seed := uint64(0); seed < 20; seed++ {
-		a, b := newCustodyNet(t, 3, cc), newCustodyNet(t, 3, cc)
+	acted := 0 // scenarios in which node 0 did anything during the 400 ticks
+	for seed := uint64(0); seed < 30; seed++ {
+		// A scenario per seed: network size, timeouts, depth, fallback, how far the walk
+		// went, whether the acks in flight arrive, and a peer declared down.
+		r := rand.New(rand.NewPCG(seed, 3))
+		cc := testCustodyConfig()
+		n := 3 + r.IntN(3)
+		cc.AckTimeout, cc.Depth = []int{2, 3, 5}[r.IntN(3)], 1+r.IntN(3)
+		cc.FallbackTimeout = []int{0, 20, 40}[r.IntN(3)]
+		hop, acks, down := uint64(2+r.IntN(20)), r.IntN(2) == 0, r.IntN(n+1)
+		a, b := newCustodyNet(t, n, cc), newCustodyNet(t, n, cc)
 		for _, w := range []*custodyNet{a, b} {
 			w.start(0)
-			w.runTo(12)
-			w.wire = nil // everything in flight is lost
+			w.runTo(hop)
+			if acks {
+				for m, ok := w.pop(func(m CustodyMsg) bool { return !isToken(m) }); ok; m, ok = w.pop(func(m CustodyMsg) bool { return !isToken(m) }) {
+					w.deliver(m)
+				}
+			}
+			w.wire = nil // the rest in flight is lost
+			if down > 0 && down < n {
+				w.nodes[0].PeerDown(down)
+				w.collect(0)
+			}
 		}
 		var outA, outB []string
 		a.out, b.out = &outA, &outB
 		for k := 0; k < 400; k++ {
 			a.tick(0)
 		}
-		r := rand.New(rand.NewPCG(seed, 3))
 		for b.nodes[0].Now() < 400 {
 			// The next deadline is after Now, so a gap of at most AckTimeout+1 leaves it
 			// at most one ack timeout overdue.
 			b.nodes[0].CatchUp(min(b.nodes[0].Now()+1+int64(r.IntN(cc.AckTimeout+1)), 400))
 			b.collect(0)
 		}
-		if len(outA) == 0 || !reflect.DeepEqual(custodyOutputs(outA), custodyOutputs(outB)) {
+		if len(outA) > 0 {
+			acted++
+		}
+		if !reflect.DeepEqual(custodyOutputs(outA), custodyOutputs(outB)) {
 			t.Fatalf("seed %d: Tick x400:\n%v\nCatchUp:\n%v", seed, outA, outB)
 		}
 		if !reflect.DeepEqual(a.nodes[0].Snapshot(), b.nodes[0].Snapshot()) {
 			t.Fatalf("seed %d: states differ", seed)
 		}
 	}
+	if acted < 20 {
+		t.Fatalf("node 0 acted in %d of 30 scenarios: too few to compare", acted)
+	}
 	// One gap of 100 ack timeouts: the unacked hand-off is retransmitted once; the ticks
 	// retransmit and redirect it over and over, a forward entry per redirect.
-	cc.FallbackTimeout = 0
+	cc := testCustodyConfig()
 	a, b := newCustodyNet(t, 3, cc), newCustodyNet(t, 3, cc)
 	var outA, outB []string
 	for _, w := range []*custodyNet{a, b} {
