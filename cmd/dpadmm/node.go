@@ -138,10 +138,14 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	autoMsg, err := resolveAuto(f.m, f.algo, f.lossName, *f.minPeers)
+	auto, err := resolveAuto(f.m, f.algo, f.lossName)
+	if err == nil {
+		err = auto.fillHops(*f.minPeers)
+	}
 	if err != nil {
 		return bad("%v", err)
 	}
+	f.auto = auto
 	mode, what, err := f.mode()
 	if err != nil {
 		return bad("%v", err)
@@ -159,9 +163,6 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
-	if autoMsg != "" {
-		log.Info().Msg(autoMsg)
-	}
 	if f.targetMsg != "" {
 		log.Info().Msg(f.targetMsg)
 	}
@@ -349,6 +350,10 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 	cfg.Data = d
 	if cfg.RADMM != nil {
 		return nil
+	}
+	var msg string
+	if cfg.Step, msg = f.auto.fit(cfg.Step, float64(d.Rows)); msg != "" {
+		cfg.Logger.Info().Msg(msg)
 	}
 	cfg.RowBound = ld.scaler.RowBound()
 	if f.m.isSet("row-bound") {

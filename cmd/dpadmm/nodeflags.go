@@ -78,6 +78,9 @@ type nodeFlags struct {
 	gamma, lambda, clip, sigma, delta, budgetEps, target, rowBound *float64
 	maxEps                                                         *float64
 	unit                                                           *string
+	// auto is what --algo auto chose (nil: not auto); its settings are fitted to the
+	// node's rows once they are loaded (loadData).
+	auto *autoChoice
 	// targetMsg reports the --target-epsilon calibration ("" without one).
 	targetMsg                              string
 	maxUpd, heartbeatMisses, custodyDepth  *int
@@ -128,7 +131,7 @@ func (f *nodeFlags) defineCommon() {
 func (f *nodeFlags) defineNetwork(d node.Config) {
 	fs := f.m
 	f.df = addDataFlags(fs.FlagSet, nodeData)
-	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp; auto: walk for a Lipschitz loss, walk-sgd (with measured settings, hops --min-peers x cap) for the squared loss")
+	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp; auto: walk-sgd with the scorecard's settings fitted to this node's rows (hops --min-peers x cap), the best measured")
 	f.shard = fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
 	f.splitSeed = fs.Uint64("split-seed", 1, "seed of the --shard split")
 	f.start = fs.Bool("start", false, "start the run: announce, collect joins, create the token")

@@ -5,7 +5,9 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestTargetEpsilon: --target-epsilon calibrates sigma so that the local figure over the
@@ -72,21 +74,31 @@ func TestTargetEpsilon(t *testing.T) {
 	}
 }
 
-// TestAlgoAuto: --algo auto picks the prox walk for a Lipschitz loss and the DP-SGD walk
-// with the measured settings for the squared loss (hops nodes x cap), says so, and keeps
-// what the command line sets.
+// TestAlgoAuto: --algo auto picks the DP-SGD walk with the scorecard's settings fitted to
+// the rows per node (experiment.SGDFor; hops nodes x cap), says so, and keeps what the
+// command line sets: 3 nodes of the embedded data (about 150 rows each) keep the rate 0.1
+// and the step size 2; 50 nodes (9.1 rows) get the rate 1.5/9.1 and the step size 0.1.
 func TestAlgoAuto(t *testing.T) {
 	code, _, e := runCmd("testnet", "--algo", "auto", "--nodes", "3", "--quiet")
-	if code != 0 || !strings.Contains(e, "--algo auto: walk (prox step)") {
-		t.Fatalf("logistic: exit %d: %s", code, e)
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 2, sample rate 0.1, cap 100, hops 300; 151.7 rows per node)") {
+		t.Fatalf("logistic, 3 nodes: exit %d: %s", code, e)
 	}
-	rep := filepath.Join(t.TempDir(), "r.json")
-	code, _, e = runCmd("testnet", "--algo", "auto", "--loss", "squared", "--data", "../../examples/diabetes.csv", "--label", "target",
-		"--schema", "../../examples/diabetes.schema.json", "--nodes", "3", "--quiet", "--report", rep, "--step-size", "1")
-	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 1, sample rate 0.1, cap 100, hops 300)") {
-		t.Fatalf("squared: exit %d: %s", code, e)
+	rep := filepath.Join(t.TempDir(), "r50.json")
+	code, _, e = runCmd("testnet", "--algo", "auto", "--quiet", "--report", rep)
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1648, cap 100, hops 5000; 9.1 rows per node)") {
+		t.Fatalf("logistic, 50 nodes: exit %d: %s", code, e)
 	}
 	m := readReport(t, rep)
+	if m["local_step"] != "sgd" || m["step_size"].(float64) != 0.1 || m["hops"].(float64) != 5000 || !(m["accuracy"].(float64) > 0.9) {
+		t.Fatalf("logistic, 50 nodes: step %v step size %v hops %v accuracy %v", m["local_step"], m["step_size"], m["hops"], m["accuracy"])
+	}
+	rep = filepath.Join(t.TempDir(), "r.json")
+	code, _, e = runCmd("testnet", "--algo", "auto", "--loss", "squared", "--data", "../../examples/diabetes.csv", "--label", "target",
+		"--schema", "../../examples/diabetes.schema.json", "--nodes", "3", "--quiet", "--report", rep, "--step-size", "1")
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 1, sample rate 0.1, cap 100, hops 300;") {
+		t.Fatalf("squared: exit %d: %s", code, e)
+	}
+	m = readReport(t, rep)
 	if m["local_step"] != "sgd" || m["step_size"].(float64) != 1 || m["hops"].(float64) != 300 || !(m["r2"].(float64) > 0) {
 		t.Fatalf("squared: step %v step size %v hops %v R^2 %v", m["local_step"], m["step_size"], m["hops"], m["r2"])
 	}
@@ -116,5 +128,22 @@ func TestAccountPlanRecord(t *testing.T) {
 	radius := 0.03 * (3.0/455 + 1e-9)
 	if !strings.Contains(e, "record radius") || math.Abs(rec/node-radius/0.1) > 1e-6 || same != node {
 		t.Errorf("sigma: node %v, record %v (ratio %v, want %v), node unit with rows %v; stderr %q", node, rec, rec/node, radius/0.1, same, e)
+	}
+}
+
+// TestAlgoAutoNode: 'dpadmm node --algo auto' fits the DP-SGD walk's settings to its own
+// shard (9 or 10 rows of the embedded data as 1 of 50: rate 1.5/rows, step size 0.1)
+// before it calibrates sigma, and logs the choice.
+func TestAlgoAutoNode(t *testing.T) {
+	dd := filepath.Join(t.TempDir(), "n0")
+	c := startChild(t, "node", "--run", "auto", "--data", "embedded", "--shard", "0/50", "--datadir", dd,
+		"--algo", "auto", "--min-rows", "9", "--start", "--min-peers", "3", "--profile", "test", "--log-level", "info")
+	c.waitFor(t, c.stderr, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1", 30*time.Second)
+	c.waitFor(t, c.stderr, "cap 100, hops 300;", 5*time.Second)
+	if code, _ := c.stop(t, syscall.SIGINT, 10*time.Second); code != 130 {
+		t.Fatalf("exit %d, want 130\n%s", code, c.stderr)
+	}
+	if s := c.stderr.String(); !strings.Contains(s, "--target-epsilon 2: sigma") || strings.Index(s, "--algo auto: walk-sgd") > strings.Index(s, "--target-epsilon 2: sigma") {
+		t.Errorf("the calibration came before the settings were fitted:\n%s", s)
 	}
 }

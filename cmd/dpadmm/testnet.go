@@ -134,12 +134,9 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := f.m.parse(args); err != nil {
 		return err
 	}
-	autoMsg, err := resolveAuto(f.m, f.algo, f.lossName, *f.nodes)
+	auto, err := resolveAuto(f.m, f.algo, f.lossName)
 	if err != nil {
 		return testnetUsage(stderr, "%v", err)
-	}
-	if autoMsg != "" {
-		fmt.Fprintln(stderr, autoMsg)
 	}
 	mode, what, err := f.mode()
 	if err != nil {
@@ -150,6 +147,9 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Flag values are checked before any data is loaded: a bad value is a usage error.
 	if err := f.defaults(mode); err != nil {
+		return testnetUsage(stderr, "%v", err)
+	}
+	if err := auto.fillHops(*f.nodes); err != nil {
 		return testnetUsage(stderr, "%v", err)
 	}
 	prob, err := f.checkCommon()
@@ -186,6 +186,10 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	ld.warn(stderr)
+	step, autoMsg := auto.fit(step, float64(ld.train.Rows)/float64(max(*f.nodes, 1)))
+	if autoMsg != "" {
+		fmt.Fprintln(stderr, autoMsg)
+	}
 	opt := f.walkOptions(ld, ld.problem(prob, true), step, members)
 	if err := f.calibrate(&opt); err != nil {
 		return asUsage("testnet", err)

@@ -191,6 +191,27 @@ const UtilitySGDCap = 100
 // batch is below 10 rows.
 const UtilitySGDSmallEta = 0.1
 
+// SGDFor fits the DP-SGD walk's settings p to shards of rows rows each, as the scorecard
+// does (and 'dpadmm testnet|node --algo auto'): with fitRate, the sampling rate is raised
+// to an expected batch of at least 1.5 rows (at most 1); with fitEta, the step size is
+// UtilitySGDSmallEta when the expected batch is below 10 rows. Small shards need both:
+// the noise of one step grows as 1/(q rows_i) (measured: with step size 2, diabetes on 50
+// nodes diverges; with 0.1 it reaches R^2 0.2-0.3 at epsilon 4, and breast cancer 0.93
+// at epsilon 2). The rates and step sizes are public settings of each node's mechanism;
+// rows <= 0 leaves p as it is.
+func SGDFor(p walk.StepParams, rows float64, fitRate, fitEta bool) walk.StepParams {
+	if !(rows > 0) {
+		return p
+	}
+	if fitRate {
+		p.Rate = math.Min(1, math.Max(p.Rate, 1.5/rows))
+	}
+	if fitEta && p.Rate*rows < 10 {
+		p.Eta = UtilitySGDSmallEta
+	}
+	return p
+}
+
 // utilityWalk runs the walk (row.Algo "walk": the prox step at the testnet defaults;
 // "walk-sgd": the DP-SGD walk with UtilitySGD) with sigma calibrated to row.Target.
 func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *UtilityRow) error {
@@ -198,16 +219,7 @@ func utilityWalk(ctx context.Context, o *UtilityOptions, d UtilityData, row *Uti
 	opt.Train, opt.Test, opt.Scaler, opt.Problem = d.Train, d.Test, d.Scaler, d.Problem
 	opt.Nodes, opt.Split, opt.Seed, opt.Delta = row.Nodes, row.Split, row.Seed, o.Delta
 	if row.Algo == "walk-sgd" {
-		opt.Step, opt.MaxUpdates = UtilitySGD, UtilitySGDCap
-		// Small shards need a larger rate for an expected batch of at least 1.5 rows, and a
-		// smaller step: the noise of one step grows as 1/(q rows_i) (measured: with step
-		// size 2, diabetes on 50 nodes diverges; with 0.1 it reaches R^2 0.2-0.3 at
-		// epsilon 4, and breast cancer 0.93 at epsilon 2).
-		rows := float64(d.Train.Rows / row.Nodes)
-		opt.Step.Rate = math.Min(1, math.Max(opt.Step.Rate, 1.5/rows))
-		if opt.Step.Rate*rows < 10 {
-			opt.Step.Eta = UtilitySGDSmallEta
-		}
+		opt.Step, opt.MaxUpdates = SGDFor(UtilitySGD, float64(d.Train.Rows/row.Nodes), true, true), UtilitySGDCap
 	}
 	opt.Hops = uint64(row.Nodes * opt.MaxUpdates)
 	opt.Unit = privacy.UnitRecord
