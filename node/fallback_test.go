@@ -405,9 +405,24 @@ func TestFallbackCharges(t *testing.T) {
 	// silence redirects it 58 times, each with a forward entry.
 	entries = n.store.Entries()
 	resends := n.ownResends.Load()
-	mu.Lock()
-	frames := len(sent)
-	mu.Unlock()
+	waitFrames := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			k := len(sent)
+			mu.Unlock()
+			if k >= want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d frames, want %d", what, k, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFrames(2, "the second fallback was not sent") // its send goroutine may still be running
+	const frames = 2
 	n.input(ctx, CustodyInput{Kind: "tick", Tick: 100 * to})
 	if n.CustodyEvents("fallback") != 2 {
 		t.Fatal("fell back with a hand-off in flight")
@@ -418,19 +433,7 @@ func TestFallbackCharges(t *testing.T) {
 	if nd := n.walk.cust.NextDeadline(); nd <= 100*to || n.walk.cust.Now() != 100*to {
 		t.Fatalf("after the catch-up to %d: now %d, next deadline %d", 100*to, n.walk.cust.Now(), nd)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		mu.Lock()
-		k := len(sent)
-		mu.Unlock()
-		if k > frames {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the unacked hand-off was not retransmitted after the silence")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFrames(frames+1, "the unacked hand-off was not retransmitted after the silence")
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
