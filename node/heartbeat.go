@@ -109,7 +109,8 @@ func (n *Node) downAfter() time.Duration {
 // checkLiveness runs in the loop: members silent for longer than downAfter are declared
 // down, members heard from again are declared up, and the custody machine is told.
 //
-// A check that comes more than downAfter after the previous one finds the node itself
+// A check that comes more than downAfter (and two heartbeat periods, so that the
+// ordinary jitter of the checks never counts) after the previous one finds the node itself
 // was not running (its process stopped or suspended, or its loop blocked): the silence
 // it sees is its own, and the heartbeats that arrived meanwhile may not have been read
 // yet. The silence clock restarts then (liveSince), so that no member is declared down
@@ -125,7 +126,7 @@ func (n *Node) checkLiveness(ctx context.Context) {
 	var downs, ups []peer.ID
 	n.mu.Lock()
 	stalled := time.Duration(0)
-	if !n.liveCheck.IsZero() && now.Sub(n.liveCheck) > limit {
+	if !n.liveCheck.IsZero() && now.Sub(n.liveCheck) > max(limit, 2*n.cfg.Heartbeat) {
 		stalled = now.Sub(n.liveCheck)
 		n.liveSince = now
 	}

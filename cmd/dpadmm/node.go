@@ -351,8 +351,12 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 	if cfg.RADMM != nil {
 		return nil
 	}
+	basis := fmt.Sprintf("fitted to --min-rows %d", cfg.MinRows)
+	if cfg.MinRows <= 0 {
+		basis = "not fitted: give every member --min-rows, the fewest rows any member holds, to fit them"
+	}
 	var msg string
-	if cfg.Step, msg = f.auto.fit(cfg.Step, float64(d.Rows)); msg != "" {
+	if cfg.Step, msg = f.auto.fit(cfg.Step, float64(cfg.MinRows), basis); msg != "" {
 		cfg.Logger.Info().Msg(msg)
 	}
 	cfg.RowBound = ld.scaler.RowBound()

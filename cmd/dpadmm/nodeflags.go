@@ -131,7 +131,7 @@ func (f *nodeFlags) defineCommon() {
 func (f *nodeFlags) defineNetwork(d node.Config) {
 	fs := f.m
 	f.df = addDataFlags(fs.FlagSet, nodeData)
-	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp; auto: walk-sgd with the scorecard's settings fitted to this node's rows (hops --min-peers x cap), the best measured")
+	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk ADMM), walk-gadmm (random-walk gradient ADMM), walk-sgd (random-walk DP-SGD), or neighbour exchange: radmm|mradmm|madmm|admm|admm-dvp|admm-pvp; auto: walk-sgd with the scorecard's settings fitted to --min-rows (hops --min-peers x cap: every member gives the same), measured best in most cells")
 	f.shard = fs.String("shard", "", "use only shard I/N of --data (iid split with --split-seed), e.g. 0/3; for demos on one dataset")
 	f.splitSeed = fs.Uint64("split-seed", 1, "seed of the --shard split")
 	f.start = fs.Bool("start", false, "start the run: announce, collect joins, create the token")

@@ -2,12 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/dpadmm/dpadmm/node"
 )
 
 // TestTargetEpsilon: --target-epsilon calibrates sigma so that the local figure over the
@@ -75,17 +80,17 @@ func TestTargetEpsilon(t *testing.T) {
 }
 
 // TestAlgoAuto: --algo auto picks the DP-SGD walk with the scorecard's settings fitted to
-// the rows per node (experiment.SGDFor; hops nodes x cap), says so, and keeps what the
-// command line sets: 3 nodes of the embedded data (about 150 rows each) keep the rate 0.1
-// and the step size 2; 50 nodes (9.1 rows) get the rate 1.5/9.1 and the step size 0.1.
+// the rows of the smallest iid shard (experiment.SGDFor; hops nodes x cap), says so, and
+// keeps what the command line sets: 3 nodes of the embedded data (151 rows each) keep the
+// rate 0.1 and the step size 2; 50 nodes (9 rows) get the rate 1.5/9 and the step size 0.1.
 func TestAlgoAuto(t *testing.T) {
 	code, _, e := runCmd("testnet", "--algo", "auto", "--nodes", "3", "--quiet")
-	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 2, sample rate 0.1, cap 100, hops 300; 151.7 rows per node)") {
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 2, sample rate 0.1, cap 100, hops 300; fitted to 151 rows per node)") {
 		t.Fatalf("logistic, 3 nodes: exit %d: %s", code, e)
 	}
 	rep := filepath.Join(t.TempDir(), "r50.json")
 	code, _, e = runCmd("testnet", "--algo", "auto", "--quiet", "--report", rep)
-	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1648, cap 100, hops 5000; 9.1 rows per node)") {
+	if code != 0 || !strings.Contains(e, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1667, cap 100, hops 5000; fitted to 9 rows per node)") {
 		t.Fatalf("logistic, 50 nodes: exit %d: %s", code, e)
 	}
 	m := readReport(t, rep)
@@ -131,19 +136,67 @@ func TestAccountPlanRecord(t *testing.T) {
 	}
 }
 
-// TestAlgoAutoNode: 'dpadmm node --algo auto' fits the DP-SGD walk's settings to its own
-// shard (9 or 10 rows of the embedded data as 1 of 50: rate 1.5/rows, step size 0.1)
-// before it calibrates sigma, and logs the choice.
+// TestAlgoAutoNode: 'dpadmm node --algo auto' fits the DP-SGD walk's settings to
+// --min-rows (9: rate 1.5/9, step size 0.1), which every member gives alike, before it
+// calibrates sigma, and logs the choice.
 func TestAlgoAutoNode(t *testing.T) {
 	dd := filepath.Join(t.TempDir(), "n0")
 	c := startChild(t, "node", "--run", "auto", "--data", "embedded", "--shard", "0/50", "--datadir", dd,
 		"--algo", "auto", "--min-rows", "9", "--start", "--min-peers", "3", "--profile", "test", "--log-level", "info")
-	c.waitFor(t, c.stderr, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1", 30*time.Second)
-	c.waitFor(t, c.stderr, "cap 100, hops 300;", 5*time.Second)
+	c.waitFor(t, c.stderr, "--algo auto: walk-sgd (step size 0.1, sample rate 0.1667, cap 100, hops 300; fitted to --min-rows 9)", 30*time.Second)
 	if code, _ := c.stop(t, syscall.SIGINT, 10*time.Second); code != 130 {
 		t.Fatalf("exit %d, want 130\n%s", code, c.stderr)
 	}
 	if s := c.stderr.String(); !strings.Contains(s, "--target-epsilon 2: sigma") || strings.Index(s, "--algo auto: walk-sgd") > strings.Index(s, "--target-epsilon 2: sigma") {
 		t.Errorf("the calibration came before the settings were fitted:\n%s", s)
+	}
+}
+
+// TestAlgoAutoNodeSameConfig: members of one run with shards of different sizes (11 and
+// 12 rows of the embedded data as 1 of 50) get the same settings and configuration hash
+// under --algo auto, since the fit uses --min-rows and not their own rows (a hash that
+// differed would make them refuse each other); without --min-rows the settings are not
+// fitted.
+func TestAlgoAutoNodeSameConfig(t *testing.T) {
+	cfgOf := func(args ...string) node.Config {
+		t.Helper()
+		f := newNodeFlags(io.Discard)
+		if err := f.m.parse(append([]string{"--run", "auto", "--data", "embedded", "--algo", "auto", "--datadir", t.TempDir()}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		auto, err := resolveAuto(f.m, f.algo, f.lossName)
+		if err == nil {
+			err = auto.fillHops(*f.minPeers)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.auto = auto
+		mode, _, err := f.mode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.config(mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Logger = zerolog.Nop()
+		if err := f.loadData(&cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a, b := cfgOf("--shard", "0/50", "--min-rows", "9"), cfgOf("--shard", "49/50", "--min-rows", "9")
+	if a.Data.Rows == b.Data.Rows {
+		t.Fatalf("both shards have %d rows: the test needs two sizes", a.Data.Rows)
+	}
+	if a.Step.Rate != 1.5/9 || a.Step.Eta != 0.1 || a.Step != b.Step || a.Sigma != b.Sigma {
+		t.Fatalf("shards of %d and %d rows: steps %+v and %+v, sigma %v and %v", a.Data.Rows, b.Data.Rows, a.Step, b.Step, a.Sigma, b.Sigma)
+	}
+	if ha, hb := a.RunConfig().Hash(), b.RunConfig().Hash(); ha != hb {
+		t.Fatalf("configuration hashes differ: %s and %s", ha, hb)
+	}
+	if c := cfgOf("--shard", "0/50"); c.Step.Rate != 0.1 || c.Step.Eta != 2 {
+		t.Fatalf("without --min-rows: %+v, want the unfitted rate 0.1 and step size 2", c.Step)
 	}
 }

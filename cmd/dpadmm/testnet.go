@@ -186,7 +186,8 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	ld.warn(stderr)
-	step, autoMsg := auto.fit(step, float64(ld.train.Rows)/float64(max(*f.nodes, 1)))
+	perNode := ld.train.Rows / max(*f.nodes, 1) // the smallest iid shard
+	step, autoMsg := auto.fit(step, float64(perNode), fmt.Sprintf("fitted to %d rows per node", perNode))
 	if autoMsg != "" {
 		fmt.Fprintln(stderr, autoMsg)
 	}

@@ -98,7 +98,7 @@ func (f *testnetFlags) defineCommon(o sim.Options, g sim.GossipOptions) {
 	f.sim = fs.Bool("sim", true, "run the deterministic in-process simulator")
 	f.mem = fs.Bool("mem", false, "run over --nodes real libp2p hosts in this process (loopback TCP), the walk or a neighbour-exchange --algo; same report as --sim")
 	fs.Var(&f.procs, "procs", "run one 'dpadmm node' process per node on loopback (--procs with --nodes N, or --procs=N); same report as --sim")
-	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), walk-gadmm, walk-sgd, or neighbour exchange: admm|radmm|mradmm|madmm|admm-dvp|admm-pvp; auto: walk-sgd with the scorecard's settings fitted to the rows per node (hops nodes x cap), the best measured")
+	f.algo = fs.String("algo", "walk", "algorithm: walk (random-walk private ADMM), walk-gadmm, walk-sgd, or neighbour exchange: admm|radmm|mradmm|madmm|admm-dvp|admm-pvp; auto: walk-sgd with the scorecard's settings fitted to the rows per node (hops nodes x cap), measured best in most cells")
 	f.nodes = fs.Int("nodes", 0, fmt.Sprintf("number of nodes n (default %d for the walk, %d for neighbour exchange)", o.Nodes, g.Nodes))
 	f.df = addDataFlags(fs.FlagSet, testnetData)
 	f.split = fs.String("split", o.Split, "how rows are split over nodes: iid|contiguous|label")

@@ -180,8 +180,8 @@ func utilityReference(d UtilityData) (ref, floor float64, metric string, err err
 	return d.Problem.Accuracy(d.Test, w), sim.MajorityShare(d.Test), "accuracy", nil
 }
 
-// UtilitySGD are the DP-SGD walk's settings of the scorecard (and of 'dpadmm testnet
-// --algo auto' for the squared loss): step size, sampling rate and cap.
+// UtilitySGD are the DP-SGD walk's settings of the scorecard (and of 'dpadmm testnet|node
+// --algo auto', fitted by SGDFor): step size, sampling rate and cap.
 var UtilitySGD = walk.StepParams{Kind: walk.StepSGD, Eta: 2, Rate: 0.1}
 
 // UtilitySGDCap is the DP-SGD walk's cap of noisy updates per node in the scorecard.
