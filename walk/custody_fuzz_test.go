@@ -343,6 +343,7 @@ func FuzzCustodyStep(f *testing.F) {
 	f.Add([]byte{2, 9, 0, 8, 0, 0, 0, 6, 1, 2, 3, 4, 5, 6, 7, 8, 9, 6, 200, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0})
 	f.Add([]byte{11, 3, 2, 8, 1, 0, 0, 0, 0, 9, 2, 0, 0, 7, 255, 7, 255, 7, 255, 11, 0})
 	f.Add([]byte{6, 2, 0, 8, 0, 1, 0, 4, 250, 0, 0, 4, 230, 1, 0, 4, 255, 0, 1, 4, 240})
+	f.Add([]byte{6, 2, 0, 8, 0, 2, 224, 2, 226, 0, 0, 2, 228, 0, 0, 11, 3, 2, 230, 0, 0})
 	f.Fuzz(fuzzCustody)
 }
 
@@ -387,6 +388,19 @@ func fuzzCustody(t *testing.T, b []byte) {
 					w.wire = append(w.wire[:k], w.wire[k+1:]...)
 				}
 			case 2: // duplicate
+				if len(w.wire) > 0 && arg >= 224 {
+					// The recipient of a token in flight refuses it for its evidence (the
+					// stale ack of RefuseEvidence): the sender drops its copy.
+					k := arg % len(w.wire)
+					if m := w.wire[k]; m.Kind == CustodyToken && m.From >= 0 && m.From != m.To {
+						w.wire = append(w.wire[:k], w.wire[k+1:]...)
+						ack := CustodyMsg{Kind: CustodyAck, From: m.To, To: m.From, Epoch: m.Epoch, Hop: m.Hop, Stale: true, Refused: RefuseEvidence}
+						if err := w.input(m.From, func(c *Custody, _ bool) error { return c.Step(ack) }); err != nil {
+							t.Fatalf("an evidence refusal %+v was refused: %v", ack, err)
+						}
+					}
+					break
+				}
 				if len(w.wire) > 0 {
 					w.wire = append(w.wire, w.wire[arg%len(w.wire)])
 				}
