@@ -117,7 +117,10 @@ func (n *Node) downAfter() time.Duration {
 // until it has missed its beats for downAfter after the node resumed; otherwise every
 // member would be declared down at once, their unacked releases redirected and their
 // acked backups regenerated under new epochs. A member already down comes back up only
-// on a heartbeat actually heard.
+// on a heartbeat actually heard. Only the first of consecutive late checks restarts the
+// clock: a loop that blocks before every check (long steps with short heartbeats) still
+// declares a silent member down one late check later, and its heartbeats, read by their
+// own stream handlers while the loop is blocked, keep live members up.
 func (n *Node) checkLiveness(ctx context.Context) {
 	if n.cfg.Heartbeat < 0 {
 		return
@@ -126,11 +129,12 @@ func (n *Node) checkLiveness(ctx context.Context) {
 	var downs, ups []peer.ID
 	n.mu.Lock()
 	stalled := time.Duration(0)
-	if !n.liveCheck.IsZero() && now.Sub(n.liveCheck) > max(limit, 2*n.cfg.Heartbeat) {
+	late := !n.liveCheck.IsZero() && now.Sub(n.liveCheck) > max(limit, 2*n.cfg.Heartbeat)
+	if late && !n.liveReset {
 		stalled = now.Sub(n.liveCheck)
 		n.liveSince = now
 	}
-	n.liveCheck = now
+	n.liveCheck, n.liveReset = now, late
 	for _, p := range n.members {
 		if p == n.ID() {
 			continue

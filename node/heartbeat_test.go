@@ -58,4 +58,21 @@ func TestLivenessAfterStall(t *testing.T) {
 	if k := downs(); k != 0 {
 		t.Fatalf("after their heartbeats: %d members down, want 0", k)
 	}
+	// A loop that blocks before every check: the first late check restarts the clock,
+	// the next late one judges (members silent since before the restart are down).
+	set(10*limit, 10*limit, 10*limit)
+	n.checkLiveness(ctx)
+	if k := downs(); k != 0 {
+		t.Fatalf("first late check: %d members down, want 0", k)
+	}
+	n.mu.Lock()
+	for _, p := range n.members[1:] {
+		n.alive[p] = time.Now().Add(-20 * limit)
+	}
+	n.liveSince, n.liveCheck = time.Now().Add(-2*limit), time.Now().Add(-2*limit)
+	n.mu.Unlock()
+	n.checkLiveness(ctx)
+	if k := downs(); k != 2 {
+		t.Fatalf("second late check in a row: %d members down, want 2", k)
+	}
 }

@@ -145,8 +145,10 @@ type Node struct {
 	alive     map[peer.ID]time.Time
 	down      map[peer.ID]bool
 	liveSince time.Time
-	// liveCheck is when checkLiveness last ran (zero: never).
+	// liveCheck is when checkLiveness last ran (zero: never); liveReset: that check was
+	// late (it came after a stall).
 	liveCheck time.Time
+	liveReset bool
 	rel       chan relMsg
 	// sendHook, when set (tests), is called before every token frame is written.
 	sendHook func(to peer.ID, raw []byte)
