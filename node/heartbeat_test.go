@@ -34,45 +34,27 @@ func TestLivenessAfterStall(t *testing.T) {
 		}
 		n.liveSince, n.liveCheck = now.Add(-since), now.Add(-check)
 	}
+	// check sets when the members were last heard, when the silence clock started and
+	// when the previous check ran (each that long ago), runs a check and wants down
+	// members declared down.
+	check := func(alive, since, last time.Duration, down int, what string) {
+		t.Helper()
+		set(alive, since, last)
+		n.checkLiveness(ctx)
+		if k := downs(); k != down {
+			t.Fatalf("%s: %d members down, want %d", what, k, down)
+		}
+	}
 	// Every member was last heard 10 down times ago, and so was the last check.
-	set(10*limit, 20*limit, 10*limit)
-	n.checkLiveness(ctx)
-	if k := downs(); k != 0 {
-		t.Fatalf("after a stall: %d members declared down", k)
-	}
+	check(10*limit, 20*limit, 10*limit, 0, "after a stall")
 	// The same silence seen by a check that ran on time: both are down.
-	set(10*limit, 20*limit, limit/2)
-	n.checkLiveness(ctx)
-	if k := downs(); k != 2 {
-		t.Fatalf("silent members with the loop running: %d declared down, want 2", k)
-	}
+	check(10*limit, 20*limit, limit/2, 2, "silent members with the loop running")
 	// Another stall: the silence clock restarts, but the members stay down until heard.
-	set(12*limit, 22*limit, 10*limit)
-	n.checkLiveness(ctx)
-	if k := downs(); k != 2 {
-		t.Fatalf("after a second stall: %d members down, want 2", k)
-	}
+	check(12*limit, 22*limit, 10*limit, 2, "after a second stall")
 	// A heartbeat heard: up again.
-	set(0, 22*limit, limit/2)
-	n.checkLiveness(ctx)
-	if k := downs(); k != 0 {
-		t.Fatalf("after their heartbeats: %d members down, want 0", k)
-	}
+	check(0, 22*limit, limit/2, 0, "after their heartbeats")
 	// A loop that blocks before every check: the first late check restarts the clock,
 	// the next late one judges (members silent since before the restart are down).
-	set(10*limit, 10*limit, 10*limit)
-	n.checkLiveness(ctx)
-	if k := downs(); k != 0 {
-		t.Fatalf("first late check: %d members down, want 0", k)
-	}
-	n.mu.Lock()
-	for _, p := range n.members[1:] {
-		n.alive[p] = time.Now().Add(-20 * limit)
-	}
-	n.liveSince, n.liveCheck = time.Now().Add(-2*limit), time.Now().Add(-2*limit)
-	n.mu.Unlock()
-	n.checkLiveness(ctx)
-	if k := downs(); k != 2 {
-		t.Fatalf("second late check in a row: %d members down, want 2", k)
-	}
+	check(10*limit, 10*limit, 10*limit, 0, "first late check")
+	check(20*limit, 2*limit, 2*limit, 2, "second late check in a row")
 }
