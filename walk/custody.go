@@ -39,7 +39,9 @@ import (
 //     new epoch (docs/fault-tolerance.md: the bound);
 //   - one update per evidence: a token whose sender shows (CustodyMsg.Shown) a hand-off
 //     on which this node already took another token is refused with a stale ack
-//     (RefuseEvidence, EvidenceUse), after the epoch bounds and the fence;
+//     (RefuseEvidence, EvidenceUse), after the epoch bounds and the fence; after a
+//     restart, an evidence used before it buys one more token, of a later epoch (a
+//     regeneration made while the node was down keeps the evidence: EvidenceUse);
 //   - every re-send goes to the same peer once (identical bytes, after an ack timeout),
 //     then to another live peer;
 //   - a slow fallback: a node that has released a token, holds nothing (no token waiting
@@ -1676,6 +1678,10 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 		}
 		c.epoch = max(c.epoch, mk.epoch)
 	}
+	// Every use loaded, the held token's included, is of the node's previous life: each
+	// may buy one token of a later epoch (EvidenceUse: a regeneration made while this
+	// node was down keeps the evidence it used).
+	c.evUsed.Restarted()
 	f := s.Fallback
 	c.fb = fallbackState{active: f.Active, sent: f.Sent, gaveUp: f.GaveUp, hop: f.HopTicks, observed: f.Observed,
 		lastAt: f.LastAt, lastE: f.LastEpoch, lastH: f.LastHop}

@@ -1115,9 +1115,11 @@ func TestCustodyRefusesRewinds(t *testing.T) {
 }
 
 // TestCustodyRestoreKeepsAttackMemory: what the hostile-member rules remember survives a
-// restart from the snapshot. A node that took a token on a hand-off it was shown still
-// refuses a second token on that evidence after Restore (also when the token was only held,
-// acked before its step); the rewind rule's highest hop and each member's new lineages
+// restart from the snapshot. A node that took a token on a hand-off it was shown takes,
+// after Restore (also when the token was only held, acked before its step), no second
+// token of the same epoch on that evidence and one token of a later epoch (the
+// regeneration made while it was down: EvidenceUse), then none: one more update per
+// evidence per restart. The rewind rule's highest hop and each member's new lineages
 // survive too, so a restart does not reopen the rewind the node refused before.
 func TestCustodyRestoreKeepsAttackMemory(t *testing.T) {
 	mk := tokenAt
@@ -1164,24 +1166,55 @@ func TestCustodyRestoreKeepsAttackMemory(t *testing.T) {
 		fresh.collect(0)
 		fresh.wire = nil
 		fresh.events[0] = nil
-		// The same evidence under a new epoch (above the fence): refused as reused.
+		accepted := func(e uint64) bool {
+			for _, x := range fresh.events[0] {
+				if x.Kind == CustodyAccepted && x.Epoch == e {
+					return true
+				}
+			}
+			return false
+		}
 		sh2 := ev
+		if heldOnly {
+			// The same evidence in the same epoch (above the fence): refused as reused.
+			c.Step(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 0, Hop: 90, Token: mk(0, 90), Shown: &sh2})
+			fresh.collect(0)
+			if refused(fresh, RefuseEvidence) != 1 || accepted(0) {
+				t.Fatalf("a second token of the same epoch on a used evidence was not refused after the restart: %+v", fresh.events[0])
+			}
+			fresh.events[0] = nil
+		}
+		// The same evidence under a later epoch (above the fence): taken once.
 		c.Step(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 5, Hop: 61, Token: mk(5, 61), Shown: &sh2})
 		fresh.collect(0)
-		if refused(fresh, RefuseEvidence) != 1 {
-			t.Fatalf("held only %v: a second token on a used evidence was not refused after the restart: %+v", heldOnly, fresh.events[0])
+		if refused(fresh, RefuseEvidence) != 0 || !accepted(5) {
+			t.Fatalf("held only %v: the first token of a later epoch on an evidence used before the restart was not taken: %+v", heldOnly, fresh.events[0])
+		}
+		fresh.wire = nil
+		// Again, under a still later epoch: refused as reused.
+		sh3 := ev
+		c.Step(CustodyMsg{Kind: CustodyToken, From: 1, To: 0, Epoch: 6, Hop: 70, Token: mk(6, 70), Shown: &sh3})
+		fresh.collect(0)
+		if refused(fresh, RefuseEvidence) != 1 || accepted(6) {
+			t.Fatalf("held only %v: a second renewal of a used evidence was not refused: %+v", heldOnly, fresh.events[0])
+		}
+		if used := c.Snapshot().Used; len(used) != 1 || used[0].ID.Epoch != 5 {
+			t.Fatalf("held only %v: evidence uses after the renewal: %+v", heldOnly, used)
 		}
 		if heldOnly {
 			continue
 		}
 		// A rewind far behind the highest hop seen before the restart: refused.
-		c.Step(CustodyMsg{Kind: CustodyToken, From: 2, To: 0, Epoch: 6, Hop: 10, Token: mk(6, 10)})
+		c.Step(CustodyMsg{Kind: CustodyToken, From: 2, To: 0, Epoch: 7, Hop: 10, Token: mk(7, 10)})
 		fresh.collect(0)
 		if refused(fresh, RefuseRewind) != 1 {
 			t.Fatalf("a rewind was taken after the restart: %+v", fresh.events[0])
 		}
-		if !reflect.DeepEqual(c.Snapshot().Raises, s.Raises) {
-			t.Fatalf("lineage counts after the restart: %v, want %v", c.Snapshot().Raises, s.Raises)
+		// The counts before the restart, plus member 1's renewal (a new lineage here).
+		want := append([]int(nil), s.Raises...)
+		want[1]++
+		if !reflect.DeepEqual(c.Snapshot().Raises, want) {
+			t.Fatalf("lineage counts after the restart: %v, want %v", c.Snapshot().Raises, want)
 		}
 	}
 }

@@ -100,11 +100,30 @@ type TokenID struct{ Epoch, Hop, Digest uint64 }
 // under new epochs, each above the fence). It remembers the last Max evidences (0:
 // MaxEvidenceKept), oldest forgotten first. Records and Load carry it across a restart
 // (CustodySnapshot.Used): a restarted node does not take a second token on an evidence
-// it used before it stopped.
+// it used before it stopped, with one exception (Restarted): a token of a later epoch
+// than the one taken before the restart, once per evidence.
+//
+// Why the exception. While a node is down, the member whose hand-off it had taken
+// regenerates its release under a new epoch (walk.Custody: the successor went down
+// before the backup was released). With no other member up, that member walks on alone,
+// handing the token to itself, and every hand-off it makes keeps the evidence of that
+// release: the evidence the restarted node used. Refusing it left two members that
+// refuse each other for good (the restarted node's own continuation is stale at the
+// other member, whose lineage is newer), so an ordinary restart could stall a run. From
+// the restarted node's side an honest regeneration and a member re-sending under a new
+// epoch to burn its updates look the same; the exception bounds what the second can
+// gain: one update per evidence per restart of the node (which the member does not
+// control), each needing an epoch above the one used and above the node's fence (a new
+// lineage here, counted against the member's allowance, walk.LineageAllowance), and
+// each charged in the node's ledger like every update. Within one life of the node an
+// evidence buys one token, whatever its epoch.
 type EvidenceUse struct {
 	Max   int
 	used  map[Evidence]TokenID
 	order []EvidenceRecord
+	// prior holds the evidences used before the last restart (Restarted) and not used
+	// again since.
+	prior map[Evidence]bool
 }
 
 // EvidenceRecord is one use: the token ID taken on the evidence Ev.
@@ -118,19 +137,41 @@ type EvidenceRecord struct {
 const MaxEvidenceKept = 4096
 
 // Reused reports whether ev was already used for a token other than id (a re-delivery of
-// the same token is not a reuse).
+// the same token is not a reuse), except for the one token of a later epoch that an
+// evidence used before the last restart may still buy.
 func (u *EvidenceUse) Reused(ev Evidence, id TokenID) bool {
 	prev, ok := u.used[ev]
-	return ok && prev != id
+	return ok && prev != id && !u.renewable(ev, prev, id)
+}
+
+// renewable: ev was used for prev before the last restart, not since, and id is of a
+// later epoch.
+func (u *EvidenceUse) renewable(ev Evidence, prev, id TokenID) bool {
+	return u.prior[ev] && id.Epoch > prev.Epoch
 }
 
 // Use records that token id was taken on evidence ev. A use of an evidence already
-// recorded keeps its first record (Reused refuses any other token on it).
+// recorded keeps its first record (Reused refuses any other token on it), unless it is
+// the renewal after a restart that Reused allows: then id replaces the record, now of
+// this life.
 func (u *EvidenceUse) Use(ev Evidence, id TokenID) {
 	if u.used == nil {
 		u.used = map[Evidence]TokenID{}
 	}
-	if _, ok := u.used[ev]; ok {
+	if prev, ok := u.used[ev]; ok {
+		if prev == id || !u.renewable(ev, prev, id) {
+			return
+		}
+		delete(u.prior, ev)
+		// A new slice: Records' earlier results stay as they were.
+		order := make([]EvidenceRecord, 0, len(u.order))
+		for _, r := range u.order {
+			if r.Ev != ev {
+				order = append(order, r)
+			}
+		}
+		u.order = append(order, EvidenceRecord{Ev: ev, ID: id})
+		u.used[ev] = id
 		return
 	}
 	limit := u.Max
@@ -140,9 +181,21 @@ func (u *EvidenceUse) Use(ev Evidence, id TokenID) {
 	u.order = append(u.order, EvidenceRecord{Ev: ev, ID: id})
 	if len(u.order) > limit {
 		delete(u.used, u.order[0].Ev)
+		delete(u.prior, u.order[0].Ev)
 		u.order = u.order[1:]
 	}
 	u.used[ev] = id
+}
+
+// Restarted marks every use recorded so far as made before a restart: each such
+// evidence may buy one more token, of a later epoch than the one recorded (see
+// EvidenceUse). Custody.Restore calls it once the uses of the snapshot and of the held
+// token are loaded.
+func (u *EvidenceUse) Restarted() {
+	u.prior = make(map[Evidence]bool, len(u.used))
+	for ev := range u.used {
+		u.prior[ev] = true
+	}
 }
 
 // Records returns the uses remembered, oldest first. The slice is shared with u, whose
@@ -152,9 +205,10 @@ func (u *EvidenceUse) Records() []EvidenceRecord {
 	return u.order[:len(u.order):len(u.order)]
 }
 
-// Load replaces the uses remembered with rs (oldest first; the last Max are kept).
+// Load replaces the uses remembered with rs (oldest first; the last Max are kept), all of
+// this life (Restarted marks them as made before a restart).
 func (u *EvidenceUse) Load(rs []EvidenceRecord) {
-	u.used, u.order = nil, nil
+	u.used, u.order, u.prior = nil, nil, nil
 	for _, r := range rs {
 		u.Use(r.Ev, r.ID)
 	}

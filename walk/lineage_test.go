@@ -3,6 +3,7 @@ package walk
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -151,5 +152,50 @@ func TestEvidenceUse(t *testing.T) {
 	u.Use(c, t1) // a is forgotten (Max 2)
 	if u.Reused(a, t2) || !u.Reused(b, t2) || !u.Reused(c, t2) {
 		t.Fatal("bounded memory: the oldest evidence is forgotten, the others kept")
+	}
+}
+
+// TestEvidenceUseRestarted: after Restarted, an evidence used before buys one token of a
+// later epoch, not of the same or an earlier one, and only once per restart; a use
+// made after the restart buys nothing more; Records never changes a slice it returned.
+func TestEvidenceUseRestarted(t *testing.T) {
+	var u EvidenceUse
+	a := Evidence{Present: true, Signer: 1, Epoch: 2, Hop: 3}
+	b := Evidence{Present: true, Signer: 2, Epoch: 2, Hop: 5}
+	ta, tb := TokenID{2, 4, 9}, TokenID{2, 6, 9}
+	u.Use(a, ta)
+	u.Use(b, tb)
+	if !u.Reused(a, TokenID{3, 4, 1}) {
+		t.Fatal("a later epoch renewed an evidence without a restart")
+	}
+	old := u.Records()
+	snap := append([]EvidenceRecord(nil), old...)
+	var v EvidenceUse
+	v.Load(old)
+	v.Restarted()
+	same, earlier, later, later2 := TokenID{2, 8, 1}, TokenID{1, 8, 1}, TokenID{3, 8, 1}, TokenID{4, 9, 1}
+	if v.Reused(a, ta) || !v.Reused(a, same) || !v.Reused(a, earlier) || v.Reused(a, later) {
+		t.Fatal("after the restart: the token recorded passes, the same or an earlier epoch is refused, a later one passes")
+	}
+	v.Use(a, later)
+	if !v.Reused(a, later2) || v.Reused(a, later) {
+		t.Fatal("a renewed evidence was renewed twice, or its new token is not recognised")
+	}
+	if v.Reused(b, later) || !v.Reused(b, TokenID{2, 7, 1}) {
+		t.Fatal("the renewal of one evidence changed another's")
+	}
+	rs := v.Records()
+	if len(rs) != 2 || rs[0].Ev != b || rs[1].Ev != a || rs[1].ID != later {
+		t.Fatalf("records after the renewal: %+v", rs)
+	}
+	if !reflect.DeepEqual(old, snap) {
+		t.Fatal("a renewal changed a slice Records returned before")
+	}
+	// A second restart renews once more.
+	var w EvidenceUse
+	w.Load(rs)
+	w.Restarted()
+	if w.Reused(a, later2) {
+		t.Fatal("the second restart did not renew the evidence")
 	}
 }
