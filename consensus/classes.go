@@ -131,6 +131,15 @@ func mapMulti(name, col string, raw []string, lines []int, opt LoadOptions) ([]f
 		seen = append(seen, classSeen{key: k, text: cleanLabel(t), line: lines[i]})
 	}
 	if !fixed {
+		numeric := !slices.ContainsFunc(seen, func(s classSeen) bool { return !s.key.num })
+		switch {
+		case numeric && len(seen) > MaxNumericClasses:
+			return nil, nil, errorOf(ErrTooManyClasses, "consensus: %s: %s: %d distinct numbers, a %d-class model if read as classes: most likely a regression target (the squared loss); a class list given explicitly may be longer",
+				name, col, len(seen), len(seen))
+		case len(seen) > MaxInferredClasses:
+			return nil, nil, errorOf(ErrTooManyClasses, "consensus: %s: %s: %d distinct labels, more than the %d classes inferred from the data at most; give the class list explicitly to fit that many",
+				name, col, len(seen), MaxInferredClasses)
+		}
 		sort.SliceStable(seen, func(a, b int) bool { return seen[a].key.less(seen[b].key, seen[a].text, seen[b].text) })
 	}
 	cl := &Classes{}

@@ -140,6 +140,12 @@ func TestParseErrorsNameLines(t *testing.T) {
 		{"text-label-numeric", "y,a\n1,2\nyes,3\n", LoadOptions{}, ErrLabelNotNumeric, []string{"f.csv:3:", "label"}, ""},
 		{"nan-label-binary", "y,a\n1,2\nnan,3\n", LoadOptions{Binary: true}, nil, []string{"f.csv:3:", "not finite"}, ""},
 		{"too-many-csv", "y,a,b\n1,2,3\n", LoadOptions{MaxCols: 1}, ErrTooManyFeatures, []string{"2 features"}, ""},
+		{"na-marker", "y,a\n1,2\n0,NA\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", `"NA" marks a missing value`}, ""},
+		{"nan-feature", "y,a\n1,2\n0,NaN\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", "missing value"}, ""},
+		{"numeric-classes", numericLabels(MaxNumericClasses + 1), LoadOptions{Binary: true, Multiclass: true}, ErrTooManyClasses,
+			[]string{fmt.Sprintf("%d distinct numbers", MaxNumericClasses+1), "regression target"}, ""},
+		{"text-classes", textLabels(MaxInferredClasses + 1), LoadOptions{Binary: true, Multiclass: true}, ErrTooManyClasses,
+			[]string{fmt.Sprintf("%d distinct labels", MaxInferredClasses+1), "class list explicitly"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -291,5 +297,44 @@ func TestRegressionMetrics(t *testing.T) {
 	c := &Dataset{Rows: 2, Cols: 1, X: []float64{1, 2}, Y: []float64{3, 3}}
 	if rmse, _, ok := Regression(c, []float64{0}); ok || rmse != 3 {
 		t.Fatalf("constant targets: rmse %v ok %v", rmse, ok)
+	}
+}
+
+// numericLabels is a CSV of k rows whose labels are k distinct numbers.
+func numericLabels(k int) string {
+	var b strings.Builder
+	b.WriteString("y,a\n")
+	for i := range k {
+		fmt.Fprintf(&b, "%d.5,%d\n", i, i)
+	}
+	return b.String()
+}
+
+// textLabels is a CSV of k rows whose labels are k distinct texts.
+func textLabels(k int) string {
+	var b strings.Builder
+	b.WriteString("y,a\n")
+	for i := range k {
+		fmt.Fprintf(&b, "c%d,%d\n", i, i)
+	}
+	return b.String()
+}
+
+// TestClassLimitsOnlyInferred: a class list given may be longer than the limits of an
+// inferred one, and the limits themselves are allowed.
+func TestClassLimitsOnlyInferred(t *testing.T) {
+	if d, err := ParseCSV("f.csv", strings.NewReader(numericLabels(MaxNumericClasses)), LoadOptions{Binary: true, Multiclass: true}); err != nil || d.NumClasses() != MaxNumericClasses {
+		t.Fatalf("%d numeric classes: %v", MaxNumericClasses, err)
+	}
+	if d, err := ParseCSV("f.csv", strings.NewReader(textLabels(MaxInferredClasses)), LoadOptions{Binary: true, Multiclass: true}); err != nil || d.NumClasses() != MaxInferredClasses {
+		t.Fatalf("%d text classes: %v", MaxInferredClasses, err)
+	}
+	cl := &Classes{}
+	for i := range 2 * MaxNumericClasses {
+		cl.List = append(cl.List, fmt.Sprintf("%d.5", i))
+	}
+	d, err := ParseCSV("f.csv", strings.NewReader(numericLabels(2*MaxNumericClasses)), LoadOptions{Binary: true, Multiclass: true, Classes: cl})
+	if err != nil || d.NumClasses() != 2*MaxNumericClasses {
+		t.Fatalf("a given list of %d numeric classes: %v", 2*MaxNumericClasses, err)
 	}
 }

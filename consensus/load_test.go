@@ -62,7 +62,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty", "", LoadOptions{}, []string{"f.csv", "empty"}},
 		{"header-only", "y,a\n", LoadOptions{}, []string{"f.csv", "no data"}},
 		{"width", "y,a\n1,2\n1,2,3\n", LoadOptions{}, []string{"f.csv:3", "fields"}},
-		{"nan", "y,a\n1,2\n1,NaN\n", LoadOptions{}, []string{"f.csv:3", "not finite"}},
+		{"nan", "y,a\n1,2\n1,NaN\n", LoadOptions{}, []string{"f.csv:3", "column 1 (a)", "a missing value"}},
 		{"inf-label", "y,a\n1,2\ninf,1\n", LoadOptions{}, []string{"f.csv:3", "not finite"}},
 		{"categorical-none", "y,a,b\n1,2,x\n1,2,3\n", LoadOptions{}, []string{"f.csv:2", "column 2", "not a number"}},
 		{"missing-label", "y,a\n1,2\n", LoadOptions{Label: "target"}, []string{"f.csv:1", "target", "not found"}},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,6 +113,18 @@ var (
 	ErrDelimiter = errors.New("wrong delimiter")
 	// ErrTooManyFeatures: more features than LoadOptions.MaxCols.
 	ErrTooManyFeatures = errors.New("too many features")
+	// ErrTooManyClasses: a class list inferred from the labels (no class list given)
+	// would be longer than MaxInferredClasses, or a numeric label column holds more than
+	// MaxNumericClasses distinct values (a regression target read as classes).
+	ErrTooManyClasses = errors.New("too many classes")
+)
+
+// Limits of a class list inferred from the labels: a class list given (a schema, the
+// classes option) may be longer. A numeric label column with more distinct values than
+// MaxNumericClasses is most likely a regression target.
+const (
+	MaxInferredClasses = 100
+	MaxNumericClasses  = 20
 )
 
 // dataError is a parse error whose message is complete and which unwraps to one of the
@@ -190,9 +203,15 @@ func parseNumber(s string) (float64, bool) {
 	return v, err == nil
 }
 
-func checkFinite(name string, line int, col int, v float64) error {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fmt.Errorf("consensus: %s:%d: column %d: value %v is not finite", name, line, col, v)
+// checkFinite reports a value that is not finite, naming the file, line and column (col:
+// "column 2 (ash)", "feature 3", "the label"). A NaN cell marks a missing value: it is an
+// ErrEmptyCell, which a fill rule replaces.
+func checkFinite(name string, line int, col string, v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return errorOf(ErrEmptyCell, "consensus: %s:%d: %s: NaN (a missing value) is not a number: fill it in or drop the row", name, line, col)
+	case math.IsInf(v, 0):
+		return fmt.Errorf("consensus: %s:%d: %s: value %v is not finite", name, line, col, v)
 	}
 	return nil
 }
@@ -376,7 +395,7 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			if !ok {
 				return nil, errorOf(ErrLabelNotNumeric, "consensus: %s:%d: %s: %q is not a number%s", name, lines[i], labelCol, rec[label], decimalComma(rec[label], delim))
 			}
-			if err := checkFinite(name, lines[i], label, v); err != nil {
+			if err := checkFinite(name, lines[i], labelCol, v); err != nil {
 				return nil, err
 			}
 			d.Y[i] = v
@@ -410,7 +429,7 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 				badRow = i
 				break
 			}
-			if err := checkFinite(name, lines[i], j, v); err != nil {
+			if err := checkFinite(name, lines[i], colName(j), v); err != nil {
 				return nil, err
 			}
 			c.num[i] = v
@@ -418,6 +437,10 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		if badRow >= 0 {
 			if opt.Categorical != "auto" {
 				hint := decimalComma(recs[badRow][j], delim)
+				if slices.Contains(MissingMarkers, strings.TrimSpace(recs[badRow][j])) {
+					return nil, errorOf(ErrEmptyCell, "consensus: %s:%d: %s: %q marks a missing value, not a number: fill it in or drop the row",
+						name, lines[badRow], colName(j), strings.TrimSpace(recs[badRow][j]))
+				}
 				if hint == "" {
 					hint = " (a text column: categorical mode auto one-hot encodes it)"
 					distinct := map[string]bool{}
@@ -609,7 +632,7 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			if err != nil {
 				return nil, errorOf(ErrLabelNotNumeric, "consensus: %s:%d: label %q is not a number", name, line, f[0])
 			}
-			if err := checkFinite(name, line, 0, y); err != nil {
+			if err := checkFinite(name, line, "the label", y); err != nil {
 				return nil, err
 			}
 			ys = append(ys, y)
@@ -635,7 +658,7 @@ func ParseLIBSVM(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 			if err != nil {
 				return nil, fmt.Errorf("consensus: %s:%d: feature %d: %q is not a number", name, line, idx, tok[k+1:])
 			}
-			if err := checkFinite(name, line, idx, v); err != nil {
+			if err := checkFinite(name, line, fmt.Sprintf("feature %d", idx), v); err != nil {
 				return nil, err
 			}
 			row = append(row, entry{idx, v})

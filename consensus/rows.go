@@ -88,7 +88,7 @@ func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, er
 				}
 				return nil, fmt.Errorf("%s:%d: column %q %s (%q)", name, line, c.name, what, cell)
 			}
-			if err := checkFinite(name, line, c.src, v); err != nil {
+			if err := checkFinite(name, line, fmt.Sprintf("column %q", c.name), v); err != nil {
 				return nil, err
 			}
 			x[j] = v

@@ -15,7 +15,13 @@ var ErrNoConvergence = errors.New("consensus: solve: no convergence")
 type SolveOptions struct {
 	Tol     float64 // stop when the prox-gradient mapping norm <= Tol*max(1, ||grad MeanLoss(0)||); default 1e-12
 	MaxIter int     // default 100000
+	// Done, when not nil, is checked at every iteration: once it is closed (a context's
+	// Done), Solve returns ErrSolveCanceled with the last iterate.
+	Done <-chan struct{}
 }
+
+// ErrSolveCanceled is returned by Solve when SolveOptions.Done was closed.
+var ErrSolveCanceled = errors.New("consensus: solve: canceled")
 
 // lipschitz returns an estimate of the largest eigenvalue of X^T X / rows by power iteration.
 func lipschitz(d *Dataset) float64 {
@@ -111,6 +117,11 @@ func Solve(d *Dataset, p Problem, opt SolveOptions) (w []float64, obj float64, e
 	t := 1.0
 	var gmap float64
 	for it := 0; it < maxIter; it++ {
+		select {
+		case <-opt.Done:
+			return x, p.Objective(d, x), fmt.Errorf("%w after %d iterations", ErrSolveCanceled, it)
+		default:
+		}
 		p.meanGrad(g, d, y)
 		fy := p.MeanLoss(d, y)
 		for {

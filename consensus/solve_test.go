@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -142,5 +143,26 @@ func TestSolveErrors(t *testing.T) {
 	d2, _ := SyntheticLasso(30, 5, 2, 0.1, 2)
 	if _, _, err := Solve(d2, Problem{}, SolveOptions{MaxIter: 2}); err == nil {
 		t.Error("no error after 2 iterations")
+	}
+}
+
+// TestSolveCanceled: a closed Done stops the solver at once with ErrSolveCanceled and the
+// last iterate; an open one changes nothing.
+func TestSolveCanceled(t *testing.T) {
+	d, _ := SyntheticLogistic(200, 10, 4, 7)
+	p := Problem{Loss: Logistic, Reg: Regularizer{L2: 0.01}}
+	done := make(chan struct{})
+	w0, obj0, err := Solve(d, p, SolveOptions{Done: done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1, obj1, _ := Solve(d, p, SolveOptions{})
+	if obj0 != obj1 || len(w0) != len(w1) {
+		t.Fatalf("an open Done changed the result: %v vs %v", obj0, obj1)
+	}
+	close(done)
+	w, _, err := Solve(d, p, SolveOptions{Done: done})
+	if !errors.Is(err, ErrSolveCanceled) || len(w) != len(w1) {
+		t.Fatalf("closed Done: err %v, %d weights", err, len(w))
 	}
 }

@@ -734,7 +734,7 @@ func RunNet(ctx context.Context, o sim.Options, no NetOptions) (*sim.Report, err
 	case no.Mode == "mem" && no.KillHolderAt > 0:
 		return nil, errors.New("testnet: mem: killing the holder needs separate processes (procs)")
 	}
-	p, err := sim.Prepare(o)
+	p, err := sim.Prepare(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -647,6 +647,16 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 		if f.cfg.intercept && strings.Contains(err.Error(), "a third label") {
 			h += " A label of three or more classes is fitted by the walk (multinomial loss) and the neighbour-exchange algorithms (one-vs-rest), not by this command."
 		}
+	case errors.Is(err, consensus.ErrTooManyClasses):
+		h = "is --label the right column?"
+		if f.cfg.lossFlag && strings.Contains(err.Error(), "regression target") {
+			h += " A numeric target needs --loss squared."
+		}
+		if f.classes != nil {
+			h += " To fit that many classes, list them with --classes or in a --schema."
+		} else {
+			h += " To fit that many classes, list them in a --schema."
+		}
 	case errors.Is(err, consensus.ErrOneClass):
 		h = "say which label is +1 with --positive LABEL (with the same value on every node)"
 	case errors.Is(err, consensus.ErrPositive):

@@ -620,7 +620,7 @@ type Prepared struct {
 }
 
 // prepare checks o, splits the training set and solves the reference problem.
-func prepare(o Options) (*Prepared, error) {
+func prepare(ctx context.Context, o Options) (*Prepared, error) {
 	if o.Train == nil || o.Train.Rows == 0 {
 		return nil, fmt.Errorf("testnet: empty training set")
 	}
@@ -657,7 +657,10 @@ func prepare(o Options) (*Prepared, error) {
 	if p.step, err = StepRun(o.WalkBase(), o.Problem, p.shards); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
-	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000}); err != nil {
+	if _, p.refObj, err = consensus.Solve(o.Train, o.Problem, consensus.SolveOptions{Tol: 1e-12, MaxIter: 100000, Done: ctx.Done()}); err != nil {
+		if errors.Is(err, consensus.ErrSolveCanceled) {
+			return nil, fmt.Errorf("testnet: interrupted while solving for the reference objective, before the run: %w", ctx.Err())
+		}
 		if !errors.Is(err, consensus.ErrNoConvergence) {
 			return nil, fmt.Errorf("testnet: reference solve: %w", err)
 		}
@@ -717,8 +720,9 @@ type NetWalk struct {
 }
 
 // Prepare checks o and prepares its run (shards, reference objective, plan) for a
-// launcher; the launcher's report comes from NetReport, the same report as Run's.
-func Prepare(o Options) (*Prepared, error) { return prepare(o) }
+// launcher; the launcher's report comes from NetReport, the same report as Run's. When
+// ctx is canceled while the reference objective is being solved, it returns ctx's error.
+func Prepare(ctx context.Context, o Options) (*Prepared, error) { return prepare(ctx, o) }
 
 // Shards returns the run's shards, one per node.
 func (p *Prepared) Shards() []*consensus.Dataset { return p.shards }
@@ -900,7 +904,7 @@ func Run(o Options) (*Report, error) { return RunContext(context.Background(), o
 // blocks of a few thousand hops and the report then describes the hops done, with
 // Report.Interrupted set (no error).
 func RunContext(ctx context.Context, o Options) (rep *Report, err error) {
-	p, err := prepare(o)
+	p, err := prepare(ctx, o)
 	if err != nil {
 		return nil, err
 	}
