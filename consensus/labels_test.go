@@ -140,6 +140,7 @@ func TestParseErrorsNameLines(t *testing.T) {
 		{"text-label-numeric", "y,a\n1,2\nyes,3\n", LoadOptions{}, ErrLabelNotNumeric, []string{"f.csv:3:", "label"}, ""},
 		{"nan-label-binary", "y,a\n1,2\nnan,3\n", LoadOptions{Binary: true}, nil, []string{"f.csv:3:", "not finite"}, ""},
 		{"too-many-csv", "y,a,b\n1,2,3\n", LoadOptions{MaxCols: 1}, ErrTooManyFeatures, []string{"2 features"}, ""},
+		{"duplicate-names", "y,a,a\n1,2,3\n", LoadOptions{}, nil, []string{"f.csv:1:", `columns 1 and 2 are both named "a"`}, ""},
 		{"na-marker", "y,a\n1,2\n0,NA\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", `"NA" marks a missing value`}, ""},
 		{"nan-feature", "y,a\n1,2\n0,NaN\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", "missing value"}, ""},
 		{"numeric-classes", numericLabels(MaxNumericClasses + 1), LoadOptions{Binary: true, Multiclass: true}, ErrTooManyClasses,

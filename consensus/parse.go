@@ -317,6 +317,9 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		names = make([]string, width)
 		for j, f := range recs[0] {
 			names[j] = strings.TrimSpace(f)
+			if k := slices.Index(names[:j], names[j]); k >= 0 {
+				return nil, fmt.Errorf("consensus: %s:%d: columns %d and %d are both named %q: a model names its features, so every column needs its own name", name, lines[0], k, j, names[j])
+			}
 		}
 		recs, lines = recs[1:], lines[1:]
 	} else {

@@ -90,4 +90,8 @@ func TestReadRowsFill(t *testing.T) {
 	if fmt.Sprint(r.X) != fmt.Sprint(want) || strings.Join(r.Labels, ",") != "1,0,1" || r.Unseen != 1 {
 		t.Fatalf("rows %v labels %v unseen %d", r.X, r.Labels, r.Unseen)
 	}
+	// Two columns of one name: which holds the input is ambiguous.
+	if _, err := m.ReadRows("r.csv", strings.NewReader("c,y,x, x\na,1,2,3\n"), ','); err == nil || !strings.Contains(err.Error(), `columns 2 and 3 are both named "x"`) {
+		t.Fatalf("duplicate column names: %v", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -157,6 +158,12 @@ func (m *ModelSpec) columns(name string, head []string) (col []featureCol, label
 		return col, label, 0, nil
 	}
 	first, label = 1, colIndex(head, m.Label, 1)
+	for j := range head {
+		h := strings.TrimSpace(head[j])
+		if k := slices.IndexFunc(head[:j], func(x string) bool { return strings.TrimSpace(x) == h }); k >= 0 {
+			return nil, 0, 0, fmt.Errorf("%s:1: columns %d and %d are both named %q: which one holds the model's input is ambiguous", name, k, j, h)
+		}
+	}
 	cats := map[string]bool{}
 	for _, c := range m.Categorical {
 		cats[c.Column] = true

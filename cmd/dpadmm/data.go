@@ -89,6 +89,15 @@ type dataFlags struct {
 	schemaOut   *string
 }
 
+// usage returns a usage error (exit code 2) of the command whose flags f are.
+func (f *dataFlags) usage(format string, a ...any) error {
+	cmd := ""
+	if f.fs != nil {
+		cmd = f.fs.Name()
+	}
+	return usagef(cmd, format, a...)
+}
+
 // addDataFlags registers the data flags on fs.
 func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 	p := cfg.prefix
@@ -317,7 +326,7 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 		sc.TargetCenter, sc.TargetScale = req.run.TargetCenter, req.run.TargetScale
 	case f.intercept != nil:
 		if c := *f.intercept; !(c >= 0 && c < 1) {
-			return nil, fmt.Errorf("--intercept must be in [0, 1) (0: no intercept), got %v", c)
+			return nil, f.usage("--intercept must be in [0, 1) (0: no intercept), got %v", c)
 		}
 		sc.Intercept = *f.intercept
 		if err := f.target(sc, train, schema, req.loss); err != nil {
@@ -438,7 +447,7 @@ func (f *dataFlags) fillRule() (*consensus.FillRule, error) {
 	if *f.fill != "" {
 		v, err := strconv.ParseFloat(strings.TrimSpace(*f.fill), 64)
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("--fill must be a finite number, got %q", *f.fill)
+			return nil, f.usage("--fill must be a finite number, got %q", *f.fill)
 		}
 		r.Default = &v
 	}

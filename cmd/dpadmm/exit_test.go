@@ -58,6 +58,13 @@ func TestExitCodes(t *testing.T) {
 		{tg("--eta-max", "-1"), 2, "--eta-max"},
 		{tg("--loss", "hinge"), 2, "--loss"},
 		{tn("--data", missing), 1, "missing.csv"},
+		{tn("--hops", "0"), 2, "--hops must be >= 1"},
+		{tn("--intercept", "1"), 2, "--intercept must be in [0, 1)"},
+		{tn("--fill", "abc"), 2, "--fill must be a finite number"},
+		{tn("--report", filepath.Join(dir, "nodir", "r.json")), 1, "--report " + filepath.Join(dir, "nodir", "r.json") + ": its directory"},
+		{[]string{"predict", "--bogus"}, 2, "unknown flag --bogus"},
+		{[]string{"status"}, 2, "dpadmm status: --http is required"},
+		{[]string{"status", "--http", "nonsense::::"}, 2, "is not a host:port or a URL"},
 		// node: every flag value is checked before the node starts
 		{nd("--gamma", "0"), 2, "--gamma must be finite and > 0"},
 		{nd("--lambda", "2"), 2, "--lambda must be in (0,1]"},

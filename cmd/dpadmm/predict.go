@@ -55,7 +55,7 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "write the predictions to this file (default: stdout)")
 	format := fs.String("format", "csv", "output format: csv|json")
 	delimiter := fs.String("delimiter", ",", "CSV field delimiter of --data: one character, or tab")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -33,15 +34,18 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usageErr(stderr, "status: unexpected argument %q", fs.Arg(0))
+		return usagef("status", "unexpected argument %q", fs.Arg(0))
 	case *addr == "":
-		return usageErr(stderr, "status: --http is required (the node's --http address)")
+		return usagef("status", "--http is required (the node's --http address)")
 	case *timeout <= 0:
-		return usageErr(stderr, "status: --timeout must be > 0, got %v", *timeout)
+		return usagef("status", "--timeout must be > 0, got %v", *timeout)
 	}
 	base := strings.TrimSuffix(*addr, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
+	}
+	if u, err := url.Parse(base); err != nil || u.Host == "" {
+		return usagef("status", "--http %q is not a host:port or a URL", *addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -157,6 +159,10 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	prob, err := f.checkCommon()
 	if err != nil {
 		return asUsage("testnet", err)
+	}
+	if err := checkOutputDirs(map[string]string{"--report": *f.reportPath, "--pairs": *f.pairsPath, "--plot": *f.plotPath,
+		"--trace": *f.tracePath, "--curve": *f.curvePath}); err != nil {
+		return err
 	}
 	if isGossip(mode) && !f.m.isSet("l2") {
 		prob.Reg.L2 = node.RADMMDefaultL2
@@ -491,6 +497,32 @@ func parseCoalition(s string, n int) ([]int, error) {
 }
 
 // writeFileWith creates path, lets write fill it and closes it, reporting the first error.
+// checkOutputDirs checks, before a run, that the directory of every output file named
+// (flag -> path; "" and "-" name none) exists, so that a run is not lost for a typo in a
+// path written only at its end.
+func checkOutputDirs(paths map[string]string) error {
+	flags := make([]string, 0, len(paths))
+	for fl := range paths {
+		flags = append(flags, fl)
+	}
+	sort.Strings(flags)
+	for _, fl := range flags {
+		p := paths[fl]
+		if p == "" || p == "-" {
+			continue
+		}
+		dir := filepath.Dir(p)
+		st, err := os.Stat(dir)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s %s: its directory %s cannot be used: %v", fl, p, dir, err)
+		case !st.IsDir():
+			return fmt.Errorf("%s %s: %s is not a directory", fl, p, dir)
+		}
+	}
+	return nil
+}
+
 func writeFileWith(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {

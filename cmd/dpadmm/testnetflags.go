@@ -245,6 +245,8 @@ func (f *testnetFlags) checkCommon() (consensus.Problem, error) {
 // checkWalk checks the values of the walk's flags and returns its local step.
 func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 	switch {
+	case *f.hops < 1:
+		return walk.StepParams{}, fmt.Errorf("--hops must be >= 1, got %d", *f.hops)
 	case math.IsNaN(*f.sigma) || *f.sigma < 0 || math.IsInf(*f.sigma, 0):
 		return walk.StepParams{}, fmt.Errorf("--sigma must be finite and >= 0, got %v", *f.sigma)
 	case !(*f.clip > 0):
