@@ -132,7 +132,7 @@ func (f *testnetFlags) defineWalk(o sim.Options) {
 	f.sigma = fs.Float64("sigma", o.Sigma, "std of eta in eq. (7) (noise on u has std lambda*sigma); 0 = no privacy")
 	f.target = fs.Float64("target-epsilon", DefaultTargetEpsilon, targetHelp)
 	f.unit = fs.String("privacy-unit", string(privacy.UnitRecord), unitHelp)
-	f.hops = fs.Uint64("hops", o.Hops, "number of hops (token hand-offs)")
+	f.hops = fs.Uint64("hops", o.Hops, "number of hops (token hand-offs); default --nodes x --max-updates, as many as the caps allow noisy updates (1000 without a cap)")
 	f.maxUpd = fs.Int("max-updates", o.MaxUpdates, "cap K_i on noisy updates per node; 0 = no cap")
 	f.tracePath = fs.String("trace", "", "write the walk trace (holder and noisy flag per hop) to this file, for 'dpadmm account trace'")
 	f.pairsPath = fs.String("pairs", "", "write the full pairwise matrix as CSV i,j,planned_epsilon,realised_epsilon (ordered pairs i != j)")
@@ -214,6 +214,11 @@ func (f *testnetFlags) defaults(mode string) error {
 		if isGossip(mode) {
 			*f.graphSpec = g.Graph
 		}
+	}
+	if !isGossip(mode) && !f.m.isSet("hops") && *f.maxUpd > 0 && *f.nodes > 0 {
+		// As many hops as the caps allow noisy updates (the demo's 50 x 20 = 1000):
+		// more would only forward the token, fewer leave updates unspent.
+		*f.hops = uint64(*f.nodes) * uint64(*f.maxUpd)
 	}
 	return nil
 }
