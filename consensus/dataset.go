@@ -28,6 +28,10 @@ type Dataset struct {
 	// TargetScale, when > 0, says the targets were divided by it (Scaler.TargetScale):
 	// Regression reports the RMSE in the original units.
 	TargetScale float64
+	// Ranges, when not nil, are the public ranges the raw features were clipped to
+	// (Schema.Apply), one [min, max] per raw feature in Features order ([0, 1] for a
+	// one-hot one); a model trained on d clips its inputs to them (ModelSpec.Ranges).
+	Ranges [][2]float64
 }
 
 // HasIntercept reports whether d's last column is the intercept (named InterceptFeature:
@@ -52,7 +56,7 @@ func (d *Dataset) Subset(idx []int) *Dataset {
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
 
-		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill,
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill, Ranges: d.Ranges,
 	}
 	for _, i := range idx {
 		out.X = append(out.X, d.Row(i)...)
@@ -72,7 +76,7 @@ func (d *Dataset) Clone() *Dataset {
 		Features: append([]string(nil), d.Features...),
 		Classes:  d.Classes,
 
-		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill,
+		TargetScale: d.TargetScale, Label: d.Label, Categories: d.Categories, Fill: d.Fill, Ranges: d.Ranges,
 	}
 }
 

@@ -46,11 +46,15 @@ type ModelSpec struct {
 	Categorical []Categorical `json:"categorical,omitempty"`
 	// Fill is the public rule for missing cells the training data were read with; predict
 	// and eval apply it to their rows.
-	Fill      *FillRule   `json:"fill,omitempty"`
-	Scaling   *Scaler     `json:"scaling"`
-	Weights   [][]float64 `json:"weights"`
-	Coef      [][]float64 `json:"coef,omitempty"`
-	Intercept []float64   `json:"intercept,omitempty"`
+	Fill    *FillRule `json:"fill,omitempty"`
+	Scaling *Scaler   `json:"scaling"`
+	// Ranges, when present, are the public ranges of the features (one [min, max] per
+	// feature, in Features order; [0, 1] for a one-hot one), the schema's, to which the
+	// training rows were clipped: Scores clips a row to them first, as training did.
+	Ranges    [][2]float64 `json:"ranges,omitempty"`
+	Weights   [][]float64  `json:"weights"`
+	Coef      [][]float64  `json:"coef,omitempty"`
+	Intercept []float64    `json:"intercept,omitempty"`
 }
 
 // NewModelSpec describes the model w trained with loss on data d (scaled by sc, so with
@@ -68,6 +72,9 @@ func NewModelSpec(d *Dataset, sc *Scaler, loss Loss, w []float64) (*ModelSpec, e
 	}
 	m := &ModelSpec{Format: ModelFormat, Loss: loss.String(), Label: d.Label, Scaling: sc,
 		Features: append([]string(nil), d.Features[:raw]...), Categorical: d.Categories, Fill: d.Fill}
+	if len(d.Ranges) >= raw {
+		m.Ranges = append([][2]float64(nil), d.Ranges[:raw]...)
+	}
 	k := 1
 	switch {
 	case loss == Squared:
@@ -146,6 +153,14 @@ func (m *ModelSpec) Validate() error {
 	if d := m.Scaling.Dims(); d > 0 && d != len(m.Features) {
 		return fmt.Errorf("model spec: the scaling covers %d features, the model has %d", d, len(m.Features))
 	}
+	if m.Ranges != nil && len(m.Ranges) != len(m.Features) {
+		return fmt.Errorf("model spec: %d feature ranges for %d features", len(m.Ranges), len(m.Features))
+	}
+	for j, r := range m.Ranges {
+		if math.IsNaN(r[0]) || math.IsNaN(r[1]) || math.IsInf(r[0], 0) || math.IsInf(r[1], 0) || r[0] > r[1] {
+			return fmt.Errorf("model spec: the range of feature %q is not a finite [min, max]: %v", m.Features[j], r)
+		}
+	}
 	want, k := len(m.Features), 1
 	if m.Scaling.HasIntercept() {
 		want++
@@ -183,7 +198,7 @@ func (m *ModelSpec) Validate() error {
 // Scores returns the model's scores of one raw row (len(Features) values): Weights times
 // the scaled row; for regression the prediction in the target's units.
 func (m *ModelSpec) Scores(x []float64) []float64 {
-	z := m.Scaling.ScaleRow(x)
+	z := m.Scaling.ScaleRow(m.Clip(x))
 	out := make([]float64, len(m.Weights))
 	for k, w := range m.Weights {
 		s := 0.0
@@ -196,6 +211,33 @@ func (m *ModelSpec) Scores(x []float64) []float64 {
 		out[0] = m.Scaling.Predict(out[0])
 	}
 	return out
+}
+
+// Clip returns x clipped to the model's feature ranges (x itself when it has none or
+// every value is inside them).
+func (m *ModelSpec) Clip(x []float64) []float64 {
+	if m.Outside(x) == 0 {
+		return x
+	}
+	out := make([]float64, len(x))
+	for j, v := range x {
+		out[j] = v
+		if j < len(m.Ranges) {
+			out[j] = math.Max(m.Ranges[j][0], math.Min(m.Ranges[j][1], v))
+		}
+	}
+	return out
+}
+
+// Outside counts the values of x outside the model's feature ranges.
+func (m *ModelSpec) Outside(x []float64) int {
+	n := 0
+	for j, v := range x {
+		if j < len(m.Ranges) && (v < m.Ranges[j][0] || v > m.Ranges[j][1]) {
+			n++
+		}
+	}
+	return n
 }
 
 // Probabilities returns the class probabilities of scores (nil for regression): binary

@@ -368,7 +368,7 @@ func (s *Scaler) Apply(d *Dataset) *Dataset {
 	}
 	f := s.featureFactor()
 	w := &Dataset{Name: out.Name, Rows: out.Rows, Cols: out.Cols + 1, Y: out.Y, Classes: out.Classes, TargetScale: out.TargetScale,
-		Label: out.Label, Categories: out.Categories, Fill: out.Fill,
+		Label: out.Label, Categories: out.Categories, Fill: out.Fill, Ranges: out.Ranges,
 		X: make([]float64, 0, out.Rows*(out.Cols+1)), Features: append(out.Features, InterceptFeature)}
 	for i := 0; i < out.Rows; i++ {
 		for _, v := range out.Row(i) {

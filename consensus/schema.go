@@ -176,7 +176,7 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 			k++
 		}
 	}
-	out = &Dataset{Name: d.Name, Rows: d.Rows, Cols: len(names), Y: append([]float64(nil), d.Y...), Features: names,
+	out = &Dataset{Name: d.Name, Rows: d.Rows, Cols: len(names), Y: append([]float64(nil), d.Y...), Features: names, Ranges: schemaRanges(lo, hi),
 		Classes: d.Classes, Label: d.Label, Fill: d.Fill, TargetScale: d.TargetScale, Warnings: d.Warnings,
 		X: make([]float64, 0, d.Rows*len(names))}
 	for _, f := range s.Features {
@@ -199,6 +199,19 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 		}
 	}
 	return out, clipped, nil
+}
+
+// schemaRanges are the ranges of Dataset.Ranges from Apply's bounds: a one-hot feature
+// (unbounded there) gets [0, 1], the values it takes.
+func schemaRanges(lo, hi []float64) [][2]float64 {
+	r := make([][2]float64, len(lo))
+	for k := range lo {
+		r[k] = [2]float64{lo[k], hi[k]}
+		if math.IsInf(lo[k], 0) || math.IsInf(hi[k], 0) {
+			r[k] = [2]float64{0, 1}
+		}
+	}
+	return r
 }
 
 func (s *Schema) hasCategorical(name string) bool {

@@ -151,6 +151,7 @@ func tensorInfo(name, doc string, elem onnx.TensorProto_DataType, dims ...int64)
 // of the default domain only:
 //
 //	x            [N, p]  raw features
+//	Max, Min             clipped to [range_min, range_max]      a model with ranges (a schema's)
 //	Sub, Div             (x - mean) / std                       standardize kinds
 //	Div                  / row_div                              rownorm kinds
 //	ReduceL2, Max, Div   / max(1, ||row||)                      unitball kinds
@@ -172,6 +173,14 @@ func exportONNX(spec *consensus.ModelSpec) ([]byte, error) {
 	p, k := len(spec.Features), len(spec.Weights)
 	b := &onnxBuilder{g: &onnx.GraphProto{Name: "dpadmm_linear"}}
 	z := "x"
+	if r := spec.Ranges; r != nil {
+		lo, hi := make([]float64, p), make([]float64, p)
+		for j := range r {
+			lo[j], hi[j] = r[j][0], r[j][1]
+		}
+		z = b.node("Max", []string{z, b.constant("range_min", []int64{int64(p)}, lo...)}, "x_above_min")
+		z = b.node("Min", []string{z, b.constant("range_max", []int64{int64(p)}, hi...)}, "x_clipped")
+	}
 	if sc.Kind == consensus.ScaleStandardize || sc.Kind == consensus.ScaleStandardizeNorm || sc.Kind == consensus.ScaleStandardizeUnitBall {
 		z = b.node("Sub", []string{z, b.constant("mean", []int64{int64(p)}, sc.Mean...)}, "x_centered")
 		z = b.node("Div", []string{z, b.constant("std", []int64{int64(p)}, sc.Std...)}, "x_standardized")
@@ -327,6 +336,9 @@ func onnxDoc(spec *consensus.ModelSpec) string {
 		fmt.Fprintf(&b, "Classes (label indices 0..%d): %s.\n", len(spec.Classes)-1, strings.Join(spec.Classes, ", "))
 	}
 	fmt.Fprintf(&b, "Input x: float64 [N, %d], the raw features in this order: %s.\n", len(spec.Features), strings.Join(spec.Features, ", "))
+	if spec.Ranges != nil {
+		b.WriteString("Each feature is first clipped to its public range (initializers range_min, range_max), as the training rows were.\n")
+	}
 	for _, c := range spec.Categorical {
 		fmt.Fprintf(&b, "Text column %q is one-hot encoded as features %s=VALUE for VALUE in: %s.\n", c.Column, c.Column, strings.Join(c.Values, ", "))
 	}
@@ -420,6 +432,15 @@ func exportCSV(spec *consensus.ModelSpec) ([]byte, error) {
 			rec = append(rec, num(v))
 		}
 		_ = cw.Write(rec)
+	}
+	if r := spec.Ranges; r != nil {
+		for side, name := range []string{"min", "max"} {
+			rec := []string{"", name, ""}
+			for _, v := range r {
+				rec = append(rec, num(v[side]))
+			}
+			_ = cw.Write(rec)
+		}
 	}
 	if space == "unitball" && sc.Kind == consensus.ScaleStandardizeUnitBall {
 		for _, r := range []struct {

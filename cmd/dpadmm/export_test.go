@@ -92,6 +92,19 @@ func exportSpec(t *testing.T, rng *rand.Rand, task string, kind consensus.Scalin
 	d := &consensus.Dataset{Cols: p, Features: slices.Clone(exportFeatures), Label: "outcome",
 		Categories: []consensus.Categorical{{Column: "color", Values: []string{"blue", "green", "red"}}}}
 	if c > 0 {
+		// Public ranges (a schema's) that many rows exceed: the middle 60% of each
+		// numeric column's span, [0, 1] for the one-hot color.
+		for j := range p {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, x := range rows {
+				lo, hi = math.Min(lo, x[j]), math.Max(hi, x[j])
+			}
+			r := [2]float64{lo + 0.2*(hi-lo), hi - 0.2*(hi-lo)}
+			if strings.HasPrefix(exportFeatures[j], "color=") {
+				r = [2]float64{0, 1}
+			}
+			d.Ranges = append(d.Ranges, r)
+		}
 		d.Cols, d.Features = p+1, append(d.Features, consensus.InterceptFeature)
 	}
 	loss, k := consensus.Logistic, 1
@@ -372,8 +385,8 @@ func runONNX(t *testing.T, path string, rows [][]float64) map[string]any {
 	return out
 }
 
-// onnxTestOperators is gonnx's opset 13 with the three operators of the exported graphs
-// that gonnx v1.1.0 does not implement: ReduceL2, Max and ArgMax, written here from the
+// onnxTestOperators is gonnx's opset 13 with the four operators of the exported graphs
+// that gonnx v1.1.0 does not implement: ReduceL2, Max, Min and ArgMax, written here from the
 // ONNX operator specification for what the graphs use (2-D inputs, reduction over axis 1)
 // and refusing anything else.
 func onnxTestOperators(op string) (ops.Operator, error) {
@@ -381,7 +394,9 @@ func onnxTestOperators(op string) (ops.Operator, error) {
 	case "ReduceL2":
 		return &testReduceL2{}, nil
 	case "Max":
-		return &testMax{}, nil
+		return &testMax{name: "Max", f: math.Max}, nil
+	case "Min":
+		return &testMax{name: "Min", f: math.Min}, nil
 	case "ArgMax":
 		return &testArgMax{}, nil
 	}
@@ -478,11 +493,16 @@ func (o *testReduceL2) Apply(in []tensor.Tensor) ([]tensor.Tensor, error) {
 	return []tensor.Tensor{tensor.New(tensor.WithShape(shape...), tensor.WithBacking(out))}, nil
 }
 
-// testMax is Max (opset 13) of two inputs with multidirectional broadcasting.
-type testMax struct{ testOp }
+// testMax is Max or Min (opset 13, name and f) of two inputs with multidirectional
+// broadcasting.
+type testMax struct {
+	testOp
+	name string
+	f    func(a, b float64) float64
+}
 
 func (o *testMax) Init(n *onnx.NodeProto) error {
-	o.testOp = testOp{"Max", 2, 2}
+	o.testOp = testOp{o.name, 2, 2}
 	_, err := testAttrs(n)
 	return err
 }
@@ -500,7 +520,7 @@ func (o *testMax) Apply(in []tensor.Tensor) ([]tensor.Tensor, error) {
 	ad, bd := a.(*tensor.Dense).Materialize().Data().([]float64), b.(*tensor.Dense).Materialize().Data().([]float64)
 	out := make([]float64, len(ad))
 	for i := range out {
-		out[i] = math.Max(ad[i], bd[i])
+		out[i] = o.f(ad[i], bd[i])
 	}
 	return []tensor.Tensor{tensor.New(tensor.WithShape(a.Shape().Clone()...), tensor.WithBacking(out))}, nil
 }
@@ -647,8 +667,16 @@ func TestExportCSVReproducesScores(t *testing.T) {
 				space = "unitball"
 			}
 			score := rows[space]
-			if len(score) != len(spec.Weights) || len(rows) != map[bool]int{false: 1, true: 3}[kind == consensus.ScaleStandardizeUnitBall] {
+			want := map[bool]int{false: 1, true: 3}[kind == consensus.ScaleStandardizeUnitBall]
+			if spec.Ranges != nil {
+				want += 2 // the min and max rows
+			}
+			if len(score) != len(spec.Weights) || len(rows) != want {
 				t.Fatalf("rows by space %v", rows)
+			}
+			var lo, hi []float64
+			if spec.Ranges != nil {
+				lo, hi = parseFloats(t, rows["min"][0][3:]), parseFloats(t, rows["max"][0][3:])
 			}
 			var names []string
 			for _, r := range score {
@@ -670,6 +698,9 @@ func TestExportCSVReproducesScores(t *testing.T) {
 				}
 				for i, x := range tc.rows {
 					u := slices.Clone(x)
+					for j := range lo {
+						u[j] = math.Max(lo[j], math.Min(hi[j], u[j]))
+					}
 					if unit {
 						for j := range u {
 							if mean != nil {

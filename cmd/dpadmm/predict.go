@@ -84,6 +84,9 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 	if rows.Unseen > 0 {
 		fmt.Fprintf(stderr, "warning: %d cell(s) of %s hold a category the model has not seen; encoded as zeros\n", rows.Unseen, *data)
 	}
+	if n := outsideRanges(spec, rows.X); n > 0 {
+		fmt.Fprintf(stderr, "warning: %d cell(s) of %s lie outside the model's feature ranges (its schema's); clipped to them, as the training rows were\n", n, *data)
+	}
 	res := predictOutput{Model: path, Task: spec.Task, Classes: spec.Classes, Rows: len(rows.X), Unseen: rows.Unseen}
 	for _, x := range rows.X {
 		sc := spec.Scores(x)
@@ -201,4 +204,14 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return nil
+}
+
+// outsideRanges counts the cells of rows outside spec's feature ranges (which Scores
+// clips them to).
+func outsideRanges(spec *consensus.ModelSpec, rows [][]float64) int {
+	n := 0
+	for _, x := range rows {
+		n += spec.Outside(x)
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -367,5 +368,40 @@ func TestPredictorGolden(t *testing.T) {
 	}
 	if string(want) != string(got)+"\n" {
 		t.Fatalf("predictor differs from %s (go test -run PredictorGolden -update rewrites it):\n%s", golden, got)
+	}
+}
+
+// TestPredictClipsToRanges: a model trained with a schema clips its inputs to the
+// schema's ranges, as training clipped the rows: two rows that differ only in a value at
+// the top of its range and far above it get the same prediction, and the cell outside is
+// reported.
+func TestPredictClipsToRanges(t *testing.T) {
+	dir := t.TempDir()
+	rep := filepath.Join(dir, "wine.json")
+	if code, _, e := runCmd("testnet", "--data", "../../examples/wine.csv", "--label", "class", "--schema", "../../examples/wine.schema.json",
+		"--nodes", "3", "--quiet", "--report", rep); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	spec, _, err := readSpec(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := slices.Index(spec.Features, "proline")
+	if len(spec.Ranges) != len(spec.Features) || j < 0 || spec.Ranges[j] != [2]float64{270, 1700} {
+		t.Fatalf("model ranges %v (features %v)", spec.Ranges, spec.Features)
+	}
+	head := "alcohol,malic_acid,ash,alcalinity_of_ash,magnesium,total_phenols,flavanoids,nonflavanoid_phenols,proanthocyanins,color_intensity,hue,od280_od315_of_diluted_wines,proline\n"
+	row := "13.2,1.78,2.14,11.2,100.0,2.65,2.76,0.26,1.28,4.38,1.05,3.4,"
+	test := writeFile(t, dir, "t.csv", head+row+"1700\n"+row+"100000\n")
+	code, out, e := runCmd("predict", "--model", rep, "--data", test)
+	if code != 0 || !strings.Contains(e, "1 cell(s)") || !strings.Contains(e, "clipped") {
+		t.Fatalf("predict: exit %d: %s", code, e)
+	}
+	got, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(got) != 3 {
+		t.Fatalf("predictions %q: %v", out, err)
+	}
+	if !slices.Equal(got[1], got[2]) {
+		t.Fatalf("proline 1700 (the range's top) and 100000 predicted differently: %v vs %v", got[1], got[2])
 	}
 }
