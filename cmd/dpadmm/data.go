@@ -686,6 +686,9 @@ func (f *dataFlags) hint(err error, loss consensus.Loss) error {
 	default:
 		return err
 	}
+	if strings.HasPrefix(h, "is --label the right column?") && f.label != nil && *f.label == "" {
+		h = "without --label the label is the first column; name it with --label NAME." + strings.TrimPrefix(h, "is --label the right column?")
+	}
 	return fmt.Errorf("%w; hint: %s", err, h)
 }
 
