@@ -296,6 +296,10 @@ func Softmax(dst, s []float64) []float64 {
 	return dst
 }
 
+// ErrNoPredictor: a model file holds no predictor (an older file, or not a model file);
+// any other error of ParseModelSpec is a predictor that is present and broken.
+var ErrNoPredictor = errors.New(`model file: no "predictor" (written by an older version, or not a model file)`)
+
 // ParseModelSpec reads a model spec from JSON: a spec itself (its "format" is
 // ModelFormat), or any file that holds one under "predictor" (a node's model.json, a
 // testnet report). The spec is validated.
@@ -310,7 +314,7 @@ func ParseModelSpec(b []byte) (*ModelSpec, error) {
 	raw := b
 	if probe.Format == "" {
 		if len(probe.Predictor) == 0 || string(probe.Predictor) == "null" {
-			return nil, errors.New(`model file: no "predictor" (written by an older version, or not a model file)`)
+			return nil, ErrNoPredictor
 		}
 		raw = probe.Predictor
 	}

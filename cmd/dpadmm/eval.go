@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -184,8 +185,14 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("eval", "--loss must be logistic or squared, got %q", *lossName)
 	}
-	if spec, path, err := readSpec(files[0]); err == nil {
+	// A file with a predictor is scored by it; one whose predictor is broken is an error
+	// (not scored by its bare "model" array); only a file without one falls back to it.
+	spec, path, err := readSpec(files[0])
+	switch {
+	case err == nil:
 		return evalSpec(spec, path, df, set, *lossName, *asJSON, stdout)
+	case !errors.Is(err, consensus.ErrNoPredictor):
+		return err
 	}
 	mf, path, err := readModelAny(files[0])
 	if err != nil {

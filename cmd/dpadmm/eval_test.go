@@ -180,3 +180,34 @@ func TestEvalTestnetReport(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalBrokenPredictor: a report whose predictor is present but broken (a weight row
+// cut short) is an error, as in predict and export, not scored by its bare "model"
+// array.
+func TestEvalBrokenPredictor(t *testing.T) {
+	dir := t.TempDir()
+	rep := filepath.Join(dir, "r.json")
+	var out, errb bytes.Buffer
+	if code := run([]string{"testnet", "--nodes", "3", "--quiet", "--report", rep}, &out, &errb); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, errb.String())
+	}
+	var m map[string]any
+	b, _ := os.ReadFile(rep)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	w := m["predictor"].(map[string]any)["weights"].([]any)
+	w[0] = w[0].([]any)[:3]
+	b, _ = json.Marshal(m)
+	broken := filepath.Join(dir, "broken.json")
+	if err := os.WriteFile(broken, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"eval", "--data", "embedded", broken}, {"predict", "--model", broken, "--data", "../../examples/test.csv"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(cmd, &out, &errb); code != 1 || !strings.Contains(errb.String(), "weight row of 3 values") {
+			t.Errorf("%v: exit %d: %s", cmd, code, errb.String())
+		}
+	}
+}
