@@ -126,7 +126,7 @@ func readSpec(path string) (*consensus.ModelSpec, string, error) {
 	}
 	m, err := consensus.ParseModelSpec(b)
 	if err != nil {
-		return nil, path, fmt.Errorf("%s: %v", path, err)
+		return nil, path, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, path, nil
 }
