@@ -183,13 +183,19 @@ func writePredictionsCSV(w io.Writer, spec *consensus.ModelSpec, ps []prediction
 }
 
 // writeFileAtomic writes b to path through a temporary file in the same directory, so
-// that a failed write leaves no partial file.
+// that a failed write leaves no partial file. The file gets mode 0644, as the reports
+// (a temporary file is created 0600).
 func writeFileAtomic(path string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	name := tmp.Name()
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(name)
+		return err
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		os.Remove(name)

@@ -102,7 +102,11 @@ func printNodeStatus(w io.Writer, ready, st map[string]any) {
 	if r := str(ready, "reason"); r != "-" && r != "" {
 		fmt.Fprintf(w, " (%s)", r)
 	}
-	fmt.Fprintf(w, "\n  peer %s, member %s of %s, %s peers connected\n", str(st, "peer"), str(st, "index"), str(st, "members"), str(st, "peers"))
+	member := fmt.Sprintf("member %s of %s", str(st, "index"), str(st, "members"))
+	if i, ok := st["index"].(float64); ok && i < 0 {
+		member = "not a member yet" // joining: the membership is not fixed
+	}
+	fmt.Fprintf(w, "\n  peer %s, %s, %s peers connected\n", str(st, "peer"), member, str(st, "peers"))
 	fmt.Fprintf(w, "  own updates %s (updates left %s), epsilon spent %s: %s\n", str(st, "own_updates"), str(st, "updates_left"),
 		str(st, "epsilon_spent"), str(st, "epsilon_theorem"))
 	if nb, ok := st["network_planned"].(map[string]any); ok {
@@ -116,7 +120,11 @@ func printNodeStatus(w io.Writer, ready, st map[string]any) {
 		fmt.Fprintf(w, "  budget %s, left %s\n", str(st, "budget_epsilon"), str(st, "budget_left"))
 	}
 	if j, ok := st["join"].(map[string]any); ok {
-		fmt.Fprintf(w, "  joining as %s: %s of %s\n", str(j, "role"), str(j, "joined"), str(j, "want"))
+		if want, ok := j["want"].(float64); ok && want > 0 {
+			fmt.Fprintf(w, "  joining as %s: %s of %s members\n", str(j, "role"), str(j, "joined"), str(j, "want"))
+		} else {
+			fmt.Fprintf(w, "  joining as %s: waiting for the starter to fix the membership\n", str(j, "role"))
+		}
 		for _, k := range []string{"waiting_for", "refused"} {
 			if l, ok := j[k].([]any); ok && len(l) > 0 {
 				fmt.Fprintf(w, "  %s: %v\n", strings.ReplaceAll(k, "_", " "), l)

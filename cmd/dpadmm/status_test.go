@@ -70,3 +70,22 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("unreachable node: exit %d, want 1", code)
 	}
 }
+
+// TestStatusJoining: a node that has not joined yet (index -1, no membership) is printed
+// as such, not as "member -1 of 0"; a starter counts its members against the target.
+func TestStatusJoining(t *testing.T) {
+	var b strings.Builder
+	printNodeStatus(&b, map[string]any{"state": "joining"}, map[string]any{"run": "r", "peer": "p", "index": -1.0, "members": 0.0,
+		"join": map[string]any{"role": "joiner", "joined": 1.0, "want": 0.0}})
+	out := b.String()
+	if strings.Contains(out, "member -1") || strings.Contains(out, "of 0") || !strings.Contains(out, "not a member yet") ||
+		!strings.Contains(out, "waiting for the starter") {
+		t.Fatalf("joiner status:\n%s", out)
+	}
+	b.Reset()
+	printNodeStatus(&b, map[string]any{"state": "joining"}, map[string]any{"run": "r", "peer": "p", "index": 0.0, "members": 0.0,
+		"join": map[string]any{"role": "starter", "joined": 2.0, "want": 3.0}})
+	if !strings.Contains(b.String(), "joining as starter: 2 of 3 members") {
+		t.Fatalf("starter status:\n%s", b.String())
+	}
+}

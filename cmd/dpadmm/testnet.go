@@ -255,7 +255,11 @@ func (f *testnetFlags) runWalk(ctx context.Context, mode string, opt sim.Options
 			return err
 		}
 		defer curveFile.Close()
-		opt.Curve, opt.CurveEvery = curveFile, max(*f.curveEvery, 1)
+		every := *f.curveEvery
+		if every == 0 {
+			every = *f.hops / 100
+		}
+		opt.Curve, opt.CurveEvery = curveFile, max(every, 1)
 	}
 	prog := newProgress(stderr, *f.quiet)
 	var netProgress func(entries, hops uint64)

@@ -78,7 +78,7 @@ func newTestnetFlags(stdout io.Writer) *testnetFlags {
 	f.budgetEps = f.m.Float64("budget-epsilon", 0, "per-node privacy budget epsilon (at --delta); 0 = no budget. A node whose next noisy update would exceed it forwards the token unchanged")
 	f.budgetKind = f.m.String("budget-kind", walk.BudgetLocal, "what --budget-epsilon bounds: local (observer of every message) or network (worst pair, planned)")
 	f.ledgerDir = f.m.String("ledger-dir", "", "write one append-only ledger file per node to this directory")
-	f.curveEvery = f.m.Uint64("curve-every", 1000, "hops between curve points")
+	f.curveEvery = f.m.Uint64("curve-every", 0, "hops between curve points; 0 = --hops / 100 (about 100 points)")
 	f.m.in("the random walk over real hosts (--mem, --procs)", "the random walk with --mem", "walk:*/"+netMem)
 	f.transport = f.m.String("transport", testnet.TransportTCP, "with --mem: tcp (loopback TCP) or mock (go-libp2p's in-memory mock network, for thousands of hosts)")
 	f.m.in("the random walk over real hosts (--mem, --procs)", "the random walk with --procs", "walk:*/"+netProcs)
