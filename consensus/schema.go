@@ -20,10 +20,16 @@ import (
 // it first), so the simulator and the nodes scale alike. The schema's hash enters the
 // configuration hash.
 //
+// A numeric feature may also give a public center and scale: standardization then uses
+// (x - center) / scale (after the clipping to the range) instead of the range's midpoint
+// and half-width. A range is wide by nature (it must hold every value), and on skewed
+// columns it squeezes most rows into a small part of [-1, 1]; a typical value and spread
+// (a reference population's mean and standard deviation) keep them apart.
+//
 // Ranges should come from what is known of the domain (a laboratory value's reportable
 // range, an age in [0, 120]); a range computed from private rows discloses their minimum and
-// maximum, so a drafted schema (dpadmm testnet --schema-out) is to be reviewed, rounded
-// outward, before it is shared.
+// maximum, and a center and scale computed from them their mean and spread, so a drafted
+// schema (dpadmm testnet --schema-out) is to be reviewed, rounded, before it is shared.
 type Schema struct {
 	Label    string          `json:"label,omitempty"`
 	Classes  []string        `json:"classes,omitempty"`
@@ -38,9 +44,13 @@ type Schema struct {
 // SchemaFeature is one column of a Schema: a numeric feature with its range, or a text
 // column with its categories (one-hot encoded in that order).
 type SchemaFeature struct {
-	Name       string   `json:"name"`
-	Min        *float64 `json:"min,omitempty"`
-	Max        *float64 `json:"max,omitempty"`
+	Name string   `json:"name"`
+	Min  *float64 `json:"min,omitempty"`
+	Max  *float64 `json:"max,omitempty"`
+	// Center and Scale, both or neither, standardize a numeric feature as
+	// (x - center) / scale; without them the range's midpoint and half-width do.
+	Center     *float64 `json:"center,omitempty"`
+	Scale      *float64 `json:"scale,omitempty"`
 	Categories []string `json:"categories,omitempty"`
 }
 
@@ -75,6 +85,12 @@ func (s *Schema) Validate() error {
 			return fmt.Errorf("feature %q: a numeric feature needs a public range (min and max)", f.Name)
 		case len(f.Categories) == 0 && !(*f.Max > *f.Min && !math.IsInf(*f.Min, 0) && !math.IsInf(*f.Max, 0)):
 			return fmt.Errorf("feature %q: range [%v, %v] must be finite with min < max", f.Name, *f.Min, *f.Max)
+		case (f.Center == nil) != (f.Scale == nil):
+			return fmt.Errorf("feature %q: center and scale go together (both or neither)", f.Name)
+		case f.Center != nil && len(f.Categories) > 0:
+			return fmt.Errorf("feature %q: a text column takes no center or scale", f.Name)
+		case f.Center != nil && (math.IsNaN(*f.Center) || math.IsInf(*f.Center, 0) || !(*f.Scale > 0) || math.IsInf(*f.Scale, 0)):
+			return fmt.Errorf("feature %q: center %v and scale %v must be finite, with scale > 0", f.Name, *f.Center, *f.Scale)
 		}
 		seen[f.Name] = true
 		cats := map[string]bool{}
@@ -236,6 +252,11 @@ func (s *Schema) Scaler(kind Scaling) (*Scaler, error) {
 	}
 	sc := &Scaler{Kind: kind}
 	for _, f := range s.Features {
+		if len(f.Categories) == 0 && f.Center != nil {
+			sc.Mean = append(sc.Mean, *f.Center)
+			sc.Std = append(sc.Std, *f.Scale)
+			continue
+		}
 		if len(f.Categories) == 0 {
 			sc.Mean = append(sc.Mean, (*f.Min+*f.Max)/2)
 			sc.Std = append(sc.Std, (*f.Max-*f.Min)/2)
@@ -248,9 +269,11 @@ func (s *Schema) Scaler(kind Scaling) (*Scaler, error) {
 	return sc, sc.Validate(0)
 }
 
-// DraftSchema returns a schema describing d: its features with their observed ranges and
-// categories, its label column and classes. It describes d's rows: review and round the
-// ranges outward before sharing it (see Schema).
+// DraftSchema returns a schema describing d: its features with their observed ranges,
+// means and standard deviations (center and scale, to 3 significant digits) and
+// categories, its label column and classes. It describes d's rows: review it, round the
+// ranges outward and replace the statistics by public ones before sharing it (see
+// Schema).
 func DraftSchema(d *Dataset) *Schema {
 	s := &Schema{Label: d.Label, Classes: d.Classes.Names(), Fill: d.Fill}
 	if len(s.Classes) == 2 && s.Classes[0] == "" {
@@ -288,7 +311,31 @@ func DraftSchema(d *Dataset) *Schema {
 		if !(hi > lo) {
 			lo, hi = lo-1, hi+1
 		}
-		s.Features = append(s.Features, SchemaFeature{Name: n, Min: &lo, Max: &hi})
+		sf := SchemaFeature{Name: n, Min: &lo, Max: &hi}
+		if d.Rows > 1 {
+			mean, ss := 0.0, 0.0
+			for i := 0; i < d.Rows; i++ {
+				mean += d.Row(i)[j]
+			}
+			mean /= float64(d.Rows)
+			for i := 0; i < d.Rows; i++ {
+				ss += (d.Row(i)[j] - mean) * (d.Row(i)[j] - mean)
+			}
+			if sd := sigDigits(math.Sqrt(ss/float64(d.Rows-1)), 3); sd > 0 {
+				c := sigDigits(mean, 3)
+				sf.Center, sf.Scale = &c, &sd
+			}
+		}
+		s.Features = append(s.Features, sf)
 	}
 	return s
+}
+
+// sigDigits rounds v to n significant digits.
+func sigDigits(v float64, n int) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
 }

@@ -60,7 +60,9 @@ func TestSchemaApplyAndScale(t *testing.T) {
 	}
 	for _, bad := range []string{`{"features":[]}`, `{"features":[{"name":"x"}]}`, `{"features":[{"name":"x","min":2,"max":1}]}`,
 		`{"features":[{"name":"x","min":0,"max":1},{"name":"x","min":0,"max":1}]}`, `{"features":[{"name":"c","categories":["a","a"]}]}`,
-		`{"features":[{"name":"x","min":0,"max":1}],"target_min":3}`, `{"features":[{"name":"x","min":0,"max":1}],"extra":1}`} {
+		`{"features":[{"name":"x","min":0,"max":1}],"target_min":3}`, `{"features":[{"name":"x","min":0,"max":1}],"extra":1}`,
+		`{"features":[{"name":"x","min":0,"max":1,"center":0.5}]}`, `{"features":[{"name":"x","min":0,"max":1,"center":0.5,"scale":0}]}`,
+		`{"features":[{"name":"c","categories":["a"],"center":0,"scale":1}]}`} {
 		p := filepath.Join(t.TempDir(), "s.json")
 		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
@@ -93,6 +95,45 @@ func TestDraftSchemaRoundTrip(t *testing.T) {
 		if math.Float64bits(a.X[i]) != math.Float64bits(d.X[i]) {
 			t.Fatalf("value %d changed: %v -> %v", i, d.X[i], a.X[i])
 		}
+	}
+}
+
+// TestSchemaCenterScale: a feature's center and scale replace the range's midpoint and
+// half-width in the standardization; the range still clips; a drafted schema carries
+// the data's mean and standard deviation to 3 significant digits.
+func TestSchemaCenterScale(t *testing.T) {
+	lo, hi, c, sd := 0.0, 100.0, 10.0, 4.0
+	s := &Schema{Features: []SchemaFeature{{Name: "x", Min: &lo, Max: &hi, Center: &c, Scale: &sd}}}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.Scaler(ScaleStandardize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := sc.ScaleRow([]float64{18}); r[0] != 2 {
+		t.Fatalf("x = 18 scales to %v, want (18 - 10) / 4 = 2", r[0])
+	}
+	d, err := ParseCSV("d.csv", strings.NewReader("y,x\n1,1000\n0,-5\n"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, clipped, err := s.Apply(d)
+	if err != nil || clipped != 2 || a.Row(0)[0] != 100 || a.Row(1)[0] != 0 {
+		t.Fatalf("apply: %v, %d clipped, rows %v", err, clipped, a.X)
+	}
+	d2, err := ParseCSV("d.csv", strings.NewReader("y,x\n1,1.23456\n0,2.5\n1,9.8765\n"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := DraftSchema(d2).Features[0]
+	mean := (1.23456 + 2.5 + 9.8765) / 3
+	var ss float64
+	for _, v := range []float64{1.23456, 2.5, 9.8765} {
+		ss += (v - mean) * (v - mean)
+	}
+	if f.Center == nil || *f.Center != 4.54 || f.Scale == nil || math.Abs(*f.Scale-math.Sqrt(ss/2)) > 0.005 {
+		t.Fatalf("drafted center %v scale %v, want 4.54 and %.3g", f.Center, f.Scale, math.Sqrt(ss/2))
 	}
 }
 

@@ -154,7 +154,7 @@ func addDataFlags(fs *flag.FlagSet, cfg dataFlagConfig) *dataFlags {
 			"its ranges scale the features (no statistic of private rows), and its hash enters the config hash")
 	}
 	if cfg.intercept && cfg.fit {
-		f.schemaOut = fs.String("schema-out", "", "write a schema drafted from the training data (observed ranges and categories: review and round them before sharing)")
+		f.schemaOut = fs.String("schema-out", "", "write a schema drafted from the training data (observed ranges, means and standard deviations, categories: review, round and replace them by public values before sharing)")
 	}
 	if cfg.classes {
 		f.classes = fs.String("classes", "", p+"the run's classes, comma-separated in order (binary: negative,positive; 3 or more: the multinomial loss), "+

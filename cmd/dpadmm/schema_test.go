@@ -333,3 +333,27 @@ func TestSchemaReportToStdout(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaOutLearns: a user's CSV without public scaling parameters learns nothing at
+// the defaults (its largest column decides every row), and the schema --schema-out
+// drafts, with the columns' centers and scales, gives it the model the embedded data
+// gets (3 nodes, epsilon 2: 0.96).
+func TestSchemaOutLearns(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "bc.csv")
+	if err := os.WriteFile(data, consensus.EmbeddedCSV(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	schema := filepath.Join(dir, "bc.schema.json")
+	acc := func(args ...string) float64 {
+		t.Helper()
+		r := runJSON(t, append([]string{"testnet", "--data", data, "--label", "label", "--nodes", "3", "--json", "--quiet"}, args...)...)
+		return r.(map[string]any)["accuracy"].(float64)
+	}
+	if a := acc("--schema-out", schema); a > 0.7 {
+		t.Errorf("without a schema: accuracy %v, want the majority share or so", a)
+	}
+	if a := acc("--schema", schema); a < 0.93 {
+		t.Errorf("with the drafted schema: accuracy %v, want >= 0.93", a)
+	}
+}
