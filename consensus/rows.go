@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,38 @@ type RawRows struct {
 	// Unseen counts the cells of a categorical column holding a value the model's
 	// vocabulary lacks (encoded as all zeros, as scikit-learn's handle_unknown='ignore').
 	Unseen int
+}
+
+// readLIBSVM reads the rows of a LIBSVM file for a model trained on LIBSVM data: its
+// features are f1, f2, ... (the reader's names), taken from those indices (an index a
+// row lacks is 0, as in the format); the label is every row's first token.
+func (m *ModelSpec) readLIBSVM(name string, b []byte) (*RawRows, error) {
+	src := make([]int, len(m.Features))
+	for j, f := range m.Features {
+		k, err := strconv.Atoi(strings.TrimPrefix(f, "f"))
+		if !strings.HasPrefix(f, "f") || err != nil || k < 1 {
+			return nil, errorOf(ErrMissingColumn, "%s: a LIBSVM file, but the model's features have names (%q): give the rows as CSV with a header", name, f)
+		}
+		src[j] = k - 1
+	}
+	d, err := ParseLIBSVM(name, bytes.NewReader(b), LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := &RawRows{Labels: make([]string, 0, d.Rows)}
+	line := 0
+	for i := 0; i < d.Rows; i++ {
+		x := make([]float64, len(m.Features))
+		for j, c := range src {
+			if c < d.Cols {
+				x[j] = d.Row(i)[c]
+			}
+		}
+		line++
+		out.X, out.Lines = append(out.X, x), append(out.Lines, line)
+		out.Labels = append(out.Labels, strconv.FormatFloat(d.Y[i], 'g', -1, 64))
+	}
+	return out, nil
 }
 
 // ReadRows reads raw rows for m from a CSV file with a header: each of the model's
@@ -37,6 +70,9 @@ func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, er
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	b = bytes.TrimPrefix(b, []byte("\ufeff"))
+	if detectFormat(name, b, "") == "libsvm" {
+		return m.readLIBSVM(name, b)
+	}
 	cr := csv.NewReader(bytes.NewReader(b))
 	cr.Comma, cr.FieldsPerRecord, cr.TrimLeadingSpace = delim, -1, delim != '\t'
 	recs, err := cr.ReadAll()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -403,5 +404,46 @@ func TestPredictClipsToRanges(t *testing.T) {
 	}
 	if !slices.Equal(got[1], got[2]) {
 		t.Fatalf("proline 1700 (the range's top) and 100000 predicted differently: %v vs %v", got[1], got[2])
+	}
+}
+
+// TestPredictLIBSVM: a model trained on a LIBSVM file scores a LIBSVM file: eval on the
+// training file gives the report's training accuracy, and predict labels every row.
+func TestPredictLIBSVM(t *testing.T) {
+	dir := t.TempDir()
+	d, err := consensus.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for i := 0; i < d.Rows; i++ {
+		b.WriteString(strconv.FormatFloat(d.Y[i], 'g', -1, 64))
+		for j, v := range d.Row(i) {
+			if v != 0 {
+				fmt.Fprintf(&b, " %d:%s", j+1, strconv.FormatFloat(v, 'g', -1, 64))
+			}
+		}
+		b.WriteString("\n")
+	}
+	data := writeFile(t, dir, "bc.libsvm", b.String())
+	rep := filepath.Join(dir, "r.json")
+	if code, _, e := runCmd("testnet", "--data", data, "--nodes", "3", "--test-frac", "0", "--quiet", "--report", rep); code != 0 {
+		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	want := readReport(t, rep)["train_accuracy"].(float64)
+	code, ev, e := runCmd("eval", "--json", "--data", data, rep)
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, e)
+	}
+	var er evalReport
+	if err := json.Unmarshal([]byte(ev), &er); err != nil {
+		t.Fatal(err)
+	}
+	if er.Rows != d.Rows || er.Accuracy == nil || *er.Accuracy != want {
+		t.Fatalf("eval on the LIBSVM file: %d rows, accuracy %v; the report's training accuracy %v", er.Rows, er.Accuracy, want)
+	}
+	code, out, e := runCmd("predict", "--model", rep, "--data", data)
+	if code != 0 || strings.Count(out, "\n") != d.Rows+1 {
+		t.Fatalf("predict: exit %d, %d lines: %s", code, strings.Count(out, "\n"), e)
 	}
 }
