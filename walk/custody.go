@@ -1679,9 +1679,10 @@ func (c *Custody) Restore(ck *Checkpoint, s CustodySnapshot) error {
 		c.epoch = max(c.epoch, mk.epoch)
 	}
 	// Every use loaded, the held token's included, is of the node's previous life: each
-	// may buy one token of a later epoch (EvidenceUse: a regeneration made while this
-	// node was down keeps the evidence it used).
-	c.evUsed.Restarted()
+	// of a token within Depth + RewindSlack hops of the highest hop seen may buy one
+	// token of a later epoch (EvidenceUse: a regeneration made while this node was down
+	// keeps the evidence it used, and re-releases a backup at most Depth hand-offs back).
+	c.evUsed.Restarted(func(id TokenID) bool { return id.Hop+uint64(c.cfg.Depth)+RewindSlack >= c.maxHop })
 	f := s.Fallback
 	c.fb = fallbackState{active: f.Active, sent: f.Sent, gaveUp: f.GaveUp, hop: f.HopTicks, observed: f.Observed,
 		lastAt: f.LastAt, lastE: f.LastEpoch, lastH: f.LastHop}

@@ -112,11 +112,12 @@ type TokenID struct{ Epoch, Hop, Digest uint64 }
 // other member, whose lineage is newer), so an ordinary restart could stall a run. From
 // the restarted node's side an honest regeneration and a member re-sending under a new
 // epoch to burn its updates look the same; the exception bounds what the second can
-// gain: one update per evidence per restart of the node (which the member does not
-// control), each needing an epoch above the one used and above the node's fence (a new
-// lineage here, counted against the member's allowance, walk.LineageAllowance), and
-// each charged in the node's ledger like every update. Within one life of the node an
-// evidence buys one token, whatever its epoch.
+// gain: per restart of the node (which the member does not control), one update per
+// evidence of a token taken within Depth + RewindSlack hops of the highest hop the node
+// had seen (Custody.Restore), so at most that many updates, each needing an epoch above
+// the one used and a token above the node's fence, and each charged in the node's
+// ledger like every update. Within one life of the node an evidence buys one token,
+// whatever its epoch.
 type EvidenceUse struct {
 	Max   int
 	used  map[Evidence]TokenID
@@ -187,14 +188,18 @@ func (u *EvidenceUse) Use(ev Evidence, id TokenID) {
 	u.used[ev] = id
 }
 
-// Restarted marks every use recorded so far as made before a restart: each such
-// evidence may buy one more token, of a later epoch than the one recorded (see
-// EvidenceUse). Custody.Restore calls it once the uses of the snapshot and of the held
-// token are loaded.
-func (u *EvidenceUse) Restarted() {
+// Restarted marks the uses recorded so far for which recent(token taken) holds (every
+// use when recent is nil) as made before a restart: each such evidence may buy one more
+// token, of a later epoch than the one recorded (see EvidenceUse). Custody.Restore calls
+// it once the uses of the snapshot and of the held token are loaded, with the uses of
+// tokens within Depth + RewindSlack hops of the highest hop seen: a regeneration
+// re-releases a backup at most Depth acked hand-offs behind the walk.
+func (u *EvidenceUse) Restarted(recent func(TokenID) bool) {
 	u.prior = make(map[Evidence]bool, len(u.used))
-	for ev := range u.used {
-		u.prior[ev] = true
+	for ev, id := range u.used {
+		if recent == nil || recent(id) {
+			u.prior[ev] = true
+		}
 	}
 }
 

@@ -172,7 +172,7 @@ func TestEvidenceUseRestarted(t *testing.T) {
 	snap := append([]EvidenceRecord(nil), old...)
 	var v EvidenceUse
 	v.Load(old)
-	v.Restarted()
+	v.Restarted(nil)
 	same, earlier, later, later2 := TokenID{2, 8, 1}, TokenID{1, 8, 1}, TokenID{3, 8, 1}, TokenID{4, 9, 1}
 	if v.Reused(a, ta) || !v.Reused(a, same) || !v.Reused(a, earlier) || v.Reused(a, later) {
 		t.Fatal("after the restart: the token recorded passes, the same or an earlier epoch is refused, a later one passes")
@@ -194,8 +194,15 @@ func TestEvidenceUseRestarted(t *testing.T) {
 	// A second restart renews once more.
 	var w EvidenceUse
 	w.Load(rs)
-	w.Restarted()
+	w.Restarted(nil)
 	if w.Reused(a, later2) {
 		t.Fatal("the second restart did not renew the evidence")
+	}
+	// Only the uses the filter keeps (Custody.Restore: tokens near the highest hop seen).
+	var x EvidenceUse
+	x.Load(rs)
+	x.Restarted(func(id TokenID) bool { return id.Hop >= 7 })
+	if !x.Reused(b, TokenID{3, 9, 1}) || x.Reused(a, TokenID{4, 9, 1}) {
+		t.Fatal("the filter of renewable uses was not applied (b's token at hop 6 is old, a's at hop 8 recent)")
 	}
 }
