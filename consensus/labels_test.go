@@ -141,6 +141,7 @@ func TestParseErrorsNameLines(t *testing.T) {
 		{"nan-label-binary", "y,a\n1,2\nnan,3\n", LoadOptions{Binary: true}, nil, []string{"f.csv:3:", "not finite"}, ""},
 		{"too-many-csv", "y,a,b\n1,2,3\n", LoadOptions{MaxCols: 1}, ErrTooManyFeatures, []string{"2 features"}, ""},
 		{"duplicate-names", "y,a,a\n1,2,3\n", LoadOptions{}, nil, []string{"f.csv:1:", `columns 1 and 2 are both named "a"`}, ""},
+		{"nan-label", "y,a\n1,2\nNaN,3\n", LoadOptions{}, nil, []string{"f.csv:3:", "the label", "drop the row"}, "fill"},
 		{"na-marker", "y,a\n1,2\n0,NA\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", `"NA" marks a missing value`}, ""},
 		{"nan-feature", "y,a\n1,2\n0,NaN\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", "missing value"}, ""},
 		{"numeric-classes", numericLabels(MaxNumericClasses + 1), LoadOptions{Binary: true, Multiclass: true}, ErrTooManyClasses,
@@ -319,6 +320,23 @@ func textLabels(k int) string {
 		fmt.Fprintf(&b, "c%d,%d\n", i, i)
 	}
 	return b.String()
+}
+
+// TestDuplicateNamesIgnored: two columns of one name are read when one of them is
+// ignored, and predict reads a file whose duplicate names are in columns it does not use.
+func TestDuplicateNamesIgnored(t *testing.T) {
+	d, err := ParseCSV("f.csv", strings.NewReader("y,a,a,b\n1,2,3,4\n0,5,6,7\n"), LoadOptions{Ignore: []string{"2"}})
+	if err != nil || strings.Join(d.Features, ",") != "a,b" {
+		t.Fatalf("duplicate name in an ignored column: %v %v", err, d)
+	}
+	m := &ModelSpec{Format: ModelFormat, Task: TaskRegression, Loss: "squared", Features: []string{"a"}, Scaling: &Scaler{Kind: ScaleNone}, Weights: [][]float64{{2}}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.ReadRows("r.csv", strings.NewReader("note,a,note,,\nx,1,y,,\n"), ',')
+	if err != nil || len(r.X) != 1 || r.X[0][0] != 1 {
+		t.Fatalf("duplicate names in columns the model does not read: %v %v", err, r)
+	}
 }
 
 // TestClassLimitsOnlyInferred: a class list given may be longer than the limits of an

@@ -204,10 +204,14 @@ func parseNumber(s string) (float64, bool) {
 }
 
 // checkFinite reports a value that is not finite, naming the file, line and column (col:
-// "column 2 (ash)", "feature 3", "the label"). A NaN cell marks a missing value: it is an
-// ErrEmptyCell, which a fill rule replaces.
+// "column 2 (ash)", "feature 3", "the label"). A NaN cell of a CSV feature column marks a
+// missing value: it is an ErrEmptyCell, which a fill rule replaces; elsewhere (a label,
+// a LIBSVM value, which no fill rule reaches) it is a plain error.
 func checkFinite(name string, line int, col string, v float64) error {
+	fillable := strings.HasPrefix(col, "column ") && !strings.Contains(col, "the label")
 	switch {
+	case math.IsNaN(v) && !fillable:
+		return fmt.Errorf("consensus: %s:%d: %s: NaN is not a number (a missing value): drop the row", name, line, col)
 	case math.IsNaN(v):
 		return errorOf(ErrEmptyCell, "consensus: %s:%d: %s: NaN (a missing value) is not a number: fill it in or drop the row", name, line, col)
 	case math.IsInf(v, 0):
@@ -313,15 +317,13 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 		header = all
 	}
 	var names []string
+	headLine := 0 // the header's file line (0: no header)
 	if header {
 		names = make([]string, width)
 		for j, f := range recs[0] {
 			names[j] = strings.TrimSpace(f)
-			if k := slices.Index(names[:j], names[j]); k >= 0 {
-				return nil, fmt.Errorf("consensus: %s:%d: columns %d and %d are both named %q: a model names its features, so every column needs its own name", name, lines[0], k, j, names[j])
-			}
 		}
-		recs, lines = recs[1:], lines[1:]
+		headLine, recs, lines = lines[0], recs[1:], lines[1:]
 	} else {
 		names = make([]string, width)
 		for j := range names {
@@ -353,6 +355,17 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 	ignored, err := ignoredColumns(name, opt.Ignore, names, header, label)
 	if err != nil {
 		return nil, err
+	}
+	if header {
+		// A model names its features: every column read needs its own name.
+		for j := range names {
+			if ignored[j] {
+				continue
+			}
+			if k := slices.IndexFunc(names[:j], func(n string) bool { return n == names[j] }); k >= 0 && !ignored[k] {
+				return nil, fmt.Errorf("consensus: %s:%d: columns %d and %d are both named %q: a model names its features, so every column read needs its own name (--ignore-columns leaves one out)", name, headLine, k, j, names[j])
+			}
+		}
 	}
 	// Missing values first, in file order: a clear error rather than a parse failure (a
 	// feature cell is filled when opt.Fill has a value for its column).

@@ -194,15 +194,23 @@ func (m *ModelSpec) columns(name string, head []string) (col []featureCol, label
 		return col, label, 0, nil
 	}
 	first, label = 1, colIndex(head, m.Label, 1)
-	for j := range head {
-		h := strings.TrimSpace(head[j])
-		if k := slices.IndexFunc(head[:j], func(x string) bool { return strings.TrimSpace(x) == h }); k >= 0 {
-			return nil, 0, 0, fmt.Errorf("%s:1: columns %d and %d are both named %q: which one holds the model's input is ambiguous", name, k, j, h)
-		}
-	}
 	cats := map[string]bool{}
 	for _, c := range m.Categorical {
 		cats[c.Column] = true
+	}
+	// A column the model reads (a feature, a text column, the label) must be named once.
+	reads := map[string]bool{m.Label: m.Label != ""}
+	for _, f := range m.Features {
+		reads[f] = true
+		if c, _, ok := strings.Cut(f, "="); ok && cats[c] {
+			reads[c] = true
+		}
+	}
+	for j := range head {
+		h := strings.TrimSpace(head[j])
+		if k := slices.IndexFunc(head[:j], func(x string) bool { return strings.TrimSpace(x) == h }); k >= 0 && reads[h] {
+			return nil, 0, 0, fmt.Errorf("%s:1: columns %d and %d are both named %q: which one holds the model's input is ambiguous", name, k, j, h)
+		}
 	}
 	var missing []string
 	for _, f := range m.Features {

@@ -91,6 +91,8 @@ func (s *Schema) Validate() error {
 			return fmt.Errorf("feature %q: a text column takes no center or scale", f.Name)
 		case f.Center != nil && (math.IsNaN(*f.Center) || math.IsInf(*f.Center, 0) || !(*f.Scale > 0) || math.IsInf(*f.Scale, 0)):
 			return fmt.Errorf("feature %q: center %v and scale %v must be finite, with scale > 0", f.Name, *f.Center, *f.Scale)
+		case f.Center != nil && (math.IsInf((*f.Max-*f.Center) / *f.Scale, 0) || math.IsInf((*f.Min-*f.Center) / *f.Scale, 0)):
+			return fmt.Errorf("feature %q: scale %v is too small for the range [%v, %v]: scaled values overflow", f.Name, *f.Scale, *f.Min, *f.Max)
 		}
 		seen[f.Name] = true
 		cats := map[string]bool{}
@@ -321,9 +323,15 @@ func DraftSchema(d *Dataset) *Schema {
 			for i := 0; i < d.Rows; i++ {
 				ss += (d.Row(i)[j] - mean) * (d.Row(i)[j] - mean)
 			}
-			if sd := sigDigits(math.Sqrt(ss/float64(d.Rows-1)), 3); sd > 0 {
-				c := sigDigits(mean, 3)
-				sf.Center, sf.Scale = &c, &sd
+			// The scale to 3 significant digits, the center to the scale's precision
+			// (its third digit), not to its own size: a column of large values and a
+			// small spread (a timestamp) keeps its center within a hundredth of a scale.
+			// A column whose statistics overflow gets none.
+			if sd := sigDigits(math.Sqrt(ss/float64(d.Rows-1)), 3); sd > 0 && !math.IsInf(sd, 0) {
+				q := math.Pow(10, math.Floor(math.Log10(sd))-2)
+				if c := math.Round(mean/q) * q; !math.IsInf(c, 0) && !math.IsNaN(c) {
+					sf.Center, sf.Scale = &c, &sd
+				}
 			}
 		}
 		s.Features = append(s.Features, sf)
@@ -331,11 +339,16 @@ func DraftSchema(d *Dataset) *Schema {
 	return s
 }
 
-// sigDigits rounds v to n significant digits.
+// sigDigits rounds v to n significant digits (v itself where the rounding overflows,
+// for subnormal or huge v).
 func sigDigits(v float64, n int) float64 {
 	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return v
 	}
 	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(v))))
-	return math.Round(v*p) / p
+	r := math.Round(v*p) / p
+	if math.IsNaN(r) || math.IsInf(r, 0) || r == 0 {
+		return v
+	}
+	return r
 }

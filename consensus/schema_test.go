@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,7 +63,8 @@ func TestSchemaApplyAndScale(t *testing.T) {
 		`{"features":[{"name":"x","min":0,"max":1},{"name":"x","min":0,"max":1}]}`, `{"features":[{"name":"c","categories":["a","a"]}]}`,
 		`{"features":[{"name":"x","min":0,"max":1}],"target_min":3}`, `{"features":[{"name":"x","min":0,"max":1}],"extra":1}`,
 		`{"features":[{"name":"x","min":0,"max":1,"center":0.5}]}`, `{"features":[{"name":"x","min":0,"max":1,"center":0.5,"scale":0}]}`,
-		`{"features":[{"name":"c","categories":["a"],"center":0,"scale":1}]}`} {
+		`{"features":[{"name":"c","categories":["a"],"center":0,"scale":1}]}`,
+		`{"features":[{"name":"x","min":0,"max":1e10,"center":0,"scale":1e-300}]}`} {
 		p := filepath.Join(t.TempDir(), "s.json")
 		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
@@ -134,6 +136,26 @@ func TestSchemaCenterScale(t *testing.T) {
 	}
 	if f.Center == nil || *f.Center != 4.54 || f.Scale == nil || math.Abs(*f.Scale-math.Sqrt(ss/2)) > 0.005 {
 		t.Fatalf("drafted center %v scale %v, want 4.54 and %.3g", f.Center, f.Scale, math.Sqrt(ss/2))
+	}
+	// Large values with a small spread: the center keeps the scale's precision; huge and
+	// subnormal columns draft a valid schema (no center and scale where they overflow).
+	d3, err := ParseCSV("d.csv", strings.NewReader("y,t,h,s\n1,1703000000,1e200,5e-320\n0,1706000000,-1e200,1e-321\n1,1700000000,3e200,0\n"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := DraftSchema(d3)
+	if err := ds.Validate(); err != nil {
+		t.Fatalf("drafted schema invalid: %v", err)
+	}
+	if _, err := json.Marshal(ds); err != nil {
+		t.Fatalf("drafted schema not JSON: %v", err)
+	}
+	tf := ds.Features[0]
+	if tf.Center == nil || math.Abs(*tf.Center-1703000000) > 0.01**tf.Scale {
+		t.Fatalf("timestamp column: center %v scale %v, want within 1%% of a scale of 1703000000", tf.Center, tf.Scale)
+	}
+	if ds.Features[1].Center != nil {
+		t.Fatalf("huge column: center %v scale %v, want none (its variance overflows)", *ds.Features[1].Center, *ds.Features[1].Scale)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // precision, recall and F1, the confusion matrix and (binary) the ROC AUC; a regression
 // model the RMSE, MAE and R^2 in the target's units.
 func evalSpec(spec *consensus.ModelSpec, path string, df *dataFlags, set map[string]bool, lossFlag string, asJSON bool, stdout io.Writer) error {
-	for _, n := range []string{"positive", "scale-file", "categorical", "test", "test-frac"} {
+	for _, n := range []string{"positive", "scale-file", "categorical", "test", "test-frac", "schema"} {
 		if set[n] {
 			return usagef("eval", "--%s does not apply: %s describes its model (loss, classes, scaling, vocabulary)", n, path)
 		}
