@@ -300,7 +300,7 @@ func onnxMetadata(spec *consensus.ModelSpec) ([]*onnx.StringStringEntryProto, er
 	}{
 		{"model_format", spec.Format}, {"task", spec.Task}, {"loss", spec.Loss}, {"label", spec.Label},
 		{"classes", spec.Classes}, {"features", spec.Features}, {"categorical", spec.Categorical},
-		{"scaling", spec.Scaling}, {"input", "x"}, {"outputs", outputs},
+		{"scaling", spec.Scaling}, {"ranges", spec.Ranges}, {"input", "x"}, {"outputs", outputs},
 	}
 	for _, f := range fields {
 		switch v := f.v.(type) {
@@ -313,6 +313,10 @@ func onnxMetadata(spec *consensus.ModelSpec) ([]*onnx.StringStringEntryProto, er
 				continue
 			}
 		case []consensus.Categorical:
+			if v == nil {
+				continue
+			}
+		case [][2]float64:
 			if v == nil {
 				continue
 			}

@@ -316,6 +316,10 @@ func checkONNXFile(t *testing.T, path string, spec *consensus.ModelSpec) {
 	if err := json.Unmarshal([]byte(meta["scaling"]), &sc); err != nil || sc.Fingerprint() != spec.Scaling.Fingerprint() {
 		t.Errorf("metadata scaling %q (%v), want %+v", meta["scaling"], err, spec.Scaling)
 	}
+	var ranges [][2]float64
+	if r, ok := meta["ranges"]; ok != (spec.Ranges != nil) || ok && (json.Unmarshal([]byte(r), &ranges) != nil || !slices.Equal(ranges, spec.Ranges)) {
+		t.Errorf("metadata ranges %q, want %v", meta["ranges"], spec.Ranges)
+	}
 	if meta["task"] != spec.Task || meta["model_format"] != consensus.ModelFormat || !strings.Contains(meta["categorical"], `"color"`) {
 		t.Errorf("metadata %v", meta)
 	}
