@@ -303,21 +303,17 @@ func TestRegressionMetrics(t *testing.T) {
 }
 
 // numericLabels is a CSV of k rows whose labels are k distinct numbers.
-func numericLabels(k int) string {
-	var b strings.Builder
-	b.WriteString("y,a\n")
-	for i := range k {
-		fmt.Fprintf(&b, "%d.5,%d\n", i, i)
-	}
-	return b.String()
-}
+func numericLabels(k int) string { return labelsCSV(k, "%d.5") }
 
 // textLabels is a CSV of k rows whose labels are k distinct texts.
-func textLabels(k int) string {
+func textLabels(k int) string { return labelsCSV(k, "c%d") }
+
+// labelsCSV is a CSV of k rows whose label in row i is label formatted with i.
+func labelsCSV(k int, label string) string {
 	var b strings.Builder
 	b.WriteString("y,a\n")
 	for i := range k {
-		fmt.Fprintf(&b, "c%d,%d\n", i, i)
+		fmt.Fprintf(&b, label+",%d\n", i, i)
 	}
 	return b.String()
 }

@@ -431,14 +431,7 @@ func TestPredictLIBSVM(t *testing.T) {
 		t.Fatalf("testnet: exit %d: %s", code, e)
 	}
 	want := readReport(t, rep)["train_accuracy"].(float64)
-	code, ev, e := runCmd("eval", "--json", "--data", data, rep)
-	if code != 0 {
-		t.Fatalf("eval: exit %d: %s", code, e)
-	}
-	var er evalReport
-	if err := json.Unmarshal([]byte(ev), &er); err != nil {
-		t.Fatal(err)
-	}
+	er := evalJSON(t, "--data", data, rep)
 	if er.Rows != d.Rows || er.Accuracy == nil || *er.Accuracy != want {
 		t.Fatalf("eval on the LIBSVM file: %d rows, accuracy %v; the report's training accuracy %v", er.Rows, er.Accuracy, want)
 	}
