@@ -327,3 +327,78 @@ func ParseModelSpec(b []byte) (*ModelSpec, error) {
 	}
 	return &m, nil
 }
+
+// WithWeights returns a copy of m that scores with the flat weight vector w (the score
+// rows one after the other, as NewModelSpec takes them), its raw-unit coefficients
+// recomputed: the predictor of a model built from m's, such as the average of several
+// members' models.
+func (m *ModelSpec) WithWeights(w []float64) (*ModelSpec, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	k, p := len(m.Weights), len(m.Weights[0])
+	if len(w) != k*p {
+		return nil, fmt.Errorf("consensus: model spec: %d coefficients for %d score(s) over %d columns", len(w), k, p)
+	}
+	c := *m
+	c.Weights = make([][]float64, k)
+	for i := range c.Weights {
+		c.Weights[i] = append([]float64(nil), w[i*p:(i+1)*p]...)
+	}
+	c.Coef, c.Intercept = c.rawCoef()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Flat returns the weights one score row after the other (the layout of WithWeights).
+func (m *ModelSpec) Flat() []float64 {
+	var w []float64
+	for _, r := range m.Weights {
+		w = append(w, r...)
+	}
+	return w
+}
+
+// SameInputs returns nil when m and o predict the same task from the same inputs (task,
+// loss, label, classes, features, vocabulary, fill rule, scaling and ranges: everything
+// but the weights), else an error naming the first field that differs.
+func (m *ModelSpec) SameInputs(o *ModelSpec) error {
+	js := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return string(b)
+	}
+	for _, f := range []struct {
+		name string
+		a, b any
+	}{
+		{"format", m.Format, o.Format}, {"task", m.Task, o.Task}, {"loss", m.Loss, o.Loss}, {"label", m.Label, o.Label},
+		{"classes", m.Classes, o.Classes}, {"features", m.Features, o.Features}, {"categorical", m.Categorical, o.Categorical},
+		{"fill", m.Fill, o.Fill}, {"scaling", m.Scaling, o.Scaling}, {"ranges", m.Ranges, o.Ranges},
+		{"weight rows", len(m.Weights), len(o.Weights)},
+	} {
+		if js(f.a) != js(f.b) {
+			return fmt.Errorf("their %s differ: %s against %s", f.name, js(f.a), js(f.b))
+		}
+	}
+	return nil
+}
+
+// MajorityShare is the fraction of d's rows in its most frequent label (the accuracy of
+// always predicting that class; 0 without rows).
+func (d *Dataset) MajorityShare() float64 {
+	if d == nil || d.Rows == 0 {
+		return 0
+	}
+	count := map[float64]int{}
+	best := 0
+	for _, y := range d.Y {
+		count[y]++
+		best = max(best, count[y])
+	}
+	return float64(best) / float64(d.Rows)
+}

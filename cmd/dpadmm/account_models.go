@@ -39,10 +39,13 @@ A member without a file is an error: the average needs every member. --allow-mis
 averages the files given and says so; the network figure is then not a guarantee.
 
 --data evaluates f_bar on a dataset (e.g. a public test set) with the run's loss (recorded
-in model.json; --loss for older files): logistic gives accuracy and mean loss, squared the
-mean loss, the RMSE and R^2. The features are scaled as in the run: with the scaling its
-model.json files record (--scale or --scale-file for files that record none); a scaling
-with parameters is never fitted on the evaluation data. The other data flags (--label,
+in model.json; --loss for older files): logistic gives accuracy, the share of the most
+frequent class (a warning when the accuracy is no better) and mean loss, squared the mean
+loss, the RMSE and R^2. The rows are read through f_bar's predictor, as 'dpadmm eval'
+reads them (columns by name, the run's scaling and ranges); with --scale or --scale-file,
+or for files without a predictor, as 'dpadmm node' reads data, scaled with the scaling
+the model.json files record; a scaling with parameters is never fitted on the evaluation
+data. The other data flags (--label,
 --positive, --categorical, --delimiter) are those of 'dpadmm node'.
 
 Keys of --json (stable; an epsilon of null means no guarantee, as in model.json):
@@ -59,9 +62,13 @@ Keys of --json (stable; an epsilon of null means no guarantee, as in model.json)
                     deviation}] by index
   gossip_privacy  {epsilon, formula_epsilon, worst_node, given_max_epsilon, theorem,
                    conditions, conditions_hold, reason, failing_nodes, secure_noise, scope}
-  evaluation      {data, rows, loss, scale, accuracy (logistic only), mean_loss,
-                   rmse and r2 (squared only; r2 absent when the targets are constant)} (with --data)
---out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model, scaling}.
+  predictor       f_bar as a self-describing model (the members' predictor, averaged
+                  weights); absent when a file has none or they differ: predictor_note
+  evaluation      {data, rows, loss, scale, accuracy and majority_share (logistic only),
+                   mean_loss, rmse and r2 (squared only; r2 absent when the targets are
+                   constant), warnings} (with --data)
+--out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model, scaling,
+predictor}: a model file for 'dpadmm predict', eval and export.
 
 Flags of models:
 `
@@ -84,16 +91,14 @@ type modelsNode struct {
 	Deviation   float64         `json:"deviation"` // ||f_i - f_bar||_2
 }
 
-// modelsEval is the evaluation of f_bar on a dataset (--data).
+// modelsEval is the evaluation of f_bar on a dataset (--data): its scores as eval gives
+// them (accuracy, majority share and warnings; RMSE, R^2).
 type modelsEval struct {
-	Data     string   `json:"data"`
-	Rows     int      `json:"rows"`
-	Loss     string   `json:"loss"`
-	Scale    string   `json:"scale"`
-	Accuracy *float64 `json:"accuracy,omitempty"`
-	MeanLoss float64  `json:"mean_loss"`
-	RMSE     *float64 `json:"rmse,omitempty"`
-	R2       *float64 `json:"r2,omitempty"`
+	Data  string `json:"data"`
+	Rows  int    `json:"rows"`
+	Loss  string `json:"loss"`
+	Scale string `json:"scale"`
+	evalScores
 }
 
 // modelsReport is the JSON output of "account models".
@@ -118,6 +123,11 @@ type modelsReport struct {
 
 	// Scaling is the run's feature scaling, as the files record it (absent: none recorded).
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
+	// Predictor is f_bar in the self-describing form of predict, eval and export: the
+	// members' common predictor with the averaged weights; PredictorNote says why there
+	// is none (a member's file has none, or the members' differ).
+	Predictor     *consensus.ModelSpec `json:"predictor,omitempty"`
+	PredictorNote string               `json:"predictor_note,omitempty"`
 }
 
 // averagedModel is the content of --out.
@@ -133,6 +143,8 @@ type averagedModel struct {
 	Model      []float64 `json:"model"`
 	// Scaling is the run's feature scaling, which inputs of the model must get first.
 	Scaling *consensus.Scaler `json:"scaling,omitempty"`
+	// Predictor makes the file a model for dpadmm predict, eval and export.
+	Predictor *consensus.ModelSpec `json:"predictor,omitempty"`
 }
 
 // loadedModel is one validated model.json.
@@ -202,7 +214,8 @@ func runAccountModels(args []string, stdout, stderr io.Writer) error {
 	}
 	if *outPath != "" {
 		am := averagedModel{Run: rep.Run, ConfigHash: rep.ConfigHash, Algo: rep.Algo, Nodes: rep.Nodes,
-			Averaged: rep.Averaged, Missing: rep.Missing, Partial: rep.Partial, Dims: rep.Dims, Model: rep.Model, Scaling: rep.Scaling}
+			Averaged: rep.Averaged, Missing: rep.Missing, Partial: rep.Partial, Dims: rep.Dims, Model: rep.Model, Scaling: rep.Scaling,
+			Predictor: rep.Predictor}
 		if err := writeFileWith(*outPath, func(w io.Writer) error { return writeJSON(w, am) }); err != nil {
 			return err
 		}
@@ -359,7 +372,35 @@ func modelsFromFiles(files []string, allowMissing bool) (*modelsReport, error) {
 		})
 	}
 	rep.Privacy = networkFigure(ms, rep.Missing)
+	rep.Predictor, rep.PredictorNote = averagedPredictor(ms, avg)
 	return rep, nil
+}
+
+// averagedPredictor is the predictor of f_bar: the members' predictor (they must agree on
+// everything but the weights, and each must score with the model its file holds) with
+// the averaged weights. Without one, the note says why.
+func averagedPredictor(ms []loadedModel, avg []float64) (*consensus.ModelSpec, string) {
+	ref := ms[0]
+	for _, lm := range ms {
+		p := lm.m.Predictor
+		if p == nil {
+			return nil, fmt.Sprintf("%s holds no predictor (written by an earlier version)", lm.file)
+		}
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Sprintf("%s: predictor: %v", lm.file, err)
+		}
+		if !slices.Equal(p.Flat(), lm.m.Model) {
+			return nil, fmt.Sprintf("%s: its predictor's weights are not its model", lm.file)
+		}
+		if err := p.SameInputs(ref.m.Predictor); err != nil {
+			return nil, fmt.Sprintf("the predictors of %s and %s do not describe the same model: %v", ref.file, lm.file, err)
+		}
+	}
+	spec, err := ref.m.Predictor.WithWeights(avg)
+	if err != nil {
+		return nil, fmt.Sprintf("averaged predictor: %v", err)
+	}
+	return spec, ""
 }
 
 // networkFigure is Definition V.1 over the members' files (node.NetworkFigureOf).
@@ -375,6 +416,19 @@ func networkFigure(ms []loadedModel, missing []int) node.NetworkFigure {
 // features scaled as in the run (the scaling the model.json files record, or the one
 // the flags give for files that record none).
 func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*modelsEval, error) {
+	if spec := rep.Predictor; spec != nil && !df.isSet("scale") && !df.isSet("scale-file") {
+		// f_bar's predictor reads the rows as predict and eval do (columns by name, the
+		// run's ranges and scaling).
+		sp := *spec
+		rows, scores, err := scoreSpec(&sp, df, "account models")
+		if err != nil {
+			return nil, err
+		}
+		if rows == 0 {
+			return nil, fmt.Errorf("%s has no rows", *df.path)
+		}
+		return &modelsEval{Data: *df.path, Rows: rows, Loss: loss.String(), Scale: describeScaler(spec.Scaling), evalScores: scores}, nil
+	}
 	w := rep.Model
 	ld, err := df.load(loadRequest{loss: loss, dims: len(w), run: rep.Scaling})
 	if err != nil {
@@ -384,19 +438,7 @@ func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*model
 	if d.Rows == 0 {
 		return nil, fmt.Errorf("%s has no rows", ld.name)
 	}
-	pb := consensus.Problem{Loss: loss}
-	ev := &modelsEval{Data: ld.name, Rows: d.Rows, Loss: loss.String(), Scale: ld.scaling, MeanLoss: pb.MeanLoss(d, w)}
-	if loss.Classifies() {
-		a := pb.Accuracy(d, w)
-		ev.Accuracy = &a
-	} else {
-		rmse, r2, ok := consensus.Regression(d, w)
-		ev.RMSE = &rmse
-		if ok {
-			ev.R2 = &r2
-		}
-	}
-	return ev, nil
+	return &modelsEval{Data: ld.name, Rows: d.Rows, Loss: loss.String(), Scale: ld.scaling, evalScores: scoreModel(d, w, loss)}, nil
 }
 
 func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
@@ -422,18 +464,8 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	fmt.Fprintf(w, "f_bar: [%s]\n", b.String())
 	if r.Eval != nil {
 		e := r.Eval
-		fmt.Fprintf(w, "evaluation on %s (%d rows, %s loss, scale %s):", e.Data, e.Rows, e.Loss, e.Scale)
-		if e.Accuracy != nil {
-			fmt.Fprintf(w, " accuracy %.4f,", *e.Accuracy)
-		}
-		fmt.Fprintf(w, " mean loss %.6g", e.MeanLoss)
-		if e.RMSE != nil {
-			fmt.Fprintf(w, ", RMSE %.6g", *e.RMSE)
-		}
-		if e.R2 != nil {
-			fmt.Fprintf(w, ", R^2 %.4f", *e.R2)
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "evaluation on %s (%d rows, scale %s): ", e.Data, e.Rows, e.Scale)
+		printScores(w, e.Loss, e.evalScores)
 	}
 	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
 	for _, n := range r.PerNode {
@@ -463,7 +495,11 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 		fmt.Fprintf(w, "         note: a member drew seeded noise (testnets only): the noise is NOT secure\n")
 	}
 	if outPath != "" {
-		fmt.Fprintf(w, "averaged model written to %s\n", outPath)
+		if r.Predictor != nil {
+			fmt.Fprintf(w, "averaged model written to %s, with its predictor (dpadmm predict --model %s)\n", outPath, outPath)
+		} else {
+			fmt.Fprintf(w, "averaged model written to %s, without a predictor: %s\n", outPath, r.PredictorNote)
+		}
 	}
 }
 

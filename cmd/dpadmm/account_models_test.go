@@ -240,6 +240,67 @@ func TestAccountModels(t *testing.T) {
 		if *e.Accuracy < 0.6 {
 			t.Fatalf("accuracy %v of the averaged model on its own training data", *e.Accuracy)
 		}
+		pos := 0
+		for _, y := range o.Train.Y {
+			if y > 0 {
+				pos++
+			}
+		}
+		major := math.Max(float64(pos), float64(o.Train.Rows-pos)) / float64(o.Train.Rows)
+		if e.MajorityShare == nil || *e.MajorityShare != major || len(e.Warnings) != 0 {
+			t.Fatalf("majority share %v warnings %q, want %v and none", e.MajorityShare, e.Warnings, major)
+		}
+		// --out carries f_bar's predictor: predict and eval read it, and score as the
+		// evaluation above (and as account models without --scale, through the predictor).
+		if am.Predictor == nil || fmt.Sprint(am.Predictor.Flat()) != fmt.Sprint(r.Model) {
+			t.Fatalf("--out predictor %+v, model %v", am.Predictor, r.Model)
+		}
+		var eo, ee bytes.Buffer
+		if c := run([]string{"eval", "--json", "--data", dataFile, outFile}, &eo, &ee); c != 0 {
+			t.Fatalf("eval of --out: exit %d: %s", c, ee.String())
+		}
+		var er evalReport
+		if err := json.Unmarshal(eo.Bytes(), &er); err != nil {
+			t.Fatal(err)
+		}
+		if er.Source != "model with its predictor" || er.Accuracy == nil || *er.Accuracy != *e.Accuracy || *er.MajorityShare != major {
+			t.Fatalf("eval of --out: %+v, want accuracy %v", er, *e.Accuracy)
+		}
+		code, out, errs = runModels("--json", "--data", dataFile, files[0], files[1], files[2], files[3])
+		var rp modelsReport
+		if code != 0 || json.Unmarshal([]byte(out), &rp) != nil || rp.Eval == nil || rp.Eval.Accuracy == nil || *rp.Eval.Accuracy != *e.Accuracy {
+			t.Fatalf("--data through the predictor: exit %d %s: %s", code, errs, out)
+		}
+		var po, pe bytes.Buffer
+		if c := run([]string{"predict", "--model", outFile, "--data", dataFile, "--format", "json"}, &po, &pe); c != 0 || !strings.Contains(po.String(), "predictions") {
+			t.Fatalf("predict with --out: exit %d: %s %s", c, pe.String(), po.String())
+		}
+		// A member's file without a predictor (an earlier version): --out has none, and
+		// the text says why.
+		var m0 map[string]any
+		b, _ = os.ReadFile(files[0])
+		json.Unmarshal(b, &m0)
+		delete(m0, "predictor")
+		b, _ = json.Marshal(m0)
+		noPred := filepath.Join(tmp, "nopred.json")
+		os.WriteFile(noPred, b, 0o644)
+		out2 := filepath.Join(tmp, "avg2.json")
+		code, out, errs = runModels("--out", out2, noPred, files[1], files[2], files[3])
+		if code != 0 || !strings.Contains(out, "without a predictor: "+noPred+" holds no predictor") {
+			t.Fatalf("exit %d %s: %s", code, errs, out)
+		}
+		if c := run([]string{"predict", "--model", out2, "--data", dataFile}, &po, &pe); c == 0 {
+			t.Fatalf("predict with a model file without a predictor succeeded")
+		}
+		// Members whose predictors disagree (here the classes) give none either.
+		m1 := readModelFile(t, files[1])
+		m1.Predictor.Classes = []string{m1.Predictor.Classes[1], m1.Predictor.Classes[0]}
+		swapped := writeModelFile(t, filepath.Join(tmp, "swapped.json"), m1)
+		code, out, errs = runModels("--json", files[0], swapped, files[2], files[3])
+		var rw modelsReport
+		if code != 0 || json.Unmarshal([]byte(out), &rw) != nil || rw.Predictor != nil || !strings.Contains(rw.PredictorNote, "classes differ") {
+			t.Fatalf("swapped classes: exit %d %s: predictor %v note %q", code, errs, rw.Predictor, rw.PredictorNote)
+		}
 		// The files record the run's loss; a different --loss is refused.
 		code, _, errs = runModels("--data", dataFile, "--loss", "squared", files[0], files[1], files[2], files[3])
 		if code != 2 || !strings.Contains(errs, "record the logistic loss") {
@@ -292,7 +353,7 @@ func TestAccountModels(t *testing.T) {
 		bad := filepath.Join(tmp, "bad.csv")
 		os.WriteFile(bad, []byte("1,0.1,0.2\n-1,0.3,0.1\n"), 0o644)
 		code, _, errs = runModels(append([]string{"--data", bad}, files...)...)
-		if code != 1 || !strings.Contains(errs, "has 2 features, the model has 4") {
+		if code != 1 || !strings.Contains(errs, "3 columns for the model's 4 features") {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 	})

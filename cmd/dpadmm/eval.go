@@ -45,6 +45,23 @@ type evalScores struct {
 	Accuracy       *float64               `json:"accuracy,omitempty"` // logistic loss
 	RMSE           *float64               `json:"rmse,omitempty"`     // squared loss
 	R2             *float64               `json:"r2,omitempty"`       // squared loss; absent when the labels do not vary
+	// MajorityShare is the accuracy of always predicting the data's most frequent class
+	// (classifiers): the floor a model must beat.
+	MajorityShare *float64 `json:"majority_share,omitempty"`
+	// Warnings: an accuracy no better than MajorityShare, or an R^2 <= 0.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// judge fills the warnings of s: a classifier no better than always predicting the
+// majority class, a regression no better than predicting the mean target.
+func (s *evalScores) judge() {
+	switch {
+	case s.Accuracy != nil && s.MajorityShare != nil && *s.Accuracy <= *s.MajorityShare:
+		s.Warnings = append(s.Warnings, fmt.Sprintf("accuracy %.4f is no better than always predicting the most frequent class (%.4f of the rows): "+
+			"the model has learnt nothing useful on these data", *s.Accuracy, *s.MajorityShare))
+	case s.R2 != nil && *s.R2 <= 0:
+		s.Warnings = append(s.Warnings, fmt.Sprintf("R^2 %.4g <= 0: the model predicts these targets no better than their mean", *s.R2))
+	}
 }
 
 // scoreModel scores w on d (already scaled) with loss.
@@ -60,6 +77,8 @@ func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScor
 	switch loss {
 	case consensus.Logistic, consensus.Multinomial:
 		s.Accuracy = finite(pb.Accuracy(d, w))
+		m := d.MajorityShare()
+		s.MajorityShare = &m
 	case consensus.Squared:
 		rmse, r2, ok := consensus.Regression(d, w)
 		s.RMSE = finite(rmse)
@@ -67,6 +86,7 @@ func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScor
 			s.R2 = finite(r2)
 		}
 	}
+	s.judge()
 	return s
 }
 
@@ -75,6 +95,9 @@ func printScores(w io.Writer, loss string, s evalScores) {
 	fmt.Fprintf(w, "%s loss: mean loss %.6g", loss, s.MeanLoss)
 	if s.Accuracy != nil {
 		fmt.Fprintf(w, ", accuracy %.4f", *s.Accuracy)
+		if s.MajorityShare != nil {
+			fmt.Fprintf(w, " (most frequent class %.4f)", *s.MajorityShare)
+		}
 	}
 	if s.RMSE != nil {
 		fmt.Fprintf(w, ", RMSE %.6g", *s.RMSE)
@@ -85,6 +108,9 @@ func printScores(w io.Writer, loss string, s evalScores) {
 		}
 	}
 	fmt.Fprintln(w)
+	for _, m := range s.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", m)
+	}
 }
 
 // evalReport is the JSON output of "eval".

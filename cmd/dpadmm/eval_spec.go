@@ -32,9 +32,30 @@ func evalSpec(spec *consensus.ModelSpec, path string, df *dataFlags, set map[str
 			return usagef("eval", "--loss %s, but %s records the %s loss", lossFlag, path, spec.Loss)
 		}
 	}
+	rows, scores, err := scoreSpec(spec, df, "eval")
+	if err != nil {
+		return err
+	}
+	rep := evalReport{ModelFile: path, Source: "model with its predictor", Data: *df.path, Rows: rows,
+		Dims: len(spec.Features), Loss: spec.Loss, Scale: describeScaler(spec.Scaling), Task: spec.Task, evalScores: scores}
+	if asJSON {
+		return writeJSON(stdout, rep)
+	}
+	fmt.Fprintf(stdout, "model %s: %s, %s, %d features\n", path, spec.Task, spec.Loss, rep.Dims)
+	fmt.Fprintf(stdout, "data %s: %d rows\n", rep.Data, rep.Rows)
+	printScores(stdout, rep.Loss, rep.evalScores)
+	if c := rep.Classification; c != nil {
+		printClassReport(stdout, c)
+	}
+	return nil
+}
+
+// scoreSpec reads the rows of --data as dpadmm predict reads them (--label may name
+// another label column) and scores spec on them; it returns the number of rows.
+func scoreSpec(spec *consensus.ModelSpec, df *dataFlags, cmd string) (int, evalScores, error) {
 	delim, err := df.delim()
 	if err != nil {
-		return usagef("eval", "%v", err)
+		return 0, evalScores{}, usagef(cmd, "%v", err)
 	}
 	if *df.label != "" {
 		spec.Label = *df.label
@@ -46,31 +67,18 @@ func evalSpec(spec *consensus.ModelSpec, path string, df *dataFlags, set map[str
 		rows, err = readRawRows(spec, *df.path, delim)
 	}
 	if err != nil {
-		return err
+		return 0, evalScores{}, err
 	}
 	if rows.Labels == nil {
-		return fmt.Errorf("%s has no label column %q (the model's; --label names another)", *df.path, spec.Label)
+		return 0, evalScores{}, fmt.Errorf("%s has no label column %q (the model's; --label names another)", *df.path, spec.Label)
 	}
-	rep := evalReport{ModelFile: path, Source: "model with its predictor", Data: *df.path, Rows: len(rows.X),
-		Dims: len(spec.Features), Loss: spec.Loss, Scale: describeScaler(spec.Scaling), Task: spec.Task}
+	var s evalScores
 	if spec.Task == consensus.TaskRegression {
-		rep.evalScores, err = regressionScores(spec, rows)
+		s, err = regressionScores(spec, rows)
 	} else {
-		rep.evalScores, err = classScores(spec, rows)
+		s, err = classScores(spec, rows)
 	}
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(stdout, rep)
-	}
-	fmt.Fprintf(stdout, "model %s: %s, %s, %d features\n", path, spec.Task, spec.Loss, rep.Dims)
-	fmt.Fprintf(stdout, "data %s: %d rows\n", rep.Data, rep.Rows)
-	printScores(stdout, rep.Loss, rep.evalScores)
-	if c := rep.Classification; c != nil {
-		printClassReport(stdout, c)
-	}
-	return nil
+	return len(rows.X), s, err
 }
 
 // classScores scores a classifier: mean log-loss, accuracy and the class report.
@@ -101,6 +109,15 @@ func classScores(spec *consensus.ModelSpec, rows *consensus.RawRows) (evalScores
 	}
 	r := consensus.Classify(spec.Classes, truth, pred, pos)
 	s.Accuracy, s.Classification = &r.Accuracy, &r
+	if len(rows.X) > 0 {
+		most := 0
+		for _, c := range r.PerClass {
+			most = max(most, c.Support)
+		}
+		m := float64(most) / float64(len(rows.X))
+		s.MajorityShare = &m
+	}
+	s.judge()
 	return s, nil
 }
 
@@ -131,6 +148,7 @@ func regressionScores(spec *consensus.ModelSpec, rows *consensus.RawRows) (evalS
 		r2 := 1 - res/tot
 		s.R2 = &r2
 	}
+	s.judge()
 	return s, nil
 }
 

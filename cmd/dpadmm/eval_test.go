@@ -67,8 +67,9 @@ func TestEvalHandComputed(t *testing.T) {
 		if r.Loss != loss || r.Rows != 4 || r.Dims != 2 || math.Abs(r.MeanLoss-wantLoss) > 1e-12 {
 			t.Errorf("%s: %+v, want %s loss with mean %v on 4 rows", what, r, loss, wantLoss)
 		}
-		if loss == "logistic" && (r.Accuracy == nil || *r.Accuracy != 0.75 || r.RMSE != nil || r.R2 != nil) {
-			t.Errorf("%s: accuracy %v rmse %v, want 0.75 and no RMSE", what, r.Accuracy, r.RMSE)
+		if loss == "logistic" && (r.Accuracy == nil || *r.Accuracy != 0.75 || r.RMSE != nil || r.R2 != nil ||
+			r.MajorityShare == nil || *r.MajorityShare != 0.5 || len(r.Warnings) != 0) {
+			t.Errorf("%s: accuracy %v rmse %v majority %v warnings %q, want 0.75, no RMSE, 0.5, none", what, r.Accuracy, r.RMSE, r.MajorityShare, r.Warnings)
 		}
 		if loss == "squared" && (r.Accuracy != nil || r.RMSE == nil || r.R2 == nil ||
 			math.Abs(*r.RMSE-wantRMSE) > 1e-12 || math.Abs(*r.R2-wantR2) > 1e-12) {
@@ -103,6 +104,23 @@ func TestEvalHandComputed(t *testing.T) {
 	if r := evalJSON(t, "--data", one, "--scale", "none", walkModel); r.Dims != 2 || r.Accuracy == nil || *r.Accuracy != 1 ||
 		math.Abs(r.MeanLoss-sp(-1)) > 1e-12 {
 		t.Errorf("padded LIBSVM: %+v", r)
+	}
+	// A model no better than the trivial predictor is named so: w = (-1, 2) gets 1 of 4
+	// rows right (the majority class holds 2), and on the regression rows R^2 < 0.
+	flipped := writeEvalFile(t, filepath.Join(dir, "flipped.json"),
+		`{"run":"r","config_hash":"h","peer":"p","index":0,"nodes":2,"hops":10,"epoch":0,"released_by":"q","dims":2,"model":[-1,2],"privacy":{}}`)
+	if r := evalJSON(t, "--data", cls, "--scale", "none", flipped); r.Accuracy == nil || *r.Accuracy != 0.25 || len(r.Warnings) != 1 ||
+		!strings.Contains(r.Warnings[0], "no better than always predicting the most frequent class (0.5000") {
+		t.Errorf("flipped classifier: %+v", r)
+	}
+	if r := evalJSON(t, "--data", reg, "--scale", "none", "--loss", "squared", flipped); r.R2 == nil || *r.R2 >= 0 || len(r.Warnings) != 1 ||
+		!strings.Contains(r.Warnings[0], "no better than their mean") {
+		t.Errorf("flipped regression: %+v", r)
+	}
+	var fo, fe bytes.Buffer
+	if c := run([]string{"eval", "--data", cls, "--scale", "none", flipped}, &fo, &fe); c != 0 ||
+		!strings.Contains(fo.String(), "accuracy 0.2500 (most frequent class 0.5000)\nwarning: accuracy 0.2500") {
+		t.Errorf("flipped classifier, text: exit %d: %s%s", c, fo.String(), fe.String())
 	}
 	// Text classes with --positive.
 	txt := writeEvalFile(t, filepath.Join(dir, "txt.csv"), "yes,1,0\nno,0,1\nyes,0,1\nno,1,1\n")

@@ -116,17 +116,9 @@ func TrailingWarning(hops, lastNoisy uint64, n int) string {
 		lastNoisy, hops, after, lastNoisy)
 }
 
-// MajorityShare is the fraction of d's rows in its most frequent class (labels -1/+1, or
-// class indices for the multinomial loss).
-func MajorityShare(d *consensus.Dataset) float64 {
-	count := map[float64]int{}
-	best := 0
-	for _, y := range d.Y {
-		count[y]++
-		best = max(best, count[y])
-	}
-	return float64(best) / float64(d.Rows)
-}
+// MajorityShare is the fraction of d's rows in its most frequent class
+// (consensus.Dataset.MajorityShare).
+func MajorityShare(d *consensus.Dataset) float64 { return d.MajorityShare() }
 
 // UtilityWarnings compares the model w of a run with the trivial predictor, on the test
 // data (on the training data without test rows): for the logistic loss when its accuracy
