@@ -298,6 +298,12 @@ type Harness struct {
 	// its sender's signature, and the next recipient's check of the same signature as
 	// evidence, are lookups (see SigCache). nil: every signature is verified.
 	SigCache *SigCache
+	// Predictor describes the model for model.json when a harness prepared Data itself
+	// (scaled, the intercept's column added, classes as indices): the raw features, the
+	// scaling, ranges and classes of the run's own data, as the testnet's report has them.
+	// Config.Predictor then takes it with the node's weights. nil: the predictor is built
+	// from Data and Scaling, as a node that read its data does.
+	Predictor *consensus.ModelSpec
 }
 
 // RADMMParams are the neighbour-exchange parameters of a run. Everything here except
@@ -631,6 +637,13 @@ type RunConfig struct {
 // Predictor returns the model w of this run in its self-describing form
 // (consensus.ModelSpec; nil when it cannot be built from the data).
 func (c *Config) Predictor(w []float64) *consensus.ModelSpec {
+	if t := c.Harness.Predictor; t != nil {
+		m, err := t.WithWeights(w)
+		if err != nil {
+			return nil
+		}
+		return m
+	}
 	sc := c.Scaling
 	if sc == nil {
 		sc = &consensus.Scaler{Kind: consensus.ScaleNone}

@@ -130,7 +130,7 @@ func NewGossipMem(ctx context.Context, cfg GossipMemConfig) (*GossipMem, error) 
 			Seeding:     node.Seeding{AllowSeededNoise: true, Rand: func(i int) *rand.Rand { return GossipInitRand(seed, i) }, Noise: func(i int) privacy.Noise { return sim.NodeNoise(seed, i) }},
 			Network:     node.Network{Listen: []string{"/ip4/127.0.0.1/tcp/0"}},
 			Reliability: node.Reliability{NoSync: !cfg.Sync},
-			Harness:     node.Harness{Insecure: true},
+			Harness:     node.Harness{Insecure: true, Predictor: sim.PredictorTemplate(cfg.Options.Problem.Loss, cfg.Options.Scaler, cfg.Options.Train)},
 		}
 		if gm.nodes[i], err = node.New(ctx, c); err != nil {
 			return fail(fmt.Errorf("testnet: gmem: node %d: %w", i, err))

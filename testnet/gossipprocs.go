@@ -240,6 +240,11 @@ func gprocsFiles(cfg *GossipProcsConfig, o *sim.GossipOptions, gs *sim.GossipSim
 		return nil, err
 	}
 	hyper := GossipPolicyArgs(p)
+	pred, err := harnessPredictor(dir, sim.PredictorTemplate(o.Problem.Loss, o.Scaler, o.Train))
+	if err != nil {
+		return nil, fmt.Errorf("testnet: gprocs: %w", err)
+	}
+	hyper = append(hyper, pred...)
 	for i := 0; i < n; i++ {
 		csv := filepath.Join(dir, fmt.Sprintf("node-%d.csv", i))
 		if err := writeShardCSV(csv, gs.Shards[i]); err != nil {

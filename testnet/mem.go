@@ -30,7 +30,11 @@ import (
 // those of NewSim for the same seed, so the final model is bit-identical to the
 // simulator's after the same number of hops.
 type MemConfig struct {
-	Shards     []*consensus.Dataset
+	Shards []*consensus.Dataset
+	// Predictor describes the run's models in raw units (sim.PredictorTemplate): the
+	// nodes' model.json files carry it with their weights (node.Harness.Predictor); nil:
+	// the predictor describes the prepared shards.
+	Predictor  *consensus.ModelSpec
 	Problem    consensus.Problem
 	Gamma      float64
 	Lambda     float64
@@ -246,7 +250,7 @@ func (cfg *MemConfig) startNodes(ctx context.Context, hosts *memHosts, m *memMem
 			Seeding:     node.Seeding{Sources: func(i int) (*rand.PCG, *rand.PCG) { return drive.SeededSources(cfg.Seed, i) }, AllowSeededNoise: true},
 			Network:     node.Network{NewHost: hosts.newHost(i), NoControlTopic: n > cmp.Or(cfg.topicMax, memTopicMax)},
 			Reliability: node.Reliability{NoSync: !cfg.Sync, AckTimeout: cfg.AckTimeout, Heartbeat: beat},
-			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i], FreshDataDir: m.fresh[i], SigCache: sigs},
+			Harness:     node.Harness{Insecure: true, WithholdAcks: m.withhold[i], FreshDataDir: m.fresh[i], SigCache: sigs, Predictor: cfg.Predictor},
 		}
 		nd, err := node.New(ctx, c)
 		if err != nil {

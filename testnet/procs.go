@@ -38,7 +38,11 @@ type ProcsConfig struct {
 	Binary string
 	Env    []string
 
-	Shards     []*consensus.Dataset
+	Shards []*consensus.Dataset
+	// Predictor describes the run's models in raw units (sim.PredictorTemplate): the
+	// nodes' model.json files carry it with their weights (node.Harness.Predictor); nil:
+	// the predictor describes the prepared shards.
+	Predictor  *consensus.ModelSpec
 	Problem    consensus.Problem
 	Gamma      float64
 	Lambda     float64
@@ -222,6 +226,10 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 		return nil, nil, nil, fmt.Errorf("testnet: procs: %w", err)
 	}
 	st.ConfigHash = runCfg.RunConfig().Hash()
+	pred, err := harnessPredictor(dir, cfg.Predictor)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("testnet: procs: %w", err)
+	}
 	dirs := make([]string, n)
 	args := make([][]string, n)
 	for i, sh := range cfg.Shards {
@@ -247,6 +255,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 			"--log-format", "json", "--log-level", "info", "--ack-timeout", cfg.AckTimeout.String(), "--delta", f(cfg.Delta),
 			"--max-epsilon", "0"} // the testnet warns about its figures itself
 		a = append(a, classArgs(sh, cfg.Problem.Loss)...)
+		a = append(a, pred...)
 		if !cfg.Sync {
 			a = append(a, "--no-fsync")
 		}
@@ -592,6 +601,23 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// harnessPredictor writes the run's predictor description to dir/predictor.json and
+// returns the node flags that pass it (none when t is nil).
+func harnessPredictor(dir string, t *consensus.ModelSpec) ([]string, error) {
+	if t == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, "predictor.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"--harness-predictor", p}, nil
+}
+
 // writeShardCSV writes a shard as CSV (label first, then the features, every value in
 // the shortest form that parses back to the same float64), so that a node reading it
 // with --scale none --intercept 0 sees exactly the simulator's shard. Class labels are
@@ -750,8 +776,8 @@ func RunNet(ctx context.Context, o sim.Options, no NetOptions) (*sim.Report, err
 	)
 	if no.Mode == "mem" {
 		r, err := RunMem(ctx, MemConfig{
-			Shards: p.Shards(), Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step,
-			Unit: o.Unit, RowBound: o.RowBoundOf(), MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
+			Shards: p.Shards(), Predictor: sim.PredictorTemplate(o.Problem.Loss, o.Scaler, o.Train),
+			Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda, Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, Unit: o.Unit, RowBound: o.RowBoundOf(), MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta, Dir: no.Dir, Sync: no.Sync, Logger: no.Logger,
 			AckTimeout: no.AckTimeout, Withhold: no.Withhold, Progress: no.Progress, Transport: no.Transport,
 		})
 		if err != nil {
@@ -766,7 +792,7 @@ func RunNet(ctx context.Context, o sim.Options, no NetOptions) (*sim.Report, err
 		}
 	} else {
 		r, err := RunProcs(ctx, ProcsConfig{
-			Binary: no.Binary, Env: no.Env, Shards: p.Shards(), Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
+			Binary: no.Binary, Env: no.Env, Shards: p.Shards(), Predictor: sim.PredictorTemplate(o.Problem.Loss, o.Scaler, o.Train), Problem: o.Problem, Gamma: o.Gamma, Lambda: o.Lambda,
 			Clip: o.Clip, Sigma: o.Sigma, Step: o.Step, MaxUpdates: o.MaxUpdates, Seed: o.Seed, Hops: o.Hops, Delta: o.Delta,
 			Unit: o.Unit, RowBound: o.RowBoundOf(),
 			Dir: no.Dir, Sync: no.Sync, KillHolderAt: no.KillHolderAt, KillPhase: no.KillPhase, Logger: no.Logger,

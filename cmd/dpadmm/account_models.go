@@ -99,6 +99,7 @@ type modelsEval struct {
 	Loss  string `json:"loss"`
 	Scale string `json:"scale"`
 	evalScores
+	spec *consensus.ModelSpec // the predictor the rows were scored with (nil: the data flags' path)
 }
 
 // modelsReport is the JSON output of "account models".
@@ -427,7 +428,7 @@ func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*model
 		if rows == 0 {
 			return nil, fmt.Errorf("%s has no rows", *df.path)
 		}
-		return &modelsEval{Data: *df.path, Rows: rows, Loss: loss.String(), Scale: describeScaler(spec.Scaling), evalScores: scores}, nil
+		return &modelsEval{Data: *df.path, Rows: rows, Loss: loss.String(), Scale: describeScaler(spec.Scaling), evalScores: scores, spec: spec}, nil
 	}
 	w := rep.Model
 	ld, err := df.load(loadRequest{loss: loss, dims: len(w), run: rep.Scaling})
@@ -465,7 +466,11 @@ func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
 	if r.Eval != nil {
 		e := r.Eval
 		fmt.Fprintf(w, "evaluation on %s (%d rows, scale %s): ", e.Data, e.Rows, e.Scale)
-		printScores(w, e.Loss, e.evalScores)
+		name := e.Loss
+		if e.spec != nil {
+			name = specLossName(e.spec)
+		}
+		printScores(w, name, e.evalScores)
 	}
 	fmt.Fprintf(w, "\n%5s  %-8s  %10s  %4s  %5s  %7s  %9s\n", "index", "peer", "epsilon", "hold", "stale", "inexact", "deviation")
 	for _, n := range r.PerNode {

@@ -43,11 +43,22 @@ func evalSpec(spec *consensus.ModelSpec, path string, df *dataFlags, set map[str
 	}
 	fmt.Fprintf(stdout, "model %s: %s, %s, %d features\n", path, spec.Task, spec.Loss, rep.Dims)
 	fmt.Fprintf(stdout, "data %s: %d rows\n", rep.Data, rep.Rows)
-	printScores(stdout, rep.Loss, rep.evalScores)
+	printScores(stdout, specLossName(spec), rep.evalScores)
 	if c := rep.Classification; c != nil {
 		printClassReport(stdout, c)
 	}
 	return nil
+}
+
+// specLossName names the mean loss eval gives a model with a predictor: the log loss
+// (mean -log of the probability of the true class) of a classifier, whatever loss trained
+// it (for one-vs-rest, the probabilities are the softmax of the scores, as predict gives
+// them), and the squared loss of a regression.
+func specLossName(spec *consensus.ModelSpec) string {
+	if spec.Task == consensus.TaskRegression {
+		return spec.Loss
+	}
+	return "log"
 }
 
 // scoreSpec reads the rows of --data as dpadmm predict reads them (--label may name

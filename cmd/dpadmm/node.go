@@ -348,6 +348,16 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 		d = sh[i]
 	}
 	cfg.Data = d
+	if *f.harnessPredictor != "" {
+		spec, _, err := readSpec(*f.harnessPredictor)
+		if err != nil {
+			return fmt.Errorf("--harness-predictor: %w", err)
+		}
+		if len(spec.Flat()) != cfg.Data.ModelDim() {
+			return fmt.Errorf("--harness-predictor: %s has %d weights, the data give a model of %d", *f.harnessPredictor, len(spec.Flat()), cfg.Data.ModelDim())
+		}
+		cfg.Harness.Predictor = spec
+	}
 	if cfg.RADMM != nil {
 		return nil
 	}
@@ -526,7 +536,7 @@ func parseShard(s string) (i, n int, ok bool) {
 // harnessFlags are the flags of 'dpadmm node' that only test harnesses may use: each needs
 // --insecure-testnet.
 var harnessFlags = map[string]bool{"seed": true, "static": true, "pause-at-hop": true, "pause-at-iter": true,
-	"pause-phase": true, "withhold-acks": true}
+	"pause-phase": true, "withhold-acks": true, "harness-predictor": true}
 
 // loopbackAddr reports whether the multiaddr s is on a loopback interface (/ip4/127.0.0.0/8,
 // /ip6/::1, /dns/localhost).

@@ -300,13 +300,17 @@ func TestRADMMOneVsRest(t *testing.T) {
 		rep := filepath.Join(dir, "r"+strings.TrimPrefix(mode, "--")+".json")
 		args := []string{"testnet", "--algo", "radmm", "--nodes", "3", "--iters", "6", "--data", iris, "--label", "species",
 			"--schema", schema, "--quiet", "--report", rep}
+		nodes := filepath.Join(dir, "nodes"+mode)
 		if mode != "" {
-			args = append(args, mode)
+			args = append(args, mode, "--dir", nodes)
 		}
 		if code, _, e := runCmd(args...); code != 0 {
 			t.Fatalf("%q: exit %d: %s", mode, code, e)
 		}
 		m := readReport(t, rep)
+		if mode != "" {
+			checkNodePredictors(t, rep, nodes, 3, iris)
+		}
 		models = append(models, m["model"].([]any))
 		p := m["predictor"].(map[string]any)
 		if p["loss"] != "logistic-ovr" || p["task"] != "multiclass" || len(p["weights"].([]any)) != 3 || len(m["model"].([]any)) != 15 {
@@ -323,6 +327,38 @@ func TestRADMMOneVsRest(t *testing.T) {
 			if models[i][j] != models[0][j] {
 				t.Fatalf("mode %d coordinate %d: %v, simulator %v", i, j, models[i][j], models[0][j])
 			}
+		}
+	}
+}
+
+// checkNodePredictors: the model.json of each of the nodes a testnet ran on hosts (its
+// data prepared by the testnet) describes its model as the report describes the run's
+// (raw features, scaling, ranges, classes), with the node's own weights, and eval reads
+// the raw data through it.
+func checkNodePredictors(t *testing.T, report, nodes string, n int, data string) {
+	t.Helper()
+	want, _, err := readSpec(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(nodes, fmt.Sprintf("node-%d", i))
+		got, path, err := readSpec(dir)
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		if err := got.SameInputs(want); err != nil {
+			t.Fatalf("%s: the predictor is not the run's: %v", path, err)
+		}
+		var mf struct {
+			Model []float64 `json:"model"`
+		}
+		b, _ := os.ReadFile(path)
+		if err := json.Unmarshal(b, &mf); err != nil || fmt.Sprint(mf.Model) != fmt.Sprint(got.Flat()) {
+			t.Fatalf("%s: predictor weights %v, model %v (%v)", path, got.Flat(), mf.Model, err)
+		}
+		if code, _, e := runCmd("eval", "--data", data, dir); code != 0 {
+			t.Fatalf("eval %s: exit %d: %s", dir, code, e)
 		}
 	}
 }

@@ -90,8 +90,10 @@ func compareWithSim(t *testing.T, what string, got map[string]any, gotModel []fl
 func TestTestnetMem(t *testing.T) {
 	args := []string{"--nodes", "4", "--hops", "150", "--seed", "3", "--quiet"}
 	sim, simModel := testnetReport(t, args...)
-	mem, memModel := testnetReport(t, append([]string{"--mem"}, args...)...)
+	nodes := filepath.Join(t.TempDir(), "nodes")
+	mem, memModel := testnetReport(t, append([]string{"--mem", "--dir", nodes}, args...)...)
 	compareWithSim(t, "--mem", mem, memModel, sim, simModel)
+	checkNodePredictors(t, writeReportFile(t, mem), nodes, 4, "embedded")
 	nw := mem["network"].(map[string]any)
 	if nw["mode"] != "mem" || nw["hosts"].(float64) != 4 || nw["ledger_entries"].(float64) != 150 {
 		t.Errorf("network section %v", nw)
@@ -162,6 +164,21 @@ func TestTestnetProcs(t *testing.T) {
 			t.Errorf("--dir: %v", err)
 		}
 	}
+	checkNodePredictors(t, writeReportFile(t, killed), dir, 3, "embedded")
+}
+
+// writeReportFile writes a report read back from JSON to a file and returns its path.
+func writeReportFile(t *testing.T, r map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "report.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestTestnetNetworkFlagErrors: --mem/--procs flag combinations that make no sense are

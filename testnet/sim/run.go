@@ -1066,12 +1066,26 @@ func graphName(s string) string {
 // setPredictor sets the report's self-describing model (nothing without a scaler, or
 // when the spec cannot be built: a report of data prepared by the caller).
 func (r *Report) setPredictor(loss consensus.Loss, sc *consensus.Scaler, train *consensus.Dataset, w []float64) {
-	if sc == nil {
-		return
+	if t := PredictorTemplate(loss, sc, train); t != nil {
+		if m, err := t.WithWeights(w); err == nil {
+			r.Predictor = m
+		}
 	}
-	if m, err := consensus.NewModelSpec(train, sc, loss, w); err == nil {
-		r.Predictor = m
+}
+
+// PredictorTemplate is the description (features, scaling, ranges, classes; zero
+// weights) of the models of a run on train, scaled by sc: the report's predictor, and
+// that of the nodes of a testnet on hosts, whose data the testnet prepared
+// (node.Harness.Predictor). nil without a scaler or when the spec cannot be built.
+func PredictorTemplate(loss consensus.Loss, sc *consensus.Scaler, train *consensus.Dataset) *consensus.ModelSpec {
+	if sc == nil || train == nil {
+		return nil
 	}
+	m, err := consensus.NewModelSpec(train, sc, loss, make([]float64, train.ModelDim()))
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 func (r *Report) setRegression(loss consensus.Loss, train, test *consensus.Dataset, w []float64) {
