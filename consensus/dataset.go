@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -63,6 +64,57 @@ func (d *Dataset) Subset(idx []int) *Dataset {
 		out.Y = append(out.Y, d.Y[i])
 	}
 	return out
+}
+
+// InOrderOf returns d with its feature columns in the order of features (the names of
+// another file's columns, e.g. the training data's): d itself when they already are, a
+// copy with the columns moved when d has the same names in another order, and an error
+// naming the columns that differ otherwise. A test file read by the names of its header
+// must hold the training file's columns: matched by position, a file with the same
+// columns in another order would be scored on the wrong features.
+func (d *Dataset) InOrderOf(features []string, what string) (*Dataset, error) {
+	if slices.Equal(d.Features, features) {
+		return d, nil
+	}
+	at := make(map[string]int, len(d.Features))
+	for j, f := range d.Features {
+		at[f] = j
+	}
+	var missing, extra []string
+	src := make([]int, len(features))
+	for k, f := range features {
+		j, ok := at[f]
+		if !ok {
+			missing = append(missing, f)
+			continue
+		}
+		src[k] = j
+		delete(at, f)
+	}
+	for _, f := range d.Features {
+		if _, ok := at[f]; ok {
+			extra = append(extra, f)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 || len(d.Features) != len(features) {
+		return nil, fmt.Errorf("consensus: %s: its columns are not %s's: missing %q, not in %s %q (columns are matched by name)",
+			d.Name, what, missing, what, extra)
+	}
+	out := d.Clone()
+	for i := 0; i < d.Rows; i++ {
+		row, dst := d.Row(i), out.Row(i)
+		for k, j := range src {
+			dst[k] = row[j]
+		}
+	}
+	out.Features = append([]string(nil), features...)
+	if d.Ranges != nil {
+		out.Ranges = make([][2]float64, len(features))
+		for k, j := range src {
+			out.Ranges[k] = d.Ranges[j]
+		}
+	}
+	return out, nil
 }
 
 // Clone returns a deep copy of d.

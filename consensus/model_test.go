@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -62,5 +63,27 @@ func TestMajorityShare(t *testing.T) {
 	}
 	if got := (&Dataset{}).MajorityShare(); got != 0 {
 		t.Fatalf("empty: %v", got)
+	}
+}
+
+func TestInOrderOf(t *testing.T) {
+	d := &Dataset{Name: "t.csv", Rows: 2, Cols: 3, X: []float64{1, 2, 3, 4, 5, 6}, Y: []float64{1, -1},
+		Features: []string{"c", "a", "b"}, Ranges: [][2]float64{{0, 3}, {0, 1}, {0, 2}}}
+	same, err := d.InOrderOf([]string{"c", "a", "b"}, "train.csv")
+	if err != nil || same != d {
+		t.Fatalf("same order: %v %v", same, err)
+	}
+	o, err := d.InOrderOf([]string{"a", "b", "c"}, "train.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(o.X) != "[2 3 1 5 6 4]" || fmt.Sprint(o.Features) != "[a b c]" || fmt.Sprint(o.Ranges) != "[[0 1] [0 2] [0 3]]" || fmt.Sprint(d.X) != "[1 2 3 4 5 6]" {
+		t.Fatalf("reordered %v %v %v (original %v)", o.X, o.Features, o.Ranges, d.X)
+	}
+	if _, err := d.InOrderOf([]string{"a", "b", "z"}, "train.csv"); err == nil || !strings.Contains(err.Error(), `missing ["z"]`) || !strings.Contains(err.Error(), `["c"]`) {
+		t.Fatalf("other names: %v", err)
+	}
+	if _, err := d.InOrderOf([]string{"a", "b"}, "train.csv"); err == nil {
+		t.Fatal("fewer columns accepted")
 	}
 }

@@ -304,6 +304,12 @@ func (f *dataFlags) load(req loadRequest) (*loadedData, error) {
 		if test, err = consensus.Load(*f.test, topt); err != nil {
 			return nil, f.hint(err, req.loss)
 		}
+		if train.Label != "" && test.Label != "" {
+			// Both files name their columns (a CSV header): match them by name.
+			if test, err = test.InOrderOf(train.Features, out.name); err != nil {
+				return nil, err
+			}
+		}
 		if test, err = applySchema(schema, test, nil); err != nil {
 			return nil, err
 		}

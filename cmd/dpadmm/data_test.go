@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -604,4 +606,48 @@ func readText(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTestFileByName: a --test CSV is read by the names of its header: the same columns in
+// another order score the same, and other names are refused with both lists named.
+func TestTestFileByName(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile("../../examples/test.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rev, renamed bytes.Buffer
+	wr, wn := csv.NewWriter(&rev), csv.NewWriter(&renamed)
+	for i, r := range recs {
+		out := append([]string(nil), r...)
+		slices.Reverse(out)
+		wr.Write(out)
+		if i == 0 {
+			r = append([]string(nil), r...)
+			r[3] = "x3"
+		}
+		wn.Write(r)
+	}
+	wr.Flush()
+	wn.Flush()
+	revPath, renPath := filepath.Join(dir, "rev.csv"), filepath.Join(dir, "renamed.csv")
+	os.WriteFile(revPath, rev.Bytes(), 0o644)
+	os.WriteFile(renPath, renamed.Bytes(), 0o644)
+	args := []string{"testnet", "--data", "../../examples/a.csv", "--label", "label", "--nodes", "3", "--hops", "2000", "--sigma", "0", "--max-updates", "0", "--scale", "standardize", "--json", "--quiet"}
+	acc := func(test string) float64 {
+		r := runJSON(t, append(args, "--test", test)...).(map[string]any)
+		return r["accuracy"].(float64)
+	}
+	a, r := acc("../../examples/test.csv"), acc(revPath)
+	if a != r || a < 0.8 {
+		t.Fatalf("test accuracy %v with the columns in order, %v reversed", a, r)
+	}
+	code, _, e := runCmd(append(args, "--test", renPath)...)
+	if code != 1 || !strings.Contains(e, `missing ["mean_perimeter"]`) || !strings.Contains(e, `["x3"]`) {
+		t.Fatalf("renamed column: exit %d: %s", code, e)
+	}
 }
