@@ -94,4 +94,14 @@ func TestReadRowsFill(t *testing.T) {
 	if _, err := m.ReadRows("r.csv", strings.NewReader("c,y,x, x\na,1,2,3\n"), ','); err == nil || !strings.Contains(err.Error(), `columns 2 and 3 are both named "x"`) {
 		t.Fatalf("duplicate column names: %v", err)
 	}
+	// A row of another width than the header (or, without one, the first row) is refused:
+	// its fields are shifted.
+	for _, c := range []struct{ in, want string }{
+		{"c,y,x\na,1,2\na,1,2,9\n", "r.csv:3: 4 fields, the header has 3"},
+		{"c,y,x\na,1\n", "r.csv:2: 2 fields, the header has 3"},
+	} {
+		if _, err := m.ReadRows("r.csv", strings.NewReader(c.in), ','); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.in, err, c.want)
+		}
+	}
 }

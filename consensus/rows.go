@@ -98,6 +98,15 @@ func (m *ModelSpec) ReadRows(name string, r io.Reader, delim rune) (*RawRows, er
 		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
 			continue
 		}
+		if len(rec) != len(recs[0]) {
+			// A row of another width has its fields shifted: every column after the
+			// difference would be read from its neighbour's field.
+			what := "the header has"
+			if first == 0 {
+				what = "the first row has"
+			}
+			return nil, fmt.Errorf("%s:%d: %d fields, %s %d", name, line, len(rec), what, len(recs[0]))
+		}
 		x := make([]float64, len(m.Features))
 		for j, c := range col {
 			if c.src >= len(rec) {

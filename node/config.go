@@ -597,6 +597,11 @@ type RunConfig struct {
 	// positive; multinomial: every class), as the label column writes them.
 	Classes []string `json:"classes,omitempty"`
 
+	// Features are the names of the model's input columns in order (the data's header,
+	// one-hot features "column=value", the intercept's column last): members must read
+	// the same columns in the same order, or their coordinates would mean different things.
+	Features []string `json:"features,omitempty"`
+
 	// Schema is the hash of the public schema (Config.Schema); empty for none.
 	Schema string `json:"schema,omitempty"`
 
@@ -662,6 +667,9 @@ func (c *Config) RunConfig() RunConfig {
 	rc.MaxRows = c.MaxRows
 	rc.MinRows = c.MinRows
 	rc.Schema = c.Schema
+	if c.Data != nil {
+		rc.Features = c.Data.Features
+	}
 	if c.Data != nil && c.Data.Fill != nil {
 		b, _ := json.Marshal(c.Data.Fill)
 		rc.Fill = string(b)

@@ -983,3 +983,18 @@ func TestJoinerClassMismatchExits(t *testing.T) {
 		t.Fatalf("joiner: %v, want ErrConfigMismatch naming the classes", err)
 	}
 }
+
+// TestJoinerColumnOrderMismatch: a joiner whose data hold the run's columns in another
+// order (its coordinates would mean other features) is refused, the features named.
+func TestJoinerColumnOrderMismatch(t *testing.T) {
+	sh := shards(t, 2)
+	rev := sh[1].Clone()
+	slices.Reverse(rev.Features)
+	for i := 0; i < rev.Rows; i++ {
+		slices.Reverse(rev.Row(i))
+	}
+	_, _, err := runMismatchedJoiner(t, "cols", rev, func(*Config) {})
+	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "features: yours [\""+rev.Features[0]+"\"") {
+		t.Fatalf("joiner: %v, want ErrConfigMismatch naming the features", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -625,15 +626,21 @@ func harnessPredictor(dir string, t *consensus.ModelSpec) ([]string, error) {
 func writeShardCSV(path string, d *consensus.Dataset) error {
 	var b strings.Builder
 	w := csv.NewWriter(&b)
-	head := []string{"label"}
+	// The features keep their names (they enter the run's configuration hash, which the
+	// launcher computes from the prepared data); a node reading the shard with
+	// --intercept 0 knows the intercept's column by its name, and leaves it unpenalised
+	// as the simulator does.
+	label := "label" // the first column, whatever its name: a name no feature has
+	for slices.Contains(d.Features, label) {
+		label += "_"
+	}
+	head := []string{label}
 	for j := 0; j < d.Cols; j++ {
-		if j < len(d.Features) && d.Features[j] == consensus.InterceptFeature {
-			// A node reading the shard with --intercept 0 knows this column for the
-			// intercept by its name, and leaves it unpenalised as the simulator does.
-			head = append(head, consensus.InterceptFeature)
-			continue
+		name := fmt.Sprintf("f%d", j)
+		if j < len(d.Features) {
+			name = d.Features[j]
 		}
-		head = append(head, fmt.Sprintf("f%d", j))
+		head = append(head, name)
 	}
 	_ = w.Write(head)
 	names := shardClasses(d)

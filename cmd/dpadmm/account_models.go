@@ -393,6 +393,9 @@ func averagedPredictor(ms []loadedModel, avg []float64) (*consensus.ModelSpec, s
 		if !slices.Equal(p.Flat(), lm.m.Model) {
 			return nil, fmt.Sprintf("%s: its predictor's weights are not its model", lm.file)
 		}
+		if lm.m.Loss != "" && p.Loss != lm.m.Loss {
+			return nil, fmt.Sprintf("%s: its predictor's loss %s is not the file's %s", lm.file, p.Loss, lm.m.Loss)
+		}
 		if err := p.SameInputs(ref.m.Predictor); err != nil {
 			return nil, fmt.Sprintf("the predictors of %s and %s do not describe the same model: %v", ref.file, lm.file, err)
 		}
@@ -428,7 +431,7 @@ func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*model
 		if rows == 0 {
 			return nil, fmt.Errorf("%s has no rows", *df.path)
 		}
-		return &modelsEval{Data: *df.path, Rows: rows, Loss: loss.String(), Scale: describeScaler(spec.Scaling), evalScores: scores, spec: spec}, nil
+		return &modelsEval{Data: *df.path, Rows: rows, Loss: loss.String(), Scale: string(spec.Scaling.Kind) + " (the run's, from the predictor)", evalScores: scores, spec: spec}, nil
 	}
 	w := rep.Model
 	ld, err := df.load(loadRequest{loss: loss, dims: len(w), run: rep.Scaling})

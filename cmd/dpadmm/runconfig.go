@@ -111,7 +111,11 @@ func checkRunConfig(cfg *node.Config, rc *node.RunConfig, overridden []string) (
 	if rc == nil {
 		return nil, nil
 	}
-	diff := cfg.RunConfig().Diff(*rc)
+	mine := cfg.RunConfig()
+	if rc.Features == nil {
+		mine.Features = nil // a file that lists no features (written by hand) leaves them to the data
+	}
+	diff := mine.Diff(*rc)
 	if len(diff) == 0 {
 		return nil, nil
 	}
