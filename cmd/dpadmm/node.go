@@ -163,9 +163,6 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	node.RouteLibp2pLogs(log)
 	cfg.Logger = log
-	if f.targetMsg != "" {
-		log.Info().Msg(f.targetMsg)
-	}
 	if cfg.HTTP != "" && publicHTTP(cfg.HTTP) {
 		log.Warn().Str("http", cfg.HTTP).Msg("--http listens beyond loopback: anyone who can reach it reads this node's /status and /metrics")
 	}
@@ -174,6 +171,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := f.loadData(&cfg); err != nil {
 		return err
+	}
+	switch {
+	case f.targetWarn:
+		log.Warn().Msg(f.targetMsg)
+	case f.targetMsg != "":
+		log.Info().Msg(f.targetMsg)
 	}
 	if err := f.applyStatic(&cfg); err != nil {
 		return err
@@ -385,6 +388,8 @@ func (f *nodeFlags) loadData(cfg *node.Config) error {
 // so.
 func (f *nodeFlags) calibrate(cfg *node.Config) error {
 	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), cfg.Step, cfg.MaxUpdates) {
+		f.targetMsg = noTargetNote(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), cfg.Step, cfg.MaxUpdates, cfg.Sigma)
+		f.targetWarn = f.targetMsg != ""
 		return nil
 	}
 	nodes, rows := 0, 0
@@ -399,9 +404,18 @@ func (f *nodeFlags) calibrate(cfg *node.Config) error {
 	*f.sigma, cfg.Sigma = sigma, sigma
 	f.targetMsg = targetLine(r, sigma, b, cfg.MaxUpdates, *f.target, cfg.Delta)
 	if cfg.Unit != privacy.UnitNode && cfg.MinRows == 0 {
-		f.targetMsg += "; without --min-rows the weight of one row is unknown before the members are, so the clip (a node-level bound) was calibrated: give --min-rows for the per-record calibration"
+		// The whole shard's bound: far more noise than one record needs. Say how much, with
+		// this node's own row count as the example bound.
+		hint := ""
+		if cfg.Data != nil && cfg.Data.Rows > 0 {
+			r1 := planWalkRun(cfg.Step, cfg.Gamma, cfg.Clip, cfg.Unit, cfg.RowBound, cfg.Problem.Loss, 1, cfg.Data.Rows)
+			if s1, _, err := calibrateSigma(r1, cfg.Step, cfg.MaxUpdates, *f.target, cfg.Delta); err == nil && s1 > 0 {
+				hint = fmt.Sprintf(" (with --min-rows %d, this node's rows, sigma would be %.3g, %.0f times less noise)", cfg.Data.Rows, s1, sigma/s1)
+			}
+		}
+		f.targetMsg += "; without --min-rows the weight of one row is unknown before the members are, so the clip (a node-level bound) was calibrated: give every member --min-rows, the fewest rows any member holds, for the per-record calibration" + hint
+		f.targetWarn = true
 	}
-	cfg.Logger.Info().Msg(f.targetMsg)
 	return nil
 }
 

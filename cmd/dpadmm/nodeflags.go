@@ -83,6 +83,7 @@ type nodeFlags struct {
 	auto *autoChoice
 	// targetMsg reports the --target-epsilon calibration ("" without one).
 	targetMsg                              string
+	targetWarn                             bool // targetMsg is a warning (the node-level calibration)
 	maxUpd, heartbeatMisses, custodyDepth  *int
 	budgetKind, pausePhase                 *string
 	ackTimeout, heartbeat, fallbackTimeout *time.Duration

@@ -29,6 +29,17 @@ func useTarget(targetSet, sigmaSet bool, step walk.StepParams, maxUpd int) bool 
 	return targetSet || !sigmaSet && step.Kind != walk.StepGADMM && maxUpd > 0
 }
 
+// noTargetNote says why the default --target-epsilon did not apply, when it did not for
+// want of a cap ("" otherwise): the run then takes the default --sigma, whose figure grows
+// with every update.
+func noTargetNote(targetSet, sigmaSet bool, step walk.StepParams, maxUpd int, sigma float64) string {
+	if targetSet || sigmaSet || step.Kind == walk.StepGADMM || maxUpd > 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: --max-updates 0 (no cap): the default --target-epsilon %d composes over a cap, so it does not apply; sigma is the default %g "+
+		"and each node's epsilon grows with its updates (give --max-updates for a calibrated sigma, or --sigma to say this is meant)", DefaultTargetEpsilon, sigma)
+}
+
 // unitHelp is the help of --privacy-unit.
 const unitHelp = "what the figures protect: record (one row of one node replaced; the prox and linearized steps then use the record radius " +
 	"gamma*(c*L + 1e-9), c = n/M the weight of one row, L the loss's Lipschitz constant over rows projected onto the unit ball) or node " +

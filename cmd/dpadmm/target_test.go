@@ -67,6 +67,11 @@ func TestTargetEpsilon(t *testing.T) {
 	if err != nil || cfg.Sigma != sigma {
 		t.Fatalf("node: sigma %v (%v), testnet %v", cfg.Sigma, err, sigma)
 	}
+	// Without a cap the default target does not apply, and the run says so.
+	if code, _, e := runCmd("testnet", "--nodes", "3", "--hops", "30", "--max-updates", "0", "--quiet"); code != 0 ||
+		!strings.Contains(e, "note: --max-updates 0 (no cap): the default --target-epsilon 2 composes over a cap, so it does not apply; sigma is the default 1") {
+		t.Errorf("--max-updates 0: exit %d: %s", code, e)
+	}
 	for _, c := range [][]string{
 		{"testnet", "--target-epsilon", "2", "--max-updates", "0"},
 		{"testnet", "--target-epsilon", "2", "--sigma", "1"},
@@ -198,5 +203,28 @@ func TestAlgoAutoNodeSameConfig(t *testing.T) {
 	}
 	if c := cfgOf("--shard", "0/50"); c.Step.Rate != 0.1 || c.Step.Eta != 2 {
 		t.Fatalf("without --min-rows: %+v, want the unfitted rate 0.1 and step size 2", c.Step)
+	}
+}
+
+// TestNodeTargetWithoutMinRows: a node calibrating --target-epsilon without --min-rows
+// (the whole shard's bound) warns at the default log level and says how much less noise
+// --min-rows would need; with --min-rows the calibration line stays at info.
+func TestNodeTargetWithoutMinRows(t *testing.T) {
+	for _, c := range []struct {
+		extra []string
+		warn  bool
+	}{{nil, true}, {[]string{"--min-rows", "50"}, false}} {
+		args := append([]string{"node", "--run", "tgt", "--data", "../../examples/wine.csv", "--label", "class", "--schema", "../../examples/wine.schema.json",
+			"--datadir", filepath.Join(t.TempDir(), "n"), "--start", "--min-peers", "3", "--profile", "test"}, c.extra...)
+		ch := startChild(t, args...)
+		ch.waitFor(t, ch.stderr, "open run", 30*time.Second)
+		if code, _ := ch.stop(t, syscall.SIGINT, 10*time.Second); code != 130 {
+			t.Fatalf("%v: exit %d, want 130\n%s", c.extra, code, ch.stderr)
+		}
+		s := ch.stderr.String()
+		warned := strings.Contains(s, "WRN --target-epsilon 2: sigma") && strings.Contains(s, "times less noise")
+		if warned != c.warn || !c.warn && strings.Contains(s, "--target-epsilon") {
+			t.Errorf("%v: warned %v, want %v:\n%s", c.extra, warned, c.warn, s)
+		}
 	}
 }

@@ -309,6 +309,7 @@ func (f *testnetFlags) checkWalk(mode string) (walk.StepParams, error) {
 // loss (a third label makes it multinomial), the rows M and the scaling's row bound.
 func (f *testnetFlags) calibrate(opt *sim.Options) error {
 	if !useTarget(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), opt.Step, opt.MaxUpdates) {
+		f.targetMsg = noTargetNote(f.m.isSet("target-epsilon"), f.m.isSet("sigma"), opt.Step, opt.MaxUpdates, opt.Sigma)
 		return nil
 	}
 	r := planWalkRun(opt.Step, opt.Gamma, opt.Clip, opt.Unit, opt.RowBoundOf(), opt.Problem.Loss, opt.Nodes, opt.Train.Rows)
