@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"errors"
+	"fmt"
 	"math"
 
 	"github.com/dpadmm/dpadmm/consensus"
@@ -94,4 +96,46 @@ func (s Setup) Account(algo Algo, degree, rows int, maxNorm float64, labelsPM1 b
 		LabelsPM1: labelsPM1, LossOK: s.Loss == consensus.Logistic || s.Loss == consensus.LogisticOvR, FixedIters: true, ExactSolves: true,
 		Blocks: s.Classes,
 	}
+}
+
+// ErrTargetOutOfReach is returned (wrapped) by AlphaFor when the figure's part that no
+// noise removes already reaches the target.
+var ErrTargetOutOfReach = errors.New("target epsilon out of reach")
+
+// AlphaFor returns the noise parameter alpha that gives a node of algo (its degree, its
+// rows and the penalties etas of its perturbed iterations) the Theorem V.1 figure target
+// (privacy.ObjPertBound, the function every figure comes from), for --target-epsilon.
+//
+// The figure is affine in alpha: each perturbed iteration costs 2w(1.4 c1/(r + 2 eta V) +
+// alpha_k) (recycled and dual-perturbation schemes; alpha_k = alpha/eta_k for madmm) or
+// alpha 2w/(r + 2 eta V) (primal perturbation), summed. So with J the figure's part that no
+// noise removes and A its slope, alpha = (target - J)/A; it is then lowered by ulps until
+// the figure itself is at most target, so that rounding never puts it above. An error when
+// J alone reaches the target: fewer iterations, a larger --eta or a smaller --paper-c
+// lower it.
+func (s Setup) AlphaFor(algo Algo, degree, rows int, etas []float64, target float64) (float64, error) {
+	if !(target > 0) || math.IsInf(target, 0) {
+		return 0, fmt.Errorf("gossip: target epsilon must be finite and > 0, got %v", target)
+	}
+	fig := func(alpha float64) float64 {
+		return privacy.ObjPertBound(s.Account(algo, degree, rows, 1, true, alpha, etas)).Epsilon
+	}
+	f1, f2 := fig(1), fig(2)
+	slope := f2 - f1
+	fixed := f1 - slope
+	if !(slope > 0) || math.IsNaN(fixed) || math.IsInf(f1, 0) {
+		return 0, fmt.Errorf("gossip: the figure of %s does not grow with alpha (%v at 1, %v at 2): no alpha to calibrate", algo, f1, f2)
+	}
+	if fixed >= target {
+		return 0, fmt.Errorf("gossip: %w: %s's figure is at least %.4g before any noise term (the objective's curvature, %d perturbed iterations): "+
+			"no alpha reaches epsilon %v; fewer --iters, a larger --eta or a smaller --paper-c lower it", ErrTargetOutOfReach, algo, fixed, len(etas), target)
+	}
+	alpha := (target - fixed) / slope
+	for i := 0; fig(alpha) > target && i < 64; i++ {
+		alpha = math.Nextafter(alpha, 0)
+	}
+	if !(alpha > 0) || fig(alpha) > target {
+		return 0, fmt.Errorf("gossip: no alpha > 0 gives %s a figure of at most %v", algo, target)
+	}
+	return alpha, nil
 }

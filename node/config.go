@@ -320,6 +320,11 @@ type RADMMParams struct {
 	Iters int
 	// Alpha: objective noise of density proportional to exp(-Alpha ||eps||); +Inf = none.
 	Alpha float64
+	// TargetEpsilon, when > 0, replaces Alpha: the node calibrates its alpha, once the
+	// members (total rows) and the graph (its degree) are known, so that its Theorem V.1
+	// figure is this epsilon (gossip.Setup.AlphaFor; every member alike, so the network
+	// figure is this epsilon too).
+	TargetEpsilon float64
 	// Eta, EtaGrowth, EtaMax: the penalty schedule eta(k) = Eta * EtaGrowth^k capped at
 	// EtaMax (EtaGrowth 0 or 1 = constant; EtaMax 0 = no cap).
 	Eta, EtaGrowth, EtaMax float64
@@ -371,7 +376,9 @@ func (c *Config) validateRADMM() error {
 		return fmt.Errorf("node: total rows %d below this node's %d rows", p.TotalRows, c.Data.Rows)
 	case p.Iters < 1:
 		return fmt.Errorf("node: iterations must be >= 1, got %d", p.Iters)
-	case math.IsNaN(p.Alpha) || !(p.Alpha > 0):
+	case !(p.TargetEpsilon >= 0) || math.IsInf(p.TargetEpsilon, 0):
+		return fmt.Errorf("node: the target epsilon must be finite and >= 0 (0: none), got %v", p.TargetEpsilon)
+	case p.TargetEpsilon == 0 && (math.IsNaN(p.Alpha) || !(p.Alpha > 0)):
 		return fmt.Errorf("node: alpha must be > 0 (+Inf = no noise), got %v", p.Alpha)
 	case p.EtaTable == nil && (!(p.Eta > 0) || math.IsInf(p.Eta, 0)):
 		return fmt.Errorf("node: eta must be > 0 and finite, got %v", p.Eta)
@@ -408,9 +415,13 @@ func (c *Config) validateRADMM() error {
 		if width > 0 {
 			sched = p.column(col)
 		}
+		alpha := p.Alpha
+		if p.TargetEpsilon > 0 {
+			alpha = 1 // calibrated at the start; a finite alpha stands in for it
+		}
 		probe := gossip.Config{Node: 0, Nodes: 2, Neighbors: []int{1}, Algo: algo, Iters: p.Iters, Penalty: sched,
-			Gamma: p.Gamma, Alpha: p.Alpha, C1: 0.25}
-		if !math.IsInf(p.Alpha, 1) {
+			Gamma: p.Gamma, Alpha: alpha, C1: 0.25}
+		if !math.IsInf(alpha, 1) {
 			probe.Noise = privacy.NewSeededNoise(0)
 		}
 		if err := probe.Validate(); err != nil {
@@ -623,14 +634,16 @@ type RunConfig struct {
 	MinRows int `json:"min_rows,omitempty"`
 
 	// Neighbour-exchange runs only (empty for the walk, so walk hashes are unchanged).
-	Graph     string  `json:"graph,omitempty"`
-	GraphSeed uint64  `json:"graph_seed,omitempty"`
-	Iters     int     `json:"iters,omitempty"`
-	Alpha     string  `json:"alpha,omitempty"` // strconv 'g' form; "+Inf" = no noise
-	Eta       float64 `json:"eta,omitempty"`
-	EtaGrowth float64 `json:"eta_growth,omitempty"`
-	EtaMax    float64 `json:"eta_max,omitempty"`
-	PaperC    float64 `json:"paper_c,omitempty"`
+	Graph     string `json:"graph,omitempty"`
+	GraphSeed uint64 `json:"graph_seed,omitempty"`
+	Iters     int    `json:"iters,omitempty"`
+	Alpha     string `json:"alpha,omitempty"` // strconv 'g' form; "+Inf" = no noise; "" with a target
+	// TargetEpsilon replaces Alpha when > 0 (RADMMParams.TargetEpsilon).
+	TargetEpsilon float64 `json:"target_epsilon,omitempty"`
+	Eta           float64 `json:"eta,omitempty"`
+	EtaGrowth     float64 `json:"eta_growth,omitempty"`
+	EtaMax        float64 `json:"eta_max,omitempty"`
+	PaperC        float64 `json:"paper_c,omitempty"`
 	// EtaTable is RADMMParams.EtaTable (the penalty file's rows), when one is used.
 	EtaTable [][]float64 `json:"eta_table,omitempty"`
 
@@ -682,6 +695,14 @@ func (c *Config) RunConfig() RunConfig {
 	return rc
 }
 
+// alphaKey is the run configuration's alpha: "" when a target epsilon replaces it.
+func (p *RADMMParams) alphaKey() string {
+	if p.TargetEpsilon > 0 {
+		return ""
+	}
+	return strconv.FormatFloat(p.Alpha, 'g', -1, 64)
+}
+
 func (c *Config) runConfig() RunConfig {
 	if p := c.RADMM; p != nil {
 		spec := p.Graph
@@ -697,14 +718,14 @@ func (c *Config) runConfig() RunConfig {
 			return RunConfig{
 				Run: c.Run, Algorithm: algo, Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 				L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
-				Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
+				Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: p.alphaKey(), TargetEpsilon: p.TargetEpsilon,
 				PaperC: p.PaperC, EtaTable: p.EtaTable,
 			}
 		}
 		return RunConfig{
 			Run: c.Run, Algorithm: algo, Dims: c.Data.ModelDim(), Loss: fmt.Sprint(c.Problem.Loss),
 			L1: c.Problem.Reg.L1, L2: c.Problem.Reg.L2, Gamma: p.Gamma, Noise: "objective-perturbation",
-			Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: strconv.FormatFloat(p.Alpha, 'g', -1, 64),
+			Graph: spec, GraphSeed: p.GraphSeed, Iters: p.Iters, Alpha: p.alphaKey(), TargetEpsilon: p.TargetEpsilon,
 			Eta: p.Eta, EtaGrowth: p.EtaGrowth, EtaMax: p.EtaMax, PaperC: p.PaperC,
 		}
 	}

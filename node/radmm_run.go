@@ -440,12 +440,23 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	if err != nil {
 		return nil, nil, acc, false, err
 	}
+	etas := sched.Values(algo.PerturbedCount(p.Iters))
+	alpha := p.Alpha
+	if p.TargetEpsilon > 0 {
+		// Public inputs only (the run's rows and weights, this node's degree and schedule):
+		// the simulator calibrates each of its nodes with the same function.
+		if alpha, err = setup.AlphaFor(algo, len(nbrs), d.Rows, etas, p.TargetEpsilon); err != nil {
+			return nil, nil, acc, false, fmt.Errorf("node: --target-epsilon: %w", err)
+		}
+		n.log.Info().Float64("alpha", alpha).Float64("target_epsilon", p.TargetEpsilon).Int("degree", len(nbrs)).
+			Msg("noise calibrated to the target epsilon")
+	}
 	cfg := gossip.Config{
 		Node: self, Nodes: N, Neighbors: nbrs, Algo: algo, Iters: p.Iters, Penalty: sched,
-		Gamma: p.Gamma, Alpha: p.Alpha, C1: setup.C1, Init: init, Run: n.cfg.Run, Names: names,
+		Gamma: p.Gamma, Alpha: alpha, C1: setup.C1, Init: init, Run: n.cfg.Run, Names: names,
 	}
 	secure := true
-	if !math.IsInf(p.Alpha, 1) {
+	if !math.IsInf(alpha, 1) {
 		if n.cfg.Noise != nil {
 			cfg.Noise = n.cfg.Noise(self)
 		} else {
@@ -463,7 +474,7 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 		return nil, nil, acc, false, err
 	}
 	maxNorm, pm1 := gossip.RowChecks(d)
-	acc = setup.Account(algo, len(nbrs), d.Rows, maxNorm, pm1, p.Alpha, sched.Values(algo.PerturbedCount(p.Iters)))
+	acc = setup.Account(algo, len(nbrs), d.Rows, maxNorm, pm1, alpha, etas)
 	return m, jn, acc, secure, nil
 }
 

@@ -23,7 +23,7 @@ func GossipInitRand(seed uint64, i int) *rand.Rand {
 // one-column table for EtaList), constants and M = o.Train.Rows.
 func GossipParamsFor(o *sim.GossipOptions) (node.RADMMParams, error) {
 	p := node.RADMMParams{
-		Algo: o.Algo, Graph: o.Graph, GraphSeed: o.Seed, Iters: o.Iters, Alpha: o.Alpha, Eta: o.Eta,
+		Algo: o.Algo, Graph: o.Graph, GraphSeed: o.Seed, Iters: o.Iters, Alpha: o.Alpha, TargetEpsilon: o.TargetEpsilon, Eta: o.Eta,
 		EtaGrowth: o.EtaGrowth, EtaMax: o.EtaMax, Gamma: o.Gamma, PaperC: o.C, TotalRows: o.Train.Rows,
 	}
 	algo, err := gossip.ParseAlgo(o.Algo)

@@ -194,3 +194,32 @@ func TestCurveLastHopCLI(t *testing.T) {
 		t.Fatalf("last row %v: %v", recs[len(recs)-1], err)
 	}
 }
+
+// TestOutputPathsCheckedFirst: output paths that would fail at the end of a run (a
+// directory, an unwritable directory, two flags naming one file) are refused before it,
+// and nothing is written.
+func TestOutputPathsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same := filepath.Join(dir, "same.out")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--report", sub}, "a directory, not a file"},
+		{[]string{"--report", same, "--curve", same}, "--curve and --report both name"},
+		{[]string{"--report", filepath.Join(dir, "x.json"), "--schema-out", filepath.Join(dir, "x.json")}, "--report and --schema-out both name"},
+		{[]string{"--report", "/proc/r.json"}, "cannot write in /proc"},
+	} {
+		code, _, e := runCmd(append([]string{"testnet", "--nodes", "3", "--hops", "30", "--quiet"}, c.args...)...)
+		if code != 1 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, e)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("files left behind: %v", ents)
+	}
+}

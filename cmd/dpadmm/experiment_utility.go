@@ -52,7 +52,7 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 	algos := fs.String("algos", "walk,walk-sgd,radmm", "comma-separated algorithms: walk (prox step), walk-sgd (the DP-SGD walk: step size 2, rate 0.1, cap 100), radmm")
 	seeds := fs.Int("seeds", 3, "runs per cell (seed, seed+1, ...): split, noise and path")
 	seed := fs.Uint64("seed", 1, "first seed; the train/test split uses it too")
-	iters := fs.Int("iters", 20, "R-ADMM iterations")
+	iters := fs.Int("iters", 2, "R-ADMM iterations (2: one perturbed and one recycled iteration, measured best of 2, 4, 6, 10 and 20 on these data; docs/measurements.md)")
 	outDir := fs.String("out", "utility", "output directory (created if missing)")
 	name := fs.String("name", "utility", "base name of the outputs: OUT/NAME.csv and OUT/NAME.png")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")

@@ -405,3 +405,63 @@ func TestTestnetGossipPerNodeEtaFile(t *testing.T) {
 		t.Fatalf("bad eta file: exit %d, %q", code, errb.String())
 	}
 }
+
+// TestRADMMTargetEpsilon: --target-epsilon calibrates each node's alpha (its degree on an
+// Erdos-Renyi graph differs) so that its Theorem V.1 figure is the target: the network
+// figure is the target (never above), the simulator, --mem and --procs give the same
+// model bit for bit (the nodes calibrate themselves), the nodes' configuration records
+// the target, and a target no alpha reaches is an error naming what lowers it.
+func TestRADMMTargetEpsilon(t *testing.T) {
+	t.Setenv(asMainEnv, "1")
+	dir := t.TempDir()
+	args := []string{"testnet", "--algo", "radmm", "--nodes", "5", "--graph", "er:0.6", "--iters", "6", "--target-epsilon", "1.5", "--json", "--quiet"}
+	var models []string
+	for _, mode := range []string{"", "--mem", "--procs"} {
+		a := append([]string(nil), args...)
+		nodes := filepath.Join(dir, "n"+mode)
+		if mode != "" {
+			a = append(a, mode, "--dir", nodes)
+		}
+		r := runJSON(t, a...).(map[string]any)
+		eps := r["gossip_privacy"].(map[string]any)["epsilon"].(float64)
+		if eps > 1.5 || eps < 1.5-1e-9 || r["target_epsilon"].(float64) != 1.5 {
+			t.Fatalf("%q: network epsilon %v, target %v", mode, eps, r["target_epsilon"])
+		}
+		alphas := r["alphas"].([]any)
+		distinct := map[float64]bool{}
+		for _, a := range alphas {
+			distinct[a.(float64)] = true
+		}
+		if len(alphas) != 5 || len(distinct) < 2 {
+			t.Fatalf("%q: alphas %v: the degrees differ, so should some alphas", mode, alphas)
+		}
+		for i, e := range r["privacy"].(map[string]any)["local"].(map[string]any)["per_node_epsilon"].([]any) {
+			if v := e.(float64); v > 1.5 || v < 1.5-1e-9 {
+				t.Fatalf("%q: node %d epsilon %v, want the target", mode, i, v)
+			}
+		}
+		models = append(models, fmt.Sprint(r["model"]))
+		if mode != "" {
+			m := readModelFile(t, filepath.Join(nodes, "node-1", "model.json"))
+			if m.Config == nil || m.Config.TargetEpsilon != 1.5 || m.Config.Alpha != "" {
+				t.Fatalf("%q: node configuration %+v", mode, m.Config)
+			}
+		}
+	}
+	if models[1] != models[0] || models[2] != models[0] {
+		t.Fatalf("models differ between the simulator, --mem and --procs:\n%s\n%s\n%s", models[0], models[1], models[2])
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--alpha", "3"}, 2, "--target-epsilon calibrates --alpha: give one of them"},
+		{[]string{"--target-epsilon", "0.01", "--iters", "100"}, 1, "no alpha reaches epsilon 0.01; fewer --iters, a larger --eta or a smaller --paper-c lower it"},
+	} {
+		code, _, e := runCmd(append(append([]string(nil), args[:len(args)-2]...), c.args...)...)
+		if code != c.code || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, e)
+		}
+	}
+}

@@ -52,7 +52,7 @@ the node once its release of iteration I is durable, before it is sent, until it
 Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with --algo
 radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-exchange
 run instead of a walk. The starter announces algorithm, --graph, --graph-seed, --iters,
---alpha, the penalty schedule (--eta, --eta-growth, --eta-max, or --eta-file FILE in the
+--alpha (or --target-epsilon, which each node turns into its own alpha), the penalty schedule (--eta, --eta-growth, --eta-max, or --eta-file FILE in the
 format of 'dpadmm testnet --eta-file': one value per line for every member, or one
 comma-separated column per member index for MR-ADMM), --even-gamma (the even-step
 proximal weight), --paper-c, --loss, --l2 and the data dimension; their hash
@@ -78,8 +78,8 @@ re-noised; it refuses to resume when the journal does not reproduce its ledger b
 bit. Neighbours wait for it with --on-missing wait (or a barrier and --max-wait longer
 than the restart).
 
-  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 2 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
-  dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 100 --alpha 2 --paper-c 10 --profile lan
+  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 2 --graph ring --iters 2 --target-epsilon 2 --profile lan
+  dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 2 --target-epsilon 2 --profile lan
 
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)

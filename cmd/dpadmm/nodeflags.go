@@ -115,6 +115,7 @@ func newNodeFlags(stdout io.Writer) *nodeFlags {
 	f.sf = addStepFlags(f.m, sectionWalk, "")
 	f.m.in(sectionGossip, "", nodeModeGossip)
 	f.defineGossip(gp)
+	f.m.common("target-epsilon") // the walk's sigma, or neighbour exchange's alpha
 	return f
 }
 
@@ -278,6 +279,12 @@ func (f *nodeFlags) gossipParams() (*node.RADMMParams, error) {
 	gp := &node.RADMMParams{Algo: *f.algo, Graph: *f.graphSpec, GraphSeed: *f.graphSeed, Iters: *f.iters, Alpha: alpha,
 		Eta: *f.eta, EtaGrowth: *f.etaGrowth, EtaMax: *f.etaMax, Gamma: *f.evenGamma, PaperC: *f.paperC,
 		Barrier: *f.barrier, MaxWait: *f.maxWait, OnMissing: pol, PauseAt: *f.pauseIter}
+	if f.m.isSet("target-epsilon") {
+		if err := gossipTarget(*f.target, f.m.isSet("alpha")); err != nil {
+			return nil, err
+		}
+		gp.TargetEpsilon = *f.target
+	}
 	if f.etaTable != nil {
 		gp.EtaTable = f.etaTable
 	}

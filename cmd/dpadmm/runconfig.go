@@ -64,7 +64,12 @@ func runConfigFlags(rc node.RunConfig) (map[string]string, error) {
 		return nil, fmt.Errorf("algo %q: %v", rc.Algorithm, err)
 	}
 	set["algo"], set["graph"], set["graph-seed"] = rc.Algorithm, rc.Graph, strconv.FormatUint(rc.GraphSeed, 10)
-	set["iters"], set["alpha"], set["paper-c"], set["even-gamma"] = strconv.Itoa(rc.Iters), rc.Alpha, f(rc.PaperC), f(rc.Gamma)
+	set["iters"], set["paper-c"], set["even-gamma"] = strconv.Itoa(rc.Iters), f(rc.PaperC), f(rc.Gamma)
+	if rc.TargetEpsilon > 0 {
+		set["target-epsilon"] = f(rc.TargetEpsilon)
+	} else {
+		set["alpha"] = rc.Alpha
+	}
 	if rc.EtaTable == nil {
 		set["eta"], set["eta-growth"], set["eta-max"] = f(rc.Eta), f(rc.EtaGrowth), f(rc.EtaMax)
 	}

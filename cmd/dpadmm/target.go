@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -10,9 +11,21 @@ import (
 )
 
 // targetHelp is the help of --target-epsilon on testnet and node.
-const targetHelp = "calibrate --sigma so that each node's local figure (the one that always holds: an observer of every message of the node, " +
+const targetHelp = "the walk: calibrate --sigma so that each node's local figure (the one that always holds: an observer of every message of the node, " +
 	"composed over its --max-updates noisy updates, for --privacy-unit) is at most this epsilon at --delta; needs --max-updates > 0; " +
-	"the walk's prox, linearized, ls-sgd and sgd steps; applies unless --sigma is given"
+	"the walk's prox, linearized, ls-sgd and sgd steps; applies unless --sigma is given. Neighbour exchange, when given: calibrate each " +
+	"node's --alpha so that its Theorem V.1 figure (pure DP), hence the network figure, is this epsilon"
+
+// gossipTarget checks --target-epsilon for neighbour exchange (given explicitly).
+func gossipTarget(target float64, alphaSet bool) error {
+	switch {
+	case alphaSet:
+		return errors.New("--target-epsilon calibrates --alpha: give one of them")
+	case !(target > 0) || math.IsInf(target, 0):
+		return fmt.Errorf("--target-epsilon must be finite and > 0, got %v", target)
+	}
+	return nil
+}
 
 // DefaultMaxEpsilon is the default ceiling of 'dpadmm node' on its local epsilon over its
 // cap: a node refuses settings beyond it unless told (--max-epsilon).

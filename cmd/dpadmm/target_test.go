@@ -22,10 +22,14 @@ import (
 // configuration (so in its config hash), and the flag refuses what it cannot calibrate.
 func TestTargetEpsilon(t *testing.T) {
 	rep := filepath.Join(t.TempDir(), "r.json")
-	code, _, e := runCmd("testnet", "--target-epsilon", "2", "--nodes", "3", "--hops", "300", "--max-updates", "100", "--quiet", "--report", rep,
+	code, _, e := runCmd("testnet", "--target-epsilon", "2", "--nodes", "3", "--hops", "300", "--max-updates", "100", "--report", rep,
 		"--privacy-unit", "node")
 	if code != 0 || !strings.Contains(e, "--target-epsilon 2: sigma") {
 		t.Fatalf("testnet: exit %d: %s", code, e)
+	}
+	// --quiet leaves the calibration line out.
+	if code, _, e := runCmd("testnet", "--nodes", "3", "--hops", "30", "--quiet"); code != 0 || strings.Contains(e, "--target-epsilon") {
+		t.Fatalf("testnet --quiet: exit %d: %s", code, e)
 	}
 	m := readReport(t, rep)
 	loc := m["privacy"].(map[string]any)["local"].(map[string]any)["epsilon"].(float64)

@@ -88,8 +88,10 @@ ends early ("ended": "budget exhausted") when every node is out of budget.
 Neighbour exchange (Zhang, Khalili, Liu, Recycled ADMM): --algo admm|radmm|mradmm|admm-dvp|
 admm-pvp runs one machine per node on a fixed connected graph (default ring, 5 nodes, 100
 iterations, --even-gamma 0.5). Odd iterations solve the local problem with objective perturbation
-(noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise); even iterations are
-recycled closed-form steps that cost no privacy. mradmm grows the penalty: eta(k) =
+(noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise; --target-epsilon E
+calibrates each node's alpha so that the network figure is E); even iterations are
+recycled closed-form steps that cost no privacy. The figure grows with every odd iteration,
+so few iterations learn best at a fixed epsilon (--iters 2 to 4 on the breast cancer data). mradmm grows the penalty: eta(k) =
 --eta * --eta-growth^k (capped by --eta-max), or from --eta-file (one value per line for all
 nodes, or one comma-separated column per node).
 admm-dvp and admm-pvp are the dual- and primal-variable-perturbation baselines (Zhang and
@@ -161,7 +163,7 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return asUsage("testnet", err)
 	}
 	if err := checkOutputDirs(map[string]string{"--report": *f.reportPath, "--pairs": *f.pairsPath, "--plot": *f.plotPath,
-		"--trace": *f.tracePath, "--curve": *f.curvePath}); err != nil {
+		"--trace": *f.tracePath, "--curve": *f.curvePath, "--schema-out": *f.df.schemaOut, "--scale-out": *f.df.scaleOut}); err != nil {
 		return err
 	}
 	if isGossip(mode) && !f.m.isSet("l2") {
@@ -203,8 +205,8 @@ func runTestnet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := f.calibrate(&opt); err != nil {
 		return asUsage("testnet", err)
 	}
-	if f.targetMsg != "" {
-		fmt.Fprintln(stderr, f.targetMsg)
+	if f.targetMsg != "" && (!*f.quiet || strings.HasPrefix(f.targetMsg, "note:")) {
+		fmt.Fprintln(stderr, f.targetMsg) // --quiet keeps notes, not the calibration line
 	}
 	return f.runWalk(ctx, mode, opt, stdout, stderr)
 }
@@ -223,7 +225,7 @@ func (f *testnetFlags) gossipArgs(mode string, ld *loadedData, prob consensus.Pr
 	net := network(mode)
 	return gossipArgs{
 		train: ld.train, test: ld.test, data: ld.name, scaling: ld.scaling, scaler: ld.scaler, nodes: *f.nodes, split: *f.split,
-		prob: prob, algo: *f.algo, graph: *f.graphSpec, iters: *f.iters, alpha: alpha, eta: *f.eta,
+		prob: prob, algo: *f.algo, graph: *f.graphSpec, iters: *f.iters, alpha: alpha, target: f.gossipTarget(), eta: *f.eta,
 		etaGrowth: *f.etaGrowth, etaMax: *f.etaMax, etaFile: *f.etaFile, gamma: *f.evenGamma, paperC: *f.paperC, delta: *f.delta,
 		seed: *f.seed, report: *f.reportPath, asJSON: *f.asJSON, curve: *f.curvePath, quiet: *f.quiet,
 		mem: net == netMem, procs: net == netProcs, dir: *f.netDir, fsync: *f.fsync, onMissing: policy,
@@ -500,20 +502,33 @@ func parseCoalition(s string, n int) ([]int, error) {
 	return members, nil
 }
 
-// writeFileWith creates path, lets write fill it and closes it, reporting the first error.
-// checkOutputDirs checks, before a run, that the directory of every output file named
-// (flag -> path; "" and "-" name none) exists, so that a run is not lost for a typo in a
-// path written only at its end.
+// checkOutputDirs checks, before a run, every output file named (flag -> path; "" and "-"
+// name none), so that a run is not lost for a path written only at its end: its
+// directory exists and takes a new file (a file is created there and removed), the path
+// is not a directory, and no two flags name the same file (the second write would
+// replace the first).
 func checkOutputDirs(paths map[string]string) error {
 	flags := make([]string, 0, len(paths))
 	for fl := range paths {
 		flags = append(flags, fl)
 	}
 	sort.Strings(flags)
+	owner := map[string]string{}
 	for _, fl := range flags {
 		p := paths[fl]
 		if p == "" || p == "-" {
 			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return fmt.Errorf("%s %s: %v", fl, p, err)
+		}
+		if other, ok := owner[abs]; ok {
+			return fmt.Errorf("%s and %s both name %s: the second would replace the first", other, fl, p)
+		}
+		owner[abs] = fl
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return fmt.Errorf("%s %s: a directory, not a file", fl, p)
 		}
 		dir := filepath.Dir(p)
 		st, err := os.Stat(dir)
@@ -523,9 +538,17 @@ func checkOutputDirs(paths map[string]string) error {
 		case !st.IsDir():
 			return fmt.Errorf("%s %s: %s is not a directory", fl, p, dir)
 		}
+		probe, err := os.CreateTemp(dir, ".dpadmm-write-check-*")
+		if err != nil {
+			return fmt.Errorf("%s %s: cannot write in %s: %v", fl, p, dir, err)
+		}
+		probe.Close()
+		os.Remove(probe.Name())
 	}
 	return nil
 }
+
+// writeFileWith creates path, lets write fill it and closes it, reporting the first error.
 
 func writeFileWith(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)

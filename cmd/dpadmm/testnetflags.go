@@ -89,6 +89,7 @@ func newTestnetFlags(stdout io.Writer) *testnetFlags {
 	f.withhold = f.m.String("withhold-acks", "", "fault injection: comma-separated node indices (not the initial holder) that read every token hand-off and never ack it, so each release sent to them is redirected and seen by two peers; the report charges every such view")
 	f.m.in(sectionGossip, "", "gossip/*")
 	f.defineGossip(g)
+	f.m.common("target-epsilon") // the walk's sigma, or neighbour exchange's alpha
 	f.defineNetworks()
 	return f
 }
@@ -322,8 +323,22 @@ func (f *testnetFlags) calibrate(opt *sim.Options) error {
 	return nil
 }
 
+// gossipTarget is --target-epsilon for neighbour exchange: given explicitly, else 0 (the
+// run takes --alpha).
+func (f *testnetFlags) gossipTarget() float64 {
+	if f.m.isSet("target-epsilon") {
+		return *f.target
+	}
+	return 0
+}
+
 // checkGossip checks the values of the neighbour-exchange flags and returns alpha.
 func (f *testnetFlags) checkGossip() (float64, error) {
+	if f.m.isSet("target-epsilon") {
+		if err := gossipTarget(*f.target, f.m.isSet("alpha")); err != nil {
+			return 0, err
+		}
+	}
 	alpha, err := parseAlpha(*f.alphaStr, *f.algo)
 	if err != nil {
 		return 0, fmt.Errorf("--alpha: %v", err)

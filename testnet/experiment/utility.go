@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/dpadmm/dpadmm/consensus"
+	"github.com/dpadmm/dpadmm/gossip"
 	"github.com/dpadmm/dpadmm/privacy"
 	"github.com/dpadmm/dpadmm/testnet"
 	"github.com/dpadmm/dpadmm/testnet/sim"
@@ -35,10 +36,10 @@ import (
 // per-record figure (the one that holds against an observer of every message,
 // privacy.StepLocalBound) is the target at Delta. R-ADMM (one-vs-rest for three or more
 // classes) runs Iters iterations with alpha calibrated so that its pure per-record
-// epsilon (Theorem V.1, max over nodes) is the target: its figure is affine in alpha, so
-// two one-iteration-pair pilots fix it; a target below the figure's alpha-free part is out
-// of reach and reported as such (the row then carries the smallest epsilon R-ADMM can
-// claim and no metric).
+// epsilon (Theorem V.1, max over nodes) is the target (GossipOptions.TargetEpsilon: each
+// node's alpha by gossip.Setup.AlphaFor, the rule of 'testnet|node --target-epsilon'); a
+// target below the figure's alpha-free part is out of reach and reported as such (no
+// metric, the reason in the note).
 
 // UtilityData is one data set of the scorecard (Train scaled by the public rule of Scaler).
 type UtilityData struct {
@@ -58,7 +59,7 @@ type UtilityOptions struct {
 	Seeds    int       // runs per cell (default 3)
 	Seed     uint64    // run s uses Seed+s
 	Delta    float64   // default 1e-5
-	Iters    int       // R-ADMM iterations (default 20)
+	Iters    int       // R-ADMM iterations (default 2)
 	Progress func(done, total int)
 }
 
@@ -100,7 +101,7 @@ func (o *UtilityOptions) defaults() error {
 		o.Delta = privacy.DefaultDelta
 	}
 	if o.Iters == 0 {
-		o.Iters = 20
+		o.Iters = 2
 	}
 	for _, a := range o.Algos {
 		if a != "walk" && a != "walk-sgd" && a != "radmm" {
@@ -265,33 +266,15 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 	g.Problem = d.Problem.For(d.Train, d.Scaler.HasIntercept(), false) // the neighbour exchange's
 	g.Problem.Reg.L2 = max(g.Problem.Reg.L2, 1e-2)                     // node.RADMMDefaultL2: Theorem V.1 divides by rho/N
 	g.Algo, g.Graph = "radmm", "complete"
-	figure := func(alpha float64) (float64, error) {
-		p := g
-		p.Iters, p.Alpha = 2, alpha
-		rep, err := sim.RunGossipContext(ctx, p)
-		if err != nil {
-			return 0, err
-		}
-		return rep.Gossip.Formula.Float(), nil
-	}
-	e1, err := figure(1)
-	if err != nil {
-		return err
-	}
-	e2, err := figure(2)
-	if err != nil {
-		return err
-	}
-	pairs := float64(o.Iters / 2)
-	slope, base := e2-e1, 2*e1-e2 // one odd iteration: base + slope*alpha
-	alpha := (row.Target/pairs - base) / slope
-	if !(alpha > 0) || math.IsInf(alpha, 0) {
-		row.Value, row.Epsilon = math.NaN(), pairs*base
-		row.Note = fmt.Sprintf("out of reach: Theorem V.1's alpha-free term alone gives epsilon %.3g over %d iterations", pairs*base, o.Iters)
+	// The nodes' alphas are calibrated to the target by the run itself (gossip.Setup.AlphaFor,
+	// as every node calibrates its own).
+	g.Iters, g.TargetEpsilon = o.Iters, row.Target
+	rep, err := sim.RunGossipContext(ctx, g)
+	if errors.Is(err, gossip.ErrTargetOutOfReach) {
+		row.Value, row.Epsilon = math.NaN(), math.Inf(1)
+		row.Note = "out of reach: " + err.Error()
 		return nil
 	}
-	g.Iters, g.Alpha = o.Iters, alpha*(1-1e-9)
-	rep, err := sim.RunGossipContext(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -301,7 +284,7 @@ func utilityRADMM(ctx context.Context, o *UtilityOptions, d UtilityData, row *Ut
 		row.Note = "Theorem V.1's conditions fail: " + rep.Gossip.Reason
 		return nil
 	}
-	row.Note = fmt.Sprintf("alpha %.4g, %d iterations", g.Alpha, o.Iters)
+	row.Note = fmt.Sprintf("alpha %.4g, %d iterations", rep.Alpha, o.Iters)
 	return row.score(rep.Report)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,10 +42,14 @@ type GossipOptions struct {
 	Iters       int               // T, fixed
 	Delta       float64           // delta of the RDP-converted figure (0 = 1e-5)
 	Alpha       float64           // noise density exp(-alpha||eps||); +Inf = no noise
-	Eta         float64           // base penalty (default 1)
-	EtaGrowth   float64           // q: eta(k) = Eta q^k (mradmm); 0 or 1 = constant
-	EtaMax      float64           // cap of the geometric schedule; 0 = none
-	EtaList     []float64         // explicit eta(k), k = 1..K, for every node (overrides Eta/EtaGrowth)
+	// TargetEpsilon, when > 0, replaces Alpha: each node's alpha is calibrated so that its
+	// Theorem V.1 figure is this epsilon (gossip.Setup.AlphaFor, as a node calibrates its
+	// own), so the network figure, their maximum, is it too.
+	TargetEpsilon float64
+	Eta           float64   // base penalty (default 1)
+	EtaGrowth     float64   // q: eta(k) = Eta q^k (mradmm); 0 or 1 = constant
+	EtaMax        float64   // cap of the geometric schedule; 0 = none
+	EtaList       []float64 // explicit eta(k), k = 1..K, for every node (overrides Eta/EtaGrowth)
 	// NodeSchedules, when set (len Nodes), gives each node its own penalty schedule
 	// (MR-ADMM's heterogeneous eta_i(2k-1)); it overrides Eta, EtaGrowth, EtaMax and EtaList.
 	NodeSchedules []gossip.Schedule
@@ -67,17 +72,21 @@ type GossipOptions struct {
 // figures) plus the gossip-specific fields below.
 type GossipReport struct {
 	*Report
-	Iters        int           `json:"iters"`
-	MaxDeviation float64       `json:"max_node_deviation"` // max_i ||f_i(T) - mean_j f_j(T)||
-	UsPerIter    float64       `json:"us_per_iter"`
-	Messages     int           `json:"messages"`
-	PaperC       float64       `json:"paper_c"`
-	Rho          float64       `json:"rho"`
-	Alpha        float64       `json:"alpha"` // MaxFloat64 for +Inf (no noise)
-	Eta          float64       `json:"eta"`
-	EtaGrowth    float64       `json:"eta_growth"`
-	Degrees      []int         `json:"degrees"`
-	Gossip       GossipPrivacy `json:"gossip_privacy"`
+	Iters        int     `json:"iters"`
+	MaxDeviation float64 `json:"max_node_deviation"` // max_i ||f_i(T) - mean_j f_j(T)||
+	UsPerIter    float64 `json:"us_per_iter"`
+	Messages     int     `json:"messages"`
+	PaperC       float64 `json:"paper_c"`
+	Rho          float64 `json:"rho"`
+	Alpha        float64 `json:"alpha"` // MaxFloat64 for +Inf (no noise); with a target, the smallest node's
+	// TargetEpsilon is the target each node's alpha was calibrated to (0: none), and
+	// Alphas those alphas, by node (with a target only).
+	TargetEpsilon float64       `json:"target_epsilon,omitempty"`
+	Alphas        []float64     `json:"alphas,omitempty"`
+	Eta           float64       `json:"eta"`
+	EtaGrowth     float64       `json:"eta_growth"`
+	Degrees       []int         `json:"degrees"`
+	Gossip        GossipPrivacy `json:"gossip_privacy"`
 	// Network describes a run on real libp2p hosts (--mem, --procs); nil for the simulator.
 	// It takes the place of the walk's network section in the JSON.
 	Network *GossipNetworkReport `json:"network,omitempty"`
@@ -124,6 +133,9 @@ type GossipSim struct {
 	K        int    // charged iterations per node
 	// Acc holds each node's accountant inputs; ExactSolves is updated from the run by RunGossip.
 	Acc []privacy.ObjPertNode
+	// Alphas are the nodes' noise parameters: Options.Alpha, or calibrated to
+	// Options.TargetEpsilon.
+	Alphas []float64
 	// Configs are the machines' configurations (f_i(0) among them) and RowWeight,
 	// RegOverN and Loss the parameters of their objectives (gossip.NewObjective on
 	// Shards[i]): what is needed to build the same machine again (a restart).
@@ -296,6 +308,9 @@ func NewGossipSim(o *GossipOptions) (*GossipSim, error) {
 	setup := gossip.NewSetup(o.Problem.Loss, o.C, o.Problem.Reg.L2, n, o.Train.Rows).WithClasses(o.Train)
 	sim := &GossipSim{Algo: algo, Graph: g, Shards: shards, Ledgers: make([][]privacy.Entry, n), Trace: 0x6a09e667f3bcc908,
 		RowWeight: setup.RowWeight, RegOverN: setup.RegOverN, Loss: o.Problem.Loss}
+	if sim.Alphas, err = NodeAlphas(o, algo, setup, g, shards); err != nil {
+		return nil, err
+	}
 	if err := sim.buildMachines(o, setup); err != nil {
 		return nil, err
 	}
@@ -330,7 +345,10 @@ func gossipDefaults(o *GossipOptions) (gossip.Algo, error) {
 	if err != nil {
 		return 0, err
 	}
-	if math.IsNaN(o.Alpha) || !(o.Alpha > 0) {
+	if !(o.TargetEpsilon >= 0) || math.IsInf(o.TargetEpsilon, 0) {
+		return 0, fmt.Errorf("testnet: the target epsilon must be finite and >= 0 (0: none), got %v", o.TargetEpsilon)
+	}
+	if o.TargetEpsilon == 0 && (math.IsNaN(o.Alpha) || !(o.Alpha > 0)) {
 		return 0, fmt.Errorf("testnet: alpha must be > 0 (inf = no noise), got %v", o.Alpha)
 	}
 	if o.C == 0 {
@@ -359,6 +377,24 @@ func (o *GossipOptions) schedule(i int) gossip.Schedule {
 	return gossip.Schedule{Eta: o.Eta, Q: o.EtaGrowth, Max: o.EtaMax, List: o.EtaList}
 }
 
+// NodeAlphas returns each node's noise parameter: o.Alpha, or with o.TargetEpsilon the
+// alpha that gives the node (its degree, rows and penalties) that figure.
+func NodeAlphas(o *GossipOptions, algo gossip.Algo, setup gossip.Setup, g *graph.Graph, shards []*consensus.Dataset) ([]float64, error) {
+	out := make([]float64, o.Nodes)
+	K := algo.PerturbedCount(o.Iters)
+	for i := range out {
+		out[i] = o.Alpha
+		if o.TargetEpsilon > 0 {
+			a, err := setup.AlphaFor(algo, g.Degree(i), shards[i].Rows, o.schedule(i).Values(K), o.TargetEpsilon)
+			if err != nil {
+				return nil, fmt.Errorf("testnet: node %d: %w", i, err)
+			}
+			out[i] = a
+		}
+	}
+	return out, nil
+}
+
 // buildMachines builds one machine per node (with its objective and configuration).
 func (sim *GossipSim) buildMachines(o *GossipOptions, setup gossip.Setup) error {
 	n, dim, g := o.Nodes, o.Train.ModelDim(), sim.Graph
@@ -379,9 +415,9 @@ func (sim *GossipSim) buildMachines(o *GossipOptions, setup gossip.Setup) error 
 		}
 		cfg := gossip.Config{
 			Node: i, Nodes: n, Neighbors: g.Neighbors(i), Algo: sim.Algo, Iters: o.Iters, Penalty: o.schedule(i),
-			Gamma: o.Gamma, Alpha: o.Alpha, C1: setup.C1, Init: init, Run: "sim", Names: names,
+			Gamma: o.Gamma, Alpha: sim.Alphas[i], C1: setup.C1, Init: init, Run: "sim", Names: names,
 		}
-		if !math.IsInf(o.Alpha, 1) {
+		if !math.IsInf(sim.Alphas[i], 1) {
 			cfg.Noise = NodeNoise(o.Seed, i)
 		}
 		m, err := gossip.New(cfg, obj)
@@ -405,7 +441,7 @@ func (sim *GossipSim) accountingInputs(o *GossipOptions, setup gossip.Setup) {
 	for i := 0; i < n; i++ {
 		sh := sim.Shards[i]
 		maxNorm, pm1 := gossip.RowChecks(sh)
-		sim.Acc[i] = setup.Account(algo, sim.Graph.Degree(i), sh.Rows, maxNorm, pm1, o.Alpha, o.schedule(i).Values(K))
+		sim.Acc[i] = setup.Account(algo, sim.Graph.Degree(i), sh.Rows, maxNorm, pm1, sim.Alphas[i], o.schedule(i).Values(K))
 	}
 }
 
@@ -559,6 +595,10 @@ func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*Goss
 	}
 	for i := 0; i < n; i++ {
 		rep.Degrees = append(rep.Degrees, g.Degree(i))
+	}
+	if o.TargetEpsilon > 0 {
+		rep.TargetEpsilon, rep.Alphas = o.TargetEpsilon, append([]float64(nil), sim.Alphas...)
+		rep.Alpha = slices.Min(sim.Alphas)
 	}
 	if o.Iters > 0 {
 		rep.UsPerIter = float64(wall.Nanoseconds()) / 1e3 / float64(o.Iters)
