@@ -427,6 +427,15 @@ func TestRADMMTargetEpsilon(t *testing.T) {
 		if eps > 1.5 || eps < 1.5-1e-9 || r["target_epsilon"].(float64) != 1.5 {
 			t.Fatalf("%q: network epsilon %v, target %v", mode, eps, r["target_epsilon"])
 		}
+		// The walk's settings a neighbour-exchange run has no value for are left out.
+		for _, k := range []string{"sigma", "clip", "lambda", "local_step", "max_updates", "ended"} {
+			if _, ok := r[k]; ok {
+				t.Errorf("%q: report key %q", mode, k)
+			}
+		}
+		if u := r["privacy"].(map[string]any)["unit"]; u != "record" {
+			t.Errorf("%q: privacy unit %v", mode, u)
+		}
 		alphas := r["alphas"].([]any)
 		distinct := map[float64]bool{}
 		for _, a := range alphas {

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -576,6 +578,8 @@ func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*Goss
 	}
 	r.Privacy = Privacy{
 		Conversion: "none: pure epsilon-DP (delta = 0)",
+		Unit:       privacy.UnitRecord,
+		UnitNote:   "per record: one row of one node replaced (Theorem V.1)",
 		Updates:    updates,
 		Local: Local{
 			Figure:         privacy.Figure{Epsilon: gp.Epsilon, Theorem: fig.Theorem, Conditions: fig.Conditions, ConditionsHold: fig.ConditionsHold},
@@ -605,6 +609,64 @@ func NewGossipReport(o *GossipOptions, sim *GossipSim, out GossipOutcome) (*Goss
 		r.UsPerHop = rep.UsPerIter // one "hop" of a gossip run is one iteration of all nodes
 	}
 	return rep, nil
+}
+
+// MarshalJSON writes the report without the walk's keys that a neighbour-exchange run
+// has no value for (sigma, clip, lambda, local_step, max_updates, and ended unless the
+// run was interrupted): a 0 there would read as a setting. The other keys keep their order.
+func (r *GossipReport) MarshalJSON() ([]byte, error) {
+	type plain GossipReport
+	b, err := json.Marshal((*plain)(r))
+	if err != nil {
+		return nil, err
+	}
+	drop := map[string]bool{"sigma": true, "clip": true, "lambda": true, "local_step": true, "max_updates": true}
+	if r.Report == nil || r.Ended == "" {
+		drop["ended"] = true
+	}
+	return dropKeys(b, drop)
+}
+
+// dropKeys rewrites the JSON object b without the top-level keys in drop, the others in
+// their order.
+func dropKeys(b []byte, drop map[string]bool) ([]byte, error) {
+	var fields []struct {
+		k string
+		v json.RawMessage
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("testnet: report: not a JSON object")
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if k := t.(string); !drop[k] {
+			fields = append(fields, struct {
+				k string
+				v json.RawMessage
+			}{k, v})
+		}
+	}
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.k)
+		out.Write(k)
+		out.WriteByte(':')
+		out.Write(f.v)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
 }
 
 // gossipPrivacyOf is the privacy section of a gossip report: the Theorem V.1 figures per
