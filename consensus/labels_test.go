@@ -131,7 +131,7 @@ func TestParseErrorsNameLines(t *testing.T) {
 		{"unterminated-quote", quote.String(), LoadOptions{}, nil, []string{"f.csv:11:", "malformed CSV", "starting on line 11"}, "f.csv:30:"},
 		{"empty-cell", "y,a,b\n1,2,3\n0,,4\n", LoadOptions{}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)", "empty"}, ""},
 		{"empty-cell-categorical", "y,a,b\n1,x,3\n0,  ,4\n", LoadOptions{Categorical: "auto"}, ErrEmptyCell, []string{"f.csv:3:", "column 1 (a)"}, ""},
-		{"empty-label", "y,a\n1,2\n,3\n", LoadOptions{Binary: true}, ErrEmptyCell, []string{"f.csv:3:", "column 0 (y), the label", "empty"}, ""},
+		{"empty-label", "y,a\n1,2\n,3\n", LoadOptions{Binary: true}, nil, []string{"f.csv:3:", "column 0 (y), the label", "empty", "no fill rule applies to labels"}, ""},
 		{"semicolon", "y;a;b\n1;2;3\n", LoadOptions{}, ErrDelimiter, []string{"f.csv:1:", `delimited by ';'`}, ""},
 		{"tab", "y\ta\n1\t2\n", LoadOptions{}, ErrDelimiter, []string{"f.csv:1:", `'\t'`}, ""},
 		{"one-column", "y\n1\n2\n", LoadOptions{}, nil, []string{"f.csv:1:", "one column"}, ""},

@@ -200,7 +200,8 @@ func detectFormat(name string, data []byte, format string) string {
 
 func parseNumber(s string) (float64, bool) {
 	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	return v, err == nil
+	// A number beyond the float64 range ("1e400") is a number, +-Inf: checkFinite names it.
+	return v, err == nil || errors.Is(err, strconv.ErrRange)
 }
 
 // checkFinite reports a value that is not finite, naming the file, line and column (col:
@@ -215,7 +216,7 @@ func checkFinite(name string, line int, col string, v float64) error {
 	case math.IsNaN(v):
 		return errorOf(ErrEmptyCell, "consensus: %s:%d: %s: NaN (a missing value) is not a number: fill it in or drop the row", name, line, col)
 	case math.IsInf(v, 0):
-		return fmt.Errorf("consensus: %s:%d: %s: value %v is not finite", name, line, col, v)
+		return fmt.Errorf("consensus: %s:%d: %s: value %v is not finite (a number beyond the float64 range reads as infinite)", name, line, col, v)
 	}
 	return nil
 }
@@ -383,11 +384,11 @@ func ParseCSV(name string, r io.Reader, opt LoadOptions) (*Dataset, error) {
 				}
 			}
 			if strings.TrimSpace(f) == "" {
-				what := colName(j)
 				if j == label {
-					what += ", the label"
+					// No fill rule reaches a label: a plain error, without the --fill hint.
+					return nil, fmt.Errorf("consensus: %s:%d: %s, the label, is empty: a row without its label cannot be used (no fill rule applies to labels): drop the row", name, lines[i], colName(j))
 				}
-				return nil, errorOf(ErrEmptyCell, "consensus: %s:%d: %s is empty (a missing value): fill it in or drop the row", name, lines[i], what)
+				return nil, errorOf(ErrEmptyCell, "consensus: %s:%d: %s is empty (a missing value): fill it in or drop the row", name, lines[i], colName(j))
 			}
 		}
 	}

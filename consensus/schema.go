@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -195,7 +196,7 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 		}
 	}
 	out = &Dataset{Name: d.Name, Rows: d.Rows, Cols: len(names), Y: append([]float64(nil), d.Y...), Features: names, Ranges: schemaRanges(lo, hi),
-		Classes: d.Classes, Label: d.Label, Fill: d.Fill, TargetScale: d.TargetScale, Warnings: d.Warnings,
+		Classes: d.Classes, Label: d.Label, Fill: d.Fill, TargetScale: d.TargetScale, Warnings: s.keepWarnings(d.Warnings),
 		X: make([]float64, 0, d.Rows*len(names))}
 	for _, f := range s.Features {
 		if len(f.Categories) > 0 {
@@ -217,6 +218,22 @@ func (s *Schema) Apply(d *Dataset) (out *Dataset, clipped int, err error) {
 		}
 	}
 	return out, clipped, nil
+}
+
+// keepWarnings returns the reader's warnings about columns the schema reads: one about a
+// column it leaves out (an ID column the user kept out of the model by not listing it)
+// no longer applies. The reader names a column "column J (NAME)".
+func (s *Schema) keepWarnings(ws []string) []string {
+	var out []string
+	for _, w := range ws {
+		for _, f := range s.Features {
+			if strings.Contains(w, "("+f.Name+")") {
+				out = append(out, w)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // schemaRanges are the ranges of Dataset.Ranges from Apply's bounds: a one-hot feature
@@ -328,8 +345,14 @@ func DraftSchema(d *Dataset) *Schema {
 			// small spread (a timestamp) keeps its center within a hundredth of a scale.
 			// A column whose statistics overflow gets none.
 			if sd := sigDigits(math.Sqrt(ss/float64(d.Rows-1)), 3); sd > 0 && !math.IsInf(sd, 0) {
-				q := math.Pow(10, math.Floor(math.Log10(sd))-2)
+				e := int(math.Floor(math.Log10(sd))) - 2
+				q := math.Pow(10, float64(e))
 				if c := math.Round(mean/q) * q; !math.IsInf(c, 0) && !math.IsNaN(c) {
+					// The double nearest the decimal, so that the file shows it as written
+					// (19.49, not 19.490000000000002).
+					if e < 0 {
+						c, _ = strconv.ParseFloat(strconv.FormatFloat(c, 'f', -e, 64), 64)
+					}
 					sf.Center, sf.Scale = &c, &sd
 				}
 			}
@@ -345,9 +368,8 @@ func sigDigits(v float64, n int) float64 {
 	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return v
 	}
-	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(v))))
-	r := math.Round(v*p) / p
-	if math.IsNaN(r) || math.IsInf(r, 0) || r == 0 {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', n, 64), 64) // the decimal's nearest double
+	if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r == 0 {
 		return v
 	}
 	return r

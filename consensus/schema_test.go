@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -174,5 +175,41 @@ func TestAutoScaler(t *testing.T) {
 	}
 	if sc, _, err = AutoScaler(nil, nil); err != nil || sc.Kind != ScaleUnitBall {
 		t.Fatalf("none: %+v %v", sc, err)
+	}
+}
+
+// TestSchemaDropsIDWarning: the reader's warning about an ID-like column stays when the
+// schema reads the column and goes when the schema leaves it out of the model.
+func TestSchemaDropsIDWarning(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("id,y,a\n")
+	for i := 0; i < 30; i++ {
+		fmt.Fprintf(&b, "%d,%d,%g\n", 100+i, 2*(i%2)-1, float64(i%7))
+	}
+	d, err := ParseCSV("d.csv", strings.NewReader(b.String()), LoadOptions{Label: "y", Binary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "(id)") {
+		t.Fatalf("reader warnings %q, want the ID column's", d.Warnings)
+	}
+	for _, c := range []struct {
+		schema string
+		warn   int
+	}{
+		{`{"label":"y","features":[{"name":"a","min":0,"max":7}]}`, 0},
+		{`{"label":"y","features":[{"name":"id","min":0,"max":200},{"name":"a","min":0,"max":7}]}`, 1},
+	} {
+		s, err := ParseSchema([]byte(c.schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := s.Apply(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Warnings) != c.warn {
+			t.Errorf("%s: warnings %q, want %d", c.schema, out.Warnings, c.warn)
+		}
 	}
 }

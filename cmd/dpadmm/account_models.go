@@ -69,8 +69,6 @@ Keys of --json (stable; an epsilon of null means no guarantee, as in model.json)
                    constant), warnings} (with --data)
 --out writes {run, config_hash, algo, nodes, averaged, missing, partial, dims, model, scaling,
 predictor}: a model file for 'dpadmm predict', eval and export.
-
-Flags of models:
 `
 
 // maxModelFile caps the size of one model.json read by "account models" (bytes).
@@ -446,7 +444,7 @@ func evalAveraged(rep *modelsReport, df *dataFlags, loss consensus.Loss) (*model
 }
 
 func printModelsReport(w io.Writer, r *modelsReport, outPath string) {
-	fmt.Fprintf(w, "%s on %s: run %q, %d members, %d iterations, %d features, config hash %s\n",
+	fmt.Fprintf(w, "%s on %s: run %q, %d members, %d iterations, a model of %d coordinates, config hash %s\n",
 		r.Algo, r.Graph, r.Run, r.Nodes, r.Iters, r.Dims, r.ConfigHash)
 	if r.Partial {
 		fmt.Fprintf(w, "PARTIAL (--allow-missing): averaged %d of %d members, members %s missing: f_bar is NOT the network average\n",

@@ -798,7 +798,7 @@ func TestExportErrors(t *testing.T) {
 		{[]string{"--model", good, "--out", out, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--model", good, "--out", out, "--opset", "18"}, 2, "unknown flag --opset"},
 		{[]string{"--model", good, "--fromat", "csv", "--out", out}, 2, "did you mean --format?"},
-		{[]string{"--model", good, "--out", filepath.Join(dir, "no", "such", "dir", "m.onnx")}, 1, "no such file or directory"},
+		{[]string{"--model", good, "--out", filepath.Join(dir, "no", "such", "dir", "m.onnx")}, 1, "no/such/dir does not exist"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer

@@ -233,7 +233,7 @@ func runGossipNet(ctx context.Context, o sim.GossipOptions, a gossipArgs, stderr
 }
 
 func printGossipSummary(w io.Writer, r *sim.GossipReport) {
-	fmt.Fprintf(w, "%s on %s: %d nodes, %d iterations, %d features, %d messages, %.3g s (%.1f us/iteration)\n",
+	fmt.Fprintf(w, "%s on %s: %d nodes, %d iterations, a model of %d coordinates, %d messages, %.3g s (%.1f us/iteration)\n",
 		r.Algo, r.Graph, r.Nodes, r.Iters, r.Dims, r.Messages, r.WallSeconds, r.UsPerIter)
 	fmt.Fprintf(w, "objective of the averaged model %.6g, reference %.6g, gap %.3g%%, largest node deviation %.3g\n",
 		r.Objective, r.ReferenceObjective, 100*r.Gap, r.MaxDeviation)

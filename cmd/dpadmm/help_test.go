@@ -224,3 +224,17 @@ func TestUsageEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpCommand: 'dpadmm help CMD' prints CMD's help; 'dpadmm help' the overview.
+func TestHelpCommand(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"help testnet", "Usage: dpadmm testnet"},
+		{"help predict", "Usage: dpadmm predict"},
+		{"help", "dpadmm: differentially private decentralized ADMM"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(strings.Fields(c.args), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), c.want) {
+			t.Errorf("%s: exit %d: %.80s %s", c.args, code, out.String(), errb.String())
+		}
+	}
+}

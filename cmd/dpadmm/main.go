@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -91,6 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "--version", "-version":
 		err = runVersion(args[1:], stdout)
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[0] == "help" && slices.Contains(commands, args[1]) && args[1] != "help" {
+			return run(append(args[1:2], "--help"), stdout, stderr) // dpadmm help CMD: CMD's help
+		}
 		fmt.Fprint(stdout, usage)
 	default:
 		err = unknownCommand("", "command", args[0], commands)

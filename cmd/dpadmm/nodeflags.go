@@ -29,7 +29,7 @@ const (
 var walkAlgos = map[string]walk.StepKind{"walk": walk.StepProx, "walk-gadmm": walk.StepGADMM, "walk-sgd": walk.StepSGD}
 
 // algoList is the list of every --algo value, for messages.
-const algoList = "walk, walk-gadmm, walk-sgd, radmm, mradmm, madmm, admm, admm-dvp, admm-pvp"
+const algoList = "walk, walk-gadmm, walk-sgd, auto, radmm, mradmm, madmm, admm, admm-dvp, admm-pvp"
 
 // algoMode returns the algorithm part of a mode: "walk:STEP" for a walk algorithm (the
 // step from --local-step for --algo walk) or "gossip", and how to name it in messages.

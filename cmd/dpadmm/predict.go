@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,8 +90,13 @@ func runPredict(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "warning: %d cell(s) of %s lie outside the model's feature ranges (its schema's); clipped to them, as the training rows were\n", n, *data)
 	}
 	res := predictOutput{Model: path, Task: spec.Task, Classes: spec.Classes, Rows: len(rows.X), Unseen: rows.Unseen}
-	for _, x := range rows.X {
+	for i, x := range rows.X {
 		sc := spec.Scores(x)
+		for _, v := range sc {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s:%d: the model's score of this row is not finite (values far beyond any the model was trained on; a schema's ranges would clip them)", *data, rows.Lines[i])
+			}
+		}
 		var p prediction
 		if spec.Task == consensus.TaskRegression {
 			v := sc[0]
@@ -186,9 +193,20 @@ func writePredictionsCSV(w io.Writer, spec *consensus.ModelSpec, ps []prediction
 // that a failed write leaves no partial file. The file gets mode 0644, as the reports
 // (a temporary file is created 0600).
 func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory, not a file", path)
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("cannot write %s: its directory %s does not exist", path, dir)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary file's name says nothing to the user
+		}
+		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	name := tmp.Name()
 	if err := tmp.Chmod(0o644); err != nil {
