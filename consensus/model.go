@@ -362,8 +362,9 @@ func (m *ModelSpec) Flat() []float64 {
 }
 
 // SameInputs returns nil when m and o predict the same task from the same inputs (task,
-// loss, label, classes, features, vocabulary, fill rule, scaling and ranges: everything
-// but the weights), else an error naming the first field that differs.
+// loss, classes, features, vocabulary, fill rule, scaling and ranges: everything but the
+// weights and the label column's name, which members may call differently), else an
+// error naming the first field that differs.
 func (m *ModelSpec) SameInputs(o *ModelSpec) error {
 	js := func(v any) string {
 		b, err := json.Marshal(v)
@@ -376,7 +377,7 @@ func (m *ModelSpec) SameInputs(o *ModelSpec) error {
 		name string
 		a, b any
 	}{
-		{"format", m.Format, o.Format}, {"task", m.Task, o.Task}, {"loss", m.Loss, o.Loss}, {"label", m.Label, o.Label},
+		{"format", m.Format, o.Format}, {"task", m.Task, o.Task}, {"loss", m.Loss, o.Loss},
 		{"classes", m.Classes, o.Classes}, {"features", m.Features, o.Features}, {"categorical", m.Categorical, o.Categorical},
 		{"fill", m.Fill, o.Fill}, {"scaling", m.Scaling, o.Scaling}, {"ranges", m.Ranges, o.Ranges},
 		{"weight rows", len(m.Weights), len(o.Weights)},

@@ -108,34 +108,52 @@ var ErrTargetOutOfReach = errors.New("target epsilon out of reach")
 //
 // The figure is affine in alpha: each perturbed iteration costs 2w(1.4 c1/(r + 2 eta V) +
 // alpha_k) (recycled and dual-perturbation schemes; alpha_k = alpha/eta_k for madmm) or
-// alpha 2w/(r + 2 eta V) (primal perturbation), summed. So with J the figure's part that no
-// noise removes and A its slope, alpha = (target - J)/A; it is then lowered by ulps until
-// the figure itself is at most target, so that rounding never puts it above. An error when
-// J alone reaches the target: fewer iterations, a larger --eta or a smaller --paper-c
-// lower it.
+// alpha 2w/(r + 2 eta V) (primal perturbation), summed and times the one-vs-rest blocks.
+// Its part that no noise removes is JacobianPart, the rest NoisePart (proportional to
+// alpha). alpha = (target' - J)/slope is the estimate; bisection on [0, estimate] then
+// finds the largest alpha whose figure is at most target' = target (1 - 1e-12): the
+// margin keeps the ledgers' own sums (the same terms added in another order) below the
+// target too. An ErrTargetOutOfReach when J alone reaches the target: fewer iterations,
+// a larger --eta or --l2, or a smaller --paper-c lower it.
 func (s Setup) AlphaFor(algo Algo, degree, rows int, etas []float64, target float64) (float64, error) {
 	if !(target > 0) || math.IsInf(target, 0) {
 		return 0, fmt.Errorf("gossip: target epsilon must be finite and > 0, got %v", target)
 	}
-	fig := func(alpha float64) float64 {
-		return privacy.ObjPertBound(s.Account(algo, degree, rows, 1, true, alpha, etas)).Epsilon
+	bound := func(alpha float64) privacy.ObjPertFigure {
+		return privacy.ObjPertBound(s.Account(algo, degree, rows, 1, true, alpha, etas))
 	}
-	f1, f2 := fig(1), fig(2)
-	slope := f2 - f1
-	fixed := f1 - slope
-	if !(slope > 0) || math.IsNaN(fixed) || math.IsInf(f1, 0) {
-		return 0, fmt.Errorf("gossip: the figure of %s does not grow with alpha (%v at 1, %v at 2): no alpha to calibrate", algo, f1, f2)
+	goal := target * (1 - 1e-12)
+	one := bound(1)
+	fixed, slope := one.JacobianPart, one.NoisePart
+	if algo.Scheme() == privacy.SchemePVP {
+		fixed = 0 // primal perturbation: the whole figure is the noise's
 	}
-	if fixed >= target {
+	if !(slope > 0) || math.IsInf(slope, 0) || math.IsNaN(fixed) {
+		return 0, fmt.Errorf("gossip: the figure of %s does not grow with alpha (noise part %v at alpha 1): no alpha to calibrate", algo, slope)
+	}
+	if fixed >= goal {
 		return 0, fmt.Errorf("gossip: %w: %s's figure is at least %.4g before any noise term (the objective's curvature, %d perturbed iterations): "+
-			"no alpha reaches epsilon %v; fewer --iters, a larger --eta or a smaller --paper-c lower it", ErrTargetOutOfReach, algo, fixed, len(etas), target)
+			"no alpha reaches epsilon %v; fewer --iters, a larger --eta or --l2, or a smaller --paper-c lower it", ErrTargetOutOfReach, algo, fixed, len(etas), target)
 	}
-	alpha := (target - fixed) / slope
-	for i := 0; fig(alpha) > target && i < 64; i++ {
-		alpha = math.Nextafter(alpha, 0)
+	fig := func(alpha float64) float64 { return bound(alpha).Epsilon }
+	hi := (goal - fixed) / slope
+	if fig(hi) <= goal {
+		return hi, nil
 	}
-	if !(alpha > 0) || fig(alpha) > target {
-		return 0, fmt.Errorf("gossip: no alpha > 0 gives %s a figure of at most %v", algo, target)
+	lo := 0.0 // fig(lo) <= goal holds in the limit (the fixed part is below it)
+	for i := 0; i < 200 && lo < hi; i++ {
+		mid := lo + (hi-lo)/2
+		if mid == lo || mid == hi {
+			break
+		}
+		if fig(mid) <= goal {
+			lo = mid
+		} else {
+			hi = mid
+		}
 	}
-	return alpha, nil
+	if !(lo > 0) || fig(lo) > goal {
+		return 0, fmt.Errorf("gossip: %w: no alpha > 0 gives %s a figure of at most %v", ErrTargetOutOfReach, algo, target)
+	}
+	return lo, nil
 }

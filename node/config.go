@@ -608,10 +608,13 @@ type RunConfig struct {
 	// positive; multinomial: every class), as the label column writes them.
 	Classes []string `json:"classes,omitempty"`
 
-	// Features are the names of the model's input columns in order (the data's header,
-	// one-hot features "column=value", the intercept's column last): members must read
-	// the same columns in the same order, or their coordinates would mean different things.
-	Features []string `json:"features,omitempty"`
+	// Features is a digest of the names of the model's input columns in order
+	// (FeaturesDigest: the data's header, one-hot features "column=value", the intercept's
+	// column last): members must read the same columns in the same order, or their
+	// coordinates would mean different things. A digest, not the names: the announcement
+	// reaches peers before they are members, and one-hot names hold values of the data.
+	// Empty for data without a header (headerless CSV, LIBSVM: columns by position).
+	Features string `json:"features,omitempty"`
 
 	// Schema is the hash of the public schema (Config.Schema); empty for none.
 	Schema string `json:"schema,omitempty"`
@@ -680,8 +683,8 @@ func (c *Config) RunConfig() RunConfig {
 	rc.MaxRows = c.MaxRows
 	rc.MinRows = c.MinRows
 	rc.Schema = c.Schema
-	if c.Data != nil {
-		rc.Features = c.Data.Features
+	if c.Data != nil && c.Data.Label != "" {
+		rc.Features = FeaturesDigest(c.Data.Features)
 	}
 	if c.Data != nil && c.Data.Fill != nil {
 		b, _ := json.Marshal(c.Data.Fill)
@@ -693,6 +696,17 @@ func (c *Config) RunConfig() RunConfig {
 		}
 	}
 	return rc
+}
+
+// FeaturesDigest is RunConfig.Features of the column names: "sha256:" and the first 16
+// hex digits of the SHA-256 of the names, each followed by a 0 byte, then the count.
+func FeaturesDigest(names []string) string {
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("sha256:%x (%d columns)", h.Sum(nil)[:8], len(names))
 }
 
 // alphaKey is the run configuration's alpha: "" when a target epsilon replaces it.

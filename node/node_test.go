@@ -539,6 +539,11 @@ func runMismatchedJoiner(t *testing.T, run string, joinerData *consensus.Dataset
 	sh := shards(t, 2)
 	if joinerData != nil {
 		sh[1] = joinerData
+		if joinerData.Label != "" {
+			// Data read with a header: the starter's too, its columns named as usual.
+			sh[0] = sh[0].Clone()
+			sh[0].Label = joinerData.Label
+		}
 	}
 	logs := new([2]syncBuffer)
 	nodes := make([]*Node, 2)
@@ -985,16 +990,17 @@ func TestJoinerClassMismatchExits(t *testing.T) {
 }
 
 // TestJoinerColumnOrderMismatch: a joiner whose data hold the run's columns in another
-// order (its coordinates would mean other features) is refused, the features named.
+// order (its coordinates would mean other features) is refused, the features' digest named.
 func TestJoinerColumnOrderMismatch(t *testing.T) {
 	sh := shards(t, 2)
 	rev := sh[1].Clone()
+	rev.Label = "y" // read from a file with a header (the starter's data too)
 	slices.Reverse(rev.Features)
 	for i := 0; i < rev.Rows; i++ {
 		slices.Reverse(rev.Row(i))
 	}
 	_, _, err := runMismatchedJoiner(t, "cols", rev, func(*Config) {})
-	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "features: yours [\""+rev.Features[0]+"\"") {
+	if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "features: yours \""+FeaturesDigest(rev.Features)+"\"") {
 		t.Fatalf("joiner: %v, want ErrConfigMismatch naming the features", err)
 	}
 }

@@ -213,7 +213,7 @@ func gprocsFiles(cfg *GossipProcsConfig, o *sim.GossipOptions, gs *sim.GossipSim
 	// Every node's configuration hashes alike (same dimension, problem and parameters); the
 	// nodes get it as one file (--run-config), not as flags rebuilt one by one.
 	runCfg := (&node.Config{
-		Run: cfg.Run, Data: gs.Shards[0], RADMM: &p,
+		Run: cfg.Run, Data: asShardFile(gs.Shards[0]), RADMM: &p,
 		Training: node.Training{Problem: o.Problem},
 	}).RunConfig()
 	hash := runCfg.Hash()

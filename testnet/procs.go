@@ -220,7 +220,7 @@ func (cfg *ProcsConfig) prepare(dir string) (*ProcsResult, []string, [][]string,
 	// parameter the launcher forgot could not then silently take a node's default.
 	var runCfg node.Config
 	runCfg.Run, runCfg.Problem, runCfg.Gamma, runCfg.Lambda, runCfg.Clip = cfg.Run, cfg.Problem, cfg.Gamma, cfg.Lambda, cfg.Clip
-	runCfg.Sigma, runCfg.MaxUpdates, runCfg.Hops, runCfg.Step, runCfg.Data = cfg.Sigma, cfg.MaxUpdates, cfg.Hops, cfg.Step, cfg.Shards[0]
+	runCfg.Sigma, runCfg.MaxUpdates, runCfg.Hops, runCfg.Step, runCfg.Data = cfg.Sigma, cfg.MaxUpdates, cfg.Hops, cfg.Step, asShardFile(cfg.Shards[0])
 	runCfg.Unit, runCfg.RowBound = cfg.Unit, cfg.RowBound
 	rcPath := filepath.Join(dir, "run-config.json")
 	if err := node.WriteRunConfig(rcPath, runCfg.RunConfig()); err != nil {
@@ -619,6 +619,25 @@ func harnessPredictor(dir string, t *consensus.ModelSpec) ([]string, error) {
 	return []string{"--harness-predictor", p}, nil
 }
 
+// shardLabel is the name of the label column of the shard's CSV (the first column,
+// whatever its name): one no feature has.
+func shardLabel(d *consensus.Dataset) string {
+	label := "label"
+	for slices.Contains(d.Features, label) {
+		label += "_"
+	}
+	return label
+}
+
+// asShardFile returns d as a node reading its shard CSV sees it (a header, so a label
+// column name): the data a launcher computes the run's configuration from, so that its
+// hash is the nodes' own.
+func asShardFile(d *consensus.Dataset) *consensus.Dataset {
+	c := *d
+	c.Label = shardLabel(d)
+	return &c
+}
+
 // writeShardCSV writes a shard as CSV (label first, then the features, every value in
 // the shortest form that parses back to the same float64), so that a node reading it
 // with --scale none --intercept 0 sees exactly the simulator's shard. Class labels are
@@ -630,11 +649,7 @@ func writeShardCSV(path string, d *consensus.Dataset) error {
 	// launcher computes from the prepared data); a node reading the shard with
 	// --intercept 0 knows the intercept's column by its name, and leaves it unpenalised
 	// as the simulator does.
-	label := "label" // the first column, whatever its name: a name no feature has
-	for slices.Contains(d.Features, label) {
-		label += "_"
-	}
-	head := []string{label}
+	head := []string{shardLabel(d)}
 	for j := 0; j < d.Cols; j++ {
 		name := fmt.Sprintf("f%d", j)
 		if j < len(d.Features) {

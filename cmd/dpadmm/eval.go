@@ -74,12 +74,12 @@ func scoreModel(d *consensus.Dataset, w []float64, loss consensus.Loss) evalScor
 		}
 		return &v
 	}
-	switch loss {
-	case consensus.Logistic, consensus.Multinomial:
+	switch {
+	case loss.Classifies():
 		s.Accuracy = finite(pb.Accuracy(d, w))
 		m := d.MajorityShare()
 		s.MajorityShare = &m
-	case consensus.Squared:
+	case loss == consensus.Squared:
 		rmse, r2, ok := consensus.Regression(d, w)
 		s.RMSE = finite(rmse)
 		if ok {

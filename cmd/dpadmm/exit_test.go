@@ -222,4 +222,8 @@ func TestOutputPathsCheckedFirst(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("files left behind: %v", ents)
 	}
+	// A device takes writes however many flags name it.
+	if code, _, e := runCmd("testnet", "--nodes", "3", "--hops", "30", "--quiet", "--report", os.DevNull, "--curve", os.DevNull); code != 0 {
+		t.Errorf("--report and --curve %s: exit %d: %s", os.DevNull, code, e)
+	}
 }

@@ -466,7 +466,7 @@ func TestRADMMTargetEpsilon(t *testing.T) {
 		want string
 	}{
 		{[]string{"--alpha", "3"}, 2, "--target-epsilon calibrates --alpha: give one of them"},
-		{[]string{"--target-epsilon", "0.01", "--iters", "100"}, 1, "no alpha reaches epsilon 0.01; fewer --iters, a larger --eta or a smaller --paper-c lower it"},
+		{[]string{"--target-epsilon", "0.01", "--iters", "100"}, 1, "no alpha reaches epsilon 0.01; fewer --iters, a larger --eta or --l2, or a smaller --paper-c lower it"},
 	} {
 		code, _, e := runCmd(append(append([]string(nil), args[:len(args)-2]...), c.args...)...)
 		if code != c.code || !strings.Contains(e, c.want) {

@@ -50,36 +50,35 @@ flags, the shard as CSV with --scale none, and --pause-at-iter I (fault injectio
 the node once its release of iteration I is durable, before it is sent, until it is killed.
 
 Neighbour exchange (R-ADMM family) on a LAN or an existing libp2p network: with --algo
-radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-exchange
-run instead of a walk. The starter announces algorithm, --graph, --graph-seed, --iters,
---alpha (or --target-epsilon, which each node turns into its own alpha), the penalty schedule (--eta, --eta-growth, --eta-max, or --eta-file FILE in the
-format of 'dpadmm testnet --eta-file': one value per line for every member, or one
-comma-separated column per member index for MR-ADMM), --even-gamma (the even-step
-proximal weight), --paper-c, --loss, --l2 and the data dimension; their hash
-must match. The start message fixes the ordered membership and the total row count M;
-every member builds the same graph from (--graph, members, --graph-seed), its objective
-with C_i/B_i = C*n/M and rho/N = C*l2 (as the simulator), f_i(0) and its noise from
-crypto/rand, dials its neighbours and exchanges vectors over /dpadmm/<run>/radmm/1
-(ledger fsynced before every send; --barrier-timeout, --max-wait, --on-missing as in
-'dpadmm testnet'). Every node writes DIR/model.json with ITS OWN model f_i(T) (the
-network average is not known to one node: average the members' files) and its own
-Theorem V.1 figure from its ledger, with the theorem's conditions and whether they hold.
-Rows must have norm <= 1 after --scale (checked; the node refuses otherwise). --seed S
-seeds f_i(0) and the noise as the simulator does for node i (testnets only: NOT secure).
---static FILE fixes the membership in index order and M (total_rows) and skips
+radmm|mradmm|madmm|admm|admm-dvp|admm-pvp the node takes part in a neighbour-exchange run
+instead of a walk. The starter announces algorithm, --graph, --graph-seed, --iters, --alpha
+(or --target-epsilon, which each node turns into its own alpha), the penalty schedule
+(--eta, --eta-growth, --eta-max, or --eta-file FILE in the format of 'dpadmm testnet
+--eta-file': one value per line for every member, or one comma-separated column per member
+index for MR-ADMM), --even-gamma (the even-step proximal weight), --paper-c, --loss, --l2
+and the data dimension; their hash must match. The start message fixes the ordered
+membership and the total row count M; every member builds the same graph from (--graph,
+members, --graph-seed), its objective with C_i/B_i = C*n/M and rho/N = C*l2 (as the
+simulator), f_i(0) and its noise from crypto/rand, dials its neighbours and exchanges
+vectors over /dpadmm/<run>/radmm/1 (ledger fsynced before every send; --barrier-timeout,
+--max-wait, --on-missing as in 'dpadmm testnet'). Every node writes DIR/model.json with ITS
+OWN model f_i(T) (the network average is not known to one node: average the members' files)
+and its own Theorem V.1 figure from its ledger, with the theorem's conditions and whether
+they hold. Rows must have norm <= 1 after --scale (checked; the node refuses otherwise).
+--seed S seeds f_i(0) and the noise as the simulator does for node i (testnets only: NOT
+secure). --static FILE fixes the membership in index order and M (total_rows) and skips
 announce/join. --http ADDR serves /status (a "gossip" section: iteration, neighbours
-reachable, stale uses, ledger entries, the running Theorem V.1 epsilon with its
-conditions) and /metrics (dpadmm_gossip_*). The walk's flags (--hops, --gamma, --clip,
---sigma, ...) are refused. A node killed or crashed mid-run resumes
-when started again with the same --datadir (and --run, configuration, --listen port):
-its journal (DIR/gossip-journal, written with the ledger before every send) restores the
-machine exactly and it re-sends the vectors it already released unchanged, never
-re-noised; it refuses to resume when the journal does not reproduce its ledger bit for
-bit. Neighbours wait for it with --on-missing wait (or a barrier and --max-wait longer
-than the restart).
+reachable, stale uses, ledger entries, the running Theorem V.1 epsilon with its conditions)
+and /metrics (dpadmm_gossip_*). The walk's flags (--hops, --gamma, --clip, --sigma, ...) are
+refused. A node killed or crashed mid-run resumes when started again with the same --datadir
+(and --run, configuration, --listen port): its journal (DIR/gossip-journal, written with the
+ledger before every send) restores the machine exactly and it re-sends the vectors it
+already released unchanged, never re-noised; it refuses to resume when the journal does not
+reproduce its ledger bit for bit. Neighbours wait for it with --on-missing wait (or a
+barrier and --max-wait longer than the restart).
 
-  dpadmm node --run g1 --algo radmm --data a.csv --datadir /tmp/g0 --start --min-peers 2 --graph ring --iters 2 --target-epsilon 2 --profile lan
-  dpadmm node --run g1 --algo radmm --data b.csv --datadir /tmp/g1 --graph ring --iters 2 --target-epsilon 2 --profile lan
+  dpadmm node --run g1 --algo radmm --data examples/a.csv --schema examples/breast_cancer.schema.json --datadir /tmp/g0 --start --min-peers 2 --graph ring --iters 2 --target-epsilon 2 --profile lan
+  dpadmm node --run g1 --algo radmm --data examples/b.csv --schema examples/breast_cancer.schema.json --datadir /tmp/g1 --graph ring --iters 2 --target-epsilon 2 --profile lan
 
 Profiles set listen addresses, discovery and timeouts together:
   test      listen 127.0.0.1 TCP, no mDNS, short timeouts (ack 2s, join window 1s)

@@ -128,7 +128,7 @@ func (f *nodeFlags) defineCommon() {
 	f.logFormat = fs.String("log-format", "text", "log format: text|json")
 	f.logLevel = fs.String("log-level", "warn", "log level: debug|info|warn|error")
 	f.noSync = fs.Bool("no-fsync", false, "skip fsync of ledger and checkpoints (tmpfs testnets only; the write order is kept)")
-	f.insecure = fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --pause-at-hop, --pause-at-iter, --pause-phase and --withhold-acks; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
+	f.insecure = fs.Bool("insecure-testnet", false, "test harnesses only: allows --seed, --static, --pause-at-hop, --pause-at-iter, --pause-phase, --withhold-acks and --harness-predictor; every listen, peer and member address must be loopback, and model.json then says NO guarantee")
 	f.harnessPredictor = fs.String("harness-predictor", "", "test harnesses only: a model file whose predictor describes the run's models in raw units, when the harness prepared --data itself (scaled, classes as indices); model.json carries it with this node's weights")
 }
 

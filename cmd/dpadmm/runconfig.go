@@ -117,8 +117,8 @@ func checkRunConfig(cfg *node.Config, rc *node.RunConfig, overridden []string) (
 		return nil, nil
 	}
 	mine := cfg.RunConfig()
-	if rc.Features == nil {
-		mine.Features = nil // a file that lists no features (written by hand) leaves them to the data
+	if rc.Features == "" {
+		mine.Features = "" // a file that gives no features (written by hand) leaves them to the data
 	}
 	diff := mine.Diff(*rc)
 	if len(diff) == 0 {

@@ -87,13 +87,14 @@ ends early ("ended": "budget exhausted") when every node is out of budget.
 
 Neighbour exchange (Zhang, Khalili, Liu, Recycled ADMM): --algo admm|radmm|mradmm|admm-dvp|
 admm-pvp runs one machine per node on a fixed connected graph (default ring, 5 nodes, 100
-iterations, --even-gamma 0.5). Odd iterations solve the local problem with objective perturbation
-(noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise; --target-epsilon E
-calibrates each node's alpha so that the network figure is E); even iterations are
-recycled closed-form steps that cost no privacy. The figure grows with every odd iteration,
-so few iterations learn best at a fixed epsilon (--iters 2 to 4 on the breast cancer data). mradmm grows the penalty: eta(k) =
---eta * --eta-growth^k (capped by --eta-max), or from --eta-file (one value per line for all
-nodes, or one comma-separated column per node).
+iterations, --even-gamma 0.5). Odd iterations solve the local problem with objective
+perturbation (noise density exp(-alpha*||eps||), --alpha, default 2; inf = no noise;
+--target-epsilon E calibrates each node's alpha so that the network figure is E); even
+iterations are recycled closed-form steps that cost no privacy. The figure grows with every
+odd iteration, so few iterations learn best at a fixed epsilon (--iters 2 to 4 on the breast
+cancer data). mradmm grows the penalty: eta(k) = --eta * --eta-growth^k (capped by
+--eta-max), or from --eta-file (one value per line for all nodes, or one comma-separated
+column per node).
 admm-dvp and admm-pvp are the dual- and primal-variable-perturbation baselines (Zhang and
 Zhu 2017); madmm is an M-ADMM-style baseline (every iteration perturbed, noise scaled by the
 growing penalty, nothing recycled). Constants: node i minimises (C/B_i)*sum of its losses + (rho/N)||f||^2/2 with
@@ -503,10 +504,11 @@ func parseCoalition(s string, n int) ([]int, error) {
 }
 
 // checkOutputDirs checks, before a run, every output file named (flag -> path; "" and "-"
-// name none), so that a run is not lost for a path written only at its end: its
-// directory exists and takes a new file (a file is created there and removed), the path
-// is not a directory, and no two flags name the same file (the second write would
-// replace the first).
+// name none), so that a run is not lost for a path written only at its end: an existing
+// path is not a directory and opens for writing (not truncated: a device such as
+// /dev/stdout or /dev/null is fine); a new one's directory exists and takes a new file (a
+// file is created there and removed); and no two flags name the same regular file (the
+// second write would replace the first).
 func checkOutputDirs(paths map[string]string) error {
 	flags := make([]string, 0, len(paths))
 	for fl := range paths {
@@ -523,15 +525,30 @@ func checkOutputDirs(paths map[string]string) error {
 		if err != nil {
 			return fmt.Errorf("%s %s: %v", fl, p, err)
 		}
+		st, err := os.Stat(p)
+		if err == nil {
+			if st.IsDir() {
+				return fmt.Errorf("%s %s: a directory, not a file", fl, p)
+			}
+			if st.Mode().IsRegular() {
+				if other, ok := owner[abs]; ok {
+					return fmt.Errorf("%s and %s both name %s: the second would replace the first", other, fl, p)
+				}
+				owner[abs] = fl
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return fmt.Errorf("%s %s: cannot write it: %v", fl, p, err)
+			}
+			f.Close()
+			continue
+		}
 		if other, ok := owner[abs]; ok {
 			return fmt.Errorf("%s and %s both name %s: the second would replace the first", other, fl, p)
 		}
 		owner[abs] = fl
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return fmt.Errorf("%s %s: a directory, not a file", fl, p)
-		}
 		dir := filepath.Dir(p)
-		st, err := os.Stat(dir)
+		st, err = os.Stat(dir)
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s %s: its directory %s cannot be used: %v", fl, p, dir, err)

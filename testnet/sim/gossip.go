@@ -742,6 +742,10 @@ func gossipUtility(o *GossipOptions, algo gossip.Algo, n int, refObj float64, av
 	}
 	r.setRegression(o.Problem.Loss, o.Train, o.Test, avg)
 	r.setPredictor(o.Problem.Loss, o.Scaler, o.Train, avg)
-	r.Warnings = append([]string{}, UtilityWarnings(o.Problem, o.Train, o.Test, avg, gossipUtilityHint)...)
+	hint := gossipUtilityHint
+	if o.TargetEpsilon > 0 {
+		hint = gossipTargetHint
+	}
+	r.Warnings = append([]string{}, UtilityWarnings(o.Problem, o.Train, o.Test, avg, hint)...)
 	return r
 }

@@ -18,6 +18,9 @@ import (
 const (
 	walkUtilityHint   = "try a smaller --sigma (less noise), another --gamma, more or fewer --hops, or another --scale"
 	gossipUtilityHint = "try a larger --alpha (less noise), another --even-gamma or --eta, more --iters, another --paper-c, or another --scale"
+	// gossipTargetHint: at a fixed epsilon every perturbed iteration shares the budget, so
+	// fewer iterations leave each one less noise.
+	gossipTargetHint = "at a fixed --target-epsilon, try fewer --iters (2 to 4), a larger --eta or --l2, or another --scale"
 )
 
 // Trailing forwards are reported when at least this fraction of the hops (and at least
