@@ -153,6 +153,12 @@ func WalkDecide(r WalkRun) WalkVerdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("the plan makes forwards certain: %d hops exceed n x K_i = %d x %d noisy updates, "+
 				"so nodes at their cap forward the token and the planned figure will not hold for the run (lower --hops or raise the cap)",
 				r.Hops, r.Nodes, r.Cap))
+		case r.Own && r.Hops > uint64(r.Cap):
+			// One node's report: it knows its own forwards only. Any other member may have
+			// reached its cap (it may hold the token up to Hops times) and forwarded.
+			v.Reasons = append(v.Reasons, fmt.Sprintf("one node's report cannot see the other members' forwards: with a cap K_i = %d below "+
+				"the run's %d hops a member may have reached it and forwarded the token, which the planned form does not allow; "+
+				"the planned figure is not claimed here (a testnet's report, which reads every ledger, checks it)", r.Cap, r.Hops))
 		case r.Planning && mean+3*sd > float64(r.Cap):
 			v.Warnings = append(v.Warnings, fmt.Sprintf("some node is likely to reach its cap K_i = %d (expected visits per node %.1f, sd %.1f): "+
 				"its later visits forward the token and the run will then report the local figure", r.Cap, mean, sd))

@@ -113,7 +113,7 @@ func TestWalkPlannedBound(t *testing.T) {
 // function; the local bound is reported with the reason.
 func TestAnomaliesVoidPlanned(t *testing.T) {
 	for _, r := range []WalkRun{
-		{Nodes: 10, Complete: true, Clip: 0.1, Sigma: 1, Cap: 100, Hops: 400, Own: true, Updates: 40},
+		{Nodes: 10, Complete: true, Clip: 0.1, Sigma: 1, Cap: 400, Hops: 400, Own: true, Updates: 40},
 		{Step: StepSGD, Nodes: 50, Complete: true, Clip: 1, Sigma: 6, Rate: 1, Cap: 40, Hops: 1500, SGDNonExpansive: true},
 	} {
 		before := WalkPlannedBound(r, 1e-5)
@@ -126,5 +126,24 @@ func TestAnomaliesVoidPlanned(t *testing.T) {
 		if r.Step == "" && !before.ConditionsHold {
 			t.Errorf("the prox run's planned figure should hold without anomalies: %+v", before)
 		}
+	}
+}
+
+// TestOwnReportOthersForwards: a node's own report cannot see the other members' forwards,
+// so with a cap below the run's hops (a member may reach it) it does not claim the planned
+// figure, even with no forward of its own; with a cap no member can reach (>= hops) it
+// does, and a whole-run report (not Own) with no forwards does too.
+func TestOwnReportOthersForwards(t *testing.T) {
+	r := WalkRun{Nodes: 10, Complete: true, Clip: 0.1, Sigma: 1, Cap: 100, Hops: 400, Own: true, Updates: 40}
+	if v := WalkDecide(r); v.PlannedHolds || !strings.Contains(strings.Join(v.Reasons, ";"), "cannot see the other members' forwards") {
+		t.Errorf("own report, cap 100 < 400 hops: %+v", v)
+	}
+	r.Cap = 400
+	if v := WalkDecide(r); !v.PlannedHolds {
+		t.Errorf("own report, cap 400 = hops: %+v", v)
+	}
+	r.Cap, r.Own, r.Updates = 100, false, 40
+	if v := WalkDecide(r); !v.PlannedHolds {
+		t.Errorf("whole-run report without forwards: %+v", v)
 	}
 }
