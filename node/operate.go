@@ -113,9 +113,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	unit := "record"
+	unit := string(privacy.UnitRecord) // Theorem V.1 is per record
 	if c.n.cfg.RADMM == nil {
-		unit = "node" // the walk's figures are for a node's whole shard
+		unit = string(c.n.cfg.Training.unit()) // the walk's --privacy-unit
 	}
 	if st.Epsilon.Bounded() {
 		g(c.spent, float64(st.Epsilon), "local", unit)

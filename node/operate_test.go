@@ -88,6 +88,10 @@ func TestMetricsAndHealth(t *testing.T) {
 			t.Errorf("/metrics lacks %s", s)
 		}
 	}
+	// The unit label is the run's (the walk's default: per record).
+	if !strings.Contains(after, `dpadmm_epsilon_spent{figure="local",unit="record"}`) {
+		t.Error("/metrics: the local figure's unit label is not the run's (record)")
+	}
 	if !regexp.MustCompile(`(?m)^libp2p_\w+`).MatchString(after) {
 		t.Error("/metrics lacks go-libp2p's metrics")
 	}

@@ -475,8 +475,16 @@ func (n *Node) buildMachine(self, N int, nbrs []int, total int, journaled []floa
 	}
 	maxNorm, pm1 := gossip.RowChecks(d)
 	acc = setup.Account(algo, len(nbrs), d.Rows, maxNorm, pm1, alpha, etas)
+	if f := privacy.ObjPertBound(acc); p.TargetEpsilon == 0 && !math.IsInf(alpha, 1) && f.Epsilon > LargeEpsilon {
+		n.log.Warn().Float64("epsilon", f.Epsilon).Int("iters", p.Iters).
+			Msg("this node's Theorem V.1 figure for the run will be large: --target-epsilon E calibrates alpha to E, and few --iters (2 to 4) learn best at a fixed epsilon")
+	}
 	return m, jn, acc, secure, nil
 }
+
+// LargeEpsilon is the figure above which a neighbour-exchange node without a target
+// warns at its start (the walk's default ceiling, --max-epsilon, is the same number).
+const LargeEpsilon = 10
 
 // journalMembers returns the membership recorded in a journal, checked against a static
 // membership when one is configured.

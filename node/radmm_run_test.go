@@ -226,6 +226,13 @@ func TestRADMMRunJoin(t *testing.T) {
 		}
 	}
 
+	// A figure above LargeEpsilon without a target is warned about at the start, and only then.
+	for i, m := range models {
+		large := float64(m.Privacy.Formula) > LargeEpsilon
+		if warned := strings.Contains(logs[i].String(), "figure for the run will be large"); warned != large {
+			t.Errorf("node %d: figure %v, warned %v", i, m.Privacy.Formula, warned)
+		}
+	}
 	ref := radmmReference(t, byIndex(t, models, sh), p, d.Rows)
 	N, V, K := 4.0, 2, 5 // ring: degree 2; R-ADMM charges the ceil(10/2) odd iterations
 	w, r := p.PaperC*N/float64(d.Rows), p.PaperC*radmmProblem.Reg.L2
@@ -387,6 +394,24 @@ func TestRADMMConfigHash(t *testing.T) {
 	for _, k := range []string{"graph", "iters", "alpha", "eta", "paper_c"} {
 		if strings.Contains(walkJSON, `"`+k+`"`) {
 			t.Errorf("walk config JSON has %q: %s", k, walkJSON)
+		}
+	}
+}
+
+// TestRADMMLargeFigureWarns: a run whose figure passes LargeEpsilon without a target warns
+// at its start (the same run as TestRADMMRunJoin's, with 40 iterations: about 14).
+func TestRADMMLargeFigureWarns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	sh, err := consensus.Split(radmmData(t), 4, "iid", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := RADMMParams{Algo: "radmm", Graph: "ring", Iters: 40, Alpha: 2, Eta: 1, Gamma: 0.5, PaperC: 5, Barrier: 15 * time.Second}
+	nodes, logs, _ := radmmCluster(t, ctx, "glarge", sh, p)
+	for i, m := range runRADMMAll(t, ctx, nodes, logs) {
+		if f := float64(m.Privacy.Formula); f <= LargeEpsilon || !strings.Contains(logs[i].String(), "figure for the run will be large") {
+			t.Errorf("node %d: figure %v, log:\n%s", i, f, logs[i].String())
 		}
 	}
 }

@@ -423,7 +423,7 @@ func gadmmRealisedPairwise(tr *Trace, p GADMMParams, spread Spread, coalitions .
 	if n < 2 {
 		return nil, errors.New("privacy: gadmm realised pairwise: need at least 2 nodes")
 	}
-	if int64(n)*int64(n) > 1<<27 {
+	if n > 1<<27 || int64(n)*int64(n) > 1<<27 {
 		return nil, fmt.Errorf("privacy: gadmm realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
 	}
 	if int64(len(tr.Steps)) >= 1<<31 {

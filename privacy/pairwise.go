@@ -406,7 +406,7 @@ func checkRealisedInput(tr *Trace, coalitions [][]int) error {
 	switch {
 	case n < 2:
 		return errors.New("privacy: realised pairwise: need at least 2 nodes")
-	case int64(n)*int64(n) > 1<<27:
+	case n > 1<<27 || int64(n)*int64(n) > 1<<27: // the first test keeps the product from overflowing
 		return fmt.Errorf("privacy: realised pairwise: %d nodes need a %d x %d matrix, too large", n, n, n)
 	case int64(len(tr.Steps)) >= 1<<31:
 		return fmt.Errorf("privacy: realised pairwise: %d steps, at most %d", len(tr.Steps), 1<<31-1)
@@ -672,7 +672,7 @@ func NewPlanBuilder(n int, adj [][]int, opt PlanOptions) (*PlanBuilder, error) {
 	if len(adj) != n {
 		return nil, fmt.Errorf("privacy: plan: adjacency has %d lists, want %d", len(adj), n)
 	}
-	if int64(n)*int64(n) > 1<<27 {
+	if n > 1<<27 || int64(n)*int64(n) > 1<<27 {
 		return nil, fmt.Errorf("privacy: plan: %d nodes on a general graph need a %d x %d matrix, too large (the complete graph has a closed form)", n, n, n)
 	}
 	// CSR form.

@@ -782,3 +782,14 @@ func TestPlanBuilderColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestRealisedHugeNodeCount: a trace header naming more nodes than any matrix can hold is
+// refused before anything is allocated, also when n*n overflows int64.
+func TestRealisedHugeNodeCount(t *testing.T) {
+	for _, n := range []int{100_000_000, 3_000_000_000_000} {
+		tr := &Trace{Nodes: n, Clip: 0.1, Sigma: 1, Steps: []TraceStep{{Node: 0, Noisy: true}, {Node: 1, Noisy: true}}}
+		if _, err := RealisedPairwise(tr); err == nil || !strings.Contains(err.Error(), "too large") {
+			t.Errorf("%d nodes: %v", n, err)
+		}
+	}
+}

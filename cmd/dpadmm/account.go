@@ -267,6 +267,10 @@ func (f *planFlags) recordRadius(stderr io.Writer, step walk.StepParams) error {
 // planWalk is 'account plan' for the prox and linearized steps: the local figure and the
 // planned pairwise figure of the graph (Theorem 4 or the first-passage law), with sigma
 // calibrated on --target-epsilon.
+// maxPlanNodes bounds --nodes on a graph other than the complete one: the planned matrix
+// is n x n (privacy.NewPlanBuilder refuses above 2^27 entries).
+const maxPlanNodes = 11585
+
 func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	nodes, hops, graphSpec, clip, sigma, maxUpd := f.nodes, f.hops, f.graphSpec, f.clip, f.sigma, f.maxUpd
 	target, budgetKind, delta, seed := f.target, f.budgetKind, f.delta, f.seed
@@ -290,6 +294,11 @@ func (f *planFlags) planWalk(stdout, stderr io.Writer) error {
 	}
 	if !calibrate && !finitePositive(*sigma) {
 		return usageErr(stderr, "plan: --sigma must be finite and > 0, got %v", *sigma)
+	}
+	if *graphSpec != "complete" && *nodes > maxPlanNodes {
+		// The first-passage plan holds an n x n matrix: refuse before building the graph.
+		return usageErr(stderr, "plan: --graph %s with %d nodes needs a %d x %d matrix; at most %d nodes on a graph other than the complete one (which has a closed form)",
+			*graphSpec, *nodes, *nodes, *nodes, maxPlanNodes)
 	}
 	g, err := graph.Parse(*graphSpec, *nodes, *seed)
 	if err != nil {
@@ -338,11 +347,21 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 	}
 	sg := *sigma
 	if calibrate {
-		curveFor := func(s float64) privacy.Curve { return unitFor(s).Scale(wmax) }
 		if *budgetKind == "local" {
-			curveFor = func(s float64) privacy.Curve { return privacy.WalkLocalCurve(*clip, s, updates) }
+			sg, err = privacy.CalibrateSigma(*target, *delta, func(s float64) privacy.Curve { return privacy.WalkLocalCurve(*clip, s, updates) })
+		} else {
+			// The worst pair's figure, capped at the local one, which bounds every observer
+			// (as every node caps its own): with few nodes the amplified form can be
+			// weaker than the exact local conversion, and calibrating on it alone would
+			// add noise for nothing. A target below the RDP conversion's floor stays
+			// refused (the first calibration says so).
+			if sg, err = privacy.CalibrateSigma(*target, *delta, func(s float64) privacy.Curve { return unitFor(s).Scale(wmax) }); err == nil {
+				sg, err = privacy.CalibrateFigure(*target, func(s float64) float64 {
+					e, _ := privacy.ToDP(unitFor(s).Scale(wmax), *delta)
+					return math.Min(e, privacy.LocalBound(*clip, s, updates, *delta).Epsilon)
+				})
+			}
 		}
-		sg, err = privacy.CalibrateSigma(*target, *delta, curveFor)
 		if err != nil {
 			return err
 		}
@@ -373,6 +392,11 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 		notes = append([]string{msg}, notes...)
 		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
 		sum.Mean, sum.P50, sum.P90, sum.P99 = loc.Epsilon, loc.Epsilon, loc.Epsilon, loc.Epsilon
+	} else if loc.Epsilon < sum.Worst.Epsilon {
+		// The local figure bounds every observer: it caps the pairwise ones.
+		notes = append(notes, fmt.Sprintf("capped at the local figure %.4g, which bounds every observer (the amplified form gives %.4g for the worst pair)", loc.Epsilon, sum.Worst.Epsilon))
+		sum.Worst.Epsilon, sum.Worst.Order = loc.Epsilon, loc.Order
+		sum.Mean, sum.P50, sum.P90, sum.P99 = math.Min(sum.Mean, loc.Epsilon), math.Min(sum.P50, loc.Epsilon), math.Min(sum.P90, loc.Epsilon), math.Min(sum.P99, loc.Epsilon)
 	}
 	sum.Note = strings.Join(notes, "; ")
 	rep := planReport{

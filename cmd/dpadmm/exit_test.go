@@ -100,6 +100,7 @@ func TestExitCodes(t *testing.T) {
 		// account
 		{plan("--hops", "0"), 2, "--hops must be >= 1"},
 		{plan("--delta", "2"), 2, "--delta must be in (0,1)"},
+		{[]string{"account", "plan", "--nodes", "4294967297", "--hops", "100", "--graph", "ring", "--clip", "0.1", "--sigma", "1"}, 2, "at most 11585 nodes on a graph other than the complete one"},
 		{[]string{"account", "models", "--loss", "hinge", "d"}, 2, "--loss"},
 		{[]string{"account", "models", "--scale", "log", "d"}, 2, "--scale"},
 		{[]string{"account", "models", filepath.Join(dir, "nomodel")}, 1, "no such file"},

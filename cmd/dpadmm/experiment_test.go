@@ -146,3 +146,18 @@ func TestExperimentCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestExperimentUtilityOneEpsilon: a single target (its log axis has one point) plots,
+// and the table comes first on stdout.
+func TestExperimentUtilityOneEpsilon(t *testing.T) {
+	out := t.TempDir()
+	code, so, e := runCmd("experiment", "utility", "--datasets", "breast_cancer", "--nodes", "3", "--splits", "iid", "--epsilons", "1",
+		"--seeds", "1", "--algos", "walk", "--examples", "../../examples", "--out", out, "--quiet")
+	if code != 0 || !strings.HasPrefix(so, "data ") {
+		t.Fatalf("exit %d: %s %s", code, so, e)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "utility.png"))
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("utility.png: %v (%d bytes)", err, len(b))
+	}
+}

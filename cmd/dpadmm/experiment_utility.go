@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -96,13 +97,17 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 		return err
 	}
 	cells := experiment.SummariseUtility(rows)
+	printUtilityTable(stdout, cells) // first: a failed write loses no result
 	if err := writeFileWith(filepath.Join(*outDir, *name+".csv"), func(w io.Writer) error { return experiment.WriteUtilityCSV(w, rows) }); err != nil {
 		return err
 	}
-	if err := writeFileWith(filepath.Join(*outDir, *name+".png"), func(w io.Writer) error { return experiment.WriteUtilityPNG(w, cells) }); err != nil {
+	var png bytes.Buffer
+	if err := experiment.WriteUtilityPNG(&png, cells); err != nil {
+		return err // no empty PNG left behind
+	}
+	if err := writeFileAtomic(filepath.Join(*outDir, *name+".png"), png.Bytes()); err != nil {
 		return err
 	}
-	printUtilityTable(stdout, cells)
 	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(*outDir, *name+".csv"), filepath.Join(*outDir, *name+".png"))
 	return nil
 }

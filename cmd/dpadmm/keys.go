@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -58,7 +60,19 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 			_, err := io.WriteString(stdout, s)
 			return err
 		}
-		return os.WriteFile(*out, []byte(s), 0o600)
+		// Never replace a key: the nodes holding the old one could no longer connect.
+		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("swarm-key: %s exists: a new key would lock out every node holding that one; remove it first, or choose another --out", *out)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteString(s); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
 	case "allow":
 		fs := newFlagSet("keys allow", keysHelp, stdout)
 		datadir := fs.String("datadir", "", "data directory of the run's owner (the starter): its identity key signs the list")
@@ -88,6 +102,12 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 				e.MaxRows = r
 			}
 			entries = append(entries, e)
+		}
+		// The owner's identity must exist: signing with one made here (a mistyped
+		// directory) would give a list the real starter refuses.
+		if _, err := os.Stat(filepath.Join(*datadir, store.IdentityFile)); err != nil {
+			return fmt.Errorf("allow: %s holds no identity (%s): give the starter's data directory (its node has run, or 'dpadmm keys id --datadir %s' created it)",
+				*datadir, store.IdentityFile, *datadir)
 		}
 		st, err := store.Open(*datadir)
 		if err != nil {

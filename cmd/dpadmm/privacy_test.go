@@ -352,3 +352,21 @@ func FuzzParseCoalition(f *testing.F) {
 		}
 	})
 }
+
+// TestAccountPlanCappedAtLocal: on 3 nodes the amplified pairwise form is above the local
+// figure, which bounds every observer: the plan reports the local figure for the worst
+// pair (with a note), and --target-epsilon calibrates on the capped figure, so the local
+// figure itself is the target (no more noise than it needs).
+func TestAccountPlanCappedAtLocal(t *testing.T) {
+	args := []string{"account", "plan", "--nodes", "3", "--hops", "60", "--clip", "0.1", "--max-updates", "20", "--json"}
+	r := runJSON(t, append(args, "--sigma", "1")...).(map[string]any)
+	loc := r["local"].(map[string]any)["epsilon"].(float64)
+	pw := r["pairwise_planned"].(map[string]any)
+	if w := pw["worst"].(map[string]any)["epsilon"].(float64); w != loc || !strings.Contains(pw["note"].(string), "capped at the local figure") {
+		t.Fatalf("worst pair %v, local %v, note %q", w, loc, pw["note"])
+	}
+	c := runJSON(t, append(args, "--target-epsilon", "2")...).(map[string]any)
+	if e := c["local"].(map[string]any)["epsilon"].(float64); e > 2 || e < 2*(1-1e-6) {
+		t.Fatalf("calibrated local epsilon %v, want the target 2", e)
+	}
+}

@@ -427,6 +427,14 @@ func WriteUtilityPNG(w io.Writer, cells []UtilityCell) (err error) {
 		p.Legend.YOffs = vg.Points(20)
 		p.Y.Min = math.Max(math.Min(p.Y.Min, 0), -1)
 		p.Y.Max = math.Max(p.Y.Max, 1)
+		// A log axis over positive targets: one target alone gets a decade around it (the
+		// plot's own padding could reach 0).
+		if lo > 0 && hi >= lo && !math.IsInf(hi, 0) {
+			p.X.Min, p.X.Max = lo, hi
+			if lo == hi {
+				p.X.Min, p.X.Max = lo/math.Sqrt(10), hi*math.Sqrt(10)
+			}
+		}
 		p.Draw(tiles.At(dc, i%cols, i/cols))
 	}
 	_, err = (vgimg.PngCanvas{Canvas: img}).WriteTo(w)

@@ -600,7 +600,7 @@ func realisedFeasible(n int, hops uint64) (bool, string) {
 		return false, fmt.Sprintf("%d hops exceed the in-memory limit of %d (write the path with --trace and run 'dpadmm account trace')", hops, uint64(RealisedMaxHops))
 	case float64(hops)*float64(n) > RealisedMaxWork:
 		return false, fmt.Sprintf("%d hops x %d nodes exceed the work limit %.0g (write the path with --trace and run 'dpadmm account trace')", hops, n, RealisedMaxWork)
-	case int64(n)*int64(n) > 1<<27:
+	case n > 1<<27 || int64(n)*int64(n) > 1<<27:
 		return false, fmt.Sprintf("%d nodes need a %d x %d matrix, too large", n, n, n)
 	}
 	return true, ""
