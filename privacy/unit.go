@@ -110,6 +110,8 @@ func (r WalkRun) UnitNote() string {
 		return "per record: one row replaced (the step clips every example's gradient)"
 	case r.RecordBinds():
 		return fmt.Sprintf("per record: one row replaced; the record radius gamma (c L + tol) = %.4g binds (below the clip %g)", r.FigureClip(), r.Clip)
+	case r.WeightUnknown && (math.IsInf(r.RecordClip, 1) || r.RecordClip == 0):
+		return "per record, by the node-level clip C: the weight of one row is unknown before the members are, so no smaller record radius holds yet"
 	case math.IsInf(r.RecordClip, 1) || r.RecordClip == 0:
 		return "per record, by the node-level clip C: the loss is not Lipschitz or rows are not projected onto the unit ball, so no smaller record radius holds"
 	}

@@ -96,3 +96,16 @@ func TestRecordClip(t *testing.T) {
 		t.Error("ParseUnit accepted an unknown unit")
 	}
 }
+
+// TestUnitNoteWeightUnknown: a record figure bounded by the clip for want of the weight of
+// one row says so, not that the loss or the rows lack a radius.
+func TestUnitNoteWeightUnknown(t *testing.T) {
+	r := WalkRun{Clip: 0.1, RecordClip: math.Inf(1), WeightUnknown: true}
+	if n := r.UnitNote(); !strings.Contains(n, "the weight of one row is unknown") {
+		t.Errorf("note %q", n)
+	}
+	r.WeightUnknown = false
+	if n := r.UnitNote(); !strings.Contains(n, "not Lipschitz") {
+		t.Errorf("note %q", n)
+	}
+}

@@ -68,6 +68,10 @@ type WalkRun struct {
 	// RecordClip is the record-level radius of one prox or linearized update (RecordClip;
 	// walk.StepRun fills it); 0 or +Inf when none holds.
 	RecordClip float64
+	// WeightUnknown says the record radius is unknown for want of the weight of one row
+	// (a node planning before the members are known, without a bound on their rows):
+	// UnitNote then names that reason.
+	WeightUnknown bool
 }
 
 // WalkVerdict says which walk figure holds for a WalkRun.

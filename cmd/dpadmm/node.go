@@ -88,8 +88,8 @@ Profiles set listen addresses, discovery and timeouts together:
             found in the DHT routing table), use --bootstrap/--peer (ack 30s, join window 30s)
 
 Examples:
-  dpadmm node --run demo --data embedded --shard 0/3 --datadir /tmp/n0 --start --min-peers 3 --profile lan
-  dpadmm node --run demo --data embedded --shard 1/3 --datadir /tmp/n1 --profile lan
+  dpadmm node --run demo --data embedded --shard 0/3 --min-rows 150 --datadir /tmp/n0 --start --min-peers 3 --profile lan
+  dpadmm node --run demo --data embedded --shard 1/3 --min-rows 150 --datadir /tmp/n1 --profile lan
 
 A run name (--run) is 1 to 64 characters from A-Z a-z 0-9 . _ - (it becomes part of
 protocol IDs and topic names). The keys of model.json are listed in docs/report-schema.md.
@@ -396,6 +396,7 @@ func (f *nodeFlags) calibrate(cfg *node.Config) error {
 		nodes, rows = 1, cfg.MinRows
 	}
 	r := planWalkRun(cfg.Step, cfg.Gamma, cfg.Clip, cfg.Unit, cfg.RowBound, cfg.Problem.Loss, nodes, rows)
+	r.WeightUnknown = cfg.MinRows <= 0
 	sigma, b, err := calibrateSigma(r, cfg.Step, cfg.MaxUpdates, *f.target, cfg.Delta)
 	if err != nil {
 		return usagef("node", "%v", err)
