@@ -48,9 +48,21 @@ func (n *Node) dial(ctx context.Context, addr string) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := n.Host.Connect(cctx, *ai); err != nil {
-		return fmt.Errorf("node: cannot reach %s: %w", addr, err)
+		return fmt.Errorf("node: cannot reach %s: %w%s", addr, err, handshakeHint(err, n.cfg.SwarmKey != nil))
 	}
 	return nil
+}
+
+// handshakeHint explains a failed security handshake, which is how two hosts of different
+// private networks (swarm keys) see each other: the bytes of one are noise to the other.
+func handshakeHint(err error, private bool) string {
+	if !strings.Contains(err.Error(), "negotiate security") {
+		return ""
+	}
+	if private {
+		return " (this node uses --swarm-key: a peer with another key, or none, fails this handshake; check that both hold the same key file)"
+	}
+	return " (a peer in a closed run fails this handshake with a node without its --swarm-key)"
 }
 
 type mdnsNotifee struct{ n *Node }

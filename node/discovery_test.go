@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,18 @@ func TestRelayInUseAdmitted(t *testing.T) {
 	}
 	if !n.gater.allowed(relay) || n.gater.allowed(other) || !n.gater.allowed(member) {
 		t.Fatalf("gater: relay %v, other %v, member %v", n.gater.allowed(relay), n.gater.allowed(other), n.gater.allowed(member))
+	}
+}
+
+func TestHandshakeHint(t *testing.T) {
+	err := errors.New("failed to negotiate security protocol: context deadline exceeded")
+	if h := handshakeHint(err, true); !strings.Contains(h, "--swarm-key") {
+		t.Errorf("private: %q", h)
+	}
+	if h := handshakeHint(err, false); !strings.Contains(h, "closed run") {
+		t.Errorf("open: %q", h)
+	}
+	if h := handshakeHint(errors.New("connection refused"), true); h != "" {
+		t.Errorf("other error: %q", h)
 	}
 }

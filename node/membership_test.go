@@ -243,6 +243,18 @@ func TestSwarmKeyClosesTransport(t *testing.T) {
 		}
 		ccancel()
 	}
+	// A node with another key that dials a member is told why it fails.
+	c := baseConfig("psk", sh[1], 5)
+	c.DataDir, c.SwarmKey = t.TempDir(), other
+	odd, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer odd.Close()
+	addr := nodes[0].Host.Addrs()[0].String() + "/p2p/" + nodes[0].ID().String()
+	if err := odd.dial(ctx, addr); err == nil || !strings.Contains(err.Error(), "check that both hold the same key file") {
+		t.Errorf("dial with another key: %v", err)
+	}
 }
 
 // TestMemberVerdict: the control validator's membership rules: a final from a non-member
