@@ -83,12 +83,17 @@ func runAccountSubsampled(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usageErr(stderr, "subsampled: --adjacency must be add-remove or replace-one, got %q", *adj)
 	}
-	calibrate := false
+	calibrate, zSet := false, false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "target-epsilon" {
-			calibrate = true
-		}
+		calibrate = calibrate || f.Name == "target-epsilon"
+		zSet = zSet || f.Name == "noise-multiplier"
 	})
+	switch {
+	case calibrate && zSet:
+		return usageErr(stderr, "subsampled: --target-epsilon calibrates the noise multiplier: give --noise-multiplier or --target-epsilon, not both")
+	case !calibrate && !zSet:
+		return usageErr(stderr, "subsampled: give --noise-multiplier Z (the noise) or --target-epsilon E (calibrate it)")
+	}
 	if calibrate {
 		if !finitePositive(*target) {
 			return usageErr(stderr, "subsampled: --target-epsilon must be finite and > 0, got %v", *target)

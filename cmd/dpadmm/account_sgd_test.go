@@ -41,6 +41,8 @@ func TestAccountSubsampledBadInput(t *testing.T) {
 		{"--q", "0.1", "--noise-multiplier", "-1", "--steps", "10"},
 		{"--q", "0.1", "--noise-multiplier", "1", "--steps", "0"},
 		{"--q", "0.1", "--noise-multiplier", "1", "--steps", "10", "--delta", "1"},
+		{"--q", "0.1", "--noise-multiplier", "1", "--target-epsilon", "1", "--steps", "10"}, // both: which one?
+		{"--q", "0.1", "--steps", "10"},                                                     // neither
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"account", "subsampled"}, args...), &out, &errb); code != 2 || errb.Len() == 0 {

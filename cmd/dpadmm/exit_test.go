@@ -100,6 +100,11 @@ func TestExitCodes(t *testing.T) {
 		// account
 		{plan("--hops", "0"), 2, "--hops must be >= 1"},
 		{plan("--delta", "2"), 2, "--delta must be in (0,1)"},
+		{[]string{"keys"}, 2, "which subcommand? swarm-key, allow or id"},
+		{[]string{"experiment", "utility", "--splits", "foo"}, 2, `--splits: unknown "foo"`},
+		{[]string{"experiment", "utility", "--algos", "foo"}, 2, `--algos: unknown "foo"`},
+		{[]string{"experiment", "utility", "--epsilons", "1,,2"}, 2, "--epsilons: want comma-separated targets"},
+		{[]string{"experiment", "utility", "--seeds", "0"}, 2, "--seeds must be >= 1"},
 		{[]string{"account", "plan", "--nodes", "4294967297", "--hops", "100", "--graph", "ring", "--clip", "0.1", "--sigma", "1"}, 2, "at most 11585 nodes on a graph other than the complete one"},
 		{[]string{"account", "models", "--loss", "hinge", "d"}, 2, "--loss"},
 		{[]string{"account", "models", "--scale", "log", "d"}, 2, "--scale"},

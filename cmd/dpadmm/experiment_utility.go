@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -67,9 +68,29 @@ func runExperimentUtility(ctx context.Context, args []string, stdout, stderr io.
 	if err != nil {
 		return experimentUsage(stderr, "--nodes: %v", err)
 	}
-	eps, err := parseAlphas(*epsStr)
-	if err != nil {
-		return experimentUsage(stderr, "--epsilons: %v", err)
+	var eps []float64
+	for _, f := range strings.Split(*epsStr, ",") {
+		e, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(e > 0) || math.IsInf(e, 0) {
+			return experimentUsage(stderr, "--epsilons: want comma-separated targets, each finite and > 0, got %q", f)
+		}
+		eps = append(eps, e)
+	}
+	for _, c := range []struct {
+		flag, list string
+		ok         []string
+	}{{"--splits", *splits, []string{"iid", "label", "contiguous"}}, {"--algos", *algos, []string{"walk", "walk-sgd", "radmm"}}} {
+		for _, v := range splitList(c.list) {
+			if !slices.Contains(c.ok, v) {
+				return experimentUsage(stderr, "%s: unknown %q (want %s)", c.flag, v, strings.Join(c.ok, ", "))
+			}
+		}
+	}
+	if *seeds < 1 {
+		return experimentUsage(stderr, "--seeds must be >= 1, got %d", *seeds)
+	}
+	if *iters < 2 {
+		return experimentUsage(stderr, "--iters must be >= 2, got %d", *iters)
 	}
 	var data []experiment.UtilityData
 	for _, dn := range strings.Split(*datasets, ",") {

@@ -40,7 +40,10 @@ id         prints the peer ID of the identity in DIR (creating it if missing), t
 `
 
 func runKeys(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		return usagef("keys", "which subcommand? swarm-key, allow or id")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, keysHelp)
 		return nil
 	}
