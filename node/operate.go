@@ -40,6 +40,9 @@ func (n *Node) Readiness() (state, reason string) {
 	if members == 0 {
 		if j := n.join.snapshot(0); j != nil {
 			why := fmt.Sprintf("waiting for the run to start (%s: %d of %d)", j.Role, j.Joined, j.Want)
+			if j.Want <= 0 {
+				why = fmt.Sprintf("waiting for the run to start (%s: waiting for the starter to fix the membership)", j.Role)
+			}
 			n.mu.Lock()
 			if len(n.waitingFor) > 0 {
 				why += fmt.Sprintf("; --peer not reachable yet: %s", strings.Join(n.waitingFor, ", "))

@@ -107,8 +107,14 @@ func printNodeStatus(w io.Writer, ready, st map[string]any) {
 		member = "not a member yet" // joining: the membership is not fixed
 	}
 	fmt.Fprintf(w, "\n  peer %s, %s, %s peers connected\n", str(st, "peer"), member, str(st, "peers"))
-	fmt.Fprintf(w, "  own updates %s (updates left %s), epsilon spent %s: %s\n", str(st, "own_updates"), str(st, "updates_left"),
-		str(st, "epsilon_spent"), str(st, "epsilon_theorem"))
+	if g, ok := st["gossip"].(map[string]any); ok {
+		// Neighbour exchange: iterations, not walk updates.
+		fmt.Fprintf(w, "  %s iteration %s of %s, epsilon spent %s: %s\n", str(g, "algo"), str(g, "iter"), str(g, "iters"),
+			str(g, "epsilon_spent"), str(g, "epsilon_theorem"))
+	} else {
+		fmt.Fprintf(w, "  own updates %s (updates left %s), epsilon spent %s: %s\n", str(st, "own_updates"), str(st, "updates_left"),
+			str(st, "epsilon_spent"), str(st, "epsilon_theorem"))
+	}
 	if nb, ok := st["network_planned"].(map[string]any); ok {
 		hold := "conditions hold"
 		if nb["conditions_hold"] != true {

@@ -89,3 +89,16 @@ func TestStatusJoining(t *testing.T) {
 		t.Fatalf("starter status:\n%s", b.String())
 	}
 }
+
+// TestStatusGossip: a neighbour-exchange node's status shows its iteration and figure,
+// not the walk's update counters (0 and -1 there).
+func TestStatusGossip(t *testing.T) {
+	var b strings.Builder
+	printNodeStatus(&b, map[string]any{"state": "running"}, map[string]any{"run": "g", "peer": "p", "index": 1.0, "members": 3.0,
+		"own_updates": 0.0, "updates_left": -1.0,
+		"gossip": map[string]any{"algo": "radmm", "iter": 872.0, "iters": 3000.0, "epsilon_spent": 12.5, "epsilon_theorem": "Theorem V.1"}})
+	out := b.String()
+	if !strings.Contains(out, "radmm iteration 872 of 3000, epsilon spent 12.5: Theorem V.1") || strings.Contains(out, "own updates") {
+		t.Fatalf("gossip status:\n%s", out)
+	}
+}
