@@ -496,9 +496,15 @@ func runWalkMember(ctx context.Context, cfg node.Config, datadir string, stdout 
 	}
 	fmt.Fprintf(stdout, "run %q done after %d hops: model written to %s\n", m.Run, m.Hops, filepath.Join(datadir, store.ModelFile))
 	fmt.Fprintf(stdout, "  own noisy updates %d, ledger entries %d\n", m.Privacy.Updates, m.Privacy.LedgerEntries)
-	for _, b := range []node.BoundJSON{m.Privacy.Local, m.Privacy.Network} {
-		fmt.Fprintf(stdout, "  epsilon %s at delta %g: %s; conditions: %s (hold: %v)\n", b.Epsilon, m.Privacy.Delta, b.Theorem, b.Conditions, b.ConditionsHold)
+	// The figures in short; their theorems, conditions and reasons are in model.json.
+	loc, nw := m.Privacy.Local, m.Privacy.Network
+	fmt.Fprintf(stdout, "  local epsilon %s at delta %g (an observer of every message of this node; conditions hold: %v)\n", loc.Epsilon, m.Privacy.Delta, loc.ConditionsHold)
+	if nw.ConditionsHold {
+		fmt.Fprintf(stdout, "  planned network epsilon %s (the worst pair of members, the path secret)\n", nw.Epsilon)
+	} else {
+		fmt.Fprintf(stdout, "  planned network figure not claimed (its conditions fail; the local figure is the guarantee)\n")
 	}
+	fmt.Fprintf(stdout, "  theorems, conditions and reasons: %s, key \"privacy\"\n", filepath.Join(datadir, store.ModelFile))
 	return nil
 }
 
@@ -529,11 +535,11 @@ func runGossipMember(ctx context.Context, cfg node.Config, datadir string, stdou
 	fmt.Fprintf(stdout, "run %q node %d of %d (%s, neighbours %v): %d iterations done; this node's own model f_i(T) written to %s\n",
 		m.Run, m.Index, m.Nodes, m.Graph, m.Neighbors, m.Iters, filepath.Join(datadir, store.ModelFile))
 	fmt.Fprintf(stdout, "  %d stale uses, %d inexact solves, %d ledger entries\n", len(m.Stale), m.Inexact, m.Privacy.LedgerEntries)
-	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0): %s; conditions: %s (hold: %v", m.Privacy.Epsilon, m.Privacy.Theorem, m.Privacy.Conditions, m.Privacy.ConditionsHold)
+	fmt.Fprintf(stdout, "  this node's pure epsilon %s (delta 0), Theorem V.1 (conditions hold: %v", m.Privacy.Epsilon, m.Privacy.ConditionsHold)
 	if m.Privacy.Reason != "" {
 		fmt.Fprintf(stdout, "; %s", m.Privacy.Reason)
 	}
-	fmt.Fprintf(stdout, "); noise secure: %v\n", m.Privacy.SecureNoise)
+	fmt.Fprintf(stdout, "); noise secure: %v; the theorem and its conditions: %s\n", m.Privacy.SecureNoise, filepath.Join(datadir, store.ModelFile))
 	return nil
 }
 

@@ -114,6 +114,10 @@ func TestNodeRejoinGossipNewPort(t *testing.T) {
 		t.Errorf("node %d did not resume from its journal:\n%s", x, cs[x].stderr)
 	}
 	t.Logf("node %d stopped after %d of %d ledger entries", x, before, iters+1)
+	// The final lines: the figure in short, where its theorem and conditions are.
+	if out := cs[0].stdout.String(); !strings.Contains(out, "this node's pure epsilon") || !strings.Contains(out, "the theorem and its conditions: "+filepath.Join(dirs[0], store.ModelFile)) {
+		t.Errorf("node 0's summary:\n%s", out)
+	}
 	got := make([]node.RADMMModel, 3)
 	for i := range got {
 		b, err := os.ReadFile(filepath.Join(dirs[i], store.ModelFile))
