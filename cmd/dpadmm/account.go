@@ -347,22 +347,7 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 	}
 	sg := *sigma
 	if calibrate {
-		if *budgetKind == "local" {
-			sg, err = privacy.CalibrateSigma(*target, *delta, func(s float64) privacy.Curve { return privacy.WalkLocalCurve(*clip, s, updates) })
-		} else {
-			// The worst pair's figure, capped at the local one, which bounds every observer
-			// (as every node caps its own): with few nodes the amplified form can be
-			// weaker than the exact local conversion, and calibrating on it alone would
-			// add noise for nothing. A target below the RDP conversion's floor stays
-			// refused (the first calibration says so).
-			if sg, err = privacy.CalibrateSigma(*target, *delta, func(s float64) privacy.Curve { return unitFor(s).Scale(wmax) }); err == nil {
-				sg, err = privacy.CalibrateFigure(*target, func(s float64) float64 {
-					e, _ := privacy.ToDP(unitFor(s).Scale(wmax), *delta)
-					return math.Min(e, privacy.LocalBound(*clip, s, updates, *delta).Epsilon)
-				})
-			}
-		}
-		if err != nil {
+		if sg, err = calibratePlan(*target, *delta, *budgetKind, *clip, updates, wmax, unitFor); err != nil {
 			return err
 		}
 	}
@@ -411,6 +396,25 @@ func (f *planFlags) planWalkFigures(stdout io.Writer, g *graph.Graph, calibrate 
 	}
 	f.printPlan(stdout, rep, sum, verdict, loc)
 	return nil
+}
+
+// calibratePlan is the sigma of --target-epsilon for a walk plan: on the local curve
+// (--budget-kind local), or on the worst pair's figure capped at the local one, which
+// bounds every observer (as every node caps its own): with few nodes the amplified form
+// can be weaker than the exact local conversion, and calibrating on it alone would add
+// noise for nothing. A target below the RDP conversion's floor stays refused (the first
+// calibration says so).
+func calibratePlan(target, delta float64, budgetKind string, clip float64, updates int, wmax float64, unitFor func(float64) privacy.Curve) (float64, error) {
+	if budgetKind == "local" {
+		return privacy.CalibrateSigma(target, delta, func(s float64) privacy.Curve { return privacy.WalkLocalCurve(clip, s, updates) })
+	}
+	if _, err := privacy.CalibrateSigma(target, delta, func(s float64) privacy.Curve { return unitFor(s).Scale(wmax) }); err != nil {
+		return 0, err
+	}
+	return privacy.CalibrateFigure(target, func(s float64) float64 {
+		e, _ := privacy.ToDP(unitFor(s).Scale(wmax), delta)
+		return math.Min(e, privacy.LocalBound(clip, s, updates, delta).Epsilon)
+	})
 }
 
 // printPlan prints the figures of planWalkFigures as text.

@@ -77,61 +77,7 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.Close()
 	case "allow":
-		fs := newFlagSet("keys allow", keysHelp, stdout)
-		datadir := fs.String("datadir", "", "data directory of the run's owner (the starter): its identity key signs the list")
-		run := fs.String("run", "", "the run the list is for")
-		out := fs.String("out", "", "write the list to this file instead of stdout")
-		if err := parseFlags(fs, args[1:]); err != nil {
-			return err
-		}
-		if *datadir == "" || *run == "" {
-			return usagef("keys", "allow needs --datadir and --run")
-		}
-		if err := checkRunName("keys", *run); err != nil {
-			return err
-		}
-		var entries []node.AllowEntry
-		for _, a := range fs.Args() {
-			id, rows, _ := strings.Cut(a, ":")
-			if _, err := peer.Decode(id); err != nil {
-				return usagef("keys", "allow: %q is not a peer ID: %v", id, err)
-			}
-			e := node.AllowEntry{ID: id}
-			if rows != "" {
-				r, err := strconv.Atoi(rows)
-				if err != nil || r < 1 {
-					return usagef("keys", "allow: max rows of %s must be an integer >= 1, got %q", id, rows)
-				}
-				e.MaxRows = r
-			}
-			entries = append(entries, e)
-		}
-		// The owner's identity must exist: signing with one made here (a mistyped
-		// directory) would give a list the real starter refuses.
-		if _, err := os.Stat(filepath.Join(*datadir, store.IdentityFile)); err != nil {
-			return fmt.Errorf("allow: %s holds no identity (%s): give the starter's data directory (its node has run, or 'dpadmm keys id --datadir %s' created it)",
-				*datadir, store.IdentityFile, *datadir)
-		}
-		st, err := store.Open(*datadir)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		key, err := st.Identity()
-		if err != nil {
-			return err
-		}
-		a, err := node.SignAllowList(key, *run, entries)
-		if err != nil {
-			return err
-		}
-		b, _ := json.MarshalIndent(a, "", "  ")
-		b = append(b, '\n')
-		if *out == "" {
-			_, err := stdout.Write(b)
-			return err
-		}
-		return os.WriteFile(*out, b, 0o644)
+		return runKeysAllow(args[1:], stdout)
 	case "id":
 		fs := newFlagSet("keys id", keysHelp, stdout)
 		datadir := fs.String("datadir", "", "data directory")
@@ -149,4 +95,63 @@ func runKeys(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return unknownCommand("keys", "keys command", args[0], []string{"swarm-key", "allow", "id"})
+}
+
+// runKeysAllow is 'dpadmm keys allow': a list of peers signed by the run owner's identity.
+func runKeysAllow(args []string, stdout io.Writer) error {
+	fs := newFlagSet("keys allow", keysHelp, stdout)
+	datadir := fs.String("datadir", "", "data directory of the run's owner (the starter): its identity key signs the list")
+	run := fs.String("run", "", "the run the list is for")
+	out := fs.String("out", "", "write the list to this file instead of stdout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *datadir == "" || *run == "" {
+		return usagef("keys", "allow needs --datadir and --run")
+	}
+	if err := checkRunName("keys", *run); err != nil {
+		return err
+	}
+	var entries []node.AllowEntry
+	for _, a := range fs.Args() {
+		id, rows, _ := strings.Cut(a, ":")
+		if _, err := peer.Decode(id); err != nil {
+			return usagef("keys", "allow: %q is not a peer ID: %v", id, err)
+		}
+		e := node.AllowEntry{ID: id}
+		if rows != "" {
+			r, err := strconv.Atoi(rows)
+			if err != nil || r < 1 {
+				return usagef("keys", "allow: max rows of %s must be an integer >= 1, got %q", id, rows)
+			}
+			e.MaxRows = r
+		}
+		entries = append(entries, e)
+	}
+	// The owner's identity must exist: signing with one made here (a mistyped
+	// directory) would give a list the real starter refuses.
+	if _, err := os.Stat(filepath.Join(*datadir, store.IdentityFile)); err != nil {
+		return fmt.Errorf("allow: %s holds no identity (%s): give the starter's data directory (its node has run, or 'dpadmm keys id --datadir %s' created it)",
+			*datadir, store.IdentityFile, *datadir)
+	}
+	st, err := store.Open(*datadir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	key, err := st.Identity()
+	if err != nil {
+		return err
+	}
+	a, err := node.SignAllowList(key, *run, entries)
+	if err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(a, "", "  ")
+	b = append(b, '\n')
+	if *out == "" {
+		_, err := stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(*out, b, 0o644)
 }
