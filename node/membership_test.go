@@ -111,6 +111,12 @@ func TestClosedRunRefusesOutsiders(t *testing.T) {
 		if i == 0 {
 			c.Start, c.MinPeers, c.JoinWindow = true, 2, 1500*time.Millisecond
 		}
+		if i >= 2 {
+			// An outsider does not check itself against the list (an honest node holding
+			// it refuses to start: TestJoinerChecksAllowList); the starter's rule is what
+			// this test exercises.
+			c.Allow = nil
+		}
 		nd, err := New(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -342,5 +348,39 @@ func TestOpenRunCapsRows(t *testing.T) {
 	}
 	if !strings.Contains(logs[0].String(), "members may claim at most 30 rows each") {
 		t.Errorf("the starter does not say what it admits:\n%.3000s", logs[0].String())
+	}
+}
+
+// TestJoinerChecksAllowList: a joiner holding the run's allow-list refuses to start when
+// it is not on it, or holds more rows than its bound, naming its peer ID: the starter
+// would refuse its join without telling it.
+func TestJoinerChecksAllowList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sh := shards(t, 2)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	owner, _ := store.Open(dirs[0])
+	key, _ := owner.Identity()
+	owner.Close()
+	joiner, _ := store.DataDirPeerID(dirs[1])
+	for _, c := range []struct {
+		entries []AllowEntry
+		want    string
+	}{
+		{nil, "is not on the allow-list of run"},
+		{[]AllowEntry{{ID: joiner.String(), MaxRows: 1}}, "more than the 1 the allow-list"},
+	} {
+		allow, err := SignAllowList(key, "closed", c.entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := baseConfig("closed", sh[1], 10)
+		cfg.DataDir, cfg.Allow = dirs[1], allow
+		if nd, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			if nd != nil {
+				nd.Close()
+			}
+			t.Errorf("%v: %v, want %q", c.entries, err, c.want)
+		}
 	}
 }

@@ -265,6 +265,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		st.Close()
 		return nil, fmt.Errorf("node: the host's peer ID %s is not the data directory key's", shortID(h.ID()))
 	}
+	if a := cfg.Allow; a != nil && !cfg.Start && cfg.Data != nil {
+		// The joiner holds the list its starter applies: say now what the starter would
+		// refuse (it answers a refused join with silence).
+		switch b := a.bound(h.ID()); {
+		case b < 0:
+			h.Close()
+			st.Close()
+			return nil, fmt.Errorf("node: this node (peer ID %s) is not on the allow-list of run %q: its starter would refuse it; the owner adds it with 'dpadmm keys allow ... %s'", h.ID(), cfg.Run, h.ID())
+		case b > 0 && cfg.Data.Rows > b:
+			h.Close()
+			st.Close()
+			return nil, fmt.Errorf("node: this node holds %d rows, more than the %d the allow-list of run %q lets it claim: its starter would refuse it", cfg.Data.Rows, b, cfg.Run)
+		}
+	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With().Str("run", cfg.Run).Str("peer", shortID(h.ID())).Logger().Hook(newWarnLimit(logEvery, warnBurst)),
 		Host: h, store: st, index: -1, streams: map[peer.ID]network.Stream{},
